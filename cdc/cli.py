@@ -1,0 +1,93 @@
+"""The ``cdc`` command line: one entry point for set-up, capture, sync, rebuild, lag and the log.
+
+Every command reads :class:`cdc.settings.Settings`; a failure the user can act on is printed as a single
+``error: ...`` line on stderr with a non-zero exit status, never as a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from cdc.errors import CdcError, ConfigError
+from cdc.settings import Settings, load_settings
+
+
+class _Context:
+    """Lazily loaded settings shared by the sub-commands of one invocation."""
+
+    def __init__(self) -> None:
+        self._settings: Settings | None = None
+
+    @property
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load_settings()
+        return self._settings
+
+
+pass_context = click.make_pass_decorator(_Context, ensure=True)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pg-cdc", prog_name="cdc")
+@click.pass_context
+def cli(ctx: click.Context) -> None:
+    """Change-data-capture from PostgreSQL into a compacted log and exact Delta Lake views.
+
+    Settings come from CDC_* environment variables or a .env file; see the README.
+    """
+    ctx.ensure_object(_Context)
+
+
+def _register_commands() -> None:
+    """Attach the commands that live in their own modules."""
+    from cdc.commands import register
+
+    register(cli)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Error types whose message is meant for the user, from every part of the pipeline."""
+    from log_store.errors import LogStoreError
+
+    errors: list[type[BaseException]] = [CdcError, LogStoreError]
+    try:
+        from derived_views.errors import ViewError
+    except ImportError:  # pragma: no cover - the views package is optional at import time
+        pass
+    else:
+        errors.append(ViewError)
+    return tuple(errors)
+
+
+def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
+    """Run a click entry point, turning user errors into one line on stderr and an exit status."""
+    from cdc.redact import redact_url
+
+    try:
+        entry.main(args=args, prog_name="cdc", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except _user_errors() as exc:
+        click.echo(f"error: {redact_url(str(exc))}", err=True)
+        return int(getattr(exc, "exit_code", 1))
+    return 0
+
+
+def main() -> None:
+    """Console-script entry point (``cdc``)."""
+    _register_commands()
+    sys.exit(run(cli))
+
+
+__all__ = ["ConfigError", "cli", "main", "pass_context", "run"]

@@ -1,0 +1,13 @@
+"""Sub-commands of ``cdc``, one module per area; :func:`register` attaches them to the root group."""
+
+from __future__ import annotations
+
+import click
+
+
+def register(root: click.Group) -> None:
+    """Attach every sub-command to ``root``; each module owns its commands' options and help."""
+    from cdc.commands import demo_cmd, log_cmd
+
+    root.add_command(log_cmd.log_group)
+    root.add_command(demo_cmd.demo)

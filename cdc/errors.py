@@ -1,0 +1,33 @@
+"""Errors the capture side raises; each carries what went wrong and how to fix it.
+
+The CLI prints ``str(error)`` as one line and exits with :attr:`CdcError.exit_code`; nothing else of a
+:class:`CdcError` reaches the user, so the message must be complete on its own.
+"""
+
+from __future__ import annotations
+
+
+class CdcError(Exception):
+    """Base of every error the user can act on. ``exit_code`` is what the CLI exits with."""
+
+    exit_code: int = 1
+
+
+class ConfigError(CdcError):
+    """A setting or command-line value is invalid."""
+
+    exit_code = 2
+
+
+class SourceError(CdcError):
+    """The source database is unreachable or misconfigured for logical decoding."""
+
+    exit_code = 3
+
+
+class SlotError(SourceError):
+    """The replication slot is missing, invalidated or in use by another process."""
+
+
+class DecodeError(CdcError):
+    """A pgoutput message could not be decoded (names the message type and LSN)."""

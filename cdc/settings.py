@@ -1,0 +1,143 @@
+"""One settings class for the whole pipeline, read from ``CDC_*`` environment variables and ``.env``."""
+
+from __future__ import annotations
+
+import re
+from functools import cached_property
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from cdc.errors import ConfigError
+from cdc.redact import redact_url
+
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9_-]+$")
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$")
+
+#: What each setting accepts, shown when a value is rejected.
+ACCEPTS: dict[str, str] = {
+    "database_url": "a PostgreSQL URL such as postgresql://cdc:secret@db:5432/shop",
+    "data_dir": "a directory path (created if missing) that holds the log and the Delta tables",
+    "tables": "a comma-separated list of schema.table names, or empty for every published table",
+    "slot": "a lower-case replication slot name: letters, digits and _, at most 63 characters",
+    "publication": "a lower-case publication name: letters, digits and _, at most 63 characters",
+    "partitions": "a whole number of partitions per topic from 1 to 1024",
+    "topic_prefix": "letters, digits, _ and - (topics are named <prefix>.<schema>.<table>)",
+    "segment_bytes": "a segment size in bytes from 1024 to 1073741824",
+    "segment_ms": "a segment age in milliseconds, at least 1000",
+    "delete_retention_ms": "how long tombstones outlive compaction, in milliseconds (0 or more)",
+    "retention_ms": "how long non-compacted topics keep data, in milliseconds, or -1 for ever",
+    "retention_bytes": "how many bytes non-compacted partitions keep, or -1 for no limit",
+    "metrics_port": "a TCP port from 0 to 65535 (0 turns the metrics endpoint off)",
+    "log_format": "json or kv",
+}
+
+
+class Settings(BaseSettings):
+    """Every setting of the pipeline; environment variables are ``CDC_<NAME>`` (upper case)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="CDC_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
+    )
+
+    database_url: str = Field(
+        default="postgresql://postgres@localhost:5432/postgres",
+        description="Source PostgreSQL (the system of record).",
+    )
+    data_dir: Path = Field(default=Path("./data"), description="Holds log/ and the Delta tables.")
+    tables: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="schema.table include list; empty = whole publication."
+    )
+    slot: str = Field(default="cdc_slot", description="Logical replication slot name.")
+    publication: str = Field(default="cdc_publication", description="Publication name.")
+    partitions: int = Field(default=3, ge=1, le=1024, description="Partitions per topic.")
+    topic_prefix: str = Field(default="cdc", description="Topic name prefix.")
+    segment_bytes: int = Field(default=64 << 20, ge=1024, le=1 << 30)
+    segment_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=1000)
+    delete_retention_ms: int = Field(default=24 * 3600 * 1000, ge=0)
+    retention_ms: int = Field(default=-1, ge=-1)
+    retention_bytes: int = Field(default=-1, ge=-1)
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    log_format: str = Field(default="kv")
+
+    @field_validator("tables", mode="before")
+    @classmethod
+    def _split_tables(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("tables")
+    @classmethod
+    def _check_tables(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not _TABLE_NAME.match(name):
+                raise ValueError(f"{name!r} is not schema.table")
+        return value
+
+    @field_validator("slot", "publication")
+    @classmethod
+    def _check_identifier(cls, value: str) -> str:
+        if not _IDENTIFIER.match(value):
+            raise ValueError(f"{value!r} is not a valid name")
+        return value
+
+    @field_validator("topic_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        if not _TOPIC_PREFIX.match(value):
+            raise ValueError(f"{value!r} has characters a topic name cannot hold")
+        return value
+
+    @field_validator("database_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("it does not start with postgresql://")
+        return value
+
+    @field_validator("log_format")
+    @classmethod
+    def _check_log_format(cls, value: str) -> str:
+        if value not in ("json", "kv"):
+            raise ValueError(f"{value!r} is neither json nor kv")
+        return value
+
+    @cached_property
+    def log_dir(self) -> Path:
+        """Where the embedded log keeps its topics."""
+        return self.data_dir / "log"
+
+    @cached_property
+    def views_dir(self) -> Path:
+        """Root of the Delta tables (``warehouse/``, ``search/``, ``cache/`` below it)."""
+        return self.data_dir
+
+    def topic_for(self, schema: str, table: str) -> str:
+        """Topic name of one source table: ``<prefix>.<schema>.<table>``."""
+        return f"{self.topic_prefix}.{schema}.{table}"
+
+    def safe_database_url(self) -> str:
+        """The source URL with any password replaced, for logs and screens."""
+        return redact_url(self.database_url)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the settings, turning a rejected value into one :class:`ConfigError` line.
+
+    The message names the environment variable, the value's problem and what it accepts, so that the
+    CLI can print it without a traceback.
+    """
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field = str(first["loc"][0]) if first["loc"] else "?"
+        reason = str(first["msg"]).removeprefix("Value error, ")
+        accepts = ACCEPTS.get(field, "see the README's configuration table")
+        raise ConfigError(
+            f"setting CDC_{field.upper()} is invalid: {reason}; it accepts {accepts}"
+        ) from None
