@@ -1,0 +1,1 @@
+"""Alembic migrations: the reference OLTP schema and the CDC bootstrap (publication and role)."""

@@ -1,0 +1,1 @@
+"""Test suite: unit tests beside integration tests against real PostgreSQL, Spark and Delta."""

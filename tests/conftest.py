@@ -1,0 +1,5 @@
+"""Shared fixtures live in ``fix_*.py`` plugins; this file only loads them."""
+
+from __future__ import annotations
+
+pytest_plugins = ["tests.fix_pg", "tests.fix_spark", "tests.fix_settings"]
