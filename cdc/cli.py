@@ -7,6 +7,7 @@ Every command reads :class:`cdc.settings.Settings`; a failure the user can act o
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +82,9 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     except _user_errors() as exc:
         click.echo(f"error: {redact_url(str(exc))}", err=True)
         return int(getattr(exc, "exit_code", 1))
+    except Exception:  # an unexpected failure: keep the traceback, but never a password
+        click.echo(redact_url(traceback.format_exc()), err=True, nl=False)
+        return 1
     return 0
 
 

@@ -6,8 +6,11 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from sqlalchemy.exc import OperationalError
 
 import migrations
+from cdc.errors import SourceError
+from cdc.redact import redact_url
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
 
@@ -32,7 +35,13 @@ def alembic_config(url: str, *, role: str = "cdc_reader", publication: str = "cd
 
 def upgrade(url: str, revision: str = "head", *, publication: str = "cdc_publication") -> None:
     """Bring the database at ``url`` to ``revision`` (idempotent: applied revisions are skipped)."""
-    command.upgrade(alembic_config(url, publication=publication), revision)
+    try:
+        command.upgrade(alembic_config(url, publication=publication), revision)
+    except OperationalError as exc:
+        raise SourceError(
+            f"cannot migrate {redact_url(url)}: {str(exc.orig or exc).strip().splitlines()[0]}; "
+            "check CDC_DATABASE_URL and that the server accepts connections"
+        ) from None
 
 
 def downgrade(url: str, revision: str, *, publication: str = "cdc_publication") -> None:

@@ -11,3 +11,4 @@ def register(root: click.Group) -> None:
 
     root.add_command(log_cmd.log_group)
     root.add_command(demo_cmd.demo)
+    root.add_command(demo_cmd.migrate)

@@ -1,0 +1,17 @@
+# One image for every service of compose.yaml: the cdc CLI with Java for Spark and the Delta jars.
+FROM python:3.11-slim-bookworm
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends default-jre-headless postgresql-client \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY cdc cdc
+COPY log_store log_store
+COPY derived_views derived_views
+COPY migrations migrations
+RUN pip install --no-cache-dir . \
+ && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.delta_jars
+ENV CDC_SPARK_JARS_DIR=/opt/cdc/jars \
+    CDC_DATA_DIR=/data
+VOLUME /data
+ENTRYPOINT ["cdc"]

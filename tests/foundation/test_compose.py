@@ -1,0 +1,60 @@
+"""compose.yaml wires the services correctly (no Docker engine here, so the file is checked as data)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from cdc.cli import cli
+from cdc.commands import register
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _compose() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "compose.yaml").read_text())
+
+
+def _cli_commands() -> set[str]:
+    register(cli)
+    return set(cli.commands)
+
+
+def test_postgres_runs_with_logical_wal() -> None:
+    command = _compose()["services"]["postgres"]["command"]
+    assert "wal_level=logical" in command
+
+
+def test_capture_and_sync_share_the_data_volume() -> None:
+    services = _compose()["services"]
+    mounts = {}
+    for name in ("capture", "sync"):
+        environment = services[name]["environment"]
+        data_dir = environment["CDC_DATA_DIR"]
+        volume = next(v.split(":")[0] for v in services[name]["volumes"] if v.split(":")[1] == data_dir)
+        mounts[name] = volume
+    assert mounts["capture"] == mounts["sync"]
+    assert mounts["capture"] in _compose()["volumes"]
+
+
+def test_service_commands_exist_in_the_cli() -> None:
+    commands = _cli_commands()
+    for name, service in _compose()["services"].items():
+        if "build" not in service:
+            continue
+        args = service["command"]
+        assert args[0] in commands, f"service {name} runs unknown command {args[0]!r}"
+        command = cli.commands[args[0]]
+        ctx = click.Context(command, info_name=args[0])
+        command.parse_args(ctx, list(args[1:]))  # raises on an unknown option
+
+
+def test_services_point_at_the_compose_database() -> None:
+    services = _compose()["services"]
+    for name in ("migrate", "capture", "sync"):
+        url = services[name]["environment"]["CDC_DATABASE_URL"]
+        assert "@postgres:5432/" in url
+    assert services["capture"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
