@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from cdc import structured_log
 from cdc.errors import CdcError, ConfigError
 from cdc.settings import Settings, load_settings
 
@@ -42,6 +43,11 @@ def cli(ctx: click.Context) -> None:
     Settings come from CDC_* environment variables or a .env file; see the README.
     """
     ctx.ensure_object(_Context)
+    try:
+        log_format = load_settings().log_format
+    except ConfigError:
+        log_format = "kv"  # the command itself reports the bad setting
+    structured_log.configure(log_format)
 
 
 def _register_commands() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 _URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@")
-_KV_PASSWORD = re.compile(r"(?P<key>password\s*=\s*)(?P<pw>'[^']*'|\S+)", re.IGNORECASE)
+_KV_PASSWORD = re.compile(r"""(?P<key>password\s*=\s*)(?P<pw>'[^']*'|[^\s"',}&;]+)""", re.IGNORECASE)
 
 REDACTED = "***"
 
