@@ -1,0 +1,48 @@
+"""A durable, compacted, partitioned, append-only log on local disk, modelled on Kafka's.
+
+Public API (see ``API.md``)::
+
+    from log_store import LogStore, LogConfig, ProducerRecord, Record, Watermark, TopicPartition
+
+The on-disk format is specified in the docstrings of :mod:`log_store.store` (root layout),
+:mod:`log_store.segment`, :mod:`log_store.record_batch`, :mod:`log_store.offset_index`,
+:mod:`log_store.watermark`, :mod:`log_store.topic`, :mod:`log_store.consumer_offsets` and
+:mod:`log_store.log_cleaner`; recovery is described in :mod:`log_store.recovery`. The package knows
+nothing of PostgreSQL or Spark.
+"""
+
+from __future__ import annotations
+
+from log_store.cleaner import CleanerStats
+from log_store.config import LogConfig
+from log_store.fold import fold_json_after
+from log_store.log_cleaner import CleanerReport, PartitionCleaning
+from log_store.partitioner import murmur2, partition_for_key
+from log_store.record import UNCHANGED_HEADER, Headers, ProducerRecord, Record, TopicPartition
+from log_store.recovery import PartitionCut, RecoveryReport
+from log_store.store import AtTime, LogStore, OffsetReset, PartitionInfo
+from log_store.topic import TopicConfig
+from log_store.watermark import Watermark
+
+__all__ = [
+    "UNCHANGED_HEADER",
+    "AtTime",
+    "CleanerReport",
+    "CleanerStats",
+    "Headers",
+    "LogConfig",
+    "LogStore",
+    "OffsetReset",
+    "PartitionCleaning",
+    "PartitionCut",
+    "PartitionInfo",
+    "ProducerRecord",
+    "Record",
+    "RecoveryReport",
+    "TopicConfig",
+    "TopicPartition",
+    "Watermark",
+    "fold_json_after",
+    "murmur2",
+    "partition_for_key",
+]

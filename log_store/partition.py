@@ -1,0 +1,220 @@
+"""One topic-partition directory: reading its segments, and (for the writer) appending to the last one.
+
+Reads list the directory on every call, so they see segments that compaction replaced or retention
+deleted in another process; open segment files are cached and re-opened when the file at the path is a
+new inode. A read never decodes a record at or past the limit it is given (the watermark's end offset),
+and never returns bytes that failed their CRC (:class:`~log_store.errors.CorruptSegmentError` instead).
+
+Appends split a partition's share of one group into batches of about ``max_batch_bytes``, one ``write``
+each, and roll to a new segment when a batch would take the active segment past ``segment_bytes``, when
+its first batch is older than ``segment_ms``, or when its offsets would overflow the index's 32-bit
+relative offsets. Rolling fsyncs the old segment and its index *before* creating the successor, so a
+segment is final before anyone can see it as sealed.
+
+Thread safety: reads may run from several threads (an internal lock guards the file cache); appends
+belong to the writer, which serialises them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from log_store.config import LogConfig
+from log_store.record import ProducerRecord, Record, TopicPartition
+from log_store.record_batch import RECORD_SIZE, decode_records, encode_producer_batch
+from log_store.segment import ActiveSegment, SegmentFile, list_segments, log_name
+
+_MAX_RELATIVE = 1 << 31
+_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class PartitionStats:
+    """Size of a partition on disk."""
+
+    segments: int
+    bytes: int
+    dirty_bytes: int
+
+
+class Partition:
+    """Segments of one topic-partition."""
+
+    def __init__(self, tp: TopicPartition, directory: Path, config: LogConfig) -> None:
+        self.tp = tp
+        self.directory = directory
+        self.config = config
+        self._files: dict[int, SegmentFile] = {}
+        self._lock = threading.Lock()
+        self.active: ActiveSegment | None = None
+        self.next_offset = 0
+        self._touched = False
+
+    # --- read side ---------------------------------------------------------------------------
+
+    def bases(self) -> list[int]:
+        """Base offsets of the segments now on disk, ascending."""
+        return list_segments(self.directory)
+
+    def segment(self, base: int) -> SegmentFile:
+        """The open segment file with ``base`` (re-opened if the path now names another file)."""
+        path = self.directory / log_name(base)
+        with self._lock:
+            cached = self._files.get(base)
+            inode = os.stat(path).st_ino
+            if cached is not None and cached.inode == inode:
+                return cached
+            fresh = SegmentFile(path, base)
+            if cached is not None:
+                cached.close()
+            self._files[base] = fresh
+            return fresh
+
+    def read(self, offset: int, limit: int, max_records: int, max_bytes: int) -> list[Record]:
+        """Records from ``offset`` (or the first one after it) below ``limit``, at most ``max_records``
+        and about ``max_bytes`` of keys and values (always at least one record when any exists)."""
+        if offset >= limit or max_records <= 0:
+            return []
+        for attempt in range(_RETRIES):
+            try:
+                records = self._read(self.bases(), offset, limit, max_records)
+                break
+            except FileNotFoundError:
+                if attempt == _RETRIES - 1:
+                    raise
+        del records[max_records:]
+        total = 0
+        for i, record in enumerate(records):
+            total += len(record.key or b"") + len(record.value or b"")
+            if total > max_bytes and i > 0:
+                del records[i:]
+                break
+        return records
+
+    def _read(self, bases: list[int], offset: int, limit: int, max_records: int) -> list[Record]:
+        out: list[Record] = []
+        topic, partition = self.tp
+        i = max(bisect_right(bases, offset) - 1, 0)
+        while i < len(bases) and bases[i] < limit and len(out) < max_records:
+            last = i + 1 == len(bases)
+            seg_limit = limit if last else min(limit, bases[i + 1])
+            if seg_limit > offset:
+                out += self.segment(bases[i]).read(topic, partition, offset, seg_limit,
+                                                   max_records - len(out), sealed=not last)
+            i += 1
+        return out
+
+    def start_offset(self, end: int) -> int:
+        """The first offset slot still on disk (``end`` when no segment holds any)."""
+        bases = self.bases()
+        return min(bases[0], end) if bases else end
+
+    def offset_for_time(self, timestamp_ms: int, limit: int) -> int | None:
+        """The first offset below ``limit`` whose record timestamp is >= ``timestamp_ms``.
+
+        Walks batch headers (each holds its largest timestamp) and decodes only batches that can hold
+        a match; ``None`` when no record qualifies.
+        """
+        bases = self.bases()
+        topic, partition = self.tp
+        for i, base in enumerate(bases):
+            if base >= limit:
+                break
+            seg_limit = limit if i + 1 == len(bases) else min(limit, bases[i + 1])
+            segment = self.segment(base)
+            for _position, header, buf, at in segment.batches(seg_limit, sealed=i + 1 < len(bases)):
+                if header.max_timestamp_ms < timestamp_ms:
+                    continue
+                for record in decode_records(buf, at, header, topic, partition, 0, seg_limit):
+                    if record.timestamp_ms >= timestamp_ms:
+                        return record.offset
+        return None
+
+    def stats(self, cleaned_offset: int) -> PartitionStats:
+        """Segment count, bytes, and bytes in segments at or past ``cleaned_offset`` (not yet cleaned)."""
+        total = dirty = 0
+        bases = self.bases()
+        for base in bases:
+            try:
+                size = os.stat(self.directory / log_name(base)).st_size
+            except FileNotFoundError:
+                continue
+            total += size
+            if base >= cleaned_offset:
+                dirty += size
+        return PartitionStats(len(bases), total, dirty)
+
+    # --- write side (writer only) ------------------------------------------------------------
+
+    def attach(self, active: ActiveSegment | None, next_offset: int) -> None:
+        """Take over the recovered active segment; the next append gets ``next_offset``."""
+        self.active = active
+        self.next_offset = next_offset
+
+    def append(self, records: Sequence[ProducerRecord], now_ms: int) -> None:
+        """Append ``records`` at the next offsets (written, not yet fsynced: see :meth:`sync`)."""
+        start, count = 0, len(records)
+        budget = self.config.max_batch_bytes
+        while start < count:
+            stop, size = start, 0
+            while stop < count and (size < budget or stop == start):
+                record = records[stop]
+                size += RECORD_SIZE + len(record.key or b"") + len(record.value or b"")
+                stop += 1
+            chunk = records[start:stop] if start or stop < count else records
+            batch = encode_producer_batch(self.next_offset, chunk, now_ms)
+            active = self._active_for(len(batch), len(chunk), now_ms)
+            active.append(batch, self.next_offset, now_ms)
+            self.next_offset += len(chunk)
+            start = stop
+        self._touched = True
+
+    def _active_for(self, batch_bytes: int, count: int, now_ms: int) -> ActiveSegment:
+        active = self.active
+        if active is None:
+            self.active = ActiveSegment.create(self.directory, self.next_offset,
+                                               self.config.index_interval_bytes)
+            return self.active
+        if active.empty:
+            return active
+        full = active.size + batch_bytes > self.config.segment_bytes
+        old = (active.first_append_ms is not None
+               and now_ms - active.first_append_ms >= self.config.segment_ms)
+        wide = self.next_offset + count - active.base_offset >= _MAX_RELATIVE
+        if full or old or wide:
+            self.roll()
+        assert self.active is not None
+        return self.active
+
+    def roll(self) -> bool:
+        """Seal a non-empty active segment and start the next one; ``False`` when there was nothing."""
+        active = self.active
+        if active is None or active.empty:
+            return False
+        active.seal()
+        active.close()
+        self.active = ActiveSegment.create(self.directory, self.next_offset,
+                                           self.config.index_interval_bytes)
+        return True
+
+    def sync(self) -> None:
+        """fsync what :meth:`append` wrote since the last sync."""
+        if self._touched and self.active is not None:
+            self.active.sync()
+        self._touched = False
+
+    def close(self) -> None:
+        """Close the active segment (fsyncing data and index) and every cached reader."""
+        if self.active is not None:
+            self.active.seal()
+            self.active.close()
+            self.active = None
+        with self._lock:
+            for segment in self._files.values():
+                segment.close()
+            self._files.clear()

@@ -1,0 +1,233 @@
+"""Writer-side recovery: bring every partition back to exactly the latest durable watermark.
+
+Run by ``LogStore.open(writer=True)`` under the writer lock, before any append. For each partition with
+watermark end offset ``E`` (0 when the watermark does not know the partition):
+
+1. segments whose base offset is greater than ``E`` are deleted (with their indexes): they hold only
+   records of a group whose watermark never became durable;
+2. the last remaining segment is walked: after a clean shutdown from its last index entry, otherwise
+   from its first batch, checking every batch's CRC32C. The batches below ``E`` must be whole, valid and
+   reach ``E`` exactly (they were fsynced before the watermark): if not, recovery stops with
+   :class:`~log_store.errors.CorruptSegmentError` rather than cut durable data. Everything from the
+   first batch at or past ``E`` (including torn or garbage bytes) is truncated and the file fsynced;
+3. the last segment's index is rebuilt from that walk (after an unclean shutdown) and written
+   atomically;
+4. left-over compaction side files (``*.cleaned``) and temp files are deleted, but only when no cleaner
+   holds the cleaner lock (a running cleaner owns them).
+
+Topic directories without ``topic.json`` (a creation the writer did not finish) are removed. The
+watermark file's torn tail is truncated by :meth:`log_store.watermark.WatermarkLog.open_for_append`.
+What was cut is returned as a :class:`RecoveryReport` and logged at WARNING level.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from log_store.atomic_file import TMP_SUFFIX, fsync_dir, write_atomic
+from log_store.errors import CorruptSegmentError
+from log_store.offset_index import OffsetIndex, index_path
+from log_store.record import TopicPartition
+from log_store.segment import (
+    FILE_HEADER_SIZE,
+    ActiveSegment,
+    BatchWalker,
+    SegmentFile,
+    list_segments,
+    log_name,
+)
+from log_store.record_batch import crc_matches
+
+log = logging.getLogger("log_store")
+
+CLEANED_SUFFIX = ".cleaned"
+
+
+@dataclass(frozen=True)
+class PartitionCut:
+    """What recovery removed from one partition."""
+
+    tp: TopicPartition
+    end_offset: int
+    removed_segments: tuple[str, ...]
+    truncated_bytes: int
+    truncated_records: int
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    """The outcome of opening a log as its writer."""
+
+    clean_shutdown: bool
+    watermark_sequence: int | None
+    watermark_torn_bytes: int = 0
+    partitions: tuple[PartitionCut, ...] = ()
+    removed_files: tuple[str, ...] = ()
+    rebuilt_indexes: int = 0
+
+    @property
+    def cut_anything(self) -> bool:
+        """Whether recovery removed any data or file."""
+        return bool(self.watermark_torn_bytes or self.partitions or self.removed_files)
+
+    def summary(self) -> str:
+        """One line describing what was cut."""
+        if not self.cut_anything:
+            return f"log recovered to watermark {self.watermark_sequence}: nothing cut"
+        parts = [f"{cut.tp}: {cut.truncated_records} record(s), {cut.truncated_bytes} byte(s), "
+                 f"{len(cut.removed_segments)} segment(s) past offset {cut.end_offset}"
+                 for cut in self.partitions]
+        if self.watermark_torn_bytes:
+            parts.append(f"{self.watermark_torn_bytes} torn watermark byte(s)")
+        if self.removed_files:
+            parts.append(f"{len(self.removed_files)} left-over file(s)")
+        return f"log recovered to watermark {self.watermark_sequence}: cut " + "; ".join(parts)
+
+
+@dataclass
+class PartitionRecovery:
+    """Result for one partition: the segment to append to, and what was cut."""
+
+    active: ActiveSegment | None
+    cut: PartitionCut | None
+    rebuilt_index: bool
+    removed_files: list[str] = field(default_factory=list)
+
+
+def remove_side_files(directory: Path) -> list[str]:
+    """Delete compaction side files and temp files in a partition directory."""
+    removed: list[str] = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith((CLEANED_SUFFIX, TMP_SUFFIX)):
+            os.unlink(directory / name)
+            removed.append(str(directory / name))
+    if removed:
+        fsync_dir(directory)
+    return removed
+
+
+def _remove_segment(directory: Path, base: int) -> None:
+    for path in (directory / log_name(base), index_path(directory / log_name(base))):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _count_records(fd: int, start: int) -> int:
+    """Records in the parsable batches from ``start`` (for the report; garbage counts as none)."""
+    return sum(header.record_count for _pos, header, _buf, _at in BatchWalker(fd, start))
+
+
+def recover_partition(
+    tp: TopicPartition, directory: Path, end: int, *, clean: bool, index_interval_bytes: int,
+    remove_leftovers: bool,
+) -> PartitionRecovery:
+    """Truncate one partition to ``end`` and return its active segment (see the module docstring)."""
+    removed_files = remove_side_files(directory) if remove_leftovers else []
+    bases = list_segments(directory)
+    removed = [log_name(base) for base in bases if base > end]
+    cut_records = 0
+    for base in bases:
+        if base > end:
+            segment = SegmentFile(directory / log_name(base), base)
+            try:
+                cut_records += _count_records(segment.fd, FILE_HEADER_SIZE)
+            finally:
+                segment.close()
+            _remove_segment(directory, base)
+    if removed:
+        fsync_dir(directory)
+    kept = [base for base in bases if base <= end]
+    if not kept:
+        cut = PartitionCut(tp, end, tuple(removed), 0, cut_records) if removed else None
+        return PartitionRecovery(None, cut, False, removed_files)
+
+    base = kept[-1]
+    path = directory / log_name(base)
+    segment = SegmentFile(path, base)
+    try:
+        walk = None
+        if clean:
+            index = OffsetIndex.load(index_path(path), segment.nonce)
+            if index is not None and len(index):
+                start = segment.last_index_position()
+                walk = _walk(segment, start, end, _entries_before(index, start), index_interval_bytes)
+                if walk.batches == 0:
+                    walk = None
+        if walk is None:
+            walk = _walk(segment, FILE_HEADER_SIZE, end, OffsetIndex(), index_interval_bytes)
+        if walk.reached != end:
+            raise CorruptSegmentError(
+                path, walk.cut_at, walk.reached,
+                f"the watermark says offsets below {end} are durable but this segment's valid "
+                f"batches end at offset {walk.reached} ({walk.stop} at byte {walk.cut_at})")
+        first = next(iter(segment.headers()), None)
+        first_append = first[1].append_time_ms if first is not None else None
+        truncated = segment.size() - walk.cut_at
+        if truncated:
+            cut_records += _count_records(segment.fd, walk.cut_at)
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, walk.cut_at)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        rebuilt = not clean or truncated > 0
+        if rebuilt:
+            write_atomic(index_path(path), walk.index.to_bytes(segment.nonce))
+        nonce = segment.nonce
+    finally:
+        segment.close()
+    active = ActiveSegment(path, base, nonce, walk.cut_at, walk.index, first_append,
+                           index_interval_bytes)
+    active.bytes_since_index = walk.since_entry
+    cut = (PartitionCut(tp, end, tuple(removed), truncated, cut_records)
+           if removed or truncated else None)
+    return PartitionRecovery(active, cut, rebuilt, removed_files)
+
+
+@dataclass
+class _Walk:
+    index: OffsetIndex
+    reached: int
+    cut_at: int
+    stop: str
+    since_entry: int
+    batches: int
+
+
+def _walk(segment: SegmentFile, start: int, end: int, index: OffsetIndex, interval: int) -> _Walk:
+    """CRC-check the batches from ``start`` below ``end``, extending ``index`` as the writer would."""
+    base = segment.base_offset
+    walker = BatchWalker(segment.fd, start, end, base)
+    reached, since_entry, batches = base, 0, 0
+    for position, header, buf, at in walker:
+        if not crc_matches(buf, at, header):
+            raise CorruptSegmentError(segment.path, position, header.base_offset,
+                                      "batch below the watermark fails its CRC32C check")
+        if header.next_offset > end:
+            raise CorruptSegmentError(segment.path, position, header.base_offset,
+                                      f"batch spans past the watermark end offset {end}")
+        last = index.last()
+        if since_entry >= interval and (last is None or position > last[1]):
+            index.append(header.base_offset - base, position)
+            since_entry = 0
+        since_entry += header.length
+        reached = header.next_offset
+        batches += 1
+    return _Walk(index, reached, walker.stop_position, walker.stop, since_entry, batches)
+
+
+def _entries_before(index: OffsetIndex, position: int) -> OffsetIndex:
+    """The entries of ``index`` up to and including ``position``."""
+    kept = OffsetIndex()
+    for relative, entry_position in zip(index.offsets, index.positions):
+        if entry_position > position:
+            break
+        kept.offsets.append(relative)
+        kept.positions.append(entry_position)
+    return kept

@@ -1,0 +1,509 @@
+"""The log store: topics of partitions of segments under one root directory, with a commit watermark.
+
+Root layout::
+
+    store.json               {"format": 1, "created_ms": int}; written last when a log is created
+    watermarks.log           commit watermarks (see log_store.watermark)
+    writer.lock              flock held by the one writer process (its pid inside)
+    cleaner.lock             flock held by the one process compacting / applying retention
+    clean_shutdown           present only between a writer's clean close and the next writer open
+    topics/<topic>/topic.json, topics/<topic>/<partition>/<base:020d>.log|.index, cleaner.checkpoint
+    consumer_offsets/<group>.json
+
+Write path (writer only): :meth:`LogStore.append_group` places each record (Kafka's murmur2 partitioner,
+round-robin for keyless records), appends one or more batches per touched partition, fsyncs every
+touched segment, then appends and fsyncs a watermark record holding the group's opaque ``position`` and
+the end offset of *every* topic-partition. The group is durable and visible when the call returns; a
+crash before the watermark's fsync leaves the previous watermark, and the next writer's recovery
+(:mod:`log_store.recovery`) cuts the unwatermarked tail. If a write fails half-way the store refuses
+further appends until it is reopened (recovery then cuts the partial group).
+
+Read path (any process): :meth:`LogStore.read` never returns a record at or past the watermark's end
+offset for its partition (the latest watermark, re-read from disk, unless ``until`` is given), and never
+returns bytes that failed their CRC.
+
+Thread/process safety: one writer process (``writer.lock``; a second gets
+:class:`~log_store.errors.LogLockedError` naming the holder's pid) and any number of reader processes.
+A ``LogStore`` object may be shared by threads (an internal lock serialises appends and metadata), but
+not across ``fork``: open one per process.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Literal
+
+import orjson
+
+from log_store.atomic_file import fsync_dir, make_dirs, write_atomic
+from log_store.config import LogConfig
+from log_store.consumer_offsets import DIR_NAME as OFFSETS_DIR
+from log_store.consumer_offsets import ConsumerOffsets, GroupOffsets
+from log_store.errors import (
+    CleanerLockedError,
+    InvalidRecordError,
+    LogFormatError,
+    LogNotFoundError,
+    ReadOnlyError,
+    RecoveryError,
+    TopicConfigMismatchError,
+    UnknownTopicError,
+    WriterFailedError,
+)
+from log_store.lock import FileLock
+from log_store.log_cleaner import LOCK_NAME as CLEANER_LOCK
+from log_store.log_cleaner import CleanerReport, LogCleaner, read_checkpoint
+from log_store.partition import Partition
+from log_store.partitioner import Partitioner
+from log_store.record import ProducerRecord, Record, TopicPartition
+from log_store.recovery import PartitionCut, RecoveryReport, recover_partition
+from log_store.topic import (
+    META_NAME,
+    TOPICS_DIR,
+    TopicConfig,
+    list_topics,
+    partition_dir,
+    read_topic,
+    validate_topic_name,
+    write_topic,
+)
+from log_store.watermark import FILE_NAME as WATERMARK_FILE
+from log_store.watermark import Watermark, WatermarkLog
+
+log = logging.getLogger("log_store")
+
+FORMAT = 1
+STORE_FILE = "store.json"
+WRITER_LOCK = "writer.lock"
+CLEAN_MARKER = "clean_shutdown"
+
+
+@dataclass(frozen=True)
+class AtTime:
+    """Reset target: the first offset whose record timestamp is >= ``timestamp_ms``."""
+
+    timestamp_ms: int
+
+
+#: Where :meth:`LogStore.reset_offsets` moves a group: the log start, the latest watermark, a given
+#: watermark's end offsets, or a point in time.
+OffsetReset = Literal["earliest", "latest"] | Watermark | AtTime
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    """One row of :meth:`LogStore.describe`."""
+
+    tp: TopicPartition
+    start_offset: int
+    end_offset: int
+    segments: int
+    bytes: int
+    dirty_ratio: float | None  # None for topics that are not compacted
+
+
+class LogStore:
+    """A durable, partitioned, compacted log on local disk (see the module docstring)."""
+
+    def __init__(self, root: Path, config: LogConfig, writer: bool) -> None:
+        self.root = root
+        self.config = config
+        self.writer = writer
+        self.recovery: RecoveryReport | None = None
+        self._lock = threading.RLock()
+        self._topics: dict[str, TopicConfig] = {}
+        self._partitions: dict[TopicPartition, Partition] = {}
+        self._watermarks = WatermarkLog(root / WATERMARK_FILE, config.watermark_roll_bytes)
+        self._partitioner = Partitioner()
+        self._offsets = ConsumerOffsets(root / OFFSETS_DIR)
+        self._writer_lock: FileLock | None = None
+        self._failed: BaseException | None = None
+        self._closed = False
+
+    # --- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, root: Path, config: LogConfig = LogConfig(), *, writer: bool = False) -> LogStore:
+        """Open the log at ``root``; as writer: take the lock, create the log if new, and recover."""
+        root = Path(root)
+        store = cls(root, config, writer)
+        if not writer:
+            store._check_format()
+            return store
+        make_dirs(root)
+        lock = FileLock(root / WRITER_LOCK)
+        lock.acquire()
+        store._writer_lock = lock
+        try:
+            store._initialise()
+            store._check_format()
+            store._recover()
+        except BaseException:
+            store._watermarks.close()
+            for partition in store._partitions.values():
+                partition.close()
+            lock.release()
+            raise
+        return store
+
+    def _check_format(self) -> None:
+        path = self.root / STORE_FILE
+        try:
+            data = orjson.loads(path.read_bytes())
+        except FileNotFoundError:
+            raise LogNotFoundError(self.root) from None
+        except orjson.JSONDecodeError:
+            raise LogFormatError(path, "unreadable", FORMAT) from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            found = data.get("format") if isinstance(data, dict) else data
+            raise LogFormatError(path, found, FORMAT)
+
+    def _initialise(self) -> None:
+        if (self.root / STORE_FILE).exists():
+            if not (self.root / WATERMARK_FILE).exists():
+                raise RecoveryError(
+                    self.root, f"{WATERMARK_FILE} is missing",
+                    "restore it from a backup (without it every record would count as uncommitted)")
+            return
+        if (self.root / TOPICS_DIR).exists():
+            raise RecoveryError(self.root, f"{STORE_FILE} is missing but topics exist",
+                                "restore it from a backup, or move the directory away")
+        make_dirs(self.root / TOPICS_DIR)
+        WatermarkLog.create(self.root / WATERMARK_FILE)
+        write_atomic(self.root / STORE_FILE,
+                     orjson.dumps({"format": FORMAT, "created_ms": self.config.clock()}) + b"\n")
+
+    def _recover(self) -> None:
+        marker = self.root / CLEAN_MARKER
+        clean = marker.exists()
+        scan = self._watermarks.open_for_append()
+        watermark = scan.latest
+        cleaner_lock = FileLock(self.root / CLEANER_LOCK, CleanerLockedError)
+        may_remove = cleaner_lock.try_acquire()
+        cuts: list[PartitionCut] = []
+        removed: list[str] = []
+        rebuilt = 0
+        try:
+            base = self.root / TOPICS_DIR
+            for entry in sorted(base.iterdir()):
+                if not entry.is_dir():
+                    continue
+                if not (entry / META_NAME).is_file():
+                    shutil.rmtree(entry)
+                    fsync_dir(base)
+                    removed.append(str(entry))
+                    continue
+                config = read_topic(self.root, entry.name)
+                assert config is not None
+                self._topics[config.name] = config
+                for p in range(config.partitions):
+                    tp = TopicPartition(config.name, p)
+                    directory = partition_dir(self.root, config.name, p)
+                    make_dirs(directory)
+                    end = watermark.end_offset(tp) if watermark is not None else 0
+                    result = recover_partition(
+                        tp, directory, end, clean=clean,
+                        index_interval_bytes=self.config.index_interval_bytes,
+                        remove_leftovers=may_remove)
+                    partition = Partition(tp, directory, self.config)
+                    partition.attach(result.active, end)
+                    self._partitions[tp] = partition
+                    if result.cut is not None:
+                        cuts.append(result.cut)
+                    removed += result.removed_files
+                    rebuilt += int(result.rebuilt_index)
+        finally:
+            cleaner_lock.release()
+        if clean:
+            os.unlink(marker)
+            fsync_dir(self.root)
+        self.recovery = RecoveryReport(
+            clean_shutdown=clean,
+            watermark_sequence=watermark.sequence if watermark is not None else None,
+            watermark_torn_bytes=scan.torn_bytes, partitions=tuple(cuts),
+            removed_files=tuple(removed), rebuilt_indexes=rebuilt)
+        if self.recovery.cut_anything:
+            log.warning(self.recovery.summary())
+
+    # --- topics ------------------------------------------------------------------------------
+
+    def _require_writer(self, operation: str) -> None:
+        if not self.writer:
+            raise ReadOnlyError(self.root, operation)
+        if self._closed:
+            raise ReadOnlyError(self.root, f"{operation} after close()")
+
+    def ensure_topic(self, name: str, partitions: int, *, compacted: bool = True) -> None:
+        """Create the topic if it does not exist; an existing one must have the same settings."""
+        self._require_writer("ensure_topic")
+        validate_topic_name(name)
+        if not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f"a topic needs at least one partition, not {partitions!r}")
+        with self._lock:
+            existing = self._topics.get(name)
+            if existing is not None:
+                if existing.partitions != partitions:
+                    raise TopicConfigMismatchError(name, "partitions", existing.partitions, partitions)
+                if existing.compacted != compacted:
+                    raise TopicConfigMismatchError(name, "compacted", existing.compacted, compacted)
+                return
+            config = TopicConfig(name, partitions, compacted, self.config.clock())
+            for p in range(partitions):
+                make_dirs(partition_dir(self.root, name, p))
+            write_topic(self.root, config)
+            self._topics[name] = config
+            for p in range(partitions):
+                tp = TopicPartition(name, p)
+                self._partitions[tp] = Partition(tp, partition_dir(self.root, name, p), self.config)
+
+    def topics(self) -> list[str]:
+        """Names of the existing topics, sorted."""
+        if self.writer:
+            with self._lock:
+                return sorted(self._topics)
+        return list_topics(self.root)
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        """The settings of ``topic`` (raises :class:`UnknownTopicError`)."""
+        config = self._topics.get(topic)
+        if config is None and not self.writer:
+            config = read_topic(self.root, validate_topic_name(topic))
+            if config is not None:
+                with self._lock:
+                    self._topics[topic] = config
+        if config is None:
+            raise UnknownTopicError(self.root, topic)
+        return config
+
+    def partitions(self, topic: str) -> int:
+        """The partition count of ``topic``."""
+        return self.topic_config(topic).partitions
+
+    def _partition(self, tp: TopicPartition) -> Partition:
+        partition = self._partitions.get(tp)
+        if partition is not None:
+            return partition
+        config = self.topic_config(tp.topic)
+        if not 0 <= tp.partition < config.partitions:
+            raise UnknownTopicError(self.root, tp.topic, tp.partition, config.partitions)
+        with self._lock:
+            partition = self._partitions.get(tp)
+            if partition is None:
+                partition = Partition(tp, partition_dir(self.root, tp.topic, tp.partition),
+                                      self.config)
+                self._partitions[tp] = partition
+        return partition
+
+    # --- appending ---------------------------------------------------------------------------
+
+    def append_group(self, records: Sequence[ProducerRecord], position: str) -> Watermark:
+        """Append ``records`` and commit them with a durable watermark at ``position``."""
+        self._require_writer("append_group")
+        if not isinstance(position, str):
+            raise TypeError(f"position must be a str, not {type(position).__name__}")
+        with self._lock:
+            if self._failed is not None:
+                raise WriterFailedError(self.root, self._failed)
+            groups = self._place(records)
+            now = self.config.clock()
+            try:
+                for tp, batch in groups.items():
+                    self._partitions[tp].append(batch, now)
+                for tp in groups:
+                    self._partitions[tp].sync()
+                previous = self._watermarks.current
+                watermark = Watermark(
+                    (previous.sequence + 1) if previous is not None else 1, position, now,
+                    {tp: partition.next_offset for tp, partition in self._partitions.items()})
+                self._watermarks.append(watermark)
+            except BaseException as exc:
+                self._failed = exc
+                raise
+            return watermark
+
+    def _place(self, records: Sequence[ProducerRecord]) -> dict[TopicPartition, list[ProducerRecord]]:
+        """Group records by partition, validating all of them before anything is written."""
+        groups: dict[TopicPartition, list[ProducerRecord]] = {}
+        topics = self._topics
+        choose = self._partitioner.partition
+        for record in records:
+            topic, key, value = record[0], record[1], record[2]
+            config = topics.get(topic)
+            if config is None:
+                raise UnknownTopicError(self.root, topic)
+            if key is None:
+                if config.compacted:
+                    raise InvalidRecordError(topic, "a compacted topic needs a key on every record",
+                                             "give the record a key or use a non-compacted topic")
+            elif type(key) is not bytes:
+                raise InvalidRecordError(topic, f"key is {type(key).__name__}, not bytes",
+                                         "encode keys to bytes")
+            if value is not None and type(value) is not bytes:
+                raise InvalidRecordError(topic, f"value is {type(value).__name__}, not bytes",
+                                         "encode values to bytes (None is a tombstone)")
+            tp = TopicPartition(topic, choose(topic, key, config.partitions))
+            bucket = groups.get(tp)
+            if bucket is None:
+                groups[tp] = [record]
+            else:
+                bucket.append(record)
+        return groups
+
+    def roll(self, topic: str | None = None) -> int:
+        """Seal every non-empty active segment (of ``topic`` or all); returns how many rolled."""
+        self._require_writer("roll")
+        with self._lock:
+            return sum(p.roll() for tp, p in self._partitions.items()
+                       if topic is None or tp.topic == topic)
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def latest_watermark(self) -> Watermark | None:
+        """The newest durable watermark (readers re-read it from disk; cheap when unchanged)."""
+        with self._lock:
+            if self.writer:
+                return self._watermarks.current
+            return self._watermarks.latest()
+
+    def read(
+        self, tp: TopicPartition, offset: int, *, max_records: int = 10_000, max_bytes: int = 16 << 20,
+        until: Watermark | None = None,
+    ) -> list[Record]:
+        """Records of ``tp`` from ``offset`` below the watermark's end offset for ``tp``."""
+        tp = TopicPartition(*tp)
+        partition = self._partition(tp)
+        watermark = until if until is not None else self.latest_watermark()
+        if watermark is None:
+            return []
+        return partition.read(max(offset, 0), watermark.end_offset(tp), max_records, max_bytes)
+
+    def end_offset(self, tp: TopicPartition) -> int:
+        """The end offset of ``tp`` at the latest watermark (the next offset to be committed)."""
+        tp = TopicPartition(*tp)
+        self._partition(tp)
+        watermark = self.latest_watermark()
+        return watermark.end_offset(tp) if watermark is not None else 0
+
+    def start_offset(self, tp: TopicPartition) -> int:
+        """The first offset still stored for ``tp`` (retention moves it forward)."""
+        tp = TopicPartition(*tp)
+        return self._partition(tp).start_offset(self.end_offset(tp))
+
+    def offset_for_time(self, tp: TopicPartition, timestamp_ms: int) -> int:
+        """The first committed offset of ``tp`` whose timestamp is >= ``timestamp_ms`` (else the end)."""
+        tp = TopicPartition(*tp)
+        end = self.end_offset(tp)
+        found = self._partition(tp).offset_for_time(timestamp_ms, end)
+        return end if found is None else found
+
+    # --- consumer offsets --------------------------------------------------------------------
+
+    def commit_offsets(
+        self, group: str, offsets: Mapping[TopicPartition, int], *, metadata: str = ""
+    ) -> None:
+        """Store ``group``'s next offsets to read (atomically; merged with its other partitions)."""
+        for tp in offsets:
+            self._partition(TopicPartition(*tp))
+        self._offsets.commit(group, offsets, self.config.clock(), metadata)
+
+    def committed_offsets(self, group: str) -> dict[TopicPartition, int]:
+        """``group``'s committed offsets (empty when it never committed)."""
+        return self._offsets.fetch(group).offsets
+
+    def group_offsets(self, group: str) -> GroupOffsets:
+        """``group``'s commit with its metadata and time."""
+        return self._offsets.fetch(group)
+
+    def consumer_groups(self) -> list[str]:
+        """Groups that committed offsets."""
+        return self._offsets.groups()
+
+    def reset_offsets(self, group: str, topic: str, to: OffsetReset) -> dict[TopicPartition, int]:
+        """Move ``group``'s offsets for every partition of ``topic`` and commit them."""
+        targets: dict[TopicPartition, int] = {}
+        for p in range(self.partitions(topic)):
+            tp = TopicPartition(topic, p)
+            if to == "earliest":
+                targets[tp] = self.start_offset(tp)
+            elif to == "latest":
+                targets[tp] = self.end_offset(tp)
+            elif isinstance(to, Watermark):
+                targets[tp] = to.end_offset(tp)
+            elif isinstance(to, AtTime):
+                targets[tp] = self.offset_for_time(tp, to.timestamp_ms)
+            else:
+                raise ValueError(f"cannot reset offsets to {to!r}: use 'earliest', 'latest', a "
+                                 "Watermark or AtTime(timestamp_ms)")
+        self.commit_offsets(group, targets, metadata=f"reset to {to!r}")
+        return targets
+
+    # --- maintenance -------------------------------------------------------------------------
+
+    def cleaner(self) -> LogCleaner:
+        """A :class:`LogCleaner` over this log (compaction and retention, under the cleaner lock)."""
+        return LogCleaner(self.root, self.config,
+                          lambda: [self.topic_config(name) for name in self.topics()],
+                          self.latest_watermark)
+
+    def compact(self, topic: str | None = None, *, now_ms: int | None = None) -> CleanerReport:
+        """Compact compacted topics and apply retention to the others (sealed segments only).
+
+        Takes the cleaner lock, not the writer lock: a reader-mode store may run it beside the writer.
+        """
+        if topic is not None:
+            self.topic_config(topic)
+        return self.cleaner().run(topic, now_ms=now_ms)
+
+    def describe(self, topic: str) -> list[PartitionInfo]:
+        """Per-partition offsets, segments, bytes and dirty ratio of ``topic``."""
+        config = self.topic_config(topic)
+        rows: list[PartitionInfo] = []
+        for p in range(config.partitions):
+            tp = TopicPartition(topic, p)
+            partition = self._partition(tp)
+            end = self.end_offset(tp)
+            cleaned = read_checkpoint(partition.directory)
+            stats = partition.stats(cleaned)
+            ratio = None
+            if config.compacted:
+                ratio = stats.dirty_bytes / stats.bytes if stats.bytes else 0.0
+            rows.append(PartitionInfo(tp, partition.start_offset(end), end, stats.segments,
+                                      stats.bytes, ratio))
+        return rows
+
+    # --- closing -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release everything; a writer seals its segments and records a clean shutdown."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                for partition in self._partitions.values():
+                    partition.close()
+                self._watermarks.close()
+                if self.writer and self._failed is None:
+                    write_atomic(self.root / CLEAN_MARKER, b"")
+            finally:
+                if self._writer_lock is not None:
+                    self._writer_lock.release()
+
+    def __enter__(self) -> LogStore:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LogStore({str(self.root)!r}, writer={self.writer})"
+
