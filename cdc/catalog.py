@@ -1,0 +1,130 @@
+"""Catalog look-ups over an ordinary connection: published tables, keys, NOT NULL, non-built-in types.
+
+Capture asks the catalog what pgoutput does not say: a table's primary key when its replica identity is
+FULL (pgoutput then flags every column), which columns are NOT NULL (for the schema topic), and the
+base type of domains and user types. Answers describe the catalog as it is now; they are used only for
+what is stable across a schema change (keys, nullability, type names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+
+from cdc.errors import SourceError
+
+#: Session settings that fix the text form of values (see :mod:`cdc.values`).
+SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c IntervalStyle=postgres"
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedTable:
+    """One table a publication publishes (the root, for a partitioned table published via its root)."""
+
+    relid: int
+    schema: str
+    table: str
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+@dataclass(frozen=True, slots=True)
+class TableInfo:
+    """Columns in attribute order (name, type OID, typmod), primary key, identity index, NOT NULL."""
+
+    relid: int
+    schema: str
+    table: str
+    columns: tuple[tuple[str, int, int], ...]
+    primary_key: tuple[str, ...]
+    identity_key: tuple[str, ...]
+    replica_identity: str
+    not_null: frozenset[str]
+
+
+class Catalog:
+    """Lazily connected catalog reader; reconnects when its connection was lost. Not thread-safe."""
+
+    def __init__(self, url: str) -> None:
+        self._url = url
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._types: dict[int, str] = {}
+
+    def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
+        if self._conn is None or self._conn.closed or self._conn.broken:
+            try:
+                self._conn = psycopg.connect(self._url, autocommit=True, options=SESSION_OPTIONS)
+            except psycopg.OperationalError as exc:
+                raise SourceError(f"cannot connect to the source database: {str(exc).strip().splitlines()[0]}") from None
+        return self._conn
+
+    def published_tables(self, publication: str) -> list[PublishedTable]:
+        """Tables of ``publication`` as the publication presents them (roots when via-root)."""
+        rows = self._connection().execute(
+            "SELECT c.oid, p.schemaname, p.tablename FROM pg_publication_tables p "
+            "JOIN pg_namespace n ON n.nspname = p.schemaname "
+            "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename "
+            "WHERE p.pubname = %s ORDER BY 2, 3",
+            (publication,),
+        ).fetchall()
+        return [PublishedTable(int(r[0]), str(r[1]), str(r[2])) for r in rows]  # type: ignore[call-overload]
+
+    def table(self, relid: int) -> TableInfo:
+        """Everything capture needs about one table, read in one round of queries."""
+        conn = self._connection()
+        head = conn.execute(
+            "SELECT n.nspname, c.relname, c.relreplident FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
+            (relid,),
+        ).fetchone()
+        if head is None:
+            raise SourceError(f"table with OID {relid} no longer exists in the source database")
+        columns = conn.execute(
+            "SELECT attname, atttypid, atttypmod, attnotnull FROM pg_attribute "
+            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+            (relid,),
+        ).fetchall()
+        keys = conn.execute(
+            "SELECT i.indisprimary, i.indisreplident, a.attname FROM pg_index i "
+            "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+            "WHERE i.indrelid = %s AND (i.indisprimary OR i.indisreplident) ORDER BY k.ord",
+            (relid,),
+        ).fetchall()
+        self.load_types([int(c[1]) for c in columns])  # type: ignore[call-overload]
+        return TableInfo(
+            relid=relid,
+            schema=str(head[0]),
+            table=str(head[1]),
+            columns=tuple((str(c[0]), int(c[1]), int(c[2])) for c in columns),  # type: ignore[call-overload]
+            primary_key=tuple(str(k[2]) for k in keys if k[0]),
+            identity_key=tuple(str(k[2]) for k in keys if k[1]),
+            replica_identity={"d": "default", "f": "full", "n": "nothing", "i": "index"}.get(str(head[2]), "default"),
+            not_null=frozenset(str(c[0]) for c in columns if c[3]),
+        )
+
+    def load_types(self, oids: list[int]) -> dict[int, str]:
+        """Resolve non-built-in type OIDs to a convertible type name (a domain to its base type)."""
+        missing = sorted({oid for oid in oids if oid >= 10000 and oid not in self._types})
+        if missing:
+            rows = self._connection().execute(
+                "SELECT t.oid, CASE WHEN t.typtype = 'd' THEN b.typname ELSE t.typname END "
+                "FROM pg_type t LEFT JOIN pg_type b ON b.oid = t.typbasetype WHERE t.oid = ANY(%s)",
+                (missing,),
+            ).fetchall()
+            for oid, name in rows:
+                self._types[int(oid)] = str(name)  # type: ignore[call-overload]
+        return self._types
+
+    @property
+    def type_names(self) -> dict[int, str]:
+        """Every non-built-in type resolved so far, OID -> name."""
+        return self._types
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,164 @@
+"""Change events as log records: the Debezium-compatible envelope, the canonical key, tombstones.
+
+Format: docs/event-format.md. Guarantees of this module:
+
+* the key is the key columns as canonical JSON (sorted keys, compact), so one row always lands on one
+  partition; a table without key columns gives a null key;
+* ``source.lsn`` is the commit LSN and ``source.sequence`` numbers the transaction's events 0, 1, 2...,
+  so ``(lsn, sequence)`` orders every event of the database consistently with commit order;
+* a delete is followed by a tombstone; a truncate is written once to every partition of the topic;
+* an update whose new row lacks an unchanged TOAST value never carries a placeholder: the value is
+  taken from the old row when the server sent it (replica identity FULL), otherwise the column is
+  left out of ``after`` and named in the ``unchanged`` header, and compaction folds it onto the key's
+  previous value (log_store ``fold_json_after``).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from cdc.pgoutput.messages import UNCHANGED, Tuple
+from cdc.tables import TableShape
+from log_store.partitioner import partition_for_key
+from log_store.record import ProducerRecord
+
+UNCHANGED_HEADER = "unchanged"
+
+
+@dataclass(slots=True)
+class TxContext:
+    """The transaction the events belong to: commit LSN, xid, commit time and the next sequence."""
+
+    lsn: int
+    xid: int
+    ts_ms: int
+    snapshot: str = "false"
+    sequence: int = 0
+
+
+def _row(shape: TableShape, values: Tuple, old: Tuple | None = None) -> tuple[dict[str, Any], list[str]]:
+    """Column dict of one tuple and the names of unchanged TOAST columns left out of it."""
+    row: dict[str, Any] = {}
+    unchanged: list[str] = []
+    for index, (column, convert, value) in enumerate(zip(shape.columns, shape.converters, values, strict=False)):
+        if value is None:
+            row[column.name] = None
+        elif value is UNCHANGED:
+            previous = old[index] if old is not None and index < len(old) else UNCHANGED
+            if previous is UNCHANGED:
+                unchanged.append(column.name)
+            else:
+                row[column.name] = None if previous is None else convert(previous)  # type: ignore[arg-type]
+        else:
+            row[column.name] = convert(value)  # type: ignore[arg-type]
+    return row, unchanged
+
+
+def _key_bytes(shape: TableShape, row: dict[str, Any]) -> bytes | None:
+    names = [column.name for column in shape.columns if column.key]
+    if not names:
+        return None
+    return orjson.dumps({name: row.get(name) for name in names}, option=orjson.OPT_SORT_KEYS)
+
+
+class EventBuilder:
+    """Builds the records of one source database for topics with ``partitions`` partitions each."""
+
+    def __init__(self, *, prefix: str, database: str, partitions: int) -> None:
+        self.prefix = prefix
+        self.database = database
+        self.partitions = partitions
+
+    def _value(self, shape: TableShape, tx: TxContext, op: str, before: Any, after: Any) -> bytes:
+        envelope = {
+            "before": before,
+            "after": after,
+            "op": op,
+            "source": {
+                "connector": "postgresql", "name": self.prefix, "db": self.database,
+                "schema": shape.schema, "table": shape.table, "lsn": tx.lsn, "txId": tx.xid,
+                "ts_ms": tx.ts_ms, "snapshot": tx.snapshot, "sequence": tx.sequence,
+            },
+            "ts_ms": time.time_ns() // 1_000_000,
+        }
+        tx.sequence += 1
+        return orjson.dumps(envelope)
+
+    def read(self, shape: TableShape, values: Tuple, tx: TxContext) -> ProducerRecord:
+        """A snapshot read (``op=r``) of one row."""
+        after, _ = _row(shape, values)
+        value = self._value(shape, tx, "r", None, after)
+        return ProducerRecord(shape.topic, _key_bytes(shape, after), value, tx.ts_ms)
+
+    def insert(self, shape: TableShape, new: Tuple, tx: TxContext) -> list[ProducerRecord]:
+        after, _ = _row(shape, new)
+        return [ProducerRecord(shape.topic, _key_bytes(shape, after), self._value(shape, tx, "c", None, after), tx.ts_ms)]
+
+    def update(self, shape: TableShape, old_kind: str | None, old: Tuple | None, new: Tuple, tx: TxContext) -> list[ProducerRecord]:
+        """``op=u``; when the key changed, a delete + tombstone of the old key, then a create."""
+        before = None
+        if old is not None:
+            before, _ = _row(shape, old)
+            if old_kind == "K":
+                before = {c.name: before.get(c.name) for c in shape.columns if c.key}
+        after, unchanged = _row(shape, new, old if old_kind == "O" else None)
+        key = _key_bytes(shape, after)
+        if before is not None and key is not None:
+            old_key = _key_bytes(shape, before)
+            if old_key != key:
+                records = self._delete(shape, old_key, before, tx)
+                records.append(ProducerRecord(shape.topic, key, self._value(shape, tx, "c", None, after), tx.ts_ms,
+                                              _unchanged_headers(unchanged)))
+                return records
+        return [ProducerRecord(shape.topic, key, self._value(shape, tx, "u", before, after), tx.ts_ms, _unchanged_headers(unchanged))]
+
+    def delete(self, shape: TableShape, old_kind: str, old: Tuple, tx: TxContext) -> list[ProducerRecord]:
+        before, _ = _row(shape, old)
+        if old_kind == "K":
+            before = {c.name: before.get(c.name) for c in shape.columns if c.key}
+        return self._delete(shape, _key_bytes(shape, before), before, tx)
+
+    def _delete(self, shape: TableShape, key: bytes | None, before: dict[str, Any], tx: TxContext) -> list[ProducerRecord]:
+        records = [ProducerRecord(shape.topic, key, self._value(shape, tx, "d", before, None), tx.ts_ms)]
+        if key is not None:
+            records.append(ProducerRecord(shape.topic, key, None, tx.ts_ms))
+        return records
+
+    def truncate(self, shape: TableShape, tx: TxContext) -> list[ProducerRecord]:
+        """One ``op=t`` record with a null key on every partition of the table's topic."""
+        value = self._value(shape, tx, "t", None, None)
+        return [truncate_marker(shape.topic, value, tx.ts_ms, p, self.partitions) for p in range(self.partitions)]
+
+    def schema(self, shape: TableShape, lsn: int) -> ProducerRecord:
+        """The table's column list for ``<prefix>.__schemas``."""
+        return ProducerRecord(self.schema_topic, shape.schema_key(), shape.schema_value(lsn), time.time_ns() // 1_000_000)
+
+    @property
+    def schema_topic(self) -> str:
+        return f"{self.prefix}.__schemas"
+
+
+def truncate_marker(topic: str, value: bytes, ts_ms: int, partition: int, partitions: int) -> ProducerRecord:
+    """The truncate record for one partition.
+
+    With a log whose records take an explicit partition the key is null, as the event format says.
+    Otherwise (a log that places every record by its key) the key is ``{"__truncate__":n}`` with the
+    smallest ``n`` that Kafka's partitioner places on ``partition``; consumers recognise the marker by
+    ``op == "t"`` either way.
+    """
+    if "partition" in ProducerRecord._fields:
+        return ProducerRecord(topic, None, value, ts_ms, (), partition)  # type: ignore[call-arg]
+    n = 0
+    while True:
+        key = b'{"__truncate__":%d}' % n
+        if partition_for_key(key, partitions) == partition:
+            return ProducerRecord(topic, key, value, ts_ms)
+        n += 1
+
+
+def _unchanged_headers(unchanged: list[str]) -> tuple[tuple[str, bytes], ...]:
+    return ((UNCHANGED_HEADER, orjson.dumps(unchanged)),) if unchanged else ()
