@@ -30,7 +30,6 @@ _SERVER_SETTINGS = {
     "max_connections": "200",
     "listen_addresses": "'127.0.0.1'",
     "fsync": "off",
-    "synchronous_commit": "off",
     "full_page_writes": "off",
     "shared_buffers": "128MB",
     "max_wal_size": "2GB",

@@ -7,8 +7,10 @@ import click
 
 def register(root: click.Group) -> None:
     """Attach every sub-command to ``root``; each module owns its commands' options and help."""
-    from cdc.commands import demo_cmd, log_cmd
+    from cdc.commands import demo_cmd, lag_cmd, log_cmd
 
     root.add_command(log_cmd.log_group)
     root.add_command(demo_cmd.demo)
     root.add_command(demo_cmd.migrate)
+    root.add_command(lag_cmd.lag)
+    root.add_command(lag_cmd.wait)

@@ -1,0 +1,140 @@
+"""``cdc lag`` (how far behind every stage is) and ``cdc wait`` (read-your-writes for one view)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+import orjson
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from cdc.errors import CdcError, ConfigError
+from cdc.lag import LagReport, measure
+from cdc.lsn import Lsn
+from cdc.settings import load_settings
+
+_VIEWS = ("warehouse", "search", "cache")
+
+
+class WaitTimeoutError(CdcError):
+    """The view did not reach the LSN in time."""
+
+    exit_code = 4
+
+
+def _human_bytes(value: int | None) -> str:
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(size) < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(value)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}s"
+
+
+def render(report: LagReport) -> Group:
+    """The report as three tables (source, log, views) and its warnings."""
+    source = report.source
+    src = Table(title="source → log", title_justify="left")
+    for column in ("slot", "status", "wal_status", "confirmed", "current", "behind", "oldest unconfirmed", "safe WAL left"):
+        src.add_column(column)
+    src.add_row(
+        source.slot,
+        "missing" if not source.exists else ("active" if source.active else "inactive"),
+        source.wal_status or "-",
+        source.confirmed_flush_lsn or "-",
+        source.current_lsn or "-",
+        _human_bytes(source.wal_bytes_behind),
+        _seconds(source.oldest_unconfirmed_age_seconds),
+        "unlimited" if source.max_slot_wal_keep_size_bytes is None else _human_bytes(source.safe_wal_size_bytes),
+    )
+    log = Table(title="log", title_justify="left")
+    for column in ("topic", "partition", "end offset"):
+        log.add_column(column)
+    for part in report.log.partitions:
+        log.add_row(part.topic, str(part.partition), str(part.end_offset))
+    watermark = report.log.watermark
+    log.caption = (
+        f"watermark {watermark['lsn']} (#{watermark['sequence']}, appended {watermark['appended_at']})"
+        if watermark
+        else "no watermark yet: nothing captured"
+    )
+    views = Table(title="log → views", title_justify="left")
+    for column in ("view", "tables", "as of", "events pending", "WAL behind", "seconds behind"):
+        views.add_column(column)
+    for view in report.views:
+        views.add_row(
+            view.view, str(view.tables), view.as_of_lsn or "-", str(view.events_pending),
+            _human_bytes(view.wal_bytes_behind), _seconds(view.seconds_behind),
+        )
+    if not report.views:
+        views.caption = "no view has synced yet"
+    notes = [f"[yellow]warning:[/] {w}" for w in report.warnings]
+    notes += [f"[red]over limit:[/] {v}" for v in report.violations]
+    return Group(src, log, views, *notes)
+
+
+@click.command("lag")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in cdc/lag.py).")
+@click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, help="Seconds between refreshes with --watch.")
+@click.option("--max-lag-seconds", type=click.FloatRange(min=0), default=None, help="Exit 1 when any stage is more seconds behind.")
+@click.option("--max-wal-bytes", type=click.IntRange(min=0), default=None, help="Exit 1 when the slot is more WAL bytes behind.")
+def lag(as_json: bool, watch: bool, interval: float, max_lag_seconds: float | None, max_wal_bytes: int | None) -> None:
+    """Show how far behind the slot, the log and each view are."""
+    settings = load_settings()
+    if watch and as_json:
+        raise ConfigError("--watch and --json do not go together: use --json alone for a probe")
+    if watch:
+        console = Console()
+        with Live(console=console, auto_refresh=False) as live:
+            try:
+                while True:
+                    live.update(render(measure(settings, max_lag_seconds=max_lag_seconds, max_wal_bytes=max_wal_bytes)), refresh=True)
+                    time.sleep(interval)
+            except KeyboardInterrupt:
+                return
+    report = measure(settings, max_lag_seconds=max_lag_seconds, max_wal_bytes=max_wal_bytes)
+    if as_json:
+        sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        Console().print(render(report))
+    if not report.ok:
+        sys.exit(1)
+
+
+@click.command("wait")
+@click.argument("view", type=click.Choice(_VIEWS))
+@click.option("--lsn", "lsn_text", required=True, help="LSN to wait for, as pg_current_wal_lsn() prints it.")
+@click.option("--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds before giving up (exit 4).")
+@click.option("--poll", type=click.FloatRange(min=0.05), default=0.2, show_default=True, help="Seconds between checks.")
+def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
+    """Block until VIEW is as of at least LSN: read-your-writes after a commit."""
+    from derived_views.status import view_as_of_lsn
+
+    try:
+        target = Lsn.parse(lsn_text)
+    except ValueError as exc:
+        raise ConfigError(f"--lsn: {exc}") from None
+    settings = load_settings()
+    deadline = time.monotonic() + timeout
+    while True:
+        as_of = view_as_of_lsn(settings, view)
+        if as_of is not None and as_of >= target:
+            click.echo(f"{view} is as of {Lsn(as_of)} (>= {target})")
+            return
+        if time.monotonic() >= deadline:
+            shown = "nothing yet" if as_of is None else str(Lsn(as_of))
+            raise WaitTimeoutError(
+                f"view {view} did not reach {target} within {timeout:g}s (it is as of {shown}); "
+                "check that capture and `cdc sync` are running (`cdc lag`)"
+            )
+        time.sleep(poll)

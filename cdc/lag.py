@@ -1,0 +1,398 @@
+"""How far behind each stage is: source → log, the log itself, and log → every view.
+
+:func:`measure` gathers one :class:`LagReport`; ``cdc lag`` prints it as a table or as JSON. The JSON
+document is a stable interface for monitoring (``schema_version`` changes only when a field is removed
+or changes meaning; new fields may appear):
+
+``schema_version`` (1), ``generated_at`` (ISO 8601 UTC), ``ok`` (false when a ``--max-*`` threshold is
+exceeded), ``violations`` (list of strings), ``warnings`` (list of strings),
+``source``: ``slot``, ``exists``, ``active``, ``wal_status``, ``safe_wal_size_bytes``,
+``current_lsn``, ``confirmed_flush_lsn``, ``wal_bytes_behind``, ``retained_wal_bytes``,
+``max_slot_wal_keep_size_bytes`` (null = unlimited), ``oldest_unconfirmed_age_seconds``,
+``free_disk_bytes`` (null when the source's disk cannot be seen from here),
+``log``: ``watermark`` (null or ``lsn``, ``sequence``, ``appended_at``) and ``partitions`` (list of
+``topic``, ``partition``, ``end_offset``),
+``views``: list of ``view``, ``tables``, ``as_of_lsn``, ``as_of_appended_at``, ``events_pending``,
+``wal_bytes_behind``, ``seconds_behind``.
+
+LSNs are PostgreSQL's ``X/Y`` text. The age of the oldest unconfirmed change is the commit time of the
+first transaction after the slot's confirmed position, read by peeking the slot when no capture process
+holds it; while capture streams, PostgreSQL's own ``flush_lag`` of the walsender stands in for it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import struct
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from cdc.errors import SourceError
+from cdc.lsn import Lsn
+from cdc.redact import redact_url
+from cdc.settings import Settings
+
+SCHEMA_VERSION = 1
+_PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970-01-01
+_WARN_SAFE_FRACTION = 0.2
+
+
+@dataclass
+class SourceLag:
+    """Source → log: the slot's position against the server's WAL."""
+
+    slot: str
+    exists: bool
+    active: bool = False
+    wal_status: str | None = None
+    safe_wal_size_bytes: int | None = None
+    current_lsn: str | None = None
+    confirmed_flush_lsn: str | None = None
+    wal_bytes_behind: int = 0
+    retained_wal_bytes: int = 0
+    max_slot_wal_keep_size_bytes: int | None = None
+    oldest_unconfirmed_age_seconds: float | None = None
+    free_disk_bytes: int | None = None
+
+
+@dataclass
+class PartitionEnd:
+    topic: str
+    partition: int
+    end_offset: int
+
+
+@dataclass
+class LogLag:
+    """The log: end offsets at the latest commit watermark."""
+
+    watermark: dict[str, Any] | None = None
+    partitions: list[PartitionEnd] = field(default_factory=list)
+
+
+@dataclass
+class ViewLag:
+    """Log → one view: what the view is as of and what it still has to apply."""
+
+    view: str
+    tables: int
+    as_of_lsn: str | None
+    as_of_appended_at: str | None
+    events_pending: int
+    wal_bytes_behind: int
+    seconds_behind: float
+
+
+@dataclass
+class LagReport:
+    schema_version: int
+    generated_at: str
+    source: SourceLag
+    log: LogLag
+    views: list[ViewLag]
+    warnings: list[str] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["ok"] = self.ok
+        return data
+
+
+def _iso(ms: int | float | None) -> str | None:
+    if not ms:
+        return None
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _size_setting(conn: psycopg.Connection[Any], name: str) -> int | None:
+    """A size GUC in bytes (``-1`` -> None, meaning unlimited)."""
+    row = conn.execute(
+        "SELECT setting::bigint, unit FROM pg_settings WHERE name = %s", (name,)
+    ).fetchone()
+    if row is None or row[0] < 0:
+        return None
+    units = {"B": 1, "kB": 1024, "8kB": 8192, "MB": 1 << 20, "GB": 1 << 30}
+    return int(row[0]) * units.get(row[1] or "B", 1)
+
+
+def _oldest_unconfirmed_age(conn: psycopg.Connection[Any], slot: str, publication: str) -> float | None:
+    """Seconds since the commit of the first transaction the slot has not confirmed (None: nothing pending).
+
+    Peeking decodes without consuming: the slot's position does not move.
+    """
+    row = conn.execute(
+        "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, 1, "
+        "'proto_version', '1', 'publication_names', %s) LIMIT 1",
+        (slot, publication),
+    ).fetchone()
+    if row is None:
+        return None
+    data = bytes(row[0])
+    if data[:1] != b"B" or len(data) < 21:
+        return None
+    _final_lsn, commit_us, _xid = struct.unpack_from(">QqI", data, 1)
+    return max(0.0, time.time() - (commit_us + _PG_EPOCH_US) / 1_000_000)
+
+
+def measure_source(settings: Settings) -> SourceLag:
+    """Query the slot; a source that cannot be reached raises :class:`SourceError`."""
+    lag = SourceLag(slot=settings.slot, exists=False)
+    try:
+        conn = psycopg.connect(settings.database_url, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SourceError(
+            f"cannot reach the source {settings.safe_database_url()}: {redact_url(reason)}; check CDC_DATABASE_URL"
+        ) from None
+    with conn:
+        current = Lsn.parse(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])  # type: ignore[index]
+        lag.current_lsn = str(current)
+        lag.max_slot_wal_keep_size_bytes = _size_setting(conn, "max_slot_wal_keep_size")
+        row = conn.execute(
+            "SELECT active, wal_status, safe_wal_size, confirmed_flush_lsn::text, restart_lsn::text "
+            "FROM pg_replication_slots WHERE slot_name = %s",
+            (settings.slot,),
+        ).fetchone()
+        if row is None:
+            return lag
+        active, wal_status, safe_wal_size, confirmed, restart = row
+        lag.exists, lag.active, lag.wal_status = True, bool(active), wal_status
+        lag.safe_wal_size_bytes = int(safe_wal_size) if safe_wal_size is not None else None
+        if confirmed:
+            lag.confirmed_flush_lsn = confirmed
+            lag.wal_bytes_behind = max(0, current - Lsn.parse(confirmed))
+        if restart:
+            lag.retained_wal_bytes = max(0, current - Lsn.parse(restart))
+        if lag.wal_bytes_behind and not lag.active and wal_status != "lost":
+            try:
+                lag.oldest_unconfirmed_age_seconds = _oldest_unconfirmed_age(conn, settings.slot, settings.publication)
+            except psycopg.Error:
+                lag.oldest_unconfirmed_age_seconds = None
+        elif lag.active:
+            flush_lag = conn.execute(
+                "SELECT extract(epoch FROM r.flush_lag) FROM pg_stat_replication r "
+                "JOIN pg_replication_slots s ON s.active_pid = r.pid WHERE s.slot_name = %s",
+                (settings.slot,),
+            ).fetchone()
+            if flush_lag and flush_lag[0] is not None and lag.wal_bytes_behind:
+                lag.oldest_unconfirmed_age_seconds = float(flush_lag[0])
+        if lag.wal_bytes_behind == 0:
+            lag.oldest_unconfirmed_age_seconds = 0.0
+        lag.free_disk_bytes = _source_free_disk(conn)
+    return lag
+
+
+def _source_free_disk(conn: psycopg.Connection[Any]) -> int | None:
+    """Free bytes on the source's data directory when it is on this machine and visible to us."""
+    try:
+        row = conn.execute("SELECT current_setting('data_directory')").fetchone()
+    except psycopg.Error:
+        return None
+    if not row or not Path(row[0]).exists():
+        return None
+    try:
+        return shutil.disk_usage(row[0]).free
+    except OSError:
+        return None
+
+
+def measure_log(settings: Settings) -> LogLag:
+    """End offsets at the latest watermark (an absent log is an empty one)."""
+    from log_store import LogStore, TopicPartition
+
+    lag = LogLag()
+    if not settings.log_dir.exists():
+        return lag
+    with LogStore.open(settings.log_dir) as store:
+        watermark = store.latest_watermark()
+        if watermark is None:
+            return lag
+        lag.watermark = {
+            "lsn": str(Lsn.from_hex16(watermark.position)) if watermark.position else None,
+            "sequence": watermark.sequence,
+            "appended_at": _iso(watermark.timestamp_ms),
+        }
+        for topic in store.topics():
+            for partition in range(store.partitions(topic)):
+                lag.partitions.append(
+                    PartitionEnd(topic, partition, watermark.end_offset(TopicPartition(topic, partition)))
+                )
+    return lag
+
+
+def measure_views(settings: Settings, log: LogLag) -> list[ViewLag]:
+    """Per view, the least advanced of its tables against the log's latest watermark."""
+    from derived_views.status import view_progress
+
+    ends = {(p.topic, p.partition): p.end_offset for p in log.partitions}
+    latest = log.watermark or {}
+    latest_lsn = Lsn.parse(latest["lsn"]) if latest.get("lsn") else Lsn(0)
+    latest_ms = _ms(latest.get("appended_at"))
+    out: list[ViewLag] = []
+    for view, tables in view_progress(settings).items():
+        if not tables:
+            continue
+        slowest = min(tables, key=lambda progress: progress.lsn)
+        applied: dict[tuple[str, int], int] = {}
+        for progress in tables:
+            for topic, partitions in progress.offsets.items():
+                for partition, offset in partitions.items():
+                    key = (topic, int(partition))
+                    applied[key] = min(applied.get(key, int(offset)), int(offset))
+        pending = sum(max(0, ends.get(key, 0) - offset) for key, offset in applied.items())
+        as_of = Lsn(slowest.lsn)
+        out.append(
+            ViewLag(
+                view=view,
+                tables=len(tables),
+                as_of_lsn=str(as_of) if slowest.position else None,
+                as_of_appended_at=_iso(slowest.watermark_ts_ms),
+                events_pending=pending,
+                wal_bytes_behind=max(0, latest_lsn - as_of) if pending else 0,
+                seconds_behind=max(0.0, (latest_ms - slowest.watermark_ts_ms) / 1000) if pending else 0.0,
+            )
+        )
+    return out
+
+
+def _ms(iso: str | None) -> int:
+    if not iso:
+        return 0
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal_bytes: int | None = None) -> LagReport:
+    """One report over every stage, with warnings and threshold violations filled in."""
+    source = measure_source(settings)
+    log = measure_log(settings)
+    views = measure_views(settings, log)
+    report = LagReport(SCHEMA_VERSION, _iso(time.time() * 1000) or "", source, log, views)
+    _warn(report)
+    if max_wal_bytes is not None and source.wal_bytes_behind > max_wal_bytes:
+        report.violations.append(
+            f"slot {source.slot} is {source.wal_bytes_behind} WAL bytes behind (limit {max_wal_bytes})"
+        )
+    if max_lag_seconds is not None:
+        age = source.oldest_unconfirmed_age_seconds or 0.0
+        if age > max_lag_seconds:
+            report.violations.append(f"oldest unconfirmed change is {age:.1f}s old (limit {max_lag_seconds:g}s)")
+        for view in views:
+            if view.seconds_behind > max_lag_seconds:
+                report.violations.append(
+                    f"view {view.view} is {view.seconds_behind:.1f}s behind (limit {max_lag_seconds:g}s)"
+                )
+    return report
+
+
+def _warn(report: LagReport) -> None:
+    source = report.source
+    if not source.exists:
+        report.warnings.append(f"slot {source.slot} does not exist: run `cdc setup`")
+        return
+    if source.wal_status in ("unreserved", "lost"):
+        report.warnings.append(
+            f"slot {source.slot} wal_status is {source.wal_status}: WAL it needs is "
+            f"{'gone' if source.wal_status == 'lost' else 'about to be removed'}"
+        )
+    keep = source.max_slot_wal_keep_size_bytes
+    if keep and source.safe_wal_size_bytes is not None and source.safe_wal_size_bytes < keep * _WARN_SAFE_FRACTION:
+        report.warnings.append(
+            f"retained WAL is near max_slot_wal_keep_size: {source.safe_wal_size_bytes} bytes left before "
+            "the slot is invalidated; start or speed up capture"
+        )
+    if keep is None and source.free_disk_bytes is not None and source.retained_wal_bytes > source.free_disk_bytes / 2:
+        report.warnings.append(
+            f"the slot retains {source.retained_wal_bytes} WAL bytes, over half the source's free disk "
+            f"({source.free_disk_bytes} bytes), and max_slot_wal_keep_size is unlimited"
+        )
+
+
+_LSN = {"type": ["string", "null"], "pattern": "^[0-9A-F]+/[0-9A-F]+$"}
+_INT = {"type": "integer", "minimum": 0}
+_NULLABLE_INT = {"type": ["integer", "null"]}
+_TIME = {"type": ["string", "null"]}
+
+#: JSON Schema of ``cdc lag --json`` (draft 2020-12); tests validate real output against it.
+JSON_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["schema_version", "generated_at", "ok", "source", "log", "views", "warnings", "violations"],
+    "properties": {
+        "schema_version": {"const": SCHEMA_VERSION},
+        "generated_at": {"type": "string"},
+        "ok": {"type": "boolean"},
+        "warnings": {"type": "array", "items": {"type": "string"}},
+        "violations": {"type": "array", "items": {"type": "string"}},
+        "source": {
+            "type": "object",
+            "required": [
+                "slot", "exists", "active", "wal_status", "safe_wal_size_bytes", "current_lsn",
+                "confirmed_flush_lsn", "wal_bytes_behind", "retained_wal_bytes",
+                "max_slot_wal_keep_size_bytes", "oldest_unconfirmed_age_seconds", "free_disk_bytes",
+            ],
+            "properties": {
+                "slot": {"type": "string"},
+                "exists": {"type": "boolean"},
+                "active": {"type": "boolean"},
+                "wal_status": {"type": ["string", "null"]},
+                "safe_wal_size_bytes": _NULLABLE_INT,
+                "current_lsn": _LSN,
+                "confirmed_flush_lsn": _LSN,
+                "wal_bytes_behind": _INT,
+                "retained_wal_bytes": _INT,
+                "max_slot_wal_keep_size_bytes": _NULLABLE_INT,
+                "oldest_unconfirmed_age_seconds": {"type": ["number", "null"], "minimum": 0},
+                "free_disk_bytes": _NULLABLE_INT,
+            },
+            "additionalProperties": True,
+        },
+        "log": {
+            "type": "object",
+            "required": ["watermark", "partitions"],
+            "properties": {
+                "watermark": {
+                    "type": ["object", "null"],
+                    "required": ["lsn", "sequence", "appended_at"],
+                    "properties": {"lsn": _LSN, "sequence": _INT, "appended_at": _TIME},
+                },
+                "partitions": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "required": ["topic", "partition", "end_offset"],
+                        "properties": {"topic": {"type": "string"}, "partition": _INT, "end_offset": _INT},
+                    },
+                },
+            },
+        },
+        "views": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": [
+                    "view", "tables", "as_of_lsn", "as_of_appended_at", "events_pending",
+                    "wal_bytes_behind", "seconds_behind",
+                ],
+                "properties": {
+                    "view": {"type": "string"},
+                    "tables": _INT,
+                    "as_of_lsn": _LSN,
+                    "as_of_appended_at": _TIME,
+                    "events_pending": _INT,
+                    "wal_bytes_behind": _INT,
+                    "seconds_behind": {"type": "number", "minimum": 0},
+                },
+            },
+        },
+    },
+}
