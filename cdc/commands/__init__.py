@@ -14,3 +14,5 @@ def register(root: click.Group) -> None:
     root.add_command(demo_cmd.migrate)
     root.add_command(lag_cmd.lag)
     root.add_command(lag_cmd.wait)
+    root.add_command(__import__("cdc.commands.setup_cmd", fromlist=["setup"]).setup)
+    root.add_command(__import__("cdc.commands.capture_cmd", fromlist=["capture"]).capture)

@@ -1,0 +1,36 @@
+"""``cdc capture``: snapshot if needed, then stream changes into the log until stopped (or ``--once``)."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from cdc.cli import pass_context
+from cdc.coordinator import Capture
+
+
+@click.command("capture")
+@click.option("--once", is_flag=True, help="Drain up to the WAL position current at start, then exit.")
+@pass_context
+def capture(ctx: object, once: bool) -> None:
+    """Capture changes exactly once into the log. SIGTERM/SIGINT: finish the batch, confirm, exit 0."""
+    settings = ctx.settings  # type: ignore[attr-defined]
+    stop = threading.Event()
+
+    def _request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        stats = Capture(settings, once=once, stop=stop).run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    click.echo(
+        f"captured {stats.events} events from {stats.transactions} transactions"
+        f" ({stats.snapshot_rows} snapshot rows, {stats.skipped} already in the log, {stats.reconnects} reconnects)",
+        err=True,
+    )

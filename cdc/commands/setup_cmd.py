@@ -1,0 +1,30 @@
+"""``cdc setup``: check the source's prerequisites, then create publication and slot if missing."""
+
+from __future__ import annotations
+
+import click
+
+from cdc.cli import pass_context
+from cdc.errors import SourceError
+from cdc.source_checks import ensure_publication, ensure_slot, run_checks
+
+
+@click.command("setup")
+@click.option("--check-only", is_flag=True, help="Only check; create nothing.")
+@pass_context
+def setup(ctx: object, check_only: bool) -> None:
+    """Check wal_level, privileges, free slots and keys; create the publication and slot (idempotent)."""
+    settings = ctx.settings  # type: ignore[attr-defined]
+    checks = run_checks(settings)
+    failed = [check for check in checks if not check.ok]
+    for check in checks:
+        click.echo(f"{'ok  ' if check.ok else 'FAIL'} {check.name}" + ("" if check.ok else f": {check.message}"))
+    if failed:
+        first = failed[0].message if len(failed) == 1 else f"{failed[0].message} (and {len(failed) - 1} more above)"
+        raise SourceError(first)
+    if check_only:
+        return
+    created = ensure_publication(settings)
+    click.echo(f"publication {settings.publication}: {'created' if created else 'exists'}")
+    created = ensure_slot(settings)
+    click.echo(f"slot {settings.slot}: {'created' if created else 'exists'}")

@@ -1,0 +1,139 @@
+"""Prerequisite checks of the source database, and idempotent creation of publication and slot.
+
+Each failed check is one :class:`Check` whose ``message`` says what is wrong and how to fix it; the
+set-up command prints one line per failure. Checks only read the catalog; :func:`ensure_publication`
+and :func:`ensure_slot` are the only writers and do nothing when their object already exists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import psycopg
+from psycopg import sql
+
+from cdc.errors import SourceError
+from cdc.settings import Settings
+
+
+@dataclass(frozen=True)
+class Check:
+    """The outcome of one check."""
+
+    name: str
+    ok: bool
+    message: str
+
+
+def _connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
+    try:
+        return psycopg.connect(url, autocommit=True, connect_timeout=10)
+    except psycopg.OperationalError as exc:
+        raise SourceError(
+            f"cannot connect to the source database: {str(exc).strip().splitlines()[0]}; check CDC_DATABASE_URL"
+        ) from None
+
+
+def run_checks(settings: Settings) -> list[Check]:
+    """Every prerequisite of capture, in a fixed order."""
+    checks: list[Check] = []
+    with _connect(settings.database_url) as conn:
+        wal_level = str(conn.execute("SHOW wal_level").fetchone()[0])  # type: ignore[index]
+        checks.append(Check("wal_level", wal_level == "logical",
+                            f"wal_level is {wal_level}, logical decoding needs logical; set wal_level = logical "
+                            "in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"))
+        role = conn.execute("SELECT current_user, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+        assert role is not None
+        checks.append(Check("replication privilege", bool(role[1] or role[2]),
+                            f"role {role[0]} lacks the REPLICATION privilege; run ALTER ROLE {role[0]} REPLICATION as a superuser"))
+        slots_max = int(conn.execute("SHOW max_replication_slots").fetchone()[0])  # type: ignore[index, call-overload]
+        slots_used = int(conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0])  # type: ignore[index, call-overload]
+        slot_exists = conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone() is not None
+        checks.append(Check("max_replication_slots", slot_exists or slots_used < slots_max,
+                            f"all {slots_max} replication slots are in use; raise max_replication_slots or drop an unused slot"))
+        senders_max = int(conn.execute("SHOW max_wal_senders").fetchone()[0])  # type: ignore[index, call-overload]
+        senders_used = int(conn.execute("SELECT count(*) FROM pg_stat_replication").fetchone()[0])  # type: ignore[index, call-overload]
+        checks.append(Check("max_wal_senders", senders_used < senders_max,
+                            f"all {senders_max} WAL senders are busy; raise max_wal_senders and restart PostgreSQL"))
+        checks.extend(_table_checks(conn, settings))
+    return checks
+
+
+def _table_checks(conn: psycopg.Connection[tuple[object, ...]], settings: Settings) -> list[Check]:
+    """Every included table exists, is readable, and has a primary key or a replica identity."""
+    checks: list[Check] = []
+    names = list(settings.tables)
+    if not names:
+        rows = conn.execute(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 1",
+            (settings.publication,),
+        ).fetchall()
+        names = [str(r[0]) for r in rows]
+    for name in names:
+        schema, table = name.split(".", 1)
+        row = conn.execute(
+            "SELECT c.oid, c.relreplident, "
+            "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)), "
+            "has_table_privilege(c.oid, 'SELECT') "
+            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            (schema, table),
+        ).fetchone()
+        if row is None:
+            checks.append(Check(f"table {name}", False, f"table {name} does not exist; fix CDC_TABLES or create it"))
+            continue
+        _, identity, has_key, readable = row
+        checks.append(Check(f"table {name} readable", bool(readable),
+                            f"the role cannot read {name}; GRANT SELECT ON {name} TO the capture role"))
+        keyed = bool(has_key) or identity == "f"
+        checks.append(Check(
+            f"table {name} key", keyed,
+            f"table {name} has no primary key or replica identity: inserts are captured with a null key but "
+            f"updates and deletes fail on the source; add a primary key or run ALTER TABLE {name} REPLICA IDENTITY FULL",
+        ))
+    return checks
+
+
+def ensure_publication(settings: Settings) -> bool:
+    """Create the publication (over ``CDC_TABLES``, or all tables) unless it exists; True if created."""
+    with _connect(settings.database_url) as conn:
+        if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone():
+            return False
+        if settings.tables:
+            targets = sql.SQL("FOR TABLE {}").format(
+                sql.SQL(", ").join(sql.Identifier(*name.split(".", 1)) for name in settings.tables)
+            )
+        else:
+            targets = sql.SQL("FOR ALL TABLES")
+        try:
+            conn.execute(sql.SQL("CREATE PUBLICATION {} {} WITH (publish_via_partition_root = true)").format(
+                sql.Identifier(settings.publication), targets))
+        except psycopg.Error as exc:
+            raise SourceError(
+                f"cannot create publication {settings.publication}: {str(exc).strip().splitlines()[0]}; "
+                "create it as the tables' owner or a superuser"
+            ) from None
+        return True
+
+
+def ensure_slot(settings: Settings) -> bool:
+    """Create the logical slot (pgoutput) unless it exists; True if created.
+
+    A slot created here has no snapshot; the first ``cdc capture`` replaces it by one created with an
+    exported snapshot, which is what gives the initial snapshot its consistent point.
+    """
+    with _connect(settings.database_url) as conn:
+        row = conn.execute(
+            "SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)
+        ).fetchone()
+        if row is not None:
+            if row[0] != "pgoutput":
+                raise SourceError(
+                    f"replication slot {settings.slot} exists with plugin {row[0]}, not pgoutput; "
+                    "drop it or choose another CDC_SLOT"
+                )
+            return False
+        try:
+            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (settings.slot,))
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot create replication slot {settings.slot}: {str(exc).strip().splitlines()[0]}") from None
+        return True
