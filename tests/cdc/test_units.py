@@ -1,0 +1,209 @@
+"""Unit tests without a database: Lsn, framing, the pgoutput decoder on recorded bytes, values, events."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import orjson
+import pytest
+
+from cdc.errors import DecodeError
+from cdc.events import EventBuilder, TxContext
+from cdc.lsn import Lsn
+from cdc.pgoutput import UNCHANGED, Decoder
+from cdc.pgoutput.messages import (
+    Begin, Commit, Delete, Insert, LogicalMessage, Origin, Relation, StreamAbort, StreamCommit,
+    StreamStart, Truncate, TypeInfo, Update,
+)
+from cdc.snapshot import parse_copy_line
+from cdc.spill import SpillBuffer
+from cdc.streaming import TransactionAssembler
+from cdc.tables import TableShape
+from cdc.transport.framing import (
+    Keepalive, XLogData, decode_frame, encode_keepalive, encode_status, encode_xlogdata,
+)
+from cdc.values import converter_for, parse_array, to_float, to_text, to_timestamptz
+
+RECORDED = Path(__file__).parent / "data" / "pgoutput_v2.jsonl"
+
+
+def recorded() -> list[tuple[int, bytes]]:
+    rows = [json.loads(line) for line in RECORDED.read_text().splitlines() if line]
+    return [(row["lsn"], bytes.fromhex(row["hex"])) for row in rows]
+
+
+# -- Lsn ------------------------------------------------------------------------------------------
+
+
+def test_lsn_text_forms_and_order() -> None:
+    lsn = Lsn.parse("16/B374D848")
+    assert int(lsn) == (0x16 << 32) | 0xB374D848
+    assert str(lsn) == "16/B374D848"
+    assert lsn.hex16() == "00000016B374D848"
+    assert Lsn.from_hex16(lsn.hex16()) == lsn
+    values = [Lsn(5), Lsn(1 << 40), Lsn(0x10), Lsn(0)]
+    assert sorted(v.hex16() for v in values) == [v.hex16() for v in sorted(values)]
+    with pytest.raises(ValueError):
+        Lsn.parse("nope")
+    with pytest.raises(ValueError):
+        Lsn(-1)
+
+
+# -- framing --------------------------------------------------------------------------------------
+
+
+def test_frames_round_trip() -> None:
+    frame = decode_frame(encode_xlogdata(10, 20, b"B...", 7))
+    assert frame == XLogData(Lsn(10), Lsn(20), 7, b"B...")
+    assert decode_frame(encode_keepalive(99, True, 3)) == Keepalive(Lsn(99), 3, True)
+    status = encode_status(Lsn(1), Lsn(2), Lsn(3), reply=True, now_us=4)
+    assert status == b"r" + struct.pack("!QQQq?", 1, 2, 3, 4, True)
+    with pytest.raises(DecodeError, match="unknown replication frame"):
+        decode_frame(b"zzz")
+
+
+# -- decoder on recorded bytes --------------------------------------------------------------------
+
+
+def test_decoder_reads_every_recorded_message() -> None:
+    decoder = Decoder()
+    messages = [decoder.decode(payload, lsn) for lsn, payload in recorded()]
+    kinds = {type(m).__name__ for m in messages}
+    assert {"Begin", "Commit", "Relation", "TypeInfo", "Insert", "Update", "Delete", "Truncate",
+            "StreamStart", "StreamStop", "StreamCommit"} <= kinds
+    relation = next(m for m in messages if isinstance(m, Relation) and m.name == "things")
+    assert relation.namespace == "public" and relation.replica_identity == "default"
+    assert [c.name for c in relation.columns if c.key] == ["id"]
+    assert relation.columns[1].type_oid == 1700 and relation.columns[1].typmod == (12 << 16 | 2) + 4
+    domain = [m for m in messages if isinstance(m, TypeInfo) and m.name == "int4"]
+    assert domain, "a domain is announced under its base type"
+    first = next(m for m in messages if isinstance(m, Insert))
+    assert first.new[:5] == ("1", "19.90", "1.5", "t", "héllo")
+    full_update = next(m for m in messages if isinstance(m, Update) and m.old_kind == "O")
+    assert full_update.old is not None and full_update.old[0] == "1"
+    streamed = [m for m in messages if isinstance(m, Insert) and m.xid is not None]
+    assert len(streamed) >= 3000
+    assert isinstance(messages[-1], StreamCommit)
+
+
+def test_assembler_rebuilds_the_streamed_transaction() -> None:
+    assembler = TransactionAssembler(memory_limit=4096)
+    transactions = [tx for lsn, payload in recorded() if (tx := assembler.feed(payload, lsn)) is not None]
+    assert [tx.streamed for tx in transactions][-1] is True
+    big = transactions[-1]
+    assert big.changes.spilled, "a large transaction is kept on disk, not in memory"
+    inserts = [p for p in big.changes if p[:1] == b"I"]
+    assert len(inserts) == 3001
+    assert [tx.commit_lsn for tx in transactions] == sorted(tx.commit_lsn for tx in transactions)
+    assert assembler.idle and assembler.open_streams == 0
+
+
+def _hand(kind: bytes, *parts: bytes) -> bytes:
+    return kind + b"".join(parts)
+
+
+def test_decoder_hand_built_messages() -> None:
+    decoder = Decoder()
+    assert decoder.decode(_hand(b"O", struct.pack("!Q", 5), b"node\x00")) == Origin(5, "node")
+    msg = decoder.decode(_hand(b"M", b"\x01", struct.pack("!Q", 9), b"pfx\x00", struct.pack("!i", 2), b"hi"))
+    assert msg == LogicalMessage(None, True, 9, "pfx", b"hi")
+    assert decoder.decode(_hand(b"S", struct.pack("!I", 7), b"\x01")) == StreamStart(7, True)
+    update = decoder.decode(_hand(b"U", struct.pack("!II", 7, 42), b"N", struct.pack("!h", 2), b"u",
+                                  b"t", struct.pack("!i", 1), b"x"))
+    assert update == Update(7, 42, None, None, (UNCHANGED, "x"))
+    delete = decoder.decode(_hand(b"D", struct.pack("!II", 7, 42), b"K", struct.pack("!h", 2), b"n",
+                                  b"t", struct.pack("!i", 1), b"1"))
+    assert delete == Delete(7, 42, "K", (None, "1"))
+    assert decoder.decode(_hand(b"T", struct.pack("!IIb", 7, 2, 1), struct.pack("!II", 3, 4))) == Truncate(7, 1, (3, 4))
+    decoder.decode(b"E")
+    assert decoder.decode(_hand(b"A", struct.pack("!II", 7, 8))) == StreamAbort(7, 8)
+    assert decoder.decode(_hand(b"B", struct.pack("!QqI", 1, 2, 3))) == Begin(1, 2, 3)
+    assert decoder.decode(_hand(b"C", struct.pack("!bQQq", 0, 1, 2, 3))) == Commit(0, 1, 2, 3)
+    with pytest.raises(DecodeError, match="unknown pgoutput message type 'Z'"):
+        decoder.decode(b"Z")
+    with pytest.raises(DecodeError, match="truncated or malformed"):
+        decoder.decode(b"B\x00")
+
+
+def test_assembler_drops_aborted_streams() -> None:
+    assembler = TransactionAssembler()
+    insert = _hand(b"I", struct.pack("!II", 9, 1), b"N", struct.pack("!h", 1), b"t", struct.pack("!i", 1), b"1")
+    for payload in (_hand(b"S", struct.pack("!I", 9), b"\x01"), insert, b"E", _hand(b"A", struct.pack("!II", 9, 9))):
+        assert assembler.feed(payload) is None
+    assert assembler.open_streams == 0 and assembler.idle
+
+
+# -- values ---------------------------------------------------------------------------------------
+
+
+def test_values_by_type_oid() -> None:
+    assert converter_for(20)("9223372036854775807") == 9223372036854775807
+    assert converter_for(1700)("12345678901234567890.000000001") == "12345678901234567890.000000001"
+    assert converter_for(16)("t") is True and converter_for(16)("f") is False
+    assert to_float("NaN") == "NaN" and to_float("-Infinity") == "-Infinity" and to_float("1.5") == 1.5
+    assert converter_for(17)("\\xdeadbeef") == "3q2+7w=="
+    assert converter_for(1114)("2026-11-21 13:45:00.123456") == "2026-11-21T13:45:00.123456"
+    assert to_timestamptz("2026-11-21 13:45:00.123456+02") == "2026-11-21T11:45:00.123456Z"
+    assert to_timestamptz("2026-11-21 13:45:00+05:30") == "2026-11-21T08:15:00Z"
+    assert to_timestamptz("infinity") == "infinity"
+    assert converter_for(1082)("2026-11-21") == "2026-11-21"
+    assert converter_for(1266)("13:45:00+02") == "13:45:00+02:00"
+    assert converter_for(3802)('{"a": 1}') == '{"a": 1}'
+    assert converter_for(1009)('{x,"y,z",NULL,"NULL","a\\"b"}') == ["x", "y,z", None, "NULL", 'a"b']
+    assert converter_for(1007)("{{1,2},{3,4}}") == [[1, 2], [3, 4]]
+    assert parse_array("[0:1]={1,2}", int) == [1, 2]
+    assert converter_for(1186)("1 day 02:00:00") == "1 day 02:00:00"
+    assert converter_for(99999, {99999: "int4"})("7") == 7  # a domain over int4
+    assert converter_for(99998, {99998: "mood"})("happy") == "happy"  # an enum label
+    assert converter_for(424242) is to_text
+
+
+def test_copy_text_lines() -> None:
+    assert parse_copy_line(b"1\t\\N\ta\\tb\\\\c\\nd\t\\101") == ("1", None, "a\tb\\c\nd", "A")
+
+
+def test_spill_buffer_keeps_order_across_the_limit() -> None:
+    buffer = SpillBuffer(memory_limit=10)
+    items = [bytes([i]) * 5 for i in range(20)]
+    for item in items:
+        buffer.append(item)
+    assert buffer.spilled and list(buffer) == items and list(buffer) == items
+    buffer.close()
+
+
+# -- events ---------------------------------------------------------------------------------------
+
+
+def _shape() -> TableShape:
+    return TableShape.build(1, "public", "t", "cdc.public.t", [("id", 20, -1), ("big", 25, -1), ("n", 23, -1)], ["id"])
+
+
+def test_unchanged_toast_column_is_omitted_and_named() -> None:
+    builder = EventBuilder(prefix="cdc", database="db", partitions=3)
+    tx = TxContext(100, 5, 1000)
+    (record,) = builder.update(_shape(), None, None, ("1", UNCHANGED, "2"), tx)
+    value = orjson.loads(record.value or b"")
+    assert value["after"] == {"id": 1, "n": 2} and "big" not in value["after"]
+    assert record.headers == (("unchanged", b'["big"]'),)
+    assert record.key == b'{"id":1}'
+    (filled,) = builder.update(_shape(), "O", ("1", "large", "1"), ("1", UNCHANGED, "2"), tx)
+    assert orjson.loads(filled.value or b"")["after"]["big"] == "large" and filled.headers == ()
+    assert value["source"]["sequence"] == 0 and orjson.loads(filled.value or b"")["source"]["sequence"] == 1
+
+
+def test_delete_tombstone_truncate_and_key_change() -> None:
+    builder = EventBuilder(prefix="cdc", database="db", partitions=3)
+    tx = TxContext(100, 5, 1000)
+    delete, tombstone = builder.delete(_shape(), "K", ("1", None, None), tx)
+    assert orjson.loads(delete.value or b"")["before"] == {"id": 1} and tombstone.value is None
+    assert tombstone.key == delete.key == b'{"id":1}'
+    records = builder.update(_shape(), "K", ("1", None, None), ("2", "x", "3"), tx)
+    assert [orjson.loads(r.value)["op"] if r.value else None for r in records] == ["d", None, "c"]
+    truncates = builder.truncate(_shape(), tx)
+    assert len(truncates) == 3 and all(orjson.loads(r.value or b"")["op"] == "t" for r in truncates)
+    from log_store import partition_for_key
+
+    placed = sorted(getattr(r, "partition", None) if r.key is None else partition_for_key(r.key, 3) for r in truncates)
+    assert placed == [0, 1, 2]
