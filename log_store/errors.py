@@ -20,6 +20,7 @@ Hierarchy::
     ├── InvalidGroupError            a consumer group name that cannot be a file name
     ├── CorruptionError              bytes on disk fail their checks; nothing was returned from them
     │   ├── CorruptSegmentError      a segment batch fails its CRC32C or framing (file, position, offset)
+    │   │   └── IncompleteTailError  a partition's valid data ends before the watermark's end offset
     │   ├── CorruptWatermarkError    a watermark record fails its CRC32C with valid records after it
     │   ├── CorruptOffsetsError      a consumer-offsets file cannot be parsed
     │   └── CorruptTopicError        a topic.json cannot be parsed
@@ -173,6 +174,18 @@ class CorruptSegmentError(CorruptionError):
             "reads stop here: restore this file from a backup or replica, or rebuild the topic "
             "from the source"
         )
+
+
+class IncompleteTailError(CorruptSegmentError):
+    """Recovery: the valid batches of a partition end before the watermark's end offset.
+
+    For the latest watermark this is a group whose fsyncs a crash interrupted (recovery then falls back
+    to the previous watermark); for any earlier watermark it is lost data.
+    """
+
+    def __init__(self, path: Path, position: int, reached: int, end: int, detail: str) -> None:
+        self.reached, self.end = reached, end
+        super().__init__(path, position, reached, detail)
 
 
 class CorruptWatermarkError(CorruptionError):

@@ -22,11 +22,12 @@ import threading
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 from log_store.config import LogConfig
 from log_store.record import ProducerRecord, Record, TopicPartition
-from log_store.record_batch import RECORD_SIZE, decode_records, encode_producer_batch
+from log_store.record_batch import Columns, decode_records
 from log_store.segment import ActiveSegment, SegmentFile, list_segments, log_name
 
 _MAX_RELATIVE = 1 << 31
@@ -158,20 +159,23 @@ class Partition:
 
     def append(self, records: Sequence[ProducerRecord], now_ms: int) -> None:
         """Append ``records`` at the next offsets (written, not yet fsynced: see :meth:`sync`)."""
-        start, count = 0, len(records)
+        columns = Columns(records)
+        count = columns.count
         budget = self.config.max_batch_bytes
-        while start < count:
-            stop, size = start, 0
-            while stop < count and (size < budget or stop == start):
-                record = records[stop]
-                size += RECORD_SIZE + len(record.key or b"") + len(record.value or b"")
-                stop += 1
-            chunk = records[start:stop] if start or stop < count else records
-            batch = encode_producer_batch(self.next_offset, chunk, now_ms)
-            active = self._active_for(len(batch), len(chunk), now_ms)
+        cuts = [0]
+        if sum(columns.sizes) > budget:
+            running = list(accumulate(columns.sizes))
+            while cuts[-1] < count:
+                taken = running[cuts[-1] - 1] if cuts[-1] else 0
+                stop = bisect_right(running, taken + budget)
+                cuts.append(max(stop, cuts[-1] + 1))
+        else:
+            cuts.append(count)
+        for start, stop in zip(cuts, cuts[1:]):
+            batch = columns.encode(self.next_offset, start, stop, now_ms)
+            active = self._active_for(len(batch), stop - start, now_ms)
             active.append(batch, self.next_offset, now_ms)
-            self.next_offset += len(chunk)
-            start = stop
+            self.next_offset += stop - start
         self._touched = True
 
     def _active_for(self, batch_bytes: int, count: int, now_ms: int) -> ActiveSegment:

@@ -10,6 +10,14 @@ thread-safe on its own (the store calls it under its write lock).
 from __future__ import annotations
 
 import struct
+from collections import defaultdict
+from collections.abc import Sequence
+from operator import itemgetter
+
+try:
+    import numpy as np
+except ImportError:  # pragma: no cover - numpy comes with the Spark/pandas stack
+    np = None
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -54,6 +62,58 @@ def partition_for_key(key: bytes, partitions: int) -> int:
     return to_positive(murmur2(key)) % partitions
 
 
+_VECTOR_MIN = 64
+
+
+def partitions_for_keys(keys: Sequence[bytes], partitions: int) -> list[int]:
+    """``partition_for_key`` of every key, computed batch-wise when numpy is available."""
+    if partitions == 1:
+        return [0] * len(keys)
+    if np is None or len(keys) < _VECTOR_MIN:
+        return [to_positive(murmur2(key)) % partitions for key in keys]
+    by_length: defaultdict[int, list[int]] = defaultdict(list)
+    for i, length in enumerate(map(len, keys)):
+        by_length[length].append(i)
+    out = np.empty(len(keys), dtype=np.int64)
+    for length, positions in by_length.items():
+        picked = itemgetter(*positions)(keys) if len(positions) > 1 else (keys[positions[0]],)
+        out[positions] = _murmur2_same_length(b"".join(picked), len(positions), length)
+    out &= 0x7FFFFFFF
+    out %= partitions
+    return out.tolist()
+
+
+def _murmur2_same_length(data: bytes, count: int, length: int) -> object:
+    """Unsigned murmur2 of ``count`` keys of ``length`` bytes laid end to end in ``data``."""
+    m = np.uint32(_M)
+    rows = np.frombuffer(data, dtype=np.uint8).reshape(count, length) if length else None
+    h = np.full(count, (_SEED ^ length) & _MASK, dtype=np.uint32)
+    words = length >> 2
+    if words:
+        assert rows is not None
+        packed = np.ascontiguousarray(rows[:, : words * 4]).view("<u4")
+        for j in range(words):
+            k = packed[:, j] * m
+            k ^= k >> np.uint32(24)
+            k *= m
+            h *= m
+            h ^= k
+    rest = length & 3
+    if rest:
+        assert rows is not None
+        tail = words << 2
+        if rest == 3:
+            h ^= rows[:, tail + 2].astype(np.uint32) << np.uint32(16)
+        if rest >= 2:
+            h ^= rows[:, tail + 1].astype(np.uint32) << np.uint32(8)
+        h ^= rows[:, tail].astype(np.uint32)
+        h *= m
+    h ^= h >> np.uint32(13)
+    h *= m
+    h ^= h >> np.uint32(15)
+    return h.astype(np.int64)
+
+
 class Partitioner:
     """Chooses partitions: murmur2 for keyed records, a per-topic round-robin for keyless ones."""
 
@@ -67,3 +127,11 @@ class Partitioner:
         turn = self._next.get(topic, 0)
         self._next[topic] = turn + 1
         return turn % partitions
+
+    def partitions(self, topic: str, keys: Sequence[bytes | None], partitions: int) -> list[int]:
+        """The partitions of a run of records of ``topic`` (keyless ones round-robin, in order)."""
+        if partitions == 1:
+            return [0] * len(keys)
+        if None not in keys:
+            return partitions_for_keys(keys, partitions)  # type: ignore[arg-type]
+        return [self.partition(topic, key, partitions) for key in keys]

@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
+from itertools import chain
+from operator import itemgetter
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -121,31 +123,73 @@ def _finish(
     return b"".join((CRC.pack(crc), tail, records))
 
 
+class Columns:
+    """A run of producer records taken apart column by column, ready for batch-wise encoding.
+
+    Built once per partition and group with C-level ``map`` calls, so that encoding costs no Python
+    bytecode per record: the record headers are packed by ``map(RECORD.pack, ...)`` and the batch is
+    one ``bytes.join`` over the interleaved headers, keys, values and header blocks.
+    """
+
+    __slots__ = ("count", "keys", "key_lengths", "values", "value_lengths", "timestamps", "blocks",
+                 "block_lengths", "sizes")
+
+    def __init__(self, records: Sequence[ProducerRecord]) -> None:
+        self.count = len(records)
+        keys = list(map(itemgetter(1), records))
+        values = list(map(itemgetter(2), records))
+        self.key_lengths = _lengths(keys)
+        self.value_lengths = _lengths(values)
+        self.keys = _non_null(keys)
+        self.values = _non_null(values)
+        self.timestamps = list(map(itemgetter(3), records))
+        headers = list(map(itemgetter(4), records))
+        if any(headers):
+            self.blocks: list[bytes] | None = [encode_headers(h) if h else b"" for h in headers]
+            self.block_lengths: list[int] = list(map(len, self.blocks))
+        else:
+            self.blocks = None
+            self.block_lengths = [0] * self.count
+        self.sizes = list(map(len, self.keys))
+        self.sizes = list(map(_add3, self.sizes, map(len, self.values), self.block_lengths))
+
+    def encode(self, base_offset: int, start: int, stop: int, append_time_ms: int) -> bytes:
+        """One batch of records ``[start, stop)`` at consecutive offsets from ``base_offset``."""
+        heads = map(RECORD.pack, range(stop - start), self.timestamps[start:stop],
+                    self.key_lengths[start:stop], self.value_lengths[start:stop],
+                    self.block_lengths[start:stop])
+        if self.blocks is None:
+            columns = zip(heads, self.keys[start:stop], self.values[start:stop])
+        else:
+            columns = zip(heads, self.keys[start:stop], self.values[start:stop],
+                          self.blocks[start:stop])
+        body = b"".join(chain.from_iterable(columns))
+        count = stop - start
+        return _finish(base_offset, body, count - 1, count, append_time_ms,
+                       max(self.timestamps[start:stop]), 0)
+
+
+def _add3(a: int, b: int, c: int) -> int:
+    return a + b + c + RECORD_SIZE
+
+
+def _lengths(items: list[bytes | None]) -> list[int]:
+    if None not in items:
+        return list(map(len, items))  # type: ignore[arg-type]
+    return [-1 if item is None else len(item) for item in items]
+
+
+def _non_null(items: list[bytes | None]) -> list[bytes]:
+    if None not in items:
+        return items  # type: ignore[return-value]
+    return [b"" if item is None else item for item in items]
+
+
 def encode_producer_batch(
     base_offset: int, records: Sequence[ProducerRecord], append_time_ms: int
 ) -> bytes:
     """One batch holding ``records`` at consecutive offsets from ``base_offset``."""
-    parts: list[bytes] = []
-    add = parts.append
-    pack = RECORD.pack
-    max_ts = -1
-    delta = 0
-    for record in records:
-        key, value, headers = record.key, record.value, record.headers
-        block = encode_headers(headers) if headers else b""
-        ts = record.timestamp_ms
-        add(pack(delta, ts, -1 if key is None else len(key), -1 if value is None else len(value),
-                 len(block)))
-        if key:
-            add(key)
-        if value:
-            add(value)
-        if block:
-            add(block)
-        if ts > max_ts:
-            max_ts = ts
-        delta += 1
-    return _finish(base_offset, b"".join(parts), delta - 1, delta, append_time_ms, max_ts, 0)
+    return Columns(records).encode(base_offset, 0, len(records), append_time_ms)
 
 
 def encode_records(

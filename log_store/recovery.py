@@ -7,9 +7,12 @@ watermark end offset ``E`` (0 when the watermark does not know the partition):
    records of a group whose watermark never became durable;
 2. the last remaining segment is walked: after a clean shutdown from its last index entry, otherwise
    from its first batch, checking every batch's CRC32C. The batches below ``E`` must be whole, valid and
-   reach ``E`` exactly (they were fsynced before the watermark): if not, recovery stops with
-   :class:`~log_store.errors.CorruptSegmentError` rather than cut durable data. Everything from the
-   first batch at or past ``E`` (including torn or garbage bytes) is truncated and the file fsynced;
+   reach ``E`` exactly. If they do not (:class:`~log_store.errors.IncompleteTailError`) for the *latest*
+   watermark, its group's fsyncs were cut short by the crash (segments and watermark are fsynced
+   concurrently, see :mod:`log_store.watermark`): the store drops that watermark record and recovers
+   every partition to the previous one. For an earlier watermark it is lost durable data and recovery
+   stops rather than cut further. Everything from the first batch at or past ``E`` (including torn or
+   garbage bytes) is truncated and the file fsynced;
 3. the last segment's index is rebuilt from that walk (after an unclean shutdown) and written
    atomically;
 4. left-over compaction side files (``*.cleaned``) and temp files are deleted, but only when no cleaner
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from log_store.atomic_file import TMP_SUFFIX, fsync_dir, write_atomic
-from log_store.errors import CorruptSegmentError
+from log_store.errors import CorruptSegmentError, IncompleteTailError
 from log_store.offset_index import OffsetIndex, index_path
 from log_store.record import TopicPartition
 from log_store.segment import (
@@ -67,11 +70,13 @@ class RecoveryReport:
     partitions: tuple[PartitionCut, ...] = ()
     removed_files: tuple[str, ...] = ()
     rebuilt_indexes: int = 0
+    watermark_dropped: bool = False  # the last watermark was ahead of its data and was removed
 
     @property
     def cut_anything(self) -> bool:
         """Whether recovery removed any data or file."""
-        return bool(self.watermark_torn_bytes or self.partitions or self.removed_files)
+        return bool(self.watermark_torn_bytes or self.partitions or self.removed_files
+                    or self.watermark_dropped)
 
     def summary(self) -> str:
         """One line describing what was cut."""
@@ -80,6 +85,8 @@ class RecoveryReport:
         parts = [f"{cut.tp}: {cut.truncated_records} record(s), {cut.truncated_bytes} byte(s), "
                  f"{len(cut.removed_segments)} segment(s) past offset {cut.end_offset}"
                  for cut in self.partitions]
+        if self.watermark_dropped:
+            parts.append("the last watermark (its data was incomplete)")
         if self.watermark_torn_bytes:
             parts.append(f"{self.watermark_torn_bytes} torn watermark byte(s)")
         if self.removed_files:
@@ -161,8 +168,8 @@ def recover_partition(
         if walk is None:
             walk = _walk(segment, FILE_HEADER_SIZE, end, OffsetIndex(), index_interval_bytes)
         if walk.reached != end:
-            raise CorruptSegmentError(
-                path, walk.cut_at, walk.reached,
+            raise IncompleteTailError(
+                path, walk.cut_at, walk.reached, end,
                 f"the watermark says offsets below {end} are durable but this segment's valid "
                 f"batches end at offset {walk.reached} ({walk.stop} at byte {walk.cut_at})")
         first = next(iter(segment.headers()), None)

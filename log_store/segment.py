@@ -363,8 +363,8 @@ class ActiveSegment:
             self.first_append_ms = append_time_ms
 
     def sync(self) -> None:
-        """fsync the data file."""
-        os.fsync(self.fd)
+        """Make the appended data durable (``fdatasync``: the size change is flushed with it)."""
+        os.fdatasync(self.fd)
 
     def seal(self) -> None:
         """Make data and index durable before a successor segment is created."""

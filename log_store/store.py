@@ -11,11 +11,12 @@ Root layout::
     consumer_offsets/<group>.json
 
 Write path (writer only): :meth:`LogStore.append_group` places each record (Kafka's murmur2 partitioner,
-round-robin for keyless records), appends one or more batches per touched partition, fsyncs every
-touched segment, then appends and fsyncs a watermark record holding the group's opaque ``position`` and
-the end offset of *every* topic-partition. The group is durable and visible when the call returns; a
-crash before the watermark's fsync leaves the previous watermark, and the next writer's recovery
-(:mod:`log_store.recovery`) cuts the unwatermarked tail. If a write fails half-way the store refuses
+round-robin for keyless records), appends one or more batches per touched partition, then makes the
+touched segments and a new watermark record (the group's opaque ``position`` and the end offset of
+*every* topic-partition) durable with concurrent ``fdatasync`` calls, and only then publishes the
+watermark to readers (``watermark.pub``). The group is durable and visible when the call returns; after a
+crash the next writer's recovery (:mod:`log_store.recovery`) cuts everything past the last watermark
+whose data is whole. If a write fails half-way the store refuses
 further appends until it is reopened (recovery then cuts the partial group).
 
 Read path (any process): :meth:`LogStore.read` never returns a record at or past the watermark's end
@@ -34,8 +35,10 @@ import logging
 import os
 import shutil
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
 from typing import Literal
@@ -48,6 +51,7 @@ from log_store.consumer_offsets import DIR_NAME as OFFSETS_DIR
 from log_store.consumer_offsets import ConsumerOffsets, GroupOffsets
 from log_store.errors import (
     CleanerLockedError,
+    IncompleteTailError,
     InvalidRecordError,
     LogFormatError,
     LogNotFoundError,
@@ -126,6 +130,7 @@ class LogStore:
         self._writer_lock: FileLock | None = None
         self._failed: BaseException | None = None
         self._closed = False
+        self._sync_pool: ThreadPoolExecutor | None = None
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -184,43 +189,31 @@ class LogStore:
         marker = self.root / CLEAN_MARKER
         clean = marker.exists()
         scan = self._watermarks.open_for_append()
-        watermark = scan.latest
         cleaner_lock = FileLock(self.root / CLEANER_LOCK, CleanerLockedError)
         may_remove = cleaner_lock.try_acquire()
         cuts: list[PartitionCut] = []
         removed: list[str] = []
-        rebuilt = 0
+        dropped = False
         try:
-            base = self.root / TOPICS_DIR
-            for entry in sorted(base.iterdir()):
-                if not entry.is_dir():
-                    continue
-                if not (entry / META_NAME).is_file():
-                    shutil.rmtree(entry)
-                    fsync_dir(base)
-                    removed.append(str(entry))
-                    continue
-                config = read_topic(self.root, entry.name)
-                assert config is not None
-                self._topics[config.name] = config
-                for p in range(config.partitions):
-                    tp = TopicPartition(config.name, p)
-                    directory = partition_dir(self.root, config.name, p)
-                    make_dirs(directory)
-                    end = watermark.end_offset(tp) if watermark is not None else 0
-                    result = recover_partition(
-                        tp, directory, end, clean=clean,
-                        index_interval_bytes=self.config.index_interval_bytes,
-                        remove_leftovers=may_remove)
-                    partition = Partition(tp, directory, self.config)
-                    partition.attach(result.active, end)
-                    self._partitions[tp] = partition
-                    if result.cut is not None:
-                        cuts.append(result.cut)
-                    removed += result.removed_files
-                    rebuilt += int(result.rebuilt_index)
+            removed += self._remove_unfinished_topics()
+            try:
+                rebuilt = self._recover_partitions(scan.latest, clean, may_remove, cuts, removed)
+            except IncompleteTailError as exc:
+                if scan.latest is None or clean:
+                    raise
+                log.warning("the latest watermark %d is ahead of its data (%s): falling back to %s",
+                            scan.latest.sequence, exc,
+                            scan.previous.sequence if scan.previous is not None else "empty")
+                for partition in self._partitions.values():
+                    partition.close()
+                self._partitions.clear()
+                self._watermarks.drop_latest(scan)
+                dropped = True
+                rebuilt = self._recover_partitions(scan.previous, clean, may_remove, cuts, removed)
         finally:
             cleaner_lock.release()
+        watermark = self._watermarks.current
+        self._watermarks.publish(watermark)
         if clean:
             os.unlink(marker)
             fsync_dir(self.root)
@@ -228,9 +221,46 @@ class LogStore:
             clean_shutdown=clean,
             watermark_sequence=watermark.sequence if watermark is not None else None,
             watermark_torn_bytes=scan.torn_bytes, partitions=tuple(cuts),
-            removed_files=tuple(removed), rebuilt_indexes=rebuilt)
+            removed_files=tuple(removed), rebuilt_indexes=rebuilt, watermark_dropped=dropped)
         if self.recovery.cut_anything:
             log.warning(self.recovery.summary())
+
+    def _remove_unfinished_topics(self) -> list[str]:
+        removed: list[str] = []
+        base = self.root / TOPICS_DIR
+        for entry in sorted(base.iterdir()):
+            if entry.is_dir() and not (entry / META_NAME).is_file():
+                shutil.rmtree(entry)
+                fsync_dir(base)
+                removed.append(str(entry))
+        return removed
+
+    def _recover_partitions(
+        self, watermark: Watermark | None, clean: bool, may_remove: bool, cuts: list[PartitionCut],
+        removed: list[str],
+    ) -> int:
+        rebuilt = 0
+        for name in list_topics(self.root):
+            config = read_topic(self.root, name)
+            assert config is not None
+            self._topics[config.name] = config
+            for p in range(config.partitions):
+                tp = TopicPartition(config.name, p)
+                directory = partition_dir(self.root, config.name, p)
+                make_dirs(directory)
+                end = watermark.end_offset(tp) if watermark is not None else 0
+                result = recover_partition(
+                    tp, directory, end, clean=clean,
+                    index_interval_bytes=self.config.index_interval_bytes,
+                    remove_leftovers=may_remove)
+                partition = Partition(tp, directory, self.config)
+                partition.attach(result.active, end)
+                self._partitions[tp] = partition
+                if result.cut is not None:
+                    cuts.append(result.cut)
+                removed += result.removed_files
+                rebuilt += int(result.rebuilt_index)
+        return rebuilt
 
     # --- topics ------------------------------------------------------------------------------
 
@@ -316,44 +346,67 @@ class LogStore:
             try:
                 for tp, batch in groups.items():
                     self._partitions[tp].append(batch, now)
-                for tp in groups:
-                    self._partitions[tp].sync()
                 previous = self._watermarks.current
                 watermark = Watermark(
                     (previous.sequence + 1) if previous is not None else 1, position, now,
                     {tp: partition.next_offset for tp, partition in self._partitions.items()})
+                # Segments and the watermark record are made durable concurrently (recovery drops a
+                # last watermark whose data did not make it); readers learn of it only after both.
+                syncs = [self._syncer().submit(self._partitions[tp].sync) for tp in groups]
                 self._watermarks.append(watermark)
+                for done in syncs:
+                    done.result()
+                self._watermarks.publish(watermark)
             except BaseException as exc:
                 self._failed = exc
                 raise
             return watermark
 
+    def _syncer(self) -> ThreadPoolExecutor:
+        if self._sync_pool is None:
+            self._sync_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-fsync")
+        return self._sync_pool
+
     def _place(self, records: Sequence[ProducerRecord]) -> dict[TopicPartition, list[ProducerRecord]]:
-        """Group records by partition, validating all of them before anything is written."""
+        """Group records by partition, validating all of them before anything is written.
+
+        Works on runs of records of one topic with C-level ``map`` calls; per record only the
+        placement into its partition's list is Python code.
+        """
         groups: dict[TopicPartition, list[ProducerRecord]] = {}
-        topics = self._topics
-        choose = self._partitioner.partition
-        for record in records:
-            topic, key, value = record[0], record[1], record[2]
-            config = topics.get(topic)
+        by_topic: dict[str, list[ProducerRecord]] = {}
+        topic_names = set(map(itemgetter(0), records))
+        if len(topic_names) == 1:
+            by_topic[next(iter(topic_names))] = list(records)
+        else:
+            for record in records:
+                by_topic.setdefault(record[0], []).append(record)
+        for topic, run in by_topic.items():
+            config = self._topics.get(topic)
             if config is None:
                 raise UnknownTopicError(self.root, topic)
-            if key is None:
-                if config.compacted:
-                    raise InvalidRecordError(topic, "a compacted topic needs a key on every record",
-                                             "give the record a key or use a non-compacted topic")
-            elif type(key) is not bytes:
-                raise InvalidRecordError(topic, f"key is {type(key).__name__}, not bytes",
+            keys = list(map(itemgetter(1), run))
+            key_types = set(map(type, keys))
+            if type(None) in key_types and config.compacted:
+                raise InvalidRecordError(topic, "a compacted topic needs a key on every record",
+                                         "give the record a key or use a non-compacted topic")
+            for bad in key_types - {bytes, type(None)}:
+                raise InvalidRecordError(topic, f"key is {bad.__name__}, not bytes",
                                          "encode keys to bytes")
-            if value is not None and type(value) is not bytes:
-                raise InvalidRecordError(topic, f"value is {type(value).__name__}, not bytes",
+            for bad in set(map(type, map(itemgetter(2), run))) - {bytes, type(None)}:
+                raise InvalidRecordError(topic, f"value is {bad.__name__}, not bytes",
                                          "encode values to bytes (None is a tombstone)")
-            tp = TopicPartition(topic, choose(topic, key, config.partitions))
-            bucket = groups.get(tp)
-            if bucket is None:
-                groups[tp] = [record]
-            else:
-                bucket.append(record)
+            if config.partitions == 1:
+                groups[TopicPartition(topic, 0)] = run
+                continue
+            buckets: list[list[ProducerRecord]] = [[] for _ in range(config.partitions)]
+            adders = [bucket.append for bucket in buckets]
+            for record, partition in zip(run, self._partitioner.partitions(topic, keys,
+                                                                          config.partitions)):
+                adders[partition](record)
+            for partition, bucket in enumerate(buckets):
+                if bucket:
+                    groups[TopicPartition(topic, partition)] = bucket
         return groups
 
     def roll(self, topic: str | None = None) -> int:
@@ -487,6 +540,8 @@ class LogStore:
                 return
             self._closed = True
             try:
+                if self._sync_pool is not None:
+                    self._sync_pool.shutdown(wait=True)
                 for partition in self._partitions.values():
                     partition.close()
                 self._watermarks.close()

@@ -20,15 +20,37 @@ File layout (big-endian)::
 The latest valid record is the watermark. Records are only ever appended (one ``write`` call, then
 ``fsync``), so a crash at any byte leaves every earlier record intact: the previous watermark stays
 readable. A torn or unverifiable *last* record is a write the crash interrupted (its group was never
-acknowledged): readers ignore it and the writer's recovery truncates it. A record failing its CRC with a
+acknowledged): the writer's recovery truncates it. A record failing its CRC with a
 whole valid record after it is damage, never skipped silently (:class:`CorruptWatermarkError`).
 
-When the file passes ``roll_bytes`` the writer replaces it, atomically (temp file, fsync, rename, directory
-fsync), by a file holding only the latest record. Readers notice the new inode and rescan.
+To save a disk round trip the writer fsyncs a group's segments and its watermark record *concurrently*;
+``append_group`` returns (and readers learn of the watermark) only when both are durable. So after a
+crash only the *last* record can be ahead of its data: recovery then drops that one record (its group was
+never acknowledged) and uses the previous one; if the previous one's data is incomplete too, that is
+damage and recovery stops. For the same reason, when the file passes ``roll_bytes`` the writer replaces it
+(atomically: temp file, fsync, rename, directory fsync) by a file holding the *two* latest records.
 
-Thread/process safety: one writer process appends; readers in any number of processes call
-:meth:`WatermarkLog.latest`, which costs one ``stat`` when nothing changed and otherwise reads only the
-new bytes. Not thread-safe within one object; the store serialises calls.
+Readers do not read ``watermarks.log`` (its newest record may not be durable yet). They read
+``watermark.pub``, which the writer updates only after a watermark and its data are durable::
+
+    offset  size  field
+         0     4  magic      b"CWMP"
+         4     2  version    1
+         6     2  flags      0
+         8     4  slot_size  uint32
+        12     4  reserved   0
+        16     .  slot 0, then slot 1 at 16 + slot_size; each: crc u32 (CRC32C of length + payload),
+                  length u32, payload (as above), zero padding to slot_size
+
+Watermark ``seq`` is written into slot ``seq % 2`` with one ``pwrite``, so a reader (or a crash) that
+catches a slot half-written still finds the previous watermark whole in the other slot; readers take the
+valid slot with the highest ``seq``. When a payload outgrows the slots the file is rewritten with larger
+slots (temp file, rename). The published file needs no fsync of its own: it only ever names watermarks
+already durable in ``watermarks.log``, and the writer rewrites it from there when it opens.
+
+Thread/process safety: one writer process appends and publishes; readers in any number of processes call
+:meth:`WatermarkLog.latest` (one small read per call). Not thread-safe within one object; the store
+serialises calls.
 """
 
 from __future__ import annotations
@@ -52,6 +74,10 @@ FILE_HEADER_SIZE = FILE_HEADER.size  # 8
 RECORD_HEADER = struct.Struct(">II")
 RECORD_HEADER_SIZE = RECORD_HEADER.size  # 8
 FILE_NAME = "watermarks.log"
+PUBLISHED_NAME = "watermark.pub"
+PUB_MAGIC = b"CWMP"
+PUB_HEADER = struct.Struct(">4sHHII")
+PUB_HEADER_SIZE = PUB_HEADER.size  # 16
 
 
 @dataclass(frozen=True)
@@ -101,35 +127,41 @@ class ScanResult:
     """What a scan of the watermark file found."""
 
     latest: Watermark | None
+    previous: Watermark | None  # the record before the latest one
+    latest_start: int  # byte position where the latest record starts
     valid_end: int  # byte position just past the last valid record
     torn_bytes: int  # bytes past valid_end that form no valid record
 
 
-def _parse(data: bytes, start: int, path: Path, file_offset: int = 0) -> tuple[Watermark | None, int]:
-    """Parse records in ``data[start:]``; returns the last valid one and where valid bytes end."""
+def _parse(data: bytes, start: int, path: Path) -> ScanResult:
+    """Parse the records in ``data[start:]`` (see the module docstring for what is torn or damage)."""
     latest: Watermark | None = None
-    pos = start
+    previous: Watermark | None = None
+    latest_start = pos = start
     end = len(data)
     while pos + RECORD_HEADER_SIZE <= end:
         crc, length = RECORD_HEADER.unpack_from(data, pos)
         stop = pos + RECORD_HEADER_SIZE + length
         if stop > end:
             break
-        ok = crc32c(data[pos + 4 : stop]) == crc
-        watermark = None
-        if ok:
-            try:
-                watermark = Watermark.decode(data[pos + RECORD_HEADER_SIZE : stop])
-            except ValueError:
-                ok = False
-        if not ok:
+        watermark = _decode_framed(data, pos, crc, stop)
+        if watermark is None:
             if _valid_record_at(data, stop):
-                raise CorruptWatermarkError(path, file_offset + pos,
+                raise CorruptWatermarkError(path, pos,
                                             "a record fails its CRC32C but later records are valid")
             break
-        latest = watermark
+        previous, latest, latest_start = latest, watermark, pos
         pos = stop
-    return latest, pos
+    return ScanResult(latest, previous, latest_start, pos, end - pos)
+
+
+def _decode_framed(data: bytes, pos: int, crc: int, stop: int) -> Watermark | None:
+    if crc32c(data[pos + 4 : stop]) != crc:
+        return None
+    try:
+        return Watermark.decode(data[pos + RECORD_HEADER_SIZE : stop])
+    except ValueError:
+        return None
 
 
 def _valid_record_at(data: bytes, pos: int) -> bool:
@@ -140,17 +172,50 @@ def _valid_record_at(data: bytes, pos: int) -> bool:
     return stop <= len(data) and crc32c(data[pos + 4 : stop]) == crc
 
 
+def _slot_size(record_bytes: int) -> int:
+    size = 256
+    while size < 2 * record_bytes:
+        size *= 2
+    return size
+
+
+def read_published(path: Path) -> Watermark | None:
+    """The newest whole watermark in a ``watermark.pub`` file (``None`` when it holds none)."""
+    data = path.read_bytes()
+    if len(data) < PUB_HEADER_SIZE:
+        raise CorruptWatermarkError(path, 0, f"file header is {len(data)} of 16 bytes")
+    magic, version, _flags, slot_size, _reserved = PUB_HEADER.unpack_from(data, 0)
+    if magic != PUB_MAGIC:
+        raise CorruptWatermarkError(path, 0, "not a published watermark file (bad magic)")
+    if version != VERSION:
+        raise LogFormatError(path, version, VERSION)
+    best: Watermark | None = None
+    for slot in (0, 1):
+        pos = PUB_HEADER_SIZE + slot * slot_size
+        if pos + RECORD_HEADER_SIZE > len(data):
+            continue
+        crc, length = RECORD_HEADER.unpack_from(data, pos)
+        stop = pos + RECORD_HEADER_SIZE + length
+        if length == 0 or length > slot_size - RECORD_HEADER_SIZE or stop > len(data):
+            continue
+        watermark = _decode_framed(data, pos, crc, stop)
+        if watermark is not None and (best is None or watermark.sequence > best.sequence):
+            best = watermark
+    return best
+
+
 class WatermarkLog:
     """Reader and (for the writer) appender of ``watermarks.log``."""
 
     def __init__(self, path: Path, roll_bytes: int = 1 << 20) -> None:
         self.path = path
         self.roll_bytes = roll_bytes
-        self._inode: int | None = None
-        self._scanned_to = 0
         self._latest: Watermark | None = None
+        self._latest_record = b""
         self._fd = -1
         self._size = 0
+        self._pub_fd = -1
+        self._pub_slot = 0
 
     @staticmethod
     def create(path: Path) -> None:
@@ -175,38 +240,22 @@ class WatermarkLog:
             raise LogFormatError(self.path, version, VERSION)
 
     def latest(self) -> Watermark | None:
-        """The latest watermark on disk, reading only bytes appended since the previous call."""
-        try:
-            fd = os.open(self.path, os.O_RDONLY)
-        except FileNotFoundError:
-            return None
-        try:
-            stat = os.fstat(fd)
-            if stat.st_ino != self._inode or stat.st_size < self._scanned_to:
-                self._inode, self._scanned_to, self._latest = stat.st_ino, 0, None
-            if stat.st_size == self._scanned_to:
-                return self._latest
-            if self._scanned_to == 0:
-                data = os.pread(fd, stat.st_size, 0)
-                self._check_header(data)
-                latest, end = _parse(data, FILE_HEADER_SIZE, self.path)
-            else:
-                data = os.pread(fd, stat.st_size - self._scanned_to, self._scanned_to)
-                latest, end = _parse(data, 0, self.path, self._scanned_to)
-                end += self._scanned_to
-        finally:
-            os.close(fd)
-        if latest is not None:
-            self._latest = latest
-        self._scanned_to = max(end, FILE_HEADER_SIZE)
-        return self._latest
+        """The latest *durable* watermark, as published for readers (``None`` before the first)."""
+        published = self.path.with_name(PUBLISHED_NAME)
+        for _ in range(3):
+            try:
+                watermark = read_published(published)
+            except FileNotFoundError:
+                return None
+            if watermark is not None:
+                return watermark  # else: no watermark yet, or both slots caught mid-write: retry
+        return None
 
     def scan(self) -> ScanResult:
-        """Read the whole file: the latest valid watermark and how many trailing bytes are torn."""
+        """Read the whole file: latest and previous valid watermark, and how many bytes are torn."""
         data = self.path.read_bytes()
         self._check_header(data)
-        latest, end = _parse(data, FILE_HEADER_SIZE, self.path)
-        return ScanResult(latest, end, len(data) - end)
+        return _parse(data, FILE_HEADER_SIZE, self.path)
 
     # --- writer side -------------------------------------------------------------------------
 
@@ -220,24 +269,36 @@ class WatermarkLog:
         os.lseek(self._fd, result.valid_end, os.SEEK_SET)
         self._size = result.valid_end
         self._latest = result.latest
+        if result.latest is not None:
+            self._latest_record = encode_record(result.latest)
         return result
 
+    def drop_latest(self, result: ScanResult) -> None:
+        """Remove the latest record (recovery found its data incomplete); fsynced."""
+        os.ftruncate(self._fd, result.latest_start)
+        os.fsync(self._fd)
+        os.lseek(self._fd, result.latest_start, os.SEEK_SET)
+        self._size = result.latest_start
+        self._latest = result.previous
+        self._latest_record = encode_record(result.previous) if result.previous is not None else b""
+
     def append(self, watermark: Watermark) -> None:
-        """Append one record and fsync it; rolls the file first when it grew past ``roll_bytes``."""
+        """Append one record and make it durable (``fdatasync``); rolls the file when it is big."""
         record = encode_record(watermark)
         if self._size + len(record) > self.roll_bytes and self._size > FILE_HEADER_SIZE:
-            self._roll(record)
+            self._roll(self._latest_record + record)
         else:
             write_all(self._fd, record)
-            os.fsync(self._fd)
+            os.fdatasync(self._fd)
             self._size += len(record)
         self._latest = watermark
+        self._latest_record = record
 
-    def _roll(self, record: bytes) -> None:
+    def _roll(self, records: bytes) -> None:
         tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            write_all(fd, FILE_HEADER.pack(MAGIC, VERSION, 0) + record)
+            write_all(fd, FILE_HEADER.pack(MAGIC, VERSION, 0) + records)
             os.fsync(fd)
         except BaseException:
             os.close(fd)
@@ -246,7 +307,29 @@ class WatermarkLog:
         fsync_dir(self.path.parent)
         os.close(self._fd)
         self._fd = fd
-        self._size = FILE_HEADER_SIZE + len(record)
+        self._size = FILE_HEADER_SIZE + len(records)
+
+    def publish(self, watermark: Watermark | None) -> None:
+        """Tell readers about ``watermark`` (which must be durable together with its data)."""
+        path = self.path.with_name(PUBLISHED_NAME)
+        record = encode_record(watermark) if watermark is not None else b""
+        if self._pub_fd < 0 or len(record) > self._pub_slot:
+            slot = _slot_size(len(record))
+            padded = record.ljust(slot, b"\0")
+            tmp = path.with_name(path.name + TMP_SUFFIX)
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                write_all(fd, PUB_HEADER.pack(PUB_MAGIC, VERSION, 0, slot, 0) + padded + padded)
+            except BaseException:
+                os.close(fd)
+                raise
+            os.replace(tmp, path)
+            if self._pub_fd >= 0:
+                os.close(self._pub_fd)
+            self._pub_fd, self._pub_slot = fd, slot
+            return
+        assert watermark is not None
+        os.pwrite(self._pub_fd, record, PUB_HEADER_SIZE + (watermark.sequence % 2) * self._pub_slot)
 
     @property
     def current(self) -> Watermark | None:
@@ -254,7 +337,9 @@ class WatermarkLog:
         return self._latest
 
     def close(self) -> None:
-        """Close the append descriptor (idempotent)."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        """Close the append descriptors (idempotent)."""
+        for name in ("_fd", "_pub_fd"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
