@@ -1,0 +1,214 @@
+"""``cdc log``: list, describe, tail and compact the topics of the embedded log.
+
+The log lives in ``<CDC_DATA_DIR>/log``; segment rolling, tombstone and retention limits come from the
+``CDC_SEGMENT_*`` / ``CDC_*_RETENTION_*`` settings. Every command opens the log read-only, so it runs beside
+a running capture; ``compact --roll`` needs the writer lock (capture stopped).
+"""
+
+from __future__ import annotations
+
+import base64
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from cdc.settings import Settings, load_settings
+from log_store import LogConfig, LogStore, Record, TopicPartition, Watermark
+from log_store.errors import UnknownTopicError
+
+log_group = click.Group("log", help="Inspect and maintain the embedded log (<CDC_DATA_DIR>/log).")
+
+
+def log_config(settings: Settings) -> LogConfig:
+    """The log store configuration the settings describe."""
+    return LogConfig(
+        segment_bytes=settings.segment_bytes,
+        segment_ms=settings.segment_ms,
+        delete_retention_ms=settings.delete_retention_ms,
+        retention_ms=settings.retention_ms,
+        retention_bytes=settings.retention_bytes,
+    )
+
+
+@contextmanager
+def open_log(*, writer: bool = False) -> Iterator[LogStore]:
+    """Open the log of the current settings (read-only unless ``writer``)."""
+    settings = load_settings()
+    log = LogStore.open(settings.log_dir, log_config(settings), writer=writer)
+    try:
+        yield log
+    finally:
+        log.close()
+
+
+def render_bytes(data: bytes | None) -> Any:
+    """A key or value for JSON output: parsed JSON, else UTF-8 text, else ``{"base64": ...}``."""
+    if data is None:
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(data).decode("ascii")}
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return text
+
+
+def render_record(record: Record) -> bytes:
+    """One JSON line for ``cdc log tail``."""
+    line: dict[str, Any] = {
+        "topic": record.topic,
+        "partition": record.partition,
+        "offset": record.offset,
+        "key": render_bytes(record.key),
+        "value": render_bytes(record.value),
+        "timestamp": record.timestamp_ms,
+    }
+    if record.headers:
+        line["headers"] = {name: render_bytes(value) for name, value in record.headers}
+    return orjson.dumps(line)
+
+
+def _format_time(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
+
+
+@log_group.command("topics")
+def topics_cmd() -> None:
+    """List the topics, one per line."""
+    with open_log() as log:
+        for name in log.topics():
+            click.echo(name)
+
+
+@log_group.command("describe")
+@click.argument("topic")
+def describe_cmd(topic: str) -> None:
+    """Partitions, offsets, segments, bytes, dirty ratio and the latest watermark of TOPIC."""
+    with open_log() as log:
+        config = log.topic_config(topic)
+        rows = log.describe(topic)
+        watermark = log.latest_watermark()
+    table = Table(title=f"{topic}  ({config.partitions} partition(s), "
+                        f"{'compacted' if config.compacted else 'retention'})")
+    for column in ("partition", "start offset", "end offset", "segments", "bytes", "dirty ratio"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        ratio = "-" if row.dirty_ratio is None else f"{row.dirty_ratio:.2f}"
+        table.add_row(str(row.tp.partition), str(row.start_offset), str(row.end_offset),
+                      str(row.segments), f"{row.bytes:,}", ratio)
+    console = Console(file=click.get_text_stream("stdout"), width=120)
+    console.print(table)
+    if watermark is None:
+        console.print("latest watermark: none (nothing committed yet)")
+    else:
+        console.print(f"latest watermark: #{watermark.sequence} at position {watermark.position} "
+                      f"({_format_time(watermark.timestamp_ms)})")
+
+
+@log_group.command("tail")
+@click.argument("topic")
+@click.option("--from-beginning", is_flag=True, help="Start at the first stored offset, not the end.")
+@click.option("--follow", "-f", is_flag=True, help="Keep printing new records until Ctrl-C.")
+@click.option("--partition", "-p", "partition", type=int, default=None,
+              help="Only this partition (default: all).")
+@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=0.25, show_default=True,
+              help="Seconds between checks of the watermark with --follow.")
+@click.option("--max-records", type=click.IntRange(min=1), default=None,
+              help="Stop after printing this many records.")
+def tail_cmd(topic: str, from_beginning: bool, follow: bool, partition: int | None,
+             poll_interval: float, max_records: int | None) -> None:
+    """Print TOPIC's committed records as JSON lines (topic, partition, offset, key, value, timestamp).
+
+    Without --from-beginning it starts at the current end; with --follow it waits for new commit
+    watermarks and prints their records, until Ctrl-C or --max-records.
+    """
+    out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
+    stop = threading.Event()
+    printed = 0
+    try:
+        with open_log() as log:
+            count = log.partitions(topic)
+            if partition is not None and not 0 <= partition < count:
+                raise UnknownTopicError(log.root, topic, partition, count)
+            tps = [TopicPartition(topic, p) for p in range(count)
+                   if partition is None or p == partition]
+            watermark = log.latest_watermark()
+            positions = {tp: (log.start_offset(tp) if from_beginning else
+                              (watermark.end_offset(tp) if watermark is not None else 0))
+                         for tp in tps}
+            while True:
+                if watermark is not None:
+                    for tp in tps:
+                        while True:
+                            records = log.read(tp, positions[tp], max_records=1000, until=watermark)
+                            if not records:
+                                break
+                            for record in records:
+                                line = render_record(record) + b"\n"
+                                if out is not None:
+                                    out.write(line)
+                                else:
+                                    click.echo(line.decode("utf-8"), nl=False)
+                                printed += 1
+                                if max_records is not None and printed >= max_records:
+                                    return
+                            positions[tp] = records[-1].offset + 1
+                    if out is not None:
+                        out.flush()
+                if not follow:
+                    return
+                watermark = _next_watermark(log, watermark, poll_interval, stop)
+    except KeyboardInterrupt:
+        return
+    except BrokenPipeError:
+        sys.stderr.close()  # the reader went away (e.g. `| head`): stop quietly
+        return
+    finally:
+        if out is not None:
+            try:
+                out.flush()
+            except BrokenPipeError:
+                pass
+
+
+def _next_watermark(log: LogStore, current: Watermark | None, interval: float,
+                    stop: threading.Event) -> Watermark | None:
+    """Poll the published watermark every ``interval`` seconds until it moves past ``current``."""
+    while True:
+        latest = log.latest_watermark()
+        if latest is not None and (current is None or latest.sequence != current.sequence):
+            return latest
+        stop.wait(interval)
+
+
+@log_group.command("compact")
+@click.argument("topic", required=False)
+@click.option("--roll", is_flag=True,
+              help="First seal the active segments so that everything committed is compacted "
+                   "(needs the writer lock: stop capture first).")
+def compact_cmd(topic: str | None, roll: bool) -> None:
+    """Compact TOPIC (or every topic); topics that are not compacted get their retention applied."""
+    with open_log(writer=roll) as log:
+        if roll:
+            log.roll(topic)
+        report = log.compact(topic)
+    if not report.partitions:
+        click.echo("nothing to compact: no sealed segment below the watermark "
+                   "(use --roll with capture stopped to include the active segments)")
+        return
+    for part in report.partitions:
+        click.echo(f"{part.tp.topic}[{part.tp.partition}]: {part.records_read} record(s) read, "
+                   f"{part.records_kept} kept, {part.tombstones_removed} tombstone(s) removed, "
+                   f"{part.folded} folded, {part.segments_rewritten} segment(s) rewritten, "
+                   f"{part.segments_deleted} deleted, {part.bytes_before:,} -> {part.bytes_after:,} "
+                   "bytes")
