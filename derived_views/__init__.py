@@ -1,1 +1,3 @@
-"""placeholder"""
+"""Derived views kept exact from the change log: warehouse, search index and cache Delta tables."""
+
+from __future__ import annotations

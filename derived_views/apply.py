@@ -1,0 +1,435 @@
+"""Shared apply machinery: read a log range, reduce it per key, decode typed rows, MERGE into Delta.
+
+Every view table is written through :func:`merge_current` (one row per key, SCD type 1) or
+:func:`merge_history` (one row per version, SCD type 2). Both follow the same rules:
+
+1. **Exactly the pending events.** A table reads ``[its progress, watermark)`` of the topics it
+   consumes (:func:`pending`), so an event is applied to a table at most once; re-applying the same
+   or an older batch is a no-op, so a deleted row can never come back from an older event.
+2. **One Delta commit per table and batch**, carrying the new progress (offsets + watermark LSN and
+   time, see :mod:`derived_views.progress`) as its ``userMetadata``: data and position move together.
+3. **LSN guard.** A source row replaces a table row only if its ``(lsn, sequence)`` is newer.
+4. **Partial rows.** Columns an update left out (``unchanged`` header) are folded from the key's
+   earlier event in the batch (:mod:`derived_views.events`), else kept from the table row.
+5. **Truncate** empties the rows older than the truncate's LSN in the same MERGE.
+6. **Poison events** (an unreadable envelope, or values that do not fit the column types) are written
+   to the view's dead-letter Delta table first (idempotently, keyed by topic/partition/offset) and
+   left out of the MERGE; the rest of the batch applies whole.
+
+:func:`merge_current` MERGE, target ``t`` on ``t._cdc_key = s._cdc_key``, clauses in this order:
+
+- ``WHEN MATCHED AND s is newer AND s._cdc_op = 'd' THEN DELETE``
+- ``WHEN MATCHED AND s is newer THEN UPDATE SET`` every column (an unchanged column keeps ``t``'s value)
+- ``WHEN NOT MATCHED AND s._cdc_op <> 'd' THEN INSERT``
+- ``WHEN NOT MATCHED BY SOURCE AND t._cdc_lsn < truncate_lsn THEN DELETE`` (only when the batch
+  holds a truncate)
+
+:func:`merge_history` uses the staged-union form: each key that has events gets a *close* row
+(merge key = its key) and every event an *insert* row (merge key NULL); target ``t`` on
+``t._cdc_key = s._merge_key AND t._cdc_is_current``:
+
+- ``WHEN MATCHED AND s is newer than t's valid-from THEN UPDATE`` valid-to := s's first position,
+  ``_cdc_is_current := false``
+- ``WHEN NOT MATCHED AND s._merge_key IS NULL THEN INSERT`` the version row
+- ``WHEN NOT MATCHED BY SOURCE AND t._cdc_is_current AND t valid-from < truncate THEN UPDATE``
+  valid-to := the truncate, ``_cdc_is_current := false`` (only when the batch holds a truncate)
+
+A rebuild (``replace=True``) computes the same rows from an empty table and overwrites the table in one
+Delta commit (with ``overwriteSchema``), so readers see the old table until the new one is complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from derived_views.events import EVENT_DDL, reduce_partition
+from derived_views.log_source import LogWatermark, Offsets, offsets_json
+from derived_views.progress import Progress, committing
+from derived_views.schema import quote
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column as SparkColumn
+    from pyspark.sql import DataFrame, SparkSession
+
+KEY, LSN, SEQ, TS, OP, UNCHANGED = "_cdc_key", "_cdc_lsn", "_cdc_seq", "_cdc_commit_ts", "_cdc_op", "_cdc_unchanged"
+CURRENT_META_DDL = f"{KEY} string, {LSN} bigint, {SEQ} bigint, {TS} timestamp, {OP} string"
+HISTORY_META_DDL = (
+    f"{KEY} string, _cdc_valid_from_lsn bigint, _cdc_valid_from_seq bigint, _cdc_valid_from_ts timestamp, "
+    "_cdc_valid_to_lsn bigint, _cdc_valid_to_seq bigint, _cdc_valid_to_ts timestamp, "
+    f"_cdc_is_current boolean, {OP} string"
+)
+DEAD_LETTER_DDL = (
+    "target string, topic string, partition int, offset bigint, key string, value string, error string, "
+    "lsn bigint, recorded_at timestamp"
+)
+
+
+@dataclass(frozen=True)
+class Range:
+    """What one sync step reads: the log location, and the watermark every table moves to."""
+
+    log_path: str
+    watermark: LogWatermark
+
+    def progress(self, topics: list[str], previous: Progress | None = None) -> Progress:
+        """The progress a table consuming ``topics`` has once this range is applied."""
+        offsets = {t: dict(parts) for t, parts in (previous.offsets if previous else {}).items()}
+        for topic in topics:
+            offsets[topic] = dict(self.watermark.offsets.get(topic, {}))
+        return Progress(offsets, self.watermark.position, self.watermark.timestamp_ms)
+
+
+def read_log(spark: SparkSession, log_path: str, topics: list[str], start: Offsets, end: Offsets) -> DataFrame:
+    """Raw log rows of ``topics`` in ``[start, end)`` through the ``cdclog`` source."""
+    from derived_views.log_source import register
+
+    register(spark)
+    return (
+        spark.read.format("cdclog")
+        .option("path", log_path)
+        .option("topics", ",".join(topics))
+        .option("startingOffsets", offsets_json(start))
+        .option("endingOffsets", offsets_json({t: end.get(t, {}) for t in topics}))
+        .load()
+    )
+
+
+def pending(spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None) -> DataFrame:
+    """The raw events of ``topics`` a table with ``progress`` has not applied, up to the range's watermark."""
+    start = {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
+    return read_log(spark, rng.log_path, topics, start, rng.watermark.offsets)
+
+
+def reduce_events(raw: DataFrame, mode: str) -> DataFrame:
+    """Decode and reduce per Spark partition (= log partition range): ``latest`` or ``all`` events."""
+    return raw.mapInArrow(partial(reduce_partition, mode=mode), EVENT_DDL)
+
+
+def typed(events: DataFrame, columns: list[tuple[str, str]], table: str) -> DataFrame:
+    """Typed rows: the data columns parsed from the event (after, else before, else key) plus metadata.
+
+    ``_cdc_error`` is set on poison events: an unreadable envelope, or values that do not fit ``columns``.
+    """
+    from pyspark.sql import functions as F
+
+    ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
+    raw = F.coalesce(F.col("after"), F.col("before"), F.col("key"))
+    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_cdc_corrupt"}
+    parsed = events.withColumn("_cdc_raw", raw).withColumn(
+        "_cdc_data", F.from_json(F.col("_cdc_raw"), f"{ddl}, _cdc_corrupt string", options)
+    )
+    bad = F.when(
+        (F.col("op") != "t") & F.col("_cdc_data._cdc_corrupt").isNotNull(),
+        F.lit(f"values do not fit the columns of {table} ({ddl})"),
+    )
+    return parsed.select(
+        *[F.col("_cdc_data").getField(name).alias(name) for name, _ in columns],
+        F.col("key").alias(KEY),
+        F.col("lsn").alias(LSN),
+        F.col("seq").alias(SEQ),
+        F.timestamp_millis(F.col("commit_ts_ms")).alias(TS),
+        F.col("op").alias(OP),
+        F.col("unchanged").alias(UNCHANGED),
+        F.col("topic").alias("_cdc_topic"),
+        F.col("partition").alias("_cdc_partition"),
+        F.col("offset").alias("_cdc_offset"),
+        F.col("_cdc_raw"),
+        F.coalesce(F.col("error"), bad).alias("_cdc_error"),
+    )
+
+
+@dataclass(frozen=True)
+class BatchFacts:
+    """What one action learns about a typed batch: its size, poison count and truncate LSNs."""
+
+    rows: int
+    poison: int
+    truncates: tuple[int, ...]
+
+
+def facts(frame: DataFrame) -> BatchFacts:
+    """Count rows and poison events and collect truncate LSNs in one Spark action."""
+    from pyspark.sql import functions as F
+
+    row = frame.agg(
+        F.count(F.lit(1)).alias("rows"),
+        F.count(F.col("_cdc_error")).alias("poison"),
+        F.collect_set(F.when(F.col(OP) == "t", F.col(LSN))).alias("truncates"),
+    ).collect()[0]
+    return BatchFacts(int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])))
+
+
+def dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
+    """Record the poison events of ``frame`` in the dead-letter table at ``path`` (idempotent)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    ensure_table(spark, path, DEAD_LETTER_DDL)
+    poison = frame.filter(F.col("_cdc_error").isNotNull()).select(
+        F.lit(target).alias("target"),
+        F.col("_cdc_topic").alias("topic"),
+        F.col("_cdc_partition").alias("partition"),
+        F.col("_cdc_offset").alias("offset"),
+        F.col(KEY).alias("key"),
+        F.col("_cdc_raw").alias("value"),
+        F.col("_cdc_error").alias("error"),
+        F.col(LSN).alias("lsn"),
+        F.current_timestamp().alias("recorded_at"),
+    )
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(
+            poison.alias("s"),
+            "t.target = s.target AND t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset",
+        )
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+
+
+_KNOWN_COLUMNS: dict[str, set[str]] = {}
+
+
+def ensure_table(spark: SparkSession, path: str, ddl: str) -> None:
+    """Create the Delta table at ``path`` with ``ddl``, or add the columns of ``ddl`` it lacks."""
+    from delta.tables import DeltaTable
+    from pyspark.sql.types import StructType
+
+    wanted = StructType.fromDDL(ddl)
+    known = _KNOWN_COLUMNS.get(path)
+    if known is not None and all(f.name in known for f in wanted.fields):
+        return
+    if not DeltaTable.isDeltaTable(spark, path):
+        DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted).execute()
+        _KNOWN_COLUMNS[path] = {f.name for f in wanted.fields}
+        return
+    existing = {f.name for f in spark.read.format("delta").load(path).schema.fields}
+    missing = [f for f in wanted.fields if f.name not in existing]
+    if missing:
+        added = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in missing)
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({added})")
+    _KNOWN_COLUMNS[path] = existing | {f.name for f in missing}
+
+
+def forget_table(path: str) -> None:
+    """Drop cached knowledge of ``path``'s columns (after a rebuild replaced its schema)."""
+    _KNOWN_COLUMNS.pop(path, None)
+
+
+def _newer(prefix_lsn: str = LSN, prefix_seq: str = SEQ) -> str:
+    return f"(s.{LSN} > t.{prefix_lsn} OR (s.{LSN} = t.{prefix_lsn} AND s.{SEQ} > t.{prefix_seq}))"
+
+
+def _overwrite(frame: DataFrame, path: str, progress: Progress) -> None:
+    (
+        frame.write.format("delta")
+        .mode("overwrite")
+        .option("overwriteSchema", "true")
+        .option("userMetadata", progress.to_json())
+        .save(path)
+    )
+    forget_table(path)
+
+
+def merge_current(
+    spark: SparkSession,
+    path: str,
+    source: DataFrame,
+    columns: list[tuple[str, str]],
+    progress: Progress,
+    truncates: tuple[int, ...] = (),
+    *,
+    replace: bool = False,
+) -> None:
+    """Apply latest-per-key typed rows to the SCD1 table at ``path`` in one commit (see module docstring)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    rows = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t"))
+    names = [n for n, _ in columns]
+    ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " + CURRENT_META_DDL
+    if replace:
+        kept = rows.filter(F.col(OP) != "d").select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP)
+        _overwrite(kept, path, progress)
+        return
+    ensure_table(spark, path, ddl)
+    update = {
+        quote(n): f"CASE WHEN array_contains(s.{UNCHANGED}, '{n}') THEN t.{quote(n)} ELSE s.{quote(n)} END"
+        for n in names
+    }
+    meta = {c: f"s.{c}" for c in (KEY, LSN, SEQ, TS, OP)}
+    insert = {**{quote(n): f"s.{quote(n)}" for n in names}, **meta}
+    builder = (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(rows.alias("s"), f"t.{KEY} = s.{KEY}")
+        .whenMatchedDelete(condition=f"{_newer()} AND s.{OP} = 'd'")
+        .whenMatchedUpdate(condition=_newer(), set={**update, **meta})
+        .whenNotMatchedInsert(condition=f"s.{OP} <> 'd'", values=insert)
+    )
+    if truncates:
+        builder = builder.whenNotMatchedBySourceDelete(condition=f"t.{LSN} < {max(truncates)}")
+    with committing(spark, progress):
+        builder.execute()
+
+
+def _close_at(truncates: tuple[int, ...], lsn: SparkColumn, next_lsn: SparkColumn) -> SparkColumn | None:
+    """The first truncate after ``lsn`` and before ``next_lsn`` (a version's end by truncation)."""
+    from pyspark.sql import functions as F
+
+    result = None
+    for truncate in truncates:
+        hit = (lsn < F.lit(truncate)) & (next_lsn.isNull() | (next_lsn > F.lit(truncate)))
+        result = F.when(hit, F.lit(truncate)) if result is None else result.when(hit, F.lit(truncate))
+    return result
+
+
+def merge_history(
+    spark: SparkSession,
+    path: str,
+    source: DataFrame,
+    columns: list[tuple[str, str]],
+    progress: Progress,
+    truncates: tuple[int, ...] = (),
+    *,
+    replace: bool = False,
+) -> None:
+    """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    names = [n for n, _ in columns]
+    ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " + HISTORY_META_DDL
+    events = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t") & F.col(KEY).isNotNull())
+    if not replace:
+        ensure_table(spark, path, ddl)
+        events = _fill_from_current(spark, path, events, names)
+    by_key = Window.partitionBy(KEY).orderBy(LSN, SEQ)
+    nxt = events.select(
+        "*",
+        F.lead(LSN).over(by_key).alias("_next_lsn"),
+        F.lead(SEQ).over(by_key).alias("_next_seq"),
+        F.lead(TS).over(by_key).alias("_next_ts"),
+        F.row_number().over(by_key).alias("_rank"),
+    )
+    is_delete = F.col(OP) == "d"
+    truncated = _close_at(truncates, F.col(LSN), F.col("_next_lsn"))
+    to_lsn = F.when(is_delete, F.col(LSN)).otherwise(F.col("_next_lsn"))
+    to_seq = F.when(is_delete, F.col(SEQ)).otherwise(F.col("_next_seq"))
+    to_ts = F.when(is_delete, F.col(TS)).otherwise(F.col("_next_ts"))
+    if truncated is not None:
+        to_lsn = F.when(~is_delete & truncated.isNotNull(), truncated).otherwise(to_lsn)
+        to_seq = F.when(~is_delete & truncated.isNotNull(), F.lit(-1)).otherwise(to_seq)
+        to_ts = F.when(~is_delete & truncated.isNotNull(), F.lit(None).cast("timestamp")).otherwise(to_ts)
+    versions = nxt.select(
+        *[quote(n) for n in names],
+        KEY,
+        F.col(LSN).alias("_cdc_valid_from_lsn"),
+        F.col(SEQ).alias("_cdc_valid_from_seq"),
+        F.col(TS).alias("_cdc_valid_from_ts"),
+        to_lsn.cast("bigint").alias("_cdc_valid_to_lsn"),
+        to_seq.cast("bigint").alias("_cdc_valid_to_seq"),
+        to_ts.alias("_cdc_valid_to_ts"),
+        (to_lsn.isNull() & ~is_delete).alias("_cdc_is_current"),
+        OP,
+        F.col("_rank"),
+    )
+    if replace:
+        _overwrite(versions.drop("_rank"), path, progress)
+        return
+    first = versions.filter(F.col("_rank") == 1)
+    first_truncate = _close_at(truncates, F.lit(-1), F.col("_cdc_valid_from_lsn"))
+    close_lsn = F.col("_cdc_valid_from_lsn")
+    close_seq = F.col("_cdc_valid_from_seq")
+    close_ts = F.col("_cdc_valid_from_ts")
+    if first_truncate is not None:
+        close_lsn = F.coalesce(first_truncate, close_lsn)
+        close_seq = F.when(first_truncate.isNotNull(), F.lit(-1)).otherwise(close_seq)
+        close_ts = F.when(first_truncate.isNotNull(), F.lit(None).cast("timestamp")).otherwise(close_ts)
+    close = first.select(
+        F.col(KEY).alias("_merge_key"),
+        *[F.lit(None).cast(t).alias(n) for n, t in columns],
+        KEY,
+        close_lsn.cast("bigint").alias("_close_lsn"),
+        close_seq.cast("bigint").alias("_close_seq"),
+        close_ts.alias("_close_ts"),
+    )
+    staged = versions.drop("_rank").select(F.lit(None).cast("string").alias("_merge_key"), "*")
+    close_full = close.select(
+        "_merge_key",
+        *[quote(n) for n in names],
+        KEY,
+        F.col("_close_lsn").alias("_cdc_valid_from_lsn"),
+        F.col("_close_seq").alias("_cdc_valid_from_seq"),
+        F.col("_close_ts").alias("_cdc_valid_from_ts"),
+        F.lit(None).cast("bigint").alias("_cdc_valid_to_lsn"),
+        F.lit(None).cast("bigint").alias("_cdc_valid_to_seq"),
+        F.lit(None).cast("timestamp").alias("_cdc_valid_to_ts"),
+        F.lit(False).alias("_cdc_is_current"),
+        F.lit("close").alias(OP),
+    )
+    merged = staged.unionByName(close_full)
+    newer = (
+        "(s._cdc_valid_from_lsn > t._cdc_valid_from_lsn OR "
+        "(s._cdc_valid_from_lsn = t._cdc_valid_from_lsn AND s._cdc_valid_from_seq > t._cdc_valid_from_seq))"
+    )
+    insert = {quote(n): f"s.{quote(n)}" for n in names}
+    insert.update(
+        {
+            c: f"s.{c}"
+            for c in (
+                KEY, "_cdc_valid_from_lsn", "_cdc_valid_from_seq", "_cdc_valid_from_ts", "_cdc_valid_to_lsn",
+                "_cdc_valid_to_seq", "_cdc_valid_to_ts", "_cdc_is_current", OP,
+            )
+        }
+    )
+    builder = (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(merged.alias("s"), f"t.{KEY} = s._merge_key AND t._cdc_is_current")
+        .whenMatchedUpdate(
+            condition=newer,
+            set={
+                "_cdc_valid_to_lsn": "s._cdc_valid_from_lsn",
+                "_cdc_valid_to_seq": "s._cdc_valid_from_seq",
+                "_cdc_valid_to_ts": "s._cdc_valid_from_ts",
+                "_cdc_is_current": "false",
+            },
+        )
+        .whenNotMatchedInsert(condition="s._merge_key IS NULL", values=insert)
+    )
+    if truncates:
+        first_t = min(truncates)
+        builder = builder.whenNotMatchedBySourceUpdate(
+            condition=f"t._cdc_is_current AND t._cdc_valid_from_lsn < {first_t}",
+            set={"_cdc_valid_to_lsn": str(first_t), "_cdc_valid_to_seq": "-1", "_cdc_is_current": "false"},
+        )
+    with committing(spark, progress):
+        builder.execute()
+
+
+def _fill_from_current(spark: SparkSession, path: str, events: DataFrame, names: list[str]) -> DataFrame:
+    """Take the columns a batch's first partial event lacks from the key's current version in ``path``."""
+    from pyspark.sql import functions as F
+
+    current = (
+        spark.read.format("delta").load(path)
+        .filter(F.col("_cdc_is_current"))
+        .select(F.col(KEY).alias("_fill_key"), *[F.col(quote(n)).alias(f"_fill_{n}") for n in names])
+    )
+    partial_rows = events.filter(F.size(UNCHANGED) > 0)
+    whole = events.filter(F.size(UNCHANGED) == 0)
+    joined = partial_rows.join(current, partial_rows[KEY] == current["_fill_key"], "left")
+    filled = joined.select(
+        *[
+            F.when(F.array_contains(F.col(UNCHANGED), n), F.col(f"_fill_{n}")).otherwise(F.col(quote(n))).alias(n)
+            for n in names
+        ],
+        *[c for c in events.columns if c not in names],
+    )
+    return whole.unionByName(filled)
+

@@ -1,0 +1,9 @@
+"""cache view (being written)."""
+
+from __future__ import annotations
+
+NAME = "cache"
+
+
+def sync(ctx, rng, *, replace=False):  # type: ignore[no-untyped-def]
+    return []

@@ -1,0 +1,96 @@
+"""What a view needs to run one sync step: the session, where things live, source schemas, progress.
+
+:class:`ViewContext` is built once per process (:func:`derived_views.runner.context_from_settings`) and
+caches what only this process changes: each table's progress after it commits, and the source schemas
+until the schema topic moves. Nothing here reads the log directly; the log location is an opaque
+string handed to the ``cdclog`` source.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from derived_views.apply import Range, read_log
+from derived_views.errors import SourceSchemaError
+from derived_views.log_source import LogWatermark, Offsets
+from derived_views.progress import Progress, read_progress
+from derived_views.schema import TableSchema, schemas_topic
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@dataclass
+class ViewContext:
+    """Shared state of the views run by one process."""
+
+    spark: SparkSession
+    views_dir: str
+    log_path: str
+    prefix: str
+    _progress: dict[str, Progress] = field(default_factory=dict)
+    _schemas: dict[str, TableSchema] = field(default_factory=dict)
+    _schemas_at: Offsets | None = None
+
+    @property
+    def schemas_topic(self) -> str:
+        """The topic holding every source table's column list."""
+        return schemas_topic(self.prefix)
+
+    def path(self, *parts: str) -> str:
+        """A Delta table path below the views directory."""
+        return "/".join([self.views_dir.rstrip("/"), *parts])
+
+    def topic(self, qualified: str) -> str:
+        """Topic of the source table ``schema.table``."""
+        return f"{self.prefix}.{qualified}"
+
+    def progress(self, path: str) -> Progress:
+        """Applied progress of the table at ``path`` (empty when it does not exist)."""
+        if path not in self._progress:
+            self._progress[path] = read_progress(self.spark, path) or Progress()
+        return self._progress[path]
+
+    def set_progress(self, path: str, progress: Progress) -> None:
+        """Remember what this process just committed to ``path``."""
+        self._progress[path] = progress
+
+    def forget(self) -> None:
+        """Drop cached progress (another process may have written)."""
+        self._progress.clear()
+
+    def schemas(self, watermark: LogWatermark) -> dict[str, TableSchema]:
+        """Latest column list of every source table as of ``watermark``, by ``schema.table``."""
+        ends = watermark.offsets.get(self.schemas_topic, {})
+        if self._schemas_at == {self.schemas_topic: ends}:
+            return self._schemas
+        frame = read_log(self.spark, self.log_path, [self.schemas_topic], {}, watermark.offsets)
+        latest: dict[str, tuple[int, str | None]] = {}
+        for row in frame.select("partition", "offset", "key", "value").collect():
+            key = json.loads(row["key"]) if row["key"] else None
+            if isinstance(key, str) and (key not in latest or row["offset"] >= latest[key][0]):
+                latest[key] = (row["offset"], row["value"])
+        schemas = {}
+        for name, (_, value) in latest.items():
+            if value is not None:
+                schemas[name] = TableSchema.from_record(json.loads(value))
+        self._schemas = schemas
+        self._schemas_at = {self.schemas_topic: dict(ends)}
+        return schemas
+
+    def schema(self, watermark: LogWatermark, qualified: str) -> TableSchema:
+        """One table's schema; a clear error when capture has not described it."""
+        schemas = self.schemas(watermark)
+        if qualified not in schemas:
+            raise SourceSchemaError(
+                f"the schema topic {self.schemas_topic} has no columns for {qualified}: "
+                f"check that {qualified} is captured (CDC_TABLES / the publication) and run `cdc capture`"
+            )
+        return schemas[qualified]
+
+
+def range_for(ctx: ViewContext, watermark: LogWatermark) -> Range:
+    """The sync range that ends at ``watermark``."""
+    return Range(ctx.log_path, watermark)

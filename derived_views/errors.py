@@ -1,0 +1,64 @@
+"""Errors the derived views raise; each names what is wrong and how to fix it.
+
+The CLI prints ``str(error)`` as one line and exits with :attr:`ViewError.exit_code`, so every message
+is complete on its own: the view, table, path or LSN involved, and the next step for the user.
+
+Hierarchy::
+
+    ViewError                 base; exit code 1
+    ├── UnknownViewError      a view name that is not registered (exit code 2)
+    ├── UnknownEntityError    ``cdc cache get`` with an entity the cache does not hold (exit code 2)
+    ├── MissingTableError     a Delta table a command needs does not exist yet
+    ├── LogUnavailableError   the log has no topic or no watermark to read up to
+    ├── SourceSchemaError     the schema topic lacks a table a view needs
+    └── VerifyMismatchError   ``cdc verify`` found differences (exit code 4)
+"""
+
+from __future__ import annotations
+
+
+class ViewError(Exception):
+    """Base of every view error the user can act on; ``exit_code`` is what the CLI exits with."""
+
+    exit_code: int = 1
+
+
+class UnknownViewError(ViewError):
+    """A view name that is not one of the registered views."""
+
+    exit_code = 2
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown view {name!r}: choose one of {', '.join(sorted(known))}")
+        self.name = name
+
+
+class UnknownEntityError(ViewError):
+    """An entity name the cache view does not serve."""
+
+    exit_code = 2
+
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown cache entity {name!r}: choose one of {', '.join(sorted(known))}")
+
+
+class MissingTableError(ViewError):
+    """A Delta table that a command reads has not been created yet."""
+
+    def __init__(self, path: str, view: str) -> None:
+        super().__init__(f"Delta table {path} does not exist: run `cdc sync {view} --once` first")
+        self.path = path
+
+
+class LogUnavailableError(ViewError):
+    """The log holds nothing a view can read (no watermark yet, or a missing topic)."""
+
+
+class SourceSchemaError(ViewError):
+    """The schema topic has no column list for a source table a view needs."""
+
+
+class VerifyMismatchError(ViewError):
+    """``cdc verify`` found rows that differ between a view and the source tables."""
+
+    exit_code = 4

@@ -1,0 +1,269 @@
+"""Spark data source ``cdclog``: batch and streaming reads of the change log, up to a commit watermark.
+
+This is the only module of the views that knows where the log lives; everything else sees a DataFrame
+with the columns of :data:`RAW_DDL` (the Kafka source's shape, so a deployment that moves the topics
+to Kafka swaps this reader for Spark's Kafka source and keeps the rest).
+
+Offsets are plain dicts::
+
+    {"position": "00000000016B3A28",              # the watermark's commit LSN ("%016X")
+     "offsets": {"cdc.public.products": {"0": 120, "1": 97}}}   # next offset per topic-partition
+
+Examples
+--------
+>>> from derived_views.log_source import LogDataSource, register
+>>> register(spark)
+>>> df = (spark.read.format("cdclog").option("path", "data/log")
+...       .option("topics", "cdc.public.products").load())
+
+Notes
+-----
+- End offsets always come from one commit watermark of the log, so a batch never holds part of a
+  source transaction (promise 2), and re-reading the same ``[start, end)`` yields the same records.
+- Every Spark input partition is one topic-partition's offset range, so all events of one key stay in
+  one Spark partition, in log order.
+- ``read()`` is stateless: it opens the log read-only, reads its range and yields Arrow record batches
+  whose columns match :data:`RAW_DDL` by position.
+- The streaming reader's ``commit()`` does nothing: Spark's checkpointed offsets are the truth.
+  A read limit is not applied: a micro-batch cap could only fall on a watermark, and the log keeps
+  only its latest one, so every micro-batch reads up to the latest watermark.
+- Workers import this module, so it must be importable on them (``PYSPARK_PYTHON`` set to the
+  project's interpreter; :func:`derived_views.spark_session.build_spark` does that).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.datasource import ReadLimit
+
+#: Columns of every row the source yields, in order.
+RAW_DDL = (
+    "topic string, partition int, offset bigint, key string, value string, "
+    "timestamp_ms bigint, unchanged string"
+)
+
+#: ``{"topic": {"partition": next_offset}}``.
+Offsets = dict[str, dict[str, int]]
+
+_CHUNK = 20_000
+
+
+@dataclass(frozen=True)
+class LogWatermark:
+    """A commit watermark as plain values: its position, time and end offsets of the chosen topics."""
+
+    position: str
+    timestamp_ms: int
+    offsets: Offsets
+
+    @property
+    def lsn(self) -> int:
+        """The watermark position as an integer commit LSN (0 when it is not hex)."""
+        try:
+            return int(self.position, 16)
+        except ValueError:
+            return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-dict form (a streaming offset)."""
+        return {"position": self.position, "timestamp_ms": self.timestamp_ms, "offsets": self.offsets}
+
+
+class LogPartition(InputPartition):
+    """Offsets ``[start, end)`` of one topic-partition of the log at ``path``; picklable."""
+
+    def __init__(self, path: str, topic: str, partition: int, start: int, end: int) -> None:
+        super().__init__((topic, partition, start, end))
+        self.path = path
+        self.topic = topic
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
+def _open(path: str) -> Any:
+    from log_store import LogStore
+
+    return LogStore.open(Path(path))
+
+
+def read_watermark(path: str, topics: Sequence[str] | None = None) -> LogWatermark | None:
+    """The log's latest commit watermark restricted to ``topics`` (all when ``None``); ``None`` before
+    the first one. A topic the log does not hold (yet) reads as having no partitions.
+    """
+    with _open(path) as log:
+        watermark = log.latest_watermark()
+        if watermark is None:
+            return None
+        offsets: Offsets = {topic: {} for topic in topics or ()}
+        for tp, end in watermark.end_offsets.items():
+            if topics is None or tp.topic in offsets:
+                offsets.setdefault(tp.topic, {})
+                offsets[tp.topic][str(tp.partition)] = int(end)
+        return LogWatermark(str(watermark.position), int(watermark.timestamp_ms), offsets)
+
+
+def plan_partitions(path: str, start: Offsets, end: Offsets) -> list[LogPartition]:
+    """One input partition per topic-partition whose range ``[start, end)`` is not empty."""
+    planned = []
+    for topic in sorted(end):
+        for partition, end_offset in sorted(end[topic].items(), key=lambda item: int(item[0])):
+            begin = int(start.get(topic, {}).get(partition, 0))
+            if end_offset > begin:
+                planned.append(LogPartition(path, topic, int(partition), begin, int(end_offset)))
+    return planned
+
+
+def _arrow_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+    import pyarrow as pa
+
+    columns = list(zip(*rows, strict=True))
+    types = [pa.string(), pa.int32(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.string()]
+    names = ["topic", "partition", "offset", "key", "value", "timestamp_ms", "unchanged"]
+    return pa.RecordBatch.from_arrays([pa.array(col, type=t) for col, t in zip(columns, types, strict=True)], names)
+
+
+def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
+    """Yield the records of one input partition as Arrow batches in :data:`RAW_DDL` order."""
+    from log_store import TopicPartition
+
+    tp = TopicPartition(partition.topic, partition.partition)
+    offset = partition.start
+    with _open(partition.path) as log:
+        while offset < partition.end:
+            records = log.read(tp, offset, max_records=_CHUNK)
+            rows = []
+            for record in records:
+                if record.offset >= partition.end:
+                    break
+                unchanged = record.header("unchanged")
+                rows.append(
+                    (
+                        record.topic,
+                        record.partition,
+                        record.offset,
+                        None if record.key is None else record.key.decode(),
+                        None if record.value is None else record.value.decode(),
+                        record.timestamp_ms,
+                        None if unchanged is None else unchanged.decode(),
+                    )
+                )
+            if not records:
+                break
+            offset = records[-1].offset + 1
+            if rows:
+                yield _arrow_batch(rows)
+
+
+def _parse_offsets(text: str | None) -> Offsets:
+    if not text or text == "earliest":
+        return {}
+    parsed = json.loads(text)
+    return {topic: {str(p): int(o) for p, o in parts.items()} for topic, parts in parsed.items()}
+
+
+class _Options:
+    """The source's options: ``path``, ``topics`` (comma-separated), ``startingOffsets``, ``endingOffsets``."""
+
+    def __init__(self, given: dict[str, str]) -> None:
+        options = {key.lower(): value for key, value in given.items()}
+        if "path" not in options:
+            raise ValueError("the cdclog source needs option 'path' (the log directory)")
+        self.path = options["path"]
+        self.topics = [t.strip() for t in options.get("topics", "").split(",") if t.strip()]
+        if not self.topics:
+            raise ValueError("the cdclog source needs option 'topics' (comma-separated topic names)")
+        self.starting = _parse_offsets(options.get("startingoffsets"))
+        self.ending = options.get("endingoffsets")
+
+    def end(self) -> tuple[str, int, Offsets]:
+        if self.ending and self.ending != "watermark":
+            parsed = json.loads(self.ending)
+            return str(parsed.get("position", "")), int(parsed.get("timestamp_ms", 0)), _parse_offsets(
+                json.dumps(parsed.get("offsets", parsed))
+            )
+        watermark = read_watermark(self.path, self.topics)
+        if watermark is None:
+            return "", 0, {topic: {} for topic in self.topics}
+        return watermark.position, watermark.timestamp_ms, watermark.offsets
+
+
+class LogBatchReader(DataSourceReader):
+    """Batch reader of ``[startingOffsets, endingOffsets)``; the end defaults to the latest watermark."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self._options = _Options(options)
+        self._end = self._options.end()[2]
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return plan_partitions(self._options.path, self._options.starting, self._end)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LogPartition)
+        return read_partition(partition)
+
+
+class LogStreamReader(DataSourceStreamReader):
+    """Streaming reader: every micro-batch ends at the latest commit watermark."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self._options = _Options(options)
+
+    def initialOffset(self) -> dict:
+        offsets = {topic: dict(parts) for topic, parts in self._options.starting.items()}
+        for topic in self._options.topics:
+            offsets.setdefault(topic, {})
+        return {"position": "", "timestamp_ms": 0, "offsets": offsets}
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # noqa: ARG002 - see Notes
+        position, timestamp_ms, offsets = self._options.end()
+        if not position:
+            return start
+        return {"position": position, "timestamp_ms": timestamp_ms, "offsets": offsets}
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        return plan_partitions(self._options.path, start.get("offsets", {}), end.get("offsets", {}))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, LogPartition)
+        return read_partition(partition)
+
+    def commit(self, end: dict) -> None:
+        """Nothing to do: the checkpointed offsets are the truth, and the log is never trimmed by readers."""
+
+
+class LogDataSource(DataSource):
+    """The ``cdclog`` format: rows of :data:`RAW_DDL` read from the change log at option ``path``."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "cdclog"
+
+    def schema(self) -> str:
+        return RAW_DDL
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return LogBatchReader(dict(self.options))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return LogStreamReader(dict(self.options))
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``spark.read.format("cdclog")`` available in ``spark`` (idempotent)."""
+    spark.dataSource.register(LogDataSource)
+
+
+def offsets_json(offsets: Offsets) -> str:
+    """Offsets as the JSON text the ``startingOffsets``/``endingOffsets`` options take."""
+    return json.dumps(offsets, sort_keys=True)

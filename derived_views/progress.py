@@ -1,0 +1,110 @@
+"""What each Delta table of a view has applied, stored in the same Delta commit as the data.
+
+Every commit that applies log events to a view table carries, as its commit-info ``userMetadata``, the
+JSON text of a :class:`Progress`: the next log offset of every topic-partition the table consumes, and
+the commit watermark those offsets belong to (its LSN as ``"%016X"`` and its time). Data and offsets are
+therefore one atomic Delta commit: after a crash, the table's newest commit that carries progress tells
+exactly which events are in it, and the next sync reads from there. Commits without progress (schema
+changes, table creation, maintenance) are skipped when looking it up.
+
+This is also the view's as-of watermark (promise 5): ``cdc`` reads it with :func:`read_progress`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: Spark session setting whose value Delta writes as the next commit's ``userMetadata``.
+USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
+
+_MARK = "cdc-progress"
+_LOOKBACK = 100
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Applied position of one table: next offsets per topic-partition plus the watermark they end at."""
+
+    offsets: dict[str, dict[str, int]] = field(default_factory=dict)
+    position: str = ""
+    watermark_ts_ms: int = 0
+
+    @property
+    def lsn(self) -> int:
+        """As-of commit LSN (0 before the first sync)."""
+        return int(self.position, 16) if self.position else 0
+
+    def next_offset(self, topic: str, partition: str) -> int:
+        """First offset of ``topic``/``partition`` not yet applied."""
+        return int(self.offsets.get(topic, {}).get(partition, 0))
+
+    def to_json(self) -> str:
+        """The ``userMetadata`` text."""
+        return json.dumps(
+            {_MARK: 1, "position": self.position, "watermark_ts_ms": self.watermark_ts_ms, "offsets": self.offsets},
+            sort_keys=True,
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str | None) -> Progress | None:
+        """Parse ``userMetadata``; ``None`` when the commit carries no progress."""
+        if not text:
+            return None
+        try:
+            data: dict[str, Any] = json.loads(text)
+        except json.JSONDecodeError:
+            return None
+        if not isinstance(data, dict) or _MARK not in data:
+            return None
+        return cls(
+            offsets={t: {p: int(o) for p, o in parts.items()} for t, parts in data["offsets"].items()},
+            position=str(data.get("position", "")),
+            watermark_ts_ms=int(data.get("watermark_ts_ms", 0)),
+        )
+
+
+def min_offsets(progresses: list[Progress], topics: list[str]) -> dict[str, dict[str, int]]:
+    """Per topic-partition, the smallest next offset over ``progresses`` (where a shared read must start)."""
+    out: dict[str, dict[str, int]] = {topic: {} for topic in topics}
+    for topic in topics:
+        partitions = {p for progress in progresses for p in progress.offsets.get(topic, {})}
+        for partition in partitions:
+            out[topic][partition] = min(progress.next_offset(topic, partition) for progress in progresses)
+    return out
+
+
+def read_progress(spark: SparkSession, path: str) -> Progress | None:
+    """The progress of the table at ``path``'s newest commit that has one; ``None`` if it has none."""
+    from delta.tables import DeltaTable
+
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    history = DeltaTable.forPath(spark, path).history(_LOOKBACK).select("version", "userMetadata").collect()
+    for row in sorted(history, key=lambda r: -r["version"]):
+        progress = Progress.from_json(row["userMetadata"])
+        if progress is not None:
+            return progress
+    if len(history) == _LOOKBACK:
+        for row in DeltaTable.forPath(spark, path).history().orderBy("version", ascending=False).collect():
+            progress = Progress.from_json(row["userMetadata"])
+            if progress is not None:
+                return progress
+    return Progress()
+
+
+@contextmanager
+def committing(spark: SparkSession, progress: Progress) -> Iterator[None]:
+    """Within the block, Delta commits carry ``progress`` as their ``userMetadata``."""
+    spark.conf.set(USER_METADATA_CONF, progress.to_json())
+    try:
+        yield
+    finally:
+        spark.conf.unset(USER_METADATA_CONF)

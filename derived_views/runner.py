@@ -1,0 +1,94 @@
+"""Run views: one sync step to the latest watermark, a continuous loop, and rebuild by replay.
+
+A sync step reads the log's latest commit watermark once and brings every table of the chosen views to
+it; each table commits its data together with its new progress, so a process killed at any point
+resumes exactly (tables already at the watermark are skipped, the others re-read only what they lack).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from derived_views import cache, search, warehouse
+from derived_views.apply import Range
+from derived_views.context import ViewContext
+from derived_views.errors import LogUnavailableError, UnknownViewError
+from derived_views.log_source import LogWatermark, read_watermark
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cdc.settings import Settings
+
+#: Registered views by name; each module has ``NAME`` and ``sync(ctx, rng, *, replace)``.
+VIEWS: dict[str, ModuleType] = {warehouse.NAME: warehouse, search.NAME: search, cache.NAME: cache}
+
+
+@dataclass(frozen=True)
+class StepReport:
+    """One sync step: the watermark reached and how many events each view applied."""
+
+    watermark: LogWatermark | None
+    events: dict[str, int]
+
+
+def resolve(names: list[str] | tuple[str, ...]) -> list[str]:
+    """Validate view names (all views when empty)."""
+    for name in names:
+        if name not in VIEWS:
+            raise UnknownViewError(name, list(VIEWS))
+    return list(names) or list(VIEWS)
+
+
+def context_from_settings(settings: Settings, spark: SparkSession | None = None) -> ViewContext:
+    """A :class:`ViewContext` for the configured data directory."""
+    from derived_views.spark_session import build_spark
+
+    session = spark or build_spark("cdc-views")
+    return ViewContext(session, str(settings.views_dir.resolve()), str(settings.log_dir.resolve()), settings.topic_prefix)
+
+
+def latest(ctx: ViewContext) -> LogWatermark | None:
+    """The log's latest commit watermark, or ``None`` before capture wrote any."""
+    return read_watermark(ctx.log_path)
+
+
+def step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepReport:
+    """Bring the named views to the latest watermark (rebuild them from offset 0 when ``replace``)."""
+    watermark = latest(ctx)
+    if watermark is None:
+        if replace:
+            raise LogUnavailableError(
+                f"the log at {ctx.log_path} has no commit watermark yet: run `cdc capture` before a rebuild"
+            )
+        return StepReport(None, {})
+    rng = Range(ctx.log_path, watermark)
+    events = {}
+    for name in names:
+        results = VIEWS[name].sync(ctx, rng, replace=replace)
+        events[name] = sum(r.events for r in results)
+    return StepReport(watermark, events)
+
+
+def continuous(
+    ctx: ViewContext,
+    names: list[str],
+    interval: float,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_step: Callable[[StepReport], None] = lambda report: None,
+) -> None:
+    """Sync whenever the watermark moves, polling it every ``interval`` seconds until ``should_stop()``."""
+    seen: str | None = None
+    while not should_stop():
+        watermark = latest(ctx)
+        if watermark is not None and watermark.position != seen:
+            report = step(ctx, names)
+            seen = report.watermark.position if report.watermark else None
+            on_step(report)
+            continue
+        time.sleep(interval)

@@ -1,0 +1,142 @@
+"""Source table schemas from the ``<prefix>.__schemas`` topic and their faithful Spark types.
+
+Each schema record lists a table's columns (``name``, ``type`` as ``pg_type.typname``, ``typmod``,
+``key``, ``nullable``). :func:`spark_type` maps one column to a Spark SQL type so that the JSON values
+the capture side writes (see ``docs/event-format.md``) parse without loss:
+
+========================================  ===========================================================
+source type                               Spark type
+========================================  ===========================================================
+int2 / int4 / int8, oid                   smallint / int / bigint, bigint
+float4 / float8                           float / double (``"NaN"``, ``"Infinity"`` parse as such)
+numeric(p, s), p <= 38                    decimal(p, s)
+numeric without typmod, or p > 38         string (the exact decimal text; no Spark type holds it)
+bool                                      boolean
+text, varchar, bpchar, name, citext       string
+uuid, json, jsonb, enum, time, interval   string (uuid text, the JSON document, the label, text form)
+bytea                                     binary (the log carries base64)
+date                                      date
+timestamp / timestamptz                   timestamp_ntz / timestamp (UTC instant)
+``_elem`` (arrays)                        array<element type>
+anything else                             string (the server's text form)
+========================================  ===========================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+_SIMPLE: dict[str, str] = {
+    "int2": "smallint",
+    "int4": "int",
+    "int8": "bigint",
+    "oid": "bigint",
+    "float4": "float",
+    "float8": "double",
+    "bool": "boolean",
+    "bytea": "binary",
+    "date": "date",
+    "timestamp": "timestamp_ntz",
+    "timestamptz": "timestamp",
+}
+
+#: Spark's decimal holds at most this many digits.
+MAX_DECIMAL_PRECISION = 38
+
+
+def numeric_precision_scale(typmod: int) -> tuple[int, int] | None:
+    """``(precision, scale)`` of a ``numeric`` typmod, or ``None`` for an unconstrained numeric."""
+    if typmod < 4:
+        return None
+    packed = typmod - 4
+    return (packed >> 16) & 0xFFFF, packed & 0xFFFF
+
+
+def spark_type(type_name: str, typmod: int = -1) -> str:
+    """Spark SQL type (DDL form) that holds every value of the source type exactly."""
+    if type_name.startswith("_"):
+        return f"array<{spark_type(type_name[1:], typmod)}>"
+    if type_name == "numeric":
+        precision_scale = numeric_precision_scale(typmod)
+        if precision_scale is None or precision_scale[0] > MAX_DECIMAL_PRECISION:
+            return "string"
+        return f"decimal({precision_scale[0]},{precision_scale[1]})"
+    return _SIMPLE.get(type_name, "string")
+
+
+def quote(name: str) -> str:
+    """A column name as a Spark SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+@dataclass(frozen=True)
+class Column:
+    """One source column as the schema topic describes it."""
+
+    name: str
+    type_name: str
+    typmod: int = -1
+    key: bool = False
+    nullable: bool = True
+
+    @property
+    def spark_type(self) -> str:
+        """The column's Spark SQL type."""
+        return spark_type(self.type_name, self.typmod)
+
+
+@dataclass(frozen=True)
+class TableSchema:
+    """A source table's latest column list, from its schema record."""
+
+    schema: str
+    table: str
+    topic: str
+    columns: tuple[Column, ...]
+    lsn: int = 0
+
+    @property
+    def qualified(self) -> str:
+        """``schema.table``, the name the views use in paths."""
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def key_columns(self) -> tuple[Column, ...]:
+        """Primary-key (or replica-identity) columns; empty for a keyless table."""
+        return tuple(column for column in self.columns if column.key)
+
+    @property
+    def names(self) -> list[str]:
+        """Column names in source order."""
+        return [column.name for column in self.columns]
+
+    def ddl(self, columns: tuple[Column, ...] | None = None) -> str:
+        """Spark DDL struct body ``a bigint, b string`` for ``columns`` (default: all)."""
+        return ", ".join(f"{quote(c.name)} {c.spark_type}" for c in (columns or self.columns))
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> TableSchema:
+        """Parse one schema-topic value (a decoded JSON object)."""
+        columns = tuple(
+            Column(
+                name=str(column["name"]),
+                type_name=str(column["type"]),
+                typmod=int(column.get("typmod", -1)),
+                key=bool(column.get("key", False)),
+                nullable=bool(column.get("nullable", True)),
+            )
+            for column in record["columns"]
+        )
+        return cls(
+            schema=str(record["schema"]),
+            table=str(record["table"]),
+            topic=str(record["topic"]),
+            columns=columns,
+            lsn=int(record.get("lsn", 0)),
+        )
+
+
+def schemas_topic(prefix: str) -> str:
+    """Name of the schema topic for a topic prefix."""
+    return f"{prefix}.__schemas"

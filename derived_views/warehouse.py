@@ -1,0 +1,96 @@
+"""Warehouse view: per source table a current-state (SCD1) and a history (SCD2) Delta table.
+
+Paths below ``CDC_DATA_DIR``:
+
+- ``warehouse/current/<schema>.<table>``: one row per key with the source's columns (names and
+  faithful types from :mod:`derived_views.schema`) plus ``_cdc_key`` (the key as canonical JSON),
+  ``_cdc_lsn``/``_cdc_seq`` (position of the event the row comes from), ``_cdc_commit_ts`` and
+  ``_cdc_op``. A keyless table is append-only (its rows never match, so every insert is appended).
+- ``warehouse/history/<schema>.<table>``: one row per version with the source's columns plus
+  ``_cdc_valid_from_lsn/_seq/_ts``, ``_cdc_valid_to_lsn/_seq/_ts`` (NULL while current; a truncate
+  closes with sequence -1), ``_cdc_is_current`` and ``_cdc_op`` (``d`` rows mark deletions).
+- ``warehouse/_dead_letter``: poison events with their error.
+
+MERGE clauses and guarantees are those of :func:`derived_views.apply.merge_current` and
+:func:`derived_views.apply.merge_history`. Schema evolution: a new column in the schema topic is added to
+both tables before the batch that uses it (``ALTER TABLE ADD COLUMNS``); a dropped column stays in the
+tables and is no longer filled (rows written afterwards hold NULL there). Each table's as-of watermark
+is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.progress`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from derived_views.apply import Range, dead_letter, facts, merge_current, merge_history, pending, reduce_events, typed
+from derived_views.context import ViewContext
+from derived_views.schema import TableSchema
+
+if TYPE_CHECKING:
+    from derived_views.log_source import LogWatermark
+
+NAME = "warehouse"
+
+
+@dataclass(frozen=True)
+class TableResult:
+    """What one sync step did to one Delta table."""
+
+    path: str
+    events: int
+    poison: int
+
+
+def current_path(ctx: ViewContext, qualified: str) -> str:
+    """Path of the current-state table of ``schema.table``."""
+    return ctx.path(NAME, "current", qualified)
+
+
+def history_path(ctx: ViewContext, qualified: str) -> str:
+    """Path of the history table of ``schema.table``."""
+    return ctx.path(NAME, "history", qualified)
+
+
+def dead_letter_path(ctx: ViewContext) -> str:
+    """Path of the warehouse's dead-letter table."""
+    return ctx.path(NAME, "_dead_letter")
+
+
+def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
+    """The topics this view reads: every described source table's."""
+    return sorted(schema.topic for schema in ctx.schemas(watermark).values())
+
+
+def _apply_one(
+    ctx: ViewContext, rng: Range, schema: TableSchema, path: str, mode: str, replace: bool
+) -> TableResult | None:
+    progress = ctx.progress(path)
+    ends = rng.watermark.offsets.get(schema.topic, {})
+    if not replace and all(progress.next_offset(schema.topic, p) >= end for p, end in ends.items()):
+        return None
+    columns = [(c.name, c.spark_type) for c in schema.columns]
+    raw = pending(ctx.spark, rng, [schema.topic], None if replace else progress)
+    frame = typed(reduce_events(raw, mode), columns, schema.qualified).localCheckpoint()
+    batch = facts(frame)
+    if batch.poison:
+        dead_letter(ctx.spark, dead_letter_path(ctx), frame, path)
+    new = rng.progress([schema.topic], None if replace else progress)
+    merge = merge_current if mode == "latest" else merge_history
+    merge(ctx.spark, path, frame, columns, new, batch.truncates, replace=replace)
+    ctx.set_progress(path, new)
+    frame.unpersist()
+    return TableResult(path, batch.rows, batch.poison)
+
+
+def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
+    """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``)."""
+    results = []
+    for qualified, schema in sorted(ctx.schemas(rng.watermark).items()):
+        if only and qualified not in only:
+            continue
+        for path, mode in ((current_path(ctx, qualified), "latest"), (history_path(ctx, qualified), "all")):
+            result = _apply_one(ctx, rng, schema, path, mode, replace)
+            if result is not None:
+                results.append(result)
+    return results

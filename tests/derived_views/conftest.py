@@ -1,0 +1,37 @@
+"""Fixtures of the view tests: a hand-built log and a view context over a temporary data directory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.derived_views.log_builder import LogBuilder
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from derived_views.context import ViewContext
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "data"
+    path.mkdir()
+    return path
+
+
+@pytest.fixture
+def log(data_dir: Path) -> Iterator[LogBuilder]:
+    builder = LogBuilder(data_dir / "log")
+    yield builder
+    builder.close()
+
+
+@pytest.fixture
+def ctx(spark: SparkSession, data_dir: Path) -> ViewContext:
+    from derived_views.context import ViewContext
+
+    return ViewContext(spark, str(data_dir), str(data_dir / "log"), "cdc")
