@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import psycopg
 
 from cdc.errors import SourceError
+from cdc.lsn import Lsn
 
 #: Session settings that fix the text form of values (see :mod:`cdc.values`).
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c IntervalStyle=postgres"
@@ -61,39 +62,50 @@ class Catalog:
                 raise SourceError(f"cannot connect to the source database: {str(exc).strip().splitlines()[0]}") from None
         return self._conn
 
+    def _execute(self, query: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:
+        """Run one catalog query; a connection lost since the last query is reopened once."""
+        for attempt in (1, 2):
+            try:
+                return self._connection().execute(query, params).fetchall()  # type: ignore[arg-type]
+            except psycopg.OperationalError as exc:
+                self.close()
+                if attempt == 2:
+                    raise SourceError(f"catalog query failed: {str(exc).strip().splitlines()[0]}") from None
+        return []
+
     def published_tables(self, publication: str) -> list[PublishedTable]:
         """Tables of ``publication`` as the publication presents them (roots when via-root)."""
-        rows = self._connection().execute(
+        rows = self._execute(
             "SELECT c.oid, p.schemaname, p.tablename FROM pg_publication_tables p "
             "JOIN pg_namespace n ON n.nspname = p.schemaname "
             "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename "
             "WHERE p.pubname = %s ORDER BY 2, 3",
             (publication,),
-        ).fetchall()
+        )
         return [PublishedTable(int(r[0]), str(r[1]), str(r[2])) for r in rows]  # type: ignore[call-overload]
 
     def table(self, relid: int) -> TableInfo:
         """Everything capture needs about one table, read in one round of queries."""
-        conn = self._connection()
-        head = conn.execute(
+        heads = self._execute(
             "SELECT n.nspname, c.relname, c.relreplident FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = %s",
             (relid,),
-        ).fetchone()
+        )
+        head = heads[0] if heads else None
         if head is None:
             raise SourceError(f"table with OID {relid} no longer exists in the source database")
-        columns = conn.execute(
+        columns = self._execute(
             "SELECT attname, atttypid, atttypmod, attnotnull FROM pg_attribute "
             "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
             (relid,),
-        ).fetchall()
-        keys = conn.execute(
+        )
+        keys = self._execute(
             "SELECT i.indisprimary, i.indisreplident, a.attname FROM pg_index i "
             "CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, ord) "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
             "WHERE i.indrelid = %s AND (i.indisprimary OR i.indisreplident) ORDER BY k.ord",
             (relid,),
-        ).fetchall()
+        )
         self.load_types([int(c[1]) for c in columns])  # type: ignore[call-overload]
         return TableInfo(
             relid=relid,
@@ -110,14 +122,20 @@ class Catalog:
         """Resolve non-built-in type OIDs to a convertible type name (a domain to its base type)."""
         missing = sorted({oid for oid in oids if oid >= 10000 and oid not in self._types})
         if missing:
-            rows = self._connection().execute(
+            rows = self._execute(
                 "SELECT t.oid, CASE WHEN t.typtype = 'd' THEN b.typname ELSE t.typname END "
                 "FROM pg_type t LEFT JOIN pg_type b ON b.oid = t.typbasetype WHERE t.oid = ANY(%s)",
                 (missing,),
-            ).fetchall()
+            )
             for oid, name in rows:
                 self._types[int(oid)] = str(name)  # type: ignore[call-overload]
         return self._types
+
+    def wal_insert_position(self) -> int:
+        """The server's WAL insert position now: every transaction committed so far ends before it
+        (also under ``synchronous_commit = off``, where the flush position lags behind commits)."""
+        rows = self._execute("SELECT pg_current_wal_insert_lsn()::text", ())
+        return int(Lsn.parse(str(rows[0][0]))) if rows else 0
 
     @property
     def type_names(self) -> dict[int, str]:

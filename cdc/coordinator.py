@@ -29,7 +29,7 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import orjson
@@ -275,9 +275,9 @@ class Capture:
         assert self.log is not None and self.replayer is not None
         tuning = self.tuning
         with ReplicationConnection(self.settings.database_url) as repl:
-            _, _, xlogpos, _ = repl.identify_system()
+            repl.identify_system()
             if self.once and self._target is None:
-                self._target = xlogpos
+                self._target = self.catalog.wal_insert_position()
             repl.start(self.settings.slot, Lsn(0), self.settings.publication)
             assembler = TransactionAssembler(tuning.memory_limit)
             pending: list[Transaction] = []
@@ -291,9 +291,11 @@ class Capture:
                 while True:
                     frame = repl.read(tuning.batch_seconds / 4 if pending else 0.25)
                     if isinstance(frame, XLogData):
-                        server_end = max(server_end, frame.wal_end)
+                        # Only keepalives and commits move server_end: an XLogData header inside a
+                        # streamed block does not promise that earlier commits were all sent.
                         tx = assembler.feed(frame.payload, frame.data_start)
                         if tx is not None:
+                            server_end = max(server_end, tx.end_lsn)
                             if tx.commit_lsn <= self.position:
                                 self.stats.skipped += 1
                                 self._skip(tx, repl, pending)
@@ -359,16 +361,12 @@ class Capture:
     def _flush(self, pending: list[Transaction], repl: ReplicationConnection | None) -> None:
         """Append ``pending`` as one group at the last commit LSN, then confirm its end to the server."""
         assert self.log is not None and self.replayer is not None
-        records: Iterable[ProducerRecord]
-        chained = itertools.chain.from_iterable(self.replayer.records(tx) for tx in pending)
-        if any(tx.changes.spilled for tx in pending):
-            records = _Counted(chained, self.stats)  # streamed into the log without holding every record
-        else:
-            materialised = list(chained)
-            self.stats.events += len(materialised)
-            records = materialised
+        # The log takes a group as a Sequence (it reads it more than once), so the group's records are
+        # built in memory here; the changes they come from were held on disk until now.
+        records = list(itertools.chain.from_iterable(self.replayer.records(tx) for tx in pending))
+        self.stats.events += len(records)
         last = pending[-1]
-        self.log.append_group(records, Lsn(last.commit_lsn).hex16())  # type: ignore[arg-type]
+        self.log.append_group(records, Lsn(last.commit_lsn).hex16())
         self.stats.groups += 1
         self.stats.transactions += len(pending)
         self.position = Lsn(last.commit_lsn)
@@ -386,19 +384,6 @@ class Capture:
         self.position = position
         self.confirmed = Lsn(max(self.confirmed, position))
         repl.send_status(self.confirmed, self.confirmed)
-
-
-class _Counted:
-    """An iterable over records that counts them into the run's statistics as the log consumes them."""
-
-    def __init__(self, records: Iterator[ProducerRecord], stats: CaptureStats) -> None:
-        self._records = records
-        self._stats = stats
-
-    def __iter__(self) -> Iterator[ProducerRecord]:
-        for record in self._records:
-            self._stats.events += 1
-            yield record
 
 
 def _mark_last(records: list[ProducerRecord]) -> None:
