@@ -1,0 +1,94 @@
+"""The ``cdc setup`` / ``cdc capture`` commands as subprocesses, including kill -9 during a workload."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import orjson
+import psycopg
+import pytest
+
+from tests.cdc.helpers import read_topic, wait_for
+
+pytestmark = [pytest.mark.pg, pytest.mark.slow]
+
+CDC = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "cdc")
+
+
+def _env(url: str, data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDC_")}
+    env.update(CDC_DATABASE_URL=url, CDC_DATA_DIR=str(data_dir), CDC_SLOT="cdc_slot", CDC_PUBLICATION="cdc_publication")
+    return env
+
+
+def test_setup_reports_a_missing_key_in_one_line(reference_db: str, tmp_path: Path) -> None:
+    with psycopg.connect(reference_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE nokey (a int)")
+        conn.execute("ALTER PUBLICATION cdc_publication ADD TABLE nokey")
+    result = subprocess.run([CDC, "setup"], env=_env(reference_db, tmp_path), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith("error: table public.nokey has no primary key")
+    with psycopg.connect(reference_db, autocommit=True) as conn:
+        conn.execute("ALTER TABLE nokey REPLICA IDENTITY FULL")
+    result = subprocess.run([CDC, "setup"], env=_env(reference_db, tmp_path), capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "slot cdc_slot: created" in result.stdout
+
+
+def test_kill_9_during_a_workload_loses_and_doubles_nothing(reference_db: str, tmp_path: Path) -> None:
+    env = _env(reference_db, tmp_path)
+    keys = 20
+    with psycopg.connect(reference_db, autocommit=True) as conn:
+        conn.execute("INSERT INTO categories (name) SELECT '0' FROM generate_series(1, %s)", (keys,))
+    subprocess.run([CDC, "capture", "--once"], env=env, check=True, capture_output=True, timeout=120)
+    counters = dict.fromkeys(range(1, keys + 1), 0)
+    stop = threading.Event()
+    rng = random.Random(7)
+
+    def workload() -> None:
+        with psycopg.connect(reference_db, autocommit=True) as conn:
+            while not stop.is_set():
+                chosen = rng.sample(sorted(counters), 3)
+                with conn.transaction():
+                    for key in chosen:
+                        conn.execute("UPDATE categories SET name = (name::int + 1)::text WHERE id = %s", (key,))
+                for key in chosen:
+                    counters[key] += 1
+
+    writer = threading.Thread(target=workload)
+    writer.start()
+    try:
+        for _ in range(4):
+            process = subprocess.Popen([CDC, "capture"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            before = len(read_topic(tmp_path, "cdc.public.categories"))
+            wait_for(lambda: len(read_topic(tmp_path, "cdc.public.categories")) > before + 20, what="capture progress")
+            threading.Event().wait(rng.uniform(0.0, 0.5))  # a random moment, not a synchronisation
+            process.send_signal(signal.SIGKILL)
+            process.wait(30)
+            assert process.stderr is not None
+            process.stderr.close()
+    finally:
+        stop.set()
+        writer.join(30)
+    final = subprocess.Popen([CDC, "capture"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        expected_updates = sum(counters.values())
+        wait_for(lambda: len([r for r in read_topic(tmp_path, "cdc.public.categories")
+                              if r.value and b'"op":"u"' in r.value]) >= expected_updates, what="all updates")
+    finally:
+        final.send_signal(signal.SIGTERM)
+        _, stderr = final.communicate(timeout=60)
+    assert final.returncode == 0, stderr
+    per_key: dict[int, list[int]] = {}
+    for record in read_topic(tmp_path, "cdc.public.categories"):  # partition order = offset order
+        value = orjson.loads(record.value or b"null")
+        if value and value["op"] == "u":
+            per_key.setdefault(value["after"]["id"], []).append(int(value["after"]["name"]))
+    for key, count in counters.items():
+        assert per_key.get(key, []) == list(range(1, count + 1)), f"key {key}"
