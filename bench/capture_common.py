@@ -1,0 +1,57 @@
+"""Shared set-up of the capture benchmarks: a throwaway cluster, a database, a table, a timer."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psycopg
+
+from cdc import migrate
+from cdc.local_postgres import LocalPostgres
+from cdc.settings import Settings, load_settings
+
+TABLE = "CREATE TABLE bench (id bigint PRIMARY KEY, name text NOT NULL, amount numeric(12,2), at timestamptz DEFAULT now())"
+
+
+@contextmanager
+def bench_database() -> Iterator[tuple[LocalPostgres, str, Settings]]:
+    """A local cluster, a migrated database with table ``bench`` in the publication, and settings."""
+    server = LocalPostgres()
+    server.start()
+    data_dir = Path(tempfile.mkdtemp(prefix="cdc-bench-"))
+    try:
+        with psycopg.connect(server.url(), autocommit=True) as admin:
+            admin.execute("CREATE DATABASE bench")
+        url = server.url("bench")
+        migrate.upgrade(url)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(TABLE)
+            conn.execute("ALTER PUBLICATION cdc_publication ADD TABLE bench")
+        yield server, url, load_settings(database_url=url, data_dir=str(data_dir), tables="public.bench")
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@contextmanager
+def timed() -> Iterator[list[float]]:
+    """Yields a list that holds the elapsed seconds once the block ends."""
+    box: list[float] = []
+    start = time.perf_counter()
+    yield box
+    box.append(time.perf_counter() - start)
+
+
+def insert_rows(url: str, rows: int, per_transaction: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        for first in range(1, rows + 1, per_transaction):
+            conn.execute(
+                "INSERT INTO bench (id, name, amount) SELECT g, 'name ' || g, g * 1.25 "
+                "FROM generate_series(%s::bigint, %s::bigint) g",
+                (first, min(first + per_transaction - 1, rows)),
+            )
