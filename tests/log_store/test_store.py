@@ -1,0 +1,189 @@
+"""The LogStore API as cdc/ and derived_views/ use it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from log_store import LogConfig, LogStore, ProducerRecord, TopicPartition, Watermark
+from log_store.errors import (
+    InvalidRecordError,
+    InvalidTopicNameError,
+    LogNotFoundError,
+    ReadOnlyError,
+    TopicConfigMismatchError,
+    UnknownTopicError,
+    WriterFailedError,
+)
+from log_store.partitioner import partition_for_key
+
+from tests.log_store.helpers import FakeClock, read_all, rec, small_config
+
+
+def test_reader_of_a_missing_log(tmp_path: Path) -> None:
+    with pytest.raises(LogNotFoundError, match="CDC_DATA_DIR"):
+        LogStore.open(tmp_path / "nothing")
+
+
+def test_topics_are_idempotent_and_fixed(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("cdc.public.users", 3)
+        log.ensure_topic("cdc.public.users", 3)
+        log.ensure_topic("events", 2, compacted=False)
+        with pytest.raises(TopicConfigMismatchError, match="partitions=3"):
+            log.ensure_topic("cdc.public.users", 4)
+        with pytest.raises(TopicConfigMismatchError, match="compacted"):
+            log.ensure_topic("events", 2)
+        for bad in ("", ".", "..", "a/b", "x" * 250, "spaces no"):
+            with pytest.raises(InvalidTopicNameError):
+                log.ensure_topic(bad, 1)
+        assert log.topics() == ["cdc.public.users", "events"]
+        assert log.partitions("events") == 2
+    with LogStore.open(tmp_path) as reader:
+        assert reader.topics() == ["cdc.public.users", "events"]
+        assert reader.topic_config("events").compacted is False
+        with pytest.raises(UnknownTopicError, match="cdc log topics"):
+            reader.partitions("nope")
+        with pytest.raises(ReadOnlyError, match="writer=True"):
+            reader.ensure_topic("x", 1)
+        with pytest.raises(ReadOnlyError):
+            reader.append_group([], "0")
+
+
+def test_keys_go_to_kafkas_partition_in_order(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("t", 5)
+        records = [rec("t", f"key-{i % 40}", f"v{i}") for i in range(400)]
+        log.append_group(records, "01")
+        for record in read_all(log, "t"):
+            assert record.partition == partition_for_key(record.key or b"", 5)
+        for key in (b"key-1", b"key-7"):
+            values = [r.value for r in read_all(log, "t") if r.key == key]
+            assert values == [r.value for r in records if r.key == key]
+
+
+def test_keyless_records(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("compacted", 2)
+        log.ensure_topic("plain", 3, compacted=False)
+        with pytest.raises(InvalidRecordError, match="needs a key"):
+            log.append_group([rec("compacted", None, "x")], "01")
+        log.append_group([rec("plain", None, str(i)) for i in range(7)], "02")
+        counts = [log.end_offset(TopicPartition("plain", p)) for p in range(3)]
+        assert counts == [3, 2, 2]
+
+
+def test_bad_records_are_rejected_before_anything_is_written(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("t", 1)
+        good = rec("t", "k", "v")
+        for bad in (ProducerRecord("t", "str-key", b"v", 0),  # type: ignore[arg-type]
+                    ProducerRecord("t", b"k", "str-value", 0)):  # type: ignore[arg-type]
+            with pytest.raises(InvalidRecordError):
+                log.append_group([good, bad], "01")
+        with pytest.raises(UnknownTopicError):
+            log.append_group([good, rec("other", "k", "v")], "01")
+        assert log.latest_watermark() is None
+        log.append_group([good], "02")
+        assert log.end_offset(TopicPartition("t", 0)) == 1
+
+
+def test_watermark_bounds_every_read(tmp_path: Path) -> None:
+    tp = TopicPartition("t", 0)
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        log.ensure_topic("t", 1)
+        first = log.append_group([rec("t", f"k{i}", "a") for i in range(10)], "0000000000000001")
+        second = log.append_group([rec("t", f"k{i}", "b") for i in range(10)], "0000000000000002")
+        assert (first.sequence, second.sequence) == (1, 2)
+        assert first.end_offsets == {tp: 10} and second.end_offsets == {tp: 20}
+        assert [r.value for r in log.read(tp, 0, until=first)] == [b"a"] * 10
+        assert log.read(tp, 10, until=first) == []
+        assert len(log.read(tp, 0)) == 20
+        with LogStore.open(tmp_path) as reader:
+            latest = reader.latest_watermark()
+            assert latest == second and latest.position == "0000000000000002"
+            assert reader.end_offset(tp) == 20 and reader.start_offset(tp) == 0
+
+
+def test_watermark_lists_every_partition(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("a", 2)
+        log.ensure_topic("b", 1)
+        watermark = log.append_group([rec("a", "k", "v")], "01")
+        assert set(watermark.end_offsets) == {TopicPartition("a", 0), TopicPartition("a", 1),
+                                              TopicPartition("b", 0)}
+        assert sum(watermark.end_offsets.values()) == 1
+        empty = log.append_group([], "02")
+        assert empty.end_offsets == watermark.end_offsets and empty.sequence == 2
+
+
+def test_unknown_partition(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("t", 2)
+        with pytest.raises(UnknownTopicError, match="0 to 1"):
+            log.read(TopicPartition("t", 2), 0)
+
+
+def test_segments_roll_by_size_and_age(tmp_path: Path) -> None:
+    clock = FakeClock()
+    config = LogConfig(segment_bytes=1024, segment_ms=60_000, clock=clock)
+    with LogStore.open(tmp_path, config, writer=True) as log:
+        log.ensure_topic("t", 1)
+        directory = tmp_path / "topics" / "t" / "0"
+        log.append_group([rec("t", "k", "x" * 100)], "01")
+        log.append_group([rec("t", "k", "x" * 100)], "02")
+        assert len(list(directory.glob("*.log"))) == 1
+        clock.now += 60_000
+        log.append_group([rec("t", "k", "x" * 100)], "03")
+        assert len(list(directory.glob("*.log"))) == 2  # aged out
+        log.append_group([rec("t", f"k{i}", "x" * 100) for i in range(30)], "04")
+        assert len(list(directory.glob("*.log"))) == 3  # size
+        assert [r.offset for r in read_all(log, "t")] == list(range(33))
+
+
+def test_large_group_is_split_into_batches(tmp_path: Path) -> None:
+    config = LogConfig(max_batch_bytes=1000, segment_bytes=4096)
+    with LogStore.open(tmp_path, config, writer=True) as log:
+        log.ensure_topic("t", 1)
+        log.append_group([rec("t", f"k{i}", "v" * 90) for i in range(100)], "01")
+        assert len(list((tmp_path / "topics" / "t" / "0").glob("*.log"))) > 2
+        assert [r.offset for r in read_all(log, "t")] == list(range(100))
+
+
+def test_failed_append_stops_the_writer_until_reopened(tmp_path: Path) -> None:
+    log = LogStore.open(tmp_path, writer=True)
+    log.ensure_topic("t", 1)
+    log.append_group([rec("t", "k", "v")], "01")
+
+    def broken(_watermark: Watermark) -> None:
+        raise OSError(28, "No space left on device")
+
+    log._watermarks.append = broken  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        log.append_group([rec("t", "k", "lost")], "02")
+    with pytest.raises(WriterFailedError, match="reopen"):
+        log.append_group([rec("t", "k", "v")], "03")
+    log.close()
+    with LogStore.open(tmp_path, writer=True) as again:
+        assert again.recovery is not None and again.recovery.partitions[0].truncated_records == 1
+        assert [r.value for r in read_all(again, "t")] == [b"v"]
+
+
+def test_offset_for_time(tmp_path: Path) -> None:
+    tp = TopicPartition("t", 0)
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        log.ensure_topic("t", 1)
+        for g in range(10):
+            log.append_group([rec("t", f"k{i}", "v", ts=1000 * g + i) for i in range(5)], f"{g:02X}")
+        assert log.offset_for_time(tp, 0) == 0
+        assert log.offset_for_time(tp, 3002) == 17
+        assert log.offset_for_time(tp, 3005) == 20
+        assert log.offset_for_time(tp, 99_999) == 50  # nothing that late: the end
+
+
+def test_context_manager_and_repr(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, writer=True) as log:
+        assert "writer=True" in repr(log)
+    with pytest.raises(ReadOnlyError, match="after close"):
+        log.ensure_topic("t", 1)
