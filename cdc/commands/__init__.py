@@ -7,12 +7,12 @@ import click
 
 def register(root: click.Group) -> None:
     """Attach every sub-command to ``root``; each module owns its commands' options and help."""
-    from cdc.commands import demo_cmd, lag_cmd, log_cmd
+    from cdc.commands import capture_cmd, demo_cmd, lag_cmd, log_cmd, setup_cmd
 
     root.add_command(log_cmd.log_group)
     root.add_command(demo_cmd.demo)
     root.add_command(demo_cmd.migrate)
     root.add_command(lag_cmd.lag)
     root.add_command(lag_cmd.wait)
-    root.add_command(__import__("cdc.commands.setup_cmd", fromlist=["setup"]).setup)
-    root.add_command(__import__("cdc.commands.capture_cmd", fromlist=["capture"]).capture)
+    root.add_command(setup_cmd.setup)
+    root.add_command(capture_cmd.capture)
