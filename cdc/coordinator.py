@@ -40,6 +40,7 @@ from cdc.catalog import Catalog, PublishedTable
 from cdc.errors import SlotError, SourceError
 from cdc.events import EventBuilder, TxContext
 from cdc.lsn import Lsn
+from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
 from cdc.snapshot import SnapshotReader
 from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
@@ -103,8 +104,10 @@ class Capture:
         stop: threading.Event | None = None,
         tuning: Tuning | None = None,
         progress: bool | None = None,
+        metrics: CaptureMetrics | None = None,
     ) -> None:
         self.settings = settings
+        self.metrics = metrics or CaptureMetrics()
         self.once = once
         self.stop = stop or threading.Event()
         self.tuning = tuning or Tuning()
@@ -226,9 +229,11 @@ class Capture:
                         chunk, held = held[: self.tuning.snapshot_chunk_rows], held[self.tuning.snapshot_chunk_rows :]
                         self.log.append_group(chunk, SNAPSHOT_POSITION)
                         self.stats.groups += 1
+                        self._observe(chunk, 0, None)
             _mark_last(held)
             self.log.append_group(held, point.hex16())
             self.stats.groups += 1
+            self._observe(held, 0, None)
             self.position = point
         finally:
             reader.close()
@@ -268,6 +273,7 @@ class Capture:
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     self.stats.reconnects += 1
+                    self.metrics.reconnects.inc()
                 self._stream()
 
     def _stream(self) -> None:
@@ -307,6 +313,7 @@ class Capture:
                     elif isinstance(frame, Keepalive):
                         asked = False
                         server_end = max(server_end, frame.wal_end)
+                        self.metrics.wal_bytes_behind.set(max(0, frame.wal_end - self.confirmed))
                         if frame.reply_requested:
                             repl.send_status(self.confirmed, self.confirmed)
                             last_status = time.monotonic()
@@ -337,7 +344,8 @@ class Capture:
                     elif now - last_status >= tuning.status_seconds:
                         repl.send_status(self.confirmed, self.confirmed)
                         last_status = now
-            except SourceError:
+            except SourceError as exc:
+                self.metrics.errors.labels(kind=type(exc).__name__).inc()
                 if pending:
                     try:
                         self._flush(pending, None)
@@ -371,10 +379,21 @@ class Capture:
         self.stats.transactions += len(pending)
         self.position = Lsn(last.commit_lsn)
         self.confirmed = Lsn(max(self.confirmed, last.end_lsn))
+        self._observe(records, len(pending), last.commit_ts_ms)
         for tx in pending:
             tx.close()
         if repl is not None:
             repl.send_status(self.confirmed, self.confirmed)
+
+    def _observe(self, records: list[ProducerRecord], transactions: int, commit_ts_ms: int | None) -> None:
+        """Update the exported metrics after a group became durable (snapshot groups have no commit time)."""
+        metrics = self.metrics
+        metrics.events.inc(len(records))
+        metrics.bytes.inc(sum([len(r.value) for r in records if r.value is not None]))
+        metrics.transactions.inc(transactions)
+        metrics.confirmed_lsn.set(int(self.confirmed))
+        if commit_ts_ms is not None:
+            metrics.seconds_behind.set(max(0.0, time.time() - commit_ts_ms / 1000))
 
     def _heartbeat(self, position: Lsn, repl: ReplicationConnection) -> None:
         """Nothing captured is in flight up to ``position``: record it in the log and confirm it."""
@@ -384,6 +403,9 @@ class Capture:
         self.position = position
         self.confirmed = Lsn(max(self.confirmed, position))
         repl.send_status(self.confirmed, self.confirmed)
+        self.metrics.confirmed_lsn.set(int(self.confirmed))
+        self.metrics.wal_bytes_behind.set(0)
+        self.metrics.seconds_behind.set(0)
 
 
 def _mark_last(records: list[ProducerRecord]) -> None:

@@ -22,8 +22,8 @@ class CaptureMetrics:
 
     def __post_init__(self) -> None:
         r = self.registry
-        self.events = Counter("cdc_capture_events", "Change events appended to the log", ["topic"], registry=r)
-        self.bytes = Counter("cdc_capture_bytes", "Bytes of keys and values appended to the log", registry=r)
+        self.events = Counter("cdc_capture_events", "Records appended to the log", registry=r)
+        self.bytes = Counter("cdc_capture_bytes", "Bytes of record values appended to the log", registry=r)
         self.transactions = Counter("cdc_capture_transactions", "Source transactions appended", registry=r)
         self.confirmed_lsn = Gauge(
             "cdc_capture_confirmed_lsn", "Last LSN confirmed to PostgreSQL as flushed", registry=r

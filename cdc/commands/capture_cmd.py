@@ -10,6 +10,7 @@ import click
 
 from cdc.cli import pass_context
 from cdc.coordinator import Capture
+from cdc.metrics import CaptureMetrics, serve
 
 
 @click.command("capture")
@@ -23,12 +24,16 @@ def capture(ctx: object, once: bool) -> None:
     def _request_stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    metrics = CaptureMetrics()
+    server = serve(metrics.registry, settings.metrics_port)
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        stats = Capture(settings, once=once, stop=stop).run()
+        stats = Capture(settings, once=once, stop=stop, metrics=metrics).run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if server is not None:
+            server.shutdown()
     click.echo(
         f"captured {stats.events} events from {stats.transactions} transactions"
         f" ({stats.snapshot_rows} snapshot rows, {stats.skipped} already in the log, {stats.reconnects} reconnects)",
