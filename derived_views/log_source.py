@@ -209,7 +209,9 @@ class LogBatchReader(DataSourceReader):
         return plan_partitions(self._options.path, self._options.starting, self._end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, LogPartition)
+        # Spark reads an empty plan through one placeholder partition: it yields nothing
+        if not isinstance(partition, LogPartition):
+            return iter(())
         return read_partition(partition)
 
 
@@ -235,7 +237,9 @@ class LogStreamReader(DataSourceStreamReader):
         return plan_partitions(self._options.path, start.get("offsets", {}), end.get("offsets", {}))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, LogPartition)
+        # Spark reads an empty plan through one placeholder partition: it yields nothing
+        if not isinstance(partition, LogPartition):
+            return iter(())
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:

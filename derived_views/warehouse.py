@@ -20,26 +20,17 @@ is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.progr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from derived_views.apply import Range, dead_letter, facts, merge_current, merge_history, pending, reduce_events, typed
+from derived_views.apply import Range, merge_history
 from derived_views.context import ViewContext
 from derived_views.schema import TableSchema
+from derived_views.steps import TableResult, apply_state, columns_of, is_current, load_pending
 
 if TYPE_CHECKING:
     from derived_views.log_source import LogWatermark
 
 NAME = "warehouse"
-
-
-@dataclass(frozen=True)
-class TableResult:
-    """What one sync step did to one Delta table."""
-
-    path: str
-    events: int
-    poison: int
 
 
 def current_path(ctx: ViewContext, qualified: str) -> str:
@@ -62,25 +53,17 @@ def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
     return sorted(schema.topic for schema in ctx.schemas(watermark).values())
 
 
-def _apply_one(
-    ctx: ViewContext, rng: Range, schema: TableSchema, path: str, mode: str, replace: bool
-) -> TableResult | None:
-    progress = ctx.progress(path)
-    ends = rng.watermark.offsets.get(schema.topic, {})
-    if not replace and all(progress.next_offset(schema.topic, p) >= end for p, end in ends.items()):
+def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: bool) -> TableResult | None:
+    path = history_path(ctx, schema.qualified)
+    progress = None if replace else ctx.progress(path)
+    if progress is not None and is_current(progress, rng, [schema.topic]):
         return None
-    columns = [(c.name, c.spark_type) for c in schema.columns]
-    raw = pending(ctx.spark, rng, [schema.topic], None if replace else progress)
-    frame = typed(reduce_events(raw, mode), columns, schema.qualified).localCheckpoint()
-    batch = facts(frame)
-    if batch.poison:
-        dead_letter(ctx.spark, dead_letter_path(ctx), frame, path)
-    new = rng.progress([schema.topic], None if replace else progress)
-    merge = merge_current if mode == "latest" else merge_history
-    merge(ctx.spark, path, frame, columns, new, batch.truncates, replace=replace)
-    ctx.set_progress(path, new)
-    frame.unpersist()
-    return TableResult(path, batch.rows, batch.poison)
+    batch = load_pending(ctx, rng, schema, progress, "all", dead_letter_path=dead_letter_path(ctx), target=path)
+    merge_history(ctx.spark, path, batch.frame, columns_of(schema), batch.progress, batch.facts.truncates,
+                  replace=replace)
+    ctx.set_progress(path, batch.progress)
+    batch.release()
+    return TableResult(path, batch.facts.rows, batch.facts.poison)
 
 
 def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
@@ -89,8 +72,7 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str]
     for qualified, schema in sorted(ctx.schemas(rng.watermark).items()):
         if only and qualified not in only:
             continue
-        for path, mode in ((current_path(ctx, qualified), "latest"), (history_path(ctx, qualified), "all")):
-            result = _apply_one(ctx, rng, schema, path, mode, replace)
-            if result is not None:
-                results.append(result)
+        current = apply_state(ctx, rng, schema, current_path(ctx, qualified), dead_letter_path(ctx), replace=replace)
+        history = _apply_history(ctx, rng, schema, replace)
+        results.extend(result for result in (current, history) if result is not None)
     return results

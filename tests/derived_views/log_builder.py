@@ -84,12 +84,8 @@ class Transaction:
         keys = [c["name"] for c in self.builder.columns[table] if c["key"]]
         return canonical({k: row[k] for k in keys})
 
-    def _add(self, table: str, key: bytes | None, value: bytes | None, headers: tuple = (), partition: int | None = None) -> None:
-        topic = self.builder.topic(table)
-        record = ProducerRecord(topic, key, value, BASE_TS_MS + self.lsn, headers)
-        if partition is not None:
-            record = record._replace(partition=partition) if "partition" in ProducerRecord._fields else record
-        self.records.append(record)
+    def _add(self, table: str, key: bytes | None, value: bytes | None, headers: tuple[tuple[str, bytes], ...] = ()) -> None:
+        self.records.append(ProducerRecord(self.builder.topic(table), key, value, BASE_TS_MS + self.lsn, headers))
 
     def insert(self, table: str, row: Mapping[str, Any], *, op: str = "c") -> None:
         """An insert (``c``), or a snapshot read with ``op="r"``."""
@@ -109,10 +105,17 @@ class Transaction:
         self._add(table, key, None)
 
     def truncate(self, table: str) -> None:
-        """A truncate marker written to every partition of the table's topic."""
+        """A truncate marker written to every partition of the table's topic.
+
+        The log places records by key, so each marker gets the key ``{"__truncate__":n}`` with the
+        smallest ``n`` that lands on its partition (as the capture side does).
+        """
         value = self._envelope(table, "t", None, None)
         for partition in range(self.builder.partitions):
-            self._add(table, None, value, partition=partition)
+            n = 0
+            while self.builder.partition_of(b'{"__truncate__":%d}' % n) != partition:
+                n += 1
+            self._add(table, b'{"__truncate__":%d}' % n, value)
 
     def raw(self, table: str, key: bytes | None, value: bytes | None) -> None:
         """A record with arbitrary bytes (for poison events)."""

@@ -92,3 +92,33 @@ def test_same_batch_twice_and_older_batch_after_newer_change_nothing(ctx: ViewCo
     assert _current(ctx, "public.products") == {}
     after = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{warehouse.current_path(ctx, 'public.products')}`").count()
     assert after == version
+
+
+def test_truncate_poison_and_schema_change(ctx: ViewContext, log: LogBuilder) -> None:
+    from derived_views import warehouse
+    from tests.derived_views.log_builder import REFERENCE, col
+
+    with log.transaction() as tx:
+        tx.insert("public.categories", {"id": 1, "name": "Home"})
+        tx.insert("public.categories", {"id": 2, "name": "Garden"})
+    _sync(ctx)
+    with log.transaction() as tx:
+        tx.truncate("public.categories")
+        tx.insert("public.categories", {"id": 3, "name": "Kitchen"})
+        tx.insert("public.products", {**product(1), "price": "not a number"})
+        tx.insert("public.products", product(2))
+    log.alter("public.categories", [*REFERENCE["public.categories"], col("slug", "text")])
+    with log.transaction() as tx:
+        tx.insert("public.categories", {"id": 4, "name": "Tools", "slug": "tools"})
+    _sync(ctx)
+    cats = _current(ctx, "public.categories")
+    assert sorted(cats) == [3, 4]
+    assert cats[4]["slug"] == "tools" and cats[3]["slug"] is None
+    assert sorted(_current(ctx, "public.products")) == [2]
+    dead = [r for r in ctx.spark.read.format("delta").load(warehouse.dead_letter_path(ctx)).collect()
+            if r["target"] == warehouse.current_path(ctx, "public.products")]
+    assert len(dead) == 1 and "do not fit" in dead[0]["error"] and '"not a number"' in dead[0]["value"]
+    history = ctx.spark.read.format("delta").load(warehouse.history_path(ctx, "public.categories")).collect()
+    closed = {r["id"]: r for r in history if r["id"] in (1, 2)}
+    assert all(not r["_cdc_is_current"] and r["_cdc_valid_to_seq"] == -1 for r in closed.values())
+    assert {r["id"] for r in history if r["_cdc_is_current"]} == {3, 4}

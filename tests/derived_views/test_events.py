@@ -1,0 +1,67 @@
+"""Pure reductions of change events: decoding, latest per key, folding partial rows, truncates."""
+
+from __future__ import annotations
+
+import json
+
+from derived_views.events import Event, decode, fold_all, latest_per_key
+
+
+def ev(key: str | None, op: str, lsn: int, seq: int = 0, after: dict | None = None,
+       unchanged: tuple[str, ...] = ()) -> Event:
+    return Event("t", 0, lsn, key, op, lsn, seq, 0, after, None, unchanged)
+
+
+def test_decode_reads_envelope_header_and_tombstone() -> None:
+    value = json.dumps({"before": None, "after": {"id": 1}, "op": "u",
+                        "source": {"lsn": 99, "sequence": 3, "ts_ms": 5}, "ts_ms": 6})
+    event = decode("t", 1, 7, '{"id":1}', value, '["description"]')
+    assert event is not None
+    assert (event.op, event.lsn, event.seq, event.commit_ts_ms, event.unchanged) == ("u", 99, 3, 5, ("description",))
+    assert decode("t", 1, 8, '{"id":1}', None, None) is None
+
+
+def test_decode_marks_unreadable_value_as_poison() -> None:
+    event = decode("t", 0, 3, '{"id":1}', "{not json", None)
+    assert event is not None and event.op == "?" and event.error and "unreadable" in event.error
+    event = decode("t", 0, 4, '{"id":1}', json.dumps({"op": "x", "source": {"lsn": 1}}), None)
+    assert event is not None and event.error is not None
+
+
+def test_latest_per_key_keeps_newest_by_lsn_and_sequence() -> None:
+    events = [ev("a", "c", 10, 0, {"v": 1}), ev("b", "c", 10, 1, {"v": 1}), ev("a", "u", 20, 0, {"v": 2}),
+              ev("b", "d", 20, 1)]
+    out = {e.key: e for e in latest_per_key(events)}
+    assert out["a"].after == {"v": 2} and out["b"].op == "d"
+
+
+def test_partial_row_folds_onto_previous_event_in_batch() -> None:
+    events = [ev("a", "c", 10, 0, {"id": 1, "doc": "long", "n": 1}),
+              ev("a", "u", 20, 0, {"id": 1, "n": 2}, ("doc",)),
+              ev("a", "u", 30, 0, {"id": 1, "n": 3}, ("doc",))]
+    (only,) = latest_per_key(events)
+    assert only.after == {"id": 1, "doc": "long", "n": 3} and only.unchanged == ()
+    history = fold_all(events)
+    assert [e.after["doc"] for e in history if e.after] == ["long", "long", "long"]
+
+
+def test_partial_row_without_base_keeps_unchanged_for_the_merge() -> None:
+    (only,) = latest_per_key([ev("a", "u", 20, 0, {"id": 1, "n": 2}, ("doc",)),
+                              ev("a", "u", 30, 0, {"id": 1, "n": 3}, ("doc",))])
+    assert only.unchanged == ("doc",) and "doc" not in (only.after or {})
+
+
+def test_partial_row_after_delete_is_not_folded_onto_deleted_values() -> None:
+    out = fold_all([ev("a", "c", 10, 0, {"doc": "x"}), ev("a", "d", 20), ev("a", "u", 30, 0, {"n": 1}, ("doc",))])
+    assert out[-1].unchanged == ("doc",)
+
+
+def test_truncate_drops_earlier_events_and_is_kept_as_marker() -> None:
+    out = latest_per_key([ev("a", "c", 10), ev("t0", "t", 20), ev("b", "c", 30)])
+    assert [(e.op, e.key) for e in out] == [("t", "t0"), ("c", "b")]
+
+
+def test_keyless_events_are_all_kept_and_poison_passes_through() -> None:
+    poison = Event("t", 0, 9, "x", "?", 0, 0, 0, error="bad")
+    out = latest_per_key([ev(None, "c", 10), ev(None, "c", 20), poison])
+    assert [e.op for e in out] == ["c", "c", "?"]
