@@ -124,6 +124,18 @@ def _remove_segment(directory: Path, base: int) -> None:
             pass
 
 
+def _records_in(path: Path, base: int) -> int:
+    """Records in a segment about to be removed (0 when even its header is torn)."""
+    try:
+        segment = SegmentFile(path, base)
+    except CorruptSegmentError:
+        return 0
+    try:
+        return _count_records(segment.fd, FILE_HEADER_SIZE)
+    finally:
+        segment.close()
+
+
 def _count_records(fd: int, start: int) -> int:
     """Records in the parsable batches from ``start`` (for the report; garbage counts as none)."""
     return sum(header.record_count for _pos, header, _buf, _at in BatchWalker(fd, start))
@@ -140,11 +152,7 @@ def recover_partition(
     cut_records = 0
     for base in bases:
         if base > end:
-            segment = SegmentFile(directory / log_name(base), base)
-            try:
-                cut_records += _count_records(segment.fd, FILE_HEADER_SIZE)
-            finally:
-                segment.close()
+            cut_records += _records_in(directory / log_name(base), base)
             _remove_segment(directory, base)
     if removed:
         fsync_dir(directory)
@@ -155,7 +163,16 @@ def recover_partition(
 
     base = kept[-1]
     path = directory / log_name(base)
-    segment = SegmentFile(path, base)
+    try:
+        segment = SegmentFile(path, base)
+    except CorruptSegmentError:
+        if base != end:
+            raise
+        # created for the first batch of a group the crash cut short: its header never became durable
+        _remove_segment(directory, base)
+        fsync_dir(directory)
+        cut = PartitionCut(tp, end, (*removed, log_name(base)), 0, cut_records)
+        return PartitionRecovery(None, cut, False, removed_files)
     try:
         walk = None
         if clean:

@@ -141,6 +141,7 @@ class BatchWalker:
         self.stop_position = start
         self.stop_offset: int | None = None
         self.problem: str | None = None
+        self.next_expected = min_base  # the offset the next batch should start at or after
 
     def __iter__(self) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
         fd, size, limit = self._fd, self.file_size, self.limit_offset
@@ -182,7 +183,7 @@ class BatchWalker:
                     self.stop = "torn"
                     return
             yield pos, header, buf, at
-            expected = header.next_offset
+            expected = self.next_expected = header.next_offset
             pos += length
             at += length
 
@@ -248,7 +249,7 @@ class SegmentFile:
     def check_stop(self, walker: BatchWalker, sealed: bool) -> None:
         """Raise when a walk below the watermark ended on damage instead of a clean end."""
         if walker.stop == "bad_header":
-            raise self.corrupt(walker.stop_position, walker.stop_offset or self.base_offset,
+            raise self.corrupt(walker.stop_position, walker.next_expected,
                                walker.problem or "bad batch header")
         if walker.stop == "torn" and (sealed or walker.stop_offset is not None):
             offset = walker.stop_offset if walker.stop_offset is not None else self.base_offset

@@ -106,7 +106,7 @@ def describe_cmd(topic: str) -> None:
         ratio = "-" if row.dirty_ratio is None else f"{row.dirty_ratio:.2f}"
         table.add_row(str(row.tp.partition), str(row.start_offset), str(row.end_offset),
                       str(row.segments), f"{row.bytes:,}", ratio)
-    console = Console(file=click.get_text_stream("stdout"), width=120)
+    console = Console(width=120)
     console.print(table)
     if watermark is None:
         console.print("latest watermark: none (nothing committed yet)")
