@@ -4,6 +4,7 @@ Entities (``cdc cache get ENTITY KEY``):
 
 - ``order``: an order with its items, as JSON: the order's columns plus ``items`` (the order's
   ``order_items`` rows sorted by ``line_no``). Rebuilt when the order or any of its items changes.
+  Decimals keep their scale (``19.90``), instants are UTC with microseconds (``...T12:45:00.123456Z``).
 
 Paths below ``CDC_DATA_DIR``:
 
@@ -44,6 +45,8 @@ NAME = "cache"
 ORDERS = "public.orders"
 ITEMS = "public.order_items"
 ENTITIES = ("order",)
+_MICROS = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+_MICROS_NTZ = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
 ENTRIES_DDL = "entity string, entity_key string, value string, _cdc_lsn bigint"
 
 
@@ -71,7 +74,8 @@ def _values(ctx: ViewContext, order_ids: list[str] | None) -> DataFrame:
     return joined.select(
         F.col("id").cast("string").alias("entity_key"),
         F.to_json(F.struct(*[F.col(c) for c in order_columns],
-                           F.coalesce(F.col("items"), F.array()).alias("items"))).alias("value"),
+                           F.coalesce(F.col("items"), F.array()).alias("items")),
+                  {"timestampFormat": _MICROS, "timestampNTZFormat": _MICROS_NTZ}).alias("value"),
         F.greatest(F.col(LSN), F.coalesce(F.col("_items_lsn"), F.col(LSN))).alias(LSN),
     )
 

@@ -1,0 +1,137 @@
+"""``cdc sync``, ``cdc rebuild``, ``cdc verify``, ``cdc search`` and ``cdc cache get``: the derived views.
+
+Every command starts one local Spark session (or uses the one ``spark-submit`` provides) and works on
+the Delta tables below ``CDC_DATA_DIR``; see :mod:`derived_views` for what each view holds.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from cdc.cli import pass_context
+
+
+def _context(ctx: object):  # type: ignore[no-untyped-def]
+    from derived_views.runner import context_from_settings
+
+    return context_from_settings(ctx.settings)  # type: ignore[attr-defined]
+
+
+def _describe(report) -> str:  # type: ignore[no-untyped-def]
+    if report.watermark is None:
+        return "the log has no commit watermark yet: nothing to apply"
+    applied = ", ".join(f"{name}: {count} events" for name, count in report.events.items())
+    return f"as of LSN {report.watermark.position}: {applied}"
+
+
+@click.command("sync")
+@click.argument("views", nargs=-1)
+@click.option("--once", "mode", flag_value="once", default=True, help="Drain to the latest watermark, then exit.")
+@click.option("--continuous", "mode", flag_value="continuous", help="Keep syncing as the log grows.")
+@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+              help="Seconds between watermark polls in --continuous mode.")
+@pass_context
+def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> None:
+    """Apply the log to VIEWS (default: all) up to the latest commit watermark."""
+    from derived_views import runner
+
+    names = runner.resolve(views)
+    view_ctx = _context(ctx)
+    if mode == "once":
+        click.echo(_describe(runner.step(view_ctx, names)), err=True)
+        return
+    stop = threading.Event()
+
+    def _request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        runner.continuous(view_ctx, names, interval, should_stop=stop.is_set,
+                          on_step=lambda report: click.echo(_describe(report), err=True))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+@click.command("rebuild")
+@click.argument("view")
+@pass_context
+def rebuild(ctx: object, view: str) -> None:
+    """Replay the log from offset 0 and replace VIEW's tables, each in one Delta commit."""
+    from derived_views import runner
+
+    names = runner.resolve([view])
+    report = runner.step(_context(ctx), names, replace=True)
+    click.echo(f"rebuilt {view} {_describe(report)}", err=True)
+
+
+@click.command("verify")
+@click.argument("view")
+@click.option("--no-sync", is_flag=True, help="Compare the view as it is, without syncing it first.")
+@pass_context
+def verify(ctx: object, view: str, no_sync: bool) -> None:
+    """Compare VIEW with the source tables (one consistent snapshot); exit 4 on any difference."""
+    from derived_views import runner
+    from derived_views.errors import LogUnavailableError, VerifyMismatchError
+    from derived_views.verify import shown, verify as run_verify
+
+    names = runner.resolve([view])
+    view_ctx = _context(ctx)
+    if not no_sync:
+        runner.step(view_ctx, names)
+    watermark = runner.latest(view_ctx)
+    if watermark is None:
+        raise LogUnavailableError(f"the log at {view_ctx.log_path} has no commit watermark yet: run `cdc capture`")
+    report = run_verify(view_ctx, view, ctx.settings.database_url, watermark)  # type: ignore[attr-defined]
+    for line in shown(report):
+        click.echo(line)
+    if not report.ok:
+        raise VerifyMismatchError(
+            f"{view} differs from the source in {len(report.differences)} places (as of LSN {watermark.position}); "
+            f"run `cdc rebuild {view}` to replace it from the log"
+        )
+    click.echo(f"{view} equals the source: {report.compared} rows compared as of LSN {watermark.position}")
+
+
+@click.command("search")
+@click.argument("query")
+@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="How many products.")
+@pass_context
+def search_cmd(ctx: object, query: str, limit: int) -> None:
+    """Print the products that best match QUERY (BM25 over the search view)."""
+    from derived_views import search
+
+    hits = search.query(_context(ctx), query, limit)
+    if not hits:
+        click.echo("no matching products", err=True)
+    for rank, hit in enumerate(hits, 1):
+        click.echo(f"{rank}. [{hit.score:.3f}] {hit.id}  {hit.name}  ({hit.category_name or '-'})  {hit.price}")
+
+
+@click.group("cache")
+def cache_group() -> None:
+    """Read the cache view."""
+
+
+@cache_group.command("get")
+@click.argument("entity")
+@click.argument("key")
+@pass_context
+def cache_get(ctx: object, entity: str, key: str) -> None:
+    """Print the cached value of ENTITY (e.g. order) with key KEY as JSON; exit 1 when absent."""
+    from derived_views import cache
+
+    value = cache.get(_context(ctx), entity, key)
+    if value is None:
+        raise click.ClickException(f"no cached {entity} with key {key}")
+    click.echo(json.dumps(value, indent=2, sort_keys=False))
+
+
+#: The commands this module adds to ``cdc``.
+COMMANDS = (sync, rebuild, verify, search_cmd, cache_group)
