@@ -102,11 +102,11 @@ class Partition:
         topic, partition = self.tp
         i = max(bisect_right(bases, offset) - 1, 0)
         while i < len(bases) and bases[i] < limit and len(out) < max_records:
-            last = i + 1 == len(bases)
-            seg_limit = limit if last else min(limit, bases[i + 1])
+            sealed = i + 1 < len(bases) and bases[i + 1] <= limit
+            seg_limit = bases[i + 1] if sealed else limit
             if seg_limit > offset:
                 out += self.segment(bases[i]).read(topic, partition, offset, seg_limit,
-                                                   max_records - len(out), sealed=not last)
+                                                   max_records - len(out), sealed=sealed)
             i += 1
         return out
 
@@ -126,9 +126,10 @@ class Partition:
         for i, base in enumerate(bases):
             if base >= limit:
                 break
-            seg_limit = limit if i + 1 == len(bases) else min(limit, bases[i + 1])
+            sealed = i + 1 < len(bases) and bases[i + 1] <= limit
+            seg_limit = bases[i + 1] if sealed else limit
             segment = self.segment(base)
-            for _position, header, buf, at in segment.batches(seg_limit, sealed=i + 1 < len(bases)):
+            for _position, header, buf, at in segment.batches(seg_limit, sealed=sealed):
                 if header.max_timestamp_ms < timestamp_ms:
                     continue
                 for record in decode_records(buf, at, header, topic, partition, 0, seg_limit):

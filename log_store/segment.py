@@ -247,7 +247,15 @@ class SegmentFile:
         return CorruptSegmentError(self.path, position, offset, detail)
 
     def check_stop(self, walker: BatchWalker, sealed: bool) -> None:
-        """Raise when a walk below the watermark ended on damage instead of a clean end."""
+        """Raise when a walk below the watermark ended on damage instead of a clean end.
+
+        ``sealed`` means the walk's limit is the successor segment's base offset, below the watermark:
+        the file must then end exactly after its last batch.
+        """
+        if sealed and walker.stop == "limit":
+            raise self.corrupt(walker.stop_position, walker.next_expected,
+                               f"{walker.file_size - walker.stop_position} byte(s) after the last "
+                               "batch of a sealed segment")
         if walker.stop == "bad_header":
             raise self.corrupt(walker.stop_position, walker.next_expected,
                                walker.problem or "bad batch header")
