@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,17 @@ class LogCleaner:
             return CleanerReport(tuple(results))
         finally:
             lock.release()
+
+    def run_periodically(self, stop: threading.Event, interval_s: float) -> None:
+        """Run a pass every ``interval_s`` seconds until ``stop`` is set (for a background thread).
+
+        A pass that finds another cleaner holding the lock is skipped; other errors propagate.
+        """
+        while not stop.wait(interval_s):
+            try:
+                self.run()
+            except CleanerLockedError:
+                continue
 
     # --- compaction --------------------------------------------------------------------------
 
@@ -263,11 +275,9 @@ class LogCleaner:
         for base, _next_base in _cleanable(bases, end):
             segment = SegmentFile(directory / log_name(base), base)
             try:
-                last = FILE_HEADER_SIZE
                 last_append = 0
                 for _pos, header in segment.headers(segment.last_index_position()):
                     last_append = max(last_append, header.append_time_ms)
-                del last
             finally:
                 segment.close()
             candidates.append(SegmentInfo(base, sizes[base], last_append))

@@ -118,8 +118,9 @@ class Partition:
     def offset_for_time(self, timestamp_ms: int, limit: int) -> int | None:
         """The first offset below ``limit`` whose record timestamp is >= ``timestamp_ms``.
 
-        Walks batch headers (each holds its largest timestamp) and decodes only batches that can hold
-        a match; ``None`` when no record qualifies.
+        A scan, not an index: walks the CRC-checked batches in offset order (each header holds the
+        batch's largest timestamp) and decodes only batches that can hold a match; ``None`` when no
+        record qualifies. Timestamps are the producers' and need not grow with offsets.
         """
         bases = self.bases()
         topic, partition = self.tp

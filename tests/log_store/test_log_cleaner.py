@@ -171,3 +171,23 @@ def test_compaction_from_a_reader_beside_the_writer(tmp_path: Path, topic: str |
         assert not [p for p in (tmp_path / "topics" / "t" / "0").iterdir()
                     if p.name.endswith((".cleaned", ".tmp"))]
         assert os.path.exists(tmp_path / "topics" / "t" / "0" / "cleaner.checkpoint")
+
+
+class _TwoTicks:
+    """A stop event whose wait() says 'not stopped' once, then 'stopped'."""
+
+    def __init__(self) -> None:
+        self.answers = [False, True]
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self.answers.pop(0)
+
+
+def test_periodic_runner_runs_passes_until_stopped(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with LogStore.open(tmp_path, _config(clock), writer=True) as log:
+        log.ensure_topic("t", 1)
+        expected = _fill(log, 30)
+        log.cleaner().run_periodically(_TwoTicks(), 0.01)  # type: ignore[arg-type]
+        assert read_checkpoint(tmp_path / "topics" / "t" / "0") > 0
+        assert latest_by_key(read_all(log, "t")) == expected
