@@ -165,8 +165,8 @@ class Partition:
         count = columns.count
         budget = self.config.max_batch_bytes
         cuts = [0]
-        if sum(columns.sizes) > budget:
-            running = list(accumulate(columns.sizes))
+        if columns.payload_bytes > budget:
+            running = list(accumulate(columns.sizes()))
             while cuts[-1] < count:
                 taken = running[cuts[-1] - 1] if cuts[-1] else 0
                 stop = bisect_right(running, taken + budget)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from itertools import chain
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -132,7 +131,7 @@ class Columns:
     """
 
     __slots__ = ("count", "keys", "key_lengths", "values", "value_lengths", "timestamps", "blocks",
-                 "block_lengths", "sizes")
+                 "block_lengths", "payload_bytes")
 
     def __init__(self, records: Sequence[ProducerRecord]) -> None:
         self.count = len(records)
@@ -150,21 +149,27 @@ class Columns:
         else:
             self.blocks = None
             self.block_lengths = [0] * self.count
-        self.sizes = list(map(len, self.keys))
-        self.sizes = list(map(_add3, self.sizes, map(len, self.values), self.block_lengths))
+        self.payload_bytes = (RECORD_SIZE * self.count + sum(map(len, self.keys))
+                              + sum(map(len, self.values)) + sum(self.block_lengths))
+
+    def sizes(self) -> list[int]:
+        """Encoded bytes of each record (only needed to split a group into several batches)."""
+        return list(map(_add3, map(len, self.keys), map(len, self.values), self.block_lengths))
 
     def encode(self, base_offset: int, start: int, stop: int, append_time_ms: int) -> bytes:
         """One batch of records ``[start, stop)`` at consecutive offsets from ``base_offset``."""
-        heads = map(RECORD.pack, range(stop - start), self.timestamps[start:stop],
-                    self.key_lengths[start:stop], self.value_lengths[start:stop],
-                    self.block_lengths[start:stop])
-        if self.blocks is None:
-            columns = zip(heads, self.keys[start:stop], self.values[start:stop])
-        else:
-            columns = zip(heads, self.keys[start:stop], self.values[start:stop],
-                          self.blocks[start:stop])
-        body = b"".join(chain.from_iterable(columns))
         count = stop - start
+        heads = list(map(RECORD.pack, range(count), self.timestamps[start:stop],
+                         self.key_lengths[start:stop], self.value_lengths[start:stop],
+                         self.block_lengths[start:stop]))
+        width = 3 if self.blocks is None else 4
+        parts: list[bytes] = [b""] * (width * count)
+        parts[0::width] = heads
+        parts[1::width] = self.keys[start:stop]
+        parts[2::width] = self.values[start:stop]
+        if self.blocks is not None:
+            parts[3::width] = self.blocks[start:stop]
+        body = b"".join(parts)
         return _finish(base_offset, body, count - 1, count, append_time_ms,
                        max(self.timestamps[start:stop]), 0)
 

@@ -16,10 +16,8 @@ Invariants:
 
 * batches are in offset order and never overlap; the first batch's base offset is >= the file's base
   offset, and every batch's base offset is >= the previous batch's ``next_offset``;
-* a segment covers the offsets ``[base, next segment's base)``; records of a segment at or past the
-  next segment's base are ignored by readers (a compaction that merged segments may have left them
-  behind when it crashed before deleting the merged inputs: they are duplicates of records still held
-  by the later files);
+* a segment covers the offsets ``[base, next segment's base)``; a sealed segment wholly below the
+  watermark must end exactly after its last batch (any further byte is reported as corruption);
 * only the last segment of a partition (the *active* one) is ever appended to; the others are *sealed*;
   compaction and retention only ever replace or delete sealed segments;
 * a batch never straddles a commit watermark: a group's batches are complete and fsynced before its

@@ -3,7 +3,8 @@
 Root layout::
 
     store.json               {"format": 1, "created_ms": int}; written last when a log is created
-    watermarks.log           commit watermarks (see log_store.watermark)
+    watermarks.log           commit watermarks, appended and fsynced by the writer (see log_store.watermark)
+    watermark.pub            the latest durable watermark, in two slots, for readers
     writer.lock              flock held by the one writer process (its pid inside)
     cleaner.lock             flock held by the one process compacting / applying retention
     clean_shutdown           present only between a writer's clean close and the next writer open
