@@ -83,7 +83,10 @@ class Partition:
             return []
         for attempt in range(_RETRIES):
             try:
-                records = self._read(self.bases(), offset, limit, max_records)
+                bases = self.bases()
+                if len(self._files) > len(bases):
+                    self._forget_deleted(bases)
+                records = self._read(bases, offset, limit, max_records)
                 break
             except FileNotFoundError:
                 if attempt == _RETRIES - 1:
@@ -96,6 +99,13 @@ class Partition:
                 del records[i:]
                 break
         return records
+
+    def _forget_deleted(self, bases: list[int]) -> None:
+        """Close cached files of segments that compaction or retention deleted."""
+        present = set(bases)
+        with self._lock:
+            for base in [b for b in self._files if b not in present]:
+                self._files.pop(base).close()
 
     def _read(self, bases: list[int], offset: int, limit: int, max_records: int) -> list[Record]:
         out: list[Record] = []
