@@ -35,6 +35,12 @@ def _scrape_or_empty(port: int) -> dict[str, float]:
         return {}
 
 
+def _slot_streaming(url: str) -> bool:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = 'metrics_slot'").fetchone()
+    return bool(row and row[0])
+
+
 def test_capture_metrics_endpoint(reference_db: str, tmp_path: Path) -> None:
     port = free_port()
     env = {
@@ -47,6 +53,7 @@ def test_capture_metrics_endpoint(reference_db: str, tmp_path: Path) -> None:
     process = subprocess.Popen([str(CDC), "capture"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: "cdc_capture_confirmed_lsn" in _scrape_or_empty(port), what="metrics endpoint")
+        wait_for(lambda: _slot_streaming(reference_db), what="capture streaming from its slot")
         with psycopg.connect(reference_db) as conn:
             conn.execute("INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 25) g")
         wait_for(lambda: _scrape(port).get("cdc_capture_events_total", 0) >= 25, what="25 captured events")
