@@ -11,14 +11,19 @@ Root layout::
     topics/<topic>/topic.json, topics/<topic>/<partition>/<base:020d>.log|.index, cleaner.checkpoint
     consumer_offsets/<group>.json
 
-Write path (writer only): :meth:`LogStore.append_group` places each record (Kafka's murmur2 partitioner,
-round-robin for keyless records), appends one or more batches per touched partition, then makes the
-touched segments and a new watermark record (the group's opaque ``position`` and the end offset of
-*every* topic-partition) durable with concurrent ``fdatasync`` calls, and only then publishes the
-watermark to readers (``watermark.pub``). The group is durable and visible when the call returns; after a
-crash the next writer's recovery (:mod:`log_store.recovery`) cuts everything past the last watermark
-whose data is whole. If a write fails half-way the store refuses
-further appends until it is reopened (recovery then cuts the partial group).
+Write path (writer only): :meth:`LogStore.append_group` reads its records once, in chunks of
+``APPEND_CHUNK`` records: each chunk is placed (Kafka's murmur2 partitioner, round-robin for keyless
+records), validated, encoded and written as one or more batches per touched partition, so memory stays
+bounded whatever the group's size. After the last chunk the touched segments and a new watermark record
+(the group's opaque ``position`` and the end offset of *every* topic-partition) are made durable with
+concurrent ``fdatasync`` calls, and only then is the watermark published to readers (``watermark.pub``).
+The group is durable and visible when the call returns, and never visible in part: readers stop at the
+previous watermark until then, and after a crash the next writer's recovery (:mod:`log_store.recovery`)
+cuts everything past the last watermark whose data is whole, so a group cut mid-way disappears whole.
+If a record of a later chunk fails validation, or the records' iterator raises, the chunks already
+written are cut back to the last watermark (the same recovery, in process) and the log stays usable. If
+a write fails half-way the store refuses further appends until it is reopened (recovery then cuts the
+partial group).
 
 Read path (any process): :meth:`LogStore.read` never returns a record at or past the watermark's end
 offset for its partition (the latest watermark, re-read from disk, unless ``until`` is given), and never
@@ -37,8 +42,9 @@ import os
 import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
@@ -85,6 +91,8 @@ from log_store.watermark import Watermark, WatermarkLog
 log = logging.getLogger("log_store")
 
 FORMAT = 1
+#: Records placed, encoded and written at a time by :meth:`LogStore.append_group`.
+APPEND_CHUNK = 10_000
 STORE_FILE = "store.json"
 WRITER_LOCK = "writer.lock"
 CLEAN_MARKER = "clean_shutdown"
@@ -334,26 +342,61 @@ class LogStore:
 
     # --- appending ---------------------------------------------------------------------------
 
-    def append_group(self, records: Sequence[ProducerRecord], position: str) -> Watermark:
-        """Append ``records`` and commit them with a durable watermark at ``position``."""
+    def append_group(
+        self, records: Iterable[ProducerRecord], position: str, *, chunk_records: int = APPEND_CHUNK
+    ) -> Watermark:
+        """Append ``records`` and commit them with a durable watermark at ``position``.
+
+        ``records`` may be any iterable (a generator too); it is read once, ``chunk_records`` at a
+        time, so a group of any size needs memory for one chunk only. Guarantees: when this returns,
+        every record and the watermark are durable (fsynced) and visible to readers; before it returns
+        none of them is visible, and a crash at any point leaves either the whole group (once its
+        watermark is durable) or none of it after recovery. Records of a chunk are validated before
+        any of that chunk is written: a bad record in the first chunk leaves the log untouched and
+        usable. When a later chunk fails validation, or the iterator raises, the chunks already written
+        are cut back to the last watermark before the exception propagates, so the log stays usable
+        and the group leaves no trace. A failed write fails the writer (see the module docstring).
+        """
         self._require_writer("append_group")
         if not isinstance(position, str):
             raise TypeError(f"position must be a str, not {type(position).__name__}")
+        if chunk_records < 1:
+            raise ValueError(f"chunk_records must be at least 1, not {chunk_records}")
         with self._lock:
             if self._failed is not None:
                 raise WriterFailedError(self.root, self._failed)
-            groups = self._place(records)
             now = self.config.clock()
+            iterator = iter(records)
+            touched: dict[TopicPartition, None] = {}
+            while True:
+                try:
+                    chunk = list(islice(iterator, chunk_records))
+                    groups = self._place(chunk) if chunk else {}
+                except BaseException:
+                    # The records themselves failed (a bad record, or the producer's iterator
+                    # raised): written chunks are cut back to the last watermark, the log stays usable.
+                    if touched:
+                        self._undo_partial_group()
+                    raise
+                if not chunk:
+                    break
+                del chunk
+                try:
+                    for tp, batch in groups.items():
+                        self._partitions[tp].append(batch, now)
+                        touched[tp] = None
+                except BaseException as exc:
+                    self._failed = exc
+                    raise
+                del groups
             try:
-                for tp, batch in groups.items():
-                    self._partitions[tp].append(batch, now)
                 previous = self._watermarks.current
                 watermark = Watermark(
                     (previous.sequence + 1) if previous is not None else 1, position, now,
                     {tp: partition.next_offset for tp, partition in self._partitions.items()})
                 # Segments and the watermark record are made durable concurrently (recovery drops a
                 # last watermark whose data did not make it); readers learn of it only after both.
-                syncs = [self._syncer().submit(self._partitions[tp].sync) for tp in groups]
+                syncs = [self._syncer().submit(self._partitions[tp].sync) for tp in touched]
                 self._watermarks.append(watermark)
                 for done in syncs:
                     done.result()
@@ -362,6 +405,20 @@ class LogStore:
                 self._failed = exc
                 raise
             return watermark
+
+    def _undo_partial_group(self) -> None:
+        """Cut every partition back to the current watermark (the writer's recovery, in process)."""
+        try:
+            for partition in self._partitions.values():
+                partition.close()
+            self._partitions.clear()
+            cuts: list[PartitionCut] = []
+            self._recover_partitions(self._watermarks.current, False, False, cuts, [])
+            log.warning("an append group failed part-way; cut back to the last watermark: %s",
+                        ", ".join(f"{cut.tp} ({cut.truncated_records} records)" for cut in cuts))
+        except BaseException as exc:
+            self._failed = exc
+            raise
 
     def _syncer(self) -> ThreadPoolExecutor:
         if self._sync_pool is None:
