@@ -22,6 +22,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+#: Session settings the views rely on. Every MERGE source is a locally checkpointed batch or a Delta
+#: read, hence deterministic, so Delta need not materialize it again.
+SESSION_CONF = {"spark.databricks.delta.merge.materializeSource": "none"}
+
+
 @dataclass
 class ViewContext:
     """Shared state of the views run by one process."""
@@ -33,6 +38,10 @@ class ViewContext:
     _progress: dict[str, Progress] = field(default_factory=dict)
     _schemas: dict[str, TableSchema] = field(default_factory=dict)
     _schemas_at: Offsets | None = None
+
+    def __post_init__(self) -> None:
+        for key, value in SESSION_CONF.items():
+            self.spark.conf.set(key, value)
 
     @property
     def schemas_topic(self) -> str:

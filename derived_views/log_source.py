@@ -263,9 +263,14 @@ class LogDataSource(DataSource):
         return LogStreamReader(dict(self.options))
 
 
+_REGISTERED: set[int] = set()
+
+
 def register(spark: SparkSession) -> None:
-    """Make ``spark.read.format("cdclog")`` available in ``spark`` (idempotent)."""
-    spark.dataSource.register(LogDataSource)
+    """Make ``spark.read.format("cdclog")`` available in ``spark`` (idempotent, once per session)."""
+    if id(spark) not in _REGISTERED:
+        spark.dataSource.register(LogDataSource)
+        _REGISTERED.add(id(spark))
 
 
 def offsets_json(offsets: Offsets) -> str:

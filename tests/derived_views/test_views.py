@@ -86,23 +86,35 @@ def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBu
     assert cache.get(ctx, "order", ORDER) is None
 
 
-def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder) -> None:
+def _step(ctx: ViewContext, *, replace: bool = False) -> None:
     from derived_views import cache, runner, search, warehouse
+    from derived_views.apply import Range
+
+    watermark = runner.latest(ctx)
+    assert watermark is not None
+    rng = Range(ctx.log_path, watermark)
+    warehouse.sync(ctx, rng, replace=replace, only=["public.products", "public.categories"])
+    search.sync(ctx, rng, replace=replace)
+    cache.sync(ctx, rng, replace=replace)
+
+
+def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder) -> None:
+    from derived_views import cache, search, warehouse
 
     _seed(log)
-    runner.step(ctx, ["warehouse", "search", "cache"])
+    _step(ctx)
     with log.transaction() as tx:
         tx.update("public.products", product(2, "Floor lamp XL", category=2), unchanged=("description",))
         tx.update("public.categories", {"id": 2, "name": "Outdoor"})
         tx.delete("public.products", {"id": 3})
         tx.insert("public.order_items", {"order_id": ORDER, "line_no": 2, "product_id": 2, "quantity": 1,
                                          "unit_price": "5.00"})
-    runner.step(ctx, ["warehouse", "search", "cache"])
+    _step(ctx)
     paths = [warehouse.current_path(ctx, "public.products"), warehouse.history_path(ctx, "public.products"),
              warehouse.current_path(ctx, "public.categories"), search.path(ctx, "documents"),
              search.path(ctx, "terms"), cache.path(ctx, "entries")]
     incremental = {p: _table(ctx, p) for p in paths}
-    runner.step(ctx, ["warehouse", "search", "cache"], replace=True)
+    _step(ctx, replace=True)
     for p in paths:
         assert _table(ctx, p) == incremental[p], p
     last = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{paths[0]}`").orderBy("version", ascending=False).first()
