@@ -38,7 +38,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 
 from cdc.catalog import Catalog, PublishedTable
 from cdc.errors import SlotError, SourceError
-from cdc.events import EventBuilder, TxContext
+from cdc.events import EventBuilder, TxContext, mark_last_read
 from cdc.lsn import Lsn
 from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
@@ -214,29 +214,37 @@ class Capture:
         log.info("snapshot at consistent point %s of %d tables", point, len(tables))
         ts_ms = time.time_ns() // 1_000_000
         try:
+            # The latest chunk is held back until the next one arrives, so that the final read can be
+            # marked "last" and go into the group that carries the consistent point.
             held: list[ProducerRecord] = []
+            schemas: list[ProducerRecord] = []  # schema records waiting for their table's first rows
             for table in tables:
                 shape = self._snapshot_shape(table)
                 self._ensure_topic(shape)
-                held.extend(self.replayer._schema_records(shape, point))
+                schemas.extend(self.replayer._schema_records(shape, point))
                 context = TxContext(point, reader.xmin, ts_ms, snapshot="true")
-                for row in self._with_progress(reader.rows(shape), table, reader):
+                chunks = reader.json_chunks(shape, self.tuning.snapshot_chunk_rows)
+                for rows in self._with_progress(chunks, table, reader):
                     if self.stop.is_set():
                         return
-                    held.append(self.builder.read(shape, row, context))
-                    self.stats.snapshot_rows += 1
-                    if len(held) >= self.tuning.snapshot_chunk_rows * 2:
-                        chunk, held = held[: self.tuning.snapshot_chunk_rows], held[self.tuning.snapshot_chunk_rows :]
-                        self.log.append_group(chunk, SNAPSHOT_POSITION)
-                        self.stats.groups += 1
-                        self._observe(chunk, 0, None)
-            _mark_last(held)
-            self.log.append_group(held, point.hex16())
-            self.stats.groups += 1
-            self._observe(held, 0, None)
+                    if held:
+                        self._append_counted(held, SNAPSHOT_POSITION)
+                    held = schemas + self.builder.reads(shape, rows, context)
+                    schemas = []
+                    self.stats.snapshot_rows += len(rows)
+            if held:
+                held[-1] = mark_last_read(held[-1])
+            self._append_counted(held + schemas, point.hex16())
             self.position = point
         finally:
             reader.close()
+
+    def _append_counted(self, records: list[ProducerRecord], position: str) -> None:
+        """Append one snapshot group and count it."""
+        assert self.log is not None
+        self.log.append_group(records, position)
+        self.stats.groups += 1
+        self._observe(len(records), sum([len(r.value) for r in records if r.value is not None]), 0, None)
 
     def _snapshot_shape(self, table: PublishedTable) -> TableShape:
         info = self.catalog.table(table.relid)
@@ -246,18 +254,19 @@ class Capture:
             list(info.columns), list(keys), not_null=info.not_null, type_names=self.catalog.type_names,
         )
 
-    def _with_progress(self, rows: Iterator[tuple[object, ...]], table: PublishedTable, reader: SnapshotReader) -> Iterator:  # type: ignore[type-arg]
+    def _with_progress(
+        self, chunks: Iterator[list[tuple[bytes | None, bytes]]], table: PublishedTable, reader: SnapshotReader
+    ) -> Iterator[list[tuple[bytes | None, bytes]]]:
         if not self.progress:
-            yield from rows
+            yield from chunks
             return
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task(f"snapshot {table.qualified}", total=reader.estimate(table.relid) or None)
-            for count, row in enumerate(rows, 1):
-                yield row
-                if count % 1000 == 0:
-                    bar.update(task, completed=count)
+            for chunk in chunks:
+                yield chunk
+                bar.advance(task, len(chunk))
 
     # -- streaming -----------------------------------------------------------------------------------
 
@@ -369,28 +378,29 @@ class Capture:
     def _flush(self, pending: list[Transaction], repl: ReplicationConnection | None) -> None:
         """Append ``pending`` as one group at the last commit LSN, then confirm its end to the server."""
         assert self.log is not None and self.replayer is not None
-        # The log takes a group as a Sequence (it reads it more than once), so the group's records are
-        # built in memory here; the changes they come from were held on disk until now.
-        records = list(itertools.chain.from_iterable(self.replayer.records(tx) for tx in pending))
-        self.stats.events += len(records)
+        # The group is handed to the log as a generator: the log writes it in bounded chunks, so a
+        # million-row transaction is never held in memory (its changes wait in a spill file until here).
+        tally = [0, 0]
+        records = _counted(itertools.chain.from_iterable(self.replayer.records(tx) for tx in pending), tally)
         last = pending[-1]
         self.log.append_group(records, Lsn(last.commit_lsn).hex16())
+        self.stats.events += tally[0]
         self.stats.groups += 1
         self.stats.transactions += len(pending)
         self.position = Lsn(last.commit_lsn)
         self.confirmed = Lsn(max(self.confirmed, last.end_lsn))
-        self._observe(records, len(pending), last.commit_ts_ms)
+        self._observe(tally[0], tally[1], len(pending), last.commit_ts_ms)
         for tx in pending:
             tx.close()
         if repl is not None:
             repl.send_status(self.confirmed, self.confirmed)
 
-    def _observe(self, records: list[ProducerRecord], transactions: int, commit_ts_ms: int | None) -> None:
+    def _observe(self, events: int, value_bytes: int, transactions: int, commit_ts_ms: int | None) -> None:
         """Update the exported metrics after a group became durable (snapshot groups have no commit time)."""
         metrics = self.metrics
-        metrics.events.inc(len(records))
-        metrics.bytes.inc(sum([len(r.value) for r in records if r.value is not None]))
         metrics.transactions.inc(transactions)
+        metrics.bytes.inc(value_bytes)
+        metrics.events.inc(events)
         metrics.confirmed_lsn.set(int(self.confirmed))
         if commit_ts_ms is not None:
             metrics.seconds_behind.set(max(0.0, time.time() - commit_ts_ms / 1000))
@@ -408,16 +418,19 @@ class Capture:
         self.metrics.seconds_behind.set(0)
 
 
-def _mark_last(records: list[ProducerRecord]) -> None:
-    """Mark the final snapshot read ``source.snapshot = "last"`` (schema records are skipped)."""
-    for index in range(len(records) - 1, -1, -1):
-        record = records[index]
-        if record.value is None or b'"op":"r"' not in record.value:
-            continue
-        value = orjson.loads(record.value)
-        value["source"]["snapshot"] = "last"
-        records[index] = record._replace(value=orjson.dumps(value))
-        return
+def _counted(records: Iterator[ProducerRecord], tally: list[int]) -> Iterator[ProducerRecord]:
+    """Pass ``records`` through, adding their number and value bytes to ``tally`` as they go."""
+    events = size = 0
+    try:
+        for record in records:
+            events += 1
+            value = record[2]
+            if value is not None:
+                size += len(value)
+            yield record
+    finally:
+        tally[0] += events
+        tally[1] += size
 
 
 StopCallback = Callable[[], None]

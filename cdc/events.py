@@ -16,7 +16,10 @@ Format: docs/event-format.md. Guarantees of this module:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
+from itertools import repeat
 from typing import Any
 
 import orjson
@@ -27,6 +30,9 @@ from log_store.partitioner import partition_for_key
 from log_store.record import ProducerRecord
 
 UNCHANGED_HEADER = "unchanged"
+_new_record = partial(tuple.__new__, ProducerRecord)
+_SNAPSHOT_TRUE = b',"snapshot":"true","sequence":'
+_SNAPSHOT_LAST = b',"snapshot":"last","sequence":'
 
 
 @dataclass(slots=True)
@@ -87,6 +93,26 @@ class EventBuilder:
         }
         tx.sequence += 1
         return orjson.dumps(envelope)
+
+    def reads(self, shape: TableShape, rows: Sequence[tuple[bytes | None, bytes]], tx: TxContext) -> list[ProducerRecord]:
+        """Snapshot reads (``op=r``) of rows given as ``(key JSON, after JSON)`` bytes.
+
+        The envelope is assembled around the given JSON by byte concatenation; parsed, it equals what
+        :meth:`read` builds for the same row (same fields, order and source).
+        """
+        source = orjson.dumps({
+            "connector": "postgresql", "name": self.prefix, "db": self.database, "schema": shape.schema,
+            "table": shape.table, "lsn": tx.lsn, "txId": tx.xid, "ts_ms": tx.ts_ms, "snapshot": tx.snapshot,
+        })
+        head = b'{"before":null,"after":'
+        middle = b',"op":"r","source":' + source[:-1] + b',"sequence":'
+        tail = b'},"ts_ms":' + str(time.time_ns() // 1_000_000).encode() + b"}"
+        template = head.replace(b"%", b"%%") + b"%b" + middle.replace(b"%", b"%%") + b"%d" + tail.replace(b"%", b"%%")
+        start = tx.sequence
+        tx.sequence += len(rows)
+        values = [template % pair for pair in zip([after for _, after in rows], range(start, tx.sequence))]
+        return list(map(_new_record, zip(repeat(shape.topic), [key for key, _ in rows], values,
+                                         repeat(tx.ts_ms), repeat(()))))
 
     def read(self, shape: TableShape, values: Tuple, tx: TxContext) -> ProducerRecord:
         """A snapshot read (``op=r``) of one row."""
@@ -162,3 +188,12 @@ def truncate_marker(topic: str, value: bytes, ts_ms: int, partition: int, partit
 
 def _unchanged_headers(unchanged: list[str]) -> tuple[tuple[str, bytes], ...]:
     return ((UNCHANGED_HEADER, orjson.dumps(unchanged)),) if unchanged else ()
+
+
+def mark_last_read(record: ProducerRecord) -> ProducerRecord:
+    """The same snapshot read with ``source.snapshot = "last"`` (the source object is the value's last)."""
+    value = record.value or b""
+    before, found, after = value.rpartition(_SNAPSHOT_TRUE)
+    if not found:
+        return record
+    return record._replace(value=before + _SNAPSHOT_LAST + after)

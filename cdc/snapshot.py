@@ -1,4 +1,4 @@
-"""Reading the included tables inside the slot's exported snapshot, as text rows via COPY.
+"""Reading the included tables inside the slot's exported snapshot, as JSON text built by the server.
 
 Consistency rule: the slot is created with ``SNAPSHOT 'export'`` and every table is read in one
 REPEATABLE READ transaction that imports that snapshot. The snapshot sees exactly the transactions
@@ -6,12 +6,25 @@ that committed before the slot's consistent point, and the slot streams exactly 
 after it, so snapshot plus stream have no gap and no overlap. That is why streaming must start at the
 consistent point and nowhere else. The snapshot transaction must be open before the replication
 connection that exported the snapshot runs another command or closes.
+
+Rows are read in chunks of physical block ranges (``ctid >= '(a,0)' AND ctid < '(b,0)'``, a TID range
+scan; the last range is open-ended, so rows in blocks added later are still read). For each chunk the
+server returns one text value: per row the key JSON, a tab, the ``after`` JSON, rows joined by newlines.
+Per-column SQL expressions, chosen by type (:func:`json_expression`), produce exactly the JSON values
+:mod:`cdc.values` produces for streamed changes; the few types without such an expression are sent as
+their text form and converted in Python by the same converter the stream uses. JSON text never holds a
+raw tab or newline (both are escaped inside strings), so the chunk splits unambiguously.
 """
 
 from __future__ import annotations
 
+import queue
 import re
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
+
+import orjson
 
 import psycopg
 from psycopg import sql
@@ -19,7 +32,101 @@ from psycopg import sql
 from cdc.catalog import SESSION_OPTIONS
 from cdc.errors import SourceError
 from cdc.pgoutput.messages import Tuple
-from cdc.tables import TableShape
+from cdc.tables import ColumnShape, TableShape
+
+#: Key column types whose server-made JSON is byte-identical to what orjson writes for the stream (the
+#: key bytes choose the partition and identify the row to compaction, so they must match exactly).
+_EXACT_KEY_TYPES = frozenset({"int2", "int4", "int8", "oid", "numeric", "uuid", "text", "varchar", "bpchar",
+                              "name", "bool", "bytea", "date", "timestamp", "timestamptz"})
+#: Array element types whose ``to_json`` rendering equals what :mod:`cdc.values` makes of the array text.
+_JSON_ARRAY_ELEMENTS = frozenset({"int2", "int4", "int8", "float4", "float8", "bool", "text", "varchar",
+                                  "bpchar", "name", "uuid"})
+_NUMBER = "{c}::text"
+_TO_JSON = "to_json({c})::text"
+_TEXT_STRING = "to_json({c}::text)::text"
+_QUOTED = "'\"' || {c}::text || '\"'"
+_OUTPUT_STRING = "CASE WHEN {c} IS NULL THEN NULL ELSE to_json(format('%s', {c}))::text END"
+_EXPRESSIONS: dict[str, str] = {
+    "int2": _NUMBER, "int4": _NUMBER, "int8": _NUMBER, "oid": _NUMBER,
+    "float4": _TO_JSON, "float8": _TO_JSON, "bool": _TO_JSON,
+    "numeric": _QUOTED, "uuid": _QUOTED,
+    "text": _TO_JSON, "varchar": _TO_JSON, "bpchar": _TO_JSON, "name": _TO_JSON, "citext": _TO_JSON,
+    "json": _TEXT_STRING, "jsonb": _TEXT_STRING, "date": _TEXT_STRING, "time": _TEXT_STRING,
+    "interval": _TEXT_STRING, "money": _TEXT_STRING, "macaddr": _TEXT_STRING, "bit": _TEXT_STRING,
+    "varbit": _TEXT_STRING, "xml": _TEXT_STRING,
+    "bytea": "'\"' || translate(encode({c}, 'base64'), E'\\n', '') || '\"'",
+    "timestamp": "CASE WHEN {c} >= '0001-01-01' AND {c} < 'infinity' "
+                 "THEN '\"' || replace({c}::text, ' ', 'T') || '\"' ELSE to_json({c}::text)::text END",
+    "timestamptz": "CASE WHEN {c} >= '0001-01-01 00:00:00+00' AND {c} < 'infinity' "
+                   "THEN '\"' || replace(left({c}::text, -3), ' ', 'T') || 'Z\"' ELSE to_json({c}::text)::text END",
+    "timetz": "to_json(regexp_replace({c}::text, '([+-][0-9]{{2}})$', '\\1:00'))::text",
+}
+
+
+def json_expression(column: ColumnShape) -> tuple[sql.Composed, bool]:
+    """SQL giving the column's JSON value as text (NULL for SQL NULL), and whether Python must convert it.
+
+    The second item is true for the few types (arrays of most element types) whose JSON the server
+    cannot produce exactly: the expression then yields the value's text form as a JSON string, to be
+    passed through the column's :mod:`cdc.values` converter.
+    """
+    name = column.type_name
+    template = _EXPRESSIONS.get(name)
+    python = False
+    if template is None and name.startswith("_"):
+        template, python = (_TO_JSON, False) if name[1:] in _JSON_ARRAY_ELEMENTS else (_TEXT_STRING, True)
+    if template is None:
+        template = _OUTPUT_STRING  # enums, inet, cidr, "char", unknown types: the output function's text
+    return sql.SQL(template).format(c=sql.Identifier(column.name)), python
+
+
+@dataclass(frozen=True)
+class JsonQuery:
+    """The per-chunk query of one table and how to finish its rows in Python."""
+
+    select: sql.Composed
+    keyed: bool
+    python_columns: tuple[int, ...]  # indexes of columns whose JSON Python converts
+
+    def chunk(self, first: int, end: int | None) -> sql.Composed:
+        """The query over blocks ``[first, end)`` (``end`` None: every block from ``first`` on).
+
+        Sent without parameters, so a ``%`` in the expressions is literal.
+        """
+        where = sql.SQL(" WHERE ctid >= {}::tid").format(sql.Literal(f"({first},0)"))
+        if end is not None:
+            where = sql.SQL("{} AND ctid < {}::tid").format(where, sql.Literal(f"({end},0)"))
+        return sql.Composed([self.select, where])
+
+
+def json_query(shape: TableShape) -> JsonQuery:
+    """The chunk queries of ``shape``: one SQL expression per row, key and ``after`` JSON."""
+    parts: list[sql.Composable] = []
+    python: list[int] = []
+    for index, column in enumerate(shape.columns):
+        expression, needs_python = json_expression(column)
+        if needs_python:
+            python.append(index)
+        opener = "{" if index == 0 else ","
+        parts.append(sql.Literal(opener + orjson.dumps(column.name).decode() + ":"))
+        parts.append(sql.SQL("COALESCE({}, 'null')").format(expression))
+    parts.append(sql.Literal("}"))
+    after = sql.SQL(" || ").join(parts)
+    keys = sorted((c for c in shape.columns if c.key), key=lambda c: c.name)
+    exact_keys = all(c.type_name in _EXACT_KEY_TYPES for c in keys)
+    if keys and exact_keys and not python:
+        key_parts: list[sql.Composable] = []
+        for index, column in enumerate(keys):
+            opener = "{" if index == 0 else ","
+            key_parts.append(sql.Literal(opener + orjson.dumps(column.name).decode() + ":"))
+            key_parts.append(sql.SQL("COALESCE({}, 'null')").format(json_expression(column)[0]))
+        key_parts.append(sql.Literal("}"))
+        row = sql.SQL("{} || E'\\t' || {}").format(sql.SQL(" || ").join(key_parts), after)
+    else:
+        row = after
+    select = sql.SQL("SELECT convert_to(string_agg({row}, E'\\n'), 'UTF8'), count(*) FROM {table}").format(
+        row=row, table=sql.Identifier(shape.schema, shape.table))
+    return JsonQuery(select, bool(keys) and exact_keys and not python, tuple(python))
 
 _ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|(.))", re.DOTALL)
 _SIMPLE = {b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
@@ -84,8 +191,97 @@ class SnapshotReader:
                     for line in data.rstrip(b"\n").split(b"\n"):
                         yield parse_copy_line(line)
 
+    def blocks(self, relid: int) -> tuple[int, float]:
+        """(heap blocks of the largest leaf partition, estimated rows per block) of a table."""
+        row = self._conn.execute(
+            "SELECT COALESCE(max(pg_relation_size(t.relid)), 0) / current_setting('block_size')::bigint, "
+            "COALESCE(sum(GREATEST(c.reltuples, 0)) / NULLIF(sum(c.relpages), 0), 0)::float8 "
+            "FROM pg_partition_tree(%s) t JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf",
+            (relid,),
+        ).fetchone()
+        return (int(row[0]), float(row[1])) if row else (0, 0.0)  # type: ignore[call-overload]
+
+    def json_chunks(self, shape: TableShape, chunk_rows: int = 20_000) -> Iterator[list[tuple[bytes | None, bytes]]]:
+        """Every row of the table as ``(key JSON, after JSON)`` pairs, a block range per chunk.
+
+        A partitioned table is read through its root: each block range is read from every partition.
+        The next chunk is fetched by a helper thread while the caller works on the current one (at
+        most two chunks wait), so the server builds JSON while Python builds events.
+        """
+        plan = json_query(shape)
+        blocks, per_block = self.blocks(shape.relid)
+        step = max(1, int(chunk_rows / per_block)) if per_block > 0 else 64
+        ranges: list[tuple[int, int | None]] = [(first, first + step) for first in range(0, blocks, step)]
+        ranges = ranges[:-1] + [(ranges[-1][0], None)] if ranges else [(0, None)]
+        for data in self._prefetched(plan, ranges):
+            if data:
+                yield _split_chunk(shape, plan, data)
+
+    def _prefetched(self, plan: JsonQuery, ranges: list[tuple[int, int | None]]) -> Iterator[bytes | None]:
+        results: queue.Queue[tuple[bytes | None, BaseException | None, bool]] = queue.Queue(maxsize=2)
+        stop = threading.Event()
+
+        def fetch() -> None:
+            try:
+                with self._conn.cursor(binary=True) as cursor:
+                    for first, end in ranges:
+                        if stop.is_set():
+                            return
+                        row = cursor.execute(plan.chunk(first, end)).fetchone()
+                        data = bytes(row[0]) if row is not None and row[0] is not None else None
+                        while not stop.is_set():
+                            try:
+                                results.put((data, None, False), timeout=0.2)
+                                break
+                            except queue.Full:
+                                continue
+            except BaseException as exc:  # noqa: BLE001 - handed to the consumer below
+                results.put((None, exc, True))
+                return
+            results.put((None, None, True))
+
+        worker = threading.Thread(target=fetch, name="snapshot-fetch", daemon=True)
+        worker.start()
+        try:
+            while True:
+                data, error, done = results.get()
+                if error is not None:
+                    if isinstance(error, psycopg.Error):
+                        raise SourceError(f"snapshot query failed: {str(error).strip().splitlines()[0]}") from error
+                    raise error
+                if done:
+                    return
+                yield data
+        finally:
+            stop.set()
+            worker.join()
+
     def close(self) -> None:
         try:
             self._conn.rollback()
         finally:
             self._conn.close()
+
+
+def _split_chunk(shape: TableShape, plan: JsonQuery, data: bytes) -> list[tuple[bytes | None, bytes]]:
+    """The ``(key, after)`` pairs of one chunk; Python finishes the columns the server could not."""
+    if plan.keyed:
+        parts = data.replace(b"\n", b"\t").split(b"\t")
+        return list(zip(parts[0::2], parts[1::2], strict=True))
+    afters = data.split(b"\n")
+    names = [c.name for c in shape.columns]
+    keys = sorted(c.name for c in shape.columns if c.key)
+    converters = [(names[i], shape.converters[i]) for i in plan.python_columns]
+    out: list[tuple[bytes | None, bytes]] = []
+    for after in afters:
+        if converters:
+            row = orjson.loads(after)
+            for name, convert in converters:
+                if row[name] is not None:
+                    row[name] = convert(row[name])
+            after = orjson.dumps(row)
+        else:
+            row = orjson.loads(after) if keys else None
+        key = orjson.dumps({k: row[k] for k in keys}, option=orjson.OPT_SORT_KEYS) if keys and row else None
+        out.append((key, after))
+    return out
