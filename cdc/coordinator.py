@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from operator import itemgetter
 
 import orjson
 import psycopg
@@ -224,14 +225,14 @@ class Capture:
                 schemas.extend(self.replayer._schema_records(shape, point))
                 context = TxContext(point, reader.xmin, ts_ms, snapshot="true")
                 chunks = reader.json_chunks(shape, self.tuning.snapshot_chunk_rows)
-                for rows in self._with_progress(chunks, table, reader):
+                for keys, afters in self._with_progress(chunks, table, reader):
                     if self.stop.is_set():
                         return
                     if held:
                         self._append_counted(held, SNAPSHOT_POSITION)
-                    held = schemas + self.builder.reads(shape, rows, context)
+                    held = schemas + self.builder.reads(shape, keys, afters, context)
                     schemas = []
-                    self.stats.snapshot_rows += len(rows)
+                    self.stats.snapshot_rows += len(afters)
             if held:
                 held[-1] = mark_last_read(held[-1])
             self._append_counted(held + schemas, point.hex16())
@@ -244,7 +245,7 @@ class Capture:
         assert self.log is not None
         self.log.append_group(records, position)
         self.stats.groups += 1
-        self._observe(len(records), sum([len(r.value) for r in records if r.value is not None]), 0, None)
+        self._observe(len(records), sum(map(len, filter(None, map(itemgetter(2), records)))), 0, None)
 
     def _snapshot_shape(self, table: PublishedTable) -> TableShape:
         info = self.catalog.table(table.relid)
@@ -255,8 +256,8 @@ class Capture:
         )
 
     def _with_progress(
-        self, chunks: Iterator[list[tuple[bytes | None, bytes]]], table: PublishedTable, reader: SnapshotReader
-    ) -> Iterator[list[tuple[bytes | None, bytes]]]:
+        self, chunks: Iterator[tuple[list[bytes | None], list[bytes]]], table: PublishedTable, reader: SnapshotReader
+    ) -> Iterator[tuple[list[bytes | None], list[bytes]]]:
         if not self.progress:
             yield from chunks
             return
@@ -266,7 +267,7 @@ class Capture:
             task = bar.add_task(f"snapshot {table.qualified}", total=reader.estimate(table.relid) or None)
             for chunk in chunks:
                 yield chunk
-                bar.advance(task, len(chunk))
+                bar.advance(task, len(chunk[1]))
 
     # -- streaming -----------------------------------------------------------------------------------
 

@@ -94,8 +94,10 @@ class EventBuilder:
         tx.sequence += 1
         return orjson.dumps(envelope)
 
-    def reads(self, shape: TableShape, rows: Sequence[tuple[bytes | None, bytes]], tx: TxContext) -> list[ProducerRecord]:
-        """Snapshot reads (``op=r``) of rows given as ``(key JSON, after JSON)`` bytes.
+    def reads(
+        self, shape: TableShape, keys: Sequence[bytes | None], afters: Sequence[bytes], tx: TxContext
+    ) -> list[ProducerRecord]:
+        """Snapshot reads (``op=r``) of rows given as key JSON and ``after`` JSON bytes.
 
         The envelope is assembled around the given JSON by byte concatenation; parsed, it equals what
         :meth:`read` builds for the same row (same fields, order and source).
@@ -109,10 +111,9 @@ class EventBuilder:
         tail = b'},"ts_ms":' + str(time.time_ns() // 1_000_000).encode() + b"}"
         template = head.replace(b"%", b"%%") + b"%b" + middle.replace(b"%", b"%%") + b"%d" + tail.replace(b"%", b"%%")
         start = tx.sequence
-        tx.sequence += len(rows)
-        values = [template % pair for pair in zip([after for _, after in rows], range(start, tx.sequence))]
-        return list(map(_new_record, zip(repeat(shape.topic), [key for key, _ in rows], values,
-                                         repeat(tx.ts_ms), repeat(()))))
+        tx.sequence += len(afters)
+        values = list(map(template.__mod__, zip(afters, range(start, tx.sequence))))
+        return list(map(_new_record, zip(repeat(shape.topic), keys, values, repeat(tx.ts_ms), repeat(()))))
 
     def read(self, shape: TableShape, values: Tuple, tx: TxContext) -> ProducerRecord:
         """A snapshot read (``op=r``) of one row."""

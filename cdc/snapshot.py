@@ -34,6 +34,9 @@ from cdc.errors import SourceError
 from cdc.pgoutput.messages import Tuple
 from cdc.tables import ColumnShape, TableShape
 
+#: The table itself, or the leaf partitions of a partitioned table (parameters: relid three times).
+_LEAVES = ("SELECT oid AS relid FROM pg_class WHERE oid = %s AND relkind <> 'p' "
+           "UNION ALL SELECT relid FROM pg_partition_tree(%s) WHERE isleaf AND relid <> %s")
 #: Key column types whose server-made JSON is byte-identical to what orjson writes for the stream (the
 #: key bytes choose the partition and identify the row to compaction, so they must match exactly).
 _EXACT_KEY_TYPES = frozenset({"int2", "int4", "int8", "oid", "numeric", "uuid", "text", "varchar", "bpchar",
@@ -170,9 +173,9 @@ class SnapshotReader:
     def estimate(self, relid: int) -> int:
         """Estimated row count (pg_class.reltuples summed over partitions), for progress only."""
         row = self._conn.execute(
-            "SELECT COALESCE(sum(GREATEST(c.reltuples, 0)), 0)::bigint FROM pg_partition_tree(%s) t "
+            f"SELECT COALESCE(sum(GREATEST(c.reltuples, 0)), 0)::bigint FROM ({_LEAVES}) t "
             "JOIN pg_class c ON c.oid = t.relid",
-            (relid,),
+            (relid, relid, relid),
         ).fetchone()
         return int(row[0]) if row else 0
 
@@ -196,13 +199,15 @@ class SnapshotReader:
         row = self._conn.execute(
             "SELECT COALESCE(max(pg_relation_size(t.relid)), 0) / current_setting('block_size')::bigint, "
             "COALESCE(sum(GREATEST(c.reltuples, 0)) / NULLIF(sum(c.relpages), 0), 0)::float8 "
-            "FROM pg_partition_tree(%s) t JOIN pg_class c ON c.oid = t.relid WHERE t.isleaf",
-            (relid,),
+            f"FROM ({_LEAVES}) t JOIN pg_class c ON c.oid = t.relid",
+            (relid, relid, relid),
         ).fetchone()
         return (int(row[0]), float(row[1])) if row else (0, 0.0)  # type: ignore[call-overload]
 
-    def json_chunks(self, shape: TableShape, chunk_rows: int = 20_000) -> Iterator[list[tuple[bytes | None, bytes]]]:
-        """Every row of the table as ``(key JSON, after JSON)`` pairs, a block range per chunk.
+    def json_chunks(
+        self, shape: TableShape, chunk_rows: int = 20_000
+    ) -> Iterator[tuple[list[bytes | None], list[bytes]]]:
+        """Every row of the table as key JSON and ``after`` JSON (two lists per chunk), a block range per chunk.
 
         A partitioned table is read through its root: each block range is read from every partition.
         The next chunk is fetched by a helper thread while the caller works on the current one (at
@@ -263,16 +268,17 @@ class SnapshotReader:
             self._conn.close()
 
 
-def _split_chunk(shape: TableShape, plan: JsonQuery, data: bytes) -> list[tuple[bytes | None, bytes]]:
-    """The ``(key, after)`` pairs of one chunk; Python finishes the columns the server could not."""
+def _split_chunk(shape: TableShape, plan: JsonQuery, data: bytes) -> tuple[list[bytes | None], list[bytes]]:
+    """The keys and ``after`` values of one chunk; Python finishes the columns the server could not."""
     if plan.keyed:
         parts = data.replace(b"\n", b"\t").split(b"\t")
-        return list(zip(parts[0::2], parts[1::2], strict=True))
+        return parts[0::2], parts[1::2]  # type: ignore[return-value]
     afters = data.split(b"\n")
     names = [c.name for c in shape.columns]
     keys = sorted(c.name for c in shape.columns if c.key)
     converters = [(names[i], shape.converters[i]) for i in plan.python_columns]
-    out: list[tuple[bytes | None, bytes]] = []
+    out_keys: list[bytes | None] = []
+    out_afters: list[bytes] = []
     for after in afters:
         if converters:
             row = orjson.loads(after)
@@ -282,6 +288,6 @@ def _split_chunk(shape: TableShape, plan: JsonQuery, data: bytes) -> list[tuple[
             after = orjson.dumps(row)
         else:
             row = orjson.loads(after) if keys else None
-        key = orjson.dumps({k: row[k] for k in keys}, option=orjson.OPT_SORT_KEYS) if keys and row else None
-        out.append((key, after))
-    return out
+        out_keys.append(orjson.dumps({k: row[k] for k in keys}, option=orjson.OPT_SORT_KEYS) if keys and row else None)
+        out_afters.append(after)
+    return out_keys, out_afters

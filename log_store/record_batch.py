@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from operator import itemgetter
+from itertools import repeat
+from operator import add, itemgetter
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -154,7 +155,8 @@ class Columns:
 
     def sizes(self) -> list[int]:
         """Encoded bytes of each record (only needed to split a group into several batches)."""
-        return list(map(_add3, map(len, self.keys), map(len, self.values), self.block_lengths))
+        return list(map(add, map(add, map(len, self.keys), map(len, self.values)),
+                        map(add, self.block_lengths, repeat(RECORD_SIZE, self.count))))
 
     def encode(self, base_offset: int, start: int, stop: int, append_time_ms: int) -> bytes:
         """One batch of records ``[start, stop)`` at consecutive offsets from ``base_offset``."""
@@ -172,10 +174,6 @@ class Columns:
         body = b"".join(parts)
         return _finish(base_offset, body, count - 1, count, append_time_ms,
                        max(self.timestamps[start:stop]), 0)
-
-
-def _add3(a: int, b: int, c: int) -> int:
-    return a + b + c + RECORD_SIZE
 
 
 def _lengths(items: list[bytes | None]) -> list[int]:
