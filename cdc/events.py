@@ -99,8 +99,8 @@ class EventBuilder:
     ) -> list[ProducerRecord]:
         """Snapshot reads (``op=r``) of rows given as key JSON and ``after`` JSON bytes.
 
-        The envelope is assembled around the given JSON by byte concatenation; parsed, it equals what
-        :meth:`read` builds for the same row (same fields, order and source).
+        The envelope is assembled around the given JSON by byte concatenation, with the fields, order
+        and source of the streamed events, so a row reads the same whether snapshot or stream carried it.
         """
         source = orjson.dumps({
             "connector": "postgresql", "name": self.prefix, "db": self.database, "schema": shape.schema,
@@ -114,12 +114,6 @@ class EventBuilder:
         tx.sequence += len(afters)
         values = list(map(template.__mod__, zip(afters, range(start, tx.sequence))))
         return list(map(_new_record, zip(repeat(shape.topic), keys, values, repeat(tx.ts_ms), repeat(()))))
-
-    def read(self, shape: TableShape, values: Tuple, tx: TxContext) -> ProducerRecord:
-        """A snapshot read (``op=r``) of one row."""
-        after, _ = _row(shape, values)
-        value = self._value(shape, tx, "r", None, after)
-        return ProducerRecord(shape.topic, _key_bytes(shape, after), value, tx.ts_ms)
 
     def insert(self, shape: TableShape, new: Tuple, tx: TxContext) -> list[ProducerRecord]:
         after, _ = _row(shape, new)

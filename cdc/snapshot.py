@@ -19,7 +19,6 @@ raw tab or newline (both are escaped inside strings), so the chunk splits unambi
 from __future__ import annotations
 
 import queue
-import re
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,7 +30,6 @@ from psycopg import sql
 
 from cdc.catalog import SESSION_OPTIONS
 from cdc.errors import SourceError
-from cdc.pgoutput.messages import Tuple
 from cdc.tables import ColumnShape, TableShape
 
 #: The table itself, or the leaf partitions of a partitioned table (parameters: relid three times).
@@ -131,31 +129,6 @@ def json_query(shape: TableShape) -> JsonQuery:
         row=row, table=sql.Identifier(shape.schema, shape.table))
     return JsonQuery(select, bool(keys) and exact_keys and not python, tuple(python))
 
-_ESCAPE = re.compile(rb"\\(?:([0-7]{1,3})|x([0-9A-Fa-f]{1,2})|(.))", re.DOTALL)
-_SIMPLE = {b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r", b"t": b"\t", b"v": b"\v"}
-
-
-def _unescape_match(match: re.Match[bytes]) -> bytes:
-    octal, hexa, other = match.groups()
-    if octal is not None:
-        return bytes([int(octal, 8) & 0xFF])
-    if hexa is not None:
-        return bytes([int(hexa, 16)])
-    return _SIMPLE.get(other, other)
-
-
-def parse_copy_line(line: bytes) -> Tuple:
-    """One line of ``COPY ... TO STDOUT`` text format (no trailing newline) -> text values."""
-    values: list[str | None] = []
-    for field in line.split(b"\t"):
-        if field == b"\\N":
-            values.append(None)
-        elif b"\\" in field:
-            values.append(_ESCAPE.sub(_unescape_match, field).decode("utf-8"))
-        else:
-            values.append(field.decode("utf-8"))
-    return tuple(values)
-
 
 class SnapshotReader:
     """One read-only REPEATABLE READ transaction importing ``snapshot_name``; close when done."""
@@ -178,21 +151,6 @@ class SnapshotReader:
             (relid, relid, relid),
         ).fetchone()
         return int(row[0]) if row else 0
-
-    def rows(self, shape: TableShape) -> Iterator[Tuple]:
-        """Every row of the table (a partitioned table: every partition), columns in shape order."""
-        query = sql.SQL("COPY (SELECT {} FROM {}) TO STDOUT").format(
-            sql.SQL(", ").join(sql.Identifier(name) for name in shape.names),
-            sql.Identifier(shape.schema, shape.table),
-        )
-        with self._conn.cursor() as cursor, cursor.copy(query) as copy:
-            for block in copy:
-                data = bytes(block)
-                if data.count(b"\n") <= 1:
-                    yield parse_copy_line(data.rstrip(b"\n"))
-                else:
-                    for line in data.rstrip(b"\n").split(b"\n"):
-                        yield parse_copy_line(line)
 
     def blocks(self, relid: int) -> tuple[int, float]:
         """(heap blocks of the largest leaf partition, estimated rows per block) of a table."""

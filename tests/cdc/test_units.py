@@ -17,7 +17,6 @@ from cdc.pgoutput.messages import (
     Begin, Commit, Delete, Insert, LogicalMessage, Origin, Relation, StreamAbort, StreamCommit,
     StreamStart, Truncate, TypeInfo, Update,
 )
-from cdc.snapshot import parse_copy_line
 from cdc.spill import SpillBuffer
 from cdc.streaming import TransactionAssembler
 from cdc.tables import TableShape
@@ -158,10 +157,6 @@ def test_values_by_type_oid() -> None:
     assert converter_for(99999, {99999: "int4"})("7") == 7  # a domain over int4
     assert converter_for(99998, {99998: "mood"})("happy") == "happy"  # an enum label
     assert converter_for(424242) is to_text
-
-
-def test_copy_text_lines() -> None:
-    assert parse_copy_line(b"1\t\\N\ta\\tb\\\\c\\nd\t\\101") == ("1", None, "a\tb\\c\nd", "A")
 
 
 def test_spill_buffer_keeps_order_across_the_limit() -> None:
