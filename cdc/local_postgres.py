@@ -83,12 +83,17 @@ def _run_as() -> pwd.struct_passwd | None:
 
 @dataclass
 class LocalPostgres:
-    """One disposable cluster; use as a context manager or call :meth:`start` / :meth:`stop`."""
+    """One disposable cluster; use as a context manager or call :meth:`start` / :meth:`stop`.
+
+    ``settings`` overrides or adds server settings (``postgresql.conf`` syntax, e.g. ``{"wal_level":
+    "replica"}``) on top of the defaults (``_SERVER_SETTINGS``); port and socket directory stay this class's.
+    """
 
     root: Path | None = None
     port: int = 0
     superuser: str = "postgres"
     bindir: Path = field(default_factory=find_server_bindir)
+    settings: dict[str, str] = field(default_factory=dict)
     _owned_root: bool = False
 
     @property
@@ -144,7 +149,8 @@ class LocalPostgres:
                 "initdb", "-D", str(self.data_dir), "-U", self.superuser, "--auth=trust",
                 "-E", "UTF8", "--locale=C", "--no-sync",
             )
-        settings = dict(_SERVER_SETTINGS, port=str(self.port), unix_socket_directories=f"'{self.root}'")
+        settings = {**_SERVER_SETTINGS, **self.settings, "port": str(self.port),
+                    "unix_socket_directories": f"'{self.root}'"}
         with (self.data_dir / "postgresql.auto.conf").open("a") as conf:
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
         self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "60", "start")

@@ -13,6 +13,7 @@ import orjson
 import psycopg
 import pytest
 
+from cdc.local_postgres import LocalPostgres
 from tests.cdc.helpers import read_topic, wait_for
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -39,6 +40,20 @@ def test_setup_reports_a_missing_key_in_one_line(reference_db: str, tmp_path: Pa
     result = subprocess.run([CDC, "setup"], env=_env(reference_db, tmp_path), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "slot cdc_slot: created" in result.stdout
+
+
+def test_setup_reports_wal_level_replica_in_one_line(tmp_path: Path) -> None:
+    server = LocalPostgres(settings={"wal_level": "replica"})
+    try:
+        url = server.start()
+        result = subprocess.run([CDC, "setup"], env=_env(url, tmp_path), capture_output=True, text=True, timeout=60)
+    finally:
+        server.stop()
+    assert result.returncode == 3, result.stderr
+    errors = result.stderr.strip().splitlines()
+    assert errors == ["error: wal_level is replica, logical decoding needs logical; set wal_level = logical in "
+                      "postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"]
+    assert "FAIL wal_level" in result.stdout and "slot cdc_slot" not in result.stdout
 
 
 def test_kill_9_during_a_workload_loses_and_doubles_nothing(reference_db: str, tmp_path: Path) -> None:
