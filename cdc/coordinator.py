@@ -2,11 +2,18 @@
 
 Guarantees and restart rules:
 
+* **Positions.** The log's watermark position P (``%016X``) means: every transaction whose commit LSN
+  is <= P is in the log, and no later one. A group of transactions has the last commit LSN as P. A
+  position the server reports (the consistent point C of a new slot, the WAL end E of a keepalive) is
+  where the *next* record may start, and a transaction committing exactly there is not yet included,
+  so it is recorded as C - 1 or E - 1 (commit records start on 8-byte boundaries, so no transaction
+  commits at C - 1). Without this a transaction whose commit record starts exactly at C or E would be
+  skipped as already held.
 * **Durable before confirmed.** A flush position is sent to PostgreSQL only after
   :meth:`LogStore.append_group` returned for every transaction up to it (the log fsyncs before it
   returns). Several committed transactions share one group (one fsync) for throughput.
 * **Whole transactions.** One source transaction is never split across groups, so the log's watermark
-  (position = commit LSN as ``%016X``) always lies on a transaction boundary.
+  always lies on a transaction boundary.
 * **Idempotent restart.** On start the log's watermark position P is read; the slot resends from its
   confirmed position, which may be behind P after a crash between the fsync and the confirmation, and
   every transaction whose commit LSN <= P is skipped. Relation messages of skipped transactions still
@@ -14,10 +21,13 @@ Guarantees and restart rules:
 * **Snapshot.** The watermark position ``0000000000000000`` (or no watermark) means no complete
   snapshot: the slot is (re)created with an exported snapshot and every included table is read into
   the log in groups at position 0; the group that completes the snapshot has the slot's consistent
-  point as position. An interrupted snapshot therefore never looks complete, and the next run starts
-  it again from a new slot (its partial rows are superseded by the new ``op=r`` events).
+  point C minus one as position (the snapshot holds exactly the transactions that committed before C,
+  and the slot streams exactly those that commit at or after C). An interrupted snapshot therefore
+  never looks complete, and the next run starts it again from a new slot (its partial rows are
+  superseded by the new ``op=r`` events).
 * **Heartbeats.** When the captured tables are idle but the server's WAL moves, an empty group moves the
-  position to the server's reported end and the slot is confirmed there, so WAL does not pile up.
+  position to the server's reported end (minus one) and the slot is confirmed there, so WAL does not
+  pile up.
 * **Stop.** On a stop request the current batch is flushed and confirmed; an open transaction is left
   to the slot, which resends it next time. ``once`` drains up to the WAL position current at start.
 """
@@ -212,18 +222,19 @@ class Capture:
             created = repl.create_slot(self.settings.slot, export_snapshot=True)
             reader = SnapshotReader(self.settings.database_url, created.snapshot_name or "")
         point = created.consistent_point
+        as_of = Lsn(point - 1)  # every transaction committed before the consistent point
         log.info("snapshot at consistent point %s of %d tables", point, len(tables))
         ts_ms = time.time_ns() // 1_000_000
         try:
             # The latest chunk is held back until the next one arrives, so that the final read can be
-            # marked "last" and go into the group that carries the consistent point.
+            # marked "last" and go into the group that completes the snapshot.
             held: list[ProducerRecord] = []
             schemas: list[ProducerRecord] = []  # schema records waiting for their table's first rows
             for table in tables:
                 shape = self._snapshot_shape(table)
                 self._ensure_topic(shape)
-                schemas.extend(self.replayer._schema_records(shape, point))
-                context = TxContext(point, reader.xmin, ts_ms, snapshot="true")
+                schemas.extend(self.replayer._schema_records(shape, as_of))
+                context = TxContext(as_of, reader.xmin, ts_ms, snapshot="true")
                 chunks = reader.json_chunks(shape, self.tuning.snapshot_chunk_rows)
                 for keys, afters in self._with_progress(chunks, table, reader):
                     if self.stop.is_set():
@@ -235,8 +246,8 @@ class Capture:
                     self.stats.snapshot_rows += len(afters)
             if held:
                 held[-1] = mark_last_read(held[-1])
-            self._append_counted(held + schemas, point.hex16())
-            self.position = point
+            self._append_counted(held + schemas, as_of.hex16())
+            self.position = as_of
         finally:
             reader.close()
 
@@ -339,7 +350,7 @@ class Capture:
                         last_status = time.monotonic()
                     idle = not pending and assembler.idle
                     drained = self._target is not None and idle and server_end >= self._target
-                    if idle and server_end > self.position and (
+                    if idle and server_end - 1 > self.position and (
                         drained or now - last_heartbeat >= tuning.heartbeat_seconds
                     ):
                         self._heartbeat(Lsn(server_end), repl)
@@ -406,13 +417,17 @@ class Capture:
         if commit_ts_ms is not None:
             metrics.seconds_behind.set(max(0.0, time.time() - commit_ts_ms / 1000))
 
-    def _heartbeat(self, position: Lsn, repl: ReplicationConnection) -> None:
-        """Nothing captured is in flight up to ``position``: record it in the log and confirm it."""
+    def _heartbeat(self, end: Lsn, repl: ReplicationConnection) -> None:
+        """Every transaction committed before the server's WAL end ``end`` is in the log: record and confirm it.
+
+        A transaction whose commit record starts exactly at ``end`` may still come, so the log records
+        ``end - 1``; the server is told ``end``, from where it resends anything not yet committed.
+        """
         assert self.log is not None
-        self.log.append_group([], position.hex16())
+        self.log.append_group([], Lsn(end - 1).hex16())
         self.stats.groups += 1
-        self.position = position
-        self.confirmed = Lsn(max(self.confirmed, position))
+        self.position = Lsn(end - 1)
+        self.confirmed = Lsn(max(self.confirmed, end))
         repl.send_status(self.confirmed, self.confirmed)
         self.metrics.confirmed_lsn.set(int(self.confirmed))
         self.metrics.wal_bytes_behind.set(0)

@@ -156,6 +156,21 @@ def test_restart_skips_what_the_log_holds(reference_db: str, tmp_path: Path, mon
     assert len(events(tmp_path, "cdc.public.categories")) == 50
 
 
+def test_commit_right_after_a_heartbeat_is_captured(reference_db: str, tmp_path: Path) -> None:
+    """A heartbeat at the server's WAL end E must not cover a transaction whose commit record starts at E."""
+    settings = settings_for(reference_db, tmp_path)
+    Capture(settings, once=True).run()
+    with psycopg.connect(reference_db) as conn:
+        conn.execute("INSERT INTO categories (name) VALUES ('open across a heartbeat')")
+        _exec(reference_db, "CHECKPOINT")  # flushes the WAL; the next record is the commit below
+        heartbeat = Capture(settings, once=True).run()  # drains to the WAL end E and records it
+        assert heartbeat.events == 0 and heartbeat.groups == 1
+        conn.commit()
+    stats = Capture(settings, once=True).run()
+    assert stats.skipped == 0 and stats.transactions == 1
+    assert [e["after"]["name"] for e in events(tmp_path, "cdc.public.categories")] == ["open across a heartbeat"]  # type: ignore[index]
+
+
 def test_slot_dropped_is_a_clear_error(reference_db: str, tmp_path: Path) -> None:
     settings = settings_for(reference_db, tmp_path)
     Capture(settings, once=True).run()
