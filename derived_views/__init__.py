@@ -1,3 +1,18 @@
-"""Derived views kept exact from the change log: warehouse, search index and cache Delta tables."""
+"""Derived views kept exact from the change log: warehouse, search index and cache Delta tables.
+
+Modules:
+
+- :mod:`~derived_views.log_source`: the ``cdclog`` Spark data source (batch and streaming), the only
+  module that knows where the log lives.
+- :mod:`~derived_views.events`: decoding and per-key reductions of change events (pure Python).
+- :mod:`~derived_views.schema`: source column lists and their faithful Spark types.
+- :mod:`~derived_views.apply`, :mod:`~derived_views.steps`: the shared MERGE machinery.
+- :mod:`~derived_views.progress`: applied offsets and as-of watermark stored in each Delta commit.
+- :mod:`~derived_views.warehouse`, :mod:`~derived_views.search`, :mod:`~derived_views.cache`: the views.
+- :mod:`~derived_views.runner`: sync steps, continuous mode, rebuild; :mod:`~derived_views.verify`.
+- :mod:`~derived_views.job`: ``spark-submit`` entry point.
+
+Every view table is a pure function of the log: ``cdc rebuild VIEW`` recreates it by replay.
+"""
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ Every view table is written through :func:`merge_current` (one row per key, SCD 
 6. **Poison events** (an unreadable envelope, or values that do not fit the column types) are written
    to the view's dead-letter Delta table first (idempotently, keyed by topic/partition/offset) and
    left out of the MERGE; the rest of the batch applies whole.
+7. **Insert-only batches append.** When every pending event is an insert (``c``), no key of the batch
+   can be in the table (its previous event, if any, was a delete already applied: rule 1), so the rows
+   are appended in one commit instead of merged; the result is the one the MERGE would give.
 
 :func:`merge_current` MERGE, target ``t`` on ``t._cdc_key = s._cdc_key``, clauses in this order:
 
@@ -147,6 +150,12 @@ class BatchFacts:
     rows: int
     poison: int
     truncates: tuple[int, ...]
+    not_inserts: int = 0
+
+    @property
+    def inserts_only(self) -> bool:
+        """Every event is an insert (``c``): the batch can be appended instead of merged (see below)."""
+        return self.rows > 0 and self.not_inserts == 0
 
 
 def facts(frame: DataFrame) -> BatchFacts:
@@ -157,8 +166,21 @@ def facts(frame: DataFrame) -> BatchFacts:
         F.count(F.lit(1)).alias("rows"),
         F.count(F.col("_cdc_error")).alias("poison"),
         F.collect_set(F.when(F.col(OP) == "t", F.col(LSN))).alias("truncates"),
+        F.count(F.when((F.col(OP) != "c") | F.col("_cdc_error").isNotNull() | F.col(KEY).isNull(), 1)).alias("other"),
     ).collect()[0]
-    return BatchFacts(int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])))
+    return BatchFacts(int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])), int(row["other"]))
+
+
+def append(spark: SparkSession, path: str, frame: DataFrame, progress: Progress) -> None:
+    """Append ``frame`` to the table at ``path`` (columns matched by name, missing ones NULL) in one commit."""
+    from pyspark.sql import functions as F
+
+    target = spark.read.format("delta").load(path).schema
+    present = set(frame.columns)
+    aligned = frame.select(
+        *[F.col(quote(f.name)) if f.name in present else F.lit(None).cast(f.dataType).alias(f.name) for f in target.fields]
+    )
+    aligned.write.format("delta").mode("append").option("userMetadata", progress.to_json()).save(path)
 
 
 def dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
@@ -243,6 +265,7 @@ def merge_current(
     truncates: tuple[int, ...] = (),
     *,
     replace: bool = False,
+    inserts_only: bool = False,
 ) -> None:
     """Apply latest-per-key typed rows to the SCD1 table at ``path`` in one commit (see module docstring)."""
     from delta.tables import DeltaTable
@@ -256,6 +279,9 @@ def merge_current(
         _overwrite(kept, path, progress)
         return
     ensure_table(spark, path, ddl)
+    if inserts_only:
+        append(spark, path, rows.select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP), progress)
+        return
     update = {
         quote(n): f"CASE WHEN array_contains(s.{UNCHANGED}, '{n}') THEN t.{quote(n)} ELSE s.{quote(n)} END"
         for n in names
@@ -296,6 +322,7 @@ def merge_history(
     truncates: tuple[int, ...] = (),
     *,
     replace: bool = False,
+    inserts_only: bool = False,
 ) -> None:
     """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring)."""
     from delta.tables import DeltaTable
@@ -340,6 +367,9 @@ def merge_history(
     )
     if replace:
         _overwrite(versions.drop("_rank"), path, progress)
+        return
+    if inserts_only:
+        append(spark, path, versions.drop("_rank"), progress)
         return
     first = versions.filter(F.col("_rank") == 1)
     first_truncate = _close_at(truncates, F.lit(-1), F.col("_cdc_valid_from_lsn"))

@@ -36,7 +36,7 @@ from derived_views.apply import LSN, OP, Range, ensure_table
 from derived_views.context import ViewContext
 from derived_views.errors import MissingTableError, UnknownEntityError
 from derived_views.progress import committing
-from derived_views.steps import TableResult, apply_state, is_current, load_pending
+from derived_views.steps import TableResult, starting_point, apply_state, is_current, load_pending
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -103,8 +103,8 @@ def _entries(ctx: ViewContext, rng: Range, replace: bool) -> TableResult | None:
 
     entries_path = path(ctx, "entries")
     topics = [ctx.schema(rng.watermark, ORDERS).topic, ctx.schema(rng.watermark, ITEMS).topic]
-    previous = None if replace else ctx.progress(entries_path)
-    if previous is not None and is_current(previous, rng, topics):
+    previous, replace = starting_point(ctx, entries_path, replace)
+    if previous is not None and is_current(previous, rng, topics, ctx, entries_path):
         return None
     new_progress = rng.progress(topics, previous)
     affected = None if replace else _affected(ctx, rng, previous)

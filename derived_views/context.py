@@ -23,8 +23,12 @@ if TYPE_CHECKING:
 
 
 #: Session settings the views rely on. Every MERGE source is a locally checkpointed batch or a Delta
-#: read, hence deterministic, so Delta need not materialize it again.
-SESSION_CONF = {"spark.databricks.delta.merge.materializeSource": "none"}
+#: read, hence deterministic, so Delta need not materialize it again. New view tables get deletion
+#: vectors, so a MERGE that touches a few rows of many files marks them instead of rewriting the files.
+SESSION_CONF = {
+    "spark.databricks.delta.merge.materializeSource": "none",
+    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "true",
+}
 
 
 @dataclass

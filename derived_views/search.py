@@ -35,7 +35,7 @@ from derived_views.context import ViewContext
 from derived_views.errors import MissingTableError
 from derived_views.progress import committing
 from derived_views.schema import quote
-from derived_views.steps import TableResult, apply_state, columns_of, is_current, load_pending
+from derived_views.steps import TableResult, starting_point, apply_state, columns_of, is_current, load_pending
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -81,9 +81,9 @@ def _documents(ctx: ViewContext, rng: Range, replace: bool) -> TableResult | Non
     products = ctx.schema(rng.watermark, PRODUCTS)
     categories = ctx.schema(rng.watermark, CATEGORIES)
     docs_path = path(ctx, "documents")
-    progress = None if replace else ctx.progress(docs_path)
+    progress, replace = starting_point(ctx, docs_path, replace)
     topics = [products.topic, categories.topic]
-    if progress is not None and is_current(progress, rng, topics):
+    if progress is not None and is_current(progress, rng, topics, ctx, docs_path):
         return None
     batch = load_pending(ctx, rng, products, progress, "latest",
                          dead_letter_path=path(ctx, "_dead_letter"), target=docs_path)
@@ -168,8 +168,8 @@ def _terms(ctx: ViewContext, rng: Range, replace: bool) -> TableResult | None:
     products = ctx.schema(rng.watermark, PRODUCTS)
     categories = ctx.schema(rng.watermark, CATEGORIES)
     topics = [products.topic, categories.topic]
-    previous = None if replace else ctx.progress(terms_path)
-    if previous is not None and is_current(previous, rng, topics):
+    previous, replace = starting_point(ctx, terms_path, replace)
+    if previous is not None and is_current(previous, rng, topics, ctx, terms_path):
         return None
     new_progress = rng.progress(topics, previous)
     reindexed = None if replace else _reindexed(ctx, rng, previous)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from derived_views.apply import BatchFacts, Range, dead_letter, facts, merge_current, pending, reduce_events, typed
 from derived_views.context import ViewContext
-from derived_views.progress import Progress
+from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema
 
 if TYPE_CHECKING:
@@ -41,13 +41,51 @@ class Pending:
         self.frame.unpersist()
 
 
-def is_current(progress: Progress, rng: Range, topics: list[str]) -> bool:
-    """Whether a table with ``progress`` has already applied everything of ``topics`` up to the range."""
-    return all(
+#: An idle table records a newer watermark at most this often (see :func:`is_current`).
+IDLE_MARK_MS = 5_000
+
+
+def is_current(progress: Progress, rng: Range, topics: list[str], ctx: ViewContext | None = None,
+               path: str | None = None) -> bool:
+    """Whether a table with ``progress`` has already applied everything of ``topics`` up to the range.
+
+    Such a table is also exact as of the range's newer watermark. When ``ctx`` and ``path`` are given
+    and its recorded watermark is more than :data:`IDLE_MARK_MS` older, the table records the new one
+    in a metadata-only commit, so that its as-of LSN keeps moving while its source tables are idle.
+    A table that never recorded progress is never current: its first sync creates it, even empty.
+    """
+    if not progress.position:
+        return False
+    current = all(
         progress.next_offset(topic, p) >= end
         for topic in topics
         for p, end in rng.watermark.offsets.get(topic, {}).items()
     )
+    if (current and ctx is not None and path is not None and progress.position < rng.watermark.position
+            and rng.watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS):
+        mark_as_of(ctx, path, rng.progress(topics, progress))
+    return current
+
+
+def mark_as_of(ctx: ViewContext, path: str, progress: Progress) -> None:
+    """Record ``progress`` on the table at ``path`` in a commit that changes no data."""
+    with committing(ctx.spark, progress):
+        ctx.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('cdc.asOfPosition' = '{progress.position}')")
+    ctx.set_progress(path, progress)
+
+
+def starting_point(ctx: ViewContext, path: str, replace: bool) -> tuple[Progress | None, bool]:
+    """``(progress, replace)`` for a table: a table that never recorded progress is built like a rebuild.
+
+    Its first batch then overwrites it in one commit (no MERGE against an empty table); ``None``
+    progress means "read the topics from offset 0".
+    """
+    if replace:
+        return None, True
+    progress = ctx.progress(path)
+    if not progress.position:
+        return None, True
+    return progress, False
 
 
 def columns_of(schema: TableSchema) -> list[tuple[str, str]]:
@@ -78,12 +116,12 @@ def apply_state(
     ctx: ViewContext, rng: Range, schema: TableSchema, path: str, dead_letter_path: str, *, replace: bool
 ) -> TableResult | None:
     """Bring the SCD1 state table of ``schema`` at ``path`` to the range's watermark."""
-    progress = None if replace else ctx.progress(path)
-    if progress is not None and is_current(progress, rng, [schema.topic]):
+    progress, replace = starting_point(ctx, path, replace)
+    if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
     batch = load_pending(ctx, rng, schema, progress, "latest", dead_letter_path=dead_letter_path, target=path)
     merge_current(ctx.spark, path, batch.frame, columns_of(schema), batch.progress, batch.facts.truncates,
-                  replace=replace)
+                  replace=replace, inserts_only=batch.facts.inserts_only)
     ctx.set_progress(path, batch.progress)
     batch.release()
     return TableResult(path, batch.facts.rows, batch.facts.poison)

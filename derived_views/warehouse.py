@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from derived_views.apply import Range, merge_history
 from derived_views.context import ViewContext
 from derived_views.schema import TableSchema
-from derived_views.steps import TableResult, apply_state, columns_of, is_current, load_pending
+from derived_views.steps import TableResult, starting_point, apply_state, columns_of, is_current, load_pending
 
 if TYPE_CHECKING:
     from derived_views.log_source import LogWatermark
@@ -55,12 +55,12 @@ def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
 
 def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: bool) -> TableResult | None:
     path = history_path(ctx, schema.qualified)
-    progress = None if replace else ctx.progress(path)
-    if progress is not None and is_current(progress, rng, [schema.topic]):
+    progress, replace = starting_point(ctx, path, replace)
+    if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
     batch = load_pending(ctx, rng, schema, progress, "all", dead_letter_path=dead_letter_path(ctx), target=path)
     merge_history(ctx.spark, path, batch.frame, columns_of(schema), batch.progress, batch.facts.truncates,
-                  replace=replace)
+                  replace=replace, inserts_only=batch.facts.inserts_only)
     ctx.set_progress(path, batch.progress)
     batch.release()
     return TableResult(path, batch.facts.rows, batch.facts.poison)

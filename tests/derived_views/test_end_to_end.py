@@ -130,33 +130,40 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
     spark: SparkSession, reference_db: str, tmp_path: Path
 ) -> None:
     from derived_views import runner
+    from derived_views.verify import verify
 
     settings = _settings(reference_db, tmp_path)
     _seed(reference_db, products=2000)
     _capture(settings)
-    _exec(reference_db, "UPDATE products SET price = price + 1 WHERE id % 7 = 0", "DELETE FROM products WHERE id % 11 = 0")
+    ctx = _context(spark, settings)
+    runner.step(ctx, ["warehouse"])
+    _exec(reference_db, "UPDATE categories SET name = name || '!'",
+          "UPDATE products SET price = price + 1 WHERE id % 7 = 0", "DELETE FROM products WHERE id % 11 = 0")
     _capture(settings)
     env = {**os.environ, "CDC_DATABASE_URL": reference_db, "CDC_DATA_DIR": str(tmp_path), "CDC_SPARK_MASTER": "local[1]"}
     process = subprocess.Popen(
         [sys.executable, "-c", "from cdc.cli import main; main()", "sync", "warehouse", "--once"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
-    first_commit = tmp_path / "warehouse" / "current" / "public.categories" / "_delta_log" / "00000000000000000001.json"
+    # products' current table commits before its history table: kill between the two
+    mid_sync = tmp_path / "warehouse" / "current" / "public.products" / "_delta_log" / "00000000000000000001.json"
     deadline = time.monotonic() + 240
     try:
-        while not first_commit.exists():
+        while not mid_sync.exists():
             assert process.poll() is None, "sync ended before it could be killed"
             assert time.monotonic() < deadline, "sync made no commit in time"
-            time.sleep(0.05)
+            time.sleep(0.02)
         os.killpg(process.pid, signal.SIGKILL)
     finally:
         process.wait()
-    assert not (tmp_path / "warehouse" / "history" / "public.products" / "_delta_log").exists() or True
-    ctx = _context(spark, settings)
+    history_log = tmp_path / "warehouse" / "history" / "public.products" / "_delta_log"
+    assert not (history_log / "00000000000000000001.json").exists(), "killed too late to test a resume"
+    ctx.forget()
     runner.step(ctx, ["warehouse"])
-    from derived_views.verify import verify
-
     watermark = runner.latest(ctx)
     assert watermark is not None
     report = verify(ctx, "warehouse", reference_db, watermark)
     assert report.ok, report.differences[:10]
+    history = spark.read.format("delta").load(str(history_log.parent))
+    assert history.filter("_cdc_is_current").count() == spark.read.format("delta").load(
+        str(mid_sync.parent.parent)).count()

@@ -1,0 +1,84 @@
+"""Freshness in continuous mode: commit-to-visible latency at a steady write rate.
+
+Usage: python bench/views_freshness.py [seconds] [transactions_per_second]   (default 60 s, 2 tx/s)
+
+Capture streams into the log and ``cdc sync warehouse --continuous`` (in-process) applies it while a
+writer commits one 10-row INSERT transaction at a steady rate. A transaction is *visible* once a sync
+step whose watermark is at or past its commit LSN has committed to Delta; its latency is that moment
+minus the source commit time (``_cdc_commit_ts``). Printed beside the targets: p50 <= 2 s, p99 <= 5 s.
+"""
+
+from __future__ import annotations
+
+import bisect
+import statistics
+import sys
+import threading
+import time
+
+import psycopg
+
+from bench.capture_common import bench_database
+from bench.views_common import bench_spark
+from cdc.coordinator import Capture
+from derived_views import runner, warehouse
+from derived_views.runner import StepReport
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def main(seconds: float, rate: float) -> None:
+    spark = bench_spark()
+    with bench_database() as (_server, url, settings):
+        Capture(settings, once=True).run()
+        ctx = runner.context_from_settings(settings, spark)
+        runner.step(ctx, ["warehouse"])  # creates the tables (and warms Spark up)
+        stop = threading.Event()
+        steps: list[tuple[int, float]] = []
+
+        def record(report: StepReport) -> None:
+            if report.watermark is not None:
+                steps.append((report.watermark.lsn, time.time()))
+
+        capture = threading.Thread(target=lambda: Capture(settings, stop=stop).run(), daemon=True)
+        views = threading.Thread(
+            target=lambda: runner.continuous(ctx, ["warehouse"], 0.1, should_stop=stop.is_set, on_step=record),
+            daemon=True,
+        )
+        capture.start()
+        views.start()
+        written = 0
+        with psycopg.connect(url, autocommit=True) as conn:
+            start = time.monotonic()
+            while time.monotonic() - start < seconds:
+                conn.execute("INSERT INTO bench (id, name, amount) SELECT g, 'n', 1 FROM generate_series(%s::bigint, %s::bigint) g",
+                             (written + 1, written + 10))
+                written += 10
+                time.sleep(max(0.0, start + written / 10 / rate - time.monotonic()))
+        deadline = time.monotonic() + 60
+        path = warehouse.current_path(ctx, "public.bench")
+        while time.monotonic() < deadline:  # poll until the last transaction is visible
+            if spark.read.format("delta").load(path).count() >= written:
+                break
+            time.sleep(0.5)
+        stop.set()
+        views.join(timeout=120)
+        capture.join(timeout=60)
+        rows = spark.read.format("delta").load(path).groupBy("_cdc_lsn").agg({"_cdc_commit_ts": "max"}).collect()
+    lsns = [lsn for lsn, _ in steps]
+    latencies = []
+    for row in rows:
+        index = bisect.bisect_left(lsns, row["_cdc_lsn"])
+        if index < len(steps):
+            latencies.append(steps[index][1] - row["max(_cdc_commit_ts)"].timestamp())
+    print(f"transactions={len(rows)} rows={written} rate={rate:g} tx/s duration={seconds:g} s sync steps={len(steps)}")
+    print(f"commit-to-visible p50: {_percentile(latencies, 0.5):6.2f} s   (target <= 2 s)")
+    print(f"commit-to-visible p99: {_percentile(latencies, 0.99):6.2f} s   (target <= 5 s)")
+    print(f"mean {statistics.mean(latencies):.2f} s, max {max(latencies):.2f} s")
+
+
+if __name__ == "__main__":
+    main(float(sys.argv[1]) if len(sys.argv) > 1 else 60.0, float(sys.argv[2]) if len(sys.argv) > 2 else 2.0)

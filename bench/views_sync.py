@@ -1,0 +1,72 @@
+"""Incremental sync vs full refresh, and rebuild by replay vs a full JDBC re-snapshot, in one run.
+
+Usage: python bench/views_sync.py [rows]   (default 1,000,000)
+
+A table of ``rows`` rows is captured into the log and synced into the warehouse's current-state table.
+Then 1% of the rows are updated and captured, and two figures are taken side by side:
+
+- incremental sync of those changes (read log range, reduce, MERGE) vs a full refresh (Spark JDBC read
+  of the whole source table + Delta overwrite) — target: incremental at least 10x faster;
+- rebuild by replay of the compacted log (one Delta overwrite) vs the same full JDBC re-snapshot —
+  target: rebuild no slower.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import psycopg
+
+from bench.capture_common import bench_database, insert_rows
+from bench.views_common import bench_spark, full_refresh, timed
+from cdc.coordinator import Capture
+from derived_views import runner, warehouse
+from derived_views.apply import Range
+from derived_views.steps import apply_state
+from log_store import LogStore
+
+
+def main(rows: int) -> None:
+    spark = bench_spark()
+    with bench_database() as (_server, url, settings):
+        insert_rows(url, rows, 50_000)
+        with timed() as capture_s:
+            Capture(settings, once=True).run()
+        ctx = runner.context_from_settings(settings, spark)
+
+        def sync_current(replace: bool = False) -> None:
+            watermark = runner.latest(ctx)
+            assert watermark is not None
+            schema = ctx.schema(watermark, "public.bench")
+            apply_state(ctx, Range(ctx.log_path, watermark), schema, warehouse.current_path(ctx, "public.bench"),
+                        warehouse.dead_letter_path(ctx), replace=replace)
+
+        with timed() as initial:
+            sync_current()
+        changed = max(1, rows // 100)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE bench SET amount = amount + 1, name = name || '+' WHERE id % 100 = 7")
+        Capture(settings, once=True).run()
+        with timed() as incremental:
+            sync_current()
+        refresh_path = str(settings.data_dir / "full_refresh" / "public.bench")
+        full_refresh(spark, url, "public.bench", refresh_path, rows)  # warm-up: the JDBC path's first run
+        with timed() as refresh:
+            full_refresh(spark, url, "public.bench", refresh_path, rows)
+        with LogStore.open(settings.log_dir, writer=True) as log:
+            log.roll()
+            log.compact()
+        with timed() as rebuild:
+            sync_current(replace=True)
+        count = spark.read.format("delta").load(warehouse.current_path(ctx, "public.bench")).count()
+        assert count == rows, count
+
+    print(f"rows={rows} changed={changed} (capture of the snapshot: {capture_s[0]:.1f} s, first sync: {initial[0]:.1f} s)")
+    print(f"incremental sync of 1%      : {incremental[0]:8.2f} s")
+    print(f"full refresh (JDBC+overwrite): {refresh[0]:8.2f} s   -> incremental is {refresh[0] / incremental[0]:.1f}x faster (target >= 10x)")
+    print(f"rebuild by replay           : {rebuild[0]:8.2f} s")
+    print(f"full JDBC re-snapshot       : {refresh[0]:8.2f} s   -> rebuild/re-snapshot = {rebuild[0] / refresh[0]:.2f} (target <= 1.0)")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1_000_000)
