@@ -137,6 +137,16 @@ class Catalog:
         rows = self._execute("SELECT pg_current_wal_insert_lsn()::text", ())
         return int(Lsn.parse(str(rows[0][0]))) if rows else 0
 
+    def wal_flush_position(self) -> int:
+        """The server's WAL flush position now (every synchronous commit so far ends before it)."""
+        rows = self._execute("SELECT pg_current_wal_flush_lsn()::text", ())
+        return int(Lsn.parse(str(rows[0][0]))) if rows else 0
+
+    def async_commit_delay(self) -> float:
+        """Seconds within which the server flushes an asynchronous commit: three times ``wal_writer_delay``."""
+        rows = self._execute("SELECT setting::float8 / 1000 FROM pg_settings WHERE name = 'wal_writer_delay'", ())
+        return 3 * float(rows[0][0]) + 0.1 if rows else 1.0  # type: ignore[arg-type]
+
     @property
     def type_names(self) -> dict[int, str]:
         """Every non-built-in type resolved so far, OID -> name."""

@@ -129,6 +129,7 @@ class Capture:
         self.position = Lsn(0)
         self.confirmed = Lsn(0)
         self._target: Lsn | None = None
+        self._retarget_at = float("inf")
         self._topics: set[str] = set()
         self._included = {name for name in settings.tables}
         self.builder: EventBuilder | None = None
@@ -305,6 +306,7 @@ class Capture:
             repl.identify_system()
             if self.once and self._target is None:
                 self._target = self.catalog.wal_insert_position()
+                self._retarget_at = time.monotonic() + self.catalog.async_commit_delay()
             repl.start(self.settings.slot, Lsn(0), self.settings.publication)
             assembler = TransactionAssembler(tuning.memory_limit)
             pending: list[Transaction] = []
@@ -349,6 +351,8 @@ class Capture:
                         pending, pending_changes = [], 0
                         last_status = time.monotonic()
                     idle = not pending and assembler.idle
+                    if self._target is not None and idle and now >= self._retarget_at:
+                        self._retarget()
                     drained = self._target is not None and idle and server_end >= self._target
                     if idle and server_end - 1 > self.position and (
                         drained or now - last_heartbeat >= tuning.heartbeat_seconds
@@ -377,6 +381,19 @@ class Capture:
                 for tx in pending:
                     tx.close()
                 assembler.reset()
+
+    def _retarget(self) -> None:
+        """``once``: lower the drain target to the flushed WAL once every commit made before the start is flushed.
+
+        The target is the WAL insert position at the start, which covers commits not yet flushed
+        (``synchronous_commit = off``). The server flushes such a commit within three times
+        ``wal_writer_delay``; after that the flush position covers every commit made before the start,
+        and WAL past it holds no commit of interest (only records such as page pruning, which the server
+        may leave unflushed for many seconds). Waiting for those would only delay the exit.
+        """
+        assert self._target is not None
+        self._target = Lsn(min(self._target, self.catalog.wal_flush_position()))
+        self._retarget_at = float("inf")
 
     def _skip(self, tx: Transaction, repl: ReplicationConnection, pending: list[Transaction]) -> None:
         """A transaction the log already holds: replay it only for its Relation messages."""
