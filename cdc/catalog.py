@@ -131,6 +131,14 @@ class Catalog:
                 self._types[int(oid)] = str(name)  # type: ignore[call-overload]
         return self._types
 
+    def unreadable(self, relids: list[int]) -> list[int]:
+        """Those of ``relids`` the connected role may not SELECT from."""
+        rows = self._execute(
+            "SELECT oid FROM pg_class WHERE oid = ANY(%s) AND NOT has_table_privilege(oid, 'SELECT') ORDER BY oid",
+            (relids,),
+        )
+        return [int(r[0]) for r in rows]  # type: ignore[call-overload]
+
     def wal_insert_position(self) -> int:
         """The server's WAL insert position now: every transaction committed so far ends before it
         (also under ``synchronous_commit = off``, where the flush position lags behind commits)."""

@@ -23,8 +23,19 @@ Guarantees and restart rules:
   the log in groups at position 0; the group that completes the snapshot has the slot's consistent
   point C minus one as position (the snapshot holds exactly the transactions that committed before C,
   and the slot streams exactly those that commit at or after C). An interrupted snapshot therefore
-  never looks complete, and the next run starts it again from a new slot (its partial rows are
-  superseded by the new ``op=r`` events).
+  never looks complete, and the next run starts it again from a new slot.
+* **A restarted snapshot supersedes the partial one.** Rows the interrupted attempt wrote stay in the
+  log (its groups were durable), and a row deleted since would never be deleted downstream. So the new
+  snapshot writes, before a table's reads, a truncate marker (``op=t``, ``source.snapshot`` "true",
+  ``source.lsn`` C - 1, sequence 0, on every partition) when the table's topic already holds records,
+  and the marker alone on the topic of a table the attempt read but this one no longer captures. A
+  consumer applying events in ``(lsn, sequence)`` order, or a partition in offset order, empties the
+  table there and then sees exactly the new reads; compaction keeps the marker (the latest record of
+  its key) after any stale row it keeps.
+* **Tables that join later.** A published table the ledger (``<prefix>.__snapshots``) does not name
+  gets no change event until its snapshot is in the log: :mod:`cdc.table_snapshots` takes it at a
+  temporary slot's consistent point B, drops the table's changes committed before B, and writes its
+  rows as one group at position B - 1 once every transaction before B is in the log.
 * **Heartbeats.** When the captured tables are idle but the server's WAL moves, an empty group moves the
   position to the server's reported end (minus one) and the slot is confirmed there, so WAL does not
   pile up.
@@ -36,6 +47,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import sys
 import threading
 import time
@@ -48,13 +60,14 @@ import psycopg
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from cdc.catalog import Catalog, PublishedTable
-from cdc.errors import SlotError, SourceError
+from cdc.errors import PrivilegeError, SlotError, SourceError
 from cdc.events import EventBuilder, TxContext, mark_last_read
 from cdc.lsn import Lsn
 from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
 from cdc.snapshot import SnapshotReader
 from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
+from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
 from cdc.transport import Keepalive, ReplicationConnection, XLogData
 from log_store import LogConfig, LogStore, ProducerRecord, TopicPartition
@@ -72,6 +85,7 @@ class Tuning:
     batch_seconds: float = 0.2
     snapshot_chunk_rows: int = 20_000
     heartbeat_seconds: float = 5.0
+    discover_seconds: float = 5.0
     status_seconds: float = 10.0
     reconnect_seconds: float = 120.0
     memory_limit: int = 8 << 20
@@ -82,6 +96,7 @@ class CaptureStats:
     """What one run did."""
 
     snapshot_rows: int = 0
+    tables_added: int = 0
     transactions: int = 0
     skipped: int = 0
     events: int = 0
@@ -101,7 +116,7 @@ def log_config(settings: Settings) -> LogConfig:
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, SourceError) and not isinstance(exc, SlotError)
+    return isinstance(exc, SourceError) and not isinstance(exc, (SlotError, PrivilegeError))
 
 
 class Capture:
@@ -134,6 +149,11 @@ class Capture:
         self._included = {name for name in settings.tables}
         self.builder: EventBuilder | None = None
         self.replayer: ChangeReplayer | None = None
+        self.ledger = SnapshotLedger("")
+        self.gate = TableGate(self.ledger)
+        self._table_snapshots: list[PendingSnapshot] = []  # ordered by boundary
+        self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
+        self._slots_made = 0  # temporary slots, for unique names
 
     # -- set-up --------------------------------------------------------------------------------------
 
@@ -163,7 +183,9 @@ class Capture:
                 return emitted
             for record in batch:
                 if record.key is not None and record.value is not None:
-                    emitted[orjson.loads(record.key)] = fingerprint_of(orjson.loads(record.value))
+                    value = orjson.loads(record.value)
+                    emitted[orjson.loads(record.key)] = fingerprint_of(value)
+                    self._table_of_topic[value["topic"]] = (value["schema"], value["table"])
             offset = batch[-1].offset + 1
 
     def _database_name(self) -> str:
@@ -176,9 +198,11 @@ class Capture:
             self.builder = EventBuilder(
                 prefix=self.settings.topic_prefix, database=self._database_name(), partitions=self.settings.partitions
             )
+            self.ledger = SnapshotLedger.load(store, self.builder.ledger_topic)
+            self.gate = TableGate(self.ledger)
             self.replayer = ChangeReplayer(
                 self.builder, self.catalog, self.settings.topic_for, self.include,
-                self._load_emitted_schemas(), on_new_shape=self._ensure_topic,
+                self._load_emitted_schemas(), on_new_shape=self._ensure_topic, gate=self.gate,
             )
             watermark = store.latest_watermark()
             self.position = Lsn.from_hex16(watermark.position) if watermark else Lsn(0)
@@ -188,6 +212,7 @@ class Capture:
                 if not self.stop.is_set():
                     self._stream_with_reconnect()
             finally:
+                self._drop_table_snapshots()
                 self.catalog.close()
         return self.stats
 
@@ -215,7 +240,12 @@ class Capture:
             conn.execute("SELECT pg_drop_replication_slot(%s)", (self.settings.slot,))
 
     def _snapshot(self) -> None:
-        """Create the slot with an exported snapshot and copy every included table into the log."""
+        """Create the slot with an exported snapshot and copy every included table into the log.
+
+        Each table's reads are preceded by truncate markers when its topic already holds records (left
+        by an interrupted attempt), and the topic of a table the attempt read but this one does not
+        gets the markers alone: applied in ``(lsn, sequence)`` order they drop every earlier record.
+        """
         assert self.log is not None and self.builder is not None and self.replayer is not None
         tables = self._published()
         self._drop_slot_if_present()
@@ -230,27 +260,55 @@ class Capture:
             # The latest chunk is held back until the next one arrives, so that the final read can be
             # marked "last" and go into the group that completes the snapshot.
             held: list[ProducerRecord] = []
-            schemas: list[ProducerRecord] = []  # schema records waiting for their table's first rows
+            # schema records and truncate markers waiting for their table's first rows
+            waiting = self._supersede_uncaptured(tables, as_of, ts_ms)
+            done: list[tuple[TableShape, int]] = []
             for table in tables:
                 shape = self._snapshot_shape(table)
                 self._ensure_topic(shape)
-                schemas.extend(self.replayer._schema_records(shape, as_of))
                 context = TxContext(as_of, reader.xmin, ts_ms, snapshot="true")
+                waiting.extend(self.replayer._schema_records(shape, as_of))
+                waiting.extend(self._supersede(shape, context))
+                rows = 0
                 chunks = reader.json_chunks(shape, self.tuning.snapshot_chunk_rows)
                 for keys, afters in self._with_progress(chunks, table, reader):
                     if self.stop.is_set():
                         return
                     if held:
                         self._append_counted(held, SNAPSHOT_POSITION)
-                    held = schemas + self.builder.reads(shape, keys, afters, context)
-                    schemas = []
-                    self.stats.snapshot_rows += len(afters)
+                    held = waiting + self.builder.reads(shape, keys, afters, context)
+                    waiting = []
+                    rows += len(afters)
+                self.stats.snapshot_rows += rows
+                done.append((shape, rows))
             if held:
                 held[-1] = mark_last_read(held[-1])
-            self._append_counted(held + schemas, as_of.hex16())
+            ledger = [self.ledger.record(shape, as_of, rows, ts_ms) for shape, rows in done]
+            self._append_counted(held + waiting + ledger, as_of.hex16())
+            self.ledger.add((shape for shape, _ in done), as_of)
             self.position = as_of
         finally:
             reader.close()
+
+    def _topic_has_records(self, topic: str) -> bool:
+        assert self.log is not None
+        return topic in self.log.topics() and any(
+            self.log.end_offset(TopicPartition(topic, p)) > 0 for p in range(self.log.partitions(topic)))
+
+    def _supersede(self, shape: TableShape, context: TxContext) -> list[ProducerRecord]:
+        """Truncate markers (sequence 0 of ``context``) when the table's topic already holds records."""
+        assert self.builder is not None
+        return self.builder.truncate(shape, context) if self._topic_has_records(shape.topic) else []
+
+    def _supersede_uncaptured(self, tables: list[PublishedTable], as_of: Lsn, ts_ms: int) -> list[ProducerRecord]:
+        """Truncate markers for the topics of tables an interrupted snapshot read but this one does not."""
+        captured = {self.settings.topic_for(t.schema, t.table) for t in tables}
+        records: list[ProducerRecord] = []
+        for topic, (schema, table) in sorted(self._table_of_topic.items()):
+            if topic not in captured and self._topic_has_records(topic):
+                shape = TableShape(0, schema, table, topic, ())
+                records.extend(self._supersede(shape, TxContext(as_of, 0, ts_ms, snapshot="true")))
+        return records
 
     def _append_counted(self, records: list[ProducerRecord], position: str) -> None:
         """Append one snapshot group and count it."""
@@ -307,6 +365,10 @@ class Capture:
             if self.once and self._target is None:
                 self._target = self.catalog.wal_insert_position()
                 self._retarget_at = time.monotonic() + self.catalog.async_commit_delay()
+            # Snapshots that waited when the last session ended are taken again at a new point.
+            self._drop_table_snapshots()
+            self._discover()
+            last_discovery = time.monotonic()
             repl.start(self.settings.slot, Lsn(0), self.settings.publication)
             assembler = TransactionAssembler(tuning.memory_limit)
             pending: list[Transaction] = []
@@ -329,6 +391,12 @@ class Capture:
                                 self.stats.skipped += 1
                                 self._skip(tx, repl, pending)
                             else:
+                                if self._snapshot_due(tx.commit_lsn):
+                                    # every transaction before the boundary is here: rows, then tx
+                                    if pending:
+                                        self._flush(pending, repl)
+                                        pending, pending_changes = [], 0
+                                    self._write_table_snapshots(tx.commit_lsn, repl)
                                 if not pending:
                                     first_pending = time.monotonic()
                                 pending.append(tx)
@@ -351,9 +419,15 @@ class Capture:
                         pending, pending_changes = [], 0
                         last_status = time.monotonic()
                     idle = not pending and assembler.idle
+                    if idle and self._snapshot_due(server_end):
+                        self._write_table_snapshots(server_end, repl)
+                    if self.gate.wanted or (idle and now - last_discovery >= tuning.discover_seconds):
+                        self._discover()
+                        last_discovery = now
                     if self._target is not None and idle and now >= self._retarget_at:
                         self._retarget()
-                    drained = self._target is not None and idle and server_end >= self._target
+                    drained = (self._target is not None and idle and server_end >= self._target
+                               and not self._table_snapshots)
                     if idle and server_end - 1 > self.position and (
                         drained or now - last_heartbeat >= tuning.heartbeat_seconds
                     ):
@@ -362,7 +436,8 @@ class Capture:
                     if drained or (self.stop.is_set() and not pending):
                         repl.send_status(self.confirmed, self.confirmed)
                         return
-                    if frame is None and self._target is not None and not asked:
+                    if frame is None and (self._target is not None or self._table_snapshots) and not asked:
+                        # ask where the server's WAL ends: a drain or a waiting snapshot needs to know
                         repl.send_status(self.confirmed, self.confirmed, reply=True)
                         asked = True
                         last_status = now
@@ -395,6 +470,108 @@ class Capture:
         self._target = Lsn(min(self._target, self.catalog.wal_flush_position()))
         self._retarget_at = float("inf")
 
+    # -- tables added mid-stream (see cdc.table_snapshots) ---------------------------------------------
+
+    def _discover(self) -> None:
+        """Snapshot every published, included table that the ledger does not name and no snapshot waits for."""
+        tables = [
+            t for t in self.catalog.published_tables(self.settings.publication)
+            if self.include(t.schema, t.table) and not self.ledger.covers(t.qualified, t.relid)
+            and t.relid not in self.gate.holds
+        ]
+        self.gate.wanted.clear()  # a wanted table no longer published is no longer captured
+        if not tables:
+            return
+        unreadable = set(self.catalog.unreadable([t.relid for t in tables]))
+        if unreadable:
+            names = ", ".join(t.qualified for t in tables if t.relid in unreadable)
+            raise PrivilegeError(
+                f"the capture role cannot read {names}, published by {self.settings.publication}, so it cannot "
+                f"snapshot it; run GRANT SELECT ON {names} TO the capture role (ALTER DEFAULT PRIVILEGES "
+                "... GRANT SELECT ON TABLES covers tables created later)"
+            )
+        self._slots_made += 1
+        name = f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}"
+        pending = take_snapshot(self.settings.database_url, name, tables)
+        self.stats.tables_added += len(tables)
+        for table in tables:
+            self.gate.holds[table.relid] = pending.boundary
+        self._table_snapshots.append(pending)
+        log.info("snapshot of %s at %s, written when the stream reaches it",
+                 ", ".join(t.qualified for t in tables), pending.boundary)
+
+    def _snapshot_due(self, reached: int) -> bool:
+        return bool(self._table_snapshots) and self._table_snapshots[0].boundary <= reached
+
+    def _write_table_snapshots(self, reached: int, repl: ReplicationConnection) -> None:
+        """Write every waiting snapshot whose boundary the stream has ``reached`` (nothing before it is in flight)."""
+        while self._snapshot_due(reached):
+            pending = self._table_snapshots.pop(0)
+            try:
+                self._write_table_snapshot(pending, repl)
+            finally:
+                pending.close()
+
+    def _write_table_snapshot(self, pending: PendingSnapshot, repl: ReplicationConnection) -> None:
+        """One group at the boundary minus one: per table, truncate markers if needed, schema, rows, ledger record."""
+        assert self.log is not None and self.builder is not None and self.replayer is not None
+        as_of = Lsn(pending.boundary - 1)
+        ts_ms = time.time_ns() // 1_000_000
+        saved_schemas = dict(self.replayer.emitted_schemas)
+        heads: list[tuple[TableShape, TxContext, list[ProducerRecord]]] = []
+        for table in pending.tables:
+            shape = self._snapshot_shape(table)
+            self._ensure_topic(shape)
+            context = TxContext(as_of, pending.reader.xmin, ts_ms, snapshot="true")
+            heads.append((shape, context, self._supersede(shape, context) + self.replayer._schema_records(shape, as_of)))
+        rows: list[int] = []
+
+        def records() -> Iterator[ProducerRecord]:
+            assert self.builder is not None
+            last: ProducerRecord | None = None
+            status_at = time.monotonic()
+            for shape, context, head in heads:
+                yield from head
+                count = 0
+                for keys, afters in pending.reader.json_chunks(shape, self.tuning.snapshot_chunk_rows):
+                    reads = self.builder.reads(shape, keys, afters, context)
+                    if last is not None:
+                        yield last
+                    yield from reads[:-1]
+                    last = reads[-1]
+                    count += len(reads)
+                    if time.monotonic() - status_at >= self.tuning.status_seconds:
+                        repl.send_status(self.confirmed, self.confirmed)  # the stream waits; keep it alive
+                        status_at = time.monotonic()
+                rows.append(count)
+            if last is not None:
+                yield mark_last_read(last)
+            for (shape, _, _), count in zip(heads, rows, strict=True):
+                yield self.ledger.record(shape, as_of, count, ts_ms)
+
+        tally = [0, 0]
+        try:
+            self.log.append_group(_counted(records(), tally), as_of.hex16())
+        except BaseException:
+            self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
+            raise
+        shapes = [shape for shape, _, _ in heads]
+        self.ledger.add(shapes, as_of)
+        for shape in shapes:
+            self.gate.holds.pop(shape.relid, None)
+        self.position = as_of
+        self.stats.snapshot_rows += sum(rows)
+        self.stats.groups += 1
+        self._observe(tally[0], tally[1], 0, None)
+        log.info("snapshot of %s written: %d rows as of %s", ", ".join(s.qualified for s in shapes), sum(rows), as_of)
+
+    def _drop_table_snapshots(self) -> None:
+        """Forget waiting snapshots (their tables are found again by the next discovery)."""
+        for pending in self._table_snapshots:
+            pending.close()
+        self._table_snapshots.clear()
+        self.gate.holds.clear()
+
     def _skip(self, tx: Transaction, repl: ReplicationConnection, pending: list[Transaction]) -> None:
         """A transaction the log already holds: replay it only for its Relation messages."""
         assert self.replayer is not None
@@ -412,7 +589,12 @@ class Capture:
         tally = [0, 0]
         records = _counted(itertools.chain.from_iterable(self.replayer.records(tx) for tx in pending), tally)
         last = pending[-1]
-        self.log.append_group(records, Lsn(last.commit_lsn).hex16())
+        saved_schemas = dict(self.replayer.emitted_schemas)
+        try:
+            self.log.append_group(records, Lsn(last.commit_lsn).hex16())
+        except BaseException:
+            self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
+            raise
         self.stats.events += tally[0]
         self.stats.groups += 1
         self.stats.transactions += len(pending)

@@ -29,5 +29,9 @@ class SlotError(SourceError):
     """The replication slot is missing, invalidated or in use by another process."""
 
 
+class PrivilegeError(SourceError):
+    """The capture role lacks a privilege a step needs; the message names the grant that fixes it."""
+
+
 class DecodeError(CdcError):
     """A pgoutput message could not be decoded (names the message type and LSN)."""

@@ -162,6 +162,11 @@ class EventBuilder:
     def schema_topic(self) -> str:
         return f"{self.prefix}.__schemas"
 
+    @property
+    def ledger_topic(self) -> str:
+        """The topic naming the tables whose snapshot the log holds (:mod:`cdc.table_snapshots`)."""
+        return f"{self.prefix}.__snapshots"
+
 
 def truncate_marker(topic: str, value: bytes, ts_ms: int, partition: int, partitions: int) -> ProducerRecord:
     """The truncate record for one partition.

@@ -12,7 +12,10 @@ commit order is what keeps the cache right: the server sends every Relation mess
 needs inside it (also inside a streamed one), before the first change that uses it.
 
 Guarantees: records of a transaction come out in change order; a transaction's schema record
-precedes its first event that uses a new shape; nothing is emitted for an aborted transaction.
+precedes its first event that uses a new shape; nothing is emitted for an aborted transaction; no
+event of a table is emitted unless its gate (:class:`~cdc.table_snapshots.TableGate`) admits the
+table for the transaction, which it does only once the table's snapshot is in the log or ordered
+before the transaction.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from cdc.catalog import Catalog, TableInfo
 from cdc.errors import DecodeError, SourceError
@@ -42,6 +46,9 @@ from cdc.pgoutput.messages import (
 from cdc.spill import SpillBuffer
 from cdc.tables import TableShape
 from log_store.record import ProducerRecord
+
+if TYPE_CHECKING:
+    from cdc.table_snapshots import TableGate
 
 _XID = struct.Struct("!I")
 _DATA_TYPES = frozenset(b"RYIUDT")
@@ -158,7 +165,9 @@ class ChangeReplayer:
     """Owns the relation cache; turns committed transactions into records for the log.
 
     ``emitted_schemas`` maps ``schema.table`` to the shape last written to the schema topic (loaded
-    from the log at start), so a restart does not write the same schema record twice.
+    from the log at start), so a restart does not write the same schema record twice. ``gate``, when
+    given, is asked once per table and transaction whether the table's events may be written; a table
+    it refuses contributes nothing to the transaction's records (not even a schema record).
     """
 
     def __init__(
@@ -169,6 +178,7 @@ class ChangeReplayer:
         include: TableFilter,
         emitted_schemas: dict[str, bytes] | None = None,
         on_new_shape: Callable[[TableShape], None] | None = None,
+        gate: TableGate | None = None,
     ) -> None:
         self.builder = builder
         self.catalog = catalog
@@ -178,6 +188,7 @@ class ChangeReplayer:
         self.type_names: dict[int, str] = {}
         self.emitted_schemas: dict[str, bytes] = dict(emitted_schemas or {})
         self.on_new_shape = on_new_shape
+        self.gate = gate
 
     def shape_from_relation(self, relation: Relation) -> TableShape:
         """The table's shape from a Relation message (keys from the catalog under replica identity FULL)."""
@@ -208,6 +219,12 @@ class ChangeReplayer:
             self.on_new_shape(shape)
         return [self.builder.schema(shape, lsn)]
 
+    def _first_use(self, shape: TableShape, commit_lsn: int) -> list[ProducerRecord] | None:
+        """None when the table's events of this transaction are held back, else the records to write first."""
+        if self.gate is not None and not self.gate.admits(shape, commit_lsn):
+            return None
+        return self._schema_records(shape, commit_lsn)
+
     def records(self, tx: Transaction) -> Iterator[ProducerRecord]:
         """Every record of ``tx`` in change order; schema records precede the events using them."""
         decoder = Decoder()
@@ -216,44 +233,38 @@ class ChangeReplayer:
         builder = self.builder
         relations = self.relations
         aborted = tx.aborted_subxids
-        checked: set[int] = set()
+        admitted: dict[int, bool] = {}  # per table: whether its events of this transaction are written
         for payload in tx.changes:
             if aborted and tx.streamed and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDT":
                 continue
             message = decoder.decode(payload)
-            if isinstance(message, Insert):
+            if isinstance(message, (Insert, Update, Delete)):
                 shape = relations.get(message.relid)
                 if shape is None:
                     continue
-                if message.relid not in checked:
-                    checked.add(message.relid)
-                    yield from self._schema_records(shape, tx.commit_lsn)
-                yield from builder.insert(shape, message.new, context)
-            elif isinstance(message, Update):
-                shape = relations.get(message.relid)
-                if shape is None:
+                allowed = admitted.get(message.relid)
+                if allowed is None:
+                    head = self._first_use(shape, tx.commit_lsn)
+                    admitted[message.relid] = allowed = head is not None
+                    if head:
+                        yield from head
+                if not allowed:
                     continue
-                if message.relid not in checked:
-                    checked.add(message.relid)
-                    yield from self._schema_records(shape, tx.commit_lsn)
-                yield from builder.update(shape, message.old_kind, message.old, message.new, context)
-            elif isinstance(message, Delete):
-                shape = relations.get(message.relid)
-                if shape is None:
-                    continue
-                if message.relid not in checked:
-                    checked.add(message.relid)
-                    yield from self._schema_records(shape, tx.commit_lsn)
-                yield from builder.delete(shape, message.old_kind, message.old, context)
+                if isinstance(message, Insert):
+                    yield from builder.insert(shape, message.new, context)
+                elif isinstance(message, Update):
+                    yield from builder.update(shape, message.old_kind, message.old, message.new, context)
+                else:
+                    yield from builder.delete(shape, message.old_kind, message.old, context)
             elif isinstance(message, Truncate):
                 for relid in message.relids:
                     shape = relations.get(relid)
-                    if shape is not None:
+                    if shape is not None and (self.gate is None or self.gate.admits(shape, tx.commit_lsn)):
                         yield from builder.truncate(shape, context)
             elif isinstance(message, Relation):
                 if self.include(message.namespace, message.name):
                     relations[message.relid] = self.shape_from_relation(message)
-                    checked.discard(message.relid)
+                    admitted.pop(message.relid, None)
                 else:
                     relations.pop(message.relid, None)
             elif isinstance(message, TypeInfo):

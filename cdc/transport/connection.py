@@ -77,11 +77,15 @@ class ReplicationConnection:
         system_id, timeline, xlogpos, dbname = self.command("IDENTIFY_SYSTEM")[0]
         return system_id or "", int(timeline or 0), Lsn.parse(xlogpos or "0/0"), dbname or ""
 
-    def create_slot(self, slot: str, *, export_snapshot: bool) -> CreatedSlot:
+    def create_slot(self, slot: str, *, export_snapshot: bool, temporary: bool = False) -> CreatedSlot:
         """CREATE_REPLICATION_SLOT ... LOGICAL pgoutput; the exported snapshot lives while this
-        connection runs no other command, so open the snapshot transaction before the next call."""
+        connection runs no other command, so open the snapshot transaction before the next call.
+
+        A ``temporary`` slot is dropped by the server when this connection ends (also on a crash).
+        """
         mode = "SNAPSHOT 'export'" if export_snapshot else "SNAPSHOT 'nothing'"
-        row = self.command(f"CREATE_REPLICATION_SLOT {_quote_ident(slot)} LOGICAL pgoutput ({mode})")[0]
+        kind = "TEMPORARY LOGICAL" if temporary else "LOGICAL"
+        row = self.command(f"CREATE_REPLICATION_SLOT {_quote_ident(slot)} {kind} pgoutput ({mode})")[0]
         return CreatedSlot(row[0] or slot, Lsn.parse(row[1] or "0/0"), row[2])
 
     def start(self, slot: str, start: Lsn, publication: str, *, proto_version: int = 2, streaming: bool = True) -> None:

@@ -1,4 +1,4 @@
-"""Helpers of the capture integration tests: settings for a test database and reading the log back."""
+"""Helpers of the capture integration tests: settings for a test database, reading the log back, replaying it."""
 
 from __future__ import annotations
 
@@ -43,3 +43,44 @@ def wait_for(condition: Callable[[], bool], timeout: float = 60.0, what: str = "
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def replay(data_dir: Path, topic: str, *, strict: bool = True) -> dict[bytes | None, dict[str, object]]:
+    """The table a consumer derives from ``topic``: events applied in (lsn, sequence) order, key -> row.
+
+    A truncate marker empties the table; an update naming unchanged columns keeps their previous
+    values. ``strict`` also checks that the history is possible: a read or create only of an absent
+    key, an update or delete only of a present one (a compacted topic has lost the earlier events).
+    """
+    changes = []
+    for record in read_topic(data_dir, topic):
+        if record.value is not None:
+            value = orjson.loads(record.value)
+            changes.append((value["source"]["lsn"], value["source"]["sequence"], value, record))
+    changes.sort(key=lambda change: (change[0], change[1]))
+    table: dict[bytes | None, dict[str, object]] = {}
+    for lsn, sequence, value, record in changes:
+        op, key, where = value["op"], record.key, f"{value['op']} of {record.key!r} at ({lsn}, {sequence})"
+        if op == "t":
+            table.clear()
+        elif op in ("r", "c"):
+            assert not strict or key not in table, f"{where}: the key is already present"
+            table[key] = value["after"]
+        elif op == "u":
+            assert not strict or key in table, f"{where}: the key is absent"
+            partial = record.header("unchanged") is not None
+            table[key] = {**table.get(key, {}), **value["after"]} if partial else value["after"]
+        elif op == "d":
+            assert not strict or key in table, f"{where}: the key is absent"
+            table.pop(key, None)
+    return table
+
+
+def source_table(url: str, table: str, key: str = "id") -> dict[bytes | None, dict[str, object]]:
+    """The rows of ``table`` (plain int and text columns) keyed as capture keys them."""
+    import psycopg
+    from psycopg import sql
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(sql.SQL("SELECT to_jsonb(t) FROM {} t").format(sql.Identifier(table))).fetchall()
+    return {orjson.dumps({key: row[0][key]}): row[0] for row in rows}

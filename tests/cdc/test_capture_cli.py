@@ -14,7 +14,8 @@ import psycopg
 import pytest
 
 from cdc.local_postgres import LocalPostgres
-from tests.cdc.helpers import read_topic, wait_for
+from log_store import LogStore, TopicPartition
+from tests.cdc.helpers import read_topic, replay, source_table, wait_for
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
@@ -107,3 +108,56 @@ def test_kill_9_during_a_workload_loses_and_doubles_nothing(reference_db: str, t
             per_key.setdefault(value["after"]["id"], []).append(int(value["after"]["name"]))
     for key, count in counters.items():
         assert per_key.get(key, []) == list(range(1, count + 1)), f"key {key}"
+
+
+def _snapshot_progress(data_dir: Path, topic: str) -> tuple[str, int] | None:
+    """(watermark position, records of ``topic``) as a reader sees them, or None before the first group."""
+    try:
+        with LogStore.open(data_dir / "log") as log:
+            watermark = log.latest_watermark()
+            if watermark is None:
+                return None
+            return watermark.position, sum(
+                watermark.end_offset(TopicPartition(topic, p)) for p in range(log.partitions(topic)))
+    except Exception:  # noqa: BLE001 - the writer has not created the log or topic yet
+        return None
+
+
+def test_kill_9_mid_snapshot_then_deletes_leave_no_stale_row(reference_db: str, tmp_path: Path) -> None:
+    rows, topic = 6000, "cdc.public.categories"
+    with psycopg.connect(reference_db, autocommit=True) as conn:
+        # wide rows: few per block, and a chunk of one block per group makes the snapshot take a while
+        conn.execute("INSERT INTO categories (name) SELECT repeat('x', 500) || g FROM generate_series(1, %s) g", (rows,))
+        conn.execute("ANALYZE categories")
+    env = _env(reference_db, tmp_path)
+    first = subprocess.Popen([CDC, "capture", "--once", "--snapshot-chunk-rows", "1"], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: (_snapshot_progress(tmp_path, topic) or ("", 0))[1] > 0, what="the first snapshot rows")
+        first.send_signal(signal.SIGSTOP)
+        position, written = _snapshot_progress(tmp_path, topic) or ("", 0)
+        assert position == "0" * 16 and 0 < written < rows, "the snapshot finished before it could be interrupted"
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    partial = {orjson.loads(r.key or b"")["id"] for r in read_topic(tmp_path, topic)}  # only reads so far
+    deleted = sorted(partial)[:40]
+    with psycopg.connect(reference_db, autocommit=True) as conn:
+        conn.execute("DELETE FROM categories WHERE id = ANY(%s)", (deleted,))
+        conn.execute("UPDATE categories SET name = 'renamed' WHERE id = ANY(%s)", (sorted(partial)[40:60],))
+        conn.execute("INSERT INTO categories (name) VALUES ('new')")
+    subprocess.run([CDC, "capture", "--once"], env=env, check=True, capture_output=True, timeout=120)
+    values = [orjson.loads(r.value) for r in read_topic(tmp_path, topic) if r.value]
+    assert any(v["op"] == "r" and v["after"]["id"] in deleted for v in values), "the interrupted rows are in the log"
+    assert replay(tmp_path, topic) == source_table(reference_db, "categories")
+    markers = [v for v in values if v["op"] == "t"]
+    assert len(markers) == 3 and {m["source"]["snapshot"] for m in markers} == {"true"}
+    with psycopg.connect(reference_db, autocommit=True) as conn:
+        conn.execute("UPDATE categories SET name = 'streamed' WHERE id = %s", (sorted(partial)[60],))
+    subprocess.run([CDC, "capture", "--once"], env=env, check=True, capture_output=True, timeout=120)
+    expected = source_table(reference_db, "categories")
+    assert replay(tmp_path, topic) == expected
+    with LogStore.open(tmp_path / "log", writer=True) as log:
+        log.roll()
+        log.compact()
+    assert replay(tmp_path, topic, strict=False) == expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 from pathlib import Path
 
@@ -10,10 +11,10 @@ import psycopg
 import pytest
 
 from cdc.coordinator import Capture, Tuning
-from cdc.errors import SlotError, SourceError
+from cdc.errors import PrivilegeError, SlotError, SourceError
 from cdc.source_checks import ensure_publication, ensure_slot, run_checks
 from log_store import LogStore
-from tests.cdc.helpers import events, read_topic, settings_for, wait_for
+from tests.cdc.helpers import events, read_topic, replay, settings_for, source_table, wait_for
 
 pytestmark = pytest.mark.pg
 
@@ -120,6 +121,89 @@ def test_schema_changes_partitioned_root_and_new_table(reference_db: str, tmp_pa
     schemas = [orjson.loads(r.value or b"") for r in read_topic(tmp_path, "cdc.__schemas")]
     category_shapes = [[c["name"] for c in s["columns"]] for s in schemas if s["table"] == "categories"]
     assert category_shapes == [["id", "name"], ["id", "name", "slug"], ["id", "name"]]
+
+
+def _ledger(data_dir: Path) -> set[str]:
+    return {orjson.loads(r.key or b"") for r in read_topic(data_dir, "cdc.__snapshots") if r.value is not None}
+
+
+def test_tables_added_mid_stream_are_snapshotted_consistently(reference_db: str, tmp_path: Path) -> None:
+    big = "(SELECT string_agg(md5(g::text || 'x' || i), '') FROM generate_series(1, 3200) i)"  # ~100 kB
+    _exec(
+        reference_db,
+        "CREATE TABLE added (id int PRIMARY KEY, v text, big text)",
+        f"INSERT INTO added SELECT g, 'v' || g, CASE WHEN g % 300 = 0 THEN {big} END FROM generate_series(1, 3000) g",
+        "CREATE TABLE quiet (id int PRIMARY KEY, v text)",
+        "INSERT INTO quiet SELECT g, 'q' || g FROM generate_series(1, 500) g",
+    )
+    settings = settings_for(reference_db, tmp_path)
+    Capture(settings, once=True).run()
+    stop, done = threading.Event(), [0]
+
+    def writer() -> None:
+        """Changes `added` before, while and after it joins the publication (big values stay unchanged)."""
+        rng, next_id = random.Random(11), 3001
+        with psycopg.connect(reference_db, autocommit=True) as conn:
+            while not stop.is_set():
+                roll, key = rng.random(), rng.randint(1, next_id - 1)
+                if roll < 0.5:
+                    conn.execute("UPDATE added SET v = v || '+' WHERE id = %s", (key,))
+                elif roll < 0.7:
+                    conn.execute("DELETE FROM added WHERE id = %s", (key,))
+                else:
+                    conn.execute("INSERT INTO added VALUES (%s, 'new')", (next_id,))
+                    next_id += 1
+                done[0] += 1
+
+    stopping = threading.Event()
+    capture = Capture(settings, stop=stopping, tuning=Tuning(heartbeat_seconds=0.2, discover_seconds=0.2))
+    streaming = threading.Thread(target=capture.run)
+    streaming.start()
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        wait_for(lambda: done[0] >= 200, what="changes before the table joins")
+        _exec(reference_db, "ALTER PUBLICATION cdc_publication ADD TABLE added")
+        wait_for(lambda: "public.added" in _ledger(tmp_path), what="the snapshot of the added table")
+        seen = done[0]
+        wait_for(lambda: done[0] >= seen + 200, what="changes after the snapshot")
+        stop.set()
+        thread.join(30)
+        # a table that joins and then sees no change is found by the periodic check
+        _exec(reference_db, "ALTER PUBLICATION cdc_publication ADD TABLE quiet")
+        wait_for(lambda: "public.quiet" in _ledger(tmp_path), what="the snapshot of the quiet table")
+    finally:
+        stop.set()
+        thread.join(30)
+        stopping.set()
+        streaming.join(60)
+    assert capture.stats.tables_added == 2
+    Capture(settings, once=True).run()  # drains what the stopped capture had not reached
+    got = events(tmp_path, "cdc.public.added")
+    assert {e["op"] for e in got} == {"r", "c", "u", "d"}
+    assert all(e["source"]["snapshot"] == "false" for e in got if e["op"] != "r")  # type: ignore[index]
+    # applied in (lsn, sequence) order: each key read or created once, updated and deleted only when present
+    assert replay(tmp_path, "cdc.public.added") == source_table(reference_db, "added")
+    assert replay(tmp_path, "cdc.public.quiet") == source_table(reference_db, "quiet")
+    with LogStore.open(tmp_path / "log", writer=True) as log:
+        log.roll()
+        log.compact()
+    assert replay(tmp_path, "cdc.public.added", strict=False) == source_table(reference_db, "added")
+    assert not [r for r in read_topic(tmp_path, "cdc.public.added") if r.header("unchanged")]
+
+
+def test_an_unreadable_added_table_stops_capture_with_the_grant(reference_db: str, tmp_path: Path) -> None:
+    reader_url = reference_db.replace("postgres@", "cdc_reader@", 1)
+    settings = settings_for(reader_url, tmp_path)
+    Capture(settings, once=True).run()  # the least-privilege role takes the initial snapshot
+    _exec(reference_db, "CREATE TABLE secret (id int PRIMARY KEY)", "INSERT INTO secret VALUES (1)",
+          "ALTER PUBLICATION cdc_publication ADD TABLE secret", "INSERT INTO secret VALUES (2)")
+    with pytest.raises(PrivilegeError, match=r"cannot read public\.secret.*GRANT SELECT ON public\.secret"):
+        Capture(settings, once=True).run()
+    _exec(reference_db, "GRANT SELECT ON secret TO cdc_reader")
+    stats = Capture(settings, once=True).run()
+    assert stats.tables_added == 1
+    assert replay(tmp_path, "cdc.public.secret") == source_table(reference_db, "secret")
 
 
 def test_large_transaction_is_streamed_and_bounded(reference_db: str, tmp_path: Path) -> None:
