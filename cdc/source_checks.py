@@ -48,13 +48,22 @@ def run_checks(settings: Settings) -> list[Check]:
                             f"role {role[0]} lacks the REPLICATION privilege; run ALTER ROLE {role[0]} REPLICATION as a superuser"))
         slots_max = int(conn.execute("SHOW max_replication_slots").fetchone()[0])  # type: ignore[index, call-overload]
         slots_used = int(conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0])  # type: ignore[index, call-overload]
-        slot_exists = conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone() is not None
-        checks.append(Check("max_replication_slots", slot_exists or slots_used < slots_max,
-                            f"all {slots_max} replication slots are in use; raise max_replication_slots or drop an unused slot"))
+        slot = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone()
+        # capture's own slot and WAL sender, plus a temporary pair while it snapshots a table that joins
+        # the publication later (cdc.table_snapshots)
+        slots_needed = 1 if slot is not None else 2
+        temporary = "a temporary one while it snapshots a table added to the publication"
+        checks.append(Check("max_replication_slots", slots_used + slots_needed <= slots_max,
+                            f"{max(0, slots_max - slots_used)} of {slots_max} replication slots are free, capture needs "
+                            f"{slots_needed} ({temporary if slot is not None else 'its slot and ' + temporary}); "
+                            "raise max_replication_slots or drop an unused slot"))
         senders_max = int(conn.execute("SHOW max_wal_senders").fetchone()[0])  # type: ignore[index, call-overload]
         senders_used = int(conn.execute("SELECT count(*) FROM pg_stat_replication").fetchone()[0])  # type: ignore[index, call-overload]
-        checks.append(Check("max_wal_senders", senders_used < senders_max,
-                            f"all {senders_max} WAL senders are busy; raise max_wal_senders and restart PostgreSQL"))
+        senders_needed = 1 if slot is not None and slot[0] else 2  # a running capture already holds one
+        checks.append(Check("max_wal_senders", senders_used + senders_needed <= senders_max,
+                            f"{max(0, senders_max - senders_used)} of {senders_max} WAL senders are free, capture needs "
+                            f"{senders_needed} (its stream and, for a moment, one to snapshot a table added to the "
+                            "publication); raise max_wal_senders and restart PostgreSQL"))
         checks.extend(_table_checks(conn, settings))
     return checks
 
@@ -83,7 +92,9 @@ def _table_checks(conn: psycopg.Connection[tuple[object, ...]], settings: Settin
             continue
         _, identity, has_key, readable = row
         checks.append(Check(f"table {name} readable", bool(readable),
-                            f"the role cannot read {name}; GRANT SELECT ON {name} TO the capture role"))
+                            f"the role cannot read {name}; GRANT SELECT ON {name} TO the capture role (a table added "
+                            "to the publication later needs the same grant before capture can snapshot it: ALTER "
+                            "DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES TO the capture role covers new tables)"))
         keyed = bool(has_key) or identity == "f"
         checks.append(Check(
             f"table {name} key", keyed,

@@ -43,18 +43,27 @@ def test_setup_reports_a_missing_key_in_one_line(reference_db: str, tmp_path: Pa
     assert "slot cdc_slot: created" in result.stdout
 
 
-def test_setup_reports_wal_level_replica_in_one_line(tmp_path: Path) -> None:
+def test_setup_reports_wal_level_replica_then_too_few_slots_in_one_line(tmp_path: Path) -> None:
     server = LocalPostgres(settings={"wal_level": "replica"})
     try:
         url = server.start()
         result = subprocess.run([CDC, "setup"], env=_env(url, tmp_path), capture_output=True, text=True, timeout=60)
+        assert result.returncode == 3, result.stderr
+        assert result.stderr.strip().splitlines() == [
+            "error: wal_level is replica, logical decoding needs logical; set wal_level = logical in "
+            "postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"]
+        assert "FAIL wal_level" in result.stdout and "slot cdc_slot" not in result.stdout
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET wal_level = logical")
+            conn.execute("ALTER SYSTEM SET max_replication_slots = 1")
+        server.restart()
+        result = subprocess.run([CDC, "setup"], env=_env(url, tmp_path), capture_output=True, text=True, timeout=60)
     finally:
         server.stop()
     assert result.returncode == 3, result.stderr
-    errors = result.stderr.strip().splitlines()
-    assert errors == ["error: wal_level is replica, logical decoding needs logical; set wal_level = logical in "
-                      "postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"]
-    assert "FAIL wal_level" in result.stdout and "slot cdc_slot" not in result.stdout
+    assert result.stderr.strip().splitlines() == [
+        "error: 1 of 1 replication slots are free, capture needs 2 (its slot and a temporary one while it "
+        "snapshots a table added to the publication); raise max_replication_slots or drop an unused slot"]
 
 
 def test_kill_9_during_a_workload_loses_and_doubles_nothing(reference_db: str, tmp_path: Path) -> None:
