@@ -180,7 +180,8 @@ def append(spark: SparkSession, path: str, frame: DataFrame, progress: Progress)
     aligned = frame.select(
         *[F.col(quote(f.name)) if f.name in present else F.lit(None).cast(f.dataType).alias(f.name) for f in target.fields]
     )
-    aligned.write.format("delta").mode("append").option("userMetadata", progress.to_json()).save(path)
+    with committing(spark, progress):
+        aligned.write.format("delta").mode("append").save(path)
 
 
 def dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
@@ -200,16 +201,17 @@ def dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -
         F.col(LSN).alias("lsn"),
         F.current_timestamp().alias("recorded_at"),
     )
-    (
-        DeltaTable.forPath(spark, path)
-        .alias("t")
-        .merge(
-            poison.alias("s"),
-            "t.target = s.target AND t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset",
+    with committing(spark, None):
+        (
+            DeltaTable.forPath(spark, path)
+            .alias("t")
+            .merge(
+                poison.alias("s"),
+                "t.target = s.target AND t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset",
+            )
+            .whenNotMatchedInsertAll()
+            .execute()
         )
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
 
 
 _KNOWN_COLUMNS: dict[str, set[str]] = {}
@@ -225,14 +227,16 @@ def ensure_table(spark: SparkSession, path: str, ddl: str) -> None:
     if known is not None and all(f.name in known for f in wanted.fields):
         return
     if not DeltaTable.isDeltaTable(spark, path):
-        DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted).execute()
+        with committing(spark, None):
+            DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted).execute()
         _KNOWN_COLUMNS[path] = {f.name for f in wanted.fields}
         return
     existing = {f.name for f in spark.read.format("delta").load(path).schema.fields}
     missing = [f for f in wanted.fields if f.name not in existing]
     if missing:
         added = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in missing)
-        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({added})")
+        with committing(spark, None):
+            spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({added})")
     _KNOWN_COLUMNS[path] = existing | {f.name for f in missing}
 
 
@@ -246,13 +250,8 @@ def _newer(prefix_lsn: str = LSN, prefix_seq: str = SEQ) -> str:
 
 
 def _overwrite(frame: DataFrame, path: str, progress: Progress) -> None:
-    (
-        frame.write.format("delta")
-        .mode("overwrite")
-        .option("overwriteSchema", "true")
-        .option("userMetadata", progress.to_json())
-        .save(path)
-    )
+    with committing(frame.sparkSession, progress):
+        frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
     forget_table(path)
 
 

@@ -13,6 +13,7 @@ This is also the view's as-of watermark (promise 5): ``cdc`` reads it with :func
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -100,11 +101,23 @@ def read_progress(spark: SparkSession, path: str) -> Progress | None:
     return Progress()
 
 
+_SESSION_METADATA = threading.Lock()
+
+
 @contextmanager
-def committing(spark: SparkSession, progress: Progress) -> Iterator[None]:
-    """Within the block, Delta commits carry ``progress`` as their ``userMetadata``."""
-    spark.conf.set(USER_METADATA_CONF, progress.to_json())
-    try:
-        yield
-    finally:
-        spark.conf.unset(USER_METADATA_CONF)
+def committing(spark: SparkSession, progress: Progress | None) -> Iterator[None]:
+    """Within the block, Delta commits carry ``progress`` (or no progress) as their ``userMetadata``.
+
+    The setting is session-wide, so every block that commits to a view table is serialized across
+    threads: a commit can never pick up another table's progress. Reading and reducing batches runs
+    outside these blocks, concurrently.
+    """
+    with _SESSION_METADATA:
+        if progress is None:
+            spark.conf.unset(USER_METADATA_CONF)
+        else:
+            spark.conf.set(USER_METADATA_CONF, progress.to_json())
+        try:
+            yield
+        finally:
+            spark.conf.unset(USER_METADATA_CONF)

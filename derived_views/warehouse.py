@@ -20,6 +20,7 @@ is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.progr
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from derived_views.apply import Range, merge_history
@@ -69,10 +70,13 @@ def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: b
 def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
     """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``)."""
     results = []
-    for qualified, schema in sorted(ctx.schemas(rng.watermark).items()):
-        if only and qualified not in only:
-            continue
-        current = apply_state(ctx, rng, schema, current_path(ctx, qualified), dead_letter_path(ctx), replace=replace)
-        history = _apply_history(ctx, rng, schema, replace)
-        results.extend(result for result in (current, history) if result is not None)
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
+        for qualified, schema in sorted(ctx.schemas(rng.watermark).items()):
+            if only and qualified not in only:
+                continue
+            # the two tables of one source table are independent: apply them side by side
+            current = pool.submit(apply_state, ctx, rng, schema, current_path(ctx, qualified),
+                                  dead_letter_path(ctx), replace=replace)
+            history = _apply_history(ctx, rng, schema, replace)
+            results.extend(result for result in (current.result(), history) if result is not None)
     return results
