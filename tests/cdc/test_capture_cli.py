@@ -142,18 +142,18 @@ def test_kill_9_mid_snapshot_then_deletes_leave_no_stale_row(reference_db: str, 
     first = subprocess.Popen([CDC, "capture", "--once", "--snapshot-chunk-rows", "1"], env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: (_snapshot_progress(tmp_path, topic) or ("", 0))[1] > 0, what="the first snapshot rows")
+        wait_for(lambda: (_snapshot_progress(tmp_path, topic) or ("", 0))[1] >= 150, what="the first snapshot rows")
         first.send_signal(signal.SIGSTOP)
         position, written = _snapshot_progress(tmp_path, topic) or ("", 0)
-        assert position == "0" * 16 and 0 < written < rows, "the snapshot finished before it could be interrupted"
+        assert position == "0" * 16 and 150 <= written < rows, "the snapshot finished before it could be interrupted"
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(30)
-    partial = {orjson.loads(r.key or b"")["id"] for r in read_topic(tmp_path, topic)}  # only reads so far
-    deleted = sorted(partial)[:40]
+    partial = sorted({orjson.loads(r.key or b"")["id"] for r in read_topic(tmp_path, topic)})  # only reads so far
+    deleted = partial[:50]
     with psycopg.connect(reference_db, autocommit=True) as conn:
         conn.execute("DELETE FROM categories WHERE id = ANY(%s)", (deleted,))
-        conn.execute("UPDATE categories SET name = 'renamed' WHERE id = ANY(%s)", (sorted(partial)[40:60],))
+        conn.execute("UPDATE categories SET name = 'renamed' WHERE id = ANY(%s)", (partial[50:100],))
         conn.execute("INSERT INTO categories (name) VALUES ('new')")
     subprocess.run([CDC, "capture", "--once"], env=env, check=True, capture_output=True, timeout=120)
     values = [orjson.loads(r.value) for r in read_topic(tmp_path, topic) if r.value]
@@ -162,7 +162,7 @@ def test_kill_9_mid_snapshot_then_deletes_leave_no_stale_row(reference_db: str, 
     markers = [v for v in values if v["op"] == "t"]
     assert len(markers) == 3 and {m["source"]["snapshot"] for m in markers} == {"true"}
     with psycopg.connect(reference_db, autocommit=True) as conn:
-        conn.execute("UPDATE categories SET name = 'streamed' WHERE id = %s", (sorted(partial)[60],))
+        conn.execute("UPDATE categories SET name = 'streamed' WHERE id = %s", (partial[100],))
     subprocess.run([CDC, "capture", "--once"], env=env, check=True, capture_output=True, timeout=120)
     expected = source_table(reference_db, "categories")
     assert replay(tmp_path, topic) == expected
