@@ -19,6 +19,7 @@ from cdc.pgoutput.messages import (
 )
 from cdc.spill import SpillBuffer
 from cdc.streaming import TransactionAssembler
+from cdc.table_snapshots import SnapshotLedger, TableGate
 from cdc.tables import TableShape
 from cdc.transport.framing import (
     Keepalive, XLogData, decode_frame, encode_keepalive, encode_status, encode_xlogdata,
@@ -202,3 +203,22 @@ def test_delete_tombstone_truncate_and_key_change() -> None:
 
     placed = sorted(getattr(r, "partition", None) if r.key is None else partition_for_key(r.key, 3) for r in truncates)
     assert placed == [0, 1, 2]
+
+
+def test_gate_admits_a_table_only_after_its_snapshot() -> None:
+    ledger = SnapshotLedger("cdc.__snapshots")
+    gate = TableGate(ledger)
+    shape = _shape()  # OID 1, public.t
+    assert not gate.admits(shape, 500) and gate.wanted == {1: "public.t"}
+    gate.wanted.clear()
+    gate.holds[1] = 1000  # a snapshot at consistent point 1000 waits to be written
+    assert not gate.admits(shape, 992) and gate.admits(shape, 1000) and not gate.wanted
+    record = ledger.record(shape, 999, 42, 0)
+    assert orjson.loads(record.key or b"") == "public.t"
+    assert orjson.loads(record.value or b"") == {"schema": "public", "table": "t", "topic": "cdc.public.t",
+                                                 "relid": 1, "lsn": 999, "rows": 42}
+    ledger.add([shape], 999)
+    gate.holds.clear()
+    assert gate.admits(shape, 10)
+    recreated = TableShape.build(2, "public", "t", "cdc.public.t", [("id", 20, -1)], ["id"])
+    assert not gate.admits(recreated, 2000) and gate.wanted == {2: "public.t"}
