@@ -33,15 +33,16 @@ table's snapshot exists no change of it is written at all, so nothing older can 
 crash before the group is durable leaves neither rows nor ledger record; the next session takes a new
 snapshot at a later point, and the changes the first attempt dropped are older than that point too.
 
-Why not the watermark algorithm of DBLog (Debezium's incremental snapshot): it writes low and high
-watermarks into the source's WAL (an insert into a signal table, or ``pg_logical_emit_message`` with
-the ``messages`` option), which needs write access the least-privilege capture role does not have;
-and a chunk row whose key changes inside the watermark window is dropped in favour of the streamed
-event, which can be a partial row (an update leaving a TOAST value unchanged carries no value for it),
-so the log could hold a partial row with no full row before it (promise 4). What DBLog buys,
-interleaving chunks with the stream and resuming per chunk, matters for very large tables; here the
-table is read in one transaction while the stream waits (memory stays bounded: the group is written in
-chunks), and a crash restarts that table's snapshot.
+Why not the watermark algorithm of DBLog (Debezium's incremental snapshot): written with
+``pg_logical_emit_message`` (executable by any role; the stream needs the ``messages`` option) its
+watermarks would need no more privileges either, and it interleaves chunks with the stream and resumes
+per chunk, which matters for very large tables. But a chunk row whose key changes inside the watermark
+window is dropped in favour of the streamed event, and that event can be a partial row (an update
+leaving a TOAST value unchanged carries no value for it), so the log would hold a partial row with no
+full row before it (promise 4). Its correctness also rests on the per-key window dedupe and on chunk
+state kept across restarts; this design rests on one boundary that PostgreSQL defines, the same one
+the initial snapshot uses. Here the table is read in one transaction while the stream waits (memory
+stays bounded: the group is written in chunks), and a crash restarts that table's snapshot.
 
 Costs and requirements: one more replication slot and WAL sender for a moment; creating the slot waits
 for the transactions running at that moment to end (as the initial snapshot does); the snapshot
