@@ -126,7 +126,7 @@ def _size_setting(conn: psycopg.Connection[Any], name: str) -> int | None:
 
 
 def _oldest_unconfirmed_age(conn: psycopg.Connection[Any], slot: str, publication: str) -> float | None:
-    """Seconds since the commit of the first transaction the slot has not confirmed (None: nothing pending).
+    """Seconds since the commit of the first transaction the slot has not confirmed (0: nothing pending).
 
     Peeking decodes without consuming: the slot's position does not move.
     """
@@ -136,7 +136,7 @@ def _oldest_unconfirmed_age(conn: psycopg.Connection[Any], slot: str, publicatio
         (slot, publication),
     ).fetchone()
     if row is None:
-        return None
+        return 0.0  # the WAL behind the slot holds no change of a published table
     data = bytes(row[0])
     if data[:1] != b"B" or len(data) < 21:
         return None

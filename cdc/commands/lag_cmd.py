@@ -43,19 +43,26 @@ def _seconds(value: float | None) -> str:
 def render(report: LagReport) -> Group:
     """The report as three tables (source, log, views) and its warnings."""
     source = report.source
-    src = Table(title="source → log", title_justify="left")
-    for column in ("slot", "status", "wal_status", "confirmed", "current", "behind", "oldest unconfirmed", "safe WAL left"):
-        src.add_column(column)
-    src.add_row(
-        source.slot,
-        "missing" if not source.exists else ("active" if source.active else "inactive"),
-        source.wal_status or "-",
-        source.confirmed_flush_lsn or "-",
-        source.current_lsn or "-",
-        _human_bytes(source.wal_bytes_behind),
-        _seconds(source.oldest_unconfirmed_age_seconds),
-        "unlimited" if source.max_slot_wal_keep_size_bytes is None else _human_bytes(source.safe_wal_size_bytes),
-    )
+    src = Table(title="source → log", title_justify="left", show_header=False)
+    src.add_column("what", style="bold")
+    src.add_column("value")
+    rows = [
+        ("slot", f"{source.slot} ({'missing' if not source.exists else ('active' if source.active else 'inactive')})"),
+        ("wal_status", source.wal_status or "-"),
+        ("confirmed flush LSN", source.confirmed_flush_lsn or "-"),
+        ("current WAL LSN", source.current_lsn or "-"),
+        ("WAL behind", _human_bytes(source.wal_bytes_behind)),
+        ("oldest unconfirmed change", _seconds(source.oldest_unconfirmed_age_seconds)),
+        ("WAL retained by the slot", _human_bytes(source.retained_wal_bytes)),
+        (
+            "WAL left before invalidation",
+            "unlimited (max_slot_wal_keep_size = -1)"
+            if source.max_slot_wal_keep_size_bytes is None
+            else _human_bytes(source.safe_wal_size_bytes),
+        ),
+    ]
+    for name, value in rows:
+        src.add_row(name, value)
     log = Table(title="log", title_justify="left")
     for column in ("topic", "partition", "end offset"):
         log.add_column(column)
