@@ -75,3 +75,11 @@ def test_migrations_are_idempotent_and_reversible(pg_url: str) -> None:
             "SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'alembic_version'"
         ).fetchone() == (0,)
         assert conn.execute("SELECT count(*) FROM pg_publication").fetchone() == (0,)
+
+
+def test_tables_created_later_are_readable_by_the_capture_role(reference_db: str) -> None:
+    with psycopg.connect(reference_db, autocommit=True) as admin:
+        admin.execute("CREATE TABLE later (id int PRIMARY KEY)")
+        assert admin.execute(
+            "SELECT has_table_privilege('cdc_reader', 'public.later', 'SELECT')"
+        ).fetchone() == (True,)
