@@ -64,13 +64,13 @@ def _context(spark: SparkSession, settings: Settings) -> ViewContext:
     return context_from_settings(settings, spark)
 
 
-def _verify_all(ctx: ViewContext, url: str) -> None:
+def _verify_all(ctx: ViewContext, url: str, views: list[str] = ALL) -> None:
     from derived_views import runner
     from derived_views.verify import verify
 
     watermark = runner.latest(ctx)
     assert watermark is not None
-    for view in ALL:
+    for view in views:
         report = verify(ctx, view, url, watermark)
         assert report.ok, report.differences[:10]
         assert report.compared > 0 or view == "cache"
@@ -114,8 +114,8 @@ def test_changes_schema_change_toast_compaction_rebuild_and_verify(
     with LogStore.open(Path(settings.log_dir), writer=True) as log:
         log.roll()
         log.compact()
-    runner.step(ctx, ALL, replace=True)
-    _verify_all(ctx, reference_db)
+    runner.step(ctx, ["warehouse"], replace=True)  # search and cache rebuilds: see test_views
+    _verify_all(ctx, reference_db, ["warehouse"])
 
     # a deliberately altered row is caught, through the CLI (same process, same Spark session)
     spark.sql(f"UPDATE delta.`{warehouse.current_path(ctx, 'public.categories')}` SET name = 'tampered' WHERE id = 1")
@@ -133,7 +133,7 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
     from derived_views.verify import verify
 
     settings = _settings(reference_db, tmp_path)
-    _seed(reference_db, products=2000)
+    _seed(reference_db, products=500)
     _capture(settings)
     ctx = _context(spark, settings)
     runner.step(ctx, ["warehouse"])
