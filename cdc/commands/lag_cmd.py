@@ -124,7 +124,12 @@ def lag(as_json: bool, watch: bool, interval: float, max_lag_seconds: float | No
 @click.option("--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds before giving up (exit 4).")
 @click.option("--poll", type=click.FloatRange(min=0.05), default=0.2, show_default=True, help="Seconds between checks.")
 def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
-    """Block until VIEW is as of at least LSN: read-your-writes after a commit."""
+    """Block until VIEW is as of at least LSN: read-your-writes after a commit.
+
+    Pass ``pg_current_wal_lsn()`` read after the commit. A view as of position P holds every transaction
+    whose commit LSN is <= P; the commit record of a transaction that committed before the LSN was read
+    starts below it, so the view is far enough once P >= LSN - 1.
+    """
     from derived_views.status import view_as_of_lsn
 
     try:
@@ -135,8 +140,8 @@ def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
         as_of = view_as_of_lsn(settings, view)
-        if as_of is not None and as_of >= target:
-            click.echo(f"{view} is as of {Lsn(as_of)} (>= {target})")
+        if as_of is not None and as_of + 1 >= target:
+            click.echo(f"{view} is as of {Lsn(as_of)}: it holds every commit before {target}")
             return
         if time.monotonic() >= deadline:
             shown = "nothing yet" if as_of is None else str(Lsn(as_of))

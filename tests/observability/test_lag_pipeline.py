@@ -1,0 +1,107 @@
+"""Lag across the whole pipeline, and read-your-writes with ``cdc wait``, against real parts.
+
+Capture and sync run in this process (the shared Spark session); ``cdc lag --json`` and ``cdc wait`` run
+as the user runs them, as subprocesses.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+import orjson
+import psycopg
+import pytest
+
+from cdc.coordinator import Capture
+from cdc.lag import JSON_SCHEMA
+from cdc.settings import Settings, load_settings
+from migrations.sample_data import insert_sample_data
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.spark
+
+CDC = Path(sys.executable).with_name("cdc")
+
+
+def _env(settings: Settings) -> dict[str, str]:
+    return {
+        **os.environ,
+        "CDC_DATABASE_URL": settings.database_url,
+        "CDC_DATA_DIR": str(settings.data_dir),
+        "CDC_SLOT": settings.slot,
+    }
+
+
+def _lag(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
+    result = subprocess.run(
+        [str(CDC), "lag", "--json", *args], env=_env(settings), capture_output=True, text=True, timeout=120
+    )
+    assert result.stdout, result.stderr
+    report = orjson.loads(result.stdout)
+    jsonschema.validate(report, JSON_SCHEMA)
+    return result.returncode, report
+
+
+def _sync(spark: SparkSession, settings: Settings) -> None:
+    from derived_views import runner
+
+    runner.step(runner.context_from_settings(settings, spark), list(runner.VIEWS))
+
+
+def _wait(settings: Settings, lsn: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(CDC), "wait", "warehouse", "--lsn", lsn, "--timeout", str(timeout), "--poll", "0.1"],
+        env=_env(settings), capture_output=True, text=True, timeout=timeout + 60,
+    )
+
+
+def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(
+    spark: SparkSession, reference_db: str, tmp_path: Path
+) -> None:
+    settings = load_settings(database_url=reference_db, data_dir=tmp_path / "data", slot="lag_e2e")
+    insert_sample_data(reference_db, customers=5, products=10, orders=5)
+    Capture(settings, once=True).run()
+    _sync(spark, settings)
+    status, caught_up = _lag(settings)
+    assert status == 0
+    assert {view["view"] for view in caught_up["views"]} == {"warehouse", "search", "cache"}
+    assert all(view["events_pending"] == 0 for view in caught_up["views"])
+
+    with psycopg.connect(reference_db) as conn:
+        conn.execute("UPDATE products SET price = price + 1")
+        conn.execute("INSERT INTO categories (name) SELECT 'extra ' || g FROM generate_series(1, 50) g")
+        after_commit = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
+
+    status, behind = _lag(settings, "--max-wal-bytes", "0")
+    assert status == 1 and behind["ok"] is False
+    assert behind["source"]["wal_bytes_behind"] > caught_up["source"]["wal_bytes_behind"]
+    assert behind["source"]["oldest_unconfirmed_age_seconds"] > 0
+    assert behind["log"]["watermark"] == caught_up["log"]["watermark"]
+    not_yet = _wait(settings, after_commit, timeout=0.5)
+    assert not_yet.returncode == 4
+    assert "did not reach" in not_yet.stderr
+
+    Capture(settings, once=True).run()
+    _, captured = _lag(settings)
+    assert captured["source"]["oldest_unconfirmed_age_seconds"] == 0.0
+    pending = {view["view"]: view for view in captured["views"]}
+    assert pending["warehouse"]["events_pending"] >= 60
+    assert pending["search"]["events_pending"] > 0
+
+    _sync(spark, settings)
+    status, synced = _lag(settings, "--max-lag-seconds", "0")
+    assert status == 0, synced["violations"]
+    for view in synced["views"]:
+        assert view["events_pending"] == 0
+        assert view["seconds_behind"] == 0
+        assert view["wal_bytes_behind"] == 0
+        assert view["as_of_lsn"] == synced["log"]["watermark"]["lsn"]
+    done = _wait(settings, after_commit, timeout=30)
+    assert done.returncode == 0, done.stderr
