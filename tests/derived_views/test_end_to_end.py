@@ -145,8 +145,9 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
         [sys.executable, "-c", "from cdc.cli import main; main()", "sync", "warehouse", "--once"],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
-    # products' current table commits before its history table: kill between the two
-    mid_sync = tmp_path / "warehouse" / "current" / "public.products" / "_delta_log" / "00000000000000000001.json"
+    # tables are synced source table by source table (categories first, products last): kill after the
+    # first commit of categories, while products' tables are still behind
+    mid_sync = tmp_path / "warehouse" / "current" / "public.categories" / "_delta_log" / "00000000000000000001.json"
     deadline = time.monotonic() + 240
     try:
         while not mid_sync.exists():
@@ -157,7 +158,8 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
     finally:
         process.wait()
     history_log = tmp_path / "warehouse" / "history" / "public.products" / "_delta_log"
-    assert not (history_log / "00000000000000000001.json").exists(), "killed too late to test a resume"
+    current_log = tmp_path / "warehouse" / "current" / "public.products" / "_delta_log"
+    assert not (current_log / "00000000000000000001.json").exists(), "killed too late to test a resume"
     ctx.forget()
     runner.step(ctx, ["warehouse"])
     watermark = runner.latest(ctx)
@@ -166,4 +168,4 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
     assert report.ok, report.differences[:10]
     history = spark.read.format("delta").load(str(history_log.parent))
     assert history.filter("_cdc_is_current").count() == spark.read.format("delta").load(
-        str(mid_sync.parent.parent)).count()
+        str(current_log.parent)).count()
