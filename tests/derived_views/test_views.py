@@ -119,3 +119,24 @@ def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder) -> None:
         assert _table(ctx, p) == incremental[p], p
     last = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{paths[0]}`").orderBy("version", ascending=False).first()
     assert last is not None and last["operation"] in ("WRITE", "CREATE OR REPLACE TABLE AS SELECT")
+
+
+def test_cli_search_cache_get_and_unknown_view(
+    ctx: ViewContext, log: LogBuilder, data_dir: Any, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cdc.cli import cli, run
+    from cdc.commands import register
+
+    _seed(log)
+    monkeypatch.setenv("CDC_DATA_DIR", str(data_dir))
+    register(cli)
+    assert run(cli, ["sync", "search", "cache", "--once"]) == 0
+    assert run(cli, ["search", "brass lamp", "--limit", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and "Brass desk lamp" in out[0] and "(Lighting)" in out[0]
+    assert run(cli, ["cache", "get", "order", ORDER]) == 0
+    assert '"status": "pending"' in capsys.readouterr().out
+    assert run(cli, ["cache", "get", "invoice", "1"]) == 2
+    assert run(cli, ["sync", "nosuchview", "--once"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "error: unknown view 'nosuchview': choose one of cache, search, warehouse"
