@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from derived_views.apply import LSN, OP, Range, ensure_table
 from derived_views.context import ViewContext
 from derived_views.errors import MissingTableError, UnknownEntityError
-from derived_views.progress import committing
+from derived_views.progress import Progress, committing
 from derived_views.steps import TableResult, starting_point, apply_state, is_current, load_pending
 
 if TYPE_CHECKING:
@@ -80,7 +80,7 @@ def _values(ctx: ViewContext, order_ids: list[str] | None) -> DataFrame:
     )
 
 
-def _affected(ctx: ViewContext, rng: Range, progress) -> list[str] | None:  # type: ignore[no-untyped-def]
+def _affected(ctx: ViewContext, rng: Range, progress: Progress | None) -> list[str] | None:
     """Order ids with events after ``progress`` (``None``: all of them, after a truncate)."""
     from pyspark.sql import functions as F
 

@@ -80,7 +80,21 @@ class LogWatermark:
 
 
 class LogPartition(InputPartition):
-    """Offsets ``[start, end)`` of one topic-partition of the log at ``path``; picklable."""
+    """Offsets ``[start, end)`` of one topic-partition of the log at ``path``.
+
+    Parameters
+    ----------
+    path : str
+        The log directory, opened read-only by the worker.
+    topic, partition : str, int
+        The topic-partition.
+    start, end : int
+        First offset read and the offset to stop before (a watermark's end offset).
+
+    Notes
+    -----
+    Must be picklable: it travels from the driver to the Python worker.
+    """
 
     def __init__(self, path: str, topic: str, partition: int, start: int, end: int) -> None:
         super().__init__((topic, partition, start, end))
@@ -134,7 +148,23 @@ def _arrow_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
 
 
 def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
-    """Yield the records of one input partition as Arrow batches in :data:`RAW_DDL` order."""
+    """Yield the records of one input partition as Arrow batches in :data:`RAW_DDL` order.
+
+    Parameters
+    ----------
+    partition : LogPartition
+        The range to read.
+
+    Yields
+    ------
+    pyarrow.RecordBatch
+        At most 20,000 rows each, in offset order; offsets missing after compaction are skipped.
+
+    Notes
+    -----
+    Stateless: opens its own read-only handle on the log and closes it, so a batch can be re-read
+    deterministically as long as the range has not been compacted away.
+    """
     from log_store import TopicPartition
 
     tp = TopicPartition(partition.topic, partition.partition)
@@ -199,7 +229,15 @@ class _Options:
 
 
 class LogBatchReader(DataSourceReader):
-    """Batch reader of ``[startingOffsets, endingOffsets)``; the end defaults to the latest watermark."""
+    """Batch reader of ``[startingOffsets, endingOffsets)``.
+
+    Parameters
+    ----------
+    options : dict
+        ``path``, ``topics``, optional ``startingOffsets`` (JSON offsets, default every partition from
+        0) and ``endingOffsets`` (JSON offsets, default: the log's latest commit watermark, fixed when
+        the reader is created).
+    """
 
     def __init__(self, options: dict[str, str]) -> None:
         self._options = _Options(options)
@@ -216,7 +254,19 @@ class LogBatchReader(DataSourceReader):
 
 
 class LogStreamReader(DataSourceStreamReader):
-    """Streaming reader: every micro-batch ends at the latest commit watermark."""
+    """Streaming reader: every micro-batch ends at the latest commit watermark.
+
+    Parameters
+    ----------
+    options : dict
+        As for :class:`LogBatchReader`; ``startingOffsets`` is the initial offset of a new query.
+
+    Notes
+    -----
+    ``latestOffset`` returns ``start`` unchanged while the log has no watermark. ``commit`` is a no-op:
+    Spark's checkpointed offsets are the truth (``commit`` arrives one batch late, and never for the
+    last batch of an ``availableNow`` run).
+    """
 
     def __init__(self, options: dict[str, str]) -> None:
         self._options = _Options(options)
@@ -247,7 +297,16 @@ class LogStreamReader(DataSourceStreamReader):
 
 
 class LogDataSource(DataSource):
-    """The ``cdclog`` format: rows of :data:`RAW_DDL` read from the change log at option ``path``."""
+    """The ``cdclog`` format: rows of :data:`RAW_DDL` read from the change log at option ``path``.
+
+    Examples
+    --------
+    >>> register(spark)
+    >>> (spark.readStream.format("cdclog").option("path", "data/log")
+    ...  .option("topics", "cdc.public.orders").load()
+    ...  .writeStream.format("delta").option("checkpointLocation", "chk").trigger(availableNow=True)
+    ...  .start("raw_orders"))
+    """
 
     @classmethod
     def name(cls) -> str:

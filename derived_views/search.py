@@ -33,8 +33,8 @@ from derived_views.apply import KEY, LSN, OP, SEQ, TS, UNCHANGED, Range, ensure_
 from derived_views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
 from derived_views.context import ViewContext
 from derived_views.errors import MissingTableError
-from derived_views.progress import committing
-from derived_views.schema import quote
+from derived_views.progress import Progress, committing
+from derived_views.schema import TableSchema, quote
 from derived_views.steps import TableResult, starting_point, apply_state, columns_of, is_current, load_pending
 
 if TYPE_CHECKING:
@@ -61,11 +61,13 @@ def _categories(ctx: ViewContext) -> DataFrame:
     )
 
 
-def _changed_categories(ctx: ViewContext, rng: Range, progress_topics: dict, cat_schema) -> tuple[list[int], bool]:  # type: ignore[no-untyped-def]
+def _changed_categories(
+    ctx: ViewContext, rng: Range, progress: Progress | None, cat_schema: TableSchema
+) -> tuple[list[int], bool]:
     """Category ids with events after ``progress`` and whether a truncate was among them."""
     from pyspark.sql import functions as F
 
-    batch = load_pending(ctx, rng, cat_schema, progress_topics, "latest",
+    batch = load_pending(ctx, rng, cat_schema, progress, "latest",
                          dead_letter_path=path(ctx, "_dead_letter"), target=path(ctx, "categories"))
     ids = [row["id"] for row in batch.frame.filter(F.col(OP) != "t").select("id").distinct().collect()
            if row["id"] is not None]
@@ -126,7 +128,7 @@ def _documents(ctx: ViewContext, rng: Range, replace: bool) -> TableResult | Non
     return TableResult(docs_path, batch.facts.rows, batch.facts.poison)
 
 
-def _reindexed(ctx: ViewContext, rng: Range, progress) -> list[int] | None:  # type: ignore[no-untyped-def]
+def _reindexed(ctx: ViewContext, rng: Range, progress: Progress | None) -> list[int] | None:
     """Product ids whose document changed after ``progress`` (``None``: all, after a truncate)."""
     from pyspark.sql import functions as F
 

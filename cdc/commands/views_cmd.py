@@ -10,19 +10,24 @@ import json
 import signal
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from cdc.cli import pass_context
 
+if TYPE_CHECKING:
+    from derived_views.context import ViewContext
+    from derived_views.runner import StepReport
 
-def _context(ctx: object):  # type: ignore[no-untyped-def]
+
+def _context(ctx: object) -> ViewContext:
     from derived_views.runner import context_from_settings
 
     return context_from_settings(ctx.settings)  # type: ignore[attr-defined]
 
 
-def _describe(report) -> str:  # type: ignore[no-untyped-def]
+def _describe(report: StepReport) -> str:
     if report.watermark is None:
         return "the log has no commit watermark yet: nothing to apply"
     applied = ", ".join(f"{name}: {count} events" for name, count in report.events.items())
