@@ -57,7 +57,18 @@ class SyncMetrics:
             ["view"],
             registry=r,
         )
+        self.last_sync = Gauge(
+            "cdc_view_last_sync_timestamp_seconds", "When the view last finished a sync step", ["view"], registry=r
+        )
         self.errors = Counter("cdc_view_errors", "Failed sync attempts", ["view"], registry=r)
+
+    def observe(self, view: str, events: int, as_of_lsn: int) -> None:
+        """Record a finished sync step of ``view``: it is at the newest watermark, nothing newer is captured."""
+        self.batches.labels(view=view).inc()
+        self.events.labels(view=view).inc(events)
+        self.as_of_lsn.labels(view=view).set(as_of_lsn)
+        self.seconds_behind.labels(view=view).set(0)
+        self.last_sync.labels(view=view).set_to_current_time()
 
 
 def serve(registry: CollectorRegistry, port: int, address: str = "0.0.0.0") -> Any | None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import click
 
 from cdc.cli import pass_context
+from cdc.metrics import SyncMetrics, serve
 
 if TYPE_CHECKING:
     from derived_views.context import ViewContext
@@ -55,13 +56,27 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
     def _request_stop(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
+    metrics = SyncMetrics()
+    server = serve(metrics.registry, ctx.settings.metrics_port)  # type: ignore[attr-defined]
+
+    def _on_step(report) -> None:  # type: ignore[no-untyped-def]
+        if report.watermark is not None:
+            for name, count in report.events.items():
+                metrics.observe(name, count, report.watermark.lsn)
+        click.echo(_describe(report), err=True)
+
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        runner.continuous(view_ctx, names, interval, should_stop=stop.is_set,
-                          on_step=lambda report: click.echo(_describe(report), err=True))
+        runner.continuous(view_ctx, names, interval, should_stop=stop.is_set, on_step=_on_step)
+    except Exception:
+        for name in names:
+            metrics.errors.labels(view=name).inc()
+        raise
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if server is not None:
+            server.shutdown()
 
 
 @click.command("rebuild")
