@@ -8,6 +8,7 @@ left-over ``*.tmp`` is garbage and may be deleted by whoever owns the directory.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 TMP_SUFFIX = ".tmp"
@@ -22,12 +23,33 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes | memoryview) -> None:
     """Write every byte of ``data`` at the file's current position (handles short writes)."""
     view = memoryview(data)
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+#: Buffers handed to one ``writev`` call (the kernel's ``IOV_MAX`` is 1024 on Linux).
+_IOV_MAX = 1024
+
+
+def writev_all(fd: int, buffers: Sequence[bytes], total: int) -> None:
+    """Write ``buffers`` back to back at the file's current position (``total`` bytes; short writes are
+    finished with plain writes)."""
+    for first in range(0, len(buffers), _IOV_MAX):
+        chunk = buffers[first : first + _IOV_MAX]
+        want = total if len(buffers) <= _IOV_MAX else sum(map(len, chunk))
+        written = os.writev(fd, chunk)
+        if written == want:
+            continue
+        for buffer in chunk:  # a short write: finish the rest buffer by buffer
+            if written >= len(buffer):
+                written -= len(buffer)
+                continue
+            write_all(fd, memoryview(buffer)[written:])
+            written = 0
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -184,9 +184,9 @@ class Partition:
         else:
             cuts.append(count)
         for start, stop in zip(cuts, cuts[1:]):
-            batch = columns.encode(self.next_offset, start, stop, now_ms)
-            active = self._active_for(len(batch), stop - start, now_ms)
-            active.append(batch, self.next_offset, now_ms)
+            pieces, length = columns.encode_pieces(self.next_offset, start, stop, now_ms)
+            active = self._active_for(length, stop - start, now_ms)
+            active.append(pieces, length, self.next_offset, now_ms)
             self.next_offset += stop - start
         self._touched = True
 

@@ -27,8 +27,10 @@ Record layout (big-endian, 24-byte header then the bytes)::
 Header block: repeated ``name_length u16, name (UTF-8), value_length u32, value``.
 
 The CRC covers everything but itself, so a flipped bit anywhere in a batch (its length and base offset
-included) is detected; a batch is decoded only after its CRC matched. Encoding builds the whole batch
-with one ``bytes.join`` and one CRC; decoding walks the records with precompiled ``struct`` readers.
+included) is detected; a batch is decoded only after its CRC matched. Encoding packs the record headers
+with C-level ``map`` calls and joins them with the keys and values into pieces of ``PIECE_RECORDS``
+records (each small enough to be served by the allocator without fresh pages), CRCs the pieces in turn
+and hands them to one ``writev``; decoding walks the records with precompiled ``struct`` readers.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ import struct
 from collections.abc import Iterable, Sequence
 from itertools import repeat
 from operator import add, itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from crc32c import crc32c
 
@@ -111,24 +113,37 @@ def decode_headers(block: bytes) -> Headers:
     return tuple(out)
 
 
+#: Records joined into one piece of an encoded batch (see the module docstring).
+PIECE_RECORDS = 256
+
+
 def _finish(
     base_offset: int, records: bytes, last_offset_delta: int, count: int, append_time_ms: int,
     max_ts: int, attributes: int,
 ) -> bytes:
-    length = HEADER_SIZE + len(records)
-    tail = HEADER_TAIL.pack(
-        length, base_offset, MAGIC, attributes, last_offset_delta, count, append_time_ms, max_ts
-    )
-    crc = crc32c(records, crc32c(tail))
-    return b"".join((CRC.pack(crc), tail, records))
+    return b"".join(_finish_pieces(base_offset, [records], len(records), last_offset_delta, count,
+                                   append_time_ms, max_ts, attributes))
+
+
+def _finish_pieces(
+    base_offset: int, pieces: list[bytes], records_bytes: int, last_offset_delta: int, count: int,
+    append_time_ms: int, max_ts: int, attributes: int,
+) -> list[bytes]:
+    """The batch header (CRC over the header tail and every piece, in order) followed by the pieces."""
+    tail = HEADER_TAIL.pack(HEADER_SIZE + records_bytes, base_offset, MAGIC, attributes,
+                            last_offset_delta, count, append_time_ms, max_ts)
+    crc = crc32c(tail)
+    for piece in pieces:
+        crc = crc32c(piece, crc)
+    return [CRC.pack(crc) + tail, *pieces]
 
 
 class Columns:
     """A run of producer records taken apart column by column, ready for batch-wise encoding.
 
-    Built once per partition and group with C-level ``map`` calls, so that encoding costs no Python
-    bytecode per record: the record headers are packed by ``map(RECORD.pack, ...)`` and the batch is
-    one ``bytes.join`` over the interleaved headers, keys, values and header blocks.
+    Built once per partition and group with one C-level transpose (``zip``), so that encoding costs no
+    Python bytecode per record: the record headers are packed by ``map(RECORD.pack, ...)`` and each piece
+    of the batch is one ``bytes.join`` over the interleaved headers, keys, values and header blocks.
     """
 
     __slots__ = ("count", "keys", "key_lengths", "values", "value_lengths", "timestamps", "blocks",
@@ -136,34 +151,49 @@ class Columns:
 
     def __init__(self, records: Sequence[ProducerRecord]) -> None:
         self.count = len(records)
-        keys = list(map(itemgetter(1), records))
-        values = list(map(itemgetter(2), records))
-        self.key_lengths = _lengths(keys)
-        self.value_lengths = _lengths(values)
-        self.keys = _non_null(keys)
-        self.values = _non_null(values)
-        self.timestamps = list(map(itemgetter(3), records))
-        headers = list(map(itemgetter(4), records))
+        if not records:
+            fields: list[tuple[object, ...]] = [(), (), (), (), ()]
+        else:
+            fields = list(zip(*records))
+        keys = cast("tuple[bytes | None, ...]", fields[1])
+        values = cast("tuple[bytes | None, ...]", fields[2])
+        timestamps = cast("tuple[int, ...]", fields[3])
+        headers = cast("tuple[Headers, ...]", fields[4])
+        self.key_lengths, self.keys = _lengths(keys)
+        self.value_lengths, self.values = _lengths(values)
+        self.timestamps = timestamps
         if any(headers):
             self.blocks: list[bytes] | None = [encode_headers(h) if h else b"" for h in headers]
-            self.block_lengths: list[int] = list(map(len, self.blocks))
+            self.block_lengths: list[int] | None = list(map(len, self.blocks))
+            blocks_bytes = sum(self.block_lengths)
         else:
             self.blocks = None
-            self.block_lengths = [0] * self.count
-        self.payload_bytes = (RECORD_SIZE * self.count + sum(map(len, self.keys))
-                              + sum(map(len, self.values)) + sum(self.block_lengths))
+            self.block_lengths = None
+            blocks_bytes = 0
+        self.payload_bytes = (RECORD_SIZE * self.count + sum(self.key_lengths)
+                              + sum(self.value_lengths) + blocks_bytes
+                              + self.key_lengths.count(-1) + self.value_lengths.count(-1))
+
+    def _block_lengths(self, start: int, stop: int) -> Iterable[int]:
+        if self.block_lengths is None:
+            return repeat(0, stop - start)
+        return self.block_lengths[start:stop]
 
     def sizes(self) -> list[int]:
         """Encoded bytes of each record (only needed to split a group into several batches)."""
         return list(map(add, map(add, map(len, self.keys), map(len, self.values)),
-                        map(add, self.block_lengths, repeat(RECORD_SIZE, self.count))))
+                        map(add, self._block_lengths(0, self.count),
+                            repeat(RECORD_SIZE, self.count))))
 
-    def encode(self, base_offset: int, start: int, stop: int, append_time_ms: int) -> bytes:
-        """One batch of records ``[start, stop)`` at consecutive offsets from ``base_offset``."""
+    def encode_pieces(
+        self, base_offset: int, start: int, stop: int, append_time_ms: int
+    ) -> tuple[list[bytes], int]:
+        """One batch of records ``[start, stop)`` at consecutive offsets from ``base_offset``, as a list
+        of buffers to write back to back (the header first), and its total length in bytes."""
         count = stop - start
         heads = list(map(RECORD.pack, range(count), self.timestamps[start:stop],
                          self.key_lengths[start:stop], self.value_lengths[start:stop],
-                         self.block_lengths[start:stop]))
+                         self._block_lengths(start, stop)))
         width = 3 if self.blocks is None else 4
         parts: list[bytes] = [b""] * (width * count)
         parts[0::width] = heads
@@ -171,21 +201,26 @@ class Columns:
         parts[2::width] = self.values[start:stop]
         if self.blocks is not None:
             parts[3::width] = self.blocks[start:stop]
-        body = b"".join(parts)
-        return _finish(base_offset, body, count - 1, count, append_time_ms,
-                       max(self.timestamps[start:stop]), 0)
+        step = width * PIECE_RECORDS
+        join = b"".join
+        pieces = [join(parts[i : i + step]) for i in range(0, len(parts), step)]
+        records_bytes = sum(map(len, pieces))
+        out = _finish_pieces(base_offset, pieces, records_bytes, count - 1, count, append_time_ms,
+                             max(self.timestamps[start:stop]), 0)
+        return out, HEADER_SIZE + records_bytes
+
+    def encode(self, base_offset: int, start: int, stop: int, append_time_ms: int) -> bytes:
+        """One batch of records ``[start, stop)`` at consecutive offsets from ``base_offset``."""
+        return b"".join(self.encode_pieces(base_offset, start, stop, append_time_ms)[0])
 
 
-def _lengths(items: list[bytes | None]) -> list[int]:
-    if None not in items:
-        return list(map(len, items))  # type: ignore[arg-type]
-    return [-1 if item is None else len(item) for item in items]
-
-
-def _non_null(items: list[bytes | None]) -> list[bytes]:
-    if None not in items:
-        return items  # type: ignore[return-value]
-    return [b"" if item is None else item for item in items]
+def _lengths(items: Sequence[bytes | None]) -> tuple[list[int], Sequence[bytes]]:
+    """The lengths of ``items`` (-1 for ``None``) and the items with ``None`` as ``b""``."""
+    try:
+        return list(map(len, items)), items  # type: ignore[arg-type,return-value]
+    except TypeError:  # a null key or value
+        return ([-1 if item is None else len(item) for item in items],
+                [b"" if item is None else item for item in items])
 
 
 def encode_producer_batch(

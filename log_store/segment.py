@@ -38,12 +38,12 @@ from __future__ import annotations
 import os
 import secrets
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from crc32c import crc32c
 
-from log_store.atomic_file import fsync_dir, write_all
+from log_store.atomic_file import fsync_dir, write_all, writev_all
 from log_store.errors import CorruptSegmentError
 from log_store.offset_index import OffsetIndex, index_path
 from log_store.record import Record
@@ -358,14 +358,17 @@ class ActiveSegment:
         """Whether no batch was written yet."""
         return self.size <= FILE_HEADER_SIZE
 
-    def append(self, batch: bytes, base_offset: int, append_time_ms: int) -> None:
-        """Write one encoded batch (one ``write`` call), adding an index entry when due."""
+    def append(
+        self, pieces: Sequence[bytes], length: int, base_offset: int, append_time_ms: int
+    ) -> None:
+        """Write one encoded batch, given as ``pieces`` of ``length`` bytes in all (one ``writev``
+        call), adding an index entry when due."""
         if self.bytes_since_index >= self.index_interval_bytes:
             write_all(self.index_fd, self.index.append(base_offset - self.base_offset, self.size))
             self.bytes_since_index = 0
-        write_all(self.fd, batch)
-        self.size += len(batch)
-        self.bytes_since_index += len(batch)
+        writev_all(self.fd, pieces, length)
+        self.size += length
+        self.bytes_since_index += length
         if self.first_append_ms is None:
             self.first_append_ms = append_time_ms
 

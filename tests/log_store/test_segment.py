@@ -50,7 +50,7 @@ def test_active_segment_writes_header_index_and_batches(tmp_path: Path) -> None:
     segment = ActiveSegment.create(tmp_path, 40, index_interval_bytes=1)
     for base in (40, 42, 44):
         batch = Columns([ProducerRecord("t", b"k", b"v", 1)] * 2).encode(base, 0, 2, 5)
-        segment.append(batch, base, 5)
+        segment.append([batch], len(batch), base, 5)
     segment.seal()
     segment.close()
     reader = SegmentFile(tmp_path / log_name(40), 40)
