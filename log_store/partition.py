@@ -169,9 +169,9 @@ class Partition:
         self.active = active
         self.next_offset = next_offset
 
-    def append(self, records: Sequence[ProducerRecord], now_ms: int) -> None:
+    def append(self, records: Sequence[ProducerRecord] | Columns, now_ms: int) -> None:
         """Append ``records`` at the next offsets (written, not yet fsynced: see :meth:`sync`)."""
-        columns = Columns(records)
+        columns = records if isinstance(records, Columns) else Columns(records)
         count = columns.count
         budget = self.config.max_batch_bytes
         cuts = [0]

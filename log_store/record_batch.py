@@ -38,7 +38,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Iterable, Sequence
 from itertools import repeat
-from operator import add, itemgetter
+from operator import add
 from typing import NamedTuple, cast
 
 from crc32c import crc32c
@@ -150,11 +150,17 @@ class Columns:
                  "block_lengths", "payload_bytes")
 
     def __init__(self, records: Sequence[ProducerRecord]) -> None:
-        self.count = len(records)
-        if not records:
-            fields: list[tuple[object, ...]] = [(), (), (), (), ()]
-        else:
-            fields = list(zip(*records))
+        self._fill(list(zip(*records)) if records else [(), (), (), (), ()])
+
+    @classmethod
+    def from_fields(cls, fields: Sequence[tuple[object, ...]]) -> Columns:
+        """Columns of records already transposed by the caller (``list(zip(*records))``)."""
+        columns = cls.__new__(cls)
+        columns._fill(fields)
+        return columns
+
+    def _fill(self, fields: Sequence[tuple[object, ...]]) -> None:
+        self.count = len(fields[0])
         keys = cast("tuple[bytes | None, ...]", fields[1])
         values = cast("tuple[bytes | None, ...]", fields[2])
         timestamps = cast("tuple[int, ...]", fields[3])

@@ -45,10 +45,9 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
-from typing import Literal
+from typing import Literal, cast
 
 import orjson
 
@@ -74,6 +73,7 @@ from log_store.log_cleaner import CleanerReport, LogCleaner, read_checkpoint
 from log_store.partition import Partition
 from log_store.partitioner import Partitioner
 from log_store.record import ProducerRecord, Record, TopicPartition
+from log_store.record_batch import Columns
 from log_store.recovery import PartitionCut, RecoveryReport, recover_partition
 from log_store.topic import (
     META_NAME,
@@ -425,25 +425,33 @@ class LogStore:
             self._sync_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-fsync")
         return self._sync_pool
 
-    def _place(self, records: Sequence[ProducerRecord]) -> dict[TopicPartition, list[ProducerRecord]]:
+    def _place(
+        self, records: Sequence[ProducerRecord]
+    ) -> dict[TopicPartition, Columns | list[ProducerRecord]]:
         """Group records by partition, validating all of them before anything is written.
 
-        Works on runs of records of one topic with C-level ``map`` calls; per record only the
-        placement into its partition's list is Python code.
+        Works on runs of records of one topic transposed once into columns (``zip``) and checked with
+        C-level ``map`` calls; a one-partition topic's run goes on as those columns, and per record only
+        the placement into its partition's list is Python code.
         """
-        groups: dict[TopicPartition, list[ProducerRecord]] = {}
-        by_topic: dict[str, list[ProducerRecord]] = {}
-        topic_names = set(map(itemgetter(0), records))
+        groups: dict[TopicPartition, Columns | list[ProducerRecord]] = {}
+        if not records:
+            return groups
+        fields = list(zip(*records))
+        topic_names = set(fields[0])
+        runs: list[tuple[str, Sequence[ProducerRecord], list[tuple[object, ...]]]] = []
         if len(topic_names) == 1:
-            by_topic[next(iter(topic_names))] = list(records)
+            runs.append((next(iter(topic_names)), records, fields))
         else:
+            by_topic: dict[str, list[ProducerRecord]] = {}
             for record in records:
                 by_topic.setdefault(record[0], []).append(record)
-        for topic, run in by_topic.items():
+            runs += ((topic, run, list(zip(*run))) for topic, run in by_topic.items())
+        for topic, run, columns in runs:
             config = self._topics.get(topic)
             if config is None:
                 raise UnknownTopicError(self.root, topic)
-            keys = list(map(itemgetter(1), run))
+            keys = cast("tuple[bytes | None, ...]", columns[1])
             key_types = set(map(type, keys))
             if type(None) in key_types and config.compacted:
                 raise InvalidRecordError(topic, "a compacted topic needs a key on every record",
@@ -451,11 +459,11 @@ class LogStore:
             for bad in key_types - {bytes, type(None)}:
                 raise InvalidRecordError(topic, f"key is {bad.__name__}, not bytes",
                                          "encode keys to bytes")
-            for bad in set(map(type, map(itemgetter(2), run))) - {bytes, type(None)}:
+            for bad in set(map(type, columns[2])) - {bytes, type(None)}:
                 raise InvalidRecordError(topic, f"value is {bad.__name__}, not bytes",
                                          "encode values to bytes (None is a tombstone)")
             if config.partitions == 1:
-                groups[TopicPartition(topic, 0)] = run
+                groups[TopicPartition(topic, 0)] = Columns.from_fields(columns)
                 continue
             buckets: list[list[ProducerRecord]] = [[] for _ in range(config.partitions)]
             adders = [bucket.append for bucket in buckets]
