@@ -5,7 +5,7 @@ deleted in another process; open segment files are cached and re-opened when the
 new inode. A read never decodes a record at or past the limit it is given (the watermark's end offset),
 and never returns bytes that failed their CRC (:class:`~log_store.errors.CorruptSegmentError` instead).
 
-Appends split a partition's share of one group into batches of about ``max_batch_bytes``, one ``write``
+Appends split a partition's share of one group into batches of about ``max_batch_bytes``, one ``writev``
 each, and roll to a new segment when a batch would take the active segment past ``segment_bytes``, when
 its first batch is older than ``segment_ms``, or when its offsets would overflow the index's 32-bit
 relative offsets. Rolling fsyncs the old segment and its index *before* creating the successor, so a

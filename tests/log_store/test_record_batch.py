@@ -7,6 +7,7 @@ import pytest
 from log_store.record import ProducerRecord, Record
 from log_store.record_batch import (
     HEADER_SIZE,
+    PIECE_RECORDS,
     BatchHeader,
     Columns,
     crc_matches,
@@ -81,3 +82,23 @@ def test_header_problems(field: str, value: int, problem: str) -> None:
     header = parse_header(Columns(_records()).encode(0, 0, 4, 0), 0)._replace(**{field: value})
     assert problem in (header_problem(header) or "")
     assert HEADER_SIZE == 42
+
+
+def test_batch_in_several_pieces_has_one_crc_over_all() -> None:
+    records = _records() * (PIECE_RECORDS // 2 + 3)  # more than two pieces, nulls and headers included
+    columns = Columns(records)
+    pieces, length = columns.encode_pieces(0, 0, len(records), 7)
+    assert len(pieces) == 1 + -(-len(records) // PIECE_RECORDS)
+    batch = b"".join(pieces)
+    assert length == len(batch) == HEADER_SIZE + columns.payload_bytes
+    header = parse_header(batch, 0)
+    assert header.length == length and crc_matches(batch, 0, header)
+    decoded = decode_records(batch, 0, header, "t", 0)
+    assert [(r.key, r.value, r.headers) for r in decoded] == [(r.key, r.value, r.headers)
+                                                             for r in records]
+
+
+def test_columns_from_fields_equal_columns_of_records() -> None:
+    records = _records()
+    assert (Columns.from_fields(list(zip(*records))).encode(3, 0, 4, 1)
+            == Columns(records).encode(3, 0, 4, 1))
