@@ -7,6 +7,7 @@ the Delta tables below ``CDC_DATA_DIR``; see :mod:`derived_views` for what each 
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import threading
 from types import FrameType
@@ -17,15 +18,33 @@ import click
 from cdc.cli import pass_context
 from cdc.metrics import SyncMetrics, serve
 
+log = logging.getLogger("cdc.views")
+
 if TYPE_CHECKING:
     from derived_views.context import ViewContext
     from derived_views.runner import StepReport
 
 
 def _context(ctx: object) -> ViewContext:
+    """The view context, after one log line stating the job's configuration (password redacted)."""
     from derived_views.runner import context_from_settings
 
-    return context_from_settings(ctx.settings)  # type: ignore[attr-defined]
+    settings = ctx.settings  # type: ignore[attr-defined]
+    view_ctx = context_from_settings(settings)
+    conf = view_ctx.spark.sparkContext.getConf()
+    log.info(
+        "view job",
+        extra={
+            "fields": {
+                "source": settings.database_url,
+                "data_dir": str(settings.data_dir),
+                "log": str(settings.log_dir),
+                "spark_master": conf.get("spark.master"),
+                "spark_app_id": conf.get("spark.app.id"),
+            }
+        },
+    )
+    return view_ctx
 
 
 def _describe(report: StepReport) -> str:

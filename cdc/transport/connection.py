@@ -51,7 +51,10 @@ class ReplicationConnection:
                 options=SESSION_OPTIONS,
             )
         except psycopg.OperationalError as exc:
-            raise SourceError(_first_line(exc, "cannot open a replication connection")) from None
+            raise SourceError(
+                _first_line(exc, "cannot open a replication connection")
+                + "; check CDC_DATABASE_URL and that the server is up and accepts replication connections"
+            ) from None
         self._pg = self._conn.pgconn
         self.streaming = False
 
