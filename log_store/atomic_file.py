@@ -1,4 +1,4 @@
-"""Durable file primitives: fsync of files and directories, and atomic replace of a small file.
+"""Durable file primitives: whole writes (plain and gathered), fsyncs, atomic replace of a small file.
 
 ``write_atomic`` writes ``<name>.tmp``, fsyncs it, renames it over ``<name>`` and fsyncs the directory,
 so a crash at any point leaves either the old or the new content under the name, never a mix. A
