@@ -1,9 +1,11 @@
 """Freshness in continuous mode: commit-to-visible latency at a steady write rate.
 
-Usage: python bench/views_freshness.py [seconds] [transactions_per_second]   (default 60 s, 2 tx/s)
+Usage: python bench/views_freshness.py [seconds] [transactions_per_second] [rows]
+(default 60 s, 2 tx/s, 100,000 products already in the view)
 
 Capture streams into the log and ``cdc sync warehouse --continuous`` (in-process) applies it while a
-writer commits one 10-row INSERT transaction at a steady rate. A transaction is *visible* once a sync
+writer commits one transaction inserting 10 products at a steady rate (the reference schema's
+``products`` table, rows shaped as in ``migrations/sample_data.py``). A transaction is *visible* once a sync
 step whose watermark is at or past its commit LSN has committed to Delta; its latency is that moment
 minus the source commit time (``_cdc_commit_ts``). Printed beside the targets: p50 <= 2 s, p99 <= 5 s.
 """
@@ -18,8 +20,7 @@ import time
 
 import psycopg
 
-from bench.capture_common import bench_database
-from bench.views_common import bench_spark
+from bench.views_common import PRODUCTS_SQL, bench_spark, products_database
 from cdc.coordinator import Capture
 from derived_views import runner, warehouse
 from derived_views.runner import StepReport
@@ -30,9 +31,9 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def main(seconds: float, rate: float) -> None:
+def main(seconds: float, rate: float, preload: int) -> None:
     spark = bench_spark()
-    with bench_database() as (_server, url, settings):
+    with products_database(preload) as (_server, url, settings):
         Capture(settings, once=True).run()
         ctx = runner.context_from_settings(settings, spark)
         runner.step(ctx, ["warehouse"])  # creates the tables (and warms Spark up)
@@ -54,31 +55,31 @@ def main(seconds: float, rate: float) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             start = time.monotonic()
             while time.monotonic() - start < seconds:
-                conn.execute("INSERT INTO bench (id, name, amount) SELECT g, 'n', 1 FROM generate_series(%s::bigint, %s::bigint) g",
-                             (written + 1, written + 10))
+                conn.execute(PRODUCTS_SQL, (preload + written + 1, preload + written + 10))
                 written += 10
                 time.sleep(max(0.0, start + written / 10 / rate - time.monotonic()))
         deadline = time.monotonic() + 60
-        path = warehouse.current_path(ctx, "public.bench")
+        path = warehouse.current_path(ctx, "public.products")
         while time.monotonic() < deadline:  # poll until the last transaction is visible
-            if spark.read.format("delta").load(path).count() >= written:
+            if spark.read.format("delta").load(path).count() >= preload + written:
                 break
             time.sleep(0.5)
         stop.set()
         views.join(timeout=120)
         capture.join(timeout=60)
-        rows = spark.read.format("delta").load(path).groupBy("_cdc_lsn").agg({"_cdc_commit_ts": "max"}).collect()
+        rows = spark.read.format("delta").load(path).filter(f"id > {preload}").groupBy("_cdc_lsn").agg({"_cdc_commit_ts": "max"}).collect()
     lsns = [lsn for lsn, _ in steps]
     latencies = []
     for row in rows:
         index = bisect.bisect_left(lsns, row["_cdc_lsn"])
         if index < len(steps):
             latencies.append(steps[index][1] - row["max(_cdc_commit_ts)"].timestamp())
-    print(f"transactions={len(rows)} rows={written} rate={rate:g} tx/s duration={seconds:g} s sync steps={len(steps)}")
+    print(f"transactions={len(rows)} products inserted={written} preloaded={preload} rate={rate:g} tx/s duration={seconds:g} s sync steps={len(steps)}")
     print(f"commit-to-visible p50: {_percentile(latencies, 0.5):6.2f} s   (target <= 2 s)")
     print(f"commit-to-visible p99: {_percentile(latencies, 0.99):6.2f} s   (target <= 5 s)")
     print(f"mean {statistics.mean(latencies):.2f} s, max {max(latencies):.2f} s")
 
 
 if __name__ == "__main__":
-    main(float(sys.argv[1]) if len(sys.argv) > 1 else 60.0, float(sys.argv[2]) if len(sys.argv) > 2 else 2.0)
+    main(float(sys.argv[1]) if len(sys.argv) > 1 else 60.0, float(sys.argv[2]) if len(sys.argv) > 2 else 2.0,
+         int(sys.argv[3]) if len(sys.argv) > 3 else 100_000)

@@ -2,8 +2,9 @@
 
 Usage: python bench/views_sync.py [rows]   (default 1,000,000)
 
-A table of ``rows`` rows is captured into the log and synced into the warehouse's current-state table.
-Then 1% of the rows are updated and captured, and two figures are taken side by side:
+The reference schema's ``products`` table (long description text, numeric price, jsonb attributes,
+text[] tags) with ``rows`` rows is captured into the log and synced into the warehouse's current-state
+table. Then 1% of the rows are updated and captured, and two figures are taken side by side:
 
 - incremental sync of those changes (read log range, reduce, MERGE) vs a full refresh (Spark JDBC read
   of the whole source table + Delta overwrite) — target: incremental at least 10x faster;
@@ -17,8 +18,7 @@ import sys
 
 import psycopg
 
-from bench.capture_common import bench_database, insert_rows
-from bench.views_common import bench_spark, full_refresh, timed
+from bench.views_common import bench_spark, full_refresh, products_database, timed
 from cdc.coordinator import Capture
 from derived_views import runner, warehouse
 from derived_views.apply import Range
@@ -28,8 +28,7 @@ from log_store import LogStore
 
 def main(rows: int) -> None:
     spark = bench_spark()
-    with bench_database() as (_server, url, settings):
-        insert_rows(url, rows, 50_000)
+    with products_database(rows) as (_server, url, settings):
         with timed() as capture_s:
             Capture(settings, once=True).run()
         ctx = runner.context_from_settings(settings, spark)
@@ -37,28 +36,28 @@ def main(rows: int) -> None:
         def sync_current(replace: bool = False) -> None:
             watermark = runner.latest(ctx)
             assert watermark is not None
-            schema = ctx.schema(watermark, "public.bench")
-            apply_state(ctx, Range(ctx.log_path, watermark), schema, warehouse.current_path(ctx, "public.bench"),
+            schema = ctx.schema(watermark, "public.products")
+            apply_state(ctx, Range(ctx.log_path, watermark), schema, warehouse.current_path(ctx, "public.products"),
                         warehouse.dead_letter_path(ctx), replace=replace)
 
         with timed() as initial:
             sync_current()
         changed = max(1, rows // 100)
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("UPDATE bench SET amount = amount + 1, name = name || '+' WHERE id % 100 = 7")
+            conn.execute("UPDATE products SET price = price + 1, name = name || '+' WHERE id % 100 = 7")
         Capture(settings, once=True).run()
         with timed() as incremental:
             sync_current()
-        refresh_path = str(settings.data_dir / "full_refresh" / "public.bench")
-        full_refresh(spark, url, "public.bench", refresh_path, rows)  # warm-up: the JDBC path's first run
+        refresh_path = str(settings.data_dir / "full_refresh" / "public.products")
+        full_refresh(spark, url, "public.products", refresh_path, rows)  # warm-up: the JDBC path's first run
         with timed() as refresh:
-            full_refresh(spark, url, "public.bench", refresh_path, rows)
+            full_refresh(spark, url, "public.products", refresh_path, rows)
         with LogStore.open(settings.log_dir, writer=True) as log:
             log.roll()
             log.compact()
         with timed() as rebuild:
             sync_current(replace=True)
-        count = spark.read.format("delta").load(warehouse.current_path(ctx, "public.bench")).count()
+        count = spark.read.format("delta").load(warehouse.current_path(ctx, "public.products")).count()
         assert count == rows, count
 
     print(f"rows={rows} changed={changed} (capture of the snapshot: {capture_s[0]:.1f} s, first sync: {initial[0]:.1f} s)")

@@ -1,5 +1,9 @@
 """Shared apply machinery: read a log range, reduce it per key, decode typed rows, MERGE into Delta.
 
+A table's pending range is read and reduced per log partition (:mod:`derived_views.events`): in the
+driver when it is small (:data:`DRIVER_READ_LIMIT`), else by Spark tasks through the ``cdclog`` source;
+Spark then parses each event's envelope into typed columns (:func:`typed`).
+
 Every view table is written through :func:`merge_current` (one row per key, SCD type 1) or
 :func:`merge_history` (one row per version, SCD type 2). Both follow the same rules:
 
@@ -22,7 +26,8 @@ Every view table is written through :func:`merge_current` (one row per key, SCD 
 :func:`merge_current` MERGE, target ``t`` on ``t._cdc_key = s._cdc_key``, clauses in this order:
 
 - ``WHEN MATCHED AND s is newer AND s._cdc_op = 'd' THEN DELETE``
-- ``WHEN MATCHED AND s is newer THEN UPDATE SET`` every column (an unchanged column keeps ``t``'s value)
+- ``WHEN MATCHED AND s is newer THEN UPDATE SET`` every column (an unchanged column keeps ``t``'s value;
+  a batch without partial rows sets every column from ``s``, so only ``t``'s key and position are read)
 - ``WHEN NOT MATCHED AND s._cdc_op <> 'd' THEN INSERT``
 - ``WHEN NOT MATCHED BY SOURCE AND t._cdc_lsn < truncate_lsn THEN DELETE`` (only when the batch
   holds a truncate)
@@ -47,8 +52,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from derived_views.events import EVENT_DDL, reduce_partition
-from derived_views.log_source import LogWatermark, Offsets, offsets_json
+from derived_views.events import EVENT_DDL, reduce_partition, reduce_table
+from derived_views.log_source import LogWatermark, Offsets, offsets_json, plan_partitions, read_partition
 from derived_views.progress import Progress, committing
 from derived_views.schema import quote
 
@@ -99,36 +104,62 @@ def read_log(spark: SparkSession, log_path: str, topics: list[str], start: Offse
     )
 
 
-def pending(spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None) -> DataFrame:
-    """The raw events of ``topics`` a table with ``progress`` has not applied, up to the range's watermark."""
-    start = {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
-    return read_log(spark, rng.log_path, topics, start, rng.watermark.offsets)
-
-
 def reduce_events(raw: DataFrame, mode: str) -> DataFrame:
     """Decode and reduce per Spark partition (= log partition range): ``latest`` or ``all`` events."""
     return raw.mapInArrow(partial(reduce_partition, mode=mode), EVENT_DDL)
 
 
+#: A pending range of at most this many log offsets is read and reduced in the driver process and
+#: handed to Spark as one Arrow table; larger ranges are read by Spark tasks through the ``cdclog``
+#: source. Both give the same events (same reduction per log partition); the driver path saves the
+#: source's planning round trips and Python workers, which dominate small batches.
+DRIVER_READ_LIMIT = 100_000
+
+
+def pending_events(
+    spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None, mode: str
+) -> DataFrame:
+    """The reduced events (:data:`EVENT_DDL`) of ``topics`` a table with ``progress`` has not applied."""
+    import pyarrow as pa
+
+    start = {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
+    end = {t: rng.watermark.offsets.get(t, {}) for t in topics}
+    parts = plan_partitions(rng.log_path, start, end)
+    if sum(part.end - part.start for part in parts) > DRIVER_READ_LIMIT:
+        return reduce_events(read_log(spark, rng.log_path, topics, start, rng.watermark.offsets), mode)
+    tables = [reduce_table(read_partition(part), mode) for part in parts]
+    table = pa.concat_tables(tables) if tables else reduce_table([], mode)
+    return spark.createDataFrame(table, schema=EVENT_DDL)
+
+
 def typed(events: DataFrame, columns: list[tuple[str, str]], table: str) -> DataFrame:
     """Typed rows: the data columns parsed from the event (after, else before, else key) plus metadata.
 
-    ``_cdc_error`` is set on poison events: an unreadable envelope, or values that do not fit ``columns``.
+    The envelope (``value``) is parsed once by Spark into its ``after`` and ``before`` rows of
+    ``columns``. ``_cdc_error`` is set on poison events: an unreadable envelope, or values that do not
+    fit ``columns``.
     """
     from pyspark.sql import functions as F
 
     ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
-    raw = F.coalesce(F.col("after"), F.col("before"), F.col("key"))
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_cdc_corrupt"}
-    parsed = events.withColumn("_cdc_raw", raw).withColumn(
-        "_cdc_data", F.from_json(F.col("_cdc_raw"), f"{ddl}, _cdc_corrupt string", options)
+    envelope = F.from_json(F.col("value"), f"after struct<{_struct_ddl(columns)}>, before struct<{_struct_ddl(columns)}>, "
+                           "_cdc_corrupt string", options)
+    keyed = F.from_json(F.col("key"), f"{ddl}, _cdc_corrupt string", options)
+    parsed = events.withColumn("_cdc_env", envelope).withColumn(
+        "_cdc_data",
+        F.when(F.col("_cdc_env.after").isNotNull(), F.col("_cdc_env.after"))
+        .when(F.col("_cdc_env.before").isNotNull(), F.col("_cdc_env.before")),
     )
     bad = F.when(
-        (F.col("op") != "t") & F.col("_cdc_data._cdc_corrupt").isNotNull(),
+        (F.col("op") != "t")
+        & (F.col("_cdc_env._cdc_corrupt").isNotNull()
+           | (F.col("_cdc_data").isNull() & F.col("key").isNotNull() & keyed.getField("_cdc_corrupt").isNotNull())),
         F.lit(f"values do not fit the columns of {table} ({ddl})"),
     )
     return parsed.select(
-        *[F.col("_cdc_data").getField(name).alias(name) for name, _ in columns],
+        *[F.coalesce(F.col("_cdc_data").getField(name), F.when(F.col("_cdc_data").isNull(), keyed.getField(name)))
+          .alias(name) for name, _ in columns],
         F.col("key").alias(KEY),
         F.col("lsn").alias(LSN),
         F.col("seq").alias(SEQ),
@@ -138,9 +169,13 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str) -> Data
         F.col("topic").alias("_cdc_topic"),
         F.col("partition").alias("_cdc_partition"),
         F.col("offset").alias("_cdc_offset"),
-        F.col("_cdc_raw"),
+        F.coalesce(F.col("value"), F.col("key")).alias("_cdc_raw"),
         F.coalesce(F.col("error"), bad).alias("_cdc_error"),
     )
+
+
+def _struct_ddl(columns: list[tuple[str, str]]) -> str:
+    return ", ".join(f"{quote(n)}: {t}" for n, t in columns)
 
 
 @dataclass(frozen=True)
@@ -151,6 +186,7 @@ class BatchFacts:
     poison: int
     truncates: tuple[int, ...]
     not_inserts: int = 0
+    partial: int = 0
 
     @property
     def inserts_only(self) -> bool:
@@ -167,8 +203,10 @@ def facts(frame: DataFrame) -> BatchFacts:
         F.count(F.col("_cdc_error")).alias("poison"),
         F.collect_set(F.when(F.col(OP) == "t", F.col(LSN))).alias("truncates"),
         F.count(F.when((F.col(OP) != "c") | F.col("_cdc_error").isNotNull() | F.col(KEY).isNull(), 1)).alias("other"),
+        F.count(F.when(F.size(F.col(UNCHANGED)) > 0, 1)).alias("partial"),
     ).collect()[0]
-    return BatchFacts(int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])), int(row["other"]))
+    return BatchFacts(int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])), int(row["other"]),
+                      int(row["partial"]))
 
 
 def append(spark: SparkSession, path: str, frame: DataFrame, progress: Progress) -> None:
@@ -265,8 +303,14 @@ def merge_current(
     *,
     replace: bool = False,
     inserts_only: bool = False,
+    whole_rows: bool = False,
 ) -> None:
-    """Apply latest-per-key typed rows to the SCD1 table at ``path`` in one commit (see module docstring)."""
+    """Apply latest-per-key typed rows to the SCD1 table at ``path`` in one commit (see module docstring).
+
+    ``whole_rows`` says no row of ``source`` lacks a column (``unchanged`` is empty everywhere): the
+    update then takes every column from the source, so the MERGE reads only the target's key and
+    position columns instead of whole rows.
+    """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -282,7 +326,8 @@ def merge_current(
         append(spark, path, rows.select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP), progress)
         return
     update = {
-        quote(n): f"CASE WHEN array_contains(s.{UNCHANGED}, '{n}') THEN t.{quote(n)} ELSE s.{quote(n)} END"
+        quote(n): f"s.{quote(n)}" if whole_rows
+        else f"CASE WHEN array_contains(s.{UNCHANGED}, '{n}') THEN t.{quote(n)} ELSE s.{quote(n)} END"
         for n in names
     }
     meta = {c: f"s.{c}" for c in (KEY, LSN, SEQ, TS, OP)}

@@ -2,8 +2,7 @@
 
 :class:`ViewContext` is built once per process (:func:`derived_views.runner.context_from_settings`) and
 caches what only this process changes: each table's progress after it commits, and the source schemas
-until the schema topic moves. Nothing here reads the log directly; the log location is an opaque
-string handed to the ``cdclog`` source.
+until the schema topic moves. The log is read only through :mod:`derived_views.log_source`.
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from derived_views.apply import Range, read_log
+from derived_views.apply import Range
 from derived_views.errors import SourceSchemaError
-from derived_views.log_source import LogWatermark, Offsets
+from derived_views.log_source import LogWatermark, Offsets, plan_partitions, read_partition
 from derived_views.progress import Progress, read_progress
 from derived_views.schema import TableSchema, schemas_topic
 
@@ -79,9 +78,15 @@ class ViewContext:
         ends = watermark.offsets.get(self.schemas_topic, {})
         if self._schemas_at == {self.schemas_topic: ends}:
             return self._schemas
-        frame = read_log(self.spark, self.log_path, [self.schemas_topic], {}, watermark.offsets)
+        # the schema topic is small (one record per table and schema change): read it in the driver
+        rows = [
+            row
+            for part in plan_partitions(self.log_path, {}, {self.schemas_topic: dict(ends)})
+            for batch in read_partition(part)
+            for row in batch.select(["partition", "offset", "key", "value"]).to_pylist()
+        ]
         latest: dict[str, tuple[int, str | None]] = {}
-        for row in frame.select("partition", "offset", "key", "value").collect():
+        for row in rows:
             key = json.loads(row["key"]) if row["key"] else None
             if isinstance(key, str) and (key not in latest or row["offset"] >= latest[key][0]):
                 latest[key] = (row["offset"], row["value"])

@@ -16,6 +16,13 @@ A partial row whose missing columns are not found in the batch keeps them listed
 :attr:`Event.unchanged`; the MERGE then takes those columns from the row already in the table. An event
 whose value is not a readable envelope is kept with :attr:`Event.error` set, so the caller can route it
 to a dead-letter table instead of failing the batch.
+
+The reduced rows carry each event's envelope as JSON text (``value``): the log's own bytes, unless a
+fold changed the event's ``after`` (then a re-serialized envelope). The typed columns are parsed from
+it by Spark, so the row values are never decoded and re-encoded in Python. :func:`reduce_partition`
+takes a vectorised path (Arrow compute, no Python object per event) whenever the partition's events
+need no fold and hold no truncate or unreadable envelope; it yields the same rows as the per-event
+path (:func:`reduce_events_python`), which handles every other partition.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import orjson
 #: Spark DDL of the rows :func:`reduce_partition` yields (positions matter: Arrow batches match by position).
 EVENT_DDL = (
     "topic string, partition int, offset bigint, key string, op string, lsn bigint, seq bigint, "
-    "commit_ts_ms bigint, after string, before string, unchanged array<string>, error string"
+    "commit_ts_ms bigint, value string, unchanged array<string>, error string"
 )
 
 TRUNCATE = "t"
@@ -54,6 +61,7 @@ class Event:
     unchanged: tuple[str, ...] = ()
     error: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    raw: str | None = None
 
     @property
     def position(self) -> tuple[int, int]:
@@ -86,9 +94,10 @@ def decode(
             after=envelope.get("after"),
             before=envelope.get("before"),
             unchanged=missing,
+            raw=value,
         )
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        return Event(topic, partition, offset, key, POISON, 0, 0, 0, error=f"unreadable change event: {exc}")
+        return Event(topic, partition, offset, key, POISON, 0, 0, 0, error=f"unreadable change event: {exc}", raw=value)
 
 
 def fold(previous: Event | None, event: Event) -> Event:
@@ -103,7 +112,7 @@ def fold(previous: Event | None, event: Event) -> Event:
             after[name] = base[name]
         else:
             still_missing.append(name)
-    return replace(event, after=after, unchanged=tuple(still_missing))
+    return replace(event, after=after, unchanged=tuple(still_missing), raw=None)
 
 
 def latest_per_key(events: Iterable[Event]) -> list[Event]:
@@ -143,8 +152,13 @@ def fold_all(events: Iterable[Event]) -> list[Event]:
     return out
 
 
-def _json(value: dict[str, Any] | None) -> str | None:
-    return None if value is None else orjson.dumps(value).decode()
+def envelope_text(event: Event) -> str | None:
+    """The event's envelope as JSON text: the log's bytes, or ``before``/``after`` re-serialized after a fold."""
+    if event.raw is not None:
+        return event.raw
+    if event.after is None and event.before is None:
+        return None
+    return orjson.dumps({"before": event.before, "after": event.after, "op": event.op}).decode()
 
 
 def to_row(event: Event) -> tuple[Any, ...]:
@@ -158,8 +172,7 @@ def to_row(event: Event) -> tuple[Any, ...]:
         event.lsn,
         event.seq,
         event.commit_ts_ms,
-        _json(event.after),
-        _json(event.before),
+        envelope_text(event),
         list(event.unchanged),
         event.error,
     )
@@ -181,25 +194,146 @@ def decode_all(columns: dict[str, list[Any]]) -> Iterator[Event]:
             yield event
 
 
-def reduce_partition(batches: Iterable[Any], mode: str) -> Iterator[Any]:
-    """``mapInArrow`` body: one Spark partition of raw log rows in, reduced events (Arrow) out.
+_OPS = ("r", "c", "u", "d")
 
-    ``mode`` is ``"latest"`` (:func:`latest_per_key`) or ``"all"`` (:func:`fold_all`). The whole
-    partition is read before anything is yielded, since a key's latest event may come last.
-    """
+
+def _out_schema() -> Any:
     import pyarrow as pa
 
-    events: list[Event] = []
-    for batch in batches:
-        events.extend(decode_all(batch.to_pydict()))
-    reduced = latest_per_key(events) if mode == "latest" else fold_all(events)
     names = [part.strip().split(" ")[0] for part in EVENT_DDL.split(",")]
     types = [
         pa.string(), pa.int32(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.int64(),
-        pa.int64(), pa.string(), pa.string(), pa.list_(pa.string()), pa.string(),
+        pa.int64(), pa.string(), pa.list_(pa.string()), pa.string(),
     ]
-    step = 50_000
-    for start in range(0, len(reduced), step):
-        rows = [to_row(event) for event in reduced[start : start + step]]
-        arrays = [pa.array([row[i] for row in rows], type=types[i]) for i in range(len(types))]
-        yield pa.RecordBatch.from_arrays(arrays, names=names)
+    return pa.schema(list(zip(names, types, strict=True)))
+
+
+def reduce_vectorised(table: Any, mode: str) -> Any | None:
+    """The reduction of raw log rows (an Arrow table) with Arrow compute, or ``None`` when it cannot apply.
+
+    It applies when no row carries an ``unchanged`` header (nothing to fold), every value is a one-line
+    envelope with op ``r``/``c``/``u``/``d`` and a numeric LSN (no truncate, no unreadable event).
+    Tombstones are dropped. ``latest`` keeps per key the event with the greatest ``(lsn, sequence)``
+    (the later one in the log on a tie) and every keyless event; ``all`` keeps every event in order.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    table = table.filter(pc.is_valid(table.column("value")))
+    schema = _out_schema()
+    if table.num_rows == 0:
+        return schema.empty_table()
+    if table.column("unchanged").null_count != table.num_rows:
+        return None
+    values = table.column("value").combine_chunks()
+    if pc.any(pc.match_substring(values, "\n")).as_py():
+        return None
+    lines = pc.binary_join_element_wise(values.cast(pa.large_string()), pa.scalar("", pa.large_string()),
+                                         pa.scalar("\n", pa.large_string()))
+    bounds = pa.Array.from_buffers(pa.int64(), len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset)
+    text = lines.buffers()[2][bounds[0].as_py() : bounds[-1].as_py()]
+    envelope = pa.schema([("op", pa.string()),
+                          ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.int64()), ("ts_ms", pa.int64())]))])
+    try:
+        parsed = pj.read_json(
+            pa.BufferReader(text),
+            read_options=pj.ReadOptions(use_threads=False, block_size=1 << 24),
+            parse_options=pj.ParseOptions(explicit_schema=envelope, unexpected_field_behavior="ignore"),
+        )
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    if parsed.num_rows != table.num_rows:
+        return None
+    op = parsed.column("op").combine_chunks()
+    source = parsed.column("source").combine_chunks()
+    if op.null_count or source.null_count or not pc.all(pc.is_in(op, pa.array(_OPS))).as_py():
+        return None
+    lsn = source.field("lsn")
+    if lsn.null_count:
+        return None
+    seq = pc.fill_null(source.field("sequence"), 0)
+    ts = pc.fill_null(source.field("ts_ms"), 0)
+    n = table.num_rows
+    columns = {
+        "topic": table.column("topic").combine_chunks(),
+        "partition": table.column("partition").combine_chunks().cast(pa.int32()),
+        "offset": table.column("offset").combine_chunks(),
+        "key": table.column("key").combine_chunks(),
+        "op": op,
+        "lsn": lsn,
+        "seq": seq,
+        "commit_ts_ms": ts,
+        "value": values,
+        "unchanged": pa.ListArray.from_arrays(pa.Array.from_pandas(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string())),
+        "error": pa.nulls(n, pa.string()),
+    }
+    out = pa.Table.from_arrays(list(columns.values()), schema=schema)
+    if mode != "latest":
+        return out
+    keyed = pc.is_valid(columns["key"])
+    row = pa.Array.from_pandas(np.arange(n, dtype=np.int64))
+    order = pa.table({"key": columns["key"], "lsn": lsn, "seq": seq, "row": row}).filter(keyed)
+    if not _in_position_order(order.column("lsn").combine_chunks(), order.column("seq").combine_chunks()):
+        order = order.take(pc.sort_indices(order, [("lsn", "ascending"), ("seq", "ascending"), ("row", "ascending")]))
+        order = pa.table({"key": order.column("key"), "row": order.column("row"),
+                          "rank": pa.Array.from_pandas(np.arange(order.num_rows, dtype=np.int64))})
+        last = order.group_by("key").aggregate([("rank", "max")]).column("rank_max")
+        rows = pc.take(order.column("row"), last)
+    else:
+        rows = order.group_by("key").aggregate([("row", "max")]).column("row_max")
+    keyless = pc.indices_nonzero(pc.invert(keyed)).cast(pa.int64())
+    chosen = pc.sort_indices(pa.chunked_array([keyless, *rows.chunks] if isinstance(rows, pa.ChunkedArray) else [keyless, rows]))
+    picked = pa.chunked_array([keyless, *(rows.chunks if isinstance(rows, pa.ChunkedArray) else [rows])]).take(chosen)
+    return out.take(picked)
+
+
+def _in_position_order(lsn: Any, seq: Any) -> bool:
+    """Whether ``(lsn, seq)`` never decreases from one row to the next."""
+    import pyarrow.compute as pc
+
+    if len(lsn) < 2:
+        return True
+    head_lsn, next_lsn = lsn.slice(0, len(lsn) - 1), lsn.slice(1)
+    head_seq, next_seq = seq.slice(0, len(seq) - 1), seq.slice(1)
+    later = pc.or_(pc.greater(next_lsn, head_lsn), pc.and_(pc.equal(next_lsn, head_lsn), pc.greater_equal(next_seq, head_seq)))
+    return bool(pc.all(later).as_py())
+
+
+def reduce_events_python(events: list[Event], mode: str) -> Any:
+    """The per-event reduction (:func:`latest_per_key` or :func:`fold_all`) as an Arrow table."""
+    import pyarrow as pa
+
+    reduced = latest_per_key(events) if mode == "latest" else fold_all(events)
+    schema = _out_schema()
+    rows = [to_row(event) for event in reduced]
+    arrays = [pa.array([row[i] for row in rows], type=column.type) for i, column in enumerate(schema)]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def reduce_table(batches: Iterable[Any], mode: str) -> Any:
+    """Reduce one log partition's raw rows (Arrow batches) to the events of :data:`EVENT_DDL` (an Arrow table).
+
+    ``mode`` is ``"latest"`` (:func:`latest_per_key`) or ``"all"`` (:func:`fold_all`). The vectorised
+    path (:func:`reduce_vectorised`) is taken when it applies, else the per-event one.
+    """
+    import pyarrow as pa
+
+    collected = list(batches)
+    if not collected:
+        return _out_schema().empty_table()
+    table = pa.Table.from_batches(collected)
+    out = reduce_vectorised(table, mode)
+    if out is None:
+        out = reduce_events_python(list(decode_all(table.to_pydict())), mode)
+    return out
+
+
+def reduce_partition(batches: Iterable[Any], mode: str) -> Iterator[Any]:
+    """``mapInArrow`` body: one Spark partition of raw log rows in, reduced events (Arrow) out.
+
+    The whole partition is read before anything is yielded, since a key's latest event may come last
+    (see :func:`reduce_table`).
+    """
+    yield from reduce_table(batches, mode).to_batches(max_chunksize=50_000)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from derived_views.apply import BatchFacts, Range, dead_letter, facts, merge_current, pending, reduce_events, typed
+from derived_views.apply import BatchFacts, Range, dead_letter, facts, merge_current, pending_events, typed
 from derived_views.context import ViewContext
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema
@@ -104,8 +104,8 @@ def load_pending(
     target: str,
 ) -> Pending:
     """Typed events of ``schema``'s topic after ``progress`` (all of them when ``None``), poison recorded."""
-    raw = pending(ctx.spark, rng, [schema.topic], progress)
-    frame = typed(reduce_events(raw, mode), columns_of(schema), schema.qualified).localCheckpoint()
+    events = pending_events(ctx.spark, rng, [schema.topic], progress, mode)
+    frame = typed(events, columns_of(schema), schema.qualified).localCheckpoint()
     batch = facts(frame)
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target)
@@ -121,7 +121,7 @@ def apply_state(
         return None
     batch = load_pending(ctx, rng, schema, progress, "latest", dead_letter_path=dead_letter_path, target=path)
     merge_current(ctx.spark, path, batch.frame, columns_of(schema), batch.progress, batch.facts.truncates,
-                  replace=replace, inserts_only=batch.facts.inserts_only)
+                  replace=replace, inserts_only=batch.facts.inserts_only, whole_rows=not batch.facts.partial)
     ctx.set_progress(path, batch.progress)
     batch.release()
     return TableResult(path, batch.facts.rows, batch.facts.poison)
