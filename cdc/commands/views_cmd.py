@@ -58,7 +58,7 @@ def _describe(report: StepReport) -> str:
 @click.argument("views", nargs=-1)
 @click.option("--once", "mode", flag_value="once", default=True, help="Drain to the latest watermark, then exit.")
 @click.option("--continuous", "mode", flag_value="continuous", help="Keep syncing as the log grows.")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=1.0, show_default=True,
+@click.option("--interval", type=click.FloatRange(min=0.05), default=0.25, show_default=True,
               help="Seconds between watermark polls in --continuous mode.")
 @pass_context
 def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> None:
