@@ -14,7 +14,7 @@ from rich.table import Table
 from cdc.errors import CdcError, ConfigError
 from cdc.lag import LagReport, measure
 from cdc.lsn import Lsn
-from cdc.settings import load_settings
+from cdc.settings import Settings, load_settings
 
 _VIEWS = ("warehouse", "search", "cache")
 
@@ -89,6 +89,27 @@ def render(report: LagReport) -> Group:
     return Group(src, log, views, *notes)
 
 
+def _watch(settings: Settings, interval: float, max_lag_seconds: float | None, max_wal_bytes: int | None) -> None:
+    """Refresh the report until Ctrl-C: in place on a terminal, one report after another otherwise."""
+    console = Console()
+
+    def current() -> Group:
+        return render(measure(settings, max_lag_seconds=max_lag_seconds, max_wal_bytes=max_wal_bytes))
+
+    try:
+        if not console.is_terminal:
+            while True:
+                console.print(current())
+                console.file.flush()
+                time.sleep(interval)
+        with Live(console=console, auto_refresh=False) as live:
+            while True:
+                live.update(current(), refresh=True)
+                time.sleep(interval)
+    except KeyboardInterrupt:
+        return
+
+
 @click.command("lag")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in cdc/lag.py).")
 @click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
@@ -101,14 +122,8 @@ def lag(as_json: bool, watch: bool, interval: float, max_lag_seconds: float | No
     if watch and as_json:
         raise ConfigError("--watch and --json do not go together: use --json alone for a probe")
     if watch:
-        console = Console()
-        with Live(console=console, auto_refresh=False) as live:
-            try:
-                while True:
-                    live.update(render(measure(settings, max_lag_seconds=max_lag_seconds, max_wal_bytes=max_wal_bytes)), refresh=True)
-                    time.sleep(interval)
-            except KeyboardInterrupt:
-                return
+        _watch(settings, interval, max_lag_seconds, max_wal_bytes)
+        return
     report = measure(settings, max_lag_seconds=max_lag_seconds, max_wal_bytes=max_wal_bytes)
     if as_json:
         sys.stdout.write(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -126,6 +141,7 @@ def lag(as_json: bool, watch: bool, interval: float, max_lag_seconds: float | No
 def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
     """Block until VIEW is as of at least LSN: read-your-writes after a commit.
 
+    \f
     Pass ``pg_current_wal_lsn()`` read after the commit. A view as of position P holds every transaction
     whose commit LSN is <= P; the commit record of a transaction that committed before the LSN was read
     starts below it, so the view is far enough once P >= LSN - 1.

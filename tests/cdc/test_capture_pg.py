@@ -197,6 +197,7 @@ def test_an_unreadable_added_table_stops_capture_with_the_grant(reference_db: st
     settings = settings_for(reader_url, tmp_path)
     Capture(settings, once=True).run()  # the least-privilege role takes the initial snapshot
     _exec(reference_db, "CREATE TABLE secret (id int PRIMARY KEY)", "INSERT INTO secret VALUES (1)",
+          "REVOKE SELECT ON secret FROM cdc_reader",  # undo the migration's default grant
           "ALTER PUBLICATION cdc_publication ADD TABLE secret", "INSERT INTO secret VALUES (2)")
     with pytest.raises(PrivilegeError, match=r"cannot read public\.secret.*GRANT SELECT ON public\.secret"):
         Capture(settings, once=True).run()

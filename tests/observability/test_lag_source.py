@@ -60,3 +60,30 @@ def test_unreachable_source_is_one_clear_error(tmp_path: Path) -> None:
         measure(settings)
     assert "s3cret" not in str(info.value)
     assert "CDC_DATABASE_URL" in str(info.value)
+
+
+def test_watch_refreshes_until_interrupted(slot_settings) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import queue
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    cdc = Path(sys.executable).with_name("cdc")
+    env = {**os.environ, "CDC_DATABASE_URL": slot_settings.database_url, "CDC_SLOT": "lag_slot",
+           "CDC_DATA_DIR": str(slot_settings.data_dir), "COLUMNS": "120"}
+    process = subprocess.Popen([str(cdc), "lag", "--watch", "--interval", "0.2"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    assert process.stdout is not None
+    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()  # type: ignore[union-attr]
+    seen = ""
+    try:
+        while seen.count("source → log") < 2:
+            seen += lines.get(timeout=60)
+        assert "lag_slot (inactive)" in seen
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(timeout=30)
+    assert process.returncode == 0
