@@ -70,7 +70,7 @@ from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
 from cdc.transport import Keepalive, ReplicationConnection, XLogData
-from log_store import LogConfig, LogStore, ProducerRecord, TopicPartition
+from log_store import LogStore, ProducerRecord, TopicPartition
 
 log = logging.getLogger("cdc.capture")
 
@@ -102,17 +102,6 @@ class CaptureStats:
     events: int = 0
     groups: int = 0
     reconnects: int = 0
-
-
-def log_config(settings: Settings) -> LogConfig:
-    """The log tunables taken from the settings."""
-    return LogConfig(
-        segment_bytes=settings.segment_bytes,
-        segment_ms=settings.segment_ms,
-        delete_retention_ms=settings.delete_retention_ms,
-        retention_ms=settings.retention_ms,
-        retention_bytes=settings.retention_bytes,
-    )
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -193,7 +182,7 @@ class Capture:
 
     def run(self) -> CaptureStats:
         """Snapshot when needed, then stream until stopped (or, with ``once``, until drained)."""
-        with LogStore.open(self.settings.log_dir, log_config(self.settings), writer=True) as store:
+        with LogStore.open(self.settings.log_dir, self.settings.log_config(), writer=True) as store:
             self.log = store
             self.builder = EventBuilder(
                 prefix=self.settings.topic_prefix, database=self._database_name(), partitions=self.settings.partitions

@@ -11,6 +11,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from cdc.errors import ConfigError
+from log_store import LogConfig
 from cdc.redact import redact_url
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -115,6 +116,16 @@ class Settings(BaseSettings):
     def views_dir(self) -> Path:
         """Root of the Delta tables (``warehouse/``, ``search/``, ``cache/`` below it)."""
         return self.data_dir
+
+    def log_config(self) -> LogConfig:
+        """The embedded log's tunables these settings describe."""
+        return LogConfig(
+            segment_bytes=self.segment_bytes,
+            segment_ms=self.segment_ms,
+            delete_retention_ms=self.delete_retention_ms,
+            retention_ms=self.retention_ms,
+            retention_bytes=self.retention_bytes,
+        )
 
     def topic_for(self, schema: str, table: str) -> str:
         """Topic name of one source table: ``<prefix>.<schema>.<table>``."""

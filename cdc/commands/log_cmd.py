@@ -21,28 +21,17 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.settings import Settings, load_settings
-from log_store import LogConfig, LogStore, Record, TopicPartition, Watermark
+from log_store import LogStore, Record, TopicPartition, Watermark
 from log_store.errors import UnknownTopicError
 
 log_group = click.Group("log", help="Inspect and maintain the embedded log (<CDC_DATA_DIR>/log).")
-
-
-def log_config(settings: Settings) -> LogConfig:
-    """The log store configuration the settings describe."""
-    return LogConfig(
-        segment_bytes=settings.segment_bytes,
-        segment_ms=settings.segment_ms,
-        delete_retention_ms=settings.delete_retention_ms,
-        retention_ms=settings.retention_ms,
-        retention_bytes=settings.retention_bytes,
-    )
 
 
 @contextmanager
 def open_log(*, writer: bool = False) -> Iterator[LogStore]:
     """Open the log of the current settings (read-only unless ``writer``)."""
     settings = load_settings()
-    log = LogStore.open(settings.log_dir, log_config(settings), writer=writer)
+    log = LogStore.open(settings.log_dir, settings.log_config(), writer=writer)
     try:
         yield log
     finally:
