@@ -19,8 +19,11 @@ TABLE = "CREATE TABLE bench (id bigint PRIMARY KEY, name text NOT NULL, amount n
 
 
 @contextmanager
-def bench_database() -> Iterator[tuple[LocalPostgres, str, Settings]]:
-    """A local cluster, a migrated database with table ``bench`` in the publication, and settings."""
+def bench_cluster() -> Iterator[tuple[LocalPostgres, str, Path]]:
+    """A throwaway cluster with database ``bench`` migrated to the reference schema, and a data directory.
+
+    Yields the server, the database URL and the directory; both are removed afterwards.
+    """
     server = LocalPostgres()
     server.start()
     data_dir = Path(tempfile.mkdtemp(prefix="cdc-bench-"))
@@ -29,13 +32,20 @@ def bench_database() -> Iterator[tuple[LocalPostgres, str, Settings]]:
             admin.execute("CREATE DATABASE bench")
         url = server.url("bench")
         migrate.upgrade(url)
+        yield server, url, data_dir
+    finally:
+        server.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+@contextmanager
+def bench_database() -> Iterator[tuple[LocalPostgres, str, Settings]]:
+    """A local cluster, a migrated database with table ``bench`` in the publication, and settings."""
+    with bench_cluster() as (server, url, data_dir):
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(TABLE)
             conn.execute("ALTER PUBLICATION cdc_publication ADD TABLE bench")
         yield server, url, load_settings(database_url=url, data_dir=str(data_dir), tables="public.bench")
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 @contextmanager

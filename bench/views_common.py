@@ -7,7 +7,6 @@ dependency resolver into ``<virtualenv>/jars-jdbc`` (the project's sessions neve
 
 from __future__ import annotations
 
-import shutil
 import sys
 import tempfile
 import time
@@ -83,19 +82,11 @@ def products_database(rows: int) -> Iterator[tuple[LocalPostgres, str, Settings]
 
     Only ``public.products`` is captured. The products' ids are ``1..rows``.
     """
-    from cdc import migrate
-    from cdc.local_postgres import LocalPostgres
+    from bench.capture_common import bench_cluster
     from cdc.settings import load_settings
     from migrations.sample_data import CATEGORY_NAMES
 
-    server = LocalPostgres()
-    server.start()
-    data_dir = Path(tempfile.mkdtemp(prefix="cdc-bench-views-"))
-    try:
-        with psycopg.connect(server.url(), autocommit=True) as admin:
-            admin.execute("CREATE DATABASE bench")
-        url = server.url("bench")
-        migrate.upgrade(url)
+    with bench_cluster() as (server, url, data_dir):
         with psycopg.connect(url, autocommit=True) as conn:
             conn.cursor().executemany("INSERT INTO categories (name) VALUES (%s)", [(n,) for n in CATEGORY_NAMES])
             for first in range(1, rows + 1, 100_000):
@@ -104,9 +95,6 @@ def products_database(rows: int) -> Iterator[tuple[LocalPostgres, str, Settings]
                 conn.execute("SELECT setval('products_id_seq', %s)", (rows,))
             conn.execute("VACUUM ANALYZE products")
         yield server, url, load_settings(database_url=url, data_dir=str(data_dir), tables="public.products")
-    finally:
-        server.stop()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def jdbc_options(url: str, table: str) -> dict[str, str]:
