@@ -52,9 +52,21 @@ def context_from_settings(settings: Settings, spark: SparkSession | None = None)
     return ViewContext(session, str(settings.views_dir.resolve()), str(settings.log_dir.resolve()), settings.topic_prefix)
 
 
+#: Watermark position of groups written while capture's initial snapshot is still being copied.
+SNAPSHOT_IN_PROGRESS = "0" * 16
+
+
 def latest(ctx: ViewContext) -> LogWatermark | None:
-    """The log's latest commit watermark, or ``None`` before capture wrote any."""
-    return read_watermark(ctx.log_path)
+    """The log's latest commit watermark; ``None`` before capture wrote a complete initial snapshot.
+
+    While the first snapshot is copied, capture publishes its groups at position
+    :data:`SNAPSHOT_IN_PROGRESS`: those hold part of the tables and no source commit, so a view never
+    syncs to them (promise 5: a view equals the source as of the commit it records).
+    """
+    watermark = read_watermark(ctx.log_path)
+    if watermark is None or watermark.position == SNAPSHOT_IN_PROGRESS:
+        return None
+    return watermark
 
 
 def step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepReport:
@@ -63,7 +75,7 @@ def step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepRe
     if watermark is None:
         if replace:
             raise LogUnavailableError(
-                f"the log at {ctx.log_path} has no commit watermark yet: run `cdc capture` before a rebuild"
+                f"the log at {ctx.log_path} holds no complete snapshot yet: run `cdc capture` before a rebuild"
             )
         return StepReport(None, {})
     rng = Range(ctx.log_path, watermark)

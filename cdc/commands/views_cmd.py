@@ -49,7 +49,7 @@ def _context(ctx: object) -> ViewContext:
 
 def _describe(report: StepReport) -> str:
     if report.watermark is None:
-        return "the log has no commit watermark yet: nothing to apply"
+        return "the log holds no complete snapshot yet: nothing to apply"
     applied = ", ".join(f"{name}: {count} events" for name, count in report.events.items())
     return f"as of LSN {report.watermark.position}: {applied}"
 
@@ -126,7 +126,7 @@ def verify(ctx: object, view: str, no_sync: bool) -> None:
         runner.step(view_ctx, names)
     watermark = runner.latest(view_ctx)
     if watermark is None:
-        raise LogUnavailableError(f"the log at {view_ctx.log_path} has no commit watermark yet: run `cdc capture`")
+        raise LogUnavailableError(f"the log at {view_ctx.log_path} holds no complete snapshot yet: run `cdc capture`")
     report = run_verify(view_ctx, view, ctx.settings.database_url, watermark)  # type: ignore[attr-defined]
     for line in shown(report):
         click.echo(line)

@@ -142,3 +142,15 @@ def test_cli_search_cache_get_and_unknown_view(
     assert run(cli, ["sync", "nosuchview", "--once"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "error: unknown view 'nosuchview': choose one of cache, search, warehouse"
+
+
+def test_no_view_syncs_to_a_snapshot_still_being_copied(ctx: ViewContext, log: LogBuilder) -> None:
+    """Groups at the in-progress snapshot position hold part of the tables and no commit: skip them."""
+    from derived_views import runner
+
+    with log.transaction() as tx:
+        tx.insert("public.categories", {"id": 1, "name": "books"})
+    log.log.append_group([], runner.SNAPSHOT_IN_PROGRESS)
+    report = runner.step(ctx, ["warehouse"])
+    assert report.watermark is None and report.events == {}
+    assert runner.latest(ctx) is None
