@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -120,10 +119,3 @@ def full_refresh(spark: SparkSession, url: str, table: str, target: str, rows: i
     frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(target)
 
 
-@contextmanager
-def timed() -> Iterator[list[float]]:
-    """Yields a list that holds the elapsed seconds once the block ends."""
-    box: list[float] = []
-    start = time.perf_counter()
-    yield box
-    box.append(time.perf_counter() - start)

@@ -18,7 +18,8 @@ import sys
 
 import psycopg
 
-from bench.views_common import bench_spark, full_refresh, products_database, timed
+from bench.capture_common import timed
+from bench.views_common import bench_spark, full_refresh, products_database
 from cdc.coordinator import Capture
 from derived_views import runner, warehouse
 from derived_views.apply import Range
