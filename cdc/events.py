@@ -6,7 +6,7 @@ Format: docs/event-format.md. Guarantees of this module:
   partition; a table without key columns gives a null key;
 * ``source.lsn`` is the commit LSN and ``source.sequence`` numbers the transaction's events 0, 1, 2...,
   so ``(lsn, sequence)`` orders every event of the database consistently with commit order;
-* a delete is followed by a tombstone; a truncate is written once to every partition of the topic;
+* a delete is followed by a tombstone carrying the delete's ``lsn`` and ``sequence`` as headers; a truncate is written once to every partition of the topic;
 * an update whose new row lacks an unchanged TOAST value never carries a placeholder: the value is
   taken from the old row when the server sent it (replica identity FULL), otherwise the column is
   left out of ``after`` and named in the ``unchanged`` header, and compaction folds it onto the key's
@@ -144,9 +144,10 @@ class EventBuilder:
         return self._delete(shape, _key_bytes(shape, before), before, tx)
 
     def _delete(self, shape: TableShape, key: bytes | None, before: dict[str, Any], tx: TxContext) -> list[ProducerRecord]:
+        position = tombstone_headers(tx.lsn, tx.sequence)
         records = [ProducerRecord(shape.topic, key, self._value(shape, tx, "d", before, None), tx.ts_ms)]
         if key is not None:
-            records.append(ProducerRecord(shape.topic, key, None, tx.ts_ms))
+            records.append(ProducerRecord(shape.topic, key, None, tx.ts_ms, position))
         return records
 
     def truncate(self, shape: TableShape, tx: TxContext) -> list[ProducerRecord]:
@@ -184,6 +185,20 @@ def truncate_marker(topic: str, value: bytes, ts_ms: int, partition: int, partit
         if partition_for_key(key, partitions) == partition:
             return ProducerRecord(topic, key, value, ts_ms)
         n += 1
+
+
+LSN_HEADER = "lsn"
+SEQUENCE_HEADER = "sequence"
+
+
+def tombstone_headers(lsn: int, sequence: int) -> tuple[tuple[str, bytes], ...]:
+    """The headers of a tombstone: the ``(lsn, sequence)`` of the delete it follows.
+
+    Compaction keeps a key's tombstone and drops the delete event before it, so a consumer that reads
+    the key for the first time after compaction sees only the tombstone; these headers let it apply the
+    deletion at its place in commit order (docs/event-format.md).
+    """
+    return ((LSN_HEADER, b"%d" % lsn), (SEQUENCE_HEADER, b"%d" % sequence))
 
 
 def _unchanged_headers(unchanged: list[str]) -> tuple[tuple[str, bytes], ...]:

@@ -12,6 +12,12 @@ the batch:
   event (key ``None``) is kept as is.
 - :func:`fold_all` keeps every event, in order (the history view needs each version).
 
+A tombstone that carries the position of its deletion (the ``lsn``/``sequence`` headers, see
+``docs/event-format.md``) is read as a delete of its key at that position: compaction drops the delete
+event and keeps only the tombstone, so a view that reads the key after compaction still deletes it. A
+tombstone right after its own delete event (an uncompacted log) adds nothing and is skipped; a tombstone
+without those headers carries no position and is skipped too.
+
 A partial row whose missing columns are not found in the batch keeps them listed in
 :attr:`Event.unchanged`; the MERGE then takes those columns from the row already in the table. An event
 whose value is not a readable envelope is kept with :attr:`Event.error` set, so the caller can route it
@@ -69,12 +75,31 @@ class Event:
         return self.lsn, self.seq
 
 
+def tombstone_envelope(lsn: int, seq: int, ts_ms: int) -> str:
+    """The envelope a tombstone stands for: a delete at ``(lsn, seq)`` whose row is its key."""
+    return ('{"before":null,"after":null,"op":"d","source":{"lsn":%d,"sequence":%d,"ts_ms":%d}}'
+            % (lsn, seq, ts_ms))
+
+
 def decode(
-    topic: str, partition: int, offset: int, key: str | None, value: str | None, unchanged: str | None
+    topic: str,
+    partition: int,
+    offset: int,
+    key: str | None,
+    value: str | None,
+    unchanged: str | None,
+    deleted_lsn: int | None = None,
+    deleted_seq: int | None = None,
+    timestamp_ms: int = 0,
 ) -> Event | None:
-    """Decode one log record; ``None`` for a tombstone, an event with ``error`` for a bad value."""
+    """Decode one log record; a delete for a positioned tombstone, ``None`` for any other tombstone, an
+    event with ``error`` for a bad value."""
     if value is None:
-        return None
+        if key is None or deleted_lsn is None:
+            return None
+        seq = deleted_seq or 0
+        return Event(topic, partition, offset, key, DELETE, deleted_lsn, seq, timestamp_ms,
+                     raw=tombstone_envelope(deleted_lsn, seq, timestamp_ms), extra={"tombstone": True})
     try:
         envelope = orjson.loads(value)
         source = envelope["source"]
@@ -132,6 +157,8 @@ def latest_per_key(events: Iterable[Event]) -> list[Event]:
             keyless.append(event)
         else:
             previous = latest.get(event.key)
+            if _repeats_delete(previous, event):
+                continue
             if previous is None or event.position >= previous.position:
                 latest[event.key] = fold(previous, event)
     head = [truncate] if truncate is not None else []
@@ -143,6 +170,8 @@ def fold_all(events: Iterable[Event]) -> list[Event]:
     previous: dict[str, Event] = {}
     out: list[Event] = []
     for event in events:
+        if _repeats_delete(previous.get(event.key) if event.key is not None else None, event):
+            continue
         if event.op == TRUNCATE:
             previous.clear()
         elif event.op != POISON and event.key is not None:
@@ -150,6 +179,12 @@ def fold_all(events: Iterable[Event]) -> list[Event]:
             previous[event.key] = event
         out.append(event)
     return out
+
+
+def _repeats_delete(previous: Event | None, event: Event) -> bool:
+    """Whether ``event`` is the tombstone of the delete event ``previous`` (same key and position)."""
+    return (event.extra.get("tombstone", False) and previous is not None and previous.op == DELETE
+            and previous.position == event.position)
 
 
 def envelope_text(event: Event) -> str | None:
@@ -180,16 +215,20 @@ def to_row(event: Event) -> tuple[Any, ...]:
 
 def decode_all(columns: dict[str, list[Any]]) -> Iterator[Event]:
     """Decode raw log rows given column-wise (the log source's column names)."""
-    for topic, partition, offset, key, value, unchanged in zip(
+    n = len(columns["topic"])
+    for topic, partition, offset, key, value, unchanged, deleted_lsn, deleted_seq, ts in zip(
         columns["topic"],
         columns["partition"],
         columns["offset"],
         columns["key"],
         columns["value"],
         columns["unchanged"],
+        columns.get("deleted_lsn", [None] * n),
+        columns.get("deleted_seq", [None] * n),
+        columns.get("timestamp_ms", [0] * n),
         strict=True,
     ):
-        event = decode(topic, partition, offset, key, value, unchanged)
+        event = decode(topic, partition, offset, key, value, unchanged, deleted_lsn, deleted_seq, ts or 0)
         if event is not None:
             yield event
 
@@ -221,7 +260,7 @@ def reduce_vectorised(table: Any, mode: str) -> Any | None:
     import pyarrow.compute as pc
     import pyarrow.json as pj
 
-    table = table.filter(pc.is_valid(table.column("value")))
+    table = _with_tombstone_envelopes(table)
     schema = _out_schema()
     if table.num_rows == 0:
         return schema.empty_table()
@@ -255,6 +294,10 @@ def reduce_vectorised(table: Any, mode: str) -> Any | None:
         return None
     seq = pc.fill_null(source.field("sequence"), 0)
     ts = pc.fill_null(source.field("ts_ms"), 0)
+    repeated = _tombstones_after_their_delete(table, op, lsn, seq)
+    if repeated is not None:
+        keep = pc.invert(repeated)
+        table, values, op, lsn, seq, ts = (x.filter(keep) for x in (table, values, op, lsn, seq, ts))
     n = table.num_rows
     columns = {
         "topic": table.column("topic").combine_chunks(),
@@ -287,6 +330,53 @@ def reduce_vectorised(table: Any, mode: str) -> Any | None:
     chosen = pc.sort_indices(pa.chunked_array([keyless, *rows.chunks] if isinstance(rows, pa.ChunkedArray) else [keyless, rows]))
     picked = pa.chunked_array([keyless, *(rows.chunks if isinstance(rows, pa.ChunkedArray) else [rows])]).take(chosen)
     return out.take(picked)
+
+
+def _with_tombstone_envelopes(table: Any) -> Any:
+    """Raw rows without tombstones, except positioned ones, whose value becomes :func:`tombstone_envelope`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    valued = pc.is_valid(table.column("value"))
+    if "deleted_lsn" not in table.column_names:
+        return table.filter(valued)
+    tombstone = pc.and_(pc.and_(pc.invert(valued), pc.is_valid(table.column("deleted_lsn"))),
+                        pc.is_valid(table.column("key")))
+    table = table.filter(pc.or_(valued, tombstone))
+    if table.num_rows == 0 or not pc.any(pc.is_null(table.column("value"))).as_py():
+        return table
+
+    def text(name: str, fill: int = 0) -> Any:
+        return pc.fill_null(table.column(name), fill).cast(pa.string())
+
+    synthesized = pc.binary_join_element_wise(
+        '{"before":null,"after":null,"op":"d","source":{"lsn":', text("deleted_lsn"), ',"sequence":',
+        text("deleted_seq"), ',"ts_ms":', text("timestamp_ms"), "}}", "",
+    )
+    values = pc.coalesce(table.column("value"), synthesized)
+    return table.set_column(table.column_names.index("value"), "value", values)
+
+
+def _tombstones_after_their_delete(table: Any, op: Any, lsn: Any, seq: Any) -> Any | None:
+    """Mask of the tombstones whose delete event is the row right before them (same key and position)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if "deleted_lsn" not in table.column_names or table.num_rows < 2:
+        return None
+    tombstone = pc.is_valid(table.column("deleted_lsn").combine_chunks())
+    if not pc.any(tombstone).as_py():
+        return None
+    key = table.column("key").combine_chunks()
+    n = table.num_rows
+
+    def previous(array: Any) -> Any:
+        return pa.concat_arrays([pa.nulls(1, array.type), array.slice(0, n - 1)])
+
+    same = pc.and_(pc.equal(previous(key), key), pc.equal(previous(op), pa.scalar(DELETE)))
+    same = pc.and_(same, pc.and_(pc.equal(previous(lsn), lsn), pc.equal(previous(seq), seq)))
+    same = pc.and_(same, pc.invert(previous(tombstone)))
+    return pc.fill_null(pc.and_(tombstone, same), False)
 
 
 def _in_position_order(lsn: Any, seq: Any) -> bool:

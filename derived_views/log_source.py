@@ -49,8 +49,10 @@ if TYPE_CHECKING:
 #: Columns of every row the source yields, in order.
 RAW_DDL = (
     "topic string, partition int, offset bigint, key string, value string, "
-    "timestamp_ms bigint, unchanged string"
+    "timestamp_ms bigint, unchanged string, deleted_lsn bigint, deleted_seq bigint"
 )
+"""``unchanged`` is the record's ``unchanged`` header (JSON text); ``deleted_lsn``/``deleted_seq`` are a
+tombstone's ``lsn``/``sequence`` headers, the position of the deletion it stands for (null otherwise)."""
 
 #: ``{"topic": {"partition": next_offset}}``.
 Offsets = dict[str, dict[str, int]]
@@ -142,8 +144,10 @@ def _arrow_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
     import pyarrow as pa
 
     columns = list(zip(*rows, strict=True))
-    types = [pa.string(), pa.int32(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.string()]
-    names = ["topic", "partition", "offset", "key", "value", "timestamp_ms", "unchanged"]
+    types = [pa.string(), pa.int32(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.string(), pa.int64(),
+             pa.int64()]
+    names = ["topic", "partition", "offset", "key", "value", "timestamp_ms", "unchanged", "deleted_lsn",
+             "deleted_seq"]
     return pa.RecordBatch.from_arrays([pa.array(col, type=t) for col, t in zip(columns, types, strict=True)], names)
 
 
@@ -177,6 +181,11 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
                 if record.offset >= partition.end:
                     break
                 unchanged = record.header("unchanged")
+                deleted_lsn = deleted_seq = None
+                if record.value is None:
+                    lsn, seq = record.header("lsn"), record.header("sequence")
+                    deleted_lsn = None if lsn is None else int(lsn)
+                    deleted_seq = None if seq is None else int(seq)
                 rows.append(
                     (
                         record.topic,
@@ -186,6 +195,8 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
                         None if record.value is None else record.value.decode(),
                         record.timestamp_ms,
                         None if unchanged is None else unchanged.decode(),
+                        deleted_lsn,
+                        deleted_seq,
                     )
                 )
             if not records:

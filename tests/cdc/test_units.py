@@ -195,6 +195,8 @@ def test_delete_tombstone_truncate_and_key_change() -> None:
     delete, tombstone = builder.delete(_shape(), "K", ("1", None, None), tx)
     assert orjson.loads(delete.value or b"")["before"] == {"id": 1} and tombstone.value is None
     assert tombstone.key == delete.key == b'{"id":1}'
+    source = orjson.loads(delete.value or b"")["source"]
+    assert tombstone.headers == (("lsn", b"%d" % source["lsn"]), ("sequence", b"%d" % source["sequence"]))
     records = builder.update(_shape(), "K", ("1", None, None), ("2", "x", "3"), tx)
     assert [orjson.loads(r.value)["op"] if r.value else None for r in records] == ["d", None, "c"]
     truncates = builder.truncate(_shape(), tx)

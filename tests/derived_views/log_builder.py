@@ -98,11 +98,12 @@ class Transaction:
         self._add(table, self._key(table, row), self._envelope(table, "u", None, after), headers)
 
     def delete(self, table: str, key_row: Mapping[str, Any]) -> None:
-        """A delete (before holds the key columns) followed by its tombstone."""
+        """A delete (before holds the key columns) followed by its tombstone (with the delete's position)."""
         key = self._key(table, key_row)
         before = json.loads(key)
+        position = (("lsn", b"%d" % self.lsn), ("sequence", b"%d" % self.sequence))
         self._add(table, key, self._envelope(table, "d", before, None))
-        self._add(table, key, None)
+        self._add(table, key, None, position)
 
     def truncate(self, table: str) -> None:
         """A truncate marker written to every partition of the table's topic.

@@ -67,16 +67,21 @@ def test_keyless_events_are_all_kept_and_poison_passes_through() -> None:
     assert [e.op for e in out] == ["c", "c", "?"]
 
 
-def _raw(rows: list[tuple[str | None, str | None, str | None]]) -> object:
-    """Raw log rows ``(key, value, unchanged)`` of one partition as an Arrow table, offsets 0.."""
+def _raw(rows: list[tuple[str | None, str | None, str | None]],
+         deleted: dict[int, tuple[int, int]] | None = None) -> object:
+    """Raw log rows ``(key, value, unchanged)`` of one partition as an Arrow table, offsets 0..;
+    ``deleted`` gives the tombstones' positions by row index."""
     import pyarrow as pa
 
     n = len(rows)
+    deleted = deleted or {}
     return pa.table({
         "topic": pa.array(["t"] * n), "partition": pa.array([0] * n, pa.int32()),
         "offset": pa.array(range(n), pa.int64()), "key": pa.array([r[0] for r in rows], pa.string()),
-        "value": pa.array([r[1] for r in rows], pa.string()), "timestamp_ms": pa.array([0] * n, pa.int64()),
+        "value": pa.array([r[1] for r in rows], pa.string()), "timestamp_ms": pa.array([7] * n, pa.int64()),
         "unchanged": pa.array([r[2] for r in rows], pa.string()),
+        "deleted_lsn": pa.array([deleted[i][0] if i in deleted else None for i in range(n)], pa.int64()),
+        "deleted_seq": pa.array([deleted[i][1] if i in deleted else None for i in range(n)], pa.int64()),
     })
 
 
@@ -124,3 +129,35 @@ def test_vectorised_reduction_leaves_folds_truncates_and_poison_to_the_per_event
     assert reduce_vectorised(_raw(poison), "all") is None
     out = reduce_table(_raw(poison).to_batches(), "all").to_pylist()
     assert out[0]["op"] == "?" and out[0]["value"] == "{not json" and out[1]["op"] == "c"
+
+
+def test_positioned_tombstone_is_a_delete_of_its_key() -> None:
+    event = decode("t", 1, 8, '{"id":1}', None, None, 40, 2, 9)
+    assert event is not None and (event.op, event.lsn, event.seq, event.commit_ts_ms) == ("d", 40, 2, 9)
+    assert json.loads(event.raw or "")["op"] == "d"
+    assert decode("t", 1, 8, None, None, None, 40, 2, 9) is None
+
+
+def test_compacted_delete_survives_as_its_tombstone_in_both_reductions() -> None:
+    """After compaction only the tombstone of a deleted key is left: both paths must delete the key."""
+    from derived_views.events import decode_all, reduce_events_python, reduce_vectorised
+
+    rows = [
+        ('{"id":2}', None, None),                                      # compacted: the delete is gone
+        ('{"id":1}', _env("c", 10, 0, {"id": 1, "n": 1}), None),
+        ('{"id":3}', _env("d", 30, 0, None, {"id": 3}), None),          # uncompacted: delete + its tombstone
+        ('{"id":3}', None, None),
+        ('{"id":4}', None, None),                                      # re-inserted after its delete
+        ('{"id":4}', _env("c", 40, 0, {"id": 4, "n": 4}), None),
+    ]
+    table = _raw(rows, {0: (20, 1), 3: (30, 0), 4: (35, 0)})
+    for mode in ("latest", "all"):
+        fast = reduce_vectorised(table, mode)
+        slow = reduce_events_python(list(decode_all(table.to_pydict())), mode)
+        assert fast is not None
+        assert fast.to_pylist() == sorted(slow.to_pylist(), key=lambda r: r["offset"])
+    latest = {(r["key"], r["op"], r["lsn"], r["seq"]) for r in reduce_vectorised(table, "latest").to_pylist()}
+    assert latest == {('{"id":2}', "d", 20, 1), ('{"id":1}', "c", 10, 0), ('{"id":3}', "d", 30, 0),
+                      ('{"id":4}', "c", 40, 0)}
+    history = [(r["key"], r["op"]) for r in reduce_vectorised(table, "all").to_pylist()]
+    assert history == [('{"id":2}', "d"), ('{"id":1}', "c"), ('{"id":3}', "d"), ('{"id":4}', "d"), ('{"id":4}', "c")]

@@ -122,3 +122,31 @@ def test_truncate_poison_and_schema_change(ctx: ViewContext, log: LogBuilder) ->
     closed = {r["id"]: r for r in history if r["id"] in (1, 2)}
     assert all(not r["_cdc_is_current"] and r["_cdc_valid_to_seq"] == -1 for r in closed.values())
     assert {r["id"] for r in history if r["_cdc_is_current"]} == {3, 4}
+
+
+def test_delete_compacted_to_its_tombstone_still_deletes(ctx: ViewContext, log: LogBuilder) -> None:
+    """A view that lags behind compaction sees only the tombstone of a deleted key, and deletes it."""
+    from derived_views import warehouse
+
+    with log.transaction() as tx:
+        for pid in (1, 2, 3):
+            tx.insert("public.products", product(pid))
+    _sync(ctx)
+    with log.transaction() as tx:
+        tx.delete("public.products", {"id": 2})
+    with log.transaction() as tx:
+        tx.delete("public.products", {"id": 3})
+    with log.transaction() as tx:
+        tx.insert("public.products", product(3, "Back again"))
+    log.heartbeat()
+    log.log.roll()
+    log.log.compact()
+    kept = [r for p in range(log.partitions)
+            for r in log.log.read(__import__("log_store").TopicPartition(log.topic("public.products"), p), 0)]
+    assert not any(r.value is not None and b'"op":"d"' in r.value for r in kept), "compaction kept a delete event"
+    _sync(ctx)
+    rows = _current(ctx, "public.products")
+    assert sorted(rows) == [1, 3] and rows[3]["name"] == "Back again"
+    history = ctx.spark.read.format("delta").load(warehouse.history_path(ctx, "public.products")).collect()
+    current = sorted((r["id"], r["name"]) for r in history if r["_cdc_is_current"])
+    assert current == [(1, "Lamp"), (3, "Back again")]
