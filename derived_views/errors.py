@@ -11,6 +11,7 @@ Hierarchy::
     ├── MissingTableError     a Delta table a command needs does not exist yet
     ├── LogUnavailableError   the log has no topic or no watermark to read up to
     ├── SourceSchemaError     the schema topic lacks a table a view needs
+    ├── ViewBusyError         another process is syncing or rebuilding the same view
     └── VerifyMismatchError   ``cdc verify`` found differences (exit code 4)
 """
 
@@ -56,6 +57,18 @@ class LogUnavailableError(ViewError):
 
 class SourceSchemaError(ViewError):
     """The schema topic has no column list for a source table a view needs."""
+
+
+class ViewBusyError(ViewError):
+    """Another process holds the sync lock of a view."""
+
+    def __init__(self, view: str, lock_path: str, pid: int | None) -> None:
+        holder = f"process {pid}" if pid is not None else "another process"
+        super().__init__(
+            f"view {view!r} is being synced or rebuilt by {holder} (lock {lock_path}): only one "
+            "`cdc sync`/`cdc rebuild` may write a view at a time; wait for it to finish or stop it, then retry"
+        )
+        self.view = view
 
 
 class VerifyMismatchError(ViewError):

@@ -3,21 +3,32 @@
 A sync step reads the log's latest commit watermark once and brings every table of the chosen views to
 it; each table commits its data together with its new progress, so a process killed at any point
 resumes exactly (tables already at the watermark are skipped, the others re-read only what they lack).
+
+One writer per view: a step, a continuous loop and a rebuild hold the view's lock file
+(``<views dir>/_locks/<view>.lock``, an exclusive ``flock`` the kernel releases when the holder exits)
+for as long as they write it, and a second process gets :class:`ViewBusyError` at once. Two processes
+applying the same pending range would otherwise both see it as pending; a blind append (an
+insert-only batch) would then land twice. The lock needs a local (or POSIX-locking) views directory;
+with a views directory on object storage the scheduler must not start overlapping runs of one view.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
 from derived_views import cache, search, warehouse
 from derived_views.apply import Range
 from derived_views.context import ViewContext
-from derived_views.errors import LogUnavailableError, UnknownViewError
+from derived_views.errors import LogUnavailableError, UnknownViewError, ViewBusyError
 from derived_views.log_source import LogWatermark, read_watermark
+from log_store.errors import LogLockedError
+from log_store.lock import FileLock
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -69,8 +80,34 @@ def latest(ctx: ViewContext) -> LogWatermark | None:
     return watermark
 
 
+@contextmanager
+def view_locks(ctx: ViewContext, names: list[str]) -> Iterator[None]:
+    """Hold the lock of every named view (see the module docstring); raise :class:`ViewBusyError` at once
+    when another process holds one. Nothing is locked when the views directory is not a local path."""
+    if "://" in ctx.views_dir and not ctx.views_dir.startswith("file://"):
+        yield
+        return
+    directory = Path(ctx.views_dir.removeprefix("file://")) / "_locks"
+    directory.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as stack:
+        for name in sorted(set(names)):
+            lock = FileLock(directory / f"{name}.lock")
+            try:
+                lock.acquire()
+            except LogLockedError as exc:
+                raise ViewBusyError(name, str(exc.lock_path), exc.pid) from None
+            stack.callback(lock.release)
+        yield
+
+
 def step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepReport:
-    """Bring the named views to the latest watermark (rebuild them from offset 0 when ``replace``)."""
+    """Bring the named views to the latest watermark (rebuild them from offset 0 when ``replace``),
+    holding their locks."""
+    with view_locks(ctx, names):
+        return _step(ctx, names, replace=replace)
+
+
+def _step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepReport:
     watermark = latest(ctx)
     if watermark is None:
         if replace:
@@ -94,12 +131,24 @@ def continuous(
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[StepReport], None] = lambda report: None,
 ) -> None:
-    """Sync whenever the watermark moves, polling it every ``interval`` seconds until ``should_stop()``."""
+    """Sync whenever the watermark moves, polling it every ``interval`` seconds until ``should_stop()``;
+    the views' locks are held throughout."""
+    with view_locks(ctx, names):
+        _loop(ctx, names, interval, should_stop, on_step)
+
+
+def _loop(
+    ctx: ViewContext,
+    names: list[str],
+    interval: float,
+    should_stop: Callable[[], bool],
+    on_step: Callable[[StepReport], None],
+) -> None:
     seen: str | None = None
     while not should_stop():
         watermark = latest(ctx)
         if watermark is not None and watermark.position != seen:
-            report = step(ctx, names)
+            report = _step(ctx, names)
             seen = report.watermark.position if report.watermark else None
             on_step(report)
             continue

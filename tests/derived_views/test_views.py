@@ -154,3 +154,37 @@ def test_no_view_syncs_to_a_snapshot_still_being_copied(ctx: ViewContext, log: L
     report = runner.step(ctx, ["warehouse"])
     assert report.watermark is None and report.events == {}
     assert runner.latest(ctx) is None
+
+
+def test_a_second_process_cannot_sync_a_view_being_synced(ctx: ViewContext, log: LogBuilder) -> None:
+    """Two writers of one view could both apply the same pending range (an append would land twice)."""
+    import subprocess
+    import sys
+
+    from derived_views import runner
+    from derived_views.errors import ViewBusyError
+
+    with log.transaction() as tx:
+        tx.insert("public.products", product(1))
+    holder = subprocess.Popen(
+        [sys.executable, "-c",
+         "import sys, types\n"
+         "from derived_views.runner import view_locks\n"
+         f"ctx = types.SimpleNamespace(views_dir={ctx.views_dir!r})\n"
+         "with view_locks(ctx, ['warehouse']):\n"
+         "    print('locked', flush=True)\n"
+         "    sys.stdin.readline()\n"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        with pytest.raises(ViewBusyError, match=rf"view 'warehouse' is being synced or rebuilt by process {holder.pid}"):
+            runner.step(ctx, ["warehouse", "cache"])
+        runner.step(ctx, ["cache"])  # another view is free
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.write("\n")
+        holder.stdin.flush()
+        holder.wait(timeout=30)
+    report = runner.step(ctx, ["warehouse"])  # the lock went with its holder
+    assert report.events["warehouse"] > 0
