@@ -6,7 +6,8 @@ Paths below ``CDC_DATA_DIR``:
 - ``search/documents``: one row per product: the product's columns, ``category_name`` and the SCD1
   metadata columns. Maintained as a table-table join: a product event re-joins that product with the
   current categories; a category event re-indexes exactly the documents whose ``category_id`` is that
-  category (renaming a category touches its products and nothing else).
+  category (renaming a category touches its products and nothing else), except the documents a products
+  truncate of the same batch removes.
 - ``search/terms``: one row per (document, term): ``id``, ``term``, ``tf`` (occurrences) and
   ``doc_len`` (tokens in the document). Tokens come from name, description, tags and category name
   (:func:`derived_views.bm25.tokenize`).
@@ -108,6 +109,10 @@ def _documents(ctx: ViewContext, rng: Range, replace: bool) -> TableResult | Non
         existing = ctx.spark.read.format("delta").load(docs_path)
         if not cat_truncated:
             existing = existing.filter(F.col("category_id").isin(changed))
+        if batch.facts.truncates:
+            # a document older than a products truncate of this batch is deleted by it: re-indexing it
+            # with the category's newer position would bring it back
+            existing = existing.filter(F.col(LSN) >= max(batch.facts.truncates))
         refresh = (
             existing.drop("category_name")
             .join(in_batch, F.col(KEY) == F.col("_in_batch"), "left_anti")

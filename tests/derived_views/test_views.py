@@ -63,6 +63,25 @@ def test_search_reindexes_exactly_the_renamed_categorys_products(ctx: ViewContex
     assert [h.id for h in search.query(ctx, "lamp")] == [1]
 
 
+def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewContext, log: LogBuilder) -> None:
+    """Re-indexing a renamed category's products must not bring back products truncated before it."""
+    from derived_views import runner, search
+
+    _seed(log)
+    runner.step(ctx, ["search"])
+    with log.transaction() as tx:
+        tx.truncate("public.products")
+    with log.transaction() as tx:
+        tx.insert("public.products", product(4, "Desk lamp", category=1))
+    with log.transaction() as tx:
+        tx.update("public.categories", {"id": 1, "name": "Illumination"})
+    runner.step(ctx, ["search"])
+    docs = {r["id"]: r["category_name"] for r in ctx.spark.read.format("delta").load(search.path(ctx, "documents")).collect()}
+    assert docs == {4: "Illumination"}
+    assert [h.id for h in search.query(ctx, "lamp")] == [4]
+    assert search.query(ctx, "hose") == []
+
+
 def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBuilder) -> None:
     from derived_views import cache, runner
 
