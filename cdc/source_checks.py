@@ -23,6 +23,8 @@ class Check:
     name: str
     ok: bool
     message: str
+    #: a passed check whose ``message`` is still worth reading (a consequence the user should know)
+    warning: bool = False
 
 
 def _connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
@@ -95,12 +97,24 @@ def _table_checks(conn: psycopg.Connection[tuple[object, ...]], settings: Settin
                             f"the role cannot read {name}; GRANT SELECT ON {name} TO the capture role (a table added "
                             "to the publication later needs the same grant before capture can snapshot it: ALTER "
                             "DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES TO the capture role covers new tables)"))
-        keyed = bool(has_key) or identity == "f"
-        checks.append(Check(
-            f"table {name} key", keyed,
-            f"table {name} has no primary key or replica identity: inserts are captured with a null key but "
-            f"updates and deletes fail on the source; add a primary key or run ALTER TABLE {name} REPLICA IDENTITY FULL",
-        ))
+        if has_key:
+            checks.append(Check(f"table {name} key", True, ""))
+        elif identity == "f":
+            checks.append(Check(
+                f"table {name} key", True,
+                f"table {name} has no primary key: with REPLICA IDENTITY FULL its updates and deletes are captured, "
+                "but with a null key, so its topic is not compacted and the warehouse keeps it append-only (every "
+                "inserted or updated row is added, deletes are not applied); to mirror it row for row add a primary "
+                f"key, or ALTER TABLE {name} REPLICA IDENTITY USING INDEX on a unique index of NOT NULL columns",
+                warning=True,
+            ))
+        else:
+            checks.append(Check(
+                f"table {name} key", False,
+                f"table {name} has no primary key or replica identity: inserts are captured with a null key but "
+                "updates and deletes fail on the source; add a primary key (or REPLICA IDENTITY USING INDEX on a "
+                f"unique index), or run ALTER TABLE {name} REPLICA IDENTITY FULL to capture it append-only",
+            ))
     return checks
 
 

@@ -18,7 +18,8 @@ def setup(ctx: object, check_only: bool) -> None:
     checks = run_checks(settings)
     failed = [check for check in checks if not check.ok]
     for check in checks:
-        click.echo(f"{'ok  ' if check.ok else 'FAIL'} {check.name}" + ("" if check.ok else f": {check.message}"))
+        label = "FAIL" if not check.ok else "warn" if check.warning else "ok  "
+        click.echo(f"{label} {check.name}" + (f": {check.message}" if label != "ok  " else ""))
     if failed:
         first = failed[0].message if len(failed) == 1 else f"{failed[0].message} (and {len(failed) - 1} more above)"
         raise SourceError(first)

@@ -41,6 +41,8 @@ def test_setup_reports_a_missing_key_in_one_line(reference_db: str, tmp_path: Pa
     result = subprocess.run([CDC, "setup"], env=_env(reference_db, tmp_path), capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "slot cdc_slot: created" in result.stdout
+    (warning,) = [line for line in result.stdout.splitlines() if line.startswith("warn ")]
+    assert warning.startswith("warn table public.nokey key: table public.nokey has no primary key") and "append-only" in warning
 
 
 def test_setup_reports_wal_level_replica_then_too_few_slots_in_one_line(tmp_path: Path) -> None:
