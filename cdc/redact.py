@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import re
 
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@\s]*)@")
+#: The password runs to the *last* ``@`` of the authority (before any ``/``, ``?``, ``#``, quote or space),
+#: so a password holding a raw ``@`` is hidden whole.
+_URL_PASSWORD = re.compile(
+    r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^/?#\s\"']*)@(?=[^@/?#\s\"']*(?:[/?#\s\"']|$))"
+)
 _KV_PASSWORD = re.compile(r"""(?P<key>password\s*=\s*)(?P<pw>'[^']*'|[^\s"',}&;]+)""", re.IGNORECASE)
 
 REDACTED = "***"

@@ -21,6 +21,9 @@ from cdc.redact import redact_url
         ("password='with space' dbname=x", "password=*** dbname=x"),
         ('{"url": "postgresql://a:b@c/d"}', '{"url": "postgresql://a:***@c/d"}'),
         ("postgresql://app@db/shop", "postgresql://app@db/shop"),
+        ("postgresql://app:p@ss@db:5432/shop", "postgresql://app:***@db:5432/shop"),
+        ("url postgresql://app:a@b@c@db/shop and mail x@y", "url postgresql://app:***@db/shop and mail x@y"),
+        ("'postgresql://a:b@c'", "'postgresql://a:***@c'"),
     ],
 )
 def test_redact_url(text: str, expected: str) -> None:
