@@ -62,6 +62,8 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from cdc.catalog import Catalog, PublishedTable
 from cdc.errors import PrivilegeError, SlotError, SourceError
 from cdc.events import EventBuilder, TxContext, mark_last_read
+from cdc.gc_tuning import relaxed_gc
+from cdc.key_changes import KeyChangeValues, LogRows, discarded_values
 from cdc.lsn import Lsn
 from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
@@ -69,7 +71,7 @@ from cdc.snapshot import SnapshotReader
 from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
-from cdc.transport import Keepalive, ReplicationConnection, XLogData
+from cdc.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
 from log_store import LogStore, ProducerRecord, TopicPartition
 
 log = logging.getLogger("cdc.capture")
@@ -343,7 +345,8 @@ class Capture:
                 if attempt.retry_state.attempt_number > 1:
                     self.stats.reconnects += 1
                     self.metrics.reconnects.inc()
-                self._stream()
+                with relaxed_gc():
+                    self._stream()
 
     def _stream(self) -> None:
         """One replication session; returns when stopped or drained, raises on connection loss."""
@@ -360,6 +363,7 @@ class Capture:
             last_discovery = time.monotonic()
             repl.start(self.settings.slot, Lsn(0), self.settings.publication)
             assembler = TransactionAssembler(tuning.memory_limit)
+            take = assembler.take
             pending: list[Transaction] = []
             pending_changes = 0
             first_pending = 0.0
@@ -369,37 +373,42 @@ class Capture:
             asked = False
             try:
                 while True:
-                    frame = repl.read(tuning.batch_seconds / 4 if pending else 0.25)
-                    if isinstance(frame, XLogData):
-                        # Only keepalives and commits move server_end: an XLogData header inside a
-                        # streamed block does not promise that earlier commits were all sent.
-                        tx = assembler.feed(frame.payload, frame.data_start)
-                        if tx is not None:
-                            server_end = max(server_end, tx.end_lsn)
-                            if tx.commit_lsn <= self.position:
-                                self.stats.skipped += 1
-                                self._skip(tx, repl, pending)
-                            else:
-                                if self._snapshot_due(tx.commit_lsn):
-                                    # every transaction before the boundary is here: rows, then tx
-                                    if pending:
+                    frames = repl.read_raw(tuning.batch_seconds / 4 if pending else 0.25)
+                    for data in frames:
+                        if take(data):
+                            continue  # a change of the open transaction, kept as bytes until its commit
+                        frame = decode_frame(data)
+                        if isinstance(frame, XLogData):
+                            # Only keepalives and commits move server_end: an XLogData header inside a
+                            # streamed block does not promise that earlier commits were all sent.
+                            tx = assembler.feed(frame.payload, frame.data_start)
+                            if tx is not None:
+                                server_end = max(server_end, tx.end_lsn)
+                                if tx.commit_lsn <= self.position:
+                                    self.stats.skipped += 1
+                                    self._skip(tx, repl, pending)
+                                else:
+                                    if pending and (self._snapshot_due(tx.commit_lsn) or tx.key_changes):
+                                        # a snapshot boundary: every transaction before it is here, so rows
+                                        # go first; a key change may read the log, which must hold all before it
                                         self._flush(pending, repl)
                                         pending, pending_changes = [], 0
-                                    self._write_table_snapshots(tx.commit_lsn, repl)
-                                if not pending:
-                                    first_pending = time.monotonic()
-                                pending.append(tx)
-                                pending_changes += tx.changes.count
-                    elif isinstance(frame, Keepalive):
-                        asked = False
-                        server_end = max(server_end, frame.wal_end)
-                        self.metrics.wal_bytes_behind.set(max(0, frame.wal_end - self.confirmed))
-                        if frame.reply_requested:
-                            repl.send_status(self.confirmed, self.confirmed)
-                            last_status = time.monotonic()
+                                    if self._snapshot_due(tx.commit_lsn):
+                                        self._write_table_snapshots(tx.commit_lsn, repl)
+                                    if not pending:
+                                        first_pending = time.monotonic()
+                                    pending.append(tx)
+                                    pending_changes += tx.changes.count
+                        elif isinstance(frame, Keepalive):
+                            asked = False
+                            server_end = max(server_end, frame.wal_end)
+                            self.metrics.wal_bytes_behind.set(max(0, frame.wal_end - self.confirmed))
+                            if frame.reply_requested:
+                                repl.send_status(self.confirmed, self.confirmed)
+                                last_status = time.monotonic()
                     now = time.monotonic()
                     if pending and (
-                        frame is None
+                        not frames
                         or pending_changes >= tuning.batch_changes
                         or now - first_pending >= tuning.batch_seconds
                         or self.stop.is_set()
@@ -425,7 +434,7 @@ class Capture:
                     if drained or (self.stop.is_set() and not pending):
                         repl.send_status(self.confirmed, self.confirmed)
                         return
-                    if frame is None and (self._target is not None or self._table_snapshots) and not asked:
+                    if not frames and (self._target is not None or self._table_snapshots) and not asked:
                         # ask where the server's WAL ends: a drain or a waiting snapshot needs to know
                         repl.send_status(self.confirmed, self.confirmed, reply=True)
                         asked = True
@@ -564,8 +573,12 @@ class Capture:
     def _skip(self, tx: Transaction, repl: ReplicationConnection, pending: list[Transaction]) -> None:
         """A transaction the log already holds: replay it only for its Relation messages."""
         assert self.replayer is not None
-        for _ in self.replayer.records(tx):
-            pass
+        self.replayer.builder.previous_values = discarded_values  # these records are never written
+        try:
+            for _ in self.replayer.records(tx):
+                pass
+        finally:
+            self.replayer.builder.previous_values = None
         tx.close()
         if not pending and tx.end_lsn > self.confirmed:
             self.confirmed = Lsn(tx.end_lsn)
@@ -576,7 +589,14 @@ class Capture:
         # The group is handed to the log as a generator: the log writes it in bounded chunks, so a
         # million-row transaction is never held in memory (its changes wait in a spill file until here).
         tally = [0, 0]
-        records = _counted(itertools.chain.from_iterable(self.replayer.records(tx) for tx in pending), tally)
+        changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(self.replayer.records(tx) for tx in pending)
+        wanted = self.replayer.key_changes(pending)
+        if wanted:
+            # key changes that leave TOAST values unchanged take them from the old key's row (cdc.key_changes)
+            values = KeyChangeValues(wanted, LogRows(self.log))
+            self.replayer.builder.previous_values = values
+            changes = values.watch(changes)
+        records = _counted(changes, tally)
         last = pending[-1]
         saved_schemas = dict(self.replayer.emitted_schemas)
         try:
@@ -584,6 +604,8 @@ class Capture:
         except BaseException:
             self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
             raise
+        finally:
+            self.replayer.builder.previous_values = None
         self.stats.events += tally[0]
         self.stats.groups += 1
         self.stats.transactions += len(pending)

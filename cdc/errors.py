@@ -35,3 +35,13 @@ class PrivilegeError(SourceError):
 
 class DecodeError(CdcError):
     """A pgoutput message could not be decoded (names the message type and LSN)."""
+
+
+class MissingValueError(CdcError):
+    """An update changed a row's key and left a TOAST value unchanged that neither the server nor the log holds.
+
+    Raised instead of writing the row without that value (promise 4); nothing of the transaction is
+    appended and the slot is not confirmed past it, so no data is lost.
+    """
+
+    exit_code = 4

@@ -16,7 +16,7 @@ Format: docs/event-format.md. Guarantees of this module:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
@@ -24,15 +24,20 @@ from typing import Any
 
 import orjson
 
+from cdc.errors import MissingValueError
 from cdc.pgoutput.messages import UNCHANGED, Tuple
+from cdc.row_codec import NULL, RowCodec
 from cdc.tables import TableShape
 from log_store.partitioner import partition_for_key
 from log_store.record import ProducerRecord
 
 UNCHANGED_HEADER = "unchanged"
-_new_record = partial(tuple.__new__, ProducerRecord)
+#: ``new_record((topic, key, value, timestamp_ms, headers))``: a ProducerRecord without the keyword machinery.
+new_record = partial(tuple.__new__, ProducerRecord)
 _SNAPSHOT_TRUE = b',"snapshot":"true","sequence":'
 _SNAPSHOT_LAST = b',"snapshot":"last","sequence":'
+#: ``(shape, old key, column names)`` -> those columns' JSON values in the old key's latest row.
+PreviousValues = Callable[[TableShape, bytes, list[str]], dict[str, bytes]]
 
 
 @dataclass(slots=True)
@@ -64,6 +69,38 @@ def _row(shape: TableShape, values: Tuple, old: Tuple | None = None) -> tuple[di
     return row, unchanged
 
 
+def _fragments(codec: RowCodec, values: Tuple, old: Tuple | None) -> tuple[list[bytes | None], list[int]]:
+    """Per-column JSON fragments of one tuple (``None`` for a column left out) and the unchanged columns' indexes.
+
+    An unchanged TOAST value is taken from ``old`` when the server sent the whole old row.
+    """
+    fragments: list[bytes | None] = []
+    unchanged: list[int] = []
+    fragment = codec.fragment
+    for index, value in enumerate(values[: codec.count]):
+        if value is UNCHANGED:
+            previous = old[index] if old is not None and index < len(old) else UNCHANGED
+            if previous is UNCHANGED:
+                unchanged.append(index)
+                fragments.append(None)
+            else:
+                fragments.append(fragment(index, previous))  # type: ignore[arg-type]
+        else:
+            fragments.append(fragment(index, value))  # type: ignore[arg-type]
+    fragments.extend([None] * (codec.count - len(fragments)))
+    return fragments, unchanged
+
+
+def missing_message(shape: TableShape, old_key: bytes, names: list[str], why: str) -> str:
+    """The :class:`~cdc.errors.MissingValueError` text: what is missing, why, and how to fix it."""
+    return (
+        f"an update of {shape.qualified} changed the key {old_key.decode(errors='replace')} and left "
+        f"{', '.join(names)} unchanged (TOAST), but {why}, so the new key's row would lack that value; "
+        f"run ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL so the server sends the old row, then "
+        "recreate the capture (cdc setup) to snapshot the table again"
+    )
+
+
 def _key_bytes(shape: TableShape, row: dict[str, Any]) -> bytes | None:
     names = [column.name for column in shape.columns if column.key]
     if not names:
@@ -78,6 +115,11 @@ class EventBuilder:
         self.prefix = prefix
         self.database = database
         self.partitions = partitions
+        #: Where a key-changing update finds the old row's unchanged TOAST values (set per group by capture).
+        self.previous_values: PreviousValues | None = None
+        self._head_ident: tuple[int, int, int, str] | None = None
+        self._heads: dict[int, tuple[TableShape, bytes]] = {}
+        self._insert_templates: dict[int, tuple[TableShape, bytes]] = {}
 
     def _value(self, shape: TableShape, tx: TxContext, op: str, before: Any, after: Any) -> bytes:
         envelope = {
@@ -113,29 +155,106 @@ class EventBuilder:
         start = tx.sequence
         tx.sequence += len(afters)
         values = list(map(template.__mod__, zip(afters, range(start, tx.sequence))))
-        return list(map(_new_record, zip(repeat(shape.topic), keys, values, repeat(tx.ts_ms), repeat(()))))
+        return list(map(new_record, zip(repeat(shape.topic), keys, values, repeat(tx.ts_ms), repeat(()))))
+
+    def _head(self, shape: TableShape, tx: TxContext) -> bytes:
+        """``{"connector":...,"snapshot":"false","sequence":`` of ``shape`` in ``tx`` (cached per transaction)."""
+        ident = (tx.lsn, tx.xid, tx.ts_ms, tx.snapshot)
+        if ident != self._head_ident:
+            self._head_ident = ident
+            self._heads.clear()
+            self._insert_templates.clear()
+        cached = self._heads.get(id(shape))
+        if cached is not None and cached[0] is shape:
+            return cached[1]
+        source = orjson.dumps({
+            "connector": "postgresql", "name": self.prefix, "db": self.database, "schema": shape.schema,
+            "table": shape.table, "lsn": tx.lsn, "txId": tx.xid, "ts_ms": tx.ts_ms, "snapshot": tx.snapshot,
+        })
+        head = source[:-1] + b',"sequence":'
+        self._heads[id(shape)] = (shape, head)
+        return head
+
+    def _envelope(self, shape: TableShape, tx: TxContext, op: bytes, before: bytes, after: bytes) -> bytes:
+        """The envelope around ``before``/``after`` JSON, byte for byte what :meth:`_value` writes for dicts."""
+        sequence = tx.sequence
+        tx.sequence += 1
+        return (b'{"before":' + before + b',"after":' + after + b',"op":"' + op + b'","source":'
+                + self._head(shape, tx) + b'%d},"ts_ms":%d}' % (sequence, time.time_ns() // 1_000_000))
+
+    def insert_template(self, shape: TableShape, tx: TxContext) -> bytes:
+        """``%``-template of an insert of ``shape`` in ``tx``: column fragments, then sequence and ``ts_ms``."""
+        head = self._head(shape, tx)
+        cached = self._insert_templates.get(id(shape))
+        if cached is not None and cached[0] is shape:
+            return cached[1]
+        template = (b'{"before":null,"after":' + shape.codec.after_template + b',"op":"c","source":'
+                    + head.replace(b"%", b"%%") + b'%d},"ts_ms":%d}')
+        self._insert_templates[id(shape)] = (shape, template)
+        return template
+
+    def insert_payload(self, shape: TableShape, payload: bytes, pos: int, tx: TxContext, now_ms: int) -> ProducerRecord | None:
+        """The ``op=c`` record of an Insert whose TupleData starts at ``pos`` of ``payload``, straight from the bytes.
+
+        ``None`` when the row needs the general path (:meth:`insert` on the decoded message); ``now_ms``
+        is the top-level ``ts_ms``. The streaming replay inlines this (:mod:`cdc.streaming`).
+        """
+        encoded = shape.codec.insert_encoder()(payload, pos, self.insert_template(shape, tx), tx.sequence, now_ms)
+        if encoded is None:
+            return None
+        tx.sequence += 1
+        return new_record((shape.topic, encoded[0], encoded[1], tx.ts_ms, ()))
 
     def insert(self, shape: TableShape, new: Tuple, tx: TxContext) -> list[ProducerRecord]:
-        after, _ = _row(shape, new)
-        return [ProducerRecord(shape.topic, _key_bytes(shape, after), self._value(shape, tx, "c", None, after), tx.ts_ms)]
+        codec = shape.codec
+        fragments, _ = _fragments(codec, new, None)
+        after = codec.obj(fragments)
+        return [ProducerRecord(shape.topic, codec.key(fragments), self._envelope(shape, tx, b"c", b"null", after), tx.ts_ms)]
 
     def update(self, shape: TableShape, old_kind: str | None, old: Tuple | None, new: Tuple, tx: TxContext) -> list[ProducerRecord]:
-        """``op=u``; when the key changed, a delete + tombstone of the old key, then a create."""
-        before = None
+        """``op=u``; when the key changed, a delete + tombstone of the old key, then a create.
+
+        A key change that leaves TOAST values unchanged (the server sends only the old key, ``K``) gets
+        those values from :attr:`previous_values` (see :mod:`cdc.key_changes`): the create of the new
+        key is a full row, since compaction folds a partial row only onto the *same* key's previous
+        value and the new key has none. Without a way to recover them it raises
+        :class:`~cdc.errors.MissingValueError` rather than write a row that lacks a value.
+        """
+        codec = shape.codec
+        fragments, unchanged = _fragments(codec, new, old if old_kind == "O" else None)
+        key = codec.key(fragments)
+        before = b"null"
         if old is not None:
-            before, _ = _row(shape, old)
+            old_fragments, _ = _fragments(codec, old, None)
             if old_kind == "K":
-                before = {c.name: before.get(c.name) for c in shape.columns if c.key}
-        after, unchanged = _row(shape, new, old if old_kind == "O" else None)
-        key = _key_bytes(shape, after)
-        if before is not None and key is not None:
-            old_key = _key_bytes(shape, before)
-            if old_key != key:
-                records = self._delete(shape, old_key, before, tx)
-                records.append(ProducerRecord(shape.topic, key, self._value(shape, tx, "c", None, after), tx.ts_ms,
-                                              _unchanged_headers(unchanged)))
+                old_fragments = [(f if f is not None else NULL) if i in codec.keys else None
+                                 for i, f in enumerate(old_fragments)]
+            before = codec.obj(old_fragments)
+            old_key = codec.key(old_fragments)
+            if key is not None and old_key != key:
+                if unchanged:
+                    fragments = self._recovered(shape, old_key, fragments, unchanged)  # type: ignore[arg-type]
+                    unchanged = []
+                before_row, _ = _row(shape, old)
+                if old_kind == "K":
+                    before_row = {c.name: before_row.get(c.name) for c in shape.columns if c.key}
+                records = self._delete(shape, old_key, before_row, tx)
+                records.append(ProducerRecord(shape.topic, key, self._envelope(shape, tx, b"c", b"null", codec.obj(fragments)),
+                                              tx.ts_ms))
                 return records
-        return [ProducerRecord(shape.topic, key, self._value(shape, tx, "u", before, after), tx.ts_ms, _unchanged_headers(unchanged))]
+        headers = _unchanged_headers([codec.names[i] for i in unchanged])
+        return [ProducerRecord(shape.topic, key, self._envelope(shape, tx, b"u", before, codec.obj(fragments)), tx.ts_ms, headers)]
+
+    def _recovered(self, shape: TableShape, old_key: bytes, fragments: list[bytes | None], unchanged: list[int]) -> list[bytes | None]:
+        """``fragments`` with the unchanged columns filled from the old key's row (:attr:`previous_values`)."""
+        names = [shape.codec.names[i] for i in unchanged]
+        if self.previous_values is None:
+            raise MissingValueError(missing_message(shape, old_key, names, "no earlier record of the row can be read"))
+        values = self.previous_values(shape, old_key, names)
+        filled = list(fragments)
+        for index, name in zip(unchanged, names, strict=True):
+            filled[index] = values[name]
+        return filled
 
     def delete(self, shape: TableShape, old_kind: str, old: Tuple, tx: TxContext) -> list[ProducerRecord]:
         before, _ = _row(shape, old)

@@ -21,15 +21,17 @@ before the transaction.
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdc.catalog import Catalog, TableInfo
 from cdc.errors import DecodeError, SourceError
-from cdc.events import EventBuilder, TxContext
+from cdc.events import EventBuilder, TxContext, new_record
 from cdc.pgoutput.decoder import Decoder
 from cdc.pgoutput.messages import (
+    UNCHANGED,
     Begin,
     Commit,
     Delete,
@@ -43,6 +45,7 @@ from cdc.pgoutput.messages import (
     TypeInfo,
     Update,
 )
+from cdc.row_codec import InsertEncoder
 from cdc.spill import SpillBuffer
 from cdc.tables import TableShape
 from log_store.record import ProducerRecord
@@ -51,7 +54,12 @@ if TYPE_CHECKING:
     from cdc.table_snapshots import TableGate
 
 _XID = struct.Struct("!I")
+_U32 = struct.Struct("!I")
+#: the top-level ``ts_ms`` of fast-path inserts is read from the clock once per this many events
+_CLOCK_EVERY = 1024
 _DATA_TYPES = frozenset(b"RYIUDT")
+#: where an XLogData frame's payload starts: 'w', Int64 data start, Int64 WAL end, Int64 send time
+_PAYLOAD_AT = 25
 _PG_EPOCH_MS = 946_684_800_000
 
 
@@ -66,6 +74,8 @@ class Transaction:
     changes: SpillBuffer
     streamed: bool = False
     aborted_subxids: set[int] = field(default_factory=set)
+    #: holds an update that sent the old key ('K'): it may change a row's key (see :mod:`cdc.key_changes`)
+    key_changes: bool = False
 
     def close(self) -> None:
         self.changes.close()
@@ -78,6 +88,7 @@ class _Open:
     final_lsn: int = 0
     commit_ts_us: int = 0
     aborted_subxids: set[int] = field(default_factory=set)
+    key_changes: bool = False
 
 
 class TransactionAssembler:
@@ -103,13 +114,35 @@ class TransactionAssembler:
     def open_streams(self) -> int:
         return len(self._streams)
 
+    def take(self, frame: bytes | memoryview) -> bool:
+        """The fast path of :meth:`feed` for one raw CopyData frame: True when it was an XLogData frame
+        carrying a change of the open transaction (now stored); False for any other frame, which the
+        caller decodes and hands to :meth:`feed`.
+        """
+        if frame[0] != 0x77 or len(frame) <= _PAYLOAD_AT:
+            return False
+        kind = frame[_PAYLOAD_AT]
+        if kind not in _DATA_TYPES:
+            return False
+        target = self._current if self._stream_xid is None else self._streams.get(self._stream_xid)
+        if target is None:
+            return False
+        payload = bytes(frame[_PAYLOAD_AT:])
+        target.changes.append(payload)
+        if kind == 0x55 and payload[9 if self._stream_xid is not None else 5] == 0x4B:
+            target.key_changes = True
+        return True
+
     def feed(self, payload: bytes, lsn: int = 0) -> Transaction | None:
         kind = payload[0] if payload else 0
         if kind in _DATA_TYPES:
             if self._stream_xid is not None:
-                self._streams[self._stream_xid].changes.append(payload)
+                stream = self._streams[self._stream_xid]
+                stream.changes.append(payload)
+                stream.key_changes |= kind == 0x55 and payload[9] == 0x4B
             elif self._current is not None:
                 self._current.changes.append(payload)
+                self._current.key_changes |= kind == 0x55 and payload[5] == 0x4B
             elif kind in b"RY":
                 return None  # a Relation outside a transaction carries nothing to replay
             else:
@@ -123,7 +156,8 @@ class TransactionAssembler:
             if current is None:
                 raise DecodeError(f"Commit without Begin at LSN {lsn:X}")
             return Transaction(current.xid, message.commit_lsn, message.end_lsn,
-                               message.commit_ts_us // 1000 + _PG_EPOCH_MS, current.changes)
+                               message.commit_ts_us // 1000 + _PG_EPOCH_MS, current.changes,
+                               key_changes=current.key_changes)
         elif isinstance(message, StreamStart):
             self._stream_xid = message.xid
             if message.xid not in self._streams:
@@ -135,7 +169,8 @@ class TransactionAssembler:
             if stream is None:
                 raise DecodeError(f"Stream Commit of unknown transaction {message.xid} at LSN {lsn:X}")
             return Transaction(stream.xid, message.commit_lsn, message.end_lsn,
-                               message.commit_ts_us // 1000 + _PG_EPOCH_MS, stream.changes, True, stream.aborted_subxids)
+                               message.commit_ts_us // 1000 + _PG_EPOCH_MS, stream.changes, True, stream.aborted_subxids,
+                               stream.key_changes)
         elif isinstance(message, StreamAbort):
             if message.xid == message.subxid:
                 stream = self._streams.pop(message.xid, None)
@@ -225,18 +260,95 @@ class ChangeReplayer:
             return None
         return self._schema_records(shape, commit_lsn)
 
+    def key_changes(self, txs: list[Transaction]) -> set[tuple[str, bytes]]:
+        """``(topic, old key)`` of every update in ``txs`` that changes a row's key and leaves TOAST
+        values unchanged (see :mod:`cdc.key_changes`); empty when no transaction holds an old-key update.
+
+        A first pass over the group without side effects on what is written: only Relation, Type and
+        Update messages are decoded, the relation cache is followed on a copy.
+        """
+        if not any(tx.key_changes for tx in txs):
+            return set()
+        relations = dict(self.relations)
+        wanted: set[tuple[str, bytes]] = set()
+        for tx in txs:
+            decoder = Decoder()
+            decoder.in_stream = tx.streamed
+            for payload in tx.changes:
+                if payload[0] not in b"RYU":
+                    continue
+                if tx.streamed and tx.aborted_subxids and _XID.unpack_from(payload, 1)[0] in tx.aborted_subxids:
+                    continue
+                message = decoder.decode(payload)
+                if isinstance(message, Relation):
+                    if self.include(message.namespace, message.name):
+                        relations[message.relid] = self.shape_from_relation(message)
+                    else:
+                        relations.pop(message.relid, None)
+                elif isinstance(message, TypeInfo):
+                    self.type_names[message.oid] = message.name
+                elif isinstance(message, Update) and message.old_kind == "K" and message.old is not None \
+                        and UNCHANGED in message.new:
+                    shape = relations.get(message.relid)
+                    if shape is None:
+                        continue
+                    codec = shape.codec
+                    old_key = codec.key([codec.fragment(i, v) if v is not UNCHANGED else None  # type: ignore[arg-type]
+                                         for i, v in enumerate(message.old[: codec.count])])
+                    new_key = codec.key([codec.fragment(i, v) if v is not UNCHANGED else None  # type: ignore[arg-type]
+                                         for i, v in enumerate(message.new[: codec.count])])
+                    if old_key is not None and old_key != new_key:
+                        wanted.add((shape.topic, old_key))
+        return wanted
+
     def records(self, tx: Transaction) -> Iterator[ProducerRecord]:
-        """Every record of ``tx`` in change order; schema records precede the events using them."""
+        """Every record of ``tx`` in change order; schema records precede the events using them.
+
+        Inserts take the fast path (:meth:`EventBuilder.insert_payload`, straight from the payload
+        bytes); every other message, and an insert that path declines, goes through the decoder.
+        """
         decoder = Decoder()
         decoder.in_stream = tx.streamed
         context = TxContext(tx.commit_lsn, tx.xid, tx.commit_ts_ms)
         builder = self.builder
         relations = self.relations
-        aborted = tx.aborted_subxids
+        aborted = tx.aborted_subxids if tx.streamed else None
         admitted: dict[int, bool] = {}  # per table: whether its events of this transaction are written
+        # per admitted table: (shape, insert encoder, envelope template, topic) of the insert fast path
+        fast: dict[int, tuple[TableShape, InsertEncoder, bytes, str]] = {}
+        relid_at = 5 if tx.streamed else 1  # a streamed transaction's data messages lead with their xid
+        unpack_u32 = _U32.unpack_from
+        commit_ts = tx.commit_ts_ms
+        now_ms = time.time_ns() // 1_000_000
+        countdown = _CLOCK_EVERY
         for payload in tx.changes:
-            if aborted and tx.streamed and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDT":
+            if aborted and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDT":
                 continue
+            if payload[0] == 0x49 and payload[relid_at + 4] == 0x4E:  # Insert with its new tuple
+                relid = unpack_u32(payload, relid_at)[0]
+                shape = relations.get(relid)
+                if shape is None:
+                    continue
+                entry = fast.get(relid)
+                if entry is None or entry[0] is not shape:
+                    allowed = admitted.get(relid)
+                    if allowed is None:
+                        head = self._first_use(shape, tx.commit_lsn)
+                        admitted[relid] = allowed = head is not None
+                        if head:
+                            yield from head
+                    if not allowed:
+                        continue
+                    entry = (shape, shape.codec.insert_encoder(), builder.insert_template(shape, context), shape.topic)
+                    fast[relid] = entry
+                countdown -= 1
+                if not countdown:
+                    now_ms, countdown = time.time_ns() // 1_000_000, _CLOCK_EVERY
+                encoded = entry[1](payload, relid_at + 5, entry[2], context.sequence, now_ms)
+                if encoded is not None:
+                    context.sequence += 1
+                    yield new_record((entry[3], encoded[0], encoded[1], commit_ts, ()))
+                    continue
             message = decoder.decode(payload)
             if isinstance(message, (Insert, Update, Delete)):
                 shape = relations.get(message.relid)

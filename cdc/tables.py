@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import orjson
 
+from cdc.row_codec import RowCodec
 from cdc.values import Converter, converter_for, type_name
 
 
@@ -57,6 +59,11 @@ class TableShape:
         )
         converters = tuple(converter_for(oid, type_names) for _, oid, _ in columns)
         return cls(relid, schema, table, topic, shaped, converters)
+
+    @cached_property
+    def codec(self) -> RowCodec:
+        """The table's compiled row encoders (:mod:`cdc.row_codec`), built on first use."""
+        return RowCodec(self.names, [c.type_name for c in self.columns], self.converters, self.key_indexes)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -57,6 +57,7 @@ class ReplicationConnection:
             ) from None
         self._pg = self._conn.pgconn
         self.streaming = False
+        self._ended: SourceError | None = None  # how the stream ended, raised once its frames are read
 
     # -- commands ------------------------------------------------------------------------------------
 
@@ -138,6 +139,48 @@ class ReplicationConnection:
             if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
                 raise _server_error(result, "START_REPLICATION")
             raise SourceError("the server ended the replication stream; capture will reconnect")
+
+    def read_raw(self, timeout: float | None, limit: int = 1024) -> list[bytes | memoryview]:
+        """Up to ``limit`` undecoded CopyData frames: the first waits up to ``timeout`` seconds, the rest
+        are those already received (no further wait). An empty list: nothing arrived in time.
+
+        Decode them with :func:`~cdc.transport.framing.decode_frame` (or read the XLogData header in
+        place). The end of the stream or a lost connection raises :class:`SourceError`, after the frames
+        received before it have been returned.
+        """
+        if self._ended is not None:
+            raise self._ended
+        frames: list[bytes | memoryview] = []
+        get_copy_data = self._pg.get_copy_data
+        while len(frames) < limit:
+            try:
+                size, data = get_copy_data(1)
+            except psycopg.OperationalError as exc:
+                self._ended = SourceError(_first_line(exc, "replication connection lost"))
+                break
+            if size > 0:
+                frames.append(data)
+                continue
+            if size == 0:
+                if not self._wait_readable(0 if frames else timeout):
+                    return frames
+                try:
+                    self._pg.consume_input()
+                except psycopg.OperationalError as exc:
+                    self._ended = SourceError(_first_line(exc, "replication connection lost"))
+                    break
+                timeout = 0 if timeout is not None else None
+                continue
+            result = self._pg.get_result()
+            self.streaming = False
+            if result is not None and result.status == pq.ExecStatus.FATAL_ERROR:
+                self._ended = _server_error(result, "START_REPLICATION")
+            else:
+                self._ended = SourceError("the server ended the replication stream; capture will reconnect")
+            break
+        if self._ended is not None and not frames:
+            raise self._ended
+        return frames
 
     def send_status(self, written: Lsn, flushed: Lsn, *, reply: bool = False) -> None:
         """Tell the server how far we have durably flushed. Only pass durable positions."""

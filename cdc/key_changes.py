@@ -1,0 +1,205 @@
+"""Unchanged TOAST values of an update that changes a row's key, recovered so that no value is lost.
+
+**The problem.** Under the default replica identity an update sends the old row's key only ('K') and
+leaves out every TOAST value it did not change ('u'). Capture writes a key change as a delete (and
+tombstone) of the old key and a create of the new key. A partial row is folded by compaction and by
+the views onto the *same key's* previous value, and the new key has none: written as a partial row,
+the create would lose those values for good (promise 4).
+
+**The mechanism.** The values are the old key's, as of just before the update: its latest record,
+with any partial records folded onto the ones before them exactly as compaction folds them
+(:func:`log_store.fold.fold_json_after`: an omitted column holds the previous record's value). They
+come from two places:
+
+1. the log, for everything before the group being written: :class:`LogRows` reads the old key's
+   partition backwards from its end, newest record first, and folds until it has a full row; a
+   tombstone, a delete or a truncate marker of the topic means the row did not exist;
+2. the group itself, for events of the same or an earlier transaction of the group that the log does
+   not hold yet: :class:`KeyChangeValues` watches every record of the group as it goes to the log and
+   keeps, for the keys it will be asked about (found by a first pass over the group's change messages,
+   :meth:`cdc.streaming.ChangeReplayer.key_changes`), the row that record leaves.
+
+The create of the new key is then written as a full row with those values and no ``unchanged``
+header. Only when neither place holds the row (the log was trimmed by retention, or holds a partial
+row with nothing to fold it onto) does capture stop with :class:`~cdc.errors.MissingValueError`,
+naming the table and the fix, before anything of the transaction is appended or confirmed.
+
+Costs: nothing for transactions without such an update (the assembler marks those that hold an
+update with an old key, the only kind that can change a key); for the others one extra decode pass
+over the group's updates and one backward read of the log per changed key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import orjson
+
+from cdc.errors import MissingValueError
+from cdc.events import missing_message
+from cdc.tables import TableShape
+from log_store import LogStore, ProducerRecord, TopicPartition
+from log_store.partitioner import partition_for_key
+
+#: A full row: column name -> its JSON value bytes (as written in the log).
+Row = dict[str, bytes]
+_UNCHANGED = "unchanged"
+_TRUNCATE_KEY = b'{"__truncate__":'
+_WINDOW = 4096
+
+
+def discarded_values(shape: TableShape, old_key: bytes, names: list[str]) -> dict[str, bytes]:
+    """``previous_values`` for a replay whose records are thrown away (a transaction the log already
+    holds, replayed only for its Relation messages): JSON null for every column, never written."""
+    return dict.fromkeys(names, b"null")
+
+
+class _Incomplete:
+    """A row the log holds only partly (a partial record with nothing before it to fold onto)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+def _loads(data: bytes) -> Any:
+    """JSON with numbers kept as written (the way log_store's fold reads values)."""
+    return json.loads(data, parse_int=orjson.Fragment, parse_float=orjson.Fragment, parse_constant=orjson.Fragment)
+
+
+def _unchanged(headers: Iterable[tuple[str, bytes]]) -> list[str]:
+    for name, value in headers:
+        if name == _UNCHANGED:
+            names = orjson.loads(value)
+            return [str(n) for n in names]
+    return []
+
+
+def _after_row(value: dict[str, Any]) -> Row:
+    after = value.get("after")
+    if not isinstance(after, dict):
+        return {}
+    return {name: orjson.dumps(item) for name, item in after.items()}
+
+
+class LogRows:
+    """The latest full row of a key as the log holds it (reads committed records only)."""
+
+    def __init__(self, log: LogStore) -> None:
+        self.log = log
+
+    def row(self, topic: str, key: bytes) -> Row | _Incomplete | None:
+        """The key's row folded from its newest records; ``None`` when the log says it does not exist."""
+        if topic not in self.log.topics():
+            return None
+        tp = TopicPartition(topic, partition_for_key(key, self.log.partitions(topic)))
+        first = self.log.start_offset(tp)
+        end = self.log.end_offset(tp)
+        row: Row | None = None
+        missing: set[str] = set()
+        for value, headers in self._newest_first(tp, first, end, key):
+            if value is None or value.get("op") in ("d", "t"):
+                return None if row is None else _Incomplete(f"its record before a partial one is a {value and value.get('op') or 'tombstone'}")
+            after = _after_row(value)
+            if row is None:
+                row, missing = after, set(_unchanged(headers))
+            else:
+                for name in list(missing):
+                    if name in after:
+                        row[name] = after[name]
+                        missing.discard(name)
+                still_partial = set(_unchanged(headers))
+                if missing - still_partial:
+                    return _Incomplete(f"its earlier record lacks {', '.join(sorted(missing - still_partial))}")
+            if not missing:
+                return row
+        return None if row is None else _Incomplete("the log holds no full record of it")
+
+    def _newest_first(self, tp: TopicPartition, first: int, end: int, key: bytes) -> Iterator[tuple[dict[str, Any] | None, tuple[tuple[str, bytes], ...]]]:
+        """Decoded values (``None``: tombstone) of ``key``'s records and of truncate markers, newest first."""
+        high = end
+        while high > first:
+            low = max(first, high - _WINDOW)
+            found: list[tuple[dict[str, Any] | None, tuple[tuple[str, bytes], ...]]] = []
+            offset = low
+            while offset < high:
+                batch = self.log.read(tp, offset, max_records=high - offset)
+                if not batch:
+                    break
+                for record in batch:
+                    if record.offset >= high:
+                        break
+                    if record.key == key:
+                        found.append((_loads(record.value) if record.value is not None else None, record.headers))
+                    elif record.value is not None and (record.key is None or record.key.startswith(_TRUNCATE_KEY)):
+                        value = _loads(record.value)
+                        if value.get("op") == "t":
+                            found.append((value, record.headers))
+                offset = batch[-1].offset + 1
+            yield from reversed(found)
+            high = low
+
+
+class KeyChangeValues:
+    """What a group's key-changing updates need: the old keys' rows, kept current as the group is written.
+
+    Built before the group is appended, with the rows the log holds (``rows``) for every key in
+    ``wanted`` (``(topic, key)`` pairs); :meth:`watch` passes the group's records through and applies
+    each to the rows it tracks; the instance is the builder's ``previous_values`` callable.
+    """
+
+    def __init__(self, wanted: set[tuple[str, bytes]], log_rows: LogRows) -> None:
+        self.rows: dict[tuple[str, bytes], Row | _Incomplete | None] = {
+            wanted_key: log_rows.row(*wanted_key) for wanted_key in wanted}
+        self.topics = {topic for topic, _ in wanted}
+
+    def watch(self, records: Iterable[ProducerRecord]) -> Iterator[ProducerRecord]:
+        """Pass ``records`` through, updating the tracked rows with each one."""
+        rows, topics = self.rows, self.topics
+        for record in records:
+            if record[0] in topics:
+                tracked = (record[0], record[1])
+                if tracked in rows:
+                    rows[tracked] = self._apply(rows[tracked], record)
+                elif record[2] is not None and (record[1] is None or record[1].startswith(_TRUNCATE_KEY)):
+                    if orjson.loads(record[2]).get("op") == "t":
+                        for wanted_key in rows:
+                            if wanted_key[0] == record[0]:
+                                rows[wanted_key] = None
+            yield record
+
+    @staticmethod
+    def _apply(row: Row | _Incomplete | None, record: ProducerRecord) -> Row | _Incomplete | None:
+        if record.value is None:
+            return None
+        value = _loads(record.value)
+        if value.get("op") in ("d", "t"):
+            return None
+        after = _after_row(value)
+        unchanged = _unchanged(record.headers)
+        if not unchanged:
+            return after
+        if not isinstance(row, dict):
+            return _Incomplete("a partial record of it in the same group has nothing to fold onto")
+        lacking = [name for name in unchanged if name not in row]
+        if lacking:
+            return _Incomplete(f"its previous row lacks {', '.join(lacking)}")
+        merged = dict(after)
+        for name in unchanged:
+            merged[name] = row[name]
+        return merged
+
+    def __call__(self, shape: TableShape, old_key: bytes, names: list[str]) -> dict[str, bytes]:
+        """The JSON values of ``names`` in the row of ``old_key`` (raises when it cannot be recovered)."""
+        row = self.rows.get((shape.topic, old_key), _Incomplete("it was not looked up"))
+        if row is None:
+            why = "the log holds no record of the old key"
+        elif isinstance(row, _Incomplete):
+            why = f"the old key's row cannot be rebuilt from the log ({row.why})"
+        else:
+            lacking = [name for name in names if name not in row]
+            if not lacking:
+                return {name: row[name] for name in names}
+            why = f"the old key's row in the log lacks {', '.join(lacking)}"
+        raise MissingValueError(missing_message(shape, old_key, names, why))
