@@ -10,9 +10,9 @@ thread-safe on its own (the store calls it under its write lock).
 from __future__ import annotations
 
 import struct
-from collections import defaultdict
 from collections.abc import Sequence
 from operator import itemgetter
+from typing import Any, cast
 
 try:
     import numpy as np
@@ -71,16 +71,31 @@ def partitions_for_keys(keys: Sequence[bytes], partitions: int) -> list[int]:
         return [0] * len(keys)
     if np is None or len(keys) < _VECTOR_MIN:
         return [to_positive(murmur2(key)) % partitions for key in keys]
-    by_length: defaultdict[int, list[int]] = defaultdict(list)
-    for i, length in enumerate(map(len, keys)):
-        by_length[length].append(i)
-    out = np.empty(len(keys), dtype=np.int64)
-    for length, positions in by_length.items():
-        picked = itemgetter(*positions)(keys) if len(positions) > 1 else (keys[positions[0]],)
-        out[positions] = _murmur2_same_length(b"".join(picked), len(positions), length)
+    return cast("list[int]", partition_array(keys, partitions).tolist())
+
+
+def partition_array(keys: Sequence[bytes], partitions: int) -> Any:
+    """``partition_for_key`` of every key as a numpy ``int64`` array (numpy must be available).
+
+    Keys of one length are hashed together (one vectorised murmur2 over the keys laid end to end); the
+    common case of a run whose keys all have the same length takes no per-key Python code at all.
+    """
+    count = len(keys)
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
+    out = np.empty(count, dtype=np.int64)
+    if count:
+        shortest, longest = int(lengths.min()), int(lengths.max())
+        if shortest == longest:
+            out[:] = _murmur2_same_length(b"".join(keys), count, shortest)
+        else:
+            for length in np.unique(lengths).tolist():
+                positions = np.flatnonzero(lengths == length)
+                picked = (itemgetter(*positions.tolist())(keys) if len(positions) > 1
+                          else (keys[int(positions[0])],))
+                out[positions] = _murmur2_same_length(b"".join(picked), len(positions), length)
     out &= 0x7FFFFFFF
     out %= partitions
-    return out.tolist()
+    return out
 
 
 def _murmur2_same_length(data: bytes, count: int, length: int) -> object:
@@ -135,3 +150,12 @@ class Partitioner:
         if None not in keys:
             return partitions_for_keys(keys, partitions)  # type: ignore[arg-type]
         return [self.partition(topic, key, partitions) for key in keys]
+
+    def partition_array(
+        self, topic: str, keys: Sequence[bytes | None], partitions: int, *, keyless: bool
+    ) -> Any:
+        """:meth:`partitions` as a numpy ``int64`` array; ``keyless`` says whether any key is None
+        (the caller knows it from its validation, so the keys are not searched again)."""
+        if not keyless and np is not None and len(keys) >= _VECTOR_MIN:
+            return partition_array(cast("Sequence[bytes]", keys), partitions)
+        return np.asarray(self.partitions(topic, keys, partitions), dtype=np.int64)

@@ -6,7 +6,8 @@ Batch layout (big-endian, 42-byte header then the records)::
          0     4  crc                 uint32  CRC32C (Castagnoli) of bytes [4, length) of this batch
          4     4  length              int32   total bytes of the batch, this header included
          8     8  base_offset         int64   offset of the batch's first offset slot
-        16     1  magic               int8    format version, always 1
+        16     1  magic               int8    record layout: 2 (columns, written by this version) or
+                                              1 (rows, written by earlier versions; still read)
         17     1  attributes          int8    bit 0: written by the compactor; other bits 0
         18     4  last_offset_delta   int32   last offset slot - base_offset (kept when compaction
                                               removes records, so the batch still spans its slots)
@@ -15,37 +16,50 @@ Batch layout (big-endian, 42-byte header then the records)::
         34     8  max_timestamp_ms    int64   largest record timestamp in the batch
         42     .  records
 
-Record layout (big-endian, 24-byte header then the bytes)::
+Records, magic 2 (columns): for ``n = record_count`` records, five fixed-width columns, then three
+variable-width ones, each in record order::
 
-         0     4  offset_delta        int32   record offset - base_offset (increasing in a batch)
-         4     8  timestamp_ms        int64   the producer's timestamp
-        12     4  key_length          int32   -1 for a null key
-        16     4  value_length        int32   -1 for a null value (a tombstone)
-        20     4  headers_length      int32   bytes of the header block (0 for no headers)
-        24     .  key, value, header block
+        4n  offset_delta    int32 each  record offset - base_offset (strictly increasing in a batch)
+        8n  timestamp_ms    int64 each  the producer's timestamp
+        4n  key_length      int32 each  -1 for a null key
+        4n  value_length    int32 each  -1 for a null value (a tombstone)
+        4n  headers_length  int32 each  bytes of the record's header block (0 for no headers)
+         .  keys            the keys back to back (a null key takes no bytes)
+         .  values          the values back to back (a null value takes no bytes)
+         .  header blocks   the header blocks back to back
+
+Records, magic 1 (rows; read only): per record a 24-byte header ``offset_delta int32, timestamp_ms
+int64, key_length int32, value_length int32, headers_length int32`` followed by its key, value and header
+block. Both layouts take exactly ``24 * n`` bytes besides the keys, values and header blocks.
 
 Header block: repeated ``name_length u16, name (UTF-8), value_length u32, value``.
 
 The CRC covers everything but itself, so a flipped bit anywhere in a batch (its length and base offset
-included) is detected; a batch is decoded only after its CRC matched. Encoding packs the record headers
-with C-level ``map`` calls and joins them with the keys and values into pieces of ``PIECE_RECORDS``
-records (each small enough to be served by the allocator without fresh pages), CRCs the pieces in turn
-and hands them to one ``writev``; decoding walks the records with precompiled ``struct`` readers.
+included) is detected; a batch is decoded only after its CRC matched, and its column lengths must add
+up to exactly its length. The column layout exists for speed: encoding is a handful of C-level calls
+per batch whatever its record count (each fixed-width column is one ``struct`` pack, each byte column
+one ``bytes.join``), the pieces are CRCed in turn and handed to one ``writev`` without being joined;
+decoding unpacks each fixed-width column with one ``struct`` call.
 """
 
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from itertools import repeat
-from operator import add
+from functools import lru_cache, partial
+from itertools import accumulate, compress, repeat
+from operator import add, itemgetter, lt, sub
 from typing import NamedTuple, cast
 
 from crc32c import crc32c
 
 from log_store.record import Headers, ProducerRecord, Record
 
-MAGIC = 1
+#: The record layout this version writes (columns); :data:`MAGIC_ROWS` batches are still read.
+MAGIC = 2
+MAGIC_ROWS = 1
+MAGICS = (MAGIC_ROWS, MAGIC)
 ATTR_COMPACTED = 0x01
 
 CRC = struct.Struct(">I")
@@ -56,10 +70,17 @@ HEADER_SIZE = HEADER.size  # 42
 #: The bytes needed to know a batch's length and base offset.
 PREFIX = struct.Struct(">Iiq")
 PREFIX_SIZE = PREFIX.size  # 16
+#: Fixed bytes per record (in either layout): the five fixed-width fields.
+RECORD_SIZE = 24
+#: One record's fixed fields in the row layout (magic 1).
 RECORD = struct.Struct(">iqiii")
-RECORD_SIZE = RECORD.size  # 24
 _HNAME = struct.Struct(">H")
 _HVALUE = struct.Struct(">I")
+
+_TOPIC, _KEY, _VALUE, _TIMESTAMP, _HEADERS = map(itemgetter, range(5))
+_R_OFFSET, _R_KEY, _R_VALUE, _R_TIMESTAMP, _R_HEADERS = map(itemgetter, range(2, 7))
+#: Builds a :class:`Record` from a tuple of its fields in C (no Python-level ``__new__`` per record).
+_new_record = partial(tuple.__new__, Record)
 
 
 class BatchHeader(NamedTuple):
@@ -113,58 +134,80 @@ def decode_headers(block: bytes) -> Headers:
     return tuple(out)
 
 
-#: Records joined into one piece of an encoded batch (see the module docstring).
-PIECE_RECORDS = 256
+@lru_cache(maxsize=128)
+def _int32s(count: int) -> struct.Struct:
+    """A big-endian column of ``count`` int32s."""
+    return struct.Struct(f">{count}i")
 
 
-def _finish(
-    base_offset: int, records: bytes, last_offset_delta: int, count: int, append_time_ms: int,
-    max_ts: int, attributes: int,
-) -> bytes:
-    return b"".join(_finish_pieces(base_offset, [records], len(records), last_offset_delta, count,
-                                   append_time_ms, max_ts, attributes))
+@lru_cache(maxsize=128)
+def _int64s(count: int) -> struct.Struct:
+    """A big-endian column of ``count`` int64s."""
+    return struct.Struct(f">{count}q")
 
 
-def _finish_pieces(
+@lru_cache(maxsize=32)
+def _consecutive(count: int) -> bytes:
+    """The offset-delta column ``0 .. count - 1`` of a freshly appended batch."""
+    return _int32s(count).pack(*range(count))
+
+
+@lru_cache(maxsize=32)
+def _zeros(count: int) -> bytes:
+    """An all-zero int32 column (records without headers)."""
+    return bytes(4 * count)
+
+
+def _header_piece(
     base_offset: int, pieces: list[bytes], records_bytes: int, last_offset_delta: int, count: int,
-    append_time_ms: int, max_ts: int, attributes: int,
-) -> list[bytes]:
-    """The batch header (CRC over the header tail and every piece, in order) followed by the pieces."""
-    tail = HEADER_TAIL.pack(HEADER_SIZE + records_bytes, base_offset, MAGIC, attributes,
+    append_time_ms: int, max_ts: int, attributes: int, magic: int = MAGIC,
+) -> bytes:
+    """The batch header; its CRC covers the header tail and every piece, in order."""
+    tail = HEADER_TAIL.pack(HEADER_SIZE + records_bytes, base_offset, magic, attributes,
                             last_offset_delta, count, append_time_ms, max_ts)
     crc = crc32c(tail)
     for piece in pieces:
         crc = crc32c(piece, crc)
-    return [CRC.pack(crc) + tail, *pieces]
+    return CRC.pack(crc) + tail
 
 
 class Columns:
     """A run of producer records taken apart column by column, ready for batch-wise encoding.
 
-    Built once per partition and group with one C-level transpose (``zip``), so that encoding costs no
-    Python bytecode per record: the record headers are packed by ``map(RECORD.pack, ...)`` and each piece
-    of the batch is one ``bytes.join`` over the interleaved headers, keys, values and header blocks.
+    Built once per partition and group from columns the caller already has (``from_columns``) or from
+    records (one C-level ``map`` per field), so that encoding costs no Python bytecode per record: each
+    fixed-width column of a batch is one ``struct`` pack and each byte column one ``bytes.join``.
     """
 
     __slots__ = ("count", "keys", "key_lengths", "values", "value_lengths", "timestamps", "blocks",
                  "block_lengths", "payload_bytes")
 
     def __init__(self, records: Sequence[ProducerRecord]) -> None:
-        self._fill(list(zip(*records)) if records else [(), (), (), (), ()])
+        self._fill(list(map(_KEY, records)), list(map(_VALUE, records)),
+                   list(map(_TIMESTAMP, records)), list(map(_HEADERS, records)))
 
     @classmethod
-    def from_fields(cls, fields: Sequence[tuple[object, ...]]) -> Columns:
+    def from_fields(cls, fields: Sequence[Sequence[object]]) -> Columns:
         """Columns of records already transposed by the caller (``list(zip(*records))``)."""
+        return cls.from_columns(cast("Sequence[bytes | None]", fields[1]),
+                                cast("Sequence[bytes | None]", fields[2]),
+                                cast("Sequence[int]", fields[3]), cast("Sequence[Headers]", fields[4]))
+
+    @classmethod
+    def from_columns(
+        cls, keys: Sequence[bytes | None], values: Sequence[bytes | None], timestamps: Sequence[int],
+        headers: Sequence[Headers],
+    ) -> Columns:
+        """Columns from the records' keys, values, timestamps and headers (equal lengths)."""
         columns = cls.__new__(cls)
-        columns._fill(fields)
+        columns._fill(keys, values, timestamps, headers)
         return columns
 
-    def _fill(self, fields: Sequence[tuple[object, ...]]) -> None:
-        self.count = len(fields[0])
-        keys = cast("tuple[bytes | None, ...]", fields[1])
-        values = cast("tuple[bytes | None, ...]", fields[2])
-        timestamps = cast("tuple[int, ...]", fields[3])
-        headers = cast("tuple[Headers, ...]", fields[4])
+    def _fill(
+        self, keys: Sequence[bytes | None], values: Sequence[bytes | None], timestamps: Sequence[int],
+        headers: Sequence[Headers],
+    ) -> None:
+        self.count = len(keys)
         self.key_lengths, self.keys = _lengths(keys)
         self.value_lengths, self.values = _lengths(values)
         self.timestamps = timestamps
@@ -192,32 +235,71 @@ class Columns:
                             repeat(RECORD_SIZE, self.count))))
 
     def encode_pieces(
-        self, base_offset: int, start: int, stop: int, append_time_ms: int
+        self, base_offset: int, start: int, stop: int, append_time_ms: int,
+        deltas: Sequence[int] | None = None, last_offset_delta: int | None = None,
+        attributes: int = 0,
     ) -> tuple[list[bytes], int]:
-        """One batch of records ``[start, stop)`` at consecutive offsets from ``base_offset``, as a list
-        of buffers to write back to back (the header first), and its total length in bytes."""
+        """One batch of records ``[start, stop)`` as a list of buffers to write back to back (the
+        header first), and its total length in bytes.
+
+        The records take consecutive offsets from ``base_offset`` unless ``deltas`` gives each one's
+        offset - ``base_offset`` (strictly increasing; the compactor keeps original offsets), and the
+        batch spans ``last_offset_delta + 1`` offset slots (default: up to its last record).
+        """
         count = stop - start
-        heads = list(map(RECORD.pack, range(count), self.timestamps[start:stop],
-                         self.key_lengths[start:stop], self.value_lengths[start:stop],
-                         self._block_lengths(start, stop)))
-        width = 3 if self.blocks is None else 4
-        parts: list[bytes] = [b""] * (width * count)
-        parts[0::width] = heads
-        parts[1::width] = self.keys[start:stop]
-        parts[2::width] = self.values[start:stop]
-        if self.blocks is not None:
-            parts[3::width] = self.blocks[start:stop]
-        step = width * PIECE_RECORDS
-        join = b"".join
-        pieces = [join(parts[i : i + step]) for i in range(0, len(parts), step)]
+        whole = start == 0 and stop == self.count
+        keys = self.keys if whole else self.keys[start:stop]
+        values = self.values if whole else self.values[start:stop]
+        timestamps = self.timestamps if whole else self.timestamps[start:stop]
+        key_lengths = self.key_lengths if whole else self.key_lengths[start:stop]
+        value_lengths = self.value_lengths if whole else self.value_lengths[start:stop]
+        int32s = _int32s(count)
+        if deltas is None:
+            delta_column = _consecutive(count)
+            last = count - 1
+        else:
+            delta_column = int32s.pack(*deltas)
+            last = deltas[-1] if count else 0
+        if last_offset_delta is not None:
+            last = last_offset_delta
+        pieces = [delta_column, _int64s(count).pack(*timestamps), int32s.pack(*key_lengths),
+                  int32s.pack(*value_lengths)]
+        if self.blocks is None or self.block_lengths is None:
+            pieces.append(_zeros(count))
+            blocks = b""
+        else:
+            pieces.append(int32s.pack(*self.block_lengths[start:stop]))
+            blocks = b"".join(self.blocks[start:stop])
+        pieces += _joined(keys, sum(key_lengths) + key_lengths.count(-1))
+        pieces += _joined(values, sum(value_lengths) + value_lengths.count(-1))
+        if blocks:
+            pieces.append(blocks)
         records_bytes = sum(map(len, pieces))
-        out = _finish_pieces(base_offset, pieces, records_bytes, count - 1, count, append_time_ms,
-                             max(self.timestamps[start:stop]), 0)
-        return out, HEADER_SIZE + records_bytes
+        max_ts = max(timestamps) if count else -1
+        head = _header_piece(base_offset, pieces, records_bytes, last, count, append_time_ms, max_ts,
+                             attributes)
+        return [head, *pieces], HEADER_SIZE + records_bytes
 
     def encode(self, base_offset: int, start: int, stop: int, append_time_ms: int) -> bytes:
         """One batch of records ``[start, stop)`` at consecutive offsets from ``base_offset``."""
         return b"".join(self.encode_pieces(base_offset, start, stop, append_time_ms)[0])
+
+
+#: Bytes a byte column is joined into at a time (see :func:`_joined`).
+PIECE_BYTES = 32 << 10
+
+
+def _joined(items: Sequence[bytes], total: int) -> list[bytes]:
+    """``items`` joined into pieces of about :data:`PIECE_BYTES` (by their average length).
+
+    Pieces this small are served from the allocator's free lists, where one large ``join`` would map
+    fresh pages (and fault them in) for every batch; the pieces go to ``writev`` as they are.
+    """
+    count = len(items)
+    if total <= PIECE_BYTES or count <= 1:
+        return [b"".join(items)]
+    step = max(1, PIECE_BYTES * count // total)
+    return [b"".join(items[i : i + step]) for i in range(0, count, step)]
 
 
 def _lengths(items: Sequence[bytes | None]) -> tuple[list[int], Sequence[bytes]]:
@@ -241,28 +323,13 @@ def encode_records(
     attributes: int = ATTR_COMPACTED,
 ) -> bytes:
     """One batch of already-placed records (their offsets kept), spanning ``last_offset_delta``."""
-    parts: list[bytes] = []
-    add = parts.append
-    pack = RECORD.pack
-    max_ts = -1
-    count = 0
-    for record in records:
-        key, value, headers = record.key, record.value, record.headers
-        block = encode_headers(headers) if headers else b""
-        ts = record.timestamp_ms
-        add(pack(record.offset - base_offset, ts, -1 if key is None else len(key),
-                 -1 if value is None else len(value), len(block)))
-        if key:
-            add(key)
-        if value:
-            add(value)
-        if block:
-            add(block)
-        if ts > max_ts:
-            max_ts = ts
-        count += 1
-    return _finish(base_offset, b"".join(parts), last_offset_delta, count, append_time_ms, max_ts,
-                   attributes)
+    rows = records if isinstance(records, list) else list(records)
+    columns = Columns.from_columns(list(map(_R_KEY, rows)), list(map(_R_VALUE, rows)),
+                                   list(map(_R_TIMESTAMP, rows)), list(map(_R_HEADERS, rows)))
+    deltas = list(map(sub, map(_R_OFFSET, rows), repeat(base_offset)))
+    pieces, _length = columns.encode_pieces(base_offset, 0, len(rows), append_time_ms, deltas,
+                                            last_offset_delta, attributes)
+    return b"".join(pieces)
 
 
 def parse_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
@@ -272,8 +339,8 @@ def parse_header(buf: bytes | memoryview, pos: int) -> BatchHeader:
 
 def header_problem(header: BatchHeader) -> str | None:
     """Why a header cannot be a batch header, or ``None`` when it is plausible."""
-    if header.magic != MAGIC:
-        return f"unknown batch magic {header.magic} (expected {MAGIC})"
+    if header.magic not in MAGICS:
+        return f"unknown batch magic {header.magic} (expected one of {MAGICS})"
     if header.length < HEADER_SIZE:
         return f"batch length {header.length} is shorter than its {HEADER_SIZE}-byte header"
     if header.last_offset_delta < 0 or header.record_count < 0:
@@ -297,8 +364,78 @@ def decode_records(
     Raises ``ValueError`` when the records do not fit the batch (only possible after a CRC collision
     or a writer bug); callers turn it into a corruption error naming the file.
     """
+    if header.magic == MAGIC_ROWS:
+        return _decode_rows(buf, pos, header, topic, partition, min_offset, max_offset)
+    return _decode_columns(buf, pos, header, topic, partition, min_offset, max_offset)
+
+
+def _slices(buf: bytes, lengths: Sequence[int], first: int, lo: int, hi: int) -> list[bytes | None]:
+    """Items ``lo .. hi - 1`` of a byte column starting at ``first`` (``None`` for length -1)."""
+    if lo >= hi:
+        return []
+    clipped = lengths if -1 not in lengths else list(map(max, lengths, repeat(0)))
+    starts = list(accumulate(clipped, initial=first))
+    items: list[bytes | None] = list(map(buf.__getitem__, map(slice, starts[lo:hi],
+                                                            starts[lo + 1 : hi + 1])))
+    if clipped is not lengths:
+        for i in compress(range(lo, hi), map(lt, lengths[lo:hi], repeat(0))):
+            items[i - lo] = None
+    return items
+
+
+def _decode_columns(
+    buf: bytes, pos: int, header: BatchHeader, topic: str, partition: int, min_offset: int,
+    max_offset: int,
+) -> list[Record]:
+    count = header.record_count
+    base = header.base_offset
+    p = pos + HEADER_SIZE
+    end = pos + header.length
+    if p + RECORD_SIZE * count > end:
+        raise ValueError(f"{count} records need {RECORD_SIZE * count} bytes of columns; the batch "
+                         f"has {end - p}")
+    int32s = _int32s(count)
+    deltas = int32s.unpack_from(buf, p)
+    timestamps = _int64s(count).unpack_from(buf, p + 4 * count)
+    key_lengths = int32s.unpack_from(buf, p + 12 * count)
+    value_lengths = int32s.unpack_from(buf, p + 16 * count)
+    block_lengths = int32s.unpack_from(buf, p + 20 * count)
+    p += RECORD_SIZE * count
+    if count:
+        if (deltas[0] < 0 or deltas[-1] > header.last_offset_delta
+                or not all(map(lt, deltas, deltas[1:]))):
+            raise ValueError("offset deltas are not increasing inside the batch's span")
+        if min(key_lengths) < -1 or min(value_lengths) < -1 or min(block_lengths) < 0:
+            raise ValueError("negative key, value or header length")
+    keys_bytes = sum(key_lengths) + key_lengths.count(-1)
+    values_bytes = sum(value_lengths) + value_lengths.count(-1)
+    if p + keys_bytes + values_bytes + sum(block_lengths) != end:
+        raise ValueError(f"records end at byte {p + keys_bytes + values_bytes + sum(block_lengths)}"
+                         f" - {pos} of a {header.length}-byte batch")
+    lo = bisect_left(deltas, min_offset - base)
+    hi = bisect_left(deltas, max_offset - base)
+    if lo >= hi:
+        return []
+    keys = _slices(buf, key_lengths, p, lo, hi)
+    values = _slices(buf, value_lengths, p + keys_bytes, lo, hi)
+    if any(block_lengths[lo:hi]):
+        blocks = _slices(buf, block_lengths, p + keys_bytes + values_bytes, lo, hi)
+        headers: Iterable[Headers] = [decode_headers(block) if block else ()
+                                      for block in cast("list[bytes]", blocks)]
+    else:
+        headers = repeat(())
+    offsets = map(add, deltas[lo:hi], repeat(base))
+    return list(map(_new_record, zip(repeat(topic), repeat(partition), offsets, keys, values,
+                                     timestamps[lo:hi], headers)))
+
+
+def _decode_rows(
+    buf: bytes, pos: int, header: BatchHeader, topic: str, partition: int, min_offset: int,
+    max_offset: int,
+) -> list[Record]:
+    """Records of a row-layout (magic 1) batch."""
     out: list[Record] = []
-    add = out.append
+    append = out.append
     unpack = RECORD.unpack_from
     base = header.base_offset
     p = pos + HEADER_SIZE
@@ -323,7 +460,7 @@ def decode_records(
             headers = ()
         offset = base + delta
         if min_offset <= offset < max_offset:
-            add(Record(topic, partition, offset, key, value, ts, headers))
+            append(Record(topic, partition, offset, key, value, ts, headers))
     if p != end:
         raise ValueError(f"records end at byte {p - pos} of a {header.length}-byte batch")
     return out

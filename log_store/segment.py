@@ -20,8 +20,17 @@ Invariants:
   watermark must end exactly after its last batch (any further byte is reported as corruption);
 * only the last segment of a partition (the *active* one) is ever appended to; the others are *sealed*;
   compaction and retention only ever replace or delete sealed segments;
-* a batch never straddles a commit watermark: a group's batches are complete and fsynced before its
-  watermark record is written, so everything below a watermark's end offset is whole on disk.
+* a batch never straddles a commit watermark: a group's watermark is published (and the group
+  acknowledged) only once its batches are complete and fsynced, so everything below a published
+  watermark's end offset is whole on disk (the watermark record itself is fsynced concurrently with
+  the batches; recovery drops a last record whose batches did not become durable, see
+  :mod:`log_store.watermark`).
+
+Creating a segment writes its file header and an empty index without fsyncing either, and fsyncs the
+directory (so both names survive a crash). The header is made durable by the ``fdatasync`` of the first
+group that appends to the segment, together with that group's batches; a crash before that leaves a
+segment starting at the watermark's end offset whose header may be torn, which recovery removes. An
+index that is empty or torn after a crash is only a missing hint (rebuilt by recovery).
 
 What is checksummed: the file header (its own CRC) and every batch (one CRC32C each). What is not:
 the ``.index`` (a hint, verified on use). After a crash the writer truncates the active segment at the
@@ -338,7 +347,8 @@ class ActiveSegment:
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, index_interval_bytes: int) -> ActiveSegment:
-        """Create an empty segment (header and empty index fsynced, directory fsynced)."""
+        """Create an empty segment: header and empty index written, the directory fsynced (the header
+        becomes durable with the first group appended to it, see the module docstring)."""
         path = directory / log_name(base_offset)
         nonce = secrets.randbits(64)
         index = OffsetIndex()
@@ -347,7 +357,6 @@ class ActiveSegment:
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
                 write_all(fd, data)
-                os.fsync(fd)
             finally:
                 os.close(fd)
         fsync_dir(directory)

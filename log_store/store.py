@@ -45,10 +45,12 @@ from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
+from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
 from typing import Literal, cast
 
+import numpy as np
 import orjson
 
 from log_store.atomic_file import fsync_dir, make_dirs, write_atomic
@@ -72,7 +74,7 @@ from log_store.log_cleaner import LOCK_NAME as CLEANER_LOCK
 from log_store.log_cleaner import CleanerReport, LogCleaner, read_checkpoint
 from log_store.partition import Partition
 from log_store.partitioner import Partitioner
-from log_store.record import ProducerRecord, Record, TopicPartition
+from log_store.record import Headers, ProducerRecord, Record, TopicPartition
 from log_store.record_batch import Columns
 from log_store.recovery import PartitionCut, RecoveryReport, recover_partition
 from log_store.topic import (
@@ -94,6 +96,7 @@ FORMAT = 1
 #: Records placed, encoded and written at a time by :meth:`LogStore.append_group`.
 APPEND_CHUNK = 10_000
 STORE_FILE = "store.json"
+_TOPIC, _KEY, _VALUE, _TIMESTAMP, _HEADERS = map(itemgetter, range(5))
 WRITER_LOCK = "writer.lock"
 CLEAN_MARKER = "clean_shutdown"
 
@@ -394,10 +397,12 @@ class LogStore:
                 watermark = Watermark(
                     (previous.sequence + 1) if previous is not None else 1, position, now,
                     {tp: partition.next_offset for tp, partition in self._partitions.items()})
-                # Segments and the watermark record are made durable concurrently (recovery drops a
-                # last watermark whose data did not make it); readers learn of it only after both.
+                # The watermark record is written first, then it and the touched segments are made
+                # durable concurrently (recovery drops a last watermark whose data did not make it);
+                # readers learn of it only after all of them are durable.
+                self._watermarks.write(watermark)
                 syncs = [self._syncer().submit(self._partitions[tp].sync) for tp in touched]
-                self._watermarks.append(watermark)
+                self._watermarks.sync()
                 for done in syncs:
                     done.result()
                 self._watermarks.publish(watermark)
@@ -425,54 +430,72 @@ class LogStore:
             self._sync_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-fsync")
         return self._sync_pool
 
-    def _place(
-        self, records: Sequence[ProducerRecord]
-    ) -> dict[TopicPartition, Columns | list[ProducerRecord]]:
+    def _place(self, records: Sequence[ProducerRecord]) -> dict[TopicPartition, Columns]:
         """Group records by partition, validating all of them before anything is written.
 
-        Works on runs of records of one topic transposed once into columns (``zip``) and checked with
-        C-level ``map`` calls; a one-partition topic's run goes on as those columns, and per record only
-        the placement into its partition's list is Python code.
+        Works on runs of records of one topic taken apart into columns with C-level ``map`` calls
+        (``map(itemgetter(i), run)``: unlike ``zip(*run)`` it allocates no per-record iterator, so a
+        group does not set off the garbage collector) and checked with C-level ``map`` calls too.
+        Records of a multi-partition topic are grouped by partition with one stable numpy sort of the
+        partition numbers and one ``itemgetter`` per column and partition: no per-record Python code.
         """
-        groups: dict[TopicPartition, Columns | list[ProducerRecord]] = {}
+        groups: dict[TopicPartition, Columns] = {}
         if not records:
             return groups
-        fields = list(zip(*records))
-        topic_names = set(fields[0])
-        runs: list[tuple[str, Sequence[ProducerRecord], list[tuple[object, ...]]]] = []
+        topic_names = set(map(_TOPIC, records))
+        runs: list[tuple[str, Sequence[ProducerRecord]]] = []
         if len(topic_names) == 1:
-            runs.append((next(iter(topic_names)), records, fields))
+            runs.append((next(iter(topic_names)), records))
         else:
             by_topic: dict[str, list[ProducerRecord]] = {}
             for record in records:
                 by_topic.setdefault(record[0], []).append(record)
-            runs += ((topic, run, list(zip(*run))) for topic, run in by_topic.items())
-        for topic, run, columns in runs:
+            runs += by_topic.items()
+        for topic, run in runs:
             config = self._topics.get(topic)
             if config is None:
                 raise UnknownTopicError(self.root, topic)
-            keys = cast("tuple[bytes | None, ...]", columns[1])
+            keys: list[bytes | None] = list(map(_KEY, run))
             key_types = set(map(type, keys))
-            if type(None) in key_types and config.compacted:
+            keyless = type(None) in key_types
+            if keyless and config.compacted:
                 raise InvalidRecordError(topic, "a compacted topic needs a key on every record",
                                          "give the record a key or use a non-compacted topic")
             for bad in key_types - {bytes, type(None)}:
                 raise InvalidRecordError(topic, f"key is {bad.__name__}, not bytes",
                                          "encode keys to bytes")
-            for bad in set(map(type, columns[2])) - {bytes, type(None)}:
+            values: list[bytes | None] = list(map(_VALUE, run))
+            for bad in set(map(type, values)) - {bytes, type(None)}:
                 raise InvalidRecordError(topic, f"value is {bad.__name__}, not bytes",
                                          "encode values to bytes (None is a tombstone)")
+            timestamps: list[int] = list(map(_TIMESTAMP, run))
+            headers: list[Headers] = list(map(_HEADERS, run))
             if config.partitions == 1:
-                groups[TopicPartition(topic, 0)] = Columns.from_fields(columns)
+                groups[TopicPartition(topic, 0)] = Columns.from_columns(keys, values, timestamps,
+                                                                        headers)
                 continue
-            buckets: list[list[ProducerRecord]] = [[] for _ in range(config.partitions)]
-            adders = [bucket.append for bucket in buckets]
-            for record, partition in zip(run, self._partitioner.partitions(topic, keys,
-                                                                          config.partitions)):
-                adders[partition](record)
-            for partition, bucket in enumerate(buckets):
-                if bucket:
-                    groups[TopicPartition(topic, partition)] = bucket
+            placed = self._partitioner.partition_array(topic, keys, config.partitions,
+                                                       keyless=keyless)
+            counts = np.bincount(placed, minlength=config.partitions).tolist()
+            order = np.argsort(placed, kind="stable")
+            start = 0
+            for partition, count in enumerate(counts):
+                if not count:
+                    continue
+                tp = TopicPartition(topic, partition)
+                if count == len(run):
+                    groups[tp] = Columns.from_columns(keys, values, timestamps, headers)
+                    break
+                picked = order[start : start + count].tolist()
+                start += count
+                if count == 1:
+                    i = picked[0]
+                    groups[tp] = Columns.from_columns([keys[i]], [values[i]], [timestamps[i]],
+                                                      [headers[i]])
+                    continue
+                pick = itemgetter(*picked)
+                groups[tp] = Columns.from_columns(pick(keys), pick(values), pick(timestamps),
+                                                  pick(headers))
         return groups
 
     def roll(self, topic: str | None = None) -> int:

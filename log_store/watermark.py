@@ -216,6 +216,7 @@ class WatermarkLog:
         self._size = 0
         self._pub_fd = -1
         self._pub_slot = 0
+        self._published = path.with_name(PUBLISHED_NAME)
 
     @staticmethod
     def create(path: Path) -> None:
@@ -241,10 +242,9 @@ class WatermarkLog:
 
     def latest(self) -> Watermark | None:
         """The latest *durable* watermark, as published for readers (``None`` before the first)."""
-        published = self.path.with_name(PUBLISHED_NAME)
         for _ in range(3):
             try:
-                watermark = read_published(published)
+                watermark = read_published(self._published)
             except FileNotFoundError:
                 return None
             if watermark is not None:
@@ -284,15 +284,25 @@ class WatermarkLog:
 
     def append(self, watermark: Watermark) -> None:
         """Append one record and make it durable (``fdatasync``); rolls the file when it is big."""
+        self.write(watermark)
+        self.sync()
+
+    def write(self, watermark: Watermark) -> None:
+        """Append one record without making it durable yet (:meth:`sync` does); rolls the file when it
+        is big (a roll is durable at once). The writer makes the record durable before it publishes
+        it or acknowledges its group."""
         record = encode_record(watermark)
         if self._size + len(record) > self.roll_bytes and self._size > FILE_HEADER_SIZE:
             self._roll(self._latest_record + record)
         else:
             write_all(self._fd, record)
-            os.fdatasync(self._fd)
             self._size += len(record)
         self._latest = watermark
         self._latest_record = record
+
+    def sync(self) -> None:
+        """Make the records written so far durable (``fdatasync``)."""
+        os.fdatasync(self._fd)
 
     def _roll(self, records: bytes) -> None:
         tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
@@ -311,8 +321,13 @@ class WatermarkLog:
 
     def publish(self, watermark: Watermark | None) -> None:
         """Tell readers about ``watermark`` (which must be durable together with its data)."""
-        path = self.path.with_name(PUBLISHED_NAME)
-        record = encode_record(watermark) if watermark is not None else b""
+        path = self._published
+        if watermark is None:
+            record = b""
+        elif watermark is self._latest and self._latest_record:
+            record = self._latest_record  # encoded once, by write()
+        else:
+            record = encode_record(watermark)
         if self._pub_fd < 0 or len(record) > self._pub_slot:
             slot = _slot_size(len(record))
             padded = record.ljust(slot, b"\0")

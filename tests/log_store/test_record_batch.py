@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import struct
+
 import pytest
 
 from log_store.record import ProducerRecord, Record
+from tests.log_store.helpers import encode_rows
 from log_store.record_batch import (
     HEADER_SIZE,
-    PIECE_RECORDS,
+    MAGIC,
+    MAGIC_ROWS,
+    RECORD_SIZE,
     BatchHeader,
     Columns,
     crc_matches,
@@ -77,25 +82,64 @@ def test_every_flipped_byte_is_detected() -> None:
 
 
 @pytest.mark.parametrize(("field", "value", "problem"), [
-    ("magic", 9, "magic"), ("length", 10, "shorter"), ("record_count", 9, "cannot fit")])
+    ("magic", 9, "magic"), ("magic", 0, "magic"), ("length", 10, "shorter"), ("record_count", 9, "cannot fit")])
 def test_header_problems(field: str, value: int, problem: str) -> None:
     header = parse_header(Columns(_records()).encode(0, 0, 4, 0), 0)._replace(**{field: value})
     assert problem in (header_problem(header) or "")
     assert HEADER_SIZE == 42
 
 
-def test_batch_in_several_pieces_has_one_crc_over_all() -> None:
-    records = _records() * (PIECE_RECORDS // 2 + 3)  # more than two pieces, nulls and headers included
+def test_batch_pieces_have_one_crc_over_all() -> None:
+    records = _records() * 300  # nulls and headers included
     columns = Columns(records)
     pieces, length = columns.encode_pieces(0, 0, len(records), 7)
-    assert len(pieces) == 1 + -(-len(records) // PIECE_RECORDS)
     batch = b"".join(pieces)
     assert length == len(batch) == HEADER_SIZE + columns.payload_bytes
     header = parse_header(batch, 0)
+    assert header.magic == MAGIC
     assert header.length == length and crc_matches(batch, 0, header)
     decoded = decode_records(batch, 0, header, "t", 0)
-    assert [(r.key, r.value, r.headers) for r in decoded] == [(r.key, r.value, r.headers)
-                                                             for r in records]
+    assert [(r.offset, r.key, r.value, r.timestamp_ms, r.headers) for r in decoded] == [
+        (i, r.key, r.value, r.timestamp_ms, r.headers) for i, r in enumerate(records)]
+
+
+def test_column_layout_matches_the_spec() -> None:
+    """The byte layout the module docstring documents, field by field."""
+    records = [ProducerRecord("t", b"ab", None, 5), ProducerRecord("t", None, b"xyz", 6, (("h", b"1"),))]
+    batch = Columns(records).encode(10, 0, 2, 1)
+    body = batch[HEADER_SIZE:]
+    block = b"\x00\x01h\x00\x00\x00\x01" + b"1"
+    assert body == (struct.pack(">2i", 0, 1) + struct.pack(">2q", 5, 6) + struct.pack(">2i", 2, -1)
+                    + struct.pack(">2i", -1, 3) + struct.pack(">2i", 0, len(block))
+                    + b"ab" + b"xyz" + block)
+    assert len(body) == 2 * RECORD_SIZE + 2 + 3 + len(block)
+
+
+def test_row_layout_batches_of_earlier_versions_are_still_read() -> None:
+    kept = [Record("t", 0, 52, b"k", b"v", 1, ()), Record("t", 0, 54, None, None, 2, ()),
+            Record("t", 0, 57, b"j", b"w", 3, (("unchanged", b'["a"]'),))]
+    batch = encode_rows(50, 9, kept, append_time_ms=3)
+    header = parse_header(batch, 0)
+    assert header.magic == MAGIC_ROWS and header_problem(header) is None
+    assert crc_matches(batch, 0, header)
+    assert decode_records(batch, 0, header, "t", 0) == kept
+    assert [r.offset for r in decode_records(batch, 0, header, "t", 0, 53, 57)] == [54]
+
+
+@pytest.mark.parametrize("damage", ["deltas", "lengths", "overrun"])
+def test_columns_that_do_not_add_up_are_refused(damage: str) -> None:
+    """Only a CRC collision or a writer bug can produce these; decoding refuses instead of guessing."""
+    records = [ProducerRecord("t", b"ab", b"cd", 5), ProducerRecord("t", b"ef", b"gh", 6)]
+    batch = bytearray(Columns(records).encode(10, 0, 2, 1))
+    p = HEADER_SIZE
+    if damage == "deltas":
+        batch[p : p + 8] = struct.pack(">2i", 1, 1)
+    elif damage == "lengths":
+        batch[p + 24 : p + 28] = struct.pack(">i", -2)  # the first key length
+    else:
+        batch[p + 24 : p + 28] = struct.pack(">i", 3)
+    with pytest.raises(ValueError):
+        decode_records(bytes(batch), 0, parse_header(bytes(batch), 0), "t", 0)
 
 
 def test_columns_from_fields_equal_columns_of_records() -> None:
