@@ -6,6 +6,8 @@ Every command reads :class:`cdc.settings.Settings`; a failure the user can act o
 
 from __future__ import annotations
 
+import importlib
+import re
 import sys
 import traceback
 from collections.abc import Callable
@@ -71,6 +73,29 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return tuple(errors)
 
 
+#: A user error raised inside a Spark task reaches the driver as a Java/Python exception whose text holds
+#: the worker's traceback, ending with the original ``module.errors.ClassName: message`` line.
+_REMOTE_ERROR = re.compile(r"^\s*(?P<module>(?:cdc|log_store|derived_views)\.errors)\.(?P<name>\w+): (?P<message>.+)$",
+                           re.MULTILINE)
+
+
+def remote_user_error(exc: BaseException) -> tuple[str, int] | None:
+    """The message and exit code of a user error that a Spark task raised, found in ``exc``'s text.
+
+    ``None`` when ``exc`` does not come from Spark or carries no such error.
+    """
+    if not type(exc).__module__.startswith(("pyspark", "py4j")):
+        return None
+    found = list(_REMOTE_ERROR.finditer(str(exc)))
+    if not found:
+        return None
+    last = found[-1]
+    error_type = getattr(importlib.import_module(last["module"]), last["name"], None)
+    if not (isinstance(error_type, type) and issubclass(error_type, _user_errors())):
+        return None
+    return last["message"].strip(), int(getattr(error_type, "exit_code", 1))
+
+
 def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     """Run a click entry point, turning user errors into one line on stderr and an exit status."""
     from cdc.redact import redact_url
@@ -88,7 +113,12 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     except _user_errors() as exc:
         click.echo(f"error: {redact_url(str(exc))}", err=True)
         return int(getattr(exc, "exit_code", 1))
-    except Exception:  # an unexpected failure: keep the traceback, but never a password
+    except Exception as exc:
+        remote = remote_user_error(exc)
+        if remote is not None:
+            click.echo(f"error: {redact_url(remote[0])}", err=True)
+            return remote[1]
+        # an unexpected failure: keep the traceback, but never a password
         click.echo(redact_url(traceback.format_exc()), err=True, nl=False)
         return 1
     return 0
