@@ -31,6 +31,9 @@ def _context(ctx: object) -> ViewContext:
 
     settings = ctx.settings  # type: ignore[attr-defined]
     view_ctx = context_from_settings(settings)
+    # a failed task reaches the user as this command's one error line (cdc.cli.run); Spark's own log of
+    # the same failure would repeat it as pages of stack traces
+    view_ctx.spark.sparkContext.setLogLevel("FATAL")
     conf = view_ctx.spark.sparkContext.getConf()
     log.info(
         "view job",
