@@ -179,8 +179,8 @@ class Columns:
     fixed-width column of a batch is one ``struct`` pack and each byte column one ``bytes.join``.
     """
 
-    __slots__ = ("count", "keys", "key_lengths", "values", "value_lengths", "timestamps", "blocks",
-                 "block_lengths", "payload_bytes")
+    __slots__ = ("count", "keys", "key_lengths", "key_bytes", "values", "value_lengths",
+                 "value_bytes", "timestamps", "blocks", "block_lengths", "payload_bytes")
 
     def __init__(self, records: Sequence[ProducerRecord]) -> None:
         self._fill(list(map(_KEY, records)), list(map(_VALUE, records)),
@@ -208,8 +208,8 @@ class Columns:
         headers: Sequence[Headers],
     ) -> None:
         self.count = len(keys)
-        self.key_lengths, self.keys = _lengths(keys)
-        self.value_lengths, self.values = _lengths(values)
+        self.key_lengths, self.keys, self.key_bytes = _lengths(keys)
+        self.value_lengths, self.values, self.value_bytes = _lengths(values)
         self.timestamps = timestamps
         if any(headers):
             self.blocks: list[bytes] | None = [encode_headers(h) if h else b"" for h in headers]
@@ -219,9 +219,8 @@ class Columns:
             self.blocks = None
             self.block_lengths = None
             blocks_bytes = 0
-        self.payload_bytes = (RECORD_SIZE * self.count + sum(self.key_lengths)
-                              + sum(self.value_lengths) + blocks_bytes
-                              + self.key_lengths.count(-1) + self.value_lengths.count(-1))
+        self.payload_bytes = (RECORD_SIZE * self.count + self.key_bytes + self.value_bytes
+                              + blocks_bytes)
 
     def _block_lengths(self, start: int, stop: int) -> Iterable[int]:
         if self.block_lengths is None:
@@ -270,8 +269,8 @@ class Columns:
         else:
             pieces.append(int32s.pack(*self.block_lengths[start:stop]))
             blocks = b"".join(self.blocks[start:stop])
-        pieces += _joined(keys, sum(key_lengths) + key_lengths.count(-1))
-        pieces += _joined(values, sum(value_lengths) + value_lengths.count(-1))
+        pieces += _joined(keys, self.key_bytes if whole else _total(key_lengths))
+        pieces += _joined(values, self.value_bytes if whole else _total(value_lengths))
         if blocks:
             pieces.append(blocks)
         records_bytes = sum(map(len, pieces))
@@ -302,13 +301,19 @@ def _joined(items: Sequence[bytes], total: int) -> list[bytes]:
     return [b"".join(items[i : i + step]) for i in range(0, count, step)]
 
 
-def _lengths(items: Sequence[bytes | None]) -> tuple[list[int], Sequence[bytes]]:
-    """The lengths of ``items`` (-1 for ``None``) and the items with ``None`` as ``b""``."""
+def _total(lengths: list[int]) -> int:
+    """Bytes of a byte column with these lengths (-1, a null, takes none)."""
+    return sum(lengths) + lengths.count(-1)
+
+
+def _lengths(items: Sequence[bytes | None]) -> tuple[list[int], Sequence[bytes], int]:
+    """The lengths of ``items`` (-1 for ``None``), the items with ``None`` as ``b""``, and their bytes."""
     try:
-        return list(map(len, items)), items  # type: ignore[arg-type,return-value]
+        lengths = list(map(len, items))  # type: ignore[arg-type]
+        return lengths, items, sum(lengths)  # type: ignore[return-value]
     except TypeError:  # a null key or value
-        return ([-1 if item is None else len(item) for item in items],
-                [b"" if item is None else item for item in items])
+        lengths = [-1 if item is None else len(item) for item in items]
+        return lengths, [b"" if item is None else item for item in items], _total(lengths)
 
 
 def encode_producer_batch(
