@@ -26,6 +26,9 @@ class PublishedTable:
     relid: int
     schema: str
     table: str
+    #: What makes the table's published rows what they are besides its own changes (see
+    #: :meth:`Catalog.published_tables`); a change means the log may miss rows and needs a new snapshot.
+    membership: str = ""
 
     @property
     def qualified(self) -> str:
@@ -74,15 +77,35 @@ class Catalog:
         return []
 
     def published_tables(self, publication: str) -> list[PublishedTable]:
-        """Tables of ``publication`` as the publication presents them (roots when via-root)."""
+        """Tables of ``publication`` as the publication presents them (roots when via-root).
+
+        Each table's ``membership`` is ``<entry OID>:<partition OIDs>``: the OID of the catalog row
+        that puts the table in the publication (``pg_publication_rel``, or ``pg_publication_namespace``
+        for ``TABLES IN SCHEMA``; 0 for ``ALL TABLES``) and the sorted OIDs of the partitions below it.
+        Both change exactly when the published rows change without a change event of the table:
+        removing a table from the publication and adding it back creates a new entry row (the changes
+        in between were never sent), and attaching or detaching a partition adds or removes rows of
+        a table published via its root (ATTACH/DETACH write no row changes).
+        """
+        namespace_entry = (
+            "(SELECT pn.oid FROM pg_publication_namespace pn WHERE pn.pnpubid = pub.oid AND pn.pnnspid = n.oid)"
+            if self._server_version() >= 150000 else "NULL"
+        )
         rows = self._execute(
-            "SELECT c.oid, p.schemaname, p.tablename FROM pg_publication_tables p "
+            "SELECT c.oid, p.schemaname, p.tablename, "
+            "coalesce((SELECT pr.oid FROM pg_publication_rel pr WHERE pr.prpubid = pub.oid AND pr.prrelid = c.oid), "
+            f"{namespace_entry}, 0)::text || ':' || coalesce((SELECT string_agg(t.relid::oid::int8::text, ',' "
+            "ORDER BY t.relid::oid::int8) FROM pg_partition_tree(c.oid) t WHERE t.relid <> c.oid), '') "
+            "FROM pg_publication_tables p JOIN pg_publication pub ON pub.pubname = p.pubname "
             "JOIN pg_namespace n ON n.nspname = p.schemaname "
             "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename "
             "WHERE p.pubname = %s ORDER BY 2, 3",
             (publication,),
         )
-        return [PublishedTable(int(r[0]), str(r[1]), str(r[2])) for r in rows]  # type: ignore[call-overload]
+        return [PublishedTable(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]  # type: ignore[call-overload]
+
+    def _server_version(self) -> int:
+        return int(self._connection().info.server_version)
 
     def table(self, relid: int) -> TableInfo:
         """Everything capture needs about one table, read in one round of queries."""

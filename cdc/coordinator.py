@@ -145,6 +145,8 @@ class Capture:
         self._table_snapshots: list[PendingSnapshot] = []  # ordered by boundary
         self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
         self._slots_made = 0  # temporary slots, for unique names
+        #: publication membership of each published table (relid -> token), as last read from the catalog
+        self._membership: dict[int, str] = {}
 
     # -- set-up --------------------------------------------------------------------------------------
 
@@ -209,8 +211,14 @@ class Capture:
 
     # -- snapshot ------------------------------------------------------------------------------------
 
-    def _published(self) -> list[PublishedTable]:
+    def _published_tables(self) -> list[PublishedTable]:
+        """The publication's tables, noting each one's membership for the ledger records."""
         tables = self.catalog.published_tables(self.settings.publication)
+        self._membership = {t.relid: t.membership for t in tables}
+        return tables
+
+    def _published(self) -> list[PublishedTable]:
+        tables = self._published_tables()
         if not tables:
             raise SourceError(
                 f"publication {self.settings.publication} does not exist or publishes no table; run `cdc setup`"
@@ -274,9 +282,10 @@ class Capture:
                 done.append((shape, rows))
             if held:
                 held[-1] = mark_last_read(held[-1])
-            ledger = [self.ledger.record(shape, as_of, rows, ts_ms) for shape, rows in done]
+            ledger = [self.ledger.record(shape, as_of, rows, ts_ms, self._membership.get(shape.relid))
+                      for shape, rows in done]
             self._append_counted(held + waiting + ledger, as_of.hex16())
-            self.ledger.add((shape for shape, _ in done), as_of)
+            self.ledger.add((shape for shape, _ in done), as_of, self._membership)
             self.position = as_of
         finally:
             reader.close()
@@ -471,10 +480,12 @@ class Capture:
     # -- tables added mid-stream (see cdc.table_snapshots) ---------------------------------------------
 
     def _discover(self) -> None:
-        """Snapshot every published, included table that the ledger does not name and no snapshot waits for."""
+        """Snapshot every published, included table that the ledger does not cover (see
+        :meth:`SnapshotLedger.covers`: also a table added back or whose partitions changed) and no snapshot
+        waits for."""
         tables = [
-            t for t in self.catalog.published_tables(self.settings.publication)
-            if self.include(t.schema, t.table) and not self.ledger.covers(t.qualified, t.relid)
+            t for t in self._published_tables()
+            if self.include(t.schema, t.table) and not self.ledger.covers(t.qualified, t.relid, t.membership)
             and t.relid not in self.gate.holds
         ]
         self.gate.wanted.clear()  # a wanted table no longer published is no longer captured
@@ -545,7 +556,7 @@ class Capture:
             if last is not None:
                 yield mark_last_read(last)
             for (shape, _, _), count in zip(heads, rows, strict=True):
-                yield self.ledger.record(shape, as_of, count, ts_ms)
+                yield self.ledger.record(shape, as_of, count, ts_ms, self._membership.get(shape.relid))
 
         tally = [0, 0]
         try:
@@ -554,7 +565,7 @@ class Capture:
             self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
             raise
         shapes = [shape for shape, _, _ in heads]
-        self.ledger.add(shapes, as_of)
+        self.ledger.add(shapes, as_of, self._membership)
         for shape in shapes:
             self.gate.holds.pop(shape.relid, None)
         self.position = as_of

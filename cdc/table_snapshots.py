@@ -6,7 +6,8 @@ the log holds complete (key ``"<schema>.<table>"`` as a JSON string, value ``{"s
 crash either both are in the log or neither. A table's change events enter the log only once the
 ledger names it (or its snapshot is under way, below): :class:`TableGate` is what the replayer asks.
 
-**A table added to the publication** (or recreated, or captured by a log without a ledger entry for it)
+**A table added to the publication** (or recreated, or captured by a log without a ledger entry for it,
+or added back after it left the publication, or published via a root that gained or lost a partition)
 is snapshotted the way PostgreSQL's own logical replication synchronises a table added to a
 subscription:
 
@@ -71,10 +72,11 @@ from log_store import LogStore, ProducerRecord, TopicPartition
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """One snapshotted table: its OID when snapshotted and the LSN its rows are as of."""
+    """One snapshotted table: its OID and publication membership when snapshotted, the LSN its rows are as of."""
 
     relid: int
     lsn: int
+    membership: str | None = None
 
 
 class SnapshotLedger:
@@ -102,28 +104,35 @@ class SnapshotLedger:
                     ledger.entries.pop(name, None)
                 else:
                     value = orjson.loads(record.value)
-                    ledger.entries[name] = LedgerEntry(int(value["relid"]), int(value["lsn"]))
+                    ledger.entries[name] = LedgerEntry(int(value["relid"]), int(value["lsn"]), value.get("membership"))
             offset = batch[-1].offset + 1
         return ledger
 
-    def covers(self, qualified: str, relid: int) -> bool:
+    def covers(self, qualified: str, relid: int, membership: str | None = None) -> bool:
         """Whether the log holds a complete snapshot of this table under this name.
 
-        A table recreated under the same name (new OID) or renamed (new topic) is not covered.
+        A table recreated under the same name (new OID) or renamed (new topic) is not covered, nor one
+        whose publication ``membership`` changed since its snapshot (removed from the publication and
+        added back, a partition attached or detached: see
+        :meth:`cdc.catalog.Catalog.published_tables`). ``None`` (the stream's question) skips that test.
         """
         entry = self.entries.get(qualified)
-        return entry is not None and entry.relid == relid
+        if entry is None or entry.relid != relid:
+            return False
+        return membership is None or entry.membership is None or entry.membership == membership
 
-    def record(self, shape: TableShape, lsn: int, rows: int, ts_ms: int) -> ProducerRecord:
+    def record(self, shape: TableShape, lsn: int, rows: int, ts_ms: int, membership: str | None = None) -> ProducerRecord:
         """The ledger record of a snapshot of ``shape`` as of ``lsn`` (append it with the last rows)."""
-        value = {"schema": shape.schema, "table": shape.table, "topic": shape.topic, "relid": shape.relid,
-                 "lsn": lsn, "rows": rows}
+        value: dict[str, object] = {"schema": shape.schema, "table": shape.table, "topic": shape.topic,
+                                    "relid": shape.relid, "lsn": lsn, "rows": rows}
+        if membership is not None:
+            value["membership"] = membership
         return ProducerRecord(self.topic, orjson.dumps(shape.qualified), orjson.dumps(value), ts_ms)
 
-    def add(self, shapes: Iterable[TableShape], lsn: int) -> None:
+    def add(self, shapes: Iterable[TableShape], lsn: int, memberships: dict[int, str] | None = None) -> None:
         """Note snapshots whose group is durable (a recreated table replaces its old entry)."""
         for shape in shapes:
-            self.entries[shape.qualified] = LedgerEntry(shape.relid, lsn)
+            self.entries[shape.qualified] = LedgerEntry(shape.relid, lsn, (memberships or {}).get(shape.relid))
 
 
 @dataclass
