@@ -41,7 +41,6 @@ import logging
 import os
 import shutil
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
@@ -76,6 +75,7 @@ from log_store.partition import Partition
 from log_store.partitioner import Partitioner
 from log_store.record import Headers, ProducerRecord, Record, TopicPartition
 from log_store.record_batch import Columns
+from log_store.sync_pool import SyncPool
 from log_store.recovery import PartitionCut, RecoveryReport, recover_partition
 from log_store.topic import (
     META_NAME,
@@ -142,7 +142,7 @@ class LogStore:
         self._writer_lock: FileLock | None = None
         self._failed: BaseException | None = None
         self._closed = False
-        self._sync_pool: ThreadPoolExecutor | None = None
+        self._sync_pool: SyncPool | None = None
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -397,14 +397,15 @@ class LogStore:
                 watermark = Watermark(
                     (previous.sequence + 1) if previous is not None else 1, position, now,
                     {tp: partition.next_offset for tp, partition in self._partitions.items()})
-                # The watermark record is written first, then it and the touched segments are made
-                # durable concurrently (recovery drops a last watermark whose data did not make it);
-                # readers learn of it only after all of them are durable.
+                # Segments and the watermark record are made durable concurrently (recovery drops a
+                # last watermark whose data did not make it); readers learn of it only after all of
+                # them are durable. The segments' fdatasync calls start first, on pool threads.
+                pool = self._syncer()
+                syncs = [pool.start(self._partitions[tp].sync) for tp in touched]
                 self._watermarks.write(watermark)
-                syncs = [self._syncer().submit(self._partitions[tp].sync) for tp in touched]
                 self._watermarks.sync()
-                for done in syncs:
-                    done.result()
+                for pending in syncs:
+                    pending.wait()
                 self._watermarks.publish(watermark)
             except BaseException as exc:
                 self._failed = exc
@@ -425,9 +426,9 @@ class LogStore:
             self._failed = exc
             raise
 
-    def _syncer(self) -> ThreadPoolExecutor:
+    def _syncer(self) -> SyncPool:
         if self._sync_pool is None:
-            self._sync_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="log-fsync")
+            self._sync_pool = SyncPool(workers=4)
         return self._sync_pool
 
     def _place(self, records: Sequence[ProducerRecord]) -> dict[TopicPartition, Columns]:
@@ -630,7 +631,7 @@ class LogStore:
             self._closed = True
             try:
                 if self._sync_pool is not None:
-                    self._sync_pool.shutdown(wait=True)
+                    self._sync_pool.close()
                 for partition in self._partitions.values():
                     partition.close()
                 self._watermarks.close()

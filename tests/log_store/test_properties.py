@@ -46,7 +46,7 @@ def _abandon(log: LogStore) -> None:
             partition.active.close()
     log._watermarks.close()
     if log._sync_pool is not None:
-        log._sync_pool.shutdown()
+        log._sync_pool.close()
     assert log._writer_lock is not None
     log._writer_lock.release()
 
