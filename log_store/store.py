@@ -43,6 +43,7 @@ import shutil
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
@@ -397,20 +398,41 @@ class LogStore:
                 watermark = Watermark(
                     (previous.sequence + 1) if previous is not None else 1, position, now,
                     {tp: partition.next_offset for tp, partition in self._partitions.items()})
-                # Segments and the watermark record are made durable concurrently (recovery drops a
-                # last watermark whose data did not make it); readers learn of it only after all of
-                # them are durable. The segments' fdatasync calls start first, on pool threads.
-                pool = self._syncer()
-                syncs = [pool.start(self._partitions[tp].sync) for tp in touched]
-                self._watermarks.write(watermark)
-                self._watermarks.sync()
-                for pending in syncs:
-                    pending.wait()
+                self._make_durable([self._partitions[tp] for tp in touched], watermark)
                 self._watermarks.publish(watermark)
             except BaseException as exc:
                 self._failed = exc
                 raise
             return watermark
+
+    def _make_durable(self, touched: list[Partition], watermark: Watermark) -> None:
+        """Write ``watermark``'s record and make it and the ``touched`` segments durable.
+
+        All of them are made durable concurrently (recovery drops a last watermark whose data did not
+        make it; readers learn of it only when this returned): the first segment's ``fdatasync`` runs
+        on this thread at once, the watermark record (written, then ``fdatasync``) and the other
+        segments on pool threads started just before it. Returns only when every call finished, and
+        raises the first error any of them raised.
+        """
+        if not touched:
+            self._watermarks.write(watermark)
+            self._watermarks.sync()
+            return
+        pool = self._syncer()
+        jobs = [pool.start(partial(self._watermarks.append, watermark))]
+        jobs += [pool.start(partition.sync) for partition in touched[1:]]
+        error: BaseException | None = None
+        try:
+            touched[0].sync()
+        except BaseException as exc:
+            error = exc
+        for job in jobs:
+            try:
+                job.wait()
+            except BaseException as exc:
+                error = error or exc
+        if error is not None:
+            raise error
 
     def _undo_partial_group(self) -> None:
         """Cut every partition back to the current watermark (the writer's recovery, in process)."""

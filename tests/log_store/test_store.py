@@ -170,6 +170,35 @@ def test_failed_append_stops_the_writer_until_reopened(tmp_path: Path) -> None:
         assert [r.value for r in read_all(again, "t")] == [b"v"]
 
 
+@pytest.mark.parametrize("which", [0, 2])
+def test_failed_segment_sync_is_never_published_and_stops_the_writer(tmp_path: Path, which: int) -> None:
+    """A segment whose fdatasync fails (on this thread or a pool thread) leaves the group unpublished."""
+    log = LogStore.open(tmp_path, writer=True)
+    log.ensure_topic("t", 3)
+    keys = [f"k{i}" for i in range(30)]
+    log.append_group([rec("t", k, "v") for k in keys], "01")
+    reader = LogStore.open(tmp_path)
+
+    def broken() -> None:
+        raise OSError(5, "Input/output error")
+
+    log._partitions[TopicPartition("t", which)].sync = broken  # type: ignore[method-assign]
+    with pytest.raises(OSError, match="Input/output"):
+        log.append_group([rec("t", k, "lost") for k in keys], "02")
+    latest = reader.latest_watermark()
+    assert latest is not None and latest.position == "01"
+    assert {r.value for r in read_all(reader, "t")} == {b"v"}
+    with pytest.raises(WriterFailedError):
+        log.append_group([rec("t", "k0", "v")], "03")
+    reader.close()
+    log.close()
+    with LogStore.open(tmp_path, writer=True) as again:
+        latest = again.latest_watermark()
+        assert latest is not None and latest.position in ("01", "02")  # "02" only if all of it is durable
+        values = {r.value for r in read_all(again, "t")}
+        assert values == ({b"v"} if latest.position == "01" else {b"v", b"lost"})
+
+
 def test_offset_for_time(tmp_path: Path) -> None:
     tp = TopicPartition("t", 0)
     with LogStore.open(tmp_path, small_config(), writer=True) as log:
