@@ -20,10 +20,11 @@ Guarantees and restart rules:
   update the relation cache (the server resends what each transaction needs).
 * **Snapshot.** The watermark position ``0000000000000000`` (or no watermark) means no complete
   snapshot: the slot is (re)created with an exported snapshot and every included table is read into
-  the log in groups at position 0; the group that completes the snapshot has the slot's consistent
-  point C minus one as position (the snapshot holds exactly the transactions that committed before C,
-  and the slot streams exactly those that commit at or after C). An interrupted snapshot therefore
-  never looks complete, and the next run starts it again from a new slot.
+  the log (by several sessions sharing the exported snapshot) in groups at position 0; the group that
+  completes the snapshot has the slot's consistent point C minus one as position (the snapshot holds
+  exactly the transactions that committed before C, and the slot streams exactly those that commit at
+  or after C). An interrupted snapshot therefore never looks complete, and the next run starts it
+  again from a new slot.
 * **A restarted snapshot supersedes the partial one.** Rows the interrupted attempt wrote stay in the
   log (its groups were durable), and a row deleted since would never be deleted downstream. So the new
   snapshot writes, before a table's reads, a truncate marker (``op=t``, ``source.snapshot`` "true",
@@ -86,6 +87,7 @@ class Tuning:
     batch_changes: int = 20_000
     batch_seconds: float = 0.2
     snapshot_chunk_rows: int = 20_000
+    snapshot_group_chunks: int = 10  # chunks per group of the initial snapshot (one fsync each)
     heartbeat_seconds: float = 5.0
     discover_seconds: float = 5.0
     status_seconds: float = 10.0
@@ -241,6 +243,11 @@ class Capture:
     def _snapshot(self) -> None:
         """Create the slot with an exported snapshot and copy every included table into the log.
 
+        Rows go into groups of several chunks at position 0 (written chunk by chunk as they are read,
+        one fsync per group); the final read, marked "last", and the ledger records form the group at
+        the consistent point minus one that completes the snapshot, so an interrupted snapshot never
+        looks complete.
+
         Each table's reads are preceded by truncate markers when its topic already holds records (left
         by an interrupted attempt), and the topic of a table the attempt read but this one does not
         gets the markers alone: applied in ``(lsn, sequence)`` order they drop every earlier record.
@@ -255,40 +262,77 @@ class Capture:
         as_of = Lsn(point - 1)  # every transaction committed before the consistent point
         log.info("snapshot at consistent point %s of %d tables", point, len(tables))
         ts_ms = time.time_ns() // 1_000_000
+        saved_schemas = dict(self.replayer.emitted_schemas)
         try:
-            # The latest chunk is held back until the next one arrives, so that the final read can be
-            # marked "last" and go into the group that completes the snapshot.
-            held: list[ProducerRecord] = []
-            # schema records and truncate markers waiting for their table's first rows
-            waiting = self._supersede_uncaptured(tables, as_of, ts_ms)
-            done: list[tuple[TableShape, int]] = []
+            # Before the groups: every topic exists, and per table its truncate markers (when an earlier
+            # attempt left records) and schema record are ready to precede its rows.
+            first = self._supersede_uncaptured(tables, as_of, ts_ms)
+            heads: list[tuple[PublishedTable, TableShape, TxContext, list[ProducerRecord]]] = []
             for table in tables:
                 shape = self._snapshot_shape(table)
                 self._ensure_topic(shape)
                 context = TxContext(as_of, reader.xmin, ts_ms, snapshot="true")
-                waiting.extend(self.replayer._schema_records(shape, as_of))
-                waiting.extend(self._supersede(shape, context))
-                rows = 0
-                chunks = reader.json_chunks(shape, self.tuning.snapshot_chunk_rows)
-                for keys, afters in self._with_progress(chunks, table, reader):
-                    if self.stop.is_set():
+                head = self.replayer._schema_records(shape, as_of) + self._supersede(shape, context)
+                heads.append((table, shape, context, head))
+            done: list[tuple[TableShape, int]] = []
+
+            tally = [0, 0]
+
+            def parts() -> Iterator[tuple[list[ProducerRecord], bool]]:
+                """The snapshot's records a list at a time, and whether the list is the final part (the
+                last read, marked "last", and the ledger records), which goes into the completing group."""
+                assert self.builder is not None
+                yield first, False
+                held: list[ProducerRecord] = []  # held back so that the final read is marked "last"
+                for table, shape, context, head in heads:
+                    yield head, False
+                    rows = 0
+                    chunks = reader.json_chunks(shape, self.tuning.snapshot_chunk_rows)
+                    for keys, afters in self._with_progress(chunks, table, reader):
+                        if self.stop.is_set():
+                            raise _SnapshotStopped
+                        if held:
+                            yield held, False
+                        held = self.builder.reads(shape, keys, afters, context)
+                        rows += len(held)
+                        tally[0] += len(held)
+                        tally[1] += sum(map(len, map(itemgetter(2), held)))
+                    done.append((shape, rows))
+                if held:
+                    held[-1] = mark_last_read(held[-1])
+                yield held + [self.ledger.record(shape, as_of, rows, ts_ms, self._membership.get(shape.relid))
+                              for shape, rows in done], True
+
+            source = parts()
+            upcoming = next(source)
+
+            def group() -> Iterator[list[ProducerRecord]]:
+                """Lists for one group at position 0: up to ``snapshot_group_chunks`` chunks, never the final part."""
+                nonlocal upcoming
+                for _ in range(max(1, self.tuning.snapshot_group_chunks)):
+                    yield upcoming[0]
+                    upcoming = next(source)
+                    if upcoming[1]:
                         return
-                    if held:
-                        self._append_counted(held, SNAPSHOT_POSITION)
-                    held = waiting + self.builder.reads(shape, keys, afters, context)
-                    waiting = []
-                    rows += len(afters)
-                self.stats.snapshot_rows += rows
-                done.append((shape, rows))
-            if held:
-                held[-1] = mark_last_read(held[-1])
-            ledger = [self.ledger.record(shape, as_of, rows, ts_ms, self._membership.get(shape.relid))
-                      for shape, rows in done]
-            self._append_counted(held + waiting + ledger, as_of.hex16())
-            self.ledger.add((shape for shape, _ in done), as_of, self._membership)
-            self.position = as_of
+
+            with relaxed_gc():
+                while not upcoming[1]:
+                    self.log.append_group(itertools.chain.from_iterable(group()), SNAPSHOT_POSITION)
+                    self.stats.groups += 1
+                self.log.append_group(upcoming[0], as_of.hex16())
+        except _SnapshotStopped:
+            self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
+            return
+        except BaseException:
+            self.replayer.emitted_schemas = saved_schemas
+            raise
         finally:
             reader.close()
+        self.ledger.add((shape for shape, _ in done), as_of, self._membership)
+        self.position = as_of
+        self.stats.snapshot_rows += sum(rows for _, rows in done)
+        self.stats.groups += 1
+        self._observe(tally[0], tally[1], 0, None)
 
     def _topic_has_records(self, topic: str) -> bool:
         assert self.log is not None
@@ -309,13 +353,6 @@ class Capture:
                 shape = TableShape(0, schema, table, topic, ())
                 records.extend(self._supersede(shape, TxContext(as_of, 0, ts_ms, snapshot="true")))
         return records
-
-    def _append_counted(self, records: list[ProducerRecord], position: str) -> None:
-        """Append one snapshot group and count it."""
-        assert self.log is not None
-        self.log.append_group(records, position)
-        self.stats.groups += 1
-        self._observe(len(records), sum(map(len, filter(None, map(itemgetter(2), records)))), 0, None)
 
     def _snapshot_shape(self, table: PublishedTable) -> TableShape:
         info = self.catalog.table(table.relid)
@@ -397,9 +434,8 @@ class Capture:
                                     self.stats.skipped += 1
                                     self._skip(tx, repl, pending)
                                 else:
-                                    if pending and (self._snapshot_due(tx.commit_lsn) or tx.key_changes):
-                                        # a snapshot boundary: every transaction before it is here, so rows
-                                        # go first; a key change may read the log, which must hold all before it
+                                    if pending and self._snapshot_due(tx.commit_lsn):
+                                        # every transaction before the boundary is here: rows, then tx
                                         self._flush(pending, repl)
                                         pending, pending_changes = [], 0
                                     if self._snapshot_due(tx.commit_lsn):
@@ -653,6 +689,10 @@ class Capture:
         self.metrics.confirmed_lsn.set(int(self.confirmed))
         self.metrics.wal_bytes_behind.set(0)
         self.metrics.seconds_behind.set(0)
+
+
+class _SnapshotStopped(Exception):
+    """A stop request during the initial snapshot: its group is abandoned (the log cuts it back)."""
 
 
 def _counted(records: Iterator[ProducerRecord], tally: list[int]) -> Iterator[ProducerRecord]:

@@ -131,17 +131,35 @@ def json_query(shape: TableShape) -> JsonQuery:
 
 
 class SnapshotReader:
-    """One read-only REPEATABLE READ transaction importing ``snapshot_name``; close when done."""
+    """Read-only REPEATABLE READ transactions importing ``snapshot_name``; close when done.
 
-    def __init__(self, url: str, snapshot_name: str) -> None:
-        try:
-            self._conn = psycopg.connect(url, options=SESSION_OPTIONS)
-        except psycopg.OperationalError as exc:
-            raise SourceError(f"cannot connect for the snapshot: {str(exc).strip().splitlines()[0]}") from None
-        self._conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        self._conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+    ``connections`` sessions import the same exported snapshot (so they all see exactly the same
+    rows) and the table's block ranges are spread over them: the server builds the JSON of several
+    chunks at once, on as many cores, while Python appends. Construct it while the replication
+    connection that exported the snapshot is still open and idle; a session that cannot be opened
+    beyond the first only lowers the parallelism.
+    """
+
+    def __init__(self, url: str, snapshot_name: str, connections: int = 2) -> None:
+        self._conn = self._open(url, snapshot_name)
         row = self._conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()
         self.xmin = int(row[0]) if row else 0
+        self._helpers: list[psycopg.Connection[tuple[object, ...]]] = []
+        for _ in range(connections - 1):
+            try:
+                self._helpers.append(self._open(url, snapshot_name))
+            except (SourceError, psycopg.Error):
+                break  # e.g. max_connections reached: read with the sessions already open
+
+    @staticmethod
+    def _open(url: str, snapshot_name: str) -> psycopg.Connection[tuple[object, ...]]:
+        try:
+            conn = psycopg.connect(url, options=SESSION_OPTIONS)
+        except psycopg.OperationalError as exc:
+            raise SourceError(f"cannot connect for the snapshot: {str(exc).strip().splitlines()[0]}") from None
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+        return conn
 
     def estimate(self, relid: int) -> int:
         """Estimated row count (pg_class.reltuples summed over partitions), for progress only."""
@@ -168,8 +186,8 @@ class SnapshotReader:
         """Every row of the table as key JSON and ``after`` JSON (two lists per chunk), a block range per chunk.
 
         A partitioned table is read through its root: each block range is read from every partition.
-        The next chunk is fetched by a helper thread while the caller works on the current one (at
-        most two chunks wait), so the server builds JSON while Python builds events.
+        Chunks are fetched by one thread per session while the caller works on the current one (at
+        most two chunks wait per session), so the server builds JSON while Python builds events.
         """
         plan = json_query(shape)
         blocks, per_block = self.blocks(shape.relid)
@@ -181,49 +199,61 @@ class SnapshotReader:
                 yield _split_chunk(shape, plan, data)
 
     def _prefetched(self, plan: JsonQuery, ranges: list[tuple[int, int | None]]) -> Iterator[bytes | None]:
-        results: queue.Queue[tuple[bytes | None, BaseException | None, bool]] = queue.Queue(maxsize=2)
+        """Chunk results in range order; range ``i`` is fetched by session ``i % sessions`` in a thread of its own."""
+        sessions = [self._conn, *self._helpers]
+        queues: list[queue.Queue[tuple[bytes | None, BaseException | None]]] = [
+            queue.Queue(maxsize=2) for _ in sessions]
         stop = threading.Event()
 
-        def fetch() -> None:
+        def hand_over(results: queue.Queue[tuple[bytes | None, BaseException | None]],
+                      item: tuple[bytes | None, BaseException | None]) -> None:
+            while not stop.is_set():
+                try:
+                    results.put(item, timeout=0.2)
+                    return
+                except queue.Full:
+                    continue
+
+        def fetch(conn: psycopg.Connection[tuple[object, ...]], mine: list[tuple[int, int | None]],
+                  results: queue.Queue[tuple[bytes | None, BaseException | None]]) -> None:
             try:
-                with self._conn.cursor(binary=True) as cursor:
-                    for first, end in ranges:
+                with conn.cursor(binary=True) as cursor:
+                    for first, end in mine:
                         if stop.is_set():
                             return
                         row = cursor.execute(plan.chunk(first, end)).fetchone()
-                        data = bytes(row[0]) if row is not None and row[0] is not None else None
-                        while not stop.is_set():
-                            try:
-                                results.put((data, None, False), timeout=0.2)
-                                break
-                            except queue.Full:
-                                continue
+                        hand_over(results, (bytes(row[0]) if row is not None and row[0] is not None else None, None))
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer below
-                results.put((None, exc, True))
-                return
-            results.put((None, None, True))
+                hand_over(results, (None, exc))
 
-        worker = threading.Thread(target=fetch, name="snapshot-fetch", daemon=True)
-        worker.start()
+        workers = [
+            threading.Thread(target=fetch, args=(conn, ranges[index :: len(sessions)], queues[index]),
+                             name=f"snapshot-fetch-{index}", daemon=True)
+            for index, conn in enumerate(sessions)
+        ]
+        for worker in workers:
+            worker.start()
         try:
-            while True:
-                data, error, done = results.get()
+            for index in range(len(ranges)):
+                data, error = queues[index % len(sessions)].get()
                 if error is not None:
                     if isinstance(error, psycopg.Error):
                         raise SourceError(f"snapshot query failed: {str(error).strip().splitlines()[0]}") from error
                     raise error
-                if done:
-                    return
                 yield data
         finally:
             stop.set()
-            worker.join()
+            for worker in workers:
+                worker.join()
 
     def close(self) -> None:
-        try:
-            self._conn.rollback()
-        finally:
-            self._conn.close()
+        for conn in [*self._helpers, self._conn]:
+            try:
+                conn.rollback()
+            except psycopg.Error:
+                pass
+            finally:
+                conn.close()
 
 
 def _split_chunk(shape: TableShape, plan: JsonQuery, data: bytes) -> tuple[list[bytes | None], list[bytes]]:

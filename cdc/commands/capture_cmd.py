@@ -16,7 +16,7 @@ from cdc.metrics import CaptureMetrics, serve
 @click.command("capture")
 @click.option("--once", is_flag=True, help="Drain up to the WAL position current at start, then exit.")
 @click.option("--snapshot-chunk-rows", type=click.IntRange(min=1), default=None, hidden=True,
-              help="Rows per snapshot chunk (each chunk of the initial snapshot is one group in the log).")
+              help="Rows per snapshot chunk; with this option each chunk of the initial snapshot is one group in the log.")
 @pass_context
 def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
     """Capture changes exactly once into the log. SIGTERM/SIGINT: finish the batch, confirm, exit 0."""
@@ -30,7 +30,7 @@ def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
     server = serve(metrics.registry, settings.metrics_port)
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        tuning = Tuning(snapshot_chunk_rows=snapshot_chunk_rows) if snapshot_chunk_rows else None
+        tuning = Tuning(snapshot_chunk_rows=snapshot_chunk_rows, snapshot_group_chunks=1) if snapshot_chunk_rows else None
         stats = Capture(settings, once=once, stop=stop, metrics=metrics, tuning=tuning).run()
     finally:
         for sig, handler in previous.items():
