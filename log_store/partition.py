@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
+from typing import NamedTuple
 
 from log_store.config import LogConfig
 from log_store.record import ProducerRecord, Record, TopicPartition
@@ -32,6 +33,15 @@ from log_store.segment import ActiveSegment, SegmentFile, list_segments, log_nam
 
 _MAX_RELATIVE = 1 << 31
 _RETRIES = 5
+
+
+class EncodedBatch(NamedTuple):
+    """One encoded batch waiting to be written: its buffers, bytes, base offset and record count."""
+
+    pieces: list[bytes]
+    length: int
+    base_offset: int
+    count: int
 
 
 @dataclass(frozen=True)
@@ -172,6 +182,15 @@ class Partition:
     def append(self, records: Sequence[ProducerRecord] | Columns, now_ms: int) -> None:
         """Append ``records`` at the next offsets (written, not yet fsynced: see :meth:`sync`)."""
         columns = records if isinstance(records, Columns) else Columns(records)
+        self.write(self.encode(columns, now_ms), now_ms)
+
+    def encode(self, columns: Columns, now_ms: int) -> list[EncodedBatch]:
+        """The batches that would append ``columns`` at the next offsets; writes nothing.
+
+        Everything that can fail because of the records themselves (their types) fails here, before
+        :meth:`write`, so a caller can encode a whole chunk for every partition before writing any of
+        it. The batches hold about ``max_batch_bytes`` each.
+        """
         count = columns.count
         budget = self.config.max_batch_bytes
         cuts = [0]
@@ -183,11 +202,23 @@ class Partition:
                 cuts.append(max(stop, cuts[-1] + 1))
         else:
             cuts.append(count)
+        batches: list[EncodedBatch] = []
+        base = self.next_offset
         for start, stop in zip(cuts, cuts[1:]):
-            pieces, length = columns.encode_pieces(self.next_offset, start, stop, now_ms)
-            active = self._active_for(length, stop - start, now_ms)
-            active.append(pieces, length, self.next_offset, now_ms)
-            self.next_offset += stop - start
+            pieces, length = columns.encode_pieces(base + start, start, stop, now_ms)
+            batches.append(EncodedBatch(pieces, length, base + start, stop - start))
+        return batches
+
+    def write(self, batches: Sequence[EncodedBatch], now_ms: int) -> None:
+        """Write batches from :meth:`encode` (called with no write in between) at the next offsets,
+        rolling segments as needed (written, not yet fsynced: see :meth:`sync`)."""
+        for batch in batches:
+            if batch.base_offset != self.next_offset:
+                raise ValueError(f"batch encoded for offset {batch.base_offset}, but {self.tp} is at "
+                                 f"{self.next_offset}")
+            active = self._active_for(batch.length, batch.count, now_ms)
+            active.append(batch.pieces, batch.length, batch.base_offset, now_ms)
+            self.next_offset += batch.count
         self._touched = True
 
     def _active_for(self, batch_bytes: int, count: int, now_ms: int) -> ActiveSegment:

@@ -81,14 +81,14 @@ def partition_array(keys: Sequence[bytes], partitions: int) -> Any:
     common case of a run whose keys all have the same length takes no per-key Python code at all.
     """
     count = len(keys)
-    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
-    out = np.empty(count, dtype=np.int64)
-    if count:
-        shortest, longest = int(lengths.min()), int(lengths.max())
-        if shortest == longest:
-            out[:] = _murmur2_same_length(b"".join(keys), count, shortest)
-        else:
-            for length in np.unique(lengths).tolist():
+    distinct = set(map(len, keys))
+    if len(distinct) == 1:
+        out = _murmur2_same_length(b"".join(keys), count, distinct.pop())
+    else:
+        out = np.empty(count, dtype=np.int64)
+        if count:
+            lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
+            for length in sorted(distinct):
                 positions = np.flatnonzero(lengths == length)
                 picked = (itemgetter(*positions.tolist())(keys) if len(positions) > 1
                           else (keys[int(positions[0])],))
@@ -151,11 +151,13 @@ class Partitioner:
             return partitions_for_keys(keys, partitions)  # type: ignore[arg-type]
         return [self.partition(topic, key, partitions) for key in keys]
 
-    def partition_array(
-        self, topic: str, keys: Sequence[bytes | None], partitions: int, *, keyless: bool
-    ) -> Any:
-        """:meth:`partitions` as a numpy ``int64`` array; ``keyless`` says whether any key is None
-        (the caller knows it from its validation, so the keys are not searched again)."""
-        if not keyless and np is not None and len(keys) >= _VECTOR_MIN:
-            return partition_array(cast("Sequence[bytes]", keys), partitions)
-        return np.asarray(self.partitions(topic, keys, partitions), dtype=np.int64)
+    def keyed_array(self, keys: Sequence[bytes], partitions: int) -> Any:
+        """The partitions of a run of keyed records as a numpy ``int64`` array.
+
+        Raises ``TypeError`` when a key is ``None`` (or not bytes-like): the caller then checks for
+        keyless records, which take :meth:`partitions` (round-robin), so that a run of keyed records
+        is never searched for ``None`` first.
+        """
+        if np is not None and len(keys) >= _VECTOR_MIN:
+            return partition_array(keys, partitions)
+        return np.asarray([to_positive(murmur2(key)) % partitions for key in keys], dtype=np.int64)

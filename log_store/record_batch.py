@@ -179,7 +179,7 @@ class Columns:
     fixed-width column of a batch is one ``struct`` pack and each byte column one ``bytes.join``.
     """
 
-    __slots__ = ("count", "keys", "key_lengths", "key_bytes", "values", "value_lengths",
+    __slots__ = ("count", "keys", "key_lengths", "key_bytes", "null_keys", "values", "value_lengths",
                  "value_bytes", "timestamps", "blocks", "block_lengths", "payload_bytes")
 
     def __init__(self, records: Sequence[ProducerRecord]) -> None:
@@ -209,6 +209,7 @@ class Columns:
     ) -> None:
         self.count = len(keys)
         self.key_lengths, self.keys, self.key_bytes = _lengths(keys)
+        self.null_keys = self.keys is not keys and -1 in self.key_lengths
         self.value_lengths, self.values, self.value_bytes = _lengths(values)
         self.timestamps = timestamps
         if any(headers):

@@ -40,6 +40,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import struct
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,7 +49,7 @@ from itertools import islice
 from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
 import numpy as np
 import orjson
@@ -72,7 +73,7 @@ from log_store.errors import (
 from log_store.lock import FileLock
 from log_store.log_cleaner import LOCK_NAME as CLEANER_LOCK
 from log_store.log_cleaner import CleanerReport, LogCleaner, read_checkpoint
-from log_store.partition import Partition
+from log_store.partition import EncodedBatch, Partition
 from log_store.partitioner import Partitioner
 from log_store.record import Headers, ProducerRecord, Record, TopicPartition
 from log_store.record_batch import Columns
@@ -375,7 +376,7 @@ class LogStore:
             while True:
                 try:
                     chunk = list(islice(iterator, chunk_records))
-                    groups = self._place(chunk) if chunk else {}
+                    encoded = self._encode(chunk, now) if chunk else []
                 except BaseException:
                     # The records themselves failed (a bad record, or the producer's iterator
                     # raised): written chunks are cut back to the last watermark, the log stays usable.
@@ -386,13 +387,13 @@ class LogStore:
                     break
                 del chunk
                 try:
-                    for tp, batch in groups.items():
-                        self._partitions[tp].append(batch, now)
-                        touched[tp] = None
+                    for partition, batches in encoded:
+                        partition.write(batches, now)
+                        touched[partition.tp] = None
                 except BaseException as exc:
                     self._failed = exc
                     raise
-                del groups
+                del encoded
             try:
                 previous = self._watermarks.current
                 watermark = Watermark(
@@ -453,14 +454,33 @@ class LogStore:
             self._sync_pool = SyncPool(workers=4)
         return self._sync_pool
 
+    def _encode(
+        self, records: Sequence[ProducerRecord], now_ms: int
+    ) -> list[tuple[Partition, list[EncodedBatch]]]:
+        """Place and encode one chunk for every partition it touches, writing nothing.
+
+        Every way the records themselves can be wrong (an unknown topic, a missing key in a compacted
+        topic, a field of the wrong type) raises here, before any of the chunk is written: a type
+        that the encoding refuses (``TypeError``, ``struct.error``...) becomes an
+        :class:`InvalidRecordError` naming the field.
+        """
+        try:
+            groups = self._place(records)
+            return [(self._partitions[tp], self._partitions[tp].encode(columns, now_ms))
+                    for tp, columns in groups.items()]
+        except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as exc:
+            raise _invalid_record(records, exc) from exc
+
     def _place(self, records: Sequence[ProducerRecord]) -> dict[TopicPartition, Columns]:
-        """Group records by partition, validating all of them before anything is written.
+        """Group records by partition, checking topics and keys before anything is written.
 
         Works on runs of records of one topic taken apart into columns with C-level ``map`` calls
         (``map(itemgetter(i), run)``: unlike ``zip(*run)`` it allocates no per-record iterator, so a
-        group does not set off the garbage collector) and checked with C-level ``map`` calls too.
-        Records of a multi-partition topic are grouped by partition with one stable numpy sort of the
-        partition numbers and one ``itemgetter`` per column and partition: no per-record Python code.
+        group does not set off the garbage collector). Field types are not checked record by record:
+        encoding refuses what it cannot store (see :meth:`_encode`), and keys and values may be any
+        bytes-like objects. Records of a multi-partition topic are grouped by partition with numpy
+        over the partition numbers and one ``itemgetter`` per column and partition: no per-record
+        Python code.
         """
         groups: dict[TopicPartition, Columns] = {}
         if not records:
@@ -479,46 +499,36 @@ class LogStore:
             if config is None:
                 raise UnknownTopicError(self.root, topic)
             keys: list[bytes | None] = list(map(_KEY, run))
-            key_types = set(map(type, keys))
-            keyless = type(None) in key_types
-            if keyless and config.compacted:
-                raise InvalidRecordError(topic, "a compacted topic needs a key on every record",
-                                         "give the record a key or use a non-compacted topic")
-            for bad in key_types - {bytes, type(None)}:
-                raise InvalidRecordError(topic, f"key is {bad.__name__}, not bytes",
-                                         "encode keys to bytes")
             values: list[bytes | None] = list(map(_VALUE, run))
-            for bad in set(map(type, values)) - {bytes, type(None)}:
-                raise InvalidRecordError(topic, f"value is {bad.__name__}, not bytes",
-                                         "encode values to bytes (None is a tombstone)")
             timestamps: list[int] = list(map(_TIMESTAMP, run))
             headers: list[Headers] = list(map(_HEADERS, run))
             if config.partitions == 1:
-                groups[TopicPartition(topic, 0)] = Columns.from_columns(keys, values, timestamps,
-                                                                        headers)
+                columns = Columns.from_columns(keys, values, timestamps, headers)
+                if columns.null_keys and config.compacted:
+                    raise _keyless(topic)
+                groups[TopicPartition(topic, 0)] = columns
                 continue
-            placed = self._partitioner.partition_array(topic, keys, config.partitions,
-                                                       keyless=keyless)
-            counts = np.bincount(placed, minlength=config.partitions).tolist()
-            order = np.argsort(placed, kind="stable")
-            start = 0
-            for partition, count in enumerate(counts):
-                if not count:
-                    continue
+            try:
+                placed = self._partitioner.keyed_array(cast("list[bytes]", keys), config.partitions)
+            except TypeError:
+                if None not in keys:
+                    raise  # a key that is not bytes: _encode names it
+                if config.compacted:
+                    raise _keyless(topic) from None
+                placed = np.asarray(self._partitioner.partitions(topic, keys, config.partitions),
+                                    dtype=np.int64)
+            for partition, picked in _by_partition(placed, config.partitions):
                 tp = TopicPartition(topic, partition)
-                if count == len(run):
+                if picked is None:  # the whole run
                     groups[tp] = Columns.from_columns(keys, values, timestamps, headers)
-                    break
-                picked = order[start : start + count].tolist()
-                start += count
-                if count == 1:
+                elif len(picked) == 1:
                     i = picked[0]
                     groups[tp] = Columns.from_columns([keys[i]], [values[i]], [timestamps[i]],
                                                       [headers[i]])
-                    continue
-                pick = itemgetter(*picked)
-                groups[tp] = Columns.from_columns(pick(keys), pick(values), pick(timestamps),
-                                                  pick(headers))
+                else:
+                    pick = itemgetter(*picked)
+                    groups[tp] = Columns.from_columns(pick(keys), pick(values), pick(timestamps),
+                                                      pick(headers))
         return groups
 
     def roll(self, topic: str | None = None) -> int:
@@ -674,3 +684,56 @@ class LogStore:
     def __repr__(self) -> str:
         return f"LogStore({str(self.root)!r}, writer={self.writer})"
 
+
+def _keyless(topic: str) -> InvalidRecordError:
+    return InvalidRecordError(topic, "a compacted topic needs a key on every record",
+                              "give the record a key or use a non-compacted topic")
+
+
+def _by_partition(placed: Any, partitions: int) -> list[tuple[int, list[int] | None]]:
+    """``(partition, positions of its records)`` in partition order for a numpy array of partition
+    numbers; positions keep their order, and are ``None`` when one partition has every record."""
+    count = len(placed)
+    if partitions <= 8:
+        out: list[tuple[int, list[int] | None]] = []
+        for partition in range(partitions):
+            positions = np.flatnonzero(placed == partition)
+            if len(positions) == count:
+                return [(partition, None)]
+            if len(positions):
+                out.append((partition, positions.tolist()))
+        return out
+    counts = np.bincount(placed, minlength=partitions).tolist()
+    order = np.argsort(placed, kind="stable")
+    out = []
+    start = 0
+    for partition, size in enumerate(counts):
+        if size == count:
+            return [(partition, None)]
+        if size:
+            out.append((partition, order[start : start + size].tolist()))
+            start += size
+    return out
+
+
+def _invalid_record(records: Sequence[ProducerRecord], exc: BaseException) -> InvalidRecordError:
+    """The :class:`InvalidRecordError` for records whose encoding raised ``exc``, naming the field."""
+    for record in records:
+        topic, key, value, timestamp, headers = record[:5]
+        if not isinstance(key, (bytes, bytearray, memoryview, type(None))):
+            return InvalidRecordError(topic, f"key is {type(key).__name__}, not bytes",
+                                      "encode keys to bytes")
+        if not isinstance(value, (bytes, bytearray, memoryview, type(None))):
+            return InvalidRecordError(topic, f"value is {type(value).__name__}, not bytes",
+                                      "encode values to bytes (None is a tombstone)")
+        if type(timestamp) is not int or not -(1 << 63) <= timestamp < 1 << 63:
+            return InvalidRecordError(topic, f"timestamp_ms is {timestamp!r}, not a 64-bit int",
+                                      "give milliseconds since the epoch as an int")
+        if not isinstance(headers, tuple) or not all(
+                isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)
+                and isinstance(h[1], (bytes, bytearray, memoryview)) for h in headers):
+            return InvalidRecordError(topic, "headers must be a tuple of (str, bytes) pairs",
+                                      "build headers as ((name, value_bytes), ...)")
+    topic = records[0][0] if records else "?"
+    return InvalidRecordError(topic, f"a record cannot be encoded ({exc})",
+                              "check the types of the records' fields")

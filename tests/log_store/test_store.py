@@ -74,19 +74,57 @@ def test_keyless_records(tmp_path: Path) -> None:
         assert counts == [3, 2, 2]
 
 
-def test_bad_records_are_rejected_before_anything_is_written(tmp_path: Path) -> None:
+def test_keyless_records_among_many_keyed_ones(tmp_path: Path) -> None:
+    """Runs long enough for the vectorised partitioner: keyless records still go keyless records round-robin."""
     with LogStore.open(tmp_path, writer=True) as log:
-        log.ensure_topic("t", 1)
-        good = rec("t", "k", "v")
-        for bad in (ProducerRecord("t", "str-key", b"v", 0),  # type: ignore[arg-type]
-                    ProducerRecord("t", b"k", "str-value", 0)):  # type: ignore[arg-type]
-            with pytest.raises(InvalidRecordError):
-                log.append_group([good, bad], "01")
+        log.ensure_topic("compacted", 3)
+        log.ensure_topic("plain", 3, compacted=False)
+        keyed = [rec("plain", f"k{i}", "v") for i in range(100)]
+        with pytest.raises(InvalidRecordError, match="needs a key"):
+            log.append_group([*[rec("compacted", f"k{i}", "v") for i in range(100)],
+                              rec("compacted", None, "x")], "01")
+        log.append_group([*keyed[:50], rec("plain", None, "a"), *keyed[50:], rec("plain", None, "b")],
+                         "02")
+        records = read_all(log, "plain")
+        keyless = sorted((r.value, r.partition) for r in records if r.key is None)
+        assert keyless == [(b"a", 0), (b"b", 1)]  # the round-robin starts at 0: nothing advanced it
+        for record in records:
+            if record.key is not None:
+                assert record.partition == partition_for_key(record.key, 3)
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_bad_records_are_rejected_before_anything_is_written(tmp_path: Path, partitions: int) -> None:
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("t", partitions)
+        good = [rec("t", f"k{i}", "v") for i in range(100)]
+        for bad, field in (
+                (ProducerRecord("t", "str-key", b"v", 0), "key is str"),  # type: ignore[arg-type]
+                (ProducerRecord("t", 7, b"v", 0), "key is int"),  # type: ignore[arg-type]
+                (ProducerRecord("t", b"k", "str-value", 0), "value is str"),  # type: ignore[arg-type]
+                (ProducerRecord("t", b"k", b"v", 1.5), "timestamp_ms"),  # type: ignore[arg-type]
+                (ProducerRecord("t", b"k", b"v", 1 << 63), "timestamp_ms"),
+                (ProducerRecord("t", b"k", b"v", 0, (("h", "str"),)), "headers"),  # type: ignore[arg-type]
+                (ProducerRecord("t", b"k", b"v", 0, ("h",)), "headers")):  # type: ignore[arg-type]
+            with pytest.raises(InvalidRecordError, match=field):
+                log.append_group([*good, bad], "01")
         with pytest.raises(UnknownTopicError):
-            log.append_group([good, rec("other", "k", "v")], "01")
+            log.append_group([*good, rec("other", "k", "v")], "01")
         assert log.latest_watermark() is None
-        log.append_group([good], "02")
-        assert log.end_offset(TopicPartition("t", 0)) == 1
+        assert all(p.next_offset == 0 for p in log._partitions.values())
+        log.append_group(good, "02")
+        assert sum(log.end_offset(TopicPartition("t", p)) for p in range(partitions)) == 100
+
+
+def test_bytes_like_keys_and_values_are_stored_as_bytes(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("t", 3)
+        log.append_group([ProducerRecord("t", bytearray(b"k1"), memoryview(b"v1"), 1),  # type: ignore[arg-type]
+                          ProducerRecord("t", b"k2", bytearray(b"v2"), 2)], "01")  # type: ignore[arg-type]
+        records = sorted(read_all(log, "t"), key=lambda r: r.key or b"")
+        assert [(r.key, r.value) for r in records] == [(b"k1", b"v1"), (b"k2", b"v2")]
+        assert all(type(r.key) is bytes and type(r.value) is bytes for r in records)
+        assert records[0].partition == partition_for_key(b"k1", 3)
 
 
 def test_watermark_bounds_every_read(tmp_path: Path) -> None:
