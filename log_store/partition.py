@@ -41,7 +41,7 @@ class EncodedBatch(NamedTuple):
     pieces: list[bytes]
     length: int
     base_offset: int
-    count: int
+    records: int
 
 
 @dataclass(frozen=True)
@@ -216,9 +216,9 @@ class Partition:
             if batch.base_offset != self.next_offset:
                 raise ValueError(f"batch encoded for offset {batch.base_offset}, but {self.tp} is at "
                                  f"{self.next_offset}")
-            active = self._active_for(batch.length, batch.count, now_ms)
+            active = self._active_for(batch.length, batch.records, now_ms)
             active.append(batch.pieces, batch.length, batch.base_offset, now_ms)
-            self.next_offset += batch.count
+            self.next_offset += batch.records
         self._touched = True
 
     def _active_for(self, batch_bytes: int, count: int, now_ms: int) -> ActiveSegment:

@@ -14,10 +14,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 from typing import Any, cast
 
-try:
-    import numpy as np
-except ImportError:  # pragma: no cover - numpy comes with the Spark/pandas stack
-    np = None
+import numpy as np
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -66,16 +63,16 @@ _VECTOR_MIN = 64
 
 
 def partitions_for_keys(keys: Sequence[bytes], partitions: int) -> list[int]:
-    """``partition_for_key`` of every key, computed batch-wise when numpy is available."""
+    """``partition_for_key`` of every key, computed batch-wise (numpy) for runs of 64 keys or more."""
     if partitions == 1:
         return [0] * len(keys)
-    if np is None or len(keys) < _VECTOR_MIN:
+    if len(keys) < _VECTOR_MIN:
         return [to_positive(murmur2(key)) % partitions for key in keys]
     return cast("list[int]", partition_array(keys, partitions).tolist())
 
 
 def partition_array(keys: Sequence[bytes], partitions: int) -> Any:
-    """``partition_for_key`` of every key as a numpy ``int64`` array (numpy must be available).
+    """``partition_for_key`` of every key as a numpy ``int64`` array.
 
     Keys of one length are hashed together (one vectorised murmur2 over the keys laid end to end); the
     common case of a run whose keys all have the same length takes no per-key Python code at all.
@@ -98,7 +95,7 @@ def partition_array(keys: Sequence[bytes], partitions: int) -> Any:
     return out
 
 
-def _murmur2_same_length(data: bytes, count: int, length: int) -> object:
+def _murmur2_same_length(data: bytes, count: int, length: int) -> Any:
     """Unsigned murmur2 of ``count`` keys of ``length`` bytes laid end to end in ``data``."""
     m = np.uint32(_M)
     rows = np.frombuffer(data, dtype=np.uint8).reshape(count, length) if length else None
@@ -158,6 +155,6 @@ class Partitioner:
         keyless records, which take :meth:`partitions` (round-robin), so that a run of keyed records
         is never searched for ``None`` first.
         """
-        if np is not None and len(keys) >= _VECTOR_MIN:
+        if len(keys) >= _VECTOR_MIN:
             return partition_array(keys, partitions)
         return np.asarray([to_positive(murmur2(key)) % partitions for key in keys], dtype=np.int64)

@@ -197,7 +197,7 @@ def test_failed_append_stops_the_writer_until_reopened(tmp_path: Path) -> None:
     def broken(_watermark: Watermark) -> None:
         raise OSError(28, "No space left on device")
 
-    log._watermarks.write = broken  # type: ignore[method-assign]
+    log._watermarks.write = broken  # type: ignore[method-assign,assignment]
     with pytest.raises(OSError):
         log.append_group([rec("t", "k", "lost")], "02")
     with pytest.raises(WriterFailedError, match="reopen"):

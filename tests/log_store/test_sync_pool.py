@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_more_calls_than_workers_queue_up_and_all_finish() -> None:
             done.append(i)
 
     try:
-        for pending in [pool.start(lambda i=i: call(i)) for i in range(20)]:
+        for pending in [pool.start(partial(call, i)) for i in range(20)]:
             pending.wait()
         assert sorted(done) == list(range(20))
         assert len(pool._threads) <= 2
