@@ -103,11 +103,12 @@ def _murmur2_same_length(data: bytes, count: int, length: int) -> Any:
     words = length >> 2
     if words:
         assert rows is not None
-        packed = np.ascontiguousarray(rows[:, : words * 4]).view("<u4")
-        for j in range(words):
-            k = packed[:, j] * m
-            k ^= k >> np.uint32(24)
-            k *= m
+        # every word of every key mixed at once (as Kafka mixes each k), then folded into h in order
+        mixed = np.ascontiguousarray(rows[:, : words * 4]).view("<u4") * m
+        mixed ^= mixed >> np.uint32(24)
+        mixed *= m
+        mixed = mixed.T.copy()  # one contiguous row per word position
+        for k in mixed:
             h *= m
             h ^= k
     rest = length & 3
