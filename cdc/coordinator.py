@@ -420,10 +420,13 @@ class Capture:
             try:
                 while True:
                     frames = repl.read_raw(tuning.batch_seconds / 4 if pending else 0.25)
-                    for data in frames:
-                        if take(data):
-                            continue  # a change of the open transaction, kept as bytes until its commit
-                        frame = decode_frame(data)
+                    index = 0
+                    while True:
+                        index = take(frames, index)  # changes of the open transaction, kept as bytes until its commit
+                        if index >= len(frames):
+                            break
+                        frame = decode_frame(frames[index])
+                        index += 1
                         if isinstance(frame, XLogData):
                             # Only keepalives and commits move server_end: an XLogData header inside a
                             # streamed block does not promise that earlier commits were all sent.

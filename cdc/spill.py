@@ -33,12 +33,27 @@ class SpillBuffer:
         self._items.append(item)
         self._memory += len(item)
         if self._memory > self._limit:
-            self._file = tempfile.TemporaryFile(prefix="cdc-spill-")  # noqa: SIM115 - closed by close()
-            for held in self._items:
-                self._file.write(_LEN.pack(len(held)))
-                self._file.write(held)
-            self._items = []
-            self._memory = 0
+            self._spill()
+
+    def extend(self, items: list[bytes]) -> None:
+        """Append every item of ``items`` in order (as :meth:`append` one by one would)."""
+        if self._file is not None:
+            for item in items:
+                self.append(item)
+            return
+        self.count += len(items)
+        self._items += items
+        self._memory += sum(map(len, items))
+        if self._memory > self._limit:
+            self._spill()
+
+    def _spill(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="cdc-spill-")  # noqa: SIM115 - closed by close()
+        for held in self._items:
+            self._file.write(_LEN.pack(len(held)))
+            self._file.write(held)
+        self._items = []
+        self._memory = 0
 
     @property
     def spilled(self) -> bool:

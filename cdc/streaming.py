@@ -114,24 +114,32 @@ class TransactionAssembler:
     def open_streams(self) -> int:
         return len(self._streams)
 
-    def take(self, frame: bytes | memoryview) -> bool:
-        """The fast path of :meth:`feed` for one raw CopyData frame: True when it was an XLogData frame
-        carrying a change of the open transaction (now stored); False for any other frame, which the
-        caller decodes and hands to :meth:`feed`.
+    def take(self, frames: list[bytes | memoryview], start: int = 0) -> int:
+        """The fast path of :meth:`feed` for raw CopyData frames: stores the run of XLogData frames from
+        ``start`` on that carry changes of the open transaction, and returns the index of the first
+        frame it did not take (``len(frames)`` when it took them all). The caller decodes that frame
+        and hands it to :meth:`feed`, then calls this again after it.
         """
-        if frame[0] != 0x77 or len(frame) <= _PAYLOAD_AT:
-            return False
-        kind = frame[_PAYLOAD_AT]
-        if kind not in _DATA_TYPES:
-            return False
         target = self._current if self._stream_xid is None else self._streams.get(self._stream_xid)
         if target is None:
-            return False
-        payload = bytes(frame[_PAYLOAD_AT:])
-        target.changes.append(payload)
-        if kind == 0x55 and payload[9 if self._stream_xid is not None else 5] == 0x4B:
-            target.key_changes = True
-        return True
+            return start
+        old_at = 5 if self._stream_xid is None else 9  # where an update's old-tuple kind byte sits
+        payloads: list[bytes] = []
+        append = payloads.append
+        end = len(frames)
+        index = start
+        while index < end:
+            frame = frames[index]
+            if frame[0] != 0x77 or len(frame) <= _PAYLOAD_AT or frame[_PAYLOAD_AT] not in _DATA_TYPES:
+                break
+            payload = bytes(frame[_PAYLOAD_AT:])
+            append(payload)
+            if payload[0] == 0x55 and payload[old_at] == 0x4B:
+                target.key_changes = True
+            index += 1
+        if payloads:
+            target.changes.extend(payloads)
+        return index
 
     def feed(self, payload: bytes, lsn: int = 0) -> Transaction | None:
         kind = payload[0] if payload else 0
