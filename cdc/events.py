@@ -10,7 +10,11 @@ Format: docs/event-format.md. Guarantees of this module:
 * an update whose new row lacks an unchanged TOAST value never carries a placeholder: the value is
   taken from the old row when the server sent it (replica identity FULL), otherwise the column is
   left out of ``after`` and named in the ``unchanged`` header, and compaction folds it onto the key's
-  previous value (log_store ``fold_json_after``).
+  previous value (log_store ``fold_json_after``); when the update changed the key, the new key has no
+  previous value, so the value comes from the old key's row (:mod:`cdc.key_changes`) or capture stops
+  with :class:`~cdc.errors.MissingValueError`;
+* event bytes are assembled from per-column JSON fragments (:mod:`cdc.row_codec`), byte for byte what
+  ``orjson.dumps`` writes for the envelope as a dict.
 """
 
 from __future__ import annotations
