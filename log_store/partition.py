@@ -23,6 +23,7 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
+from operator import add, itemgetter, length_hint
 from pathlib import Path
 from typing import NamedTuple
 
@@ -32,6 +33,7 @@ from log_store.record_batch import Columns, decode_records
 from log_store.segment import ActiveSegment, SegmentFile, list_segments, log_name
 
 _MAX_RELATIVE = 1 << 31
+_KEY, _VALUE = itemgetter(3), itemgetter(4)
 _RETRIES = 5
 
 
@@ -102,12 +104,11 @@ class Partition:
                 if attempt == _RETRIES - 1:
                     raise
         del records[max_records:]
-        total = 0
-        for i, record in enumerate(records):
-            total += len(record.key or b"") + len(record.value or b"")
-            if total > max_bytes and i > 0:
-                del records[i:]
-                break
+        # bytes of keys and values so far, record by record (length_hint: 0 for a None key or value)
+        running = list(accumulate(map(add, map(length_hint, map(_KEY, records)),
+                                      map(length_hint, map(_VALUE, records)))))
+        if running and running[-1] > max_bytes:
+            del records[max(bisect_right(running, max_bytes), 1):]
         return records
 
     def _forget_deleted(self, bases: list[int]) -> None:

@@ -375,17 +375,33 @@ def decode_records(
     return _decode_columns(buf, pos, header, topic, partition, min_offset, max_offset)
 
 
+@lru_cache(maxsize=64)
+def _uniform(length: int, count: int) -> struct.Struct:
+    """A run of ``count`` byte strings of ``length`` bytes each."""
+    return struct.Struct(f"{length}s" * count)
+
+
 def _slices(buf: bytes, lengths: Sequence[int], first: int, lo: int, hi: int) -> list[bytes | None]:
-    """Items ``lo .. hi - 1`` of a byte column starting at ``first`` (``None`` for length -1)."""
+    """Items ``lo .. hi - 1`` of a byte column starting at ``first`` (``None`` for length -1).
+
+    One ``struct`` unpack of the whole run (a format of one ``<n>s`` per item), not a slice per item.
+    """
     if lo >= hi:
         return []
-    clipped = lengths if -1 not in lengths else list(map(max, lengths, repeat(0)))
-    starts = list(accumulate(clipped, initial=first))
-    items: list[bytes | None] = list(map(buf.__getitem__, map(slice, starts[lo:hi],
-                                                            starts[lo + 1 : hi + 1])))
-    if clipped is not lengths:
-        for i in compress(range(lo, hi), map(lt, lengths[lo:hi], repeat(0))):
-            items[i - lo] = None
+    wanted = lengths[lo:hi]
+    has_null = -1 in lengths
+    clipped = list(map(max, wanted, repeat(0))) if has_null else wanted
+    start = first
+    if lo:
+        start += _total(list(lengths[:lo]))
+    shortest = min(clipped)
+    if shortest == max(clipped):
+        items: list[bytes | None] = list(_uniform(shortest, hi - lo).unpack_from(buf, start))
+    else:
+        items = list(struct.unpack_from("s".join(map(str, clipped)) + "s", buf, start))
+    if has_null:
+        for i in compress(range(hi - lo), map(lt, wanted, repeat(0))):
+            items[i] = None
     return items
 
 

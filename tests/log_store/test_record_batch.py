@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import struct
 
 import pytest
@@ -146,3 +147,27 @@ def test_columns_from_fields_equal_columns_of_records() -> None:
     records = _records()
     assert (Columns.from_fields(list(zip(*records))).encode(3, 0, 4, 1)
             == Columns(records).encode(3, 0, 4, 1))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_column_and_row_layouts_decode_alike(seed: int) -> None:
+    """Any records, any offset window: both layouts give the same records (uniform and varying
+    lengths, null keys and values, empty ones, headers)."""
+    rng = random.Random(seed)
+    uniform = rng.random() < 0.5
+
+    def blob() -> bytes | None:
+        if not uniform and rng.random() < 0.2:
+            return None
+        return rng.randbytes(7 if uniform else rng.randint(0, 12))
+
+    offsets = sorted(rng.sample(range(40), rng.randint(1, 30)))
+    records = [Record("t", 0, 100 + o, blob(), blob(), rng.randint(-5, 1 << 40),
+                      (("h", rng.randbytes(3)),) if rng.random() < 0.3 else ()) for o in offsets]
+    columns = encode_records(100, 39, records, 0, attributes=0)
+    rows = encode_rows(100, 39, records, 0, attributes=0)
+    for _ in range(10):
+        low, high = sorted(rng.sample(range(95, 145), 2))
+        expected = [r for r in records if low <= r.offset < high]
+        for batch in (columns, rows):
+            assert decode_records(batch, 0, parse_header(batch, 0), "t", 0, low, high) == expected
