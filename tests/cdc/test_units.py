@@ -224,3 +224,31 @@ def test_gate_admits_a_table_only_after_its_snapshot() -> None:
     assert gate.admits(shape, 10)
     recreated = TableShape.build(2, "public", "t", "cdc.public.t", [("id", 20, -1)], ["id"])
     assert not gate.admits(recreated, 2000) and gate.wanted == {2: "public.t"}
+
+
+def test_take_stores_change_frames_as_feed_does() -> None:
+    """The capture loop's fast path (runs of raw frames) yields the same transactions as feeding payloads."""
+    payloads = recorded()
+    update_k = _hand(b"U", struct.pack("!I", 42), b"K", struct.pack("!h", 1), b"t", struct.pack("!i", 1), b"1",
+                     b"N", struct.pack("!h", 1), b"t", struct.pack("!i", 1), b"2")
+    begin = _hand(b"B", struct.pack("!QqI", 10**12, 0, 77))
+    commit = _hand(b"C", struct.pack("!bQQq", 0, 10**12, 10**12 + 8, 0))
+    payloads += [(10**12, begin), (10**12, update_k), (10**12, commit)]
+    by_feed = TransactionAssembler(memory_limit=4096)
+    expected = [tx for lsn, payload in payloads if (tx := by_feed.feed(payload, lsn)) is not None]
+    frames: list[bytes | memoryview] = [memoryview(encode_xlogdata(lsn, lsn, payload)) for lsn, payload in payloads]
+    by_take = TransactionAssembler(memory_limit=4096)
+    got = []
+    index = 0
+    while True:
+        index = by_take.take(frames, index)
+        if index >= len(frames):
+            break
+        frame = decode_frame(frames[index])
+        index += 1
+        assert isinstance(frame, XLogData)
+        if (tx := by_take.feed(frame.payload, frame.data_start)) is not None:
+            got.append(tx)
+    assert [(t.commit_lsn, t.streamed, t.key_changes, list(t.changes)) for t in got] == [
+        (t.commit_lsn, t.streamed, t.key_changes, list(t.changes)) for t in expected]
+    assert got[-1].key_changes and not got[0].key_changes
