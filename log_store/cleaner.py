@@ -24,13 +24,18 @@ side files and swaps them in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import compress, repeat
+from operator import and_, eq, is_not, itemgetter
 
 from log_store.errors import FoldError
 from log_store.fold import FoldFunction, parse_unchanged
-from log_store.record import UNCHANGED_HEADER, Record
+from log_store.record import UNCHANGED_HEADER, Headers, Record
 from log_store.record_batch import BatchHeader, encode_records
+
+
+_OFFSET, _KEY, _VALUE, _HEADERS = itemgetter(2), itemgetter(3), itemgetter(4), itemgetter(6)
 
 
 def _is_partial(record: Record) -> bool:
@@ -44,9 +49,29 @@ class OffsetMap:
     latest: dict[bytes, int] = field(default_factory=dict)
     partial: set[bytes] = field(default_factory=set)
 
+    def add_columns(self, offsets: list[int], keys: list[bytes | None],
+                    headers: Sequence[Headers]) -> None:
+        """Account for one batch's records given as columns (see :func:`decode_columns`)."""
+        if not any(headers) and None not in keys:
+            # the common batch (keyed, no headers) in C: later offsets overwrite earlier ones
+            self.latest.update(zip(keys, offsets))  # type: ignore[arg-type]
+            if self.partial:
+                self.partial.difference_update(keys)
+            return
+        self.add([Record("", 0, offset, key, None, 0, header)
+                  for offset, key, header in zip(offsets, keys, headers)])
+
     def add(self, records: Iterable[Record]) -> None:
         """Account for records, in offset order."""
         latest, partial = self.latest, self.partial
+        if isinstance(records, list):
+            keys = list(map(_KEY, records))
+            if not any(map(_HEADERS, records)) and None not in keys:
+                # the common batch (keyed, no headers) in C: later offsets overwrite earlier ones
+                latest.update(zip(keys, map(_OFFSET, records)))
+                if partial:
+                    partial.difference_update(keys)
+                return
         for record in records:
             key = record.key
             if key is None:
@@ -119,10 +144,46 @@ class Cleaner:
 
     def clean_batch(self, header: BatchHeader, raw: bytes, records: list[Record]) -> bytes | None:
         """The cleaned batch (``raw`` itself when nothing changed), or ``None`` when nothing is left."""
+        expired = self.now_ms - header.append_time_ms >= self.delete_retention_ms
+        kept = self._kept_without_folds(records, expired)
+        if kept is None:
+            return self._clean_records(header, raw, records, expired)
+        self.stats.records_read += len(records)
+        self.stats.records_kept += len(kept)
+        if not kept:
+            return None
+        if len(kept) == len(records):
+            return raw
+        self.stats.batches_rewritten += 1
+        return encode_records(header.base_offset, header.last_offset_delta, kept,
+                              header.append_time_ms)
+
+    def _kept_without_folds(self, records: list[Record], expired: bool) -> list[Record] | None:
+        """The records to keep, decided with C-level maps, for the common batch: every record keyed
+        and none of its keys due a fold. ``None`` for any other batch (the caller walks it)."""
+        latest, partial = self.offset_map.latest, self.offset_map.partial
+        keys = list(map(_KEY, records))
+        if partial and not partial.isdisjoint(keys):
+            return None
+        latest_offsets = list(map(latest.get, keys))
+        if None in latest_offsets:  # a keyless record (or a key outside the map): walk the batch
+            return None
+        keep = list(map(eq, latest_offsets, map(_OFFSET, records)))
+        if expired:
+            values = list(map(_VALUE, records))
+            if None in values:
+                latest_flags = keep
+                keep = list(map(and_, latest_flags, map(is_not, values, repeat(None))))
+                self.stats.tombstones_removed += sum(latest_flags) - sum(keep)
+        return list(compress(records, keep))
+
+    def _clean_records(
+        self, header: BatchHeader, raw: bytes, records: list[Record], expired: bool
+    ) -> bytes | None:
+        """:meth:`clean_batch` record by record (keyless records, folds)."""
         latest, partial = self.offset_map.latest, self.offset_map.partial
         kept: list[Record] = []
         changed = False
-        expired = self.now_ms - header.append_time_ms >= self.delete_retention_ms
         for record in records:
             key = record.key
             if key is None:

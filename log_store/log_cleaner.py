@@ -40,7 +40,7 @@ from log_store.errors import CleanerLockedError
 from log_store.lock import FileLock
 from log_store.offset_index import OffsetIndex, index_path
 from log_store.record import TopicPartition
-from log_store.record_batch import decode_records
+from log_store.record_batch import decode_columns, decode_records
 from log_store.recovery import CLEANED_SUFFIX, remove_side_files
 from log_store.retention import SegmentInfo, segments_to_delete
 from log_store.segment import FILE_HEADER_SIZE, SegmentFile, encode_file_header, list_segments, log_name
@@ -164,7 +164,9 @@ class LogCleaner:
             segment = SegmentFile(directory / log_name(base), base)
             try:
                 for _pos, header, buf, at in segment.batches(next_base):
-                    offset_map.add(decode_records(buf, at, header, topic, partition, 0, next_base))
+                    offsets, keys, _values, _ts, headers = decode_columns(buf, at, header, 0,
+                                                                          next_base, values=False)
+                    offset_map.add_columns(offsets, keys, headers)
             finally:
                 segment.close()
         cleaner = Cleaner(offset_map, now_ms=now_ms,

@@ -405,10 +405,28 @@ def _slices(buf: bytes, lengths: Sequence[int], first: int, lo: int, hi: int) ->
     return items
 
 
-def _decode_columns(
-    buf: bytes, pos: int, header: BatchHeader, topic: str, partition: int, min_offset: int,
-    max_offset: int,
-) -> list[Record]:
+class DecodedColumns(NamedTuple):
+    """The records of one batch column by column (``values`` is ``None`` when not asked for)."""
+
+    offsets: list[int]
+    keys: list[bytes | None]
+    values: list[bytes | None] | None
+    timestamps: Sequence[int]
+    headers: Sequence[Headers]
+
+
+def decode_columns(
+    buf: bytes, pos: int, header: BatchHeader, min_offset: int = 0, max_offset: int = 1 << 62,
+    *, values: bool = True,
+) -> DecodedColumns:
+    """:func:`decode_records` as columns, without building a :class:`Record` per record; with
+    ``values=False`` the values are not even copied out (the compactor's first pass needs only keys,
+    offsets and headers). Same checks and errors as :func:`decode_records`."""
+    if header.magic == MAGIC_ROWS:
+        rows = _decode_rows(buf, pos, header, "", 0, min_offset, max_offset)
+        return DecodedColumns(list(map(_R_OFFSET, rows)), list(map(_R_KEY, rows)),
+                              list(map(_R_VALUE, rows)) if values else None,
+                              list(map(_R_TIMESTAMP, rows)), list(map(_R_HEADERS, rows)))
     count = header.record_count
     base = header.base_offset
     p = pos + HEADER_SIZE
@@ -437,18 +455,27 @@ def _decode_columns(
     lo = bisect_left(deltas, min_offset - base)
     hi = bisect_left(deltas, max_offset - base)
     if lo >= hi:
-        return []
-    keys = _slices(buf, key_lengths, p, lo, hi)
-    values = _slices(buf, value_lengths, p + keys_bytes, lo, hi)
+        return DecodedColumns([], [], [] if values else None, (), ())
+    headers: Sequence[Headers]
     if any(block_lengths[lo:hi]):
         blocks = _slices(buf, block_lengths, p + keys_bytes + values_bytes, lo, hi)
-        headers: Iterable[Headers] = [decode_headers(block) if block else ()
-                                      for block in cast("list[bytes]", blocks)]
+        headers = [decode_headers(block) if block else () for block in cast("list[bytes]", blocks)]
     else:
-        headers = repeat(())
-    offsets = map(add, deltas[lo:hi], repeat(base))
-    return list(map(_new_record, zip(repeat(topic), repeat(partition), offsets, keys, values,
-                                     timestamps[lo:hi], headers)))
+        headers = (((),) * (hi - lo))
+    return DecodedColumns(
+        list(map(add, deltas[lo:hi], repeat(base))), _slices(buf, key_lengths, p, lo, hi),
+        _slices(buf, value_lengths, p + keys_bytes, lo, hi) if values else None,
+        timestamps[lo:hi], headers)
+
+
+def _decode_columns(
+    buf: bytes, pos: int, header: BatchHeader, topic: str, partition: int, min_offset: int,
+    max_offset: int,
+) -> list[Record]:
+    offsets, keys, values, timestamps, headers = decode_columns(buf, pos, header, min_offset,
+                                                                max_offset)
+    return list(map(_new_record, zip(repeat(topic), repeat(partition), offsets, keys,
+                                     cast("list[bytes | None]", values), timestamps, headers)))
 
 
 def _decode_rows(
