@@ -18,7 +18,9 @@ order, the cleaner works in two passes:
      is kept exactly as written, header included, so nothing is lost.
 
 Records of other keys never affect each other. A batch whose records all survive unchanged is returned
-as its original bytes. The cleaner does no I/O; :mod:`log_store.log_cleaner` reads segments, writes the
+as its original bytes. Both passes decide a batch of keyed records none of whose keys is due a fold
+with C-level maps over its columns (``dict.update``, ``map(dict.get, ...)``); other batches are walked
+record by record, with the same result. The cleaner does no I/O; :mod:`log_store.log_cleaner` reads segments, writes the
 side files and swaps them in.
 """
 
