@@ -98,7 +98,7 @@ FORMAT = 1
 #: Records placed, encoded and written at a time by :meth:`LogStore.append_group`.
 APPEND_CHUNK = 10_000
 STORE_FILE = "store.json"
-_TOPIC, _KEY, _VALUE, _TIMESTAMP, _HEADERS = map(itemgetter, range(5))
+_TOPIC, _KEY = itemgetter(0), itemgetter(1)
 WRITER_LOCK = "writer.lock"
 CLEAN_MARKER = "clean_shutdown"
 
@@ -479,8 +479,7 @@ class LogStore:
         group does not set off the garbage collector). Field types are not checked record by record:
         encoding refuses what it cannot store (see :meth:`_encode`), and keys and values may be any
         bytes-like objects. Records of a multi-partition topic are grouped by partition with numpy
-        over the partition numbers and one ``itemgetter`` per column and partition: no per-record
-        Python code.
+        over the partition numbers and one ``itemgetter`` per partition: no per-record Python code.
         """
         groups: dict[TopicPartition, Columns] = {}
         if not records:
@@ -498,16 +497,13 @@ class LogStore:
             config = self._topics.get(topic)
             if config is None:
                 raise UnknownTopicError(self.root, topic)
-            keys: list[bytes | None] = list(map(_KEY, run))
-            values: list[bytes | None] = list(map(_VALUE, run))
-            timestamps: list[int] = list(map(_TIMESTAMP, run))
-            headers: list[Headers] = list(map(_HEADERS, run))
             if config.partitions == 1:
-                columns = Columns.from_columns(keys, values, timestamps, headers)
+                columns = Columns(run)
                 if columns.null_keys and config.compacted:
                     raise _keyless(topic)
                 groups[TopicPartition(topic, 0)] = columns
                 continue
+            keys: list[bytes | None] = list(map(_KEY, run))
             try:
                 placed = self._partitioner.keyed_array(cast("list[bytes]", keys), config.partitions)
             except TypeError:
@@ -518,17 +514,13 @@ class LogStore:
                 placed = np.asarray(self._partitioner.partitions(topic, keys, config.partitions),
                                     dtype=np.int64)
             for partition, picked in _by_partition(placed, config.partitions):
-                tp = TopicPartition(topic, partition)
                 if picked is None:  # the whole run
-                    groups[tp] = Columns.from_columns(keys, values, timestamps, headers)
+                    share: Sequence[ProducerRecord] = run
                 elif len(picked) == 1:
-                    i = picked[0]
-                    groups[tp] = Columns.from_columns([keys[i]], [values[i]], [timestamps[i]],
-                                                      [headers[i]])
+                    share = (run[picked[0]],)
                 else:
-                    pick = itemgetter(*picked)
-                    groups[tp] = Columns.from_columns(pick(keys), pick(values), pick(timestamps),
-                                                      pick(headers))
+                    share = itemgetter(*picked)(run)
+                groups[TopicPartition(topic, partition)] = Columns(share)
         return groups
 
     def roll(self, topic: str | None = None) -> int:
