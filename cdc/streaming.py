@@ -352,7 +352,10 @@ class ChangeReplayer:
                 countdown -= 1
                 if not countdown:
                     now_ms, countdown = time.time_ns() // 1_000_000, _CLOCK_EVERY
-                encoded = entry[1](payload, relid_at + 5, entry[2], context.sequence, now_ms)
+                try:
+                    encoded = entry[1](payload, relid_at + 5, entry[2], context.sequence, now_ms)
+                except (IndexError, ValueError, struct.error):
+                    encoded = None  # malformed: the decoder below raises the DecodeError that names it
                 if encoded is not None:
                     context.sequence += 1
                     yield new_record((entry[3], encoded[0], encoded[1], commit_ts, ()))

@@ -252,3 +252,27 @@ def test_take_stores_change_frames_as_feed_does() -> None:
     assert [(t.commit_lsn, t.streamed, t.key_changes, list(t.changes)) for t in got] == [
         (t.commit_lsn, t.streamed, t.key_changes, list(t.changes)) for t in expected]
     assert got[-1].key_changes and not got[0].key_changes
+
+
+def test_a_truncated_insert_is_a_decode_error_on_the_fast_path_too() -> None:
+    from cdc.events import EventBuilder
+    from cdc.streaming import ChangeReplayer, Transaction
+
+    class _Catalog:
+        type_names: dict[int, str] = {}
+
+    replayer = ChangeReplayer(EventBuilder(prefix="cdc", database="db", partitions=3), _Catalog(),  # type: ignore[arg-type]
+                              lambda schema, table: f"cdc.{schema}.{table}", lambda schema, table: True)
+    shape = _shape()
+    replayer.relations[shape.relid] = shape
+    replayer.emitted_schemas[shape.qualified] = shape.fingerprint()
+    whole = _hand(b"I", struct.pack("!I", shape.relid), b"N", struct.pack("!h", 3), b"t", struct.pack("!i", 1), b"1",
+                  b"n", b"t", struct.pack("!i", 2), b"42")
+    changes = SpillBuffer()
+    changes.append(whole)
+    (record,) = replayer.records(Transaction(1, 100, 108, 0, changes))
+    assert record.key == b'{"id":1}' and orjson.loads(record.value or b"")["after"] == {"id": 1, "big": None, "n": 42}
+    broken = SpillBuffer()
+    broken.append(whole[:-3])
+    with pytest.raises(DecodeError, match="truncated or malformed pgoutput message 'I'"):
+        list(replayer.records(Transaction(1, 100, 108, 0, broken)))
