@@ -1,11 +1,13 @@
 """Reading the included tables inside the slot's exported snapshot, as JSON text built by the server.
 
-Consistency rule: the slot is created with ``SNAPSHOT 'export'`` and every table is read in one
-REPEATABLE READ transaction that imports that snapshot. The snapshot sees exactly the transactions
-that committed before the slot's consistent point, and the slot streams exactly those that commit
-after it, so snapshot plus stream have no gap and no overlap. That is why streaming must start at the
-consistent point and nowhere else. The snapshot transaction must be open before the replication
-connection that exported the snapshot runs another command or closes.
+Consistency rule: the slot is created with ``SNAPSHOT 'export'`` and every table is read in
+REPEATABLE READ transactions that import that snapshot (a few sessions, each importing the same
+snapshot, so that the server builds several chunks at once; all of them see exactly the same rows).
+The snapshot sees exactly the transactions that committed before the slot's consistent point, and the
+slot streams exactly those that commit after it, so snapshot plus stream have no gap and no overlap.
+That is why streaming must start at the consistent point and nowhere else. The snapshot transactions
+must be open before the replication connection that exported the snapshot runs another command or
+closes. Each block range is read by exactly one session, and chunks are handed on in range order.
 
 Rows are read in chunks of physical block ranges (``ctid >= '(a,0)' AND ctid < '(b,0)'``, a TID range
 scan; the last range is open-ended, so rows in blocks added later are still read). For each chunk the
