@@ -134,7 +134,7 @@ class TransactionAssembler:
                 break
             payload = bytes(frame[_PAYLOAD_AT:])
             append(payload)
-            if payload[0] == 0x55 and payload[old_at] == 0x4B:
+            if payload[0] == 0x55 and len(payload) > old_at and payload[old_at] == 0x4B:
                 target.key_changes = True
             index += 1
         if payloads:
@@ -147,10 +147,10 @@ class TransactionAssembler:
             if self._stream_xid is not None:
                 stream = self._streams[self._stream_xid]
                 stream.changes.append(payload)
-                stream.key_changes |= kind == 0x55 and payload[9] == 0x4B
+                stream.key_changes |= kind == 0x55 and len(payload) > 9 and payload[9] == 0x4B
             elif self._current is not None:
                 self._current.changes.append(payload)
-                self._current.key_changes |= kind == 0x55 and payload[5] == 0x4B
+                self._current.key_changes |= kind == 0x55 and len(payload) > 5 and payload[5] == 0x4B
             elif kind in b"RY":
                 return None  # a Relation outside a transaction carries nothing to replay
             else:
