@@ -332,7 +332,7 @@ class ChangeReplayer:
         for payload in tx.changes:
             if aborted and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDT":
                 continue
-            if payload[0] == 0x49 and payload[relid_at + 4] == 0x4E:  # Insert with its new tuple
+            if payload[0] == 0x49 and len(payload) > relid_at + 6 and payload[relid_at + 4] == 0x4E:  # Insert, new tuple
                 relid = unpack_u32(payload, relid_at)[0]
                 shape = relations.get(relid)
                 if shape is None:
