@@ -1,5 +1,11 @@
 """Durable file primitives: whole writes (plain and gathered), fsyncs, atomic replace of a small file.
 
+``start_writeback`` asks the kernel to start writing a file's dirty pages now (Linux
+``sync_file_range(SYNC_FILE_RANGE_WRITE)``, through ``ctypes``; a no-op elsewhere). It is only a hint
+that makes no promise of its own: durability still comes from ``fdatasync``. The writer uses it to have
+every file of a group written out (and, on ext4, its blocks allocated) from one thread before the
+files' ``fdatasync`` calls run concurrently, so that they tend to share one journal commit.
+
 ``write_atomic`` writes ``<name>.tmp``, fsyncs it, renames it over ``<name>`` and fsyncs the directory,
 so a crash at any point leaves either the old or the new content under the name, never a mix. A
 left-over ``*.tmp`` is garbage and may be deleted by whoever owns the directory.
@@ -7,9 +13,12 @@ left-over ``*.tmp`` is garbage and may be deleted by whoever owns the directory.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import cast
 
 TMP_SUFFIX = ".tmp"
 
@@ -50,6 +59,30 @@ def writev_all(fd: int, buffers: Sequence[bytes], total: int) -> None:
                 continue
             write_all(fd, memoryview(buffer)[written:])
             written = 0
+
+
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    """libc's ``sync_file_range``, or ``None`` where there is none."""
+    try:
+        function = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    function.restype = ctypes.c_int
+    return cast("Callable[[int, int, int, int], int]", function)
+
+
+_SYNC_RANGE = _sync_file_range()
+
+
+def start_writeback(fd: int) -> None:
+    """Start writing ``fd``'s dirty pages to the disk without waiting (a hint, see the module
+    docstring; errors are left to the ``fdatasync`` that follows)."""
+    if _SYNC_RANGE is not None:
+        _SYNC_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -250,6 +250,11 @@ class Partition:
                                            self.config.index_interval_bytes)
         return True
 
+    def start_writeback(self) -> None:
+        """Start writing out what :meth:`write` wrote since the last sync (a hint, see :meth:`sync`)."""
+        if self._touched and self.active is not None:
+            self.active.start_writeback()
+
     def sync(self) -> None:
         """fsync what :meth:`append` wrote since the last sync."""
         if self._touched and self.active is not None:

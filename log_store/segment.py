@@ -52,7 +52,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from log_store.atomic_file import fsync_dir, write_all, writev_all
+from log_store.atomic_file import fsync_dir, start_writeback, write_all, writev_all
 from log_store.errors import CorruptSegmentError
 from log_store.offset_index import OffsetIndex, index_path
 from log_store.record import Record
@@ -384,6 +384,10 @@ class ActiveSegment:
     def sync(self) -> None:
         """Make the appended data durable (``fdatasync``: the size change is flushed with it)."""
         os.fdatasync(self.fd)
+
+    def start_writeback(self) -> None:
+        """Start writing the appended data out now (a hint; :meth:`sync` makes it durable)."""
+        start_writeback(self.fd)
 
     def seal(self) -> None:
         """Make data and index durable before a successor segment is created."""

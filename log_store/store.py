@@ -44,7 +44,6 @@ import struct
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from itertools import islice
 from operator import itemgetter
 from pathlib import Path
@@ -409,18 +408,23 @@ class LogStore:
     def _make_durable(self, touched: list[Partition], watermark: Watermark) -> None:
         """Write ``watermark``'s record and make it and the ``touched`` segments durable.
 
-        All of them are made durable concurrently (recovery drops a last watermark whose data did not
-        make it; readers learn of it only when this returned): the first segment's ``fdatasync`` runs
-        on this thread at once, the watermark record (written, then ``fdatasync``) and the other
-        segments on pool threads started just before it. Returns only when every call finished, and
-        raises the first error any of them raised.
+        The record is written, this thread starts the writeback of every one of these files (so
+        that their blocks are allocated in one journal transaction, see
+        :func:`~log_store.atomic_file.start_writeback`), and then all of them are made durable
+        concurrently (recovery drops a last watermark whose data did not make it; readers learn of it
+        only when this returned): the first segment's ``fdatasync`` on this thread, the watermark's
+        and the other segments' on pool threads started just before it. Returns only when every call
+        finished, and raises the first error any of them raised.
         """
+        self._watermarks.write(watermark)
         if not touched:
-            self._watermarks.write(watermark)
             self._watermarks.sync()
             return
+        for partition in touched:
+            partition.start_writeback()
+        self._watermarks.start_writeback()
         pool = self._syncer()
-        jobs = [pool.start(partial(self._watermarks.append, watermark))]
+        jobs = [pool.start(self._watermarks.sync)]
         jobs += [pool.start(partition.sync) for partition in touched[1:]]
         error: BaseException | None = None
         try:

@@ -63,7 +63,7 @@ from pathlib import Path
 import orjson
 from crc32c import crc32c
 
-from log_store.atomic_file import TMP_SUFFIX, fsync_dir, write_all
+from log_store.atomic_file import TMP_SUFFIX, fsync_dir, start_writeback, write_all
 from log_store.errors import CorruptWatermarkError, LogFormatError
 from log_store.record import TopicPartition
 
@@ -303,6 +303,11 @@ class WatermarkLog:
     def sync(self) -> None:
         """Make the records written so far durable (``fdatasync``)."""
         os.fdatasync(self._fd)
+
+    def start_writeback(self) -> None:
+        """Start writing the records written so far out now (a hint; :meth:`sync` makes them
+        durable)."""
+        start_writeback(self._fd)
 
     def _roll(self, records: bytes) -> None:
         tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
