@@ -48,6 +48,8 @@ Row = dict[str, bytes]
 _UNCHANGED = "unchanged"
 _TRUNCATE_KEY = b'{"__truncate__":'
 _WINDOW = 4096
+#: a decoded record value (``None``: tombstone) and its headers
+_Found = tuple["dict[str, Any] | None", tuple[tuple[str, bytes], ...]]
 
 
 def discarded_values(shape: TableShape, old_key: bytes, names: list[str]) -> dict[str, bytes]:
@@ -100,7 +102,10 @@ class LogRows:
         missing: set[str] = set()
         for value, headers in self._newest_first(tp, first, end, key):
             if value is None or value.get("op") in ("d", "t"):
-                return None if row is None else _Incomplete(f"its record before a partial one is a {value and value.get('op') or 'tombstone'}")
+                if row is None:
+                    return None  # deleted (or truncated) last: the row does not exist
+                kind = "tombstone" if value is None else f"op={value.get('op')} record"
+                return _Incomplete(f"its record before a partial one is a {kind}")
             after = _after_row(value)
             if row is None:
                 row, missing = after, set(_unchanged(headers))
@@ -116,12 +121,13 @@ class LogRows:
                 return row
         return None if row is None else _Incomplete("the log holds no full record of it")
 
-    def _newest_first(self, tp: TopicPartition, first: int, end: int, key: bytes) -> Iterator[tuple[dict[str, Any] | None, tuple[tuple[str, bytes], ...]]]:
-        """Decoded values (``None``: tombstone) of ``key``'s records and of truncate markers, newest first."""
+    def _newest_first(self, tp: TopicPartition, first: int, end: int, key: bytes) -> Iterator[_Found]:
+        """Decoded values (``None``: tombstone) of ``key``'s records and of truncate markers, newest first,
+        read backwards in windows of ``_WINDOW`` offsets so that a recent record is found quickly."""
         high = end
         while high > first:
             low = max(first, high - _WINDOW)
-            found: list[tuple[dict[str, Any] | None, tuple[tuple[str, bytes], ...]]] = []
+            found: list[_Found] = []
             offset = low
             while offset < high:
                 batch = self.log.read(tp, offset, max_records=high - offset)
