@@ -5,7 +5,9 @@ watermark end offset ``E`` (0 when the watermark does not know the partition):
 
 1. segments whose base offset is greater than ``E`` are deleted (with their indexes): they hold only
    records of a group whose watermark never became durable;
-2. the last remaining segment is walked: after a clean shutdown from its last index entry, otherwise
+2. the last remaining segment is walked (a segment's file header becomes durable with the first group
+   appended to it, so a torn header is a crash inside that group: the segment is removed when it starts
+   at ``E``, and otherwise reported as an incomplete tail, see below): after a clean shutdown from its last index entry, otherwise
    from its first batch, checking every batch's CRC32C. The batches below ``E`` must be whole, valid and
    reach ``E`` exactly. If they do not (:class:`~log_store.errors.IncompleteTailError`) for the *latest*
    watermark, its group's fsyncs were cut short by the crash (segments and watermark are fsynced
@@ -165,9 +167,15 @@ def recover_partition(
     path = directory / log_name(base)
     try:
         segment = SegmentFile(path, base)
-    except CorruptSegmentError:
+    except CorruptSegmentError as exc:
         if base != end:
-            raise
+            # A segment's header becomes durable with the first group appended to it: torn, it was
+            # created by a group whose fsyncs the crash cut short. For the latest watermark that is
+            # its group's data missing (the store falls back to the previous watermark); for an
+            # earlier one it is lost durable data, reported as such.
+            raise IncompleteTailError(path, 0, base, end,
+                                      f"the file header is torn ({exc.detail}) but the watermark "
+                                      f"says offsets below {end} are durable") from exc
         # created for the first batch of a group the crash cut short: its header never became durable
         _remove_segment(directory, base)
         fsync_dir(directory)

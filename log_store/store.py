@@ -2,7 +2,12 @@
 
 Root layout::
 
-    store.json               {"format": 1, "created_ms": int}; written last when a log is created
+    store.json               {"format": 2, "created_ms": int}; written last when a log is created.
+                             Format 2 logs hold record batches of both layouts (columns, rows; see
+                             log_store.record_batch). Format 1 logs (rows only) are read as they are,
+                             and the first writer to open one declares it format 2 (atomically, after
+                             recovery, before its first append), so that a version that only knows
+                             format 1 refuses it with a clear message instead of calling it corrupt.
     watermarks.log           commit watermarks, appended and fsynced by the writer (see log_store.watermark)
     watermark.pub            the latest durable watermark, in two slots, for readers
     writer.lock              flock held by the one writer process (its pid inside)
@@ -93,7 +98,9 @@ from log_store.watermark import Watermark, WatermarkLog
 
 log = logging.getLogger("log_store")
 
-FORMAT = 1
+FORMAT = 2
+#: Formats this version opens (a writer upgrades a format 1 log to :data:`FORMAT`).
+READABLE_FORMATS = (1, 2)
 #: Records placed, encoded and written at a time by :meth:`LogStore.append_group`.
 APPEND_CHUNK = 10_000
 STORE_FILE = "store.json"
@@ -161,8 +168,10 @@ class LogStore:
         store._writer_lock = lock
         try:
             store._initialise()
-            store._check_format()
+            declared = store._check_format()
             store._recover()
+            if declared.get("format") != FORMAT:
+                write_atomic(root / STORE_FILE, orjson.dumps({**declared, "format": FORMAT}) + b"\n")
         except BaseException:
             store._watermarks.close()
             for partition in store._partitions.values():
@@ -171,7 +180,7 @@ class LogStore:
             raise
         return store
 
-    def _check_format(self) -> None:
+    def _check_format(self) -> dict[str, object]:
         path = self.root / STORE_FILE
         try:
             data = orjson.loads(path.read_bytes())
@@ -179,9 +188,10 @@ class LogStore:
             raise LogNotFoundError(self.root) from None
         except orjson.JSONDecodeError:
             raise LogFormatError(path, "unreadable", FORMAT) from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
+        if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
             found = data.get("format") if isinstance(data, dict) else data
             raise LogFormatError(path, found, FORMAT)
+        return data
 
     def _initialise(self) -> None:
         if (self.root / STORE_FILE).exists():

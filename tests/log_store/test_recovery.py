@@ -157,3 +157,44 @@ def test_missing_watermark_file_is_not_treated_as_empty(tmp_path: Path) -> None:
     with pytest.raises(RecoveryError, match="watermarks.log is missing"):
         LogStore.open(tmp_path, small_config(), writer=True)
     assert len(segment_files(tmp_path, "t", 0)) >= 1
+
+
+@pytest.mark.parametrize("header_bytes", [0, 10])
+def test_torn_header_of_a_segment_the_last_group_created_drops_that_group(
+    tmp_path: Path, header_bytes: int,
+) -> None:
+    """A segment's header becomes durable with its first group's fdatasync. A crash after the
+    group's watermark record (synced concurrently) but before the segment's data leaves a watermark
+    ahead of a torn header: recovery drops that watermark and the segment, and keeps the rest."""
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        log.ensure_topic("t", 1)
+        log.append_group([rec("t", "a", "1")], "01")
+        log.roll()  # the next group starts a new segment
+        log.append_group([rec("t", "b", "2")], "02")
+    _crash(tmp_path)
+    newest = segment_files(tmp_path, "t", 0)[-1]
+    assert newest.name == log_name(1)
+    os.truncate(newest, header_bytes)  # the crash kept none of its header, or part of it
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        assert log.recovery is not None and log.recovery.watermark_dropped
+        latest = log.latest_watermark()
+        assert latest is not None and latest.position == "01"
+        assert [r.value for r in read_all(log, "t")] == [b"1"]
+        assert [p.name for p in segment_files(tmp_path, "t", 0)] == [log_name(0)]
+        log.append_group([rec("t", "c", "3")], "03")
+        assert [r.value for r in read_all(log, "t")] == [b"1", b"3"]
+
+
+def test_torn_header_below_an_earlier_watermark_is_reported(tmp_path: Path) -> None:
+    """Two groups into the segment: its header was durable with the first, so a torn one now is
+    lost data, never silently cut."""
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        log.ensure_topic("t", 1)
+        log.append_group([rec("t", "a", "1")], "01")
+        log.roll()
+        log.append_group([rec("t", "b", "2")], "02")
+        log.append_group([rec("t", "c", "3")], "03")
+    _crash(tmp_path)
+    os.truncate(segment_files(tmp_path, "t", 0)[-1], 10)
+    with pytest.raises(CorruptSegmentError, match="header"):
+        LogStore.open(tmp_path, small_config(), writer=True)

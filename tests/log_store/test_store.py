@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 from log_store import LogConfig, LogStore, ProducerRecord, TopicPartition, Watermark
 from log_store.errors import (
+    LogFormatError,
     InvalidRecordError,
     InvalidTopicNameError,
     LogNotFoundError,
@@ -254,3 +256,24 @@ def test_context_manager_and_repr(tmp_path: Path) -> None:
         assert "writer=True" in repr(log)
     with pytest.raises(ReadOnlyError, match="after close"):
         log.ensure_topic("t", 1)
+
+
+def test_format_1_logs_are_read_and_upgraded_by_their_first_writer(tmp_path: Path) -> None:
+    """A log of an earlier version (format 1, row-layout batches) stays readable; its first writer
+    declares it format 2 before appending column-layout batches; unknown formats are refused."""
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("t", 1)
+        log.append_group([rec("t", "a", "1")], "01")
+    store_file = tmp_path / "store.json"
+    created = orjson.loads(store_file.read_bytes())["created_ms"]
+    store_file.write_bytes(orjson.dumps({"format": 1, "created_ms": created}))
+    with LogStore.open(tmp_path) as reader:
+        assert [r.value for r in read_all(reader, "t")] == [b"1"]
+    assert orjson.loads(store_file.read_bytes())["format"] == 1  # readers never write
+    with LogStore.open(tmp_path, writer=True) as log:
+        assert orjson.loads(store_file.read_bytes()) == {"format": 2, "created_ms": created}
+        log.append_group([rec("t", "b", "2")], "02")
+        assert [r.value for r in read_all(log, "t")] == [b"1", b"2"]
+    store_file.write_bytes(orjson.dumps({"format": 3, "created_ms": created}))
+    with pytest.raises(LogFormatError, match="format 3"):
+        LogStore.open(tmp_path)
