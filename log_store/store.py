@@ -18,10 +18,19 @@ Root layout::
 
 Write path (writer only): :meth:`LogStore.append_group` reads its records once, in chunks of
 ``APPEND_CHUNK`` records: each chunk is placed (Kafka's murmur2 partitioner, round-robin for keyless
-records), validated, encoded and written as one or more batches per touched partition, so memory stays
-bounded whatever the group's size. After the last chunk the touched segments and a new watermark record
-(the group's opaque ``position`` and the end offset of *every* topic-partition) are made durable with
-concurrent ``fdatasync`` calls, and only then is the watermark published to readers (``watermark.pub``).
+records), checked and encoded for every partition it touches (one or more batches each) before any of
+it is written, then written, so memory stays bounded whatever the group's size and a bad record never
+leaves part of its chunk on disk. After the last chunk a new watermark record (the group's opaque
+``position`` and the end offset of *every* topic-partition) is written, the writeback of it and of the
+touched segments is started from the writer's thread, and all of them are made durable with concurrent
+``fdatasync`` calls (one on the writer's thread, the others on a small pool, :mod:`log_store.sync_pool`);
+only then is the watermark published to readers (``watermark.pub``).
+
+Per group the work is a fixed number of C-level passes over the records' fields (no Python code per
+record, no per-record allocation the garbage collector tracks), the byte columns of each batch are
+handed to one ``writev`` as they are, and the system calls are: one ``writev`` per batch, one small
+``write`` (the watermark record), one ``sync_file_range`` and one ``fdatasync`` per file written, and the
+``pwrite`` of the published slot (plus an 8-byte index ``write`` when an index entry is due).
 The group is durable and visible when the call returns, and never visible in part: readers stop at the
 previous watermark until then, and after a crash the next writer's recovery (:mod:`log_store.recovery`)
 cuts everything past the last watermark whose data is whole, so a group cut mid-way disappears whole.
