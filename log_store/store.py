@@ -741,7 +741,7 @@ def _invalid_record(records: Sequence[ProducerRecord], exc: BaseException) -> In
         if not isinstance(value, (bytes, bytearray, memoryview, type(None))):
             return InvalidRecordError(topic, f"value is {type(value).__name__}, not bytes",
                                       "encode values to bytes (None is a tombstone)")
-        if type(timestamp) is not int or not -(1 << 63) <= timestamp < 1 << 63:
+        if not isinstance(timestamp, int) or not -(1 << 63) <= timestamp < 1 << 63:
             return InvalidRecordError(topic, f"timestamp_ms is {timestamp!r}, not a 64-bit int",
                                       "give milliseconds since the epoch as an int")
         if not isinstance(headers, tuple) or not all(
