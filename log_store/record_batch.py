@@ -176,7 +176,8 @@ class Columns:
 
     Built once per partition and group from columns the caller already has (``from_columns``) or from
     records (one C-level ``map`` per field), so that encoding costs no Python bytecode per record: each
-    fixed-width column of a batch is one ``struct`` pack and each byte column one ``bytes.join``.
+    fixed-width column of a batch is one ``struct`` pack and each byte column a few ``bytes.join``
+    calls (pieces of about :data:`PIECE_BYTES`).
     """
 
     __slots__ = ("count", "keys", "key_lengths", "key_bytes", "null_keys", "values", "value_lengths",
@@ -375,7 +376,7 @@ def decode_records(
     return _decode_columns(buf, pos, header, topic, partition, min_offset, max_offset)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=16)
 def _uniform(length: int, count: int) -> struct.Struct:
     """A run of ``count`` byte strings of ``length`` bytes each."""
     return struct.Struct(f"{length}s" * count)
@@ -398,7 +399,8 @@ def _slices(buf: bytes, lengths: Sequence[int], first: int, lo: int, hi: int) ->
     if shortest == max(clipped):
         items: list[bytes | None] = list(_uniform(shortest, hi - lo).unpack_from(buf, start))
     else:
-        items = list(struct.unpack_from("s".join(map(str, clipped)) + "s", buf, start))
+        # a one-off Struct: struct's own cache would keep up to 100 of these long formats alive
+        items = list(struct.Struct("s".join(map(str, clipped)) + "s").unpack_from(buf, start))
     if has_null:
         for i in compress(range(hi - lo), map(lt, wanted, repeat(0))):
             items[i] = None
