@@ -3,7 +3,9 @@
 Guarantees and restart rules:
 
 * **Positions.** The log's watermark position P (``%016X``) means: every transaction whose commit LSN
-  is <= P is in the log, and no later one. A group of transactions has the last commit LSN as P. A
+  is <= P is in the log, and no later one. A group of transactions has as P the end of its last
+  transaction's commit record minus one (no transaction commits inside a commit record), so the slot
+  is confirmed at exactly P + 1. A
   position the server reports (the consistent point C of a new slot, the WAL end E of a keepalive) is
   where the *next* record may start, and a transaction committing exactly there is not yet included,
   so it is recorded as C - 1 or E - 1 (commit records start on 8-byte boundaries, so no transaction
@@ -14,6 +16,9 @@ Guarantees and restart rules:
   returns). Several committed transactions share one group (one fsync) for throughput.
 * **Whole transactions.** One source transaction is never split across groups, so the log's watermark
   always lies on a transaction boundary.
+* **A slot that does not continue the log** (confirmed past P + 1: recreated by ``cdc setup`` after it
+  was lost, or advanced by another client) never streamed what committed in between; capture then
+  takes a new snapshot, which supersedes the log's rows (below), instead of leaving that gap.
 * **Idempotent restart.** On start the log's watermark position P is read; the slot resends from its
   confirmed position, which may be behind P after a crash between the fsync and the confirmation, and
   every transaction whose commit LSN <= P is skipped. Relation messages of skipped transactions still
@@ -68,6 +73,7 @@ from cdc.key_changes import KeyChangeValues, LogRows, discarded_values
 from cdc.lsn import Lsn
 from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
+from cdc.slot_continuity import gap_after, slot_confirmed
 from cdc.snapshot import SnapshotReader
 from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
@@ -106,6 +112,8 @@ class CaptureStats:
     events: int = 0
     groups: int = 0
     reconnects: int = 0
+    #: new snapshots taken because the slot did not continue the log (:mod:`cdc.slot_continuity`)
+    resnapshots: int = 0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -202,7 +210,7 @@ class Capture:
             watermark = store.latest_watermark()
             self.position = Lsn.from_hex16(watermark.position) if watermark else Lsn(0)
             try:
-                if self.position == 0:
+                if self.position == 0 or self._slot_skipped_ahead():
                     self._snapshot()
                 if not self.stop.is_set():
                     self._stream_with_reconnect()
@@ -210,6 +218,20 @@ class Capture:
                 self._drop_table_snapshots()
                 self.catalog.close()
         return self.stats
+
+    def _slot_skipped_ahead(self) -> bool:
+        """Whether the slot does not continue the log (:mod:`cdc.slot_continuity`): a new snapshot is due."""
+        confirmed = slot_confirmed(self.settings.database_url, self.settings.slot)
+        if not gap_after(self.position, confirmed):
+            return False
+        log.warning(
+            "replication slot %s is confirmed at %s but the log holds transactions only up to %s: the slot was "
+            "recreated or advanced by another client, and what committed in between never reached the log; "
+            "taking a new snapshot that supersedes the log's rows",
+            self.settings.slot, confirmed, Lsn(self.position + 1),
+        )
+        self.stats.resnapshots += 1
+        return True
 
     # -- snapshot ------------------------------------------------------------------------------------
 
@@ -650,7 +672,7 @@ class Capture:
         last = pending[-1]
         saved_schemas = dict(self.replayer.emitted_schemas)
         try:
-            self.log.append_group(records, Lsn(last.commit_lsn).hex16())
+            self.log.append_group(records, _group_position(last).hex16())
         except BaseException:
             self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
             raise
@@ -659,7 +681,7 @@ class Capture:
         self.stats.events += tally[0]
         self.stats.groups += 1
         self.stats.transactions += len(pending)
-        self.position = Lsn(last.commit_lsn)
+        self.position = _group_position(last)
         self.confirmed = Lsn(max(self.confirmed, last.end_lsn))
         self._observe(tally[0], tally[1], len(pending), last.commit_ts_ms)
         for tx in pending:
@@ -696,6 +718,15 @@ class Capture:
 
 class _SnapshotStopped(Exception):
     """A stop request during the initial snapshot: its group is abandoned (the log cuts it back)."""
+
+
+def _group_position(last: Transaction) -> Lsn:
+    """The watermark position of a group ending with ``last``: the end of its commit record minus one.
+
+    No transaction commits inside a commit record, so every commit <= that position is in the log, and
+    the slot is confirmed at exactly the position plus one (:mod:`cdc.slot_continuity` relies on it).
+    """
+    return Lsn(max(last.commit_lsn, last.end_lsn - 1))
 
 
 def _counted(records: Iterator[ProducerRecord], tally: list[int]) -> Iterator[ProducerRecord]:
