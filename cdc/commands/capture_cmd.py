@@ -42,3 +42,6 @@ def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
         f" ({stats.snapshot_rows} snapshot rows, {stats.skipped} already in the log, {stats.reconnects} reconnects)",
         err=True,
     )
+    if stats.resnapshots:
+        click.echo("the replication slot did not continue the log (recreated or advanced elsewhere): a new snapshot "
+                   "superseded the log's rows", err=True)
