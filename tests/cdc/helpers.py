@@ -12,6 +12,15 @@ from cdc.settings import Settings, load_settings
 from log_store import LogStore, Record, TopicPartition
 
 
+def execute(url: str, *statements: str) -> None:
+    """Run ``statements`` in autocommit mode, one after the other."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
 def settings_for(url: str, data_dir: Path, **extra: object) -> Settings:
     return load_settings(database_url=url, data_dir=str(data_dir), **extra)
 

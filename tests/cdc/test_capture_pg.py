@@ -14,23 +14,17 @@ from cdc.coordinator import Capture, Tuning
 from cdc.errors import PrivilegeError, SlotError, SourceError
 from cdc.source_checks import ensure_publication, ensure_slot, run_checks
 from log_store import LogStore
-from tests.cdc.helpers import events, read_topic, replay, settings_for, source_table, wait_for
+from tests.cdc.helpers import events, execute, read_topic, replay, settings_for, source_table, wait_for
 
 pytestmark = pytest.mark.pg
 
 
-def _exec(url: str, *statements: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
 def test_snapshot_then_stream_without_gap_or_duplicate(reference_db: str, tmp_path: Path) -> None:
-    _exec(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 500) g")
+    execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 500) g")
     settings = settings_for(reference_db, tmp_path)
     stats = Capture(settings, once=True).run()
     assert stats.snapshot_rows == 500
-    _exec(
+    execute(
         reference_db,
         "INSERT INTO categories (name) SELECT 'n' || g FROM generate_series(1, 100) g",
         "UPDATE categories SET name = name || '!' WHERE id <= 10",
@@ -58,7 +52,7 @@ def test_types_truncate_toast_and_compaction(reference_db: str, tmp_path: Path) 
     settings = settings_for(reference_db, tmp_path)
     Capture(settings, once=True).run()
     big = "(SELECT string_agg(md5(g::text || 'x'), '') FROM generate_series(1, 3200) g)"  # ~100 kB, incompressible
-    _exec(
+    execute(
         reference_db,
         "INSERT INTO categories (name) VALUES ('books')",
         f"INSERT INTO products (category_id, name, description, price, attributes, tags) "
@@ -88,7 +82,7 @@ def test_types_truncate_toast_and_compaction(reference_db: str, tmp_path: Path) 
 
 
 def test_schema_changes_partitioned_root_and_new_table(reference_db: str, tmp_path: Path) -> None:
-    _exec(
+    execute(
         reference_db,
         "CREATE TABLE events (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
         "CREATE TABLE events_2026 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')",
@@ -98,7 +92,7 @@ def test_schema_changes_partitioned_root_and_new_table(reference_db: str, tmp_pa
     )
     settings = settings_for(reference_db, tmp_path)
     Capture(settings, once=True).run()
-    _exec(
+    execute(
         reference_db,
         "INSERT INTO events VALUES (3, '2026-06-01'), (4, '2027-06-01')",
         "ALTER TABLE categories ADD COLUMN slug text DEFAULT 'x'",
@@ -129,7 +123,7 @@ def _ledger(data_dir: Path) -> set[str]:
 
 def test_tables_added_mid_stream_are_snapshotted_consistently(reference_db: str, tmp_path: Path) -> None:
     big = "(SELECT string_agg(md5(g::text || 'x' || i), '') FROM generate_series(1, 3200) i)"  # ~100 kB
-    _exec(
+    execute(
         reference_db,
         "CREATE TABLE added (id int PRIMARY KEY, v text, big text)",
         f"INSERT INTO added SELECT g, 'v' || g, CASE WHEN g % 300 = 0 THEN {big} END FROM generate_series(1, 3000) g",
@@ -163,14 +157,14 @@ def test_tables_added_mid_stream_are_snapshotted_consistently(reference_db: str,
     thread.start()
     try:
         wait_for(lambda: done[0] >= 200, what="changes before the table joins")
-        _exec(reference_db, "ALTER PUBLICATION cdc_publication ADD TABLE added")
+        execute(reference_db, "ALTER PUBLICATION cdc_publication ADD TABLE added")
         wait_for(lambda: "public.added" in _ledger(tmp_path), what="the snapshot of the added table")
         seen = done[0]
         wait_for(lambda: done[0] >= seen + 200, what="changes after the snapshot")
         stop.set()
         thread.join(30)
         # a table that joins and then sees no change is found by the periodic check
-        _exec(reference_db, "ALTER PUBLICATION cdc_publication ADD TABLE quiet")
+        execute(reference_db, "ALTER PUBLICATION cdc_publication ADD TABLE quiet")
         wait_for(lambda: "public.quiet" in _ledger(tmp_path), what="the snapshot of the quiet table")
     finally:
         stop.set()
@@ -196,12 +190,12 @@ def test_an_unreadable_added_table_stops_capture_with_the_grant(reference_db: st
     reader_url = reference_db.replace("postgres@", "cdc_reader@", 1)
     settings = settings_for(reader_url, tmp_path)
     Capture(settings, once=True).run()  # the least-privilege role takes the initial snapshot
-    _exec(reference_db, "CREATE TABLE secret (id int PRIMARY KEY)", "INSERT INTO secret VALUES (1)",
+    execute(reference_db, "CREATE TABLE secret (id int PRIMARY KEY)", "INSERT INTO secret VALUES (1)",
           "REVOKE SELECT ON secret FROM cdc_reader",  # undo the migration's default grant
           "ALTER PUBLICATION cdc_publication ADD TABLE secret", "INSERT INTO secret VALUES (2)")
     with pytest.raises(PrivilegeError, match=r"cannot read public\.secret.*GRANT SELECT ON public\.secret"):
         Capture(settings, once=True).run()
-    _exec(reference_db, "GRANT SELECT ON secret TO cdc_reader")
+    execute(reference_db, "GRANT SELECT ON secret TO cdc_reader")
     stats = Capture(settings, once=True).run()
     assert stats.tables_added == 1
     assert replay(tmp_path, "cdc.public.secret") == source_table(reference_db, "secret")
@@ -228,7 +222,7 @@ def test_large_transaction_is_streamed_and_bounded(reference_db: str, tmp_path: 
 def test_restart_skips_what_the_log_holds(reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = settings_for(reference_db, tmp_path)
     Capture(settings, once=True).run()
-    _exec(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 50) g")
+    execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 50) g")
     from cdc.transport.connection import ReplicationConnection
 
     original = ReplicationConnection.send_status
@@ -247,7 +241,7 @@ def test_commit_right_after_a_heartbeat_is_captured(reference_db: str, tmp_path:
     Capture(settings, once=True).run()
     with psycopg.connect(reference_db) as conn:
         conn.execute("INSERT INTO categories (name) VALUES ('open across a heartbeat')")
-        _exec(reference_db, "CHECKPOINT")  # flushes the WAL; the next record is the commit below
+        execute(reference_db, "CHECKPOINT")  # flushes the WAL; the next record is the commit below
         heartbeat = Capture(settings, once=True).run()  # drains to the WAL end E and records it
         assert heartbeat.events == 0 and heartbeat.groups == 1
         conn.commit()
@@ -259,13 +253,13 @@ def test_commit_right_after_a_heartbeat_is_captured(reference_db: str, tmp_path:
 def test_slot_dropped_is_a_clear_error(reference_db: str, tmp_path: Path) -> None:
     settings = settings_for(reference_db, tmp_path)
     Capture(settings, once=True).run()
-    _exec(reference_db, "SELECT pg_drop_replication_slot('cdc_slot')")
+    execute(reference_db, "SELECT pg_drop_replication_slot('cdc_slot')")
     with pytest.raises(SlotError, match="replication slot is gone.*cdc setup"):
         Capture(settings, once=True).run()
 
 
 def test_setup_checks_and_idempotent_creation(reference_db: str, tmp_path: Path) -> None:
-    _exec(reference_db, "CREATE TABLE nokey (a int)", "ALTER PUBLICATION cdc_publication ADD TABLE nokey",
+    execute(reference_db, "CREATE TABLE nokey (a int)", "ALTER PUBLICATION cdc_publication ADD TABLE nokey",
           "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'norepl') THEN CREATE ROLE norepl LOGIN; END IF; END $$")
     settings = settings_for(reference_db, tmp_path, slot="setup_slot")
     failed = {c.name: c.message for c in run_checks(settings) if not c.ok}
@@ -277,7 +271,7 @@ def test_setup_checks_and_idempotent_creation(reference_db: str, tmp_path: Path)
     assert ensure_slot(settings) is True and ensure_slot(settings) is False
     assert ensure_publication(settings) is False
     # a table without a key: inserts are captured with a null key into a non-compacted topic
-    _exec(reference_db, "INSERT INTO nokey VALUES (1)")
+    execute(reference_db, "INSERT INTO nokey VALUES (1)")
     Capture(settings_for(reference_db, tmp_path), once=True).run()
     (record,) = read_topic(tmp_path, "cdc.public.nokey")
     assert record.key is None and orjson.loads(record.value or b"")["after"] == {"a": 1}
@@ -302,10 +296,10 @@ def test_reconnects_after_server_restart(pg_server: object, reference_db: str, t
     thread = threading.Thread(target=run)
     thread.start()
     try:
-        _exec(reference_db, "INSERT INTO categories (name) VALUES ('before')")
+        execute(reference_db, "INSERT INTO categories (name) VALUES ('before')")
         wait_for(lambda: len(events(tmp_path, "cdc.public.categories")) == 1, what="first event")
         local.restart()
-        _exec(reference_db, "INSERT INTO categories (name) VALUES ('after')")
+        execute(reference_db, "INSERT INTO categories (name) VALUES ('after')")
         wait_for(lambda: len(events(tmp_path, "cdc.public.categories")) == 2, what="event after restart")
     finally:
         stop.set()

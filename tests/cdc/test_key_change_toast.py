@@ -15,19 +15,13 @@ import pytest
 
 from cdc.coordinator import Capture
 from log_store import LogStore
-from tests.cdc.helpers import read_topic, replay, settings_for
+from tests.cdc.helpers import execute, read_topic, replay, settings_for
 
 pytestmark = pytest.mark.pg
 
 TOPIC = "cdc.public.docs"
 #: ~100 kB of md5 text: incompressible, so it is stored out of line (TOAST)
 BIG = "(SELECT string_agg(md5(g::text || '{seed}'), '') FROM generate_series(1, 3200) g)"
-
-
-def _exec(url: str, *statements: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def _source(url: str) -> dict[bytes | None, dict[str, object]]:
@@ -49,7 +43,7 @@ def _creates(data_dir: Path) -> dict[int, tuple[dict[str, object], object]]:
 
 
 def test_key_change_keeps_unchanged_toast_value(reference_db: str, tmp_path: Path) -> None:
-    _exec(
+    execute(
         reference_db,
         "CREATE TABLE docs (id int PRIMARY KEY, body text, n int)",
         "ALTER PUBLICATION cdc_publication ADD TABLE docs",
@@ -57,7 +51,7 @@ def test_key_change_keeps_unchanged_toast_value(reference_db: str, tmp_path: Pat
     )
     settings = settings_for(reference_db, tmp_path)
     assert Capture(settings, once=True).run().snapshot_rows >= 3  # rows 1-3 come from the snapshot
-    _exec(reference_db, f"INSERT INTO docs SELECT g, {BIG.format(seed='t')} || g, 0 FROM generate_series(4, 6) g")
+    execute(reference_db, f"INSERT INTO docs SELECT g, {BIG.format(seed='t')} || g, 0 FROM generate_series(4, 6) g")
     Capture(settings, once=True).run()  # rows 4-6 are streamed in an earlier group
     with psycopg.connect(reference_db, autocommit=True) as conn:
         conn.execute("UPDATE docs SET n = 1 WHERE id = 5")  # a partial row (body unchanged) in the log

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from cdc.coordinator import Capture
@@ -12,15 +11,9 @@ from cdc.lsn import Lsn
 from cdc.slot_continuity import gap_after, slot_confirmed
 from cdc.source_checks import ensure_slot
 from log_store import LogStore
-from tests.cdc.helpers import replay, settings_for, source_table
+from tests.cdc.helpers import execute, replay, settings_for, source_table
 
 pytestmark = pytest.mark.pg
-
-
-def _exec(url: str, *statements: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
 
 
 def test_gap_rule() -> None:
@@ -31,10 +24,10 @@ def test_gap_rule() -> None:
 
 
 def test_restart_continues_and_a_recreated_slot_is_snapshotted_again(reference_db: str, tmp_path: Path) -> None:
-    _exec(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 50) g")
+    execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 50) g")
     settings = settings_for(reference_db, tmp_path)
     Capture(settings, once=True).run()
-    _exec(reference_db, "UPDATE categories SET name = name || '!' WHERE id <= 10")
+    execute(reference_db, "UPDATE categories SET name = name || '!' WHERE id <= 10")
     stats = Capture(settings, once=True).run()
     assert stats.snapshot_rows == 0 and stats.events >= 10  # an ordinary restart streams on
     with LogStore.open(tmp_path / "log") as log:
@@ -44,12 +37,12 @@ def test_restart_continues_and_a_recreated_slot_is_snapshotted_again(reference_d
     assert not gap_after(position, slot_confirmed(reference_db, settings.slot))
 
     # the slot is lost; changes committed meanwhile never reach any slot
-    _exec(reference_db, f"SELECT pg_drop_replication_slot('{settings.slot}')",
+    execute(reference_db, f"SELECT pg_drop_replication_slot('{settings.slot}')",
           "DELETE FROM categories WHERE id > 40", "UPDATE categories SET name = 'while gone' WHERE id = 11",
           "INSERT INTO categories (name) VALUES ('added while gone')")
     assert ensure_slot(settings) is True  # `cdc setup` creates a new slot at the current WAL position
     assert gap_after(position, slot_confirmed(reference_db, settings.slot))
-    _exec(reference_db, "UPDATE categories SET name = 'after setup' WHERE id = 12")
+    execute(reference_db, "UPDATE categories SET name = 'after setup' WHERE id = 12")
     stats = Capture(settings, once=True).run()
     assert stats.snapshot_rows == 41  # a new snapshot superseded the log's rows
     assert replay(tmp_path, "cdc.public.categories") == source_table(reference_db, "categories")

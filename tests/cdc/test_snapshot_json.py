@@ -5,12 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
-import psycopg
 import pytest
 
 from cdc.coordinator import Capture
 from migrations.sample_data import insert_sample_data
-from tests.cdc.helpers import read_topic, settings_for
+from tests.cdc.helpers import execute, read_topic, settings_for
 
 pytestmark = pytest.mark.pg
 
@@ -51,12 +50,6 @@ _ROWS = [
 ]
 
 
-def _exec(url: str, *statements: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
 def _reads_and_changes(data_dir: Path, topic: str) -> tuple[list[tuple[bytes | None, dict]], list[tuple[bytes | None, dict]]]:  # type: ignore[type-arg]
     reads, changes = [], []
     for record in read_topic(data_dir, topic):
@@ -69,7 +62,7 @@ def _reads_and_changes(data_dir: Path, topic: str) -> tuple[list[tuple[bytes | N
 
 def test_snapshot_reads_equal_streamed_events_for_every_type(reference_db: str, tmp_path: Path) -> None:
     insert_sample_data(reference_db)
-    _exec(
+    execute(
         reference_db,
         "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
         "CREATE DOMAIN posint AS integer CHECK (VALUE > 0)",
@@ -95,7 +88,7 @@ def test_snapshot_reads_equal_streamed_events_for_every_type(reference_db: str, 
     updates = [f"UPDATE {table} SET {key} = {key}" for table, key in (
         ("customers", "id"), ("categories", "id"), ("products", "id"), ("orders", "id"),
         ("order_items", "line_no"), ("alltypes", "id"), ("text_keys", "v"), ("float_keys", "v"))]
-    _exec(reference_db, *updates, "INSERT INTO keyless SELECT * FROM keyless")
+    execute(reference_db, *updates, "INSERT INTO keyless SELECT * FROM keyless")
     Capture(settings, once=True).run()
     for table in ("customers", "categories", "products", "orders", "order_items", "alltypes", "text_keys",
                   "float_keys", "keyless"):
