@@ -5,11 +5,13 @@ deleted in another process; open segment files are cached and re-opened when the
 new inode. A read never decodes a record at or past the limit it is given (the watermark's end offset),
 and never returns bytes that failed their CRC (:class:`~log_store.errors.CorruptSegmentError` instead).
 
-Appends split a partition's share of one group into batches of about ``max_batch_bytes``, one ``writev``
-each, and roll to a new segment when a batch would take the active segment past ``segment_bytes``, when
-its first batch is older than ``segment_ms``, or when its offsets would overflow the index's 32-bit
-relative offsets. Rolling fsyncs the old segment and its index *before* creating the successor, so a
-segment is final before anyone can see it as sealed.
+Appending is two steps: :meth:`Partition.encode` turns a partition's share of one chunk into batches of
+about ``max_batch_bytes`` without touching any file (so the store can encode a whole chunk for every
+partition, failing on a bad record before anything is written), and :meth:`Partition.write` writes
+them, one ``writev`` each, rolling to a new segment when a batch would take the active segment past
+``segment_bytes``, when its first batch is older than ``segment_ms``, or when its offsets would overflow
+the index's 32-bit relative offsets. Rolling fsyncs the old segment and its index *before* creating the
+successor, so a segment is final before anyone can see it as sealed.
 
 Thread safety: reads may run from several threads (an internal lock guards the file cache); appends
 belong to the writer, which serialises them.
