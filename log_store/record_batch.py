@@ -171,6 +171,10 @@ def _header_piece(
     return CRC.pack(crc) + tail
 
 
+#: Stands for the headers of records none of which has any.
+_NO_HEADERS: Sequence[Headers] = ()
+
+
 class Columns:
     """A run of producer records taken apart column by column, ready for batch-wise encoding.
 
@@ -184,8 +188,9 @@ class Columns:
                  "value_bytes", "timestamps", "blocks", "block_lengths", "payload_bytes")
 
     def __init__(self, records: Sequence[ProducerRecord]) -> None:
+        headers = list(map(_HEADERS, records)) if any(map(_HEADERS, records)) else _NO_HEADERS
         self._fill(list(map(_KEY, records)), list(map(_VALUE, records)),
-                   list(map(_TIMESTAMP, records)), list(map(_HEADERS, records)))
+                   list(map(_TIMESTAMP, records)), headers)
 
     @classmethod
     def from_fields(cls, fields: Sequence[Sequence[object]]) -> Columns:
@@ -213,7 +218,7 @@ class Columns:
         self.null_keys = self.keys is not keys and -1 in self.key_lengths
         self.value_lengths, self.values, self.value_bytes = _lengths(values)
         self.timestamps = timestamps
-        if any(headers):
+        if headers is not _NO_HEADERS and any(headers):
             self.blocks: list[bytes] | None = [encode_headers(h) if h else b"" for h in headers]
             self.block_lengths: list[int] | None = list(map(len, self.blocks))
             blocks_bytes = sum(self.block_lengths)

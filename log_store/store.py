@@ -389,11 +389,19 @@ class LogStore:
             if self._failed is not None:
                 raise WriterFailedError(self.root, self._failed)
             now = self.config.clock()
-            iterator = iter(records)
+            # a list or tuple that fits one chunk is used as it is (no copy); anything else is read
+            # chunk by chunk
+            whole: Sequence[ProducerRecord] | None = None
+            if isinstance(records, (list, tuple)) and len(records) <= chunk_records:
+                whole = records
+            iterator = iter(() if whole is not None else records)
             touched: dict[TopicPartition, None] = {}
             while True:
                 try:
-                    chunk = list(islice(iterator, chunk_records))
+                    if whole is not None:
+                        chunk, whole = whole, ()
+                    else:
+                        chunk = list(islice(iterator, chunk_records))
                     encoded = self._encode(chunk, now) if chunk else []
                 except BaseException:
                     # The records themselves failed (a bad record, or the producer's iterator

@@ -277,3 +277,19 @@ def test_format_1_logs_are_read_and_upgraded_by_their_first_writer(tmp_path: Pat
     store_file.write_bytes(orjson.dumps({"format": 3, "created_ms": created}))
     with pytest.raises(LogFormatError, match="format 3"):
         LogStore.open(tmp_path)
+
+
+def test_groups_given_as_list_tuple_or_generator_append_alike(tmp_path: Path) -> None:
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("t", 2)
+        records = [rec("t", f"k{i}", f"v{i}") for i in range(30)]
+        log.append_group(records, "01", chunk_records=10)  # a list longer than a chunk
+        log.append_group(tuple(records), "02")
+        log.append_group(iter(records), "03", chunk_records=7)
+        log.append_group(records[:5], "04")
+        assert records == [rec("t", f"k{i}", f"v{i}") for i in range(30)]  # never modified
+        values = sorted((r.key or b"", r.offset) for r in read_all(log, "t"))
+        assert len(values) == 95
+        for p in range(2):
+            offsets = [r.offset for r in read_all(log, "t") if r.partition == p]
+            assert offsets == list(range(len(offsets)))
