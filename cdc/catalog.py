@@ -79,9 +79,11 @@ class Catalog:
     def published_tables(self, publication: str) -> list[PublishedTable]:
         """Tables of ``publication`` as the publication presents them (roots when via-root).
 
-        Each table's ``membership`` is ``<entry OID>:<partition OIDs>``: the OID of the catalog row
-        that puts the table in the publication (``pg_publication_rel``, or ``pg_publication_namespace``
-        for ``TABLES IN SCHEMA``; 0 for ``ALL TABLES``) and the sorted OIDs of the partitions below it.
+        Each table's ``membership`` is ``<entry OIDs>:<partition OIDs>``: the OIDs of the catalog rows
+        that put the table in the publication (``pg_publication_rel`` rows of the table or of a
+        partitioned ancestor, as for a leaf published without ``publish_via_partition_root``; else the
+        ``pg_publication_namespace`` row for ``TABLES IN SCHEMA``; 0 for ``ALL TABLES``) and the sorted
+        OIDs of the partitions below it.
         Both change exactly when the published rows change without a change event of the table:
         removing a table from the publication and adding it back creates a new entry row (the changes
         in between were never sent), and attaching or detaching a partition adds or removes rows of
@@ -93,8 +95,10 @@ class Catalog:
         )
         rows = self._execute(
             "SELECT c.oid, p.schemaname, p.tablename, "
-            "coalesce((SELECT pr.oid FROM pg_publication_rel pr WHERE pr.prpubid = pub.oid AND pr.prrelid = c.oid), "
-            f"{namespace_entry}, 0)::text || ':' || coalesce((SELECT string_agg(t.relid::oid::int8::text, ',' "
+            "coalesce((SELECT string_agg(pr.oid::text, ',' ORDER BY pr.oid) FROM pg_publication_rel pr "
+            "WHERE pr.prpubid = pub.oid AND (pr.prrelid = c.oid "
+            "OR pr.prrelid IN (SELECT a.relid FROM pg_partition_ancestors(c.oid) a))), "
+            f"{namespace_entry}::text, '0') || ':' || coalesce((SELECT string_agg(t.relid::oid::int8::text, ',' "
             "ORDER BY t.relid::oid::int8) FROM pg_partition_tree(c.oid) t WHERE t.relid <> c.oid), '') "
             "FROM pg_publication_tables p JOIN pg_publication pub ON pub.pubname = p.pubname "
             "JOIN pg_namespace n ON n.nspname = p.schemaname "

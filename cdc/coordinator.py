@@ -155,8 +155,6 @@ class Capture:
         self._table_snapshots: list[PendingSnapshot] = []  # ordered by boundary
         self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
         self._slots_made = 0  # temporary slots, for unique names
-        #: publication membership of each published table (relid -> token), as last read from the catalog
-        self._membership: dict[int, str] = {}
 
     # -- set-up --------------------------------------------------------------------------------------
 
@@ -235,14 +233,8 @@ class Capture:
 
     # -- snapshot ------------------------------------------------------------------------------------
 
-    def _published_tables(self) -> list[PublishedTable]:
-        """The publication's tables, noting each one's membership for the ledger records."""
-        tables = self.catalog.published_tables(self.settings.publication)
-        self._membership = {t.relid: t.membership for t in tables}
-        return tables
-
     def _published(self) -> list[PublishedTable]:
-        tables = self._published_tables()
+        tables = self.catalog.published_tables(self.settings.publication)
         if not tables:
             raise SourceError(
                 f"publication {self.settings.publication} does not exist or publishes no table; run `cdc setup`"
@@ -276,6 +268,8 @@ class Capture:
         """
         assert self.log is not None and self.builder is not None and self.replayer is not None
         tables = self._published()
+        # read before the snapshot exists: a membership change after this is caught by the next discovery
+        membership = {t.relid: t.membership for t in tables}
         self._drop_slot_if_present()
         with ReplicationConnection(self.settings.database_url) as repl:
             created = repl.create_slot(self.settings.slot, export_snapshot=True)
@@ -322,7 +316,7 @@ class Capture:
                     done.append((shape, rows))
                 if held:
                     held[-1] = mark_last_read(held[-1])
-                yield held + [self.ledger.record(shape, as_of, rows, ts_ms, self._membership.get(shape.relid))
+                yield held + [self.ledger.record(shape, as_of, rows, ts_ms, membership.get(shape.relid))
                               for shape, rows in done], True
 
             source = parts()
@@ -350,7 +344,7 @@ class Capture:
             raise
         finally:
             reader.close()
-        self.ledger.add((shape for shape, _ in done), as_of, self._membership)
+        self.ledger.add((shape for shape, _ in done), as_of, membership)
         self.position = as_of
         self.stats.snapshot_rows += sum(rows for _, rows in done)
         self.stats.groups += 1
@@ -422,6 +416,13 @@ class Capture:
         tuning = self.tuning
         with ReplicationConnection(self.settings.database_url) as repl:
             repl.identify_system()
+            confirmed = slot_confirmed(self.settings.database_url, self.settings.slot)
+            if gap_after(self.position, confirmed):
+                raise SlotError(
+                    f"replication slot {self.settings.slot} was recreated or advanced elsewhere while capture "
+                    f"reconnected (confirmed at {confirmed}, the log holds transactions up to {self.position}); "
+                    "start capture again: it takes a new snapshot that supersedes the log's rows"
+                )
             if self.once and self._target is None:
                 self._target = self.catalog.wal_insert_position()
                 self._retarget_at = time.monotonic() + self.catalog.async_commit_delay()
@@ -545,7 +546,7 @@ class Capture:
         :meth:`SnapshotLedger.covers`: also a table added back or whose partitions changed) and no snapshot
         waits for."""
         tables = [
-            t for t in self._published_tables()
+            t for t in self.catalog.published_tables(self.settings.publication)
             if self.include(t.schema, t.table) and not self.ledger.covers(t.qualified, t.relid, t.membership)
             and t.relid not in self.gate.holds
         ]
@@ -588,6 +589,9 @@ class Capture:
         as_of = Lsn(pending.boundary - 1)
         ts_ms = time.time_ns() // 1_000_000
         saved_schemas = dict(self.replayer.emitted_schemas)
+        # the membership read before the snapshot was taken, never a later one (which could include a
+        # partition attached after the snapshot, whose rows it does not hold)
+        membership = {t.relid: t.membership for t in pending.tables}
         heads: list[tuple[TableShape, TxContext, list[ProducerRecord]]] = []
         for table in pending.tables:
             shape = self._snapshot_shape(table)
@@ -617,7 +621,7 @@ class Capture:
             if last is not None:
                 yield mark_last_read(last)
             for (shape, _, _), count in zip(heads, rows, strict=True):
-                yield self.ledger.record(shape, as_of, count, ts_ms, self._membership.get(shape.relid))
+                yield self.ledger.record(shape, as_of, count, ts_ms, membership.get(shape.relid))
 
         tally = [0, 0]
         try:
@@ -626,7 +630,7 @@ class Capture:
             self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
             raise
         shapes = [shape for shape, _, _ in heads]
-        self.ledger.add(shapes, as_of, self._membership)
+        self.ledger.add(shapes, as_of, membership)
         for shape in shapes:
             self.gate.holds.pop(shape.relid, None)
         self.position = as_of

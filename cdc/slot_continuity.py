@@ -35,5 +35,13 @@ def slot_confirmed(url: str, slot: str) -> Lsn | None:
 
 
 def gap_after(position: Lsn, confirmed: Lsn | None) -> bool:
-    """Whether a slot confirmed at ``confirmed`` skipped transactions after the log's ``position``."""
-    return position != 0 and confirmed is not None and confirmed > position + 1
+    """Whether a slot confirmed at ``confirmed`` skipped transactions after the log's ``position``.
+
+    Positions capture writes are one below a record boundary (WAL records start 8-byte aligned), so they
+    end in 7 modulo 8. A position on a boundary is a commit LSN written by an earlier capture version,
+    which confirmed the slot at the end of that commit record, somewhere past the position: no gap can
+    be told from that, so none is assumed (the next group writes a position of the current form).
+    """
+    if position == 0 or confirmed is None or position % 8 == 0:
+        return False
+    return confirmed > position + 1

@@ -52,3 +52,61 @@ def test_attached_and_detached_partitions_rows_follow_the_root(reference_db: str
     Capture(settings, once=True).run()
     assert len(source_table(reference_db, "readings")) == 10
     assert replay(tmp_path, "cdc.public.readings") == source_table(reference_db, "readings")
+
+
+def test_partition_attached_while_a_table_snapshot_waits_is_not_lost(
+    reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger records the membership the snapshot saw, not one read while it waited for its boundary."""
+    execute(reference_db,
+            "CREATE TABLE readings (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)",
+            "CREATE TABLE readings_1 PARTITION OF readings FOR VALUES FROM (0) TO (100)",
+            "INSERT INTO readings SELECT g, 'a' || g FROM generate_series(1, 10) g",
+            "ALTER PUBLICATION cdc_publication ADD TABLE readings")
+    settings = settings_for(reference_db, tmp_path)
+    Capture(settings, once=True).run()
+    execute(reference_db, "CREATE TABLE readings_2 (id int PRIMARY KEY, v text)",
+            "INSERT INTO readings_2 SELECT g, 'b' || g FROM generate_series(100, 109) g",
+            "ALTER TABLE readings ATTACH PARTITION readings_2 FOR VALUES FROM (100) TO (200)")
+    write = Capture._write_table_snapshot
+    fired: list[bool] = []
+
+    def attach_while_waiting(self: Capture, pending: object, repl: object) -> None:
+        if not fired:
+            fired.append(True)
+            # the snapshot (taken at discovery) waits for the stream; meanwhile a partition is attached
+            # and the next periodic discovery runs
+            execute(reference_db, "CREATE TABLE readings_3 (id int PRIMARY KEY, v text)",
+                    "INSERT INTO readings_3 SELECT g, 'c' || g FROM generate_series(200, 209) g",
+                    "ALTER TABLE readings ATTACH PARTITION readings_3 FOR VALUES FROM (200) TO (300)")
+            self._discover()
+        write(self, pending, repl)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Capture, "_write_table_snapshot", attach_while_waiting)
+    Capture(settings, once=True).run()
+    monkeypatch.setattr(Capture, "_write_table_snapshot", write)
+    assert fired
+    Capture(settings, once=True).run()
+    assert len(source_table(reference_db, "readings")) == 30
+    assert replay(tmp_path, "cdc.public.readings") == source_table(reference_db, "readings")
+
+
+def test_membership_names_the_publication_entry_of_a_leaf_published_without_its_root(reference_db: str) -> None:
+    """A publication without publish_via_partition_root publishes the leaves; removing and adding back
+    their root changes each leaf's membership."""
+    from cdc.catalog import Catalog
+
+    execute(reference_db,
+            "CREATE TABLE parts (id int PRIMARY KEY) PARTITION BY RANGE (id)",
+            "CREATE TABLE parts_1 PARTITION OF parts FOR VALUES FROM (0) TO (10)",
+            "CREATE TABLE plain (id int PRIMARY KEY)",
+            "CREATE PUBLICATION leaves FOR TABLE parts, plain")
+    catalog = Catalog(reference_db)
+    try:
+        before = {t.qualified: t.membership for t in catalog.published_tables("leaves")}
+        assert set(before) == {"public.parts_1", "public.plain"} and all(not m.startswith("0:") for m in before.values())
+        execute(reference_db, "ALTER PUBLICATION leaves DROP TABLE parts", "ALTER PUBLICATION leaves ADD TABLE parts")
+        after = {t.qualified: t.membership for t in catalog.published_tables("leaves")}
+        assert after["public.parts_1"] != before["public.parts_1"] and after["public.plain"] == before["public.plain"]
+    finally:
+        catalog.close()

@@ -18,9 +18,10 @@ pytestmark = pytest.mark.pg
 
 def test_gap_rule() -> None:
     assert not gap_after(Lsn(0), Lsn(500))  # no complete snapshot yet: capture snapshots anyway
-    assert not gap_after(Lsn(100), None)
-    assert not gap_after(Lsn(100), Lsn(101))  # confirmed up to the end of the log's last commit record
-    assert gap_after(Lsn(100), Lsn(102))
+    assert not gap_after(Lsn(0x17F), None)
+    assert not gap_after(Lsn(0x17F), Lsn(0x180))  # confirmed up to the end of the log's last commit record
+    assert gap_after(Lsn(0x17F), Lsn(0x181))
+    assert not gap_after(Lsn(0x180), Lsn(0x1A8))  # a commit LSN written by an earlier version: no gap told
 
 
 def test_restart_continues_and_a_recreated_slot_is_snapshotted_again(reference_db: str, tmp_path: Path) -> None:
@@ -34,6 +35,7 @@ def test_restart_continues_and_a_recreated_slot_is_snapshotted_again(reference_d
         watermark = log.latest_watermark()
         assert watermark is not None
         position = Lsn.from_hex16(watermark.position)
+    assert position % 8 == 7  # one below a record boundary (cdc.slot_continuity)
     assert not gap_after(position, slot_confirmed(reference_db, settings.slot))
 
     # the slot is lost; changes committed meanwhile never reach any slot
