@@ -26,7 +26,8 @@ naming the table and the fix, before anything of the transaction is appended or 
 
 Costs: nothing for transactions without such an update (the assembler marks those that hold an
 update with an old key, the only kind that can change a key); for the others one extra decode pass
-over the group's updates and one backward read of the log per changed key.
+over the group's updates and one backward read of each partition that holds a changed key, ending
+as soon as every such key of the partition is found.
 """
 
 from __future__ import annotations
@@ -85,49 +86,90 @@ def _after_row(value: dict[str, Any]) -> Row:
     return {name: orjson.dumps(item) for name, item in after.items()}
 
 
+class _Fold:
+    """One key's row folded from its records as they come, newest first (see :meth:`LogRows.rows`)."""
+
+    __slots__ = ("missing", "result", "row")
+
+    def __init__(self) -> None:
+        self.row: Row | None = None
+        self.missing: set[str] = set()
+        self.result: Row | _Incomplete | None | _Pending = _PENDING
+
+    def feed(self, value: dict[str, Any] | None, headers: tuple[tuple[str, bytes], ...]) -> bool:
+        """Take the next older record (``None``: tombstone); True once the row is decided."""
+        if value is None or value.get("op") in ("d", "t"):
+            if self.row is None:
+                self.result = None  # deleted (or truncated) last: the row does not exist
+            else:
+                kind = "tombstone" if value is None else f"op={value.get('op')} record"
+                self.result = _Incomplete(f"its record before a partial one is a {kind}")
+            return True
+        after = _after_row(value)
+        if self.row is None:
+            self.row, self.missing = after, set(_unchanged(headers))
+        else:
+            for name in list(self.missing):
+                if name in after:
+                    self.row[name] = after[name]
+                    self.missing.discard(name)
+            lacking = self.missing - set(_unchanged(headers))
+            if lacking:
+                self.result = _Incomplete(f"its earlier record lacks {', '.join(sorted(lacking))}")
+                return True
+        if not self.missing:
+            self.result = self.row
+            return True
+        return False
+
+    def end(self) -> Row | _Incomplete | None:
+        """The outcome once no older record is left."""
+        if not isinstance(self.result, _Pending):
+            return self.result
+        return None if self.row is None else _Incomplete("the log holds no full record of it")
+
+
+class _Pending:
+    """Marks a fold that has not decided yet."""
+
+
+_PENDING = _Pending()
+
+
 class LogRows:
-    """The latest full row of a key as the log holds it (reads committed records only)."""
+    """The latest full rows of keys as the log holds them (reads committed records only)."""
 
     def __init__(self, log: LogStore) -> None:
         self.log = log
 
     def row(self, topic: str, key: bytes) -> Row | _Incomplete | None:
         """The key's row folded from its newest records; ``None`` when the log says it does not exist."""
-        if topic not in self.log.topics():
-            return None
-        tp = TopicPartition(topic, partition_for_key(key, self.log.partitions(topic)))
-        first = self.log.start_offset(tp)
-        end = self.log.end_offset(tp)
-        row: Row | None = None
-        missing: set[str] = set()
-        for value, headers in self._newest_first(tp, first, end, key):
-            if value is None or value.get("op") in ("d", "t"):
-                if row is None:
-                    return None  # deleted (or truncated) last: the row does not exist
-                kind = "tombstone" if value is None else f"op={value.get('op')} record"
-                return _Incomplete(f"its record before a partial one is a {kind}")
-            after = _after_row(value)
-            if row is None:
-                row, missing = after, set(_unchanged(headers))
-            else:
-                for name in list(missing):
-                    if name in after:
-                        row[name] = after[name]
-                        missing.discard(name)
-                still_partial = set(_unchanged(headers))
-                if missing - still_partial:
-                    return _Incomplete(f"its earlier record lacks {', '.join(sorted(missing - still_partial))}")
-            if not missing:
-                return row
-        return None if row is None else _Incomplete("the log holds no full record of it")
+        return self.rows(topic, {key})[key]
 
-    def _newest_first(self, tp: TopicPartition, first: int, end: int, key: bytes) -> Iterator[_Found]:
-        """Decoded values (``None``: tombstone) of ``key``'s records and of truncate markers, newest first,
-        read backwards in windows of ``_WINDOW`` offsets so that a recent record is found quickly."""
-        high = end
-        while high > first:
+    def rows(self, topic: str, keys: set[bytes]) -> dict[bytes, Row | _Incomplete | None]:
+        """The rows of ``keys``: one backward read per partition, however many keys it holds, that stops
+        as soon as every key of the partition is decided."""
+        if topic not in self.log.topics():
+            return dict.fromkeys(keys)
+        partitions = self.log.partitions(topic)
+        by_partition: dict[int, set[bytes]] = {}
+        for key in keys:
+            by_partition.setdefault(partition_for_key(key, partitions), set()).add(key)
+        out: dict[bytes, Row | _Incomplete | None] = {}
+        for partition, wanted in by_partition.items():
+            folds = {key: _Fold() for key in wanted}
+            self._fold_backwards(TopicPartition(topic, partition), folds)
+            out.update({key: fold.end() for key, fold in folds.items()})
+        return out
+
+    def _fold_backwards(self, tp: TopicPartition, folds: dict[bytes, _Fold]) -> None:
+        """Feed every fold its key's records and the topic's truncate markers, newest first, reading
+        backwards in windows of ``_WINDOW`` offsets so that recent records are found quickly."""
+        first, high = self.log.start_offset(tp), self.log.end_offset(tp)
+        open_folds = dict(folds)
+        while high > first and open_folds:
             low = max(first, high - _WINDOW)
-            found: list[_Found] = []
+            found: list[tuple[bytes | None, _Found]] = []  # (key, or None for a truncate marker)
             offset = low
             while offset < high:
                 batch = self.log.read(tp, offset, max_records=high - offset)
@@ -136,14 +178,19 @@ class LogRows:
                 for record in batch:
                     if record.offset >= high:
                         break
-                    if record.key == key:
-                        found.append((_loads(record.value) if record.value is not None else None, record.headers))
+                    if record.key in open_folds:
+                        value = _loads(record.value) if record.value is not None else None
+                        found.append((record.key, (value, record.headers)))
                     elif record.value is not None and (record.key is None or record.key.startswith(_TRUNCATE_KEY)):
                         value = _loads(record.value)
                         if value.get("op") == "t":
-                            found.append((value, record.headers))
+                            found.append((None, (value, record.headers)))
                 offset = batch[-1].offset + 1
-            yield from reversed(found)
+            for key, (value, headers) in reversed(found):
+                targets = list(open_folds) if key is None else [key] if key in open_folds else []
+                for target in targets:
+                    if open_folds[target].feed(value, headers):
+                        del open_folds[target]
             high = low
 
 
@@ -156,8 +203,12 @@ class KeyChangeValues:
     """
 
     def __init__(self, wanted: set[tuple[str, bytes]], log_rows: LogRows) -> None:
-        self.rows: dict[tuple[str, bytes], Row | _Incomplete | None] = {
-            wanted_key: log_rows.row(*wanted_key) for wanted_key in wanted}
+        self.rows: dict[tuple[str, bytes], Row | _Incomplete | None] = {}
+        by_topic: dict[str, set[bytes]] = {}
+        for topic, key in wanted:
+            by_topic.setdefault(topic, set()).add(key)
+        for topic, keys in by_topic.items():
+            self.rows.update({(topic, key): row for key, row in log_rows.rows(topic, keys).items()})
         self.topics = {topic for topic, _ in wanted}
 
     def watch(self, records: Iterable[ProducerRecord]) -> Iterator[ProducerRecord]:
