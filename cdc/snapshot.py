@@ -159,8 +159,15 @@ class SnapshotReader:
             conn = psycopg.connect(url, options=SESSION_OPTIONS)
         except psycopg.OperationalError as exc:
             raise SourceError(f"cannot connect for the snapshot: {str(exc).strip().splitlines()[0]}") from None
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+        try:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            conn.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot_name)))
+        except psycopg.Error as exc:
+            conn.close()
+            raise SourceError(
+                f"cannot import the exported snapshot {snapshot_name}: {str(exc).strip().splitlines()[0]}; "
+                "the slot's snapshot is valid only while the connection that created it is open: retry capture"
+            ) from None
         return conn
 
     def estimate(self, relid: int) -> int:
