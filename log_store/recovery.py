@@ -9,11 +9,13 @@ watermark end offset ``E`` (0 when the watermark does not know the partition):
    appended to it, so a torn header is a crash inside that group: the segment is removed when it starts
    at ``E``, and otherwise reported as an incomplete tail, see below): after a clean shutdown from its last index entry, otherwise
    from its first batch, checking every batch's CRC32C. The batches below ``E`` must be whole, valid and
-   reach ``E`` exactly. If they do not (:class:`~log_store.errors.IncompleteTailError`) for the *latest*
-   watermark, its group's fsyncs were cut short by the crash (segments and watermark are fsynced
-   concurrently, see :mod:`log_store.watermark`): the store drops that watermark record and recovers
-   every partition to the previous one. For an earlier watermark it is lost durable data and recovery
-   stops rather than cut further. Everything from the first batch at or past ``E`` (including torn or
+   reach ``E`` exactly. If they do not, or a batch fails its check, at or past the partition's end
+   offset at the *previous* watermark (:class:`~log_store.errors.IncompleteTailError`), the latest
+   group's fsyncs were cut short by the crash (segments and watermark are fsynced concurrently, see
+   :mod:`log_store.watermark`): the store recovers every partition to the previous watermark and only
+   then drops the latest watermark record. Anything missing or damaged below the previous watermark's
+   end is lost durable data: recovery stops (:class:`~log_store.errors.CorruptSegmentError`) with the
+   watermark file untouched, rather than cut further. Everything from the first batch at or past ``E`` (including torn or
    garbage bytes) is truncated and the file fsynced;
 3. the last segment's index is rebuilt from that walk (after an unclean shutdown) and written
    atomically;
@@ -145,9 +147,15 @@ def _count_records(fd: int, start: int) -> int:
 
 def recover_partition(
     tp: TopicPartition, directory: Path, end: int, *, clean: bool, index_interval_bytes: int,
-    remove_leftovers: bool,
+    remove_leftovers: bool, fallback_end: int | None = None,
 ) -> PartitionRecovery:
-    """Truncate one partition to ``end`` and return its active segment (see the module docstring)."""
+    """Truncate one partition to ``end`` and return its active segment (see the module docstring).
+
+    ``fallback_end`` is the partition's end offset at the previous watermark when ``end`` is the latest
+    one's (``None`` otherwise). Data missing or damaged at or past it belongs to the latest group only
+    and raises :class:`IncompleteTailError` (the store may fall back); anything below it is durable data
+    of an earlier group and raises :class:`CorruptSegmentError`, which no fallback may paper over.
+    """
     removed_files = remove_side_files(directory) if remove_leftovers else []
     bases = list_segments(directory)
     removed = [log_name(base) for base in bases if base > end]
@@ -173,9 +181,10 @@ def recover_partition(
             # created by a group whose fsyncs the crash cut short. For the latest watermark that is
             # its group's data missing (the store falls back to the previous watermark); for an
             # earlier one it is lost durable data, reported as such.
-            raise IncompleteTailError(path, 0, base, end,
-                                      f"the file header is torn ({exc.detail}) but the watermark "
-                                      f"says offsets below {end} are durable") from exc
+            detail = f"the file header is torn ({exc.detail}) but the watermark says offsets below {end} are durable"
+            if _latest_group_only(base, fallback_end):
+                raise IncompleteTailError(path, 0, base, end, detail) from exc
+            raise CorruptSegmentError(path, 0, base, detail) from exc
         # created for the first batch of a group the crash cut short: its header never became durable
         _remove_segment(directory, base)
         fsync_dir(directory)
@@ -187,16 +196,18 @@ def recover_partition(
             index = OffsetIndex.load(index_path(path), segment.nonce)
             if index is not None and len(index):
                 start = segment.last_index_position()
-                walk = _walk(segment, start, end, _entries_before(index, start), index_interval_bytes)
+                walk = _walk(segment, start, end, _entries_before(index, start), index_interval_bytes,
+                             fallback_end)
                 if walk.batches == 0:
                     walk = None
         if walk is None:
-            walk = _walk(segment, FILE_HEADER_SIZE, end, OffsetIndex(), index_interval_bytes)
+            walk = _walk(segment, FILE_HEADER_SIZE, end, OffsetIndex(), index_interval_bytes, fallback_end)
         if walk.reached != end:
-            raise IncompleteTailError(
-                path, walk.cut_at, walk.reached, end,
-                f"the watermark says offsets below {end} are durable but this segment's valid "
-                f"batches end at offset {walk.reached} ({walk.stop} at byte {walk.cut_at})")
+            detail = (f"the watermark says offsets below {end} are durable but this segment's valid "
+                      f"batches end at offset {walk.reached} ({walk.stop} at byte {walk.cut_at})")
+            if _latest_group_only(walk.reached, fallback_end):
+                raise IncompleteTailError(path, walk.cut_at, walk.reached, end, detail)
+            raise CorruptSegmentError(path, walk.cut_at, walk.reached, detail)
         first = next(iter(segment.headers()), None)
         first_append = first[1].append_time_ms if first is not None else None
         truncated = segment.size() - walk.cut_at
@@ -232,13 +243,28 @@ class _Walk:
     batches: int
 
 
-def _walk(segment: SegmentFile, start: int, end: int, index: OffsetIndex, interval: int) -> _Walk:
-    """CRC-check the batches from ``start`` below ``end``, extending ``index`` as the writer would."""
+def _latest_group_only(offset: int, fallback_end: int | None) -> bool:
+    """Whether data missing from ``offset`` on belongs to the latest group alone."""
+    return fallback_end is not None and offset >= fallback_end
+
+
+def _walk(
+    segment: SegmentFile, start: int, end: int, index: OffsetIndex, interval: int, fallback_end: int | None = None
+) -> _Walk:
+    """CRC-check the batches from ``start`` below ``end``, extending ``index`` as the writer would.
+
+    A batch of the latest group (at or past ``fallback_end``) that fails its check is that group's
+    data cut short by the crash (its pages and its watermark are fsynced concurrently):
+    :class:`IncompleteTailError`. Below it, a failed check is corruption of durable data.
+    """
     base = segment.base_offset
     walker = BatchWalker(segment.fd, start, end, base)
     reached, since_entry, batches = base, 0, 0
     for position, header, buf, at in walker:
         if not crc_matches(buf, at, header):
+            if _latest_group_only(header.base_offset, fallback_end):
+                raise IncompleteTailError(segment.path, position, header.base_offset, end,
+                                          "a batch of the latest group fails its CRC32C check")
             raise CorruptSegmentError(segment.path, position, header.base_offset,
                                       "batch below the watermark fails its CRC32C check")
         if header.next_offset > end:

@@ -229,7 +229,9 @@ class LogStore:
         try:
             removed += self._remove_unfinished_topics()
             try:
-                rebuilt = self._recover_partitions(scan.latest, clean, may_remove, cuts, removed)
+                rebuilt = self._recover_partitions(scan.latest, clean, may_remove, cuts, removed,
+                                                   fallback=scan.previous if scan.latest is not None else None,
+                                                   has_fallback=scan.latest is not None and not clean)
             except IncompleteTailError as exc:
                 if scan.latest is None or clean:
                     raise
@@ -239,9 +241,10 @@ class LogStore:
                 for partition in self._partitions.values():
                     partition.close()
                 self._partitions.clear()
+                # the partitions first: should that fail, the watermark file is still as it was
+                rebuilt = self._recover_partitions(scan.previous, clean, may_remove, cuts, removed)
                 self._watermarks.drop_latest(scan)
                 dropped = True
-                rebuilt = self._recover_partitions(scan.previous, clean, may_remove, cuts, removed)
         finally:
             cleaner_lock.release()
         watermark = self._watermarks.current
@@ -269,8 +272,10 @@ class LogStore:
 
     def _recover_partitions(
         self, watermark: Watermark | None, clean: bool, may_remove: bool, cuts: list[PartitionCut],
-        removed: list[str],
+        removed: list[str], *, fallback: Watermark | None = None, has_fallback: bool = False,
     ) -> int:
+        """Recover every partition to ``watermark``; with ``has_fallback``, ``fallback`` (``None``: the
+        empty log) is the previous watermark the store falls back to when the latest group is incomplete."""
         rebuilt = 0
         for name in list_topics(self.root):
             config = read_topic(self.root, name)
@@ -281,10 +286,11 @@ class LogStore:
                 directory = partition_dir(self.root, config.name, p)
                 make_dirs(directory)
                 end = watermark.end_offset(tp) if watermark is not None else 0
+                fallback_end = (fallback.end_offset(tp) if fallback is not None else 0) if has_fallback else None
                 result = recover_partition(
                     tp, directory, end, clean=clean,
                     index_interval_bytes=self.config.index_interval_bytes,
-                    remove_leftovers=may_remove)
+                    remove_leftovers=may_remove, fallback_end=fallback_end)
                 partition = Partition(tp, directory, self.config)
                 partition.attach(result.active, end)
                 self._partitions[tp] = partition

@@ -198,3 +198,61 @@ def test_torn_header_below_an_earlier_watermark_is_reported(tmp_path: Path) -> N
     os.truncate(segment_files(tmp_path, "t", 0)[-1], 10)
     with pytest.raises(CorruptSegmentError, match="header"):
         LogStore.open(tmp_path, small_config(), writer=True)
+
+
+def test_reported_corruption_leaves_the_latest_watermark_for_a_restored_file(tmp_path: Path) -> None:
+    """Recovery that stops on lost durable data changes nothing: once the operator restores the file,
+    the latest group (durable and acknowledged) is all there."""
+    import shutil
+
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        log.ensure_topic("t", 1)
+        log.append_group([rec("t", "a", "1")], "01")
+        log.roll()
+        log.append_group([rec("t", "b", "2")], "02")
+        log.append_group([rec("t", "c", "3")], "03")
+    _crash(tmp_path)
+    segment = segment_files(tmp_path, "t", 0)[-1]
+    shutil.copy(segment, tmp_path / "backup")
+    os.truncate(segment, 10)  # the header of a segment an earlier group created
+    with pytest.raises(CorruptSegmentError):
+        LogStore.open(tmp_path, small_config(), writer=True)
+    shutil.copy(tmp_path / "backup", segment)
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        watermark = log.latest_watermark()
+        assert watermark is not None and watermark.position == "03"
+        assert [r.value for r in read_all(log, "t")] == [b"1", b"2", b"3"]
+
+
+def test_damaged_page_inside_the_latest_groups_batch_drops_that_group(tmp_path: Path) -> None:
+    """The latest group's batch is whole in length but a page of it never reached the disk (its
+    watermark did: they are fsynced concurrently): the group is dropped, as for a short tail."""
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        log.ensure_topic("t", 1)
+        log.append_group([rec("t", "a", "1" * 100)], "01")
+        log.append_group([rec("t", "b", "2" * 5000)], "02")
+    _crash(tmp_path)
+    newest = segment_files(tmp_path, "t", 0)[-1]
+    with open(newest, "r+b") as handle:
+        handle.seek(newest.stat().st_size - 2000)
+        handle.write(b"\0" * 1000)
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        assert log.recovery is not None and log.recovery.watermark_dropped
+        watermark = log.latest_watermark()
+        assert watermark is not None and watermark.position == "01"
+        assert [r.value for r in read_all(log, "t")] == [b"1" * 100]
+
+
+def test_damaged_batch_of_an_earlier_group_is_corruption(tmp_path: Path) -> None:
+    """The same damage one group earlier (both groups in the segment recovery walks) is lost durable data."""
+    with LogStore.open(tmp_path, small_config(segment_bytes=1 << 20), writer=True) as log:
+        log.ensure_topic("t", 1)
+        log.append_group([rec("t", "a", "1" * 5000)], "01")
+        log.append_group([rec("t", "b", "2" * 100)], "02")
+    _crash(tmp_path)
+    (only,) = segment_files(tmp_path, "t", 0)
+    with open(only, "r+b") as handle:
+        handle.seek(2000)
+        handle.write(b"\0" * 100)
+    with pytest.raises(CorruptSegmentError, match="CRC32C"):
+        LogStore.open(tmp_path, small_config(segment_bytes=1 << 20), writer=True)
