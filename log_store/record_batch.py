@@ -276,8 +276,15 @@ class Columns:
         else:
             pieces.append(int32s.pack(*self.block_lengths[start:stop]))
             blocks = b"".join(self.blocks[start:stop])
-        pieces += _joined(keys, self.key_bytes if whole else _total(key_lengths))
-        pieces += _joined(values, self.value_bytes if whole else _total(value_lengths))
+        key_total = self.key_bytes if whole else _total(key_lengths)
+        value_total = self.value_bytes if whole else _total(value_lengths)
+        key_pieces, value_pieces = _joined(keys, key_total), _joined(values, value_total)
+        if sum(map(len, key_pieces)) != key_total or sum(map(len, value_pieces)) != value_total:
+            # a buffer whose items are not single bytes (say a memoryview of an int array): its len()
+            # is not its byte count, so the lengths stored would not describe the bytes stored
+            raise TypeError("a key or value is a buffer of multi-byte items; pass bytes")
+        pieces += key_pieces
+        pieces += value_pieces
         if blocks:
             pieces.append(blocks)
         records_bytes = sum(map(len, pieces))

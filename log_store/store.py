@@ -745,15 +745,22 @@ def _by_partition(placed: Any, partitions: int) -> list[tuple[int, list[int] | N
     return out
 
 
+def _multibyte(item: object) -> bool:
+    return isinstance(item, memoryview) and (item.itemsize != 1 or item.ndim > 1)
+
+
+def _kind(item: object) -> str:
+    return f"a memoryview of {item.format!r} items" if isinstance(item, memoryview) else type(item).__name__
+
+
 def _invalid_record(records: Sequence[ProducerRecord], exc: BaseException) -> InvalidRecordError:
     """The :class:`InvalidRecordError` for records whose encoding raised ``exc``, naming the field."""
     for record in records:
         topic, key, value, timestamp, headers = record[:5]
-        if not isinstance(key, (bytes, bytearray, memoryview, type(None))):
-            return InvalidRecordError(topic, f"key is {type(key).__name__}, not bytes",
-                                      "encode keys to bytes")
-        if not isinstance(value, (bytes, bytearray, memoryview, type(None))):
-            return InvalidRecordError(topic, f"value is {type(value).__name__}, not bytes",
+        if not isinstance(key, (bytes, bytearray, memoryview, type(None))) or _multibyte(key):
+            return InvalidRecordError(topic, f"key is {_kind(key)}, not bytes", "encode keys to bytes")
+        if not isinstance(value, (bytes, bytearray, memoryview, type(None))) or _multibyte(value):
+            return InvalidRecordError(topic, f"value is {_kind(value)}, not bytes",
                                       "encode values to bytes (None is a tombstone)")
         if not isinstance(timestamp, int) or not -(1 << 63) <= timestamp < 1 << 63:
             return InvalidRecordError(topic, f"timestamp_ms is {timestamp!r}, not a 64-bit int",

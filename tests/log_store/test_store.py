@@ -293,3 +293,17 @@ def test_groups_given_as_list_tuple_or_generator_append_alike(tmp_path: Path) ->
         for p in range(2):
             offsets = [r.offset for r in read_all(log, "t") if r.partition == p]
             assert offsets == list(range(len(offsets)))
+
+
+def test_a_buffer_of_multibyte_items_is_refused_before_anything_is_written(tmp_path: Path) -> None:
+    import array
+
+    from log_store.errors import InvalidRecordError
+
+    with LogStore.open(tmp_path, writer=True) as log:
+        log.ensure_topic("t", 1)
+        with pytest.raises(InvalidRecordError, match="memoryview of 'i' items"):
+            log.append_group([ProducerRecord("t", b"k", memoryview(array.array("i", [1, 2, 3])), 1)], "01")
+        assert log.latest_watermark() is None
+        log.append_group([ProducerRecord("t", b"k", memoryview(b"fine"), 1)], "02")
+        assert [r.value for r in log.read(TopicPartition("t", 0), 0)] == [b"fine"]
