@@ -1,8 +1,12 @@
 """Shared apply machinery: read a log range, reduce it per key, decode typed rows, MERGE into Delta.
 
 A table's pending range is read and reduced per log partition (:mod:`derived_views.events`): in the
-driver when it is small (:data:`DRIVER_READ_LIMIT`), else by Spark tasks through the ``cdclog`` source;
-Spark then parses each event's envelope into typed columns (:func:`typed`).
+driver when it is small (:data:`DRIVER_READ_LIMIT`), else by the Spark tasks that read it through the
+``cdclog`` source (read and reduce in one Python worker per log partition); Spark then parses each
+event's envelope into typed columns (:func:`typed`). A small batch is parsed in one Spark job whose
+rows come back to the driver as Arrow, where its :class:`BatchFacts` are computed, and it is applied
+from those rows (a local relation); a large one is checkpointed locally (:func:`typed_batch`). Either
+way the source of a MERGE is deterministic.
 
 Every view table is written through :func:`merge_current` (one row per key, SCD type 1) or
 :func:`merge_history` (one row per version, SCD type 2). Both follow the same rules:
@@ -21,7 +25,11 @@ Every view table is written through :func:`merge_current` (one row per key, SCD 
    left out of the MERGE; the rest of the batch applies whole.
 7. **Insert-only batches append.** When every pending event is an insert (``c``), no key of the batch
    can be in the table (its previous event, if any, was a delete already applied: rule 1), so the rows
-   are appended in one commit instead of merged; the result is the one the MERGE would give.
+   are appended in one commit instead of merged; the result is the one the MERGE would give. (Each key
+   is in such a batch once: a key is inserted again only after a delete.)
+8. **Whole-row batches read no table rows.** A batch without partial rows takes every column from the
+   source: the current table's MERGE reads only the target's key and position, and the history table
+   fills nothing from its current versions.
 
 :func:`merge_current` MERGE, target ``t`` on ``t._cdc_key = s._cdc_key``, clauses in this order:
 
@@ -89,19 +97,24 @@ class Range:
         return Progress(offsets, self.watermark.position, self.watermark.timestamp_ms)
 
 
-def read_log(spark: SparkSession, log_path: str, topics: list[str], start: Offsets, end: Offsets) -> DataFrame:
-    """Raw log rows of ``topics`` in ``[start, end)`` through the ``cdclog`` source."""
+def read_log(
+    spark: SparkSession, log_path: str, topics: list[str], start: Offsets, end: Offsets, reduce: str | None = None
+) -> DataFrame:
+    """Log rows of ``topics`` in ``[start, end)`` through the ``cdclog`` source: raw, or reduced per
+    partition (``reduce`` = ``latest``/``all``, rows of :data:`EVENT_DDL`) by the tasks that read them."""
     from derived_views.log_source import register
 
     register(spark)
-    return (
+    reader = (
         spark.read.format("cdclog")
         .option("path", log_path)
         .option("topics", ",".join(topics))
         .option("startingOffsets", offsets_json(start))
         .option("endingOffsets", offsets_json({t: end.get(t, {}) for t in topics}))
-        .load()
     )
+    if reduce is not None:
+        reader = reader.option("reduce", reduce)
+    return reader.load()
 
 
 def reduce_events(raw: DataFrame, mode: str) -> DataFrame:
@@ -116,20 +129,52 @@ def reduce_events(raw: DataFrame, mode: str) -> DataFrame:
 DRIVER_READ_LIMIT = 100_000
 
 
-def pending_events(
-    spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None, mode: str
-) -> DataFrame:
-    """The reduced events (:data:`EVENT_DDL`) of ``topics`` a table with ``progress`` has not applied."""
+def pending_table(rng: Range, topics: list[str], progress: Progress | None, mode: str) -> Any | None:
+    """The reduced events (an Arrow table of :data:`EVENT_DDL`) of ``topics`` a table with ``progress``
+    has not applied, read in the driver; ``None`` when the range holds more than :data:`DRIVER_READ_LIMIT`
+    offsets (then Spark tasks read it, see :func:`pending_events`)."""
     import pyarrow as pa
 
     start = {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
     end = {t: rng.watermark.offsets.get(t, {}) for t in topics}
     parts = plan_partitions(rng.log_path, start, end)
     if sum(part.end - part.start for part in parts) > DRIVER_READ_LIMIT:
-        return reduce_events(read_log(spark, rng.log_path, topics, start, rng.watermark.offsets), mode)
+        return None
     tables = [reduce_table(read_partition(part), mode) for part in parts]
-    table = pa.concat_tables(tables) if tables else reduce_table([], mode)
+    return pa.concat_tables(tables) if tables else reduce_table([], mode)
+
+
+def pending_events(
+    spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None, mode: str
+) -> DataFrame:
+    """The reduced events (:data:`EVENT_DDL`) of ``topics`` a table with ``progress`` has not applied."""
+    table = pending_table(rng, topics, progress, mode)
+    if table is None:
+        start = {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
+        return read_log(spark, rng.log_path, topics, start, rng.watermark.offsets, reduce=mode)
     return spark.createDataFrame(table, schema=EVENT_DDL)
+
+
+def typed_batch(
+    spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None, mode: str,
+    columns: list[tuple[str, str]], table: str,
+) -> tuple[DataFrame, BatchFacts]:
+    """The pending events typed (:func:`typed`), as a deterministic frame, with their :class:`BatchFacts`.
+
+    A range small enough for the driver (:func:`pending_table`) is parsed by Spark in one job whose
+    rows come back as Arrow: the facts are then computed in the driver and the frame is a local
+    relation built from those rows. A larger range is read and parsed by Spark tasks and checkpointed
+    locally (one job), and its facts take one more job.
+    """
+    events = pending_table(rng, topics, progress, mode)
+    if events is None:
+        start = {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
+        raw = read_log(spark, rng.log_path, topics, start, rng.watermark.offsets, reduce=mode)
+        frame = typed(raw, columns, table).localCheckpoint()
+        return frame, facts(frame)
+    parsed = typed(spark.createDataFrame(events, schema=EVENT_DDL), columns, table)
+    rows = parsed.toArrow()
+    return spark.createDataFrame(rows, schema=parsed.schema), arrow_facts(rows)
 
 
 def typed(events: DataFrame, columns: list[tuple[str, str]], table: str) -> DataFrame:
@@ -207,6 +252,24 @@ def facts(frame: DataFrame) -> BatchFacts:
     ).collect()[0]
     return BatchFacts(int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])), int(row["other"]),
                       int(row["partial"]))
+
+
+def arrow_facts(rows: Any) -> BatchFacts:
+    """:func:`facts` of typed rows held in the driver (an Arrow table of :func:`typed`'s columns)."""
+    import pyarrow.compute as pc
+
+    op = rows.column(OP)
+    error = rows.column("_cdc_error")
+    truncates = pc.unique(rows.column(LSN).filter(pc.fill_null(pc.equal(op, "t"), False))).to_pylist()
+    other = pc.or_(pc.or_(pc.fill_null(pc.not_equal(op, "c"), True), pc.is_valid(error)), pc.is_null(rows.column(KEY)))
+    partial = pc.greater(pc.list_value_length(rows.column(UNCHANGED)), 0)
+    return BatchFacts(
+        rows.num_rows,
+        rows.num_rows - error.null_count,
+        tuple(sorted(lsn for lsn in truncates if lsn is not None)),
+        int(pc.sum(pc.cast(other, "int64")).as_py() or 0),
+        int(pc.sum(pc.cast(pc.fill_null(partial, False), "int64")).as_py() or 0),
+    )
 
 
 def append(spark: SparkSession, path: str, frame: DataFrame, progress: Progress) -> None:
@@ -367,8 +430,15 @@ def merge_history(
     *,
     replace: bool = False,
     inserts_only: bool = False,
+    whole_rows: bool = False,
 ) -> None:
-    """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring)."""
+    """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring).
+
+    ``whole_rows`` says no event of ``source`` lacks a column: nothing is then filled from the table's
+    current versions (which are not read). An insert-only batch holds each key once (a key is inserted
+    again only after a delete, which is not an insert), so each of its events is its key's only, current
+    version: it is appended without ordering the batch per key.
+    """
     from delta.tables import DeltaTable
     from pyspark.sql import Window
     from pyspark.sql import functions as F
@@ -378,7 +448,23 @@ def merge_history(
     events = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t") & F.col(KEY).isNotNull())
     if not replace:
         ensure_table(spark, path, ddl)
-        events = _fill_from_current(spark, path, events, names)
+        if not whole_rows:
+            events = _fill_from_current(spark, path, events, names)
+    if inserts_only and not replace:
+        inserted = events.select(
+            *[quote(n) for n in names],
+            KEY,
+            F.col(LSN).alias("_cdc_valid_from_lsn"),
+            F.col(SEQ).alias("_cdc_valid_from_seq"),
+            F.col(TS).alias("_cdc_valid_from_ts"),
+            F.lit(None).cast("bigint").alias("_cdc_valid_to_lsn"),
+            F.lit(None).cast("bigint").alias("_cdc_valid_to_seq"),
+            F.lit(None).cast("timestamp").alias("_cdc_valid_to_ts"),
+            F.lit(True).alias("_cdc_is_current"),
+            OP,
+        )
+        append(spark, path, inserted, progress)
+        return
     by_key = Window.partitionBy(KEY).orderBy(LSN, SEQ)
     nxt = events.select(
         "*",
@@ -411,9 +497,6 @@ def merge_history(
     )
     if replace:
         _overwrite(versions.drop("_rank"), path, progress)
-        return
-    if inserts_only:
-        append(spark, path, versions.drop("_rank"), progress)
         return
     first = versions.filter(F.col("_rank") == 1)
     first_truncate = _close_at(truncates, F.lit(-1), F.col("_cdc_valid_from_lsn"))

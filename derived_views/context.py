@@ -21,12 +21,16 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-#: Session settings the views rely on. Every MERGE source is a locally checkpointed batch or a Delta
-#: read, hence deterministic, so Delta need not materialize it again. New view tables get deletion
-#: vectors, so a MERGE that touches a few rows of many files marks them instead of rewriting the files.
+#: Session settings the views rely on. Every MERGE source is a local relation, a locally checkpointed
+#: batch or a Delta read, hence deterministic, so Delta need not materialize it again. New view tables
+#: get deletion vectors, so a MERGE that touches a few rows of many files marks them instead of
+#: rewriting the files, and a Delta checkpoint every 100 commits instead of 10: a checkpoint is written
+#: by the commit that reaches it (a multi-second pause of that sync step), and a view syncing
+#: continuously commits once per table and step.
 SESSION_CONF = {
     "spark.databricks.delta.merge.materializeSource": "none",
     "spark.databricks.delta.properties.defaults.enableDeletionVectors": "true",
+    "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
 }
 
 

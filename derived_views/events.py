@@ -266,21 +266,21 @@ def reduce_vectorised(table: Any, mode: str) -> Any | None:
         return schema.empty_table()
     if table.column("unchanged").null_count != table.num_rows:
         return None
-    values = table.column("value").combine_chunks()
-    if pc.any(pc.match_substring(values, "\n")).as_py():
+    values = table.column("value")
+    texts = _envelope_lines(values)
+    if texts is None:
         return None
-    lines = pc.binary_join_element_wise(values.cast(pa.large_string()), pa.scalar("", pa.large_string()),
-                                         pa.scalar("\n", pa.large_string()))
-    bounds = pa.Array.from_buffers(pa.int64(), len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset)
-    text = lines.buffers()[2][bounds[0].as_py() : bounds[-1].as_py()]
     envelope = pa.schema([("op", pa.string()),
                           ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.int64()), ("ts_ms", pa.int64())]))])
     try:
-        parsed = pj.read_json(
-            pa.BufferReader(text),
-            read_options=pj.ReadOptions(use_threads=False, block_size=1 << 24),
-            parse_options=pj.ParseOptions(explicit_schema=envelope, unexpected_field_behavior="ignore"),
-        )
+        parsed = pa.concat_tables([
+            pj.read_json(
+                pa.BufferReader(text),
+                read_options=pj.ReadOptions(use_threads=False, block_size=1 << 24),
+                parse_options=pj.ParseOptions(explicit_schema=envelope, unexpected_field_behavior="ignore"),
+            )
+            for text in texts
+        ])
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         return None
     if parsed.num_rows != table.num_rows:
@@ -312,7 +312,7 @@ def reduce_vectorised(table: Any, mode: str) -> Any | None:
         "unchanged": pa.ListArray.from_arrays(pa.Array.from_pandas(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string())),
         "error": pa.nulls(n, pa.string()),
     }
-    out = pa.Table.from_arrays(list(columns.values()), schema=schema)
+    out = pa.Table.from_arrays([_chunked(column) for column in columns.values()], schema=schema)
     if mode != "latest":
         return out
     keyed = pc.is_valid(columns["key"])
@@ -326,10 +326,41 @@ def reduce_vectorised(table: Any, mode: str) -> Any | None:
         rows = pc.take(order.column("row"), last)
     else:
         rows = order.group_by("key").aggregate([("row", "max")]).column("row_max")
-    keyless = pc.indices_nonzero(pc.invert(keyed)).cast(pa.int64())
-    chosen = pc.sort_indices(pa.chunked_array([keyless, *rows.chunks] if isinstance(rows, pa.ChunkedArray) else [keyless, rows]))
-    picked = pa.chunked_array([keyless, *(rows.chunks if isinstance(rows, pa.ChunkedArray) else [rows])]).take(chosen)
-    return out.take(picked)
+    # the chosen rows in log order: a mask over the rows (keyless ones and each key's latest)
+    chosen = pc.invert(keyed).to_numpy(zero_copy_only=False).copy()
+    chosen[(rows.combine_chunks() if isinstance(rows, pa.ChunkedArray) else rows).to_numpy()] = True
+    if chosen.all():
+        return out
+    return out.filter(pa.array(chosen))
+
+
+def _chunked(column: Any) -> Any:
+    import pyarrow as pa
+
+    return column if isinstance(column, pa.ChunkedArray) else pa.chunked_array([column])
+
+
+def _envelope_lines(values: Any) -> list[Any] | None:
+    """The envelopes of ``values`` (a chunked string column without nulls) as newline-delimited JSON
+    buffers, one per chunk and without copying the column first; ``None`` when a value holds a newline.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    texts = []
+    for chunk in values.chunks:
+        if len(chunk) == 0:
+            continue
+        chunk = chunk.cast(pa.large_string())
+        offsets = pa.Array.from_buffers(pa.int64(), len(chunk) + 1, [None, chunk.buffers()[1]], offset=chunk.offset)
+        first, last = offsets[0].as_py(), offsets[-1].as_py()
+        data = chunk.buffers()[2]
+        if data is not None and last > first and data.slice(first, last - first).to_pybytes().find(b"\n") >= 0:
+            return None
+        lines = pc.binary_join_element_wise(chunk, pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string()))
+        bounds = pa.Array.from_buffers(pa.int64(), len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset)
+        texts.append(lines.buffers()[2][bounds[0].as_py() : bounds[-1].as_py()])
+    return texts
 
 
 def _with_tombstone_envelopes(table: Any) -> Any:

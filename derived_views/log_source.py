@@ -57,7 +57,8 @@ tombstone's ``lsn``/``sequence`` headers, the position of the deletion it stands
 #: ``{"topic": {"partition": next_offset}}``.
 Offsets = dict[str, dict[str, int]]
 
-_CHUNK = 20_000
+_CHUNK = 50_000
+_CHUNK_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -140,15 +141,46 @@ def plan_partitions(path: str, start: Offsets, end: Offsets) -> list[LogPartitio
     return planned
 
 
-def _arrow_batch(rows: list[tuple[Any, ...]]) -> pa.RecordBatch:
+_RAW_TYPES: tuple[tuple[str, str], ...] = (
+    ("topic", "string"), ("partition", "int32"), ("offset", "int64"), ("key", "string"), ("value", "string"),
+    ("timestamp_ms", "int64"), ("unchanged", "string"), ("deleted_lsn", "int64"), ("deleted_seq", "int64"),
+)
+
+
+def _arrow_batch(records: Sequence[Any]) -> pa.RecordBatch:
+    """Log records as one Arrow batch in :data:`RAW_DDL` order, built column by column.
+
+    Keys and values are taken as bytes and cast to UTF-8 text by Arrow (which validates them); only the
+    few records that carry headers are looked at one by one.
+    """
     import pyarrow as pa
 
-    columns = list(zip(*rows, strict=True))
-    types = [pa.string(), pa.int32(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.string(), pa.int64(),
-             pa.int64()]
-    names = ["topic", "partition", "offset", "key", "value", "timestamp_ms", "unchanged", "deleted_lsn",
-             "deleted_seq"]
-    return pa.RecordBatch.from_arrays([pa.array(col, type=t) for col, t in zip(columns, types, strict=True)], names)
+    n = len(records)
+    unchanged: list[str | None] = [None] * n
+    deleted_lsn: list[int | None] = [None] * n
+    deleted_seq: list[int | None] = [None] * n
+    for i, record in enumerate(records):
+        if not record.headers:
+            continue
+        header = record.header("unchanged")
+        unchanged[i] = None if header is None else header.decode()
+        if record.value is None:
+            lsn, seq = record.header("lsn"), record.header("sequence")
+            deleted_lsn[i] = None if lsn is None else int(lsn)
+            deleted_seq[i] = None if seq is None else int(seq)
+    first = records[0]
+    arrays = [
+        pa.array([first.topic] * n, pa.string()) if n else pa.array([], pa.string()),
+        pa.array([r.partition for r in records], pa.int32()),
+        pa.array([r.offset for r in records], pa.int64()),
+        pa.array([r.key for r in records], pa.binary()).cast(pa.string()),
+        pa.array([r.value for r in records], pa.binary()).cast(pa.string()),
+        pa.array([r.timestamp_ms for r in records], pa.int64()),
+        pa.array(unchanged, pa.string()),
+        pa.array(deleted_lsn, pa.int64()),
+        pa.array(deleted_seq, pa.int64()),
+    ]
+    return pa.RecordBatch.from_arrays(arrays, [name for name, _ in _RAW_TYPES])
 
 
 def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
@@ -162,7 +194,7 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
     Yields
     ------
     pyarrow.RecordBatch
-        At most 20,000 rows each, in offset order; offsets missing after compaction are skipped.
+        At most 50,000 rows (about 64 MB) each, in offset order; offsets missing after compaction are skipped.
 
     Notes
     -----
@@ -175,35 +207,25 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
     offset = partition.start
     with _open(partition.path) as log:
         while offset < partition.end:
-            records = log.read(tp, offset, max_records=_CHUNK)
-            rows = []
-            for record in records:
-                if record.offset >= partition.end:
-                    break
-                unchanged = record.header("unchanged")
-                deleted_lsn = deleted_seq = None
-                if record.value is None:
-                    lsn, seq = record.header("lsn"), record.header("sequence")
-                    deleted_lsn = None if lsn is None else int(lsn)
-                    deleted_seq = None if seq is None else int(seq)
-                rows.append(
-                    (
-                        record.topic,
-                        record.partition,
-                        record.offset,
-                        None if record.key is None else record.key.decode(),
-                        None if record.value is None else record.value.decode(),
-                        record.timestamp_ms,
-                        None if unchanged is None else unchanged.decode(),
-                        deleted_lsn,
-                        deleted_seq,
-                    )
-                )
+            records = log.read(tp, offset, max_records=_CHUNK, max_bytes=_CHUNK_BYTES)
             if not records:
                 break
             offset = records[-1].offset + 1
-            if rows:
-                yield _arrow_batch(rows)
+            if records[-1].offset >= partition.end:
+                records = [record for record in records if record.offset < partition.end]
+            if records:
+                yield _arrow_batch(records)
+
+
+def reduced_partition(partition: LogPartition, mode: str) -> Iterator[pa.RecordBatch]:
+    """The events of one input partition reduced per key (:func:`derived_views.events.reduce_table`).
+
+    Rows match :data:`derived_views.events.EVENT_DDL` by position. The whole partition is read before
+    anything is yielded, since a key's latest event may come last.
+    """
+    from derived_views.events import reduce_table
+
+    yield from reduce_table(read_partition(partition), mode).to_batches(max_chunksize=_CHUNK)
 
 
 def _parse_offsets(text: str | None) -> Offsets:
@@ -214,7 +236,8 @@ def _parse_offsets(text: str | None) -> Offsets:
 
 
 class _Options:
-    """The source's options: ``path``, ``topics`` (comma-separated), ``startingOffsets``, ``endingOffsets``."""
+    """The source's options: ``path``, ``topics`` (comma-separated), ``startingOffsets``, ``endingOffsets``,
+    and for batch reads ``reduce`` (``latest``/``all``: yield the reduced events of each partition)."""
 
     def __init__(self, given: dict[str, str]) -> None:
         options = {key.lower(): value for key, value in given.items()}
@@ -226,6 +249,9 @@ class _Options:
             raise ValueError("the cdclog source needs option 'topics' (comma-separated topic names)")
         self.starting = _parse_offsets(options.get("startingoffsets"))
         self.ending = options.get("endingoffsets")
+        self.reduce = options.get("reduce") or None
+        if self.reduce not in (None, "latest", "all"):
+            raise ValueError(f"the cdclog source's option 'reduce' is 'latest' or 'all', not {self.reduce!r}")
 
     def end(self) -> tuple[str, int, Offsets]:
         if self.ending and self.ending != "watermark":
@@ -247,7 +273,9 @@ class LogBatchReader(DataSourceReader):
     options : dict
         ``path``, ``topics``, optional ``startingOffsets`` (JSON offsets, default every partition from
         0) and ``endingOffsets`` (JSON offsets, default: the log's latest commit watermark, fixed when
-        the reader is created).
+        the reader is created). With ``reduce`` (``latest`` or ``all``) each partition's records are
+        reduced per key in the same Python worker that reads them (:func:`reduced_partition`), and the
+        rows are those of :data:`derived_views.events.EVENT_DDL`.
     """
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -261,6 +289,8 @@ class LogBatchReader(DataSourceReader):
         # Spark reads an empty plan through one placeholder partition: it yields nothing
         if not isinstance(partition, LogPartition):
             return iter(())
+        if self._options.reduce is not None:
+            return reduced_partition(partition, self._options.reduce)
         return read_partition(partition)
 
 
@@ -324,6 +354,10 @@ class LogDataSource(DataSource):
         return "cdclog"
 
     def schema(self) -> str:
+        if dict(self.options).get("reduce"):
+            from derived_views.events import EVENT_DDL
+
+            return EVENT_DDL
         return RAW_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:

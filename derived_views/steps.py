@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from derived_views.apply import BatchFacts, Range, dead_letter, facts, merge_current, pending_events, typed
+from derived_views.apply import BatchFacts, Range, dead_letter, merge_current, typed_batch
 from derived_views.context import ViewContext
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema
@@ -30,7 +30,8 @@ class TableResult:
 
 @dataclass
 class Pending:
-    """The typed, locally checkpointed events a table has not applied yet, with their facts."""
+    """The typed events a table has not applied yet (a deterministic frame: local rows or a local
+    checkpoint, see :func:`derived_views.apply.typed_batch`), with their facts."""
 
     frame: DataFrame
     facts: BatchFacts
@@ -104,9 +105,7 @@ def load_pending(
     target: str,
 ) -> Pending:
     """Typed events of ``schema``'s topic after ``progress`` (all of them when ``None``), poison recorded."""
-    events = pending_events(ctx.spark, rng, [schema.topic], progress, mode)
-    frame = typed(events, columns_of(schema), schema.qualified).localCheckpoint()
-    batch = facts(frame)
+    frame, batch = typed_batch(ctx.spark, rng, [schema.topic], progress, mode, columns_of(schema), schema.qualified)
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target)
     return Pending(frame, batch, rng.progress([schema.topic], progress))
