@@ -296,19 +296,24 @@ class Capture:
 
             def parts() -> Iterator[tuple[list[ProducerRecord], bool]]:
                 """The snapshot's records a list at a time, and whether the list is the final part (the
-                last read, marked "last", and the ledger records), which goes into the completing group."""
+                last read, marked "last", and the ledger records), which goes into the completing group.
+
+                Truncate markers and schema records go out with the next list of reads (a table's
+                markers and schema record before its reads), so that the first list already holds rows.
+                """
                 assert self.builder is not None
-                yield first, False
+                carry: list[ProducerRecord] = list(first)
                 held: list[ProducerRecord] = []  # held back so that the final read is marked "last"
                 for table, shape, context, head in heads:
-                    yield head, False
+                    carry += head
                     rows = 0
                     chunks = reader.json_chunks(shape, self.tuning.snapshot_chunk_rows)
                     for keys, afters in self._with_progress(chunks, table, reader):
                         if self.stop.is_set():
                             raise _SnapshotStopped
                         if held:
-                            yield held, False
+                            yield (carry + held if carry else held), False
+                            carry = []
                         held = self.builder.reads(shape, keys, afters, context)
                         rows += len(held)
                         tally[0] += len(held)
@@ -316,11 +321,12 @@ class Capture:
                     done.append((shape, rows))
                 if held:
                     held[-1] = mark_last_read(held[-1])
-                yield held + [self.ledger.record(shape, as_of, rows, ts_ms, membership.get(shape.relid))
-                              for shape, rows in done], True
+                yield carry + held + [self.ledger.record(shape, as_of, rows, ts_ms, membership.get(shape.relid))
+                                      for shape, rows in done], True
 
             source = parts()
             upcoming = next(source)
+            config = self.settings.log_config()
 
             def group() -> Iterator[list[ProducerRecord]]:
                 """Lists for one group at position 0: up to ``snapshot_group_chunks`` chunks, never the final part."""
@@ -333,7 +339,9 @@ class Capture:
 
             with relaxed_gc():
                 while not upcoming[1]:
-                    self.log.append_group(itertools.chain.from_iterable(group()), SNAPSHOT_POSITION)
+                    chunk = _append_chunk(upcoming[0], config.max_batch_bytes, self.settings.partitions)
+                    self.log.append_group(itertools.chain.from_iterable(group()), SNAPSHOT_POSITION,
+                                          chunk_records=chunk)
                     self.stats.groups += 1
                 self.log.append_group(upcoming[0], as_of.hex16())
         except _SnapshotStopped:
@@ -731,6 +739,21 @@ def _group_position(last: Transaction) -> Lsn:
     the slot is confirmed at exactly the position plus one (:mod:`cdc.slot_continuity` relies on it).
     """
     return Lsn(max(last.commit_lsn, last.end_lsn - 1))
+
+
+def _append_chunk(sample: list[ProducerRecord], batch_bytes: int, partitions: int) -> int:
+    """Records per chunk the log takes at a time, so that a partition's share of a chunk fits one batch.
+
+    The log splits a partition's share of a chunk into batches of about ``batch_bytes``
+    (``LogConfig.max_batch_bytes``), measuring every record only when the share does not fit one. Sized
+    by the records at the end of ``sample`` (the rows that follow are alike), with room for the record
+    framing and for keys spreading unevenly over the partitions; never below 1,000.
+    """
+    tail = sample[-64:]
+    if not tail:
+        return 10_000
+    average = sum(len(r[1] or b"") + len(r[2] or b"") for r in tail) / len(tail) + 64
+    return max(1_000, int(0.85 * batch_bytes * partitions / average))
 
 
 def _counted(records: Iterator[ProducerRecord], tally: list[int]) -> Iterator[ProducerRecord]:

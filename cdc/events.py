@@ -38,6 +38,8 @@ from log_store.record import ProducerRecord
 UNCHANGED_HEADER = "unchanged"
 #: ``new_record((topic, key, value, timestamp_ms, headers))``: a ProducerRecord without the keyword machinery.
 new_record = partial(tuple.__new__, ProducerRecord)
+#: ``map(_tuple_new, repeat(ProducerRecord), fields)``: records from field tuples with no call in between.
+_tuple_new = tuple.__new__
 _SNAPSHOT_TRUE = b',"snapshot":"true","sequence":'
 _SNAPSHOT_LAST = b',"snapshot":"last","sequence":'
 #: ``(shape, old key, column names)`` -> those columns' JSON values in the old key's latest row.
@@ -159,7 +161,8 @@ class EventBuilder:
         start = tx.sequence
         tx.sequence += len(afters)
         values = list(map(template.__mod__, zip(afters, range(start, tx.sequence))))
-        return list(map(new_record, zip(repeat(shape.topic), keys, values, repeat(tx.ts_ms), repeat(()))))
+        return list(map(_tuple_new, repeat(ProducerRecord),
+                        zip(repeat(shape.topic), keys, values, repeat(tx.ts_ms), repeat(()))))
 
     def _head(self, shape: TableShape, tx: TxContext) -> bytes:
         """``{"connector":...,"snapshot":"false","sequence":`` of ``shape`` in ``tx`` (cached per transaction)."""

@@ -29,6 +29,7 @@ import orjson
 
 import psycopg
 from psycopg import sql
+from psycopg.types.string import ByteaBinaryLoader
 
 from cdc.catalog import SESSION_OPTIONS
 from cdc.errors import SourceError
@@ -127,7 +128,7 @@ def json_query(shape: TableShape) -> JsonQuery:
         row = sql.SQL("{} || E'\\t' || {}").format(sql.SQL(" || ").join(key_parts), after)
     else:
         row = after
-    select = sql.SQL("SELECT convert_to(string_agg({row}, E'\\n'), 'UTF8'), count(*) FROM {table}").format(
+    select = sql.SQL("SELECT string_agg({row}, E'\\n') FROM {table}").format(
         row=row, table=sql.Identifier(shape.schema, shape.table))
     return JsonQuery(select, bool(keys) and exact_keys and not python, tuple(python))
 
@@ -156,7 +157,7 @@ class SnapshotReader:
     @staticmethod
     def _open(url: str, snapshot_name: str) -> psycopg.Connection[tuple[object, ...]]:
         try:
-            conn = psycopg.connect(url, options=SESSION_OPTIONS)
+            conn = psycopg.connect(url, options=SESSION_OPTIONS, client_encoding="UTF8")
         except psycopg.OperationalError as exc:
             raise SourceError(f"cannot connect for the snapshot: {str(exc).strip().splitlines()[0]}") from None
         try:
@@ -227,6 +228,8 @@ class SnapshotReader:
                   results: queue.Queue[tuple[bytes | None, BaseException | None]]) -> None:
             try:
                 with conn.cursor(binary=True) as cursor:
+                    # the chunk's text as the server sends it (UTF-8, see _open): bytes, never decoded
+                    cursor.adapters.register_loader("text", ByteaBinaryLoader)
                     for first, end in mine:
                         if stop.is_set():
                             return
