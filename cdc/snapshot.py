@@ -191,7 +191,7 @@ class SnapshotReader:
         return (int(row[0]), float(row[1])) if row else (0, 0.0)  # type: ignore[call-overload]
 
     def json_chunks(
-        self, shape: TableShape, chunk_rows: int = 20_000
+        self, shape: TableShape, chunk_rows: int = 10_000
     ) -> Iterator[tuple[list[bytes | None], list[bytes]]]:
         """Every row of the table as key JSON and ``after`` JSON (two lists per chunk), a block range per chunk.
 
