@@ -5,8 +5,8 @@ driver when it is small (:data:`DRIVER_READ_LIMIT`), else by the Spark tasks tha
 ``cdclog`` source (read and reduce in one Python worker per log partition); Spark then parses each
 event's envelope into typed columns (:func:`typed`). A small batch is parsed in one Spark job whose
 rows come back to the driver as Arrow, where its :class:`BatchFacts` are computed, and it is applied
-from those rows (a local relation); a large one is checkpointed locally (:func:`typed_batch`). Either
-way the source of a MERGE is deterministic.
+from those rows (a local relation); a large one is checkpointed locally by one job that also observes
+its facts (:func:`typed_batch`). Either way the source of a MERGE is deterministic.
 
 Every view table is written through :func:`merge_current` (one row per key, SCD type 1) or
 :func:`merge_history` (one row per version, SCD type 2). Both follow the same rules:
@@ -164,14 +164,13 @@ def typed_batch(
     A range small enough for the driver (:func:`pending_table`) is parsed by Spark in one job whose
     rows come back as Arrow: the facts are then computed in the driver and the frame is a local
     relation built from those rows. A larger range is read and parsed by Spark tasks and checkpointed
-    locally (one job), and its facts take one more job.
+    locally, its facts observed by the same job (:func:`checkpointed`).
     """
     events = pending_table(rng, topics, progress, mode)
     if events is None:
         start = {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
         raw = read_log(spark, rng.log_path, topics, start, rng.watermark.offsets, reduce=mode)
-        frame = typed(raw, columns, table).localCheckpoint()
-        return frame, facts(frame)
+        return checkpointed(typed(raw, columns, table))
     parsed = typed(spark.createDataFrame(events, schema=EVENT_DDL), columns, table)
     rows = parsed.toArrow()
     return spark.createDataFrame(rows, schema=parsed.schema), arrow_facts(rows)
@@ -191,20 +190,22 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str) -> Data
     envelope = F.from_json(F.col("value"), f"after struct<{_struct_ddl(columns)}>, before struct<{_struct_ddl(columns)}>, "
                            "_cdc_corrupt string", options)
     keyed = F.from_json(F.col("key"), f"{ddl}, _cdc_corrupt string", options)
-    parsed = events.withColumn("_cdc_env", envelope).withColumn(
-        "_cdc_data",
-        F.when(F.col("_cdc_env.after").isNotNull(), F.col("_cdc_env.after"))
-        .when(F.col("_cdc_env.before").isNotNull(), F.col("_cdc_env.before")),
+    # the two JSON parses (not compiled by Spark) get projections of their own, so that the one
+    # picking the columns, which refers to them many times, is compiled
+    has_after = F.col("_cdc_env.after").isNotNull()
+    has_before = F.col("_cdc_env.before").isNotNull()
+    parsed = events.select("*", envelope.alias("_cdc_env")).select(
+        "*", F.when(~has_after & ~has_before & F.col("key").isNotNull(), keyed).alias("_cdc_keyed")
     )
     bad = F.when(
         (F.col("op") != "t")
-        & (F.col("_cdc_env._cdc_corrupt").isNotNull()
-           | (F.col("_cdc_data").isNull() & F.col("key").isNotNull() & keyed.getField("_cdc_corrupt").isNotNull())),
+        & (F.col("_cdc_env._cdc_corrupt").isNotNull() | F.col("_cdc_keyed._cdc_corrupt").isNotNull()),
         F.lit(f"values do not fit the columns of {table} ({ddl})"),
     )
     return parsed.select(
-        *[F.coalesce(F.col("_cdc_data").getField(name), F.when(F.col("_cdc_data").isNull(), keyed.getField(name)))
-          .alias(name) for name, _ in columns],
+        *[F.when(has_after, F.col("_cdc_env.after").getField(name))
+          .when(has_before, F.col("_cdc_env.before").getField(name))
+          .otherwise(F.col("_cdc_keyed").getField(name)).alias(name) for name, _ in columns],
         F.col("key").alias(KEY),
         F.col("lsn").alias(LSN),
         F.col("seq").alias(SEQ),
@@ -239,19 +240,38 @@ class BatchFacts:
         return self.rows > 0 and self.not_inserts == 0
 
 
-def facts(frame: DataFrame) -> BatchFacts:
-    """Count rows and poison events and collect truncate LSNs in one Spark action."""
+def _fact_columns() -> list[SparkColumn]:
+    """The aggregates :class:`BatchFacts` is made of, over a frame of :func:`typed`'s columns."""
     from pyspark.sql import functions as F
 
-    row = frame.agg(
+    return [
         F.count(F.lit(1)).alias("rows"),
         F.count(F.col("_cdc_error")).alias("poison"),
         F.collect_set(F.when(F.col(OP) == "t", F.col(LSN))).alias("truncates"),
         F.count(F.when((F.col(OP) != "c") | F.col("_cdc_error").isNotNull() | F.col(KEY).isNull(), 1)).alias("other"),
         F.count(F.when(F.size(F.col(UNCHANGED)) > 0, 1)).alias("partial"),
-    ).collect()[0]
+    ]
+
+
+def _facts_of(row: Any) -> BatchFacts:
     return BatchFacts(int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])), int(row["other"]),
                       int(row["partial"]))
+
+
+def facts(frame: DataFrame) -> BatchFacts:
+    """Count rows and poison events and collect truncate LSNs in one Spark action."""
+    return _facts_of(frame.agg(*_fact_columns()).collect()[0])
+
+
+def checkpointed(frame: DataFrame) -> tuple[DataFrame, BatchFacts]:
+    """``frame`` checkpointed locally, and its :func:`facts` observed by the same Spark job."""
+    import uuid
+
+    from pyspark.sql import Observation
+
+    observation = Observation(f"cdc-facts-{uuid.uuid4().hex}")
+    saved = frame.observe(observation, *_fact_columns()).localCheckpoint()
+    return saved, _facts_of(observation.get)
 
 
 def arrow_facts(rows: Any) -> BatchFacts:
