@@ -16,6 +16,8 @@ Every view table is written through :func:`merge_current` (one row per key, SCD 
    or an older batch is a no-op, so a deleted row can never come back from an older event.
 2. **One Delta commit per table and batch**, carrying the new progress (offsets + watermark LSN and
    time, see :mod:`derived_views.progress`) as its ``userMetadata``: data and position move together.
+   (A MERGE takes it from the session setting, under :func:`~derived_views.progress.committing`; an
+   append or overwrite from its write option, so it runs beside other tables' commits.)
 3. **LSN guard.** A source row replaces a table row only if its ``(lsn, sequence)`` is newer.
 4. **Partial rows.** Columns an update left out (``unchanged`` header) are folded from the key's
    earlier event in the batch (:mod:`derived_views.events`), else kept from the table row.
@@ -62,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 
 from derived_views.events import EVENT_DDL, reduce_partition, reduce_table
 from derived_views.log_source import LogWatermark, Offsets, offsets_json, plan_partitions, read_partition
-from derived_views.progress import Progress, committing
+from derived_views.progress import Progress, committing, with_progress
 from derived_views.schema import quote
 
 if TYPE_CHECKING:
@@ -301,8 +303,7 @@ def append(spark: SparkSession, path: str, frame: DataFrame, progress: Progress)
     aligned = frame.select(
         *[F.col(quote(f.name)) if f.name in present else F.lit(None).cast(f.dataType).alias(f.name) for f in target.fields]
     )
-    with committing(spark, progress):
-        aligned.write.format("delta").mode("append").save(path)
+    with_progress(aligned.write.format("delta").mode("append"), progress).save(path)
 
 
 def dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
@@ -371,8 +372,7 @@ def _newer(prefix_lsn: str = LSN, prefix_seq: str = SEQ) -> str:
 
 
 def _overwrite(frame: DataFrame, path: str, progress: Progress) -> None:
-    with committing(frame.sparkSession, progress):
-        frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+    with_progress(frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true"), progress).save(path)
     forget_table(path)
 
 

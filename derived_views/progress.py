@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 #: Spark session setting whose value Delta writes as the next commit's ``userMetadata``.
 USER_METADATA_CONF = "spark.databricks.delta.commitInfo.userMetadata"
 
+#: Delta write option with the same effect for one write, over the session setting.
+USER_METADATA_OPTION = "userMetadata"
+
 _MARK = "cdc-progress"
 _LOOKBACK = 100
 
@@ -110,7 +113,9 @@ def committing(spark: SparkSession, progress: Progress | None) -> Iterator[None]
 
     The setting is session-wide, so every block that commits to a view table is serialized across
     threads: a commit can never pick up another table's progress. Reading and reducing batches runs
-    outside these blocks, concurrently.
+    outside these blocks, concurrently, and so do writes through a ``DataFrameWriter`` that carry their
+    progress as the :data:`USER_METADATA_OPTION` write option (see :func:`with_progress`), which Delta
+    takes over the session setting.
     """
     with _SESSION_METADATA:
         if progress is None:
@@ -121,3 +126,9 @@ def committing(spark: SparkSession, progress: Progress | None) -> Iterator[None]
             yield
         finally:
             spark.conf.unset(USER_METADATA_CONF)
+
+
+def with_progress(writer: Any, progress: Progress) -> Any:
+    """A Delta ``DataFrameWriter`` whose commit carries ``progress`` as its ``userMetadata`` (whatever the
+    session setting says at that moment, so it needs no :func:`committing` block)."""
+    return writer.option(USER_METADATA_OPTION, progress.to_json())
