@@ -25,10 +25,13 @@ Every view table is written through :func:`merge_current` (one row per key, SCD 
 6. **Poison events** (an unreadable envelope, or values that do not fit the column types) are written
    to the view's dead-letter Delta table first (idempotently, keyed by topic/partition/offset) and
    left out of the MERGE; the rest of the batch applies whole.
-7. **Insert-only batches append.** When every pending event is an insert (``c``), no key of the batch
-   can be in the table (its previous event, if any, was a delete already applied: rule 1), so the rows
-   are appended in one commit instead of merged; the result is the one the MERGE would give. (Each key
-   is in such a batch once: a key is inserted again only after a delete.)
+7. **A new table's insert-only batch appends.** When the table has no progress yet (it was just
+   created, empty) and every pending event is an insert (``c``), no key of the batch can be in it, so
+   the rows (history: the versions, ordered per key) are appended in one commit instead of merged; the
+   result is the one the MERGE would give. Any later batch MERGEs, even when it holds only inserts: a
+   reduced batch can hide a delete before a re-insert of the same key, a view behind compaction can
+   read a re-insert whose delete and tombstone compaction removed, and a delete routed to the
+   dead-letter table leaves its row in place, so an insert may meet its key in the table.
 8. **Whole-row batches read no table rows.** A batch without partial rows takes every column from the
    source: the current table's MERGE reads only the target's key and position, and the history table
    fills nothing from its current versions.
@@ -238,7 +241,7 @@ class BatchFacts:
 
     @property
     def inserts_only(self) -> bool:
-        """Every event is an insert (``c``): the batch can be appended instead of merged (see below)."""
+        """Every event is an insert (``c``): appended instead of merged into a new table (rule 7 above)."""
         return self.rows > 0 and self.not_inserts == 0
 
 
@@ -455,9 +458,8 @@ def merge_history(
     """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring).
 
     ``whole_rows`` says no event of ``source`` lacks a column: nothing is then filled from the table's
-    current versions (which are not read). An insert-only batch holds each key once (a key is inserted
-    again only after a delete, which is not an insert), so each of its events is its key's only, current
-    version: it is appended without ordering the batch per key.
+    current versions (which are not read). ``inserts_only`` (rule 7: the table is new and empty) appends
+    the versions instead of merging them.
     """
     from delta.tables import DeltaTable
     from pyspark.sql import Window
@@ -470,21 +472,6 @@ def merge_history(
         ensure_table(spark, path, ddl)
         if not whole_rows:
             events = _fill_from_current(spark, path, events, names)
-    if inserts_only and not replace:
-        inserted = events.select(
-            *[quote(n) for n in names],
-            KEY,
-            F.col(LSN).alias("_cdc_valid_from_lsn"),
-            F.col(SEQ).alias("_cdc_valid_from_seq"),
-            F.col(TS).alias("_cdc_valid_from_ts"),
-            F.lit(None).cast("bigint").alias("_cdc_valid_to_lsn"),
-            F.lit(None).cast("bigint").alias("_cdc_valid_to_seq"),
-            F.lit(None).cast("timestamp").alias("_cdc_valid_to_ts"),
-            F.lit(True).alias("_cdc_is_current"),
-            OP,
-        )
-        append(spark, path, inserted, progress)
-        return
     by_key = Window.partitionBy(KEY).orderBy(LSN, SEQ)
     nxt = events.select(
         "*",
@@ -517,6 +504,9 @@ def merge_history(
     )
     if replace:
         _overwrite(versions.drop("_rank"), path, progress)
+        return
+    if inserts_only:
+        append(spark, path, versions.drop("_rank"), progress)
         return
     first = versions.filter(F.col("_rank") == 1)
     first_truncate = _close_at(truncates, F.lit(-1), F.col("_cdc_valid_from_lsn"))

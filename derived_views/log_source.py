@@ -151,7 +151,10 @@ def _arrow_batch(records: Sequence[Any]) -> pa.RecordBatch:
     """Log records as one Arrow batch in :data:`RAW_DDL` order, built column by column.
 
     Keys and values are taken as bytes and cast to UTF-8 text by Arrow (which validates them); only the
-    few records that carry headers are looked at one by one.
+    few records that carry headers are looked at one by one. Bytes that are not UTF-8 (a record no
+    capture wrote) become text with ``\\x..`` escapes, which is no JSON the views can read: such a value
+    becomes a poison event for the dead-letter table, never an error that stops every later sync. So
+    does a header that is not what capture writes.
     """
     import pyarrow as pa
 
@@ -163,24 +166,45 @@ def _arrow_batch(records: Sequence[Any]) -> pa.RecordBatch:
         if not record.headers:
             continue
         header = record.header("unchanged")
-        unchanged[i] = None if header is None else header.decode()
+        unchanged[i] = None if header is None else header.decode(errors="backslashreplace")
         if record.value is None:
-            lsn, seq = record.header("lsn"), record.header("sequence")
-            deleted_lsn[i] = None if lsn is None else int(lsn)
-            deleted_seq[i] = None if seq is None else int(seq)
+            deleted_lsn[i] = _header_int(record.header("lsn"))
+            deleted_seq[i] = _header_int(record.header("sequence"))
     first = records[0]
     arrays = [
         pa.array([first.topic] * n, pa.string()) if n else pa.array([], pa.string()),
         pa.array([r.partition for r in records], pa.int32()),
         pa.array([r.offset for r in records], pa.int64()),
-        pa.array([r.key for r in records], pa.binary()).cast(pa.string()),
-        pa.array([r.value for r in records], pa.binary()).cast(pa.string()),
+        _text([r.key for r in records]),
+        _text([r.value for r in records]),
         pa.array([r.timestamp_ms for r in records], pa.int64()),
         pa.array(unchanged, pa.string()),
         pa.array(deleted_lsn, pa.int64()),
         pa.array(deleted_seq, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, [name for name, _ in _RAW_TYPES])
+
+
+def _text(items: list[bytes | None]) -> pa.Array:
+    """UTF-8 bytes as an Arrow string array; bytes that are not UTF-8 are escaped (see :func:`_arrow_batch`)."""
+    import pyarrow as pa
+
+    raw = pa.array(items, pa.binary())
+    try:
+        return raw.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if item is None else item.decode(errors="backslashreplace") for item in items],
+                        pa.string())
+
+
+def _header_int(value: bytes | None) -> int | None:
+    """A decimal header value; ``None`` when missing or not a number (the tombstone is then unpositioned)."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:

@@ -150,3 +150,47 @@ def test_delete_compacted_to_its_tombstone_still_deletes(ctx: ViewContext, log: 
     history = ctx.spark.read.format("delta").load(warehouse.history_path(ctx, "public.products")).collect()
     current = sorted((r["id"], r["name"]) for r in history if r["_cdc_is_current"])
     assert current == [(1, "Lamp"), (3, "Back again")]
+
+
+def _ids(ctx: ViewContext, path: str, current_only: bool = False) -> list[int]:
+    rows = ctx.spark.read.format("delta").load(path).collect()
+    return sorted(r["id"] for r in rows if not current_only or r["_cdc_is_current"])
+
+
+@pytest.mark.parametrize("compacted", [False, True], ids=["same-batch", "behind-compaction"])
+def test_reinsert_after_delete_never_duplicates_a_key(ctx: ViewContext, log: LogBuilder, compacted: bool) -> None:
+    """A batch of inserts only may still meet its keys in the table: its delete was reduced away in the
+    same batch, or removed by compaction together with its tombstone."""
+    from derived_views import warehouse
+
+    with log.transaction() as tx:
+        for pid in (1, 2, 3):
+            tx.insert("public.products", product(pid))
+    _sync(ctx)
+    with log.transaction() as tx:
+        tx.delete("public.products", {"id": 3})
+    with log.transaction() as tx:
+        tx.insert("public.products", product(3, "Back again"))
+    if compacted:
+        log.heartbeat()
+        log.log.roll()
+        log.log.compact()
+    _sync(ctx)
+    assert _ids(ctx, warehouse.current_path(ctx, "public.products")) == [1, 2, 3]
+    assert _current(ctx, "public.products")[3]["name"] == "Back again"
+    assert _ids(ctx, warehouse.history_path(ctx, "public.products"), current_only=True) == [1, 2, 3]
+
+
+def test_a_value_that_is_not_utf8_goes_to_the_dead_letter_table(ctx: ViewContext, log: LogBuilder) -> None:
+    from derived_views import warehouse
+
+    with log.transaction() as tx:
+        tx.insert("public.products", product(1))
+        tx.raw("public.products", b'{"id":2}', b'{"op":"c","after":{"id":2,"name":"\xff\xfe"}}')
+    _sync(ctx)
+    assert _ids(ctx, warehouse.current_path(ctx, "public.products")) == [1]
+    dead = ctx.spark.read.format("delta").load(warehouse.dead_letter_path(ctx)).collect()
+    # once per table that read it: the current-state and the history table
+    assert sorted(r["target"] for r in dead) == sorted([warehouse.current_path(ctx, "public.products"),
+                                                        warehouse.history_path(ctx, "public.products")])
+    assert all(r["key"] == '{"id":2}' and "\\xff" in r["value"] for r in dead)
