@@ -25,13 +25,13 @@ Every view table is written through :func:`merge_current` (one row per key, SCD 
 6. **Poison events** (an unreadable envelope, or values that do not fit the column types) are written
    to the view's dead-letter Delta table first (idempotently, keyed by topic/partition/offset) and
    left out of the MERGE; the rest of the batch applies whole.
-7. **A new table's insert-only batch appends.** When the table has no progress yet (it was just
-   created, empty) and every pending event is an insert (``c``), no key of the batch can be in it, so
-   the rows (history: the versions, ordered per key) are appended in one commit instead of merged; the
-   result is the one the MERGE would give. Any later batch MERGEs, even when it holds only inserts: a
+7. **Insert-only batches append when none of their keys is in the table.** When every pending
+   event is an insert (``c``), its keys (up to :data:`APPEND_CHECK_KEYS`) are looked up in the table
+   (history: among its current versions); when none is there, the rows (history: the versions, ordered per key) are
+   appended in one commit instead of merged, which gives the MERGE's result. The check is needed: a
    reduced batch can hide a delete before a re-insert of the same key, a view behind compaction can
    read a re-insert whose delete and tombstone compaction removed, and a delete routed to the
-   dead-letter table leaves its row in place, so an insert may meet its key in the table.
+   dead-letter table leaves its row in place.
 8. **Whole-row batches read no table rows.** A batch without partial rows takes every column from the
    source: the current table's MERGE reads only the target's key and position, and the history table
    fills nothing from its current versions.
@@ -241,7 +241,7 @@ class BatchFacts:
 
     @property
     def inserts_only(self) -> bool:
-        """Every event is an insert (``c``): appended instead of merged into a new table (rule 7 above)."""
+        """Every event is an insert (``c``): appended instead of merged when no key meets the table (rule 7)."""
         return self.rows > 0 and self.not_inserts == 0
 
 
@@ -408,7 +408,7 @@ def merge_current(
         _overwrite(kept, path, progress)
         return
     ensure_table(spark, path, ddl)
-    if inserts_only:
+    if inserts_only and not _meets_table(spark, path, rows):
         append(spark, path, rows.select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP), progress)
         return
     update = {
@@ -458,8 +458,8 @@ def merge_history(
     """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring).
 
     ``whole_rows`` says no event of ``source`` lacks a column: nothing is then filled from the table's
-    current versions (which are not read). ``inserts_only`` (rule 7: the table is new and empty) appends
-    the versions instead of merging them.
+    current versions (which are not read). ``inserts_only`` appends the versions instead of merging
+    them when no key of the batch is current in the table (rule 7).
     """
     from delta.tables import DeltaTable
     from pyspark.sql import Window
@@ -505,7 +505,7 @@ def merge_history(
     if replace:
         _overwrite(versions.drop("_rank"), path, progress)
         return
-    if inserts_only:
+    if inserts_only and not _meets_table(spark, path, events, current_only=True):
         append(spark, path, versions.drop("_rank"), progress)
         return
     first = versions.filter(F.col("_rank") == 1)
@@ -577,6 +577,27 @@ def merge_history(
         )
     with committing(spark, progress):
         builder.execute()
+
+
+#: Most keys an insert-only batch may have for the append check (rule 7); a larger batch is merged.
+APPEND_CHECK_KEYS = 20_000
+
+
+def _meets_table(spark: SparkSession, path: str, rows: DataFrame, *, current_only: bool = False) -> bool:
+    """Whether any key of ``rows`` may be in the table at ``path`` (``current_only``: among its current
+    versions), see rule 7. The keys are collected (``True`` beyond :data:`APPEND_CHECK_KEYS`, so the
+    batch is merged) and looked up with an ``IN`` filter on the table's key column (one Spark job)."""
+    from pyspark.sql import functions as F
+
+    keys = [row[0] for row in rows.select(KEY).limit(APPEND_CHECK_KEYS + 1).collect()]
+    if len(keys) > APPEND_CHECK_KEYS:
+        return True
+    if not keys:
+        return False
+    table = spark.read.format("delta").load(path).filter(F.col(KEY).isin(keys))
+    if current_only:
+        table = table.filter(F.col("_cdc_is_current"))
+    return bool(table.select(KEY).limit(1).count())
 
 
 def _fill_from_current(spark: SparkSession, path: str, events: DataFrame, names: list[str]) -> DataFrame:

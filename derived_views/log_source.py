@@ -34,6 +34,7 @@ Notes
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -392,13 +393,16 @@ class LogDataSource(DataSource):
 
 
 _REGISTERED: set[int] = set()
+_REGISTERING = threading.Lock()
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``spark.read.format("cdclog")`` available in ``spark`` (idempotent, once per session)."""
-    if id(spark) not in _REGISTERED:
-        spark.dataSource.register(LogDataSource)
-        _REGISTERED.add(id(spark))
+    """Make ``spark.read.format("cdclog")`` available in ``spark`` (idempotent, once per session, safe
+    from several threads: the views sync tables side by side)."""
+    with _REGISTERING:
+        if id(spark) not in _REGISTERED:
+            spark.dataSource.register(LogDataSource)
+            _REGISTERED.add(id(spark))
 
 
 def offsets_json(offsets: Offsets) -> str:
