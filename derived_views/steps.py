@@ -120,7 +120,7 @@ def apply_state(
         return None
     batch = load_pending(ctx, rng, schema, progress, "latest", dead_letter_path=dead_letter_path, target=path)
     merge_current(ctx.spark, path, batch.frame, columns_of(schema), batch.progress, batch.facts.truncates,
-                  replace=replace, inserts_only=progress is None and batch.facts.inserts_only, whole_rows=not batch.facts.partial)
+                  replace=replace, inserts_only=batch.facts.inserts_only, whole_rows=not batch.facts.partial)
     ctx.set_progress(path, batch.progress)
     batch.release()
     return TableResult(path, batch.facts.rows, batch.facts.poison)
