@@ -9,9 +9,31 @@ from pathlib import Path
 import pytest
 
 from cdc.coordinator import Capture
+from cdc.settings import Settings
 from tests.cdc.helpers import execute, replay, settings_for, source_table
 
 pytestmark = pytest.mark.pg
+
+
+def _captured_readings(url: str, data_dir: Path) -> Settings:
+    """A table ``readings`` partitioned by range of ``id`` (partition 1: ids below 100, ten rows),
+    added to the publication and captured once."""
+    execute(url,
+            "CREATE TABLE readings (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)",
+            "CREATE TABLE readings_1 PARTITION OF readings FOR VALUES FROM (0) TO (100)",
+            "INSERT INTO readings SELECT g, 'a' || g FROM generate_series(1, 10) g",
+            "ALTER PUBLICATION cdc_publication ADD TABLE readings")
+    settings = settings_for(url, data_dir)
+    Capture(settings, once=True).run()
+    return settings
+
+
+def _attach(url: str, n: int) -> None:
+    """Attach a partition ``readings_<n>`` holding ten rows with ids from ``100 * (n - 1)``."""
+    low = 100 * (n - 1)
+    execute(url, f"CREATE TABLE readings_{n} (id int PRIMARY KEY, v text)",
+            f"INSERT INTO readings_{n} SELECT g, 'p' || g FROM generate_series({low}, {low + 9}) g",
+            f"ALTER TABLE readings ATTACH PARTITION readings_{n} FOR VALUES FROM ({low}) TO ({low + 100})")
 
 
 def test_table_added_back_to_the_publication_is_snapshotted_again(reference_db: str, tmp_path: Path) -> None:
@@ -34,17 +56,9 @@ def test_table_added_back_to_the_publication_is_snapshotted_again(reference_db: 
 
 
 def test_attached_and_detached_partitions_rows_follow_the_root(reference_db: str, tmp_path: Path) -> None:
-    execute(reference_db,
-          "CREATE TABLE readings (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)",
-          "CREATE TABLE readings_1 PARTITION OF readings FOR VALUES FROM (0) TO (100)",
-          "INSERT INTO readings SELECT g, 'a' || g FROM generate_series(1, 10) g",
-          "ALTER PUBLICATION cdc_publication ADD TABLE readings")
-    settings = settings_for(reference_db, tmp_path)
-    Capture(settings, once=True).run()
+    settings = _captured_readings(reference_db, tmp_path)
     assert replay(tmp_path, "cdc.public.readings") == source_table(reference_db, "readings")
-    execute(reference_db, "CREATE TABLE readings_2 (id int PRIMARY KEY, v text)",
-          "INSERT INTO readings_2 SELECT g, 'b' || g FROM generate_series(100, 109) g",
-          "ALTER TABLE readings ATTACH PARTITION readings_2 FOR VALUES FROM (100) TO (200)")
+    _attach(reference_db, 2)
     Capture(settings, once=True).run()
     assert len(source_table(reference_db, "readings")) == 20
     assert replay(tmp_path, "cdc.public.readings") == source_table(reference_db, "readings")
@@ -58,16 +72,8 @@ def test_partition_attached_while_a_table_snapshot_waits_is_not_lost(
     reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The ledger records the membership the snapshot saw, not one read while it waited for its boundary."""
-    execute(reference_db,
-            "CREATE TABLE readings (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)",
-            "CREATE TABLE readings_1 PARTITION OF readings FOR VALUES FROM (0) TO (100)",
-            "INSERT INTO readings SELECT g, 'a' || g FROM generate_series(1, 10) g",
-            "ALTER PUBLICATION cdc_publication ADD TABLE readings")
-    settings = settings_for(reference_db, tmp_path)
-    Capture(settings, once=True).run()
-    execute(reference_db, "CREATE TABLE readings_2 (id int PRIMARY KEY, v text)",
-            "INSERT INTO readings_2 SELECT g, 'b' || g FROM generate_series(100, 109) g",
-            "ALTER TABLE readings ATTACH PARTITION readings_2 FOR VALUES FROM (100) TO (200)")
+    settings = _captured_readings(reference_db, tmp_path)
+    _attach(reference_db, 2)
     write = Capture._write_table_snapshot
     fired: list[bool] = []
 
@@ -76,9 +82,7 @@ def test_partition_attached_while_a_table_snapshot_waits_is_not_lost(
             fired.append(True)
             # the snapshot (taken at discovery) waits for the stream; meanwhile a partition is attached
             # and the next periodic discovery runs
-            execute(reference_db, "CREATE TABLE readings_3 (id int PRIMARY KEY, v text)",
-                    "INSERT INTO readings_3 SELECT g, 'c' || g FROM generate_series(200, 209) g",
-                    "ALTER TABLE readings ATTACH PARTITION readings_3 FOR VALUES FROM (200) TO (300)")
+            _attach(reference_db, 3)
             self._discover()
         write(self, pending, repl)  # type: ignore[arg-type]
 
