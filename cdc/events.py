@@ -57,24 +57,6 @@ class TxContext:
     sequence: int = 0
 
 
-def _row(shape: TableShape, values: Tuple, old: Tuple | None = None) -> tuple[dict[str, Any], list[str]]:
-    """Column dict of one tuple and the names of unchanged TOAST columns left out of it."""
-    row: dict[str, Any] = {}
-    unchanged: list[str] = []
-    for index, (column, convert, value) in enumerate(zip(shape.columns, shape.converters, values, strict=False)):
-        if value is None:
-            row[column.name] = None
-        elif value is UNCHANGED:
-            previous = old[index] if old is not None and index < len(old) else UNCHANGED
-            if previous is UNCHANGED:
-                unchanged.append(column.name)
-            else:
-                row[column.name] = None if previous is None else convert(previous)  # type: ignore[arg-type]
-        else:
-            row[column.name] = convert(value)  # type: ignore[arg-type]
-    return row, unchanged
-
-
 def _fragments(codec: RowCodec, values: Tuple, old: Tuple | None) -> tuple[list[bytes | None], list[int]]:
     """Per-column JSON fragments of one tuple (``None`` for a column left out) and the unchanged columns' indexes.
 
@@ -97,6 +79,15 @@ def _fragments(codec: RowCodec, values: Tuple, old: Tuple | None) -> tuple[list[
     return fragments, unchanged
 
 
+def _old_row(codec: RowCodec, old_kind: str | None, old: Tuple) -> tuple[bytes, bytes | None]:
+    """The ``before`` JSON and the key of an old tuple; with ``old_kind`` ``K`` (the server sent the
+    key columns only) ``before`` holds just the key columns."""
+    fragments, _ = _fragments(codec, old, None)
+    if old_kind == "K":
+        fragments = [(f if f is not None else NULL) if i in codec.keys else None for i, f in enumerate(fragments)]
+    return codec.obj(fragments), codec.key(fragments)
+
+
 def missing_message(shape: TableShape, old_key: bytes, names: list[str], why: str) -> str:
     """The :class:`~cdc.errors.MissingValueError` text: what is missing, why, and how to fix it."""
     return (
@@ -105,13 +96,6 @@ def missing_message(shape: TableShape, old_key: bytes, names: list[str], why: st
         f"run ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL so the server sends the old row, then "
         "recreate the capture (cdc setup) to snapshot the table again"
     )
-
-
-def _key_bytes(shape: TableShape, row: dict[str, Any]) -> bytes | None:
-    names = [column.name for column in shape.columns if column.key]
-    if not names:
-        return None
-    return orjson.dumps({name: row.get(name) for name in names}, option=orjson.OPT_SORT_KEYS)
 
 
 class EventBuilder:
@@ -232,20 +216,12 @@ class EventBuilder:
         key = codec.key(fragments)
         before = b"null"
         if old is not None:
-            old_fragments, _ = _fragments(codec, old, None)
-            if old_kind == "K":
-                old_fragments = [(f if f is not None else NULL) if i in codec.keys else None
-                                 for i, f in enumerate(old_fragments)]
-            before = codec.obj(old_fragments)
-            old_key = codec.key(old_fragments)
+            before, old_key = _old_row(codec, old_kind, old)
             if key is not None and old_key != key:
                 if unchanged:
                     fragments = self._recovered(shape, old_key, fragments, unchanged)  # type: ignore[arg-type]
                     unchanged = []
-                before_row, _ = _row(shape, old)
-                if old_kind == "K":
-                    before_row = {c.name: before_row.get(c.name) for c in shape.columns if c.key}
-                records = self._delete(shape, old_key, before_row, tx)
+                records = self._delete(shape, old_key, before, tx)
                 records.append(ProducerRecord(shape.topic, key, self._envelope(shape, tx, b"c", b"null", codec.obj(fragments)),
                                               tx.ts_ms))
                 return records
@@ -264,14 +240,13 @@ class EventBuilder:
         return filled
 
     def delete(self, shape: TableShape, old_kind: str, old: Tuple, tx: TxContext) -> list[ProducerRecord]:
-        before, _ = _row(shape, old)
-        if old_kind == "K":
-            before = {c.name: before.get(c.name) for c in shape.columns if c.key}
-        return self._delete(shape, _key_bytes(shape, before), before, tx)
+        before, key = _old_row(shape.codec, old_kind, old)
+        return self._delete(shape, key, before, tx)
 
-    def _delete(self, shape: TableShape, key: bytes | None, before: dict[str, Any], tx: TxContext) -> list[ProducerRecord]:
+    def _delete(self, shape: TableShape, key: bytes | None, before: bytes, tx: TxContext) -> list[ProducerRecord]:
+        """The ``op=d`` record of the old row ``before`` (JSON), then the key's tombstone."""
         position = tombstone_headers(tx.lsn, tx.sequence)
-        records = [ProducerRecord(shape.topic, key, self._value(shape, tx, "d", before, None), tx.ts_ms)]
+        records = [ProducerRecord(shape.topic, key, self._envelope(shape, tx, b"d", before, b"null"), tx.ts_ms)]
         if key is not None:
             records.append(ProducerRecord(shape.topic, key, None, tx.ts_ms, position))
         return records

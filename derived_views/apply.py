@@ -62,10 +62,9 @@ Delta commit (with ``overwriteSchema``), so readers see the old table until the 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from derived_views.events import EVENT_DDL, reduce_partition, reduce_table
+from derived_views.events import EVENT_DDL, reduce_table
 from derived_views.log_source import LogWatermark, Offsets, offsets_json, plan_partitions, read_partition
 from derived_views.progress import Progress, committing, with_progress
 from derived_views.schema import quote
@@ -122,11 +121,6 @@ def read_log(
     return reader.load()
 
 
-def reduce_events(raw: DataFrame, mode: str) -> DataFrame:
-    """Decode and reduce per Spark partition (= log partition range): ``latest`` or ``all`` events."""
-    return raw.mapInArrow(partial(reduce_partition, mode=mode), EVENT_DDL)
-
-
 #: A pending range of at most this many log offsets is read and reduced in the driver process and
 #: handed to Spark as one Arrow table; larger ranges are read by Spark tasks through the ``cdclog``
 #: source. Both give the same events (same reduction per log partition); the driver path saves the
@@ -134,30 +128,23 @@ def reduce_events(raw: DataFrame, mode: str) -> DataFrame:
 DRIVER_READ_LIMIT = 100_000
 
 
+def _start(progress: Progress | None, topics: list[str]) -> Offsets:
+    """Where a table with ``progress`` resumes reading ``topics`` (the log's start when it has none)."""
+    return {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
+
+
 def pending_table(rng: Range, topics: list[str], progress: Progress | None, mode: str) -> Any | None:
     """The reduced events (an Arrow table of :data:`EVENT_DDL`) of ``topics`` a table with ``progress``
     has not applied, read in the driver; ``None`` when the range holds more than :data:`DRIVER_READ_LIMIT`
-    offsets (then Spark tasks read it, see :func:`pending_events`)."""
+    offsets (then Spark tasks read it, see :func:`typed_batch`)."""
     import pyarrow as pa
 
-    start = {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
     end = {t: rng.watermark.offsets.get(t, {}) for t in topics}
-    parts = plan_partitions(rng.log_path, start, end)
+    parts = plan_partitions(rng.log_path, _start(progress, topics), end)
     if sum(part.end - part.start for part in parts) > DRIVER_READ_LIMIT:
         return None
     tables = [reduce_table(read_partition(part), mode) for part in parts]
     return pa.concat_tables(tables) if tables else reduce_table([], mode)
-
-
-def pending_events(
-    spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None, mode: str
-) -> DataFrame:
-    """The reduced events (:data:`EVENT_DDL`) of ``topics`` a table with ``progress`` has not applied."""
-    table = pending_table(rng, topics, progress, mode)
-    if table is None:
-        start = {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
-        return read_log(spark, rng.log_path, topics, start, rng.watermark.offsets, reduce=mode)
-    return spark.createDataFrame(table, schema=EVENT_DDL)
 
 
 def typed_batch(
@@ -173,8 +160,7 @@ def typed_batch(
     """
     events = pending_table(rng, topics, progress, mode)
     if events is None:
-        start = {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
-        raw = read_log(spark, rng.log_path, topics, start, rng.watermark.offsets, reduce=mode)
+        raw = read_log(spark, rng.log_path, topics, _start(progress, topics), rng.watermark.offsets, reduce=mode)
         return checkpointed(typed(raw, columns, table))
     parsed = typed(spark.createDataFrame(events, schema=EVENT_DDL), columns, table)
     rows = parsed.toArrow()
@@ -263,13 +249,8 @@ def _facts_of(row: Any) -> BatchFacts:
                       int(row["partial"]))
 
 
-def facts(frame: DataFrame) -> BatchFacts:
-    """Count rows and poison events and collect truncate LSNs in one Spark action."""
-    return _facts_of(frame.agg(*_fact_columns()).collect()[0])
-
-
 def checkpointed(frame: DataFrame) -> tuple[DataFrame, BatchFacts]:
-    """``frame`` checkpointed locally, and its :func:`facts` observed by the same Spark job."""
+    """``frame`` checkpointed locally, and its :class:`BatchFacts` observed by the same Spark job."""
     import uuid
 
     from pyspark.sql import Observation
@@ -280,7 +261,7 @@ def checkpointed(frame: DataFrame) -> tuple[DataFrame, BatchFacts]:
 
 
 def arrow_facts(rows: Any) -> BatchFacts:
-    """:func:`facts` of typed rows held in the driver (an Arrow table of :func:`typed`'s columns)."""
+    """The :class:`BatchFacts` of typed rows held in the driver (an Arrow table of :func:`typed`'s columns)."""
     import pyarrow.compute as pc
 
     op = rows.column(OP)

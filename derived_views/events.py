@@ -2,7 +2,8 @@
 
 A record's value is the Debezium-style envelope of ``docs/event-format.md``. Events of one key share
 a log partition and arrive in commit order, so each reduction runs over one partition's records at a
-time (one Spark task, see :func:`reduce_partition`) and never needs a shuffle.
+time (:func:`reduce_table`, in the driver or in the Spark task that reads the partition) and never
+needs a shuffle.
 
 Two reductions, both folding partial rows (the ``unchanged`` header) onto the key's previous event in
 the batch:
@@ -25,7 +26,7 @@ to a dead-letter table instead of failing the batch.
 
 The reduced rows carry each event's envelope as JSON text (``value``): the log's own bytes, unless a
 fold changed the event's ``after`` (then a re-serialized envelope). The typed columns are parsed from
-it by Spark, so the row values are never decoded and re-encoded in Python. :func:`reduce_partition`
+it by Spark, so the row values are never decoded and re-encoded in Python. :func:`reduce_table`
 takes a vectorised path (Arrow compute, no Python object per event) whenever the partition's events
 need no fold and hold no truncate or unreadable envelope; it yields the same rows as the per-event
 path (:func:`reduce_events_python`), which handles every other partition.
@@ -39,7 +40,7 @@ from typing import Any
 
 import orjson
 
-#: Spark DDL of the rows :func:`reduce_partition` yields (positions matter: Arrow batches match by position).
+#: Spark DDL of the rows :func:`reduce_table` returns (positions matter: Arrow batches match by position).
 EVENT_DDL = (
     "topic string, partition int, offset bigint, key string, op string, lsn bigint, seq bigint, "
     "commit_ts_ms bigint, value string, unchanged array<string>, error string"
@@ -449,12 +450,3 @@ def reduce_table(batches: Iterable[Any], mode: str) -> Any:
     if out is None:
         out = reduce_events_python(list(decode_all(table.to_pydict())), mode)
     return out
-
-
-def reduce_partition(batches: Iterable[Any], mode: str) -> Iterator[Any]:
-    """``mapInArrow`` body: one Spark partition of raw log rows in, reduced events (Arrow) out.
-
-    The whole partition is read before anything is yielded, since a key's latest event may come last
-    (see :func:`reduce_table`).
-    """
-    yield from reduce_table(batches, mode).to_batches(max_chunksize=50_000)

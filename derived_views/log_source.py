@@ -142,10 +142,8 @@ def plan_partitions(path: str, start: Offsets, end: Offsets) -> list[LogPartitio
     return planned
 
 
-_RAW_TYPES: tuple[tuple[str, str], ...] = (
-    ("topic", "string"), ("partition", "int32"), ("offset", "int64"), ("key", "string"), ("value", "string"),
-    ("timestamp_ms", "int64"), ("unchanged", "string"), ("deleted_lsn", "int64"), ("deleted_seq", "int64"),
-)
+#: Column names of :data:`RAW_DDL`, in order.
+_RAW_NAMES = [part.split()[0] for part in RAW_DDL.split(",")]
 
 
 def _arrow_batch(records: Sequence[Any]) -> pa.RecordBatch:
@@ -183,7 +181,7 @@ def _arrow_batch(records: Sequence[Any]) -> pa.RecordBatch:
         pa.array(deleted_lsn, pa.int64()),
         pa.array(deleted_seq, pa.int64()),
     ]
-    return pa.RecordBatch.from_arrays(arrays, [name for name, _ in _RAW_TYPES])
+    return pa.RecordBatch.from_arrays(arrays, _RAW_NAMES)
 
 
 def _text(items: list[bytes | None]) -> pa.Array:

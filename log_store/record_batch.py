@@ -48,7 +48,7 @@ import struct
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from functools import lru_cache, partial
-from itertools import accumulate, compress, repeat
+from itertools import compress, repeat
 from operator import add, itemgetter, lt, sub
 from typing import NamedTuple, cast
 

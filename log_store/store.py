@@ -88,7 +88,7 @@ from log_store.log_cleaner import LOCK_NAME as CLEANER_LOCK
 from log_store.log_cleaner import CleanerReport, LogCleaner, read_checkpoint
 from log_store.partition import EncodedBatch, Partition
 from log_store.partitioner import Partitioner
-from log_store.record import Headers, ProducerRecord, Record, TopicPartition
+from log_store.record import ProducerRecord, Record, TopicPartition
 from log_store.record_batch import Columns
 from log_store.sync_pool import SyncPool
 from log_store.recovery import PartitionCut, RecoveryReport, recover_partition
