@@ -100,6 +100,28 @@ def test_any_text_and_integer_encode_alike(text: str, number: int, flag: bool) -
     _check(values, ["t", "i8"])
 
 
+@pytest.mark.parametrize("old_kind", ["O", "K"])
+def test_delete_equals_the_dict_path(old_kind: str) -> None:
+    """A delete's envelope (the full old row, or only its key columns) and its tombstone."""
+    values = [samples[1 % len(samples)] for _, _, samples in _COLUMNS]
+    shape = _shape(["i8", "t"])
+    tx = TxContext(100, 5, 1000, sequence=3)
+    delete, tombstone = EventBuilder(prefix="cdc", database="db", partitions=3).delete(shape, old_kind, tuple(values), tx)
+    before = {c.name: None if v is None else convert(v) for c, convert, v in zip(shape.columns, shape.converters, values, strict=True)}
+    if old_kind == "K":
+        before = {c.name: before[c.name] for c in shape.columns if c.key}
+    value = orjson.loads(delete.value or b"")
+    expected = {
+        "before": before, "after": None, "op": "d",
+        "source": {"connector": "postgresql", "name": "cdc", "db": "db", "schema": "public", "table": "all",
+                   "lsn": 100, "txId": 5, "ts_ms": 1000, "snapshot": "false", "sequence": 3},
+        "ts_ms": value["ts_ms"],
+    }
+    assert delete.value == orjson.dumps(expected)
+    assert delete.key == tombstone.key == orjson.dumps({"i8": before["i8"], "t": before["t"]}, option=orjson.OPT_SORT_KEYS)
+    assert tombstone.value is None and tombstone.headers == (("lsn", b"100"), ("sequence", b"3"))
+
+
 def test_update_without_key_change_names_unchanged_columns() -> None:
     shape = TableShape.build(1, "public", "t", "cdc.public.t", [("id", 20, -1), ("big", 25, -1)], ["id"])
     builder = EventBuilder(prefix="cdc", database="db", partitions=3)
