@@ -513,6 +513,7 @@ class Capture:
                         last_heartbeat = last_status = now
                     if drained or (self.stop.is_set() and not pending):
                         repl.send_status(self.confirmed, self.confirmed)
+                        repl.finish()
                         return
                     if not frames and (self._target is not None or self._table_snapshots) and not asked:
                         # ask where the server's WAL ends: a drain or a waiting snapshot needs to know

@@ -9,6 +9,7 @@ protocol, so commands go through ``pgconn.exec_``, never through a psycopg curso
 from __future__ import annotations
 
 import select
+import time
 from dataclasses import dataclass
 
 import psycopg
@@ -189,6 +190,42 @@ class ReplicationConnection:
             self._pg.flush()
         except psycopg.OperationalError as exc:
             raise SourceError(_first_line(exc, "replication connection lost")) from None
+
+    def finish(self, timeout: float = 5.0) -> None:
+        """End the stream the protocol's way (CopyDone, then wait for the server's end of the command).
+
+        The server handles messages in order, so once it has answered, the last status update sent is
+        applied: the slot shows the confirmed position and is released before capture exits, and a
+        ``cdc lag`` run right after sees it. A server that does not answer within ``timeout`` seconds is
+        left to notice the closed connection (the status update was still sent).
+        """
+        if not self.streaming or self._ended is not None:
+            return
+        self.streaming = False
+        deadline = time.monotonic() + timeout
+        try:
+            self._pg.put_copy_end()
+            self._pg.flush()
+            while True:
+                size, _ = self._pg.get_copy_data(1)
+                if size > 0:
+                    continue  # frames sent before the server saw CopyDone
+                if size < 0:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._wait_readable(remaining):
+                    return
+                self._pg.consume_input()
+            while time.monotonic() < deadline:
+                self._pg.consume_input()
+                if self._pg.is_busy():
+                    if not self._wait_readable(max(0.0, deadline - time.monotonic())):
+                        return
+                    continue
+                if self._pg.get_result() is None:
+                    return
+        except psycopg.OperationalError:
+            return
 
     def _wait_readable(self, timeout: float | None) -> bool:
         readable, _, _ = select.select([self._pg.socket], [], [], timeout)

@@ -250,6 +250,24 @@ def test_commit_right_after_a_heartbeat_is_captured(reference_db: str, tmp_path:
     assert [e["after"]["name"] for e in events(tmp_path, "cdc.public.categories")] == ["open across a heartbeat"]  # type: ignore[index]
 
 
+def test_once_exits_with_the_slot_released_at_its_confirmed_position(reference_db: str, tmp_path: Path) -> None:
+    """``cdc capture --once`` ends the stream the protocol's way: a probe right after it sees the final
+    confirmation, not a walsender still holding the slot at an older position."""
+    settings = settings_for(reference_db, tmp_path)
+    Capture(settings, once=True).run()
+    for round_ in range(5):
+        execute(reference_db, f"INSERT INTO categories (name) SELECT 'r{round_}-' || g FROM generate_series(1, 20) g")
+        capture = Capture(settings, once=True)
+        stats = capture.run()
+        assert stats.events == 20
+        with psycopg.connect(reference_db, autocommit=True) as conn:
+            active, confirmed = conn.execute(
+                "SELECT active, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = 'cdc_slot'"
+            ).fetchone()  # type: ignore[misc]
+        assert active is False
+        assert confirmed == str(capture.confirmed) and capture.confirmed == capture.position + 1
+
+
 def test_slot_dropped_is_a_clear_error(reference_db: str, tmp_path: Path) -> None:
     settings = settings_for(reference_db, tmp_path)
     Capture(settings, once=True).run()
