@@ -181,6 +181,27 @@ def test_reinsert_after_delete_never_duplicates_a_key(ctx: ViewContext, log: Log
     assert _ids(ctx, warehouse.history_path(ctx, "public.products"), current_only=True) == [1, 2, 3]
 
 
+def test_reinsert_after_a_dead_lettered_delete_never_duplicates_a_key(ctx: ViewContext, log: LogBuilder) -> None:
+    """A delete routed to the dead-letter table leaves its row in place, so a later insert-only batch
+    of the same key must still meet it in the table (the batch alone looks like new keys)."""
+    from derived_views import warehouse
+
+    with log.transaction() as tx:
+        for pid in (1, 2, 3):
+            tx.insert("public.products", product(pid))
+    _sync(ctx)
+    with log.transaction() as tx:
+        tx.raw("public.products", b'{"id":3}', b'{"op":"d","before":{"id":3,"name":"\xff"}}')
+    _sync(ctx)
+    assert ctx.spark.read.format("delta").load(warehouse.dead_letter_path(ctx)).count() == 2
+    with log.transaction() as tx:
+        tx.insert("public.products", product(3, "Back again"))
+    _sync(ctx)
+    assert _ids(ctx, warehouse.current_path(ctx, "public.products")) == [1, 2, 3]
+    assert _current(ctx, "public.products")[3]["name"] == "Back again"
+    assert _ids(ctx, warehouse.history_path(ctx, "public.products"), current_only=True) == [1, 2, 3]
+
+
 def test_a_value_that_is_not_utf8_goes_to_the_dead_letter_table(ctx: ViewContext, log: LogBuilder) -> None:
     from derived_views import warehouse
 
