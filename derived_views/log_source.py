@@ -44,6 +44,8 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 if TYPE_CHECKING:
     import pyarrow as pa
+
+    from log_store import RecordColumns
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.datasource import ReadLimit
 
@@ -59,7 +61,6 @@ tombstone's ``lsn``/``sequence`` headers, the position of the deletion it stands
 Offsets = dict[str, dict[str, int]]
 
 _CHUNK = 50_000
-_CHUNK_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -146,53 +147,72 @@ def plan_partitions(path: str, start: Offsets, end: Offsets) -> list[LogPartitio
 _RAW_NAMES = [part.split()[0] for part in RAW_DDL.split(",")]
 
 
-def _arrow_batch(records: Sequence[Any]) -> pa.RecordBatch:
-    """Log records as one Arrow batch in :data:`RAW_DDL` order, built column by column.
+def _arrow_batch(topic: str, partition: int, chunks: Sequence[RecordColumns]) -> pa.RecordBatch:
+    """Records (whole stored batches, as columns) as one Arrow batch in :data:`RAW_DDL` order.
 
-    Keys and values are taken as bytes and cast to UTF-8 text by Arrow (which validates them); only the
-    few records that carry headers are looked at one by one. Bytes that are not UTF-8 (a record no
-    capture wrote) become text with ``\\x..`` escapes, which is no JSON the views can read: such a value
-    becomes a poison event for the dead-letter table, never an error that stops every later sync. So
-    does a header that is not what capture writes.
+    Keys and values go to Arrow as their stored bytes (one copy per column, no object per record) and
+    are cast to UTF-8 text by Arrow (which validates them); only records that carry headers are looked
+    at one by one. Bytes that are not UTF-8 (a record no capture wrote) become text with ``\\x..``
+    escapes, which is no JSON the views can read: such a value becomes a poison event for the
+    dead-letter table, never an error that stops every later sync. So does a header that is not what
+    capture writes.
     """
+    import numpy as np
     import pyarrow as pa
 
-    n = len(records)
-    unchanged: list[str | None] = [None] * n
-    deleted_lsn: list[int | None] = [None] * n
-    deleted_seq: list[int | None] = [None] * n
-    for i, record in enumerate(records):
-        if not record.headers:
-            continue
-        header = record.header("unchanged")
-        unchanged[i] = None if header is None else header.decode(errors="backslashreplace")
-        if record.value is None:
-            deleted_lsn[i] = _header_int(record.header("lsn"))
-            deleted_seq[i] = _header_int(record.header("sequence"))
-    first = records[0]
+    offsets = np.concatenate([chunk.offsets for chunk in chunks])
+    value_lengths = np.concatenate([chunk.value_lengths for chunk in chunks])
+    n = len(offsets)
+    unchanged: list[str | None] | None = None
+    deleted_lsn: list[int | None] | None = None
+    deleted_seq: list[int | None] | None = None
+    if any(chunk.headers is not None for chunk in chunks):
+        unchanged, deleted_lsn, deleted_seq = [None] * n, [None] * n, [None] * n
+        at = 0
+        for chunk in chunks:
+            if chunk.headers is not None:
+                for i, headers in enumerate(chunk.headers, at):
+                    if not headers:
+                        continue
+                    found = dict(headers)
+                    header = found.get("unchanged")
+                    unchanged[i] = None if header is None else header.decode(errors="backslashreplace")
+                    if value_lengths[i] < 0:
+                        deleted_lsn[i] = _header_int(found.get("lsn"))
+                        deleted_seq[i] = _header_int(found.get("sequence"))
+            at += len(chunk)
     arrays = [
-        pa.array([first.topic] * n, pa.string()) if n else pa.array([], pa.string()),
-        pa.array([r.partition for r in records], pa.int32()),
-        pa.array([r.offset for r in records], pa.int64()),
-        _text([r.key for r in records]),
-        _text([r.value for r in records]),
-        pa.array([r.timestamp_ms for r in records], pa.int64()),
-        pa.array(unchanged, pa.string()),
-        pa.array(deleted_lsn, pa.int64()),
-        pa.array(deleted_seq, pa.int64()),
+        pa.array([topic] * n, pa.string()),
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array(offsets),
+        _text(np.concatenate([chunk.key_lengths for chunk in chunks]), [chunk.keys for chunk in chunks]),
+        _text(value_lengths, [chunk.values for chunk in chunks]),
+        pa.array(np.concatenate([chunk.timestamps for chunk in chunks])),
+        pa.array(unchanged, pa.string()) if unchanged is not None else pa.nulls(n, pa.string()),
+        pa.array(deleted_lsn, pa.int64()) if deleted_lsn is not None else pa.nulls(n, pa.int64()),
+        pa.array(deleted_seq, pa.int64()) if deleted_seq is not None else pa.nulls(n, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, _RAW_NAMES)
 
 
-def _text(items: list[bytes | None]) -> pa.Array:
-    """UTF-8 bytes as an Arrow string array; bytes that are not UTF-8 are escaped (see :func:`_arrow_batch`)."""
+def _text(lengths: Any, pieces: Sequence[memoryview]) -> pa.Array:
+    """A byte column (lengths, -1 for null, and the items back to back) as an Arrow string array;
+    bytes that are not UTF-8 are escaped (see :func:`_arrow_batch`)."""
+    import numpy as np
     import pyarrow as pa
 
-    raw = pa.array(items, pa.binary())
+    n = len(lengths)
+    valid = lengths >= 0
+    bounds = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.maximum(lengths, 0), out=bounds[1:])
+    data = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+    nulls = n - int(np.count_nonzero(valid))
+    validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if nulls else None
+    raw = pa.Array.from_buffers(pa.large_binary(), n, [validity, pa.py_buffer(bounds), pa.py_buffer(data)], nulls)
     try:
         return raw.cast(pa.string())
     except pa.ArrowInvalid:
-        return pa.array([None if item is None else item.decode(errors="backslashreplace") for item in items],
+        return pa.array([None if item is None else item.decode(errors="backslashreplace") for item in raw.to_pylist()],
                         pa.string())
 
 
@@ -217,7 +237,8 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
     Yields
     ------
     pyarrow.RecordBatch
-        At most 50,000 rows (about 64 MB) each, in offset order; offsets missing after compaction are skipped.
+        Whole stored batches up to about 50,000 rows each, in offset order; offsets missing after
+        compaction are skipped.
 
     Notes
     -----
@@ -230,14 +251,11 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
     offset = partition.start
     with _open(partition.path) as log:
         while offset < partition.end:
-            records = log.read(tp, offset, max_records=_CHUNK, max_bytes=_CHUNK_BYTES)
-            if not records:
+            chunks = log.read_columns(tp, offset, max_records=_CHUNK, end=partition.end)
+            if not chunks:
                 break
-            offset = records[-1].offset + 1
-            if records[-1].offset >= partition.end:
-                records = [record for record in records if record.offset < partition.end]
-            if records:
-                yield _arrow_batch(records)
+            offset = int(chunks[-1].offsets[-1]) + 1
+            yield _arrow_batch(partition.topic, partition.partition, chunks)
 
 
 def reduced_partition(partition: LogPartition, mode: str) -> Iterator[pa.RecordBatch]:

@@ -19,6 +19,7 @@ from log_store.fold import fold_json_after
 from log_store.log_cleaner import CleanerReport, PartitionCleaning
 from log_store.partitioner import murmur2, partition_for_key
 from log_store.record import UNCHANGED_HEADER, Headers, ProducerRecord, Record, TopicPartition
+from log_store.record_batch import RecordColumns
 from log_store.recovery import PartitionCut, RecoveryReport
 from log_store.store import AtTime, LogStore, OffsetReset, PartitionInfo
 from log_store.topic import TopicConfig
@@ -38,6 +39,7 @@ __all__ = [
     "PartitionInfo",
     "ProducerRecord",
     "Record",
+    "RecordColumns",
     "RecoveryReport",
     "TopicConfig",
     "TopicPartition",

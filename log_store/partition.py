@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from log_store.config import LogConfig
 from log_store.record import ProducerRecord, Record, TopicPartition
-from log_store.record_batch import Columns, decode_records
+from log_store.record_batch import Columns, RecordColumns, decode_records
 from log_store.segment import ActiveSegment, SegmentFile, list_segments, log_name
 
 _MAX_RELATIVE = 1 << 31
@@ -112,6 +112,34 @@ class Partition:
         if running and running[-1] > max_bytes:
             del records[max(bisect_right(running, max_bytes), 1):]
         return records
+
+    def read_columns(self, offset: int, limit: int, max_records: int) -> list[RecordColumns]:
+        """:meth:`read` as whole batches of columns (:class:`RecordColumns`): from ``offset`` below
+        ``limit``, stopping after the batch that reaches ``max_records`` (so it may hold up to a batch
+        more)."""
+        if offset >= limit or max_records <= 0:
+            return []
+        for attempt in range(_RETRIES):
+            try:
+                bases = self.bases()
+                if len(self._files) > len(bases):
+                    self._forget_deleted(bases)
+                out: list[RecordColumns] = []
+                count = 0
+                i = max(bisect_right(bases, offset) - 1, 0)
+                while i < len(bases) and bases[i] < limit and count < max_records:
+                    sealed = i + 1 < len(bases) and bases[i + 1] <= limit
+                    seg_limit = bases[i + 1] if sealed else limit
+                    if seg_limit > offset:
+                        got = self.segment(bases[i]).read_columns(offset, seg_limit, max_records - count, sealed=sealed)
+                        out += got
+                        count += sum(map(len, got))
+                    i += 1
+                return out
+            except FileNotFoundError:
+                if attempt == _RETRIES - 1:
+                    raise
+        return []
 
     def _forget_deleted(self, bases: list[int]) -> None:
         """Close cached files of segments that compaction or retention deleted."""

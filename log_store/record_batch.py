@@ -52,6 +52,7 @@ from itertools import compress, repeat
 from operator import add, itemgetter, lt, sub
 from typing import NamedTuple, cast
 
+import numpy as np
 from crc32c import crc32c
 
 from log_store.record import Headers, ProducerRecord, Record
@@ -480,6 +481,98 @@ def decode_columns(
         list(map(add, deltas[lo:hi], repeat(base))), _slices(buf, key_lengths, p, lo, hi),
         _slices(buf, value_lengths, p + keys_bytes, lo, hi) if values else None,
         timestamps[lo:hi], headers)
+
+
+class RecordColumns(NamedTuple):
+    """The records of one batch as flat columns, for readers that hand them on in bulk (to Arrow, say)
+    without an object per record.
+
+    ``key_lengths``/``value_lengths`` are -1 for a null key or value; ``keys``/``values`` hold the
+    non-null items back to back (views of the read buffer, in record order). ``headers`` is ``None``
+    when no record has any.
+    """
+
+    offsets: np.ndarray
+    timestamps: np.ndarray
+    key_lengths: np.ndarray
+    keys: memoryview
+    value_lengths: np.ndarray
+    values: memoryview
+    headers: Sequence[Headers] | None
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+
+_BE32, _BE64 = np.dtype(">i4"), np.dtype(">i8")
+
+
+def _starts(lengths: np.ndarray) -> np.ndarray:
+    """Where each item of a byte column starts (a null takes no bytes), plus the column's end."""
+    starts = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(np.maximum(lengths, 0), out=starts[1:])
+    return starts
+
+
+def decode_record_columns(
+    buf: bytes, pos: int, header: BatchHeader, min_offset: int = 0, max_offset: int = 1 << 62,
+) -> RecordColumns:
+    """:func:`decode_records` as :class:`RecordColumns`: numpy views of the fixed-width columns and
+    buffer views of the keys and values, with no Python object per record (magic-1 batches are
+    decoded row by row first). Same checks and errors as :func:`decode_records`."""
+    if header.magic == MAGIC_ROWS:
+        return _rows_as_columns(decode_columns(buf, pos, header, min_offset, max_offset))
+    count = header.record_count
+    base = header.base_offset
+    p = pos + HEADER_SIZE
+    end = pos + header.length
+    if p + RECORD_SIZE * count > end:
+        raise ValueError(f"{count} records need {RECORD_SIZE * count} bytes of columns; the batch "
+                         f"has {end - p}")
+    deltas = np.frombuffer(buf, _BE32, count, p)
+    timestamps = np.frombuffer(buf, _BE64, count, p + 4 * count)
+    key_lengths = np.frombuffer(buf, _BE32, count, p + 12 * count)
+    value_lengths = np.frombuffer(buf, _BE32, count, p + 16 * count)
+    block_lengths = np.frombuffer(buf, _BE32, count, p + 20 * count)
+    p += RECORD_SIZE * count
+    if count:
+        if deltas[0] < 0 or deltas[-1] > header.last_offset_delta or not bool(np.all(deltas[1:] > deltas[:-1])):
+            raise ValueError("offset deltas are not increasing inside the batch's span")
+        if key_lengths.min() < -1 or value_lengths.min() < -1 or block_lengths.min() < 0:
+            raise ValueError("negative key, value or header length")
+    key_starts, value_starts, block_starts = _starts(key_lengths), _starts(value_lengths), _starts(block_lengths)
+    keys_at, values_at = p, p + int(key_starts[-1])
+    blocks_at = values_at + int(value_starts[-1])
+    if blocks_at + int(block_starts[-1]) != end:
+        raise ValueError(f"records end at byte {blocks_at + int(block_starts[-1]) - pos} of a "
+                         f"{header.length}-byte batch")
+    lo = int(np.searchsorted(deltas, min_offset - base, "left"))
+    hi = int(np.searchsorted(deltas, max_offset - base, "left"))
+    hi = max(lo, hi)
+    view = memoryview(buf)
+    headers: Sequence[Headers] | None = None
+    if block_lengths[lo:hi].any():
+        headers = [decode_headers(bytes(view[blocks_at + int(block_starts[i]): blocks_at + int(block_starts[i + 1])]))
+                   if block_lengths[i] else () for i in range(lo, hi)]
+    return RecordColumns(
+        deltas[lo:hi].astype(np.int64) + base, timestamps[lo:hi].astype(np.int64),
+        key_lengths[lo:hi].astype(np.int32), view[keys_at + int(key_starts[lo]): keys_at + int(key_starts[hi])],
+        value_lengths[lo:hi].astype(np.int32),
+        view[values_at + int(value_starts[lo]): values_at + int(value_starts[hi])], headers)
+
+
+def _rows_as_columns(rows: DecodedColumns) -> RecordColumns:
+    """Decoded row-layout records as :class:`RecordColumns`."""
+    values = cast("list[bytes | None]", rows.values)
+
+    def lengths(items: list[bytes | None]) -> np.ndarray:
+        return np.array([-1 if item is None else len(item) for item in items], dtype=np.int32)
+
+    return RecordColumns(
+        np.array(rows.offsets, dtype=np.int64), np.array(rows.timestamps, dtype=np.int64),
+        lengths(rows.keys), memoryview(b"".join(k for k in rows.keys if k is not None)),
+        lengths(values), memoryview(b"".join(v for v in values if v is not None)),
+        list(rows.headers) if any(rows.headers) else None)
 
 
 def _decode_columns(

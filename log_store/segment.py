@@ -61,7 +61,9 @@ from log_store.record_batch import (
     PREFIX,
     PREFIX_SIZE,
     BatchHeader,
+    RecordColumns,
     crc_matches,
+    decode_record_columns,
     decode_records,
     header_problem,
     parse_header,
@@ -281,20 +283,42 @@ class SegmentFile:
         one batch (the caller trims).
         """
         out: list[Record] = []
-        walker = BatchWalker(self.fd, self.locate(offset), limit, self.base_offset)
-        for position, header, buf, at in walker:
-            if header.next_offset <= offset:
-                continue
-            if not crc_matches(buf, at, header):
-                raise self.corrupt(position, header.base_offset, "batch fails its CRC32C check")
+        for position, header, buf, at in self._checked(offset, limit, sealed):
             try:
                 out += decode_records(buf, at, header, topic, partition, offset, limit)
             except (ValueError, UnicodeDecodeError, struct.error) as exc:
                 raise self.corrupt(position, header.base_offset, f"records do not parse: {exc}")
             if len(out) >= max_records:
                 return out
-        self.check_stop(walker, sealed)
         return out
+
+    def read_columns(self, offset: int, limit: int, max_records: int, *, sealed: bool) -> list[RecordColumns]:
+        """:meth:`read` as one :class:`RecordColumns` per batch (empty ones left out); same checks."""
+        out: list[RecordColumns] = []
+        count = 0
+        for position, header, buf, at in self._checked(offset, limit, sealed):
+            try:
+                columns = decode_record_columns(buf, at, header, offset, limit)
+            except (ValueError, UnicodeDecodeError, struct.error) as exc:
+                raise self.corrupt(position, header.base_offset, f"records do not parse: {exc}")
+            if len(columns):
+                out.append(columns)
+                count += len(columns)
+            if count >= max_records:
+                return out
+        return out
+
+    def _checked(self, offset: int, limit: int, sealed: bool) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+        """The CRC-checked batches holding offsets in ``[offset, limit)``; a walk that ends on damage
+        below the watermark raises (:meth:`check_stop`) once the batches before it were taken."""
+        walker = BatchWalker(self.fd, self.locate(offset), limit, self.base_offset)
+        for position, header, buf, at in walker:
+            if header.next_offset <= offset:
+                continue
+            if not crc_matches(buf, at, header):
+                raise self.corrupt(position, header.base_offset, "batch fails its CRC32C check")
+            yield position, header, buf, at
+        self.check_stop(walker, sealed)
 
     def batches(self, limit: int = NO_LIMIT, *, sealed: bool = True) -> Iterator[
         tuple[int, BatchHeader, bytes, int]

@@ -89,7 +89,7 @@ from log_store.log_cleaner import CleanerReport, LogCleaner, read_checkpoint
 from log_store.partition import EncodedBatch, Partition
 from log_store.partitioner import Partitioner
 from log_store.record import ProducerRecord, Record, TopicPartition
-from log_store.record_batch import Columns
+from log_store.record_batch import Columns, RecordColumns
 from log_store.sync_pool import SyncPool
 from log_store.recovery import PartitionCut, RecoveryReport, recover_partition
 from log_store.topic import (
@@ -587,6 +587,21 @@ class LogStore:
         if watermark is None:
             return []
         return partition.read(max(offset, 0), watermark.end_offset(tp), max_records, max_bytes)
+
+    def read_columns(
+        self, tp: TopicPartition, offset: int, *, max_records: int = 50_000, end: int | None = None,
+        until: Watermark | None = None,
+    ) -> list[RecordColumns]:
+        """:meth:`read` as whole batches of columns (:class:`RecordColumns`), for readers that hand
+        records on in bulk: no object per record. Offsets stay below the watermark's end offset for
+        ``tp`` and below ``end`` when given; stops after the batch that reaches ``max_records``."""
+        tp = TopicPartition(*tp)
+        partition = self._partition(tp)
+        watermark = until if until is not None else self.latest_watermark()
+        if watermark is None:
+            return []
+        limit = watermark.end_offset(tp) if end is None else min(end, watermark.end_offset(tp))
+        return partition.read_columns(max(offset, 0), limit, max_records)
 
     def end_offset(self, tp: TopicPartition) -> int:
         """The end offset of ``tp`` at the latest watermark (the next offset to be committed)."""

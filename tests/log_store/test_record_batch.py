@@ -16,7 +16,9 @@ from log_store.record_batch import (
     RECORD_SIZE,
     BatchHeader,
     Columns,
+    RecordColumns,
     crc_matches,
+    decode_record_columns,
     decode_records,
     encode_records,
     header_problem,
@@ -141,6 +143,8 @@ def test_columns_that_do_not_add_up_are_refused(damage: str) -> None:
         batch[p + 24 : p + 28] = struct.pack(">i", 3)
     with pytest.raises(ValueError):
         decode_records(bytes(batch), 0, parse_header(bytes(batch), 0), "t", 0)
+    with pytest.raises(ValueError):
+        decode_record_columns(bytes(batch), 0, parse_header(bytes(batch), 0))
 
 
 def test_columns_from_fields_equal_columns_of_records() -> None:
@@ -171,3 +175,20 @@ def test_column_and_row_layouts_decode_alike(seed: int) -> None:
         expected = [r for r in records if low <= r.offset < high]
         for batch in (columns, rows):
             assert decode_records(batch, 0, parse_header(batch, 0), "t", 0, low, high) == expected
+            assert as_records(decode_record_columns(batch, 0, parse_header(batch, 0), low, high)) == expected
+
+
+def as_records(columns: RecordColumns, topic: str = "t", partition: int = 0) -> list[Record]:
+    """Expand :class:`RecordColumns` back into records (test oracle)."""
+    out, key_at, value_at = [], 0, 0
+    keys, values = bytes(columns.keys), bytes(columns.values)
+    for i in range(len(columns)):
+        key_length, value_length = int(columns.key_lengths[i]), int(columns.value_lengths[i])
+        key = None if key_length < 0 else keys[key_at : key_at + key_length]
+        value = None if value_length < 0 else values[value_at : value_at + value_length]
+        key_at += max(key_length, 0)
+        value_at += max(value_length, 0)
+        headers = columns.headers[i] if columns.headers is not None else ()
+        out.append(Record(topic, partition, int(columns.offsets[i]), key, value, int(columns.timestamps[i]), headers))
+    assert key_at == len(keys) and value_at == len(values)
+    return out

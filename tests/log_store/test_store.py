@@ -307,3 +307,35 @@ def test_a_buffer_of_multibyte_items_is_refused_before_anything_is_written(tmp_p
         assert log.latest_watermark() is None
         log.append_group([ProducerRecord("t", b"k", memoryview(b"fine"), 1)], "02")
         assert [r.value for r in log.read(TopicPartition("t", 0), 0)] == [b"fine"]
+
+
+def test_read_columns_gives_the_records_read_gives(tmp_path: Path) -> None:
+    """Across segments, compaction gaps, null keys and values, headers, any window and ``end``."""
+    from tests.log_store.test_record_batch import as_records
+
+    tp = TopicPartition("t", 0)
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        log.ensure_topic("t", 1)
+        for round_ in range(6):
+            log.append_group(
+                [rec("t", f"k{i % 7}", None if i % 5 == 0 else f"v{round_}-{i}",
+                     headers=(("unchanged", b'["a"]'),) if i % 3 == 0 else ()) for i in range(12)],
+                f"{round_ + 1:016x}",
+            )
+        log.roll()
+        log.compact()
+        log.append_group([rec("t", "k1", "after compaction")], "0000000000000010")
+        stored = log.read(tp, 0, max_records=1_000)
+        assert 8 <= len(stored) < log.end_offset(tp)  # compaction left gaps
+        end = log.end_offset(tp)
+        for start in (0, 5, stored[len(stored) // 2].offset, end - 1):
+            for stop in (None, start + 3, end):
+                expected = [r for r in stored if r.offset >= start and (stop is None or r.offset < stop)]
+                chunks = log.read_columns(tp, start, max_records=1_000, end=stop)
+                got = [record for chunk in chunks for record in as_records(chunk, "t", 0)]
+                assert got == expected, (start, stop)
+        assert sum(map(len, log.read_columns(tp, 0, max_records=1))) < len(stored)  # stops after a batch
+        log.ensure_topic("u", 1, compacted=False)
+        log.append_group([rec("u", None, "keyless"), rec("u", "k", None), rec("u", None, None)], "0000000000000011")
+        keyless = TopicPartition("u", 0)
+        assert [r for c in log.read_columns(keyless, 0) for r in as_records(c, "u", 0)] == log.read(keyless, 0)
