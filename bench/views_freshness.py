@@ -1,11 +1,13 @@
 """Freshness in continuous mode: commit-to-visible latency at a steady write rate.
 
-Usage: python bench/views_freshness.py [seconds] [transactions_per_second] [rows]
-(default 60 s, 2 tx/s, 100,000 products already in the view)
+Usage: python bench/views_freshness.py [seconds] [transactions_per_second] [rows] [insert|update]
+(default 60 s, 2 tx/s, 100,000 products already in the view, insert)
 
 Capture streams into the log and ``cdc sync warehouse --continuous`` (in-process) applies it while a
-writer commits one transaction inserting 10 products at a steady rate (the reference schema's
-``products`` table, rows shaped as in ``migrations/sample_data.py``). A transaction is *visible* once a sync
+writer commits one transaction at a steady rate (the reference schema's ``products`` table, rows shaped
+as in ``migrations/sample_data.py``): with ``insert`` it inserts 10 products (batches of new keys are
+appended), with ``update`` it inserts 5 and changes the price of 5 existing ones (every batch is then
+merged). A transaction is *visible* once a sync
 step whose watermark is at or past its commit LSN has committed to Delta; its latency is that moment
 minus the source commit time (``_cdc_commit_ts``). Printed beside the targets: p50 <= 2 s, p99 <= 5 s.
 """
@@ -13,6 +15,7 @@ minus the source commit time (``_cdc_commit_ts``). Printed beside the targets: p
 from __future__ import annotations
 
 import bisect
+import random
 import statistics
 import sys
 import threading
@@ -31,7 +34,7 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
 
 
-def main(seconds: float, rate: float, preload: int) -> None:
+def main(seconds: float, rate: float, preload: int, workload: str = "insert") -> None:
     spark = bench_spark()
     with products_database(preload) as (_server, url, settings):
         Capture(settings, once=True).run()
@@ -52,12 +55,18 @@ def main(seconds: float, rate: float, preload: int) -> None:
         capture.start()
         views.start()
         written = 0
+        per_tx = 10 if workload == "insert" else 5
+        chooser = random.Random(7)
         with psycopg.connect(url, autocommit=True) as conn:
             start = time.monotonic()
             while time.monotonic() - start < seconds:
-                conn.execute(PRODUCTS_SQL, (preload + written + 1, preload + written + 10))
-                written += 10
-                time.sleep(max(0.0, start + written / 10 / rate - time.monotonic()))
+                with conn.transaction():
+                    conn.execute(PRODUCTS_SQL, (preload + written + 1, preload + written + per_tx))
+                    if workload == "update":
+                        ids = [chooser.randint(1, preload) for _ in range(5)]
+                        conn.execute("UPDATE products SET price = price + 1 WHERE id = ANY(%s)", (ids,))
+                written += per_tx
+                time.sleep(max(0.0, start + written / per_tx / rate - time.monotonic()))
         deadline = time.monotonic() + 60
         path = warehouse.current_path(ctx, "public.products")
         while time.monotonic() < deadline:  # poll until the last transaction is visible
@@ -74,7 +83,8 @@ def main(seconds: float, rate: float, preload: int) -> None:
         index = bisect.bisect_left(lsns, row["_cdc_lsn"])
         if index < len(steps):
             latencies.append(steps[index][1] - row["max(_cdc_commit_ts)"].timestamp())
-    print(f"transactions={len(rows)} products inserted={written} preloaded={preload} rate={rate:g} tx/s duration={seconds:g} s sync steps={len(steps)}")
+    print(f"workload={workload} transactions={len(rows)} products inserted={written} preloaded={preload} "
+          f"rate={rate:g} tx/s duration={seconds:g} s sync steps={len(steps)}")
     print(f"commit-to-visible p50: {_percentile(latencies, 0.5):6.2f} s   (target <= 2 s)")
     print(f"commit-to-visible p99: {_percentile(latencies, 0.99):6.2f} s   (target <= 5 s)")
     print(f"mean {statistics.mean(latencies):.2f} s, max {max(latencies):.2f} s")
@@ -82,4 +92,4 @@ def main(seconds: float, rate: float, preload: int) -> None:
 
 if __name__ == "__main__":
     main(float(sys.argv[1]) if len(sys.argv) > 1 else 60.0, float(sys.argv[2]) if len(sys.argv) > 2 else 2.0,
-         int(sys.argv[3]) if len(sys.argv) > 3 else 100_000)
+         int(sys.argv[3]) if len(sys.argv) > 3 else 100_000, sys.argv[4] if len(sys.argv) > 4 else "insert")

@@ -66,7 +66,50 @@ def run_checks(settings: Settings) -> list[Check]:
                             f"{max(0, senders_max - senders_used)} of {senders_max} WAL senders are free, capture needs "
                             f"{senders_needed} (its stream and, for a moment, one to snapshot a table added to the "
                             "publication); raise max_wal_senders and restart PostgreSQL"))
+        checks.extend(_publication_checks(conn, settings))
         checks.extend(_table_checks(conn, settings))
+    return checks
+
+
+_ACTIONS = ("insert", "update", "delete", "truncate")
+
+
+def _publication_checks(conn: psycopg.Connection[tuple[object, ...]], settings: Settings) -> list[Check]:
+    """An existing publication publishes every action, and what PostgreSQL does not send is said.
+
+    A publication that leaves out deletes or truncates would let removed rows live on in every view
+    (and a re-inserted key meet its stale row). A ``TRUNCATE`` of one partition of a table published
+    through its root is never replicated by PostgreSQL, whatever the publication says.
+    """
+    row = conn.execute(
+        "SELECT pubinsert, pubupdate, pubdelete, pubtruncate, pubviaroot FROM pg_publication WHERE pubname = %s",
+        (settings.publication,),
+    ).fetchone()
+    if row is None:
+        return []  # cdc setup creates it with every action
+    name = settings.publication
+    missing = [action for action, published in zip(_ACTIONS, row[:4], strict=True) if not published]
+    checks = [Check(
+        "publication actions", not missing,
+        f"publication {name} does not publish {', '.join(missing)}: those changes would never reach the log "
+        f"and the views would keep removed or stale rows; run ALTER PUBLICATION {name} SET (publish = "
+        "'insert, update, delete, truncate')",
+    )]
+    roots = [str(r[0]) for r in conn.execute(
+        "SELECT t.schemaname || '.' || t.tablename FROM pg_publication_tables t "
+        "JOIN pg_namespace n ON n.nspname = t.schemaname "
+        "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
+        "WHERE t.pubname = %s AND c.relkind = 'p' ORDER BY 1",
+        (name,),
+    ).fetchall()]
+    if roots and row[4]:
+        checks.append(Check(
+            "partition truncate", True,
+            f"PostgreSQL does not replicate a TRUNCATE run on a single partition of {', '.join(roots)} (the "
+            f"publication publishes through the root): truncate the root table or DELETE the partition's rows, "
+            "otherwise the views keep those rows (`cdc verify` shows them; a new snapshot removes them)",
+            warning=True,
+        ))
     return checks
 
 

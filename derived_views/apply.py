@@ -26,14 +26,15 @@ Every view table is written through :func:`merge_current` (one row per key, SCD 
    to the view's dead-letter Delta table first (idempotently, keyed by topic/partition/offset) and
    left out of the MERGE; the rest of the batch applies whole.
 7. **Insert-only batches append when none of their keys is in the table.** When every pending
-   event is an insert (``c``) and no key can already be in the table (history: among its current
-   versions), the rows (history: the versions, ordered per key) are appended in one commit instead of
-   merged, which gives the MERGE's result. An insert of a key the table holds needs a delete of it in
-   between, so a batch settles it by itself when its range is *complete*: every offset of the range
-   was read (compaction removed nothing: no delete or tombstone of a re-inserted key went missing) and
-   the reduction dropped nothing (no delete, tombstone or earlier event of the key was folded away);
-   the view must also have no dead-letter table, since a delete routed there leaves its row in place.
-   Otherwise the batch's keys (up to :data:`APPEND_CHECK_KEYS`) are looked up in the table first.
+   event is an insert (``c``), its keys (up to :data:`APPEND_CHECK_KEYS`) are looked up in the table
+   (history: among its current versions); when none is there, the rows (history: the versions, ordered per key) are
+   appended in one commit instead of merged, which gives the MERGE's result. The check is needed: a
+   reduced batch can hide a delete before a re-insert of the same key, a view behind compaction can
+   read a re-insert whose delete and tombstone compaction removed, a delete routed to the
+   dead-letter table leaves its row in place, and some removals never reach the log at all (a
+   ``TRUNCATE`` of one partition of a table published through its root, which PostgreSQL does not
+   replicate). The batch alone cannot rule these out, so the table is always asked; a batch held in
+   the driver hands its keys over directly (:attr:`BatchFacts.keys`).
 8. **Whole-row batches read no table rows.** A batch without partial rows takes every column from the
    source: the current table's MERGE reads only the target's key and position, and the history table
    fills nothing from its current versions.
@@ -63,6 +64,7 @@ Delta commit (with ``overwriteSchema``), so readers see the old table until the 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -135,25 +137,18 @@ def _start(progress: Progress | None, topics: list[str]) -> Offsets:
     return {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
 
 
-def pending_table(rng: Range, topics: list[str], progress: Progress | None, mode: str) -> tuple[Any, bool] | None:
+def pending_table(rng: Range, topics: list[str], progress: Progress | None, mode: str) -> Any | None:
     """The reduced events (an Arrow table of :data:`EVENT_DDL`) of ``topics`` a table with ``progress``
-    has not applied, read in the driver, and whether the range is complete (rule 7: every offset was
-    read and the reduction dropped no record); ``None`` when the range holds more than
-    :data:`DRIVER_READ_LIMIT` offsets (then Spark tasks read it, see :func:`typed_batch`)."""
+    has not applied, read in the driver; ``None`` when the range holds more than :data:`DRIVER_READ_LIMIT`
+    offsets (then Spark tasks read it, see :func:`typed_batch`)."""
     import pyarrow as pa
 
     end = {t: rng.watermark.offsets.get(t, {}) for t in topics}
     parts = plan_partitions(rng.log_path, _start(progress, topics), end)
-    span = sum(part.end - part.start for part in parts)
-    if span > DRIVER_READ_LIMIT:
+    if sum(part.end - part.start for part in parts) > DRIVER_READ_LIMIT:
         return None
-    tables, read = [], 0
-    for part in parts:
-        batches = list(read_partition(part))
-        read += sum(batch.num_rows for batch in batches)
-        tables.append(reduce_table(batches, mode))
-    events = pa.concat_tables(tables) if tables else reduce_table([], mode)
-    return events, read == span and events.num_rows == read
+    tables = [reduce_table(read_partition(part), mode) for part in parts]
+    return pa.concat_tables(tables) if tables else reduce_table([], mode)
 
 
 def typed_batch(
@@ -167,14 +162,13 @@ def typed_batch(
     relation built from those rows. A larger range is read and parsed by Spark tasks and checkpointed
     locally, its facts observed by the same job (:func:`checkpointed`).
     """
-    pending = pending_table(rng, topics, progress, mode)
-    if pending is None:
+    events = pending_table(rng, topics, progress, mode)
+    if events is None:
         raw = read_log(spark, rng.log_path, topics, _start(progress, topics), rng.watermark.offsets, reduce=mode)
         return checkpointed(typed(raw, columns, table))
-    events, complete = pending
     parsed = typed(spark.createDataFrame(events, schema=EVENT_DDL), columns, table)
     rows = parsed.toArrow()
-    return spark.createDataFrame(rows, schema=parsed.schema), arrow_facts(rows, complete=complete)
+    return spark.createDataFrame(rows, schema=parsed.schema), arrow_facts(rows)
 
 
 def typed(events: DataFrame, columns: list[tuple[str, str]], table: str) -> DataFrame:
@@ -227,29 +221,20 @@ def _struct_ddl(columns: list[tuple[str, str]]) -> str:
 
 @dataclass(frozen=True)
 class BatchFacts:
-    """What one action learns about a typed batch: its size, poison count and truncate LSNs.
-
-    ``complete``: every offset of the batch's range was read and the reduction dropped no record
-    (rule 7); unknown, so ``False``, for a batch read by Spark tasks.
-    """
+    """What one action learns about a typed batch: its size, poison count and truncate LSNs."""
 
     rows: int
     poison: int
     truncates: tuple[int, ...]
     not_inserts: int = 0
     partial: int = 0
-    complete: bool = False
+    keys: tuple[str, ...] | None = None
+    """The keys of an insert-only batch held in the driver (at most :data:`APPEND_CHECK_KEYS`), else ``None``."""
 
     @property
     def inserts_only(self) -> bool:
         """Every event is an insert (``c``): appended instead of merged when no key meets the table (rule 7)."""
         return self.rows > 0 and self.not_inserts == 0
-
-    @property
-    def only_new_keys(self) -> bool:
-        """Inserts only, over a complete range: no key of the batch can be in the table (rule 7), as long
-        as the view has no dead-letter table (:func:`has_dead_letters`)."""
-        return self.inserts_only and self.complete
 
 
 def _fact_columns() -> list[SparkColumn]:
@@ -281,7 +266,7 @@ def checkpointed(frame: DataFrame) -> tuple[DataFrame, BatchFacts]:
     return saved, _facts_of(observation.get)
 
 
-def arrow_facts(rows: Any, *, complete: bool = False) -> BatchFacts:
+def arrow_facts(rows: Any) -> BatchFacts:
     """The :class:`BatchFacts` of typed rows held in the driver (an Arrow table of :func:`typed`'s columns)."""
     import pyarrow.compute as pc
 
@@ -290,13 +275,17 @@ def arrow_facts(rows: Any, *, complete: bool = False) -> BatchFacts:
     truncates = pc.unique(rows.column(LSN).filter(pc.fill_null(pc.equal(op, "t"), False))).to_pylist()
     other = pc.or_(pc.or_(pc.fill_null(pc.not_equal(op, "c"), True), pc.is_valid(error)), pc.is_null(rows.column(KEY)))
     partial = pc.greater(pc.list_value_length(rows.column(UNCHANGED)), 0)
+    not_inserts = int(pc.sum(pc.cast(other, "int64")).as_py() or 0)
+    keys = None
+    if not_inserts == 0 and 0 < rows.num_rows <= APPEND_CHECK_KEYS:
+        keys = tuple(rows.column(KEY).to_pylist())
     return BatchFacts(
         rows.num_rows,
         rows.num_rows - error.null_count,
         tuple(sorted(lsn for lsn in truncates if lsn is not None)),
-        int(pc.sum(pc.cast(other, "int64")).as_py() or 0),
+        not_inserts,
         int(pc.sum(pc.cast(pc.fill_null(partial, False), "int64")).as_py() or 0),
-        complete,
+        keys,
     )
 
 
@@ -343,23 +332,6 @@ def dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -
 
 
 _KNOWN_COLUMNS: dict[str, set[str]] = {}
-_DEAD_LETTERS_SEEN: set[str] = set()
-
-
-def has_dead_letters(spark: SparkSession, path: str) -> bool:
-    """Whether the dead-letter table at ``path`` exists (any poison event was ever recorded there).
-
-    A check of the table's log directory, no Spark job. Once seen it is remembered: dead-letter tables
-    are never dropped, so the answer cannot go back to ``False``.
-    """
-    from delta.tables import DeltaTable
-
-    if path in _DEAD_LETTERS_SEEN:
-        return True
-    if DeltaTable.isDeltaTable(spark, path):
-        _DEAD_LETTERS_SEEN.add(path)
-        return True
-    return False
 
 
 def ensure_table(spark: SparkSession, path: str, ddl: str) -> None:
@@ -409,15 +381,15 @@ def merge_current(
     *,
     replace: bool = False,
     inserts_only: bool = False,
-    new_keys: bool = False,
+    keys: Sequence[str] | None = None,
     whole_rows: bool = False,
 ) -> None:
     """Apply latest-per-key typed rows to the SCD1 table at ``path`` in one commit (see module docstring).
 
-    ``inserts_only`` appends the rows when no key of theirs is in the table, which ``new_keys`` asserts
-    and is otherwise looked up (rule 7). ``whole_rows`` says no row of ``source`` lacks a column
-    (``unchanged`` is empty everywhere): the update then takes every column from the source, so the
-    MERGE reads only the target's key and position columns instead of whole rows.
+    ``inserts_only`` appends the rows when none of their keys (``keys`` when known, else collected from
+    ``source``) is in the table (rule 7). ``whole_rows`` says no row of ``source`` lacks a column (``unchanged`` is empty everywhere): the
+    update then takes every column from the source, so the MERGE reads only the target's key and
+    position columns instead of whole rows.
     """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
@@ -430,7 +402,7 @@ def merge_current(
         _overwrite(kept, path, progress)
         return
     ensure_table(spark, path, ddl)
-    if inserts_only and (new_keys or not _meets_table(spark, path, rows)):
+    if inserts_only and not _meets_table(spark, path, rows, keys):
         append(spark, path, rows.select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP), progress)
         return
     update = {
@@ -475,15 +447,14 @@ def merge_history(
     *,
     replace: bool = False,
     inserts_only: bool = False,
-    new_keys: bool = False,
+    keys: Sequence[str] | None = None,
     whole_rows: bool = False,
 ) -> None:
     """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring).
 
     ``whole_rows`` says no event of ``source`` lacks a column: nothing is then filled from the table's
     current versions (which are not read). ``inserts_only`` appends the versions instead of merging
-    them when no key of the batch is current in the table, which ``new_keys`` asserts and is otherwise
-    looked up (rule 7).
+    them when no key of the batch (``keys`` when known) is current in the table (rule 7).
     """
     from delta.tables import DeltaTable
     from pyspark.sql import Window
@@ -529,7 +500,7 @@ def merge_history(
     if replace:
         _overwrite(versions.drop("_rank"), path, progress)
         return
-    if inserts_only and (new_keys or not _meets_table(spark, path, events, current_only=True)):
+    if inserts_only and not _meets_table(spark, path, events, keys, current_only=True):
         append(spark, path, versions.drop("_rank"), progress)
         return
     first = versions.filter(F.col("_rank") == 1)
@@ -607,13 +578,19 @@ def merge_history(
 APPEND_CHECK_KEYS = 20_000
 
 
-def _meets_table(spark: SparkSession, path: str, rows: DataFrame, *, current_only: bool = False) -> bool:
+def _meets_table(
+    spark: SparkSession, path: str, rows: DataFrame, known: Sequence[str] | None = None, *, current_only: bool = False
+) -> bool:
     """Whether any key of ``rows`` may be in the table at ``path`` (``current_only``: among its current
-    versions), see rule 7. The keys are collected (``True`` beyond :data:`APPEND_CHECK_KEYS`, so the
-    batch is merged) and looked up with an ``IN`` filter on the table's key column (one Spark job)."""
+    versions), see rule 7. The keys (``known``, else collected from ``rows``: ``True`` beyond
+    :data:`APPEND_CHECK_KEYS`, so the batch is merged) are looked up with an ``IN`` filter on the
+    table's key column (one Spark job)."""
     from pyspark.sql import functions as F
 
-    keys = [row[0] for row in rows.select(KEY).limit(APPEND_CHECK_KEYS + 1).collect()]
+    if known is not None:
+        keys = list(known)
+    else:
+        keys = [row[0] for row in rows.select(KEY).limit(APPEND_CHECK_KEYS + 1).collect()]
     if len(keys) > APPEND_CHECK_KEYS:
         return True
     if not keys:

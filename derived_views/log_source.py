@@ -61,6 +61,7 @@ tombstone's ``lsn``/``sequence`` headers, the position of the deletion it stands
 Offsets = dict[str, dict[str, int]]
 
 _CHUNK = 50_000
+_CHUNK_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -174,7 +175,9 @@ def _arrow_batch(topic: str, partition: int, chunks: Sequence[RecordColumns]) ->
                 for i, headers in enumerate(chunk.headers, at):
                     if not headers:
                         continue
-                    found = dict(headers)
+                    found: dict[str, bytes] = {}
+                    for name, value in headers:
+                        found.setdefault(name, value)  # the first of a repeated name, as Record.header
                     header = found.get("unchanged")
                     unchanged[i] = None if header is None else header.decode(errors="backslashreplace")
                     if value_lengths[i] < 0:
@@ -217,13 +220,15 @@ def _text(lengths: Any, pieces: Sequence[memoryview]) -> pa.Array:
 
 
 def _header_int(value: bytes | None) -> int | None:
-    """A decimal header value; ``None`` when missing or not a number (the tombstone is then unpositioned)."""
+    """A decimal header value; ``None`` when missing, not a number or outside a signed 64-bit integer
+    (the tombstone is then unpositioned)."""
     if value is None:
         return None
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         return None
+    return number if -(1 << 63) <= number < (1 << 63) else None
 
 
 def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
@@ -237,8 +242,8 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
     Yields
     ------
     pyarrow.RecordBatch
-        Whole stored batches up to about 50,000 rows each, in offset order; offsets missing after
-        compaction are skipped.
+        Whole stored batches up to about 50,000 rows or 64 MB each, in offset order; offsets missing
+        after compaction are skipped.
 
     Notes
     -----
@@ -251,7 +256,7 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
     offset = partition.start
     with _open(partition.path) as log:
         while offset < partition.end:
-            chunks = log.read_columns(tp, offset, max_records=_CHUNK, end=partition.end)
+            chunks = log.read_columns(tp, offset, max_records=_CHUNK, max_bytes=_CHUNK_BYTES, end=partition.end)
             if not chunks:
                 break
             offset = int(chunks[-1].offsets[-1]) + 1

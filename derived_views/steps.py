@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from derived_views.apply import BatchFacts, Range, dead_letter, has_dead_letters, merge_current, typed_batch
+from derived_views.apply import BatchFacts, Range, dead_letter, merge_current, typed_batch
 from derived_views.context import ViewContext
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema
@@ -36,7 +36,6 @@ class Pending:
     frame: DataFrame
     facts: BatchFacts
     progress: Progress
-    new_keys: bool = False  # no key of the batch can be in its target (apply rule 7)
 
     def release(self) -> None:
         """Free the checkpointed batch."""
@@ -109,8 +108,7 @@ def load_pending(
     frame, batch = typed_batch(ctx.spark, rng, [schema.topic], progress, mode, columns_of(schema), schema.qualified)
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target)
-    new_keys = batch.only_new_keys and not has_dead_letters(ctx.spark, dead_letter_path)
-    return Pending(frame, batch, rng.progress([schema.topic], progress), new_keys)
+    return Pending(frame, batch, rng.progress([schema.topic], progress))
 
 
 def apply_state(
@@ -122,7 +120,7 @@ def apply_state(
         return None
     batch = load_pending(ctx, rng, schema, progress, "latest", dead_letter_path=dead_letter_path, target=path)
     merge_current(ctx.spark, path, batch.frame, columns_of(schema), batch.progress, batch.facts.truncates,
-                  replace=replace, inserts_only=batch.facts.inserts_only, new_keys=batch.new_keys,
+                  replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
                   whole_rows=not batch.facts.partial)
     ctx.set_progress(path, batch.progress)
     batch.release()

@@ -61,7 +61,7 @@ def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: b
         return None
     batch = load_pending(ctx, rng, schema, progress, "all", dead_letter_path=dead_letter_path(ctx), target=path)
     merge_history(ctx.spark, path, batch.frame, columns_of(schema), batch.progress, batch.facts.truncates,
-                  replace=replace, inserts_only=batch.facts.inserts_only, new_keys=batch.new_keys,
+                  replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
                   whole_rows=not batch.facts.partial)
     ctx.set_progress(path, batch.progress)
     batch.release()

@@ -113,10 +113,10 @@ class Partition:
             del records[max(bisect_right(running, max_bytes), 1):]
         return records
 
-    def read_columns(self, offset: int, limit: int, max_records: int) -> list[RecordColumns]:
+    def read_columns(self, offset: int, limit: int, max_records: int, max_bytes: int) -> list[RecordColumns]:
         """:meth:`read` as whole batches of columns (:class:`RecordColumns`): from ``offset`` below
-        ``limit``, stopping after the batch that reaches ``max_records`` (so it may hold up to a batch
-        more)."""
+        ``limit``, stopping after the batch that reaches ``max_records`` records or ``max_bytes`` of keys
+        and values (so it may hold up to a batch more)."""
         if offset >= limit or max_records <= 0:
             return []
         for attempt in range(_RETRIES):
@@ -125,15 +125,17 @@ class Partition:
                 if len(self._files) > len(bases):
                     self._forget_deleted(bases)
                 out: list[RecordColumns] = []
-                count = 0
+                count = size = 0
                 i = max(bisect_right(bases, offset) - 1, 0)
-                while i < len(bases) and bases[i] < limit and count < max_records:
+                while i < len(bases) and bases[i] < limit and count < max_records and size < max_bytes:
                     sealed = i + 1 < len(bases) and bases[i + 1] <= limit
                     seg_limit = bases[i + 1] if sealed else limit
                     if seg_limit > offset:
-                        got = self.segment(bases[i]).read_columns(offset, seg_limit, max_records - count, sealed=sealed)
+                        got = self.segment(bases[i]).read_columns(offset, seg_limit, max_records - count,
+                                                                  max_bytes - size, sealed=sealed)
                         out += got
                         count += sum(map(len, got))
+                        size += sum(len(chunk.keys) + len(chunk.values) for chunk in got)
                     i += 1
                 return out
             except FileNotFoundError:

@@ -292,10 +292,13 @@ class SegmentFile:
                 return out
         return out
 
-    def read_columns(self, offset: int, limit: int, max_records: int, *, sealed: bool) -> list[RecordColumns]:
-        """:meth:`read` as one :class:`RecordColumns` per batch (empty ones left out); same checks."""
+    def read_columns(
+        self, offset: int, limit: int, max_records: int, max_bytes: int, *, sealed: bool
+    ) -> list[RecordColumns]:
+        """:meth:`read` as one :class:`RecordColumns` per batch (empty ones left out), stopping after the
+        batch that reaches ``max_records`` records or ``max_bytes`` of keys and values; same checks."""
         out: list[RecordColumns] = []
-        count = 0
+        count = size = 0
         for position, header, buf, at in self._checked(offset, limit, sealed):
             try:
                 columns = decode_record_columns(buf, at, header, offset, limit)
@@ -304,7 +307,8 @@ class SegmentFile:
             if len(columns):
                 out.append(columns)
                 count += len(columns)
-            if count >= max_records:
+                size += len(columns.keys) + len(columns.values)
+            if count >= max_records or size >= max_bytes:
                 return out
         return out
 

@@ -589,19 +589,20 @@ class LogStore:
         return partition.read(max(offset, 0), watermark.end_offset(tp), max_records, max_bytes)
 
     def read_columns(
-        self, tp: TopicPartition, offset: int, *, max_records: int = 50_000, end: int | None = None,
-        until: Watermark | None = None,
+        self, tp: TopicPartition, offset: int, *, max_records: int = 50_000, max_bytes: int = 64 << 20,
+        end: int | None = None, until: Watermark | None = None,
     ) -> list[RecordColumns]:
         """:meth:`read` as whole batches of columns (:class:`RecordColumns`), for readers that hand
         records on in bulk: no object per record. Offsets stay below the watermark's end offset for
-        ``tp`` and below ``end`` when given; stops after the batch that reaches ``max_records``."""
+        ``tp`` and below ``end`` when given; stops after the batch that reaches ``max_records`` records
+        or ``max_bytes`` of keys and values (always at least one batch when any record exists)."""
         tp = TopicPartition(*tp)
         partition = self._partition(tp)
         watermark = until if until is not None else self.latest_watermark()
         if watermark is None:
             return []
         limit = watermark.end_offset(tp) if end is None else min(end, watermark.end_offset(tp))
-        return partition.read_columns(max(offset, 0), limit, max_records)
+        return partition.read_columns(max(offset, 0), limit, max_records, max_bytes)
 
     def end_offset(self, tp: TopicPartition) -> int:
         """The end offset of ``tp`` at the latest watermark (the next offset to be committed)."""

@@ -208,11 +208,13 @@ class ReplicationConnection:
             self._pg.flush()
             while True:
                 size, _ = self._pg.get_copy_data(1)
+                remaining = deadline - time.monotonic()
                 if size > 0:
+                    if remaining <= 0:
+                        return  # a server still streaming a large transaction: do not wait for it
                     continue  # frames sent before the server saw CopyDone
                 if size < 0:
                     break
-                remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._wait_readable(remaining):
                     return
                 self._pg.consume_input()

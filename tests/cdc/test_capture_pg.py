@@ -295,6 +295,26 @@ def test_setup_checks_and_idempotent_creation(reference_db: str, tmp_path: Path)
     assert record.key is None and orjson.loads(record.value or b"")["after"] == {"a": 1}
 
 
+def test_setup_refuses_a_publication_that_leaves_out_deletes_and_warns_of_partition_truncates(
+    reference_db: str, tmp_path: Path
+) -> None:
+    settings = settings_for(reference_db, tmp_path)
+    assert [c.name for c in run_checks(settings) if not c.ok or c.warning] == []
+    execute(reference_db,
+            "CREATE TABLE readings (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
+            "ALTER PUBLICATION cdc_publication ADD TABLE readings",
+            "ALTER PUBLICATION cdc_publication SET (publish = 'insert, update')")
+    checks = {c.name: c for c in run_checks(settings)}
+    assert not checks["publication actions"].ok
+    assert "does not publish delete, truncate" in checks["publication actions"].message
+    assert "ALTER PUBLICATION cdc_publication SET (publish = 'insert, update, delete, truncate')" in checks[
+        "publication actions"].message
+    warning = checks["partition truncate"]
+    assert warning.ok and warning.warning and "public.readings" in warning.message
+    execute(reference_db, "ALTER PUBLICATION cdc_publication SET (publish = 'insert, update, delete, truncate')")
+    assert all(c.ok for c in run_checks(settings))
+
+
 def test_reconnects_after_server_restart(pg_server: object, reference_db: str, tmp_path: Path) -> None:
     local = getattr(pg_server, "local", None)
     if local is None:

@@ -57,69 +57,8 @@ def test_batch_and_streaming_reads_stop_at_the_watermark(spark: SparkSession, lo
     assert drain() == 6
 
 
-def _pending_after(log: LogBuilder, before: object, mode: str) -> tuple[int, bool]:
-    from derived_views.apply import Range, pending_table
+def test_a_tombstone_position_header_that_is_no_64_bit_number_leaves_it_unpositioned() -> None:
+    from derived_views.log_source import _header_int
 
-    topic = log.topic("public.products")
-    now = read_watermark(str(log.root), [topic])
-    assert now is not None
-    progress = Range(str(log.root), before).progress([topic]) if before is not None else None  # type: ignore[arg-type]
-    pending = pending_table(Range(str(log.root), now), [topic], progress, mode)
-    assert pending is not None
-    events, complete = pending
-    return events.num_rows, complete
-
-
-@pytest.mark.parametrize("mode", ["latest", "all"])
-def test_a_range_is_complete_only_when_no_record_was_dropped(log: LogBuilder, mode: str) -> None:
-    """Insert-only batches skip the table key lookup only over a complete range (apply rule 7)."""
-    from tests.derived_views.log_builder import product
-
-    topic = log.topic("public.products")
-    with log.transaction() as tx:
-        for pid in (1, 2, 3):
-            tx.insert("public.products", product(pid))
-    first = read_watermark(str(log.root), [topic])
-    assert _pending_after(log, None, mode) == (3, True)
-    with log.transaction() as tx:
-        tx.insert("public.products", product(4))
-        tx.insert("public.products", product(5))
-    assert _pending_after(log, first, mode) == (2, True)
-    with log.transaction() as tx:
-        tx.delete("public.products", {"id": 3})
-    with log.transaction() as tx:
-        tx.insert("public.products", product(3, "Back again"))
-    rows, complete = _pending_after(log, first, mode)
-    assert complete is False and rows >= 3  # the delete (and its tombstone) were reduced or kept, not dropped silently
-    log.heartbeat()
-    log.log.roll()
-    log.log.compact()  # the delete and the first insert of key 3 are gone: offsets are missing
-    rows, complete = _pending_after(log, first, mode)
-    assert complete is False
-
-
-def test_offsets_removed_by_compaction_make_an_insert_only_range_incomplete(log: LogBuilder) -> None:
-    from tests.derived_views.log_builder import product
-
-    topic = log.topic("public.products")
-    with log.transaction() as tx:
-        tx.insert("public.products", product(1))
-    first = read_watermark(str(log.root), [topic])
-    with log.transaction() as tx:
-        tx.insert("public.products", product(2))
-    with log.transaction() as tx:
-        tx.delete("public.products", {"id": 2})
-    with log.transaction() as tx:
-        tx.insert("public.products", product(2, "Back again"))
-    log.heartbeat()
-    log.log.roll()
-    log.log.compact()
-    from derived_views.apply import Range, pending_table
-
-    now = read_watermark(str(log.root), [topic])
-    assert now is not None and first is not None
-    pending = pending_table(Range(str(log.root), now), [topic], Range(str(log.root), first).progress([topic]), "latest")
-    assert pending is not None
-    events, complete = pending
-    assert events.column("op").to_pylist() == ["c"]  # looks like a plain insert of a new key ...
-    assert complete is False  # ... but compaction removed its delete
+    assert _header_int(b"123") == 123 and _header_int(b"-5") == -5
+    assert _header_int(b"99999999999999999999") is None and _header_int(b"0x20") is None and _header_int(None) is None

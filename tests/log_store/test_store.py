@@ -335,6 +335,7 @@ def test_read_columns_gives_the_records_read_gives(tmp_path: Path) -> None:
                 got = [record for chunk in chunks for record in as_records(chunk, "t", 0)]
                 assert got == expected, (start, stop)
         assert sum(map(len, log.read_columns(tp, 0, max_records=1))) < len(stored)  # stops after a batch
+        assert sum(map(len, log.read_columns(tp, 0, max_bytes=1))) < len(stored)
         log.ensure_topic("u", 1, compacted=False)
         log.append_group([rec("u", None, "keyless"), rec("u", "k", None), rec("u", None, None)], "0000000000000011")
         keyless = TopicPartition("u", 0)
