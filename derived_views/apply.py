@@ -387,9 +387,9 @@ def merge_current(
     """Apply latest-per-key typed rows to the SCD1 table at ``path`` in one commit (see module docstring).
 
     ``inserts_only`` appends the rows when none of their keys (``keys`` when known, else collected from
-    ``source``) is in the table (rule 7). ``whole_rows`` says no row of ``source`` lacks a column (``unchanged`` is empty everywhere): the
-    update then takes every column from the source, so the MERGE reads only the target's key and
-    position columns instead of whole rows.
+    ``source``) is in the table (rule 7). ``whole_rows`` says no row of ``source`` lacks a column
+    (``unchanged`` is empty everywhere): the update then takes every column from the source, so the
+    MERGE reads only the target's key and position columns instead of whole rows.
     """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F

@@ -44,10 +44,10 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from log_store import RecordColumns
     from pyspark.sql import SparkSession
     from pyspark.sql.streaming.datasource import ReadLimit
+
+    from log_store import RecordColumns
 
 #: Columns of every row the source yields, in order.
 RAW_DDL = (
