@@ -22,12 +22,12 @@ from __future__ import annotations
 import os
 import threading
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import add, itemgetter, length_hint
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from log_store.config import LogConfig
 from log_store.record import ProducerRecord, Record, TopicPartition
@@ -37,6 +37,7 @@ from log_store.segment import ActiveSegment, SegmentFile, list_segments, log_nam
 _MAX_RELATIVE = 1 << 31
 _KEY, _VALUE = itemgetter(3), itemgetter(4)
 _RETRIES = 5
+_T = TypeVar("_T")
 
 
 class EncodedBatch(NamedTuple):
@@ -95,16 +96,17 @@ class Partition:
         and about ``max_bytes`` of keys and values (always at least one record when any exists)."""
         if offset >= limit or max_records <= 0:
             return []
-        for attempt in range(_RETRIES):
-            try:
-                bases = self.bases()
-                if len(self._files) > len(bases):
-                    self._forget_deleted(bases)
-                records = self._read(bases, offset, limit, max_records)
-                break
-            except FileNotFoundError:
-                if attempt == _RETRIES - 1:
-                    raise
+
+        def read(bases: list[int]) -> list[Record]:
+            out: list[Record] = []
+            topic, partition = self.tp
+            for base, seg_limit, sealed in self._segments(bases, offset, limit):
+                if len(out) >= max_records:
+                    break
+                out += self.segment(base).read(topic, partition, offset, seg_limit, max_records - len(out), sealed=sealed)
+            return out
+
+        records = self._on_current_segments(read)
         del records[max_records:]
         # bytes of keys and values so far, record by record (length_hint: 0 for a None key or value)
         running = list(accumulate(map(add, map(length_hint, map(_KEY, records)),
@@ -119,29 +121,49 @@ class Partition:
         and values (so it may hold up to a batch more)."""
         if offset >= limit or max_records <= 0:
             return []
+
+        def read(bases: list[int]) -> list[RecordColumns]:
+            out: list[RecordColumns] = []
+            count = size = 0
+            for base, seg_limit, sealed in self._segments(bases, offset, limit):
+                if count >= max_records or size >= max_bytes:
+                    break
+                got = self.segment(base).read_columns(offset, seg_limit, max_records - count, max_bytes - size, sealed=sealed)
+                out += got
+                count += sum(map(len, got))
+                size += sum(len(chunk.keys) + len(chunk.values) for chunk in got)
+            return out
+
+        return self._on_current_segments(read)
+
+    def _on_current_segments(self, read: Callable[[list[int]], _T]) -> _T:
+        """``read(bases)`` over the current segment list; again over a fresh list when compaction or
+        retention deleted a segment under it (up to :data:`_RETRIES` times)."""
         for attempt in range(_RETRIES):
             try:
                 bases = self.bases()
                 if len(self._files) > len(bases):
                     self._forget_deleted(bases)
-                out: list[RecordColumns] = []
-                count = size = 0
-                i = max(bisect_right(bases, offset) - 1, 0)
-                while i < len(bases) and bases[i] < limit and count < max_records and size < max_bytes:
-                    sealed = i + 1 < len(bases) and bases[i + 1] <= limit
-                    seg_limit = bases[i + 1] if sealed else limit
-                    if seg_limit > offset:
-                        got = self.segment(bases[i]).read_columns(offset, seg_limit, max_records - count,
-                                                                  max_bytes - size, sealed=sealed)
-                        out += got
-                        count += sum(map(len, got))
-                        size += sum(len(chunk.keys) + len(chunk.values) for chunk in got)
-                    i += 1
-                return out
+                return read(bases)
             except FileNotFoundError:
                 if attempt == _RETRIES - 1:
                     raise
-        return []
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    @staticmethod
+    def _segments(bases: list[int], offset: int, limit: int) -> Iterator[tuple[int, int, bool]]:
+        """``(base offset, read limit, sealed)`` of each segment that may hold offsets in ``[offset, limit)``.
+
+        ``sealed``: the next segment starts at or below ``limit``, so this one must end exactly after
+        its last batch (see :meth:`SegmentFile.check_stop`).
+        """
+        i = max(bisect_right(bases, offset) - 1, 0)
+        while i < len(bases) and bases[i] < limit:
+            sealed = i + 1 < len(bases) and bases[i + 1] <= limit
+            seg_limit = bases[i + 1] if sealed else limit
+            if seg_limit > offset:
+                yield bases[i], seg_limit, sealed
+            i += 1
 
     def _forget_deleted(self, bases: list[int]) -> None:
         """Close cached files of segments that compaction or retention deleted."""
@@ -149,19 +171,6 @@ class Partition:
         with self._lock:
             for base in [b for b in self._files if b not in present]:
                 self._files.pop(base).close()
-
-    def _read(self, bases: list[int], offset: int, limit: int, max_records: int) -> list[Record]:
-        out: list[Record] = []
-        topic, partition = self.tp
-        i = max(bisect_right(bases, offset) - 1, 0)
-        while i < len(bases) and bases[i] < limit and len(out) < max_records:
-            sealed = i + 1 < len(bases) and bases[i + 1] <= limit
-            seg_limit = bases[i + 1] if sealed else limit
-            if seg_limit > offset:
-                out += self.segment(bases[i]).read(topic, partition, offset, seg_limit,
-                                                   max_records - len(out), sealed=sealed)
-            i += 1
-        return out
 
     def start_offset(self, end: int) -> int:
         """The first offset slot still on disk (``end`` when no segment holds any)."""

@@ -430,6 +430,18 @@ class DecodedColumns(NamedTuple):
     headers: Sequence[Headers]
 
 
+def _column_region(pos: int, header: BatchHeader) -> tuple[int, int, int, int]:
+    """``(record count, base offset, start of the columns, end of the batch)`` of the column-layout batch
+    at ``pos``; ``ValueError`` when its fixed-width columns cannot fit in it."""
+    count = header.record_count
+    p = pos + HEADER_SIZE
+    end = pos + header.length
+    if p + RECORD_SIZE * count > end:
+        raise ValueError(f"{count} records need {RECORD_SIZE * count} bytes of columns; the batch "
+                         f"has {end - p}")
+    return count, header.base_offset, p, end
+
+
 def decode_columns(
     buf: bytes, pos: int, header: BatchHeader, min_offset: int = 0, max_offset: int = 1 << 62,
     *, values: bool = True,
@@ -442,13 +454,7 @@ def decode_columns(
         return DecodedColumns(list(map(_R_OFFSET, rows)), list(map(_R_KEY, rows)),
                               list(map(_R_VALUE, rows)) if values else None,
                               list(map(_R_TIMESTAMP, rows)), list(map(_R_HEADERS, rows)))
-    count = header.record_count
-    base = header.base_offset
-    p = pos + HEADER_SIZE
-    end = pos + header.length
-    if p + RECORD_SIZE * count > end:
-        raise ValueError(f"{count} records need {RECORD_SIZE * count} bytes of columns; the batch "
-                         f"has {end - p}")
+    count, base, p, end = _column_region(pos, header)
     int32s = _int32s(count)
     deltas = int32s.unpack_from(buf, p)
     timestamps = _int64s(count).unpack_from(buf, p + 4 * count)
@@ -522,13 +528,7 @@ def decode_record_columns(
     decoded row by row first). Same checks and errors as :func:`decode_records`."""
     if header.magic == MAGIC_ROWS:
         return _rows_as_columns(decode_columns(buf, pos, header, min_offset, max_offset))
-    count = header.record_count
-    base = header.base_offset
-    p = pos + HEADER_SIZE
-    end = pos + header.length
-    if p + RECORD_SIZE * count > end:
-        raise ValueError(f"{count} records need {RECORD_SIZE * count} bytes of columns; the batch "
-                         f"has {end - p}")
+    count, base, p, end = _column_region(pos, header)
     deltas = np.frombuffer(buf, _BE32, count, p)
     timestamps = np.frombuffer(buf, _BE64, count, p + 4 * count)
     key_lengths = np.frombuffer(buf, _BE32, count, p + 12 * count)

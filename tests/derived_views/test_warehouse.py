@@ -124,14 +124,19 @@ def test_truncate_poison_and_schema_change(ctx: ViewContext, log: LogBuilder) ->
     assert {r["id"] for r in history if r["_cdc_is_current"]} == {3, 4}
 
 
+def _synced_products(ctx: ViewContext, log: LogBuilder, *ids: int) -> None:
+    """Insert products ``ids`` in one transaction and sync the warehouse."""
+    with log.transaction() as tx:
+        for pid in ids:
+            tx.insert("public.products", product(pid))
+    _sync(ctx)
+
+
 def test_delete_compacted_to_its_tombstone_still_deletes(ctx: ViewContext, log: LogBuilder) -> None:
     """A view that lags behind compaction sees only the tombstone of a deleted key, and deletes it."""
     from derived_views import warehouse
 
-    with log.transaction() as tx:
-        for pid in (1, 2, 3):
-            tx.insert("public.products", product(pid))
-    _sync(ctx)
+    _synced_products(ctx, log, 1, 2, 3)
     with log.transaction() as tx:
         tx.delete("public.products", {"id": 2})
     with log.transaction() as tx:
@@ -163,10 +168,7 @@ def test_reinsert_after_delete_never_duplicates_a_key(ctx: ViewContext, log: Log
     same batch, or removed by compaction together with its tombstone."""
     from derived_views import warehouse
 
-    with log.transaction() as tx:
-        for pid in (1, 2, 3):
-            tx.insert("public.products", product(pid))
-    _sync(ctx)
+    _synced_products(ctx, log, 1, 2, 3)
     with log.transaction() as tx:
         tx.delete("public.products", {"id": 3})
     with log.transaction() as tx:
@@ -186,10 +188,7 @@ def test_reinsert_after_a_dead_lettered_delete_never_duplicates_a_key(ctx: ViewC
     of the same key must still meet it in the table (the batch alone looks like new keys)."""
     from derived_views import warehouse
 
-    with log.transaction() as tx:
-        for pid in (1, 2, 3):
-            tx.insert("public.products", product(pid))
-    _sync(ctx)
+    _synced_products(ctx, log, 1, 2, 3)
     with log.transaction() as tx:
         tx.raw("public.products", b'{"id":3}', b'{"op":"d","before":{"id":3,"name":"\xff"}}')
     _sync(ctx)

@@ -185,9 +185,8 @@ def test_torn_header_of_a_segment_the_last_group_created_drops_that_group(
         assert [r.value for r in read_all(log, "t")] == [b"1", b"3"]
 
 
-def test_torn_header_below_an_earlier_watermark_is_reported(tmp_path: Path) -> None:
-    """Two groups into the segment: its header was durable with the first, so a torn one now is
-    lost data, never silently cut."""
+def _two_groups_in_a_second_segment(tmp_path: Path) -> None:
+    """Group 01 in the first segment, groups 02 and 03 in the second, then a crash."""
     with LogStore.open(tmp_path, small_config(), writer=True) as log:
         log.ensure_topic("t", 1)
         log.append_group([rec("t", "a", "1")], "01")
@@ -195,6 +194,12 @@ def test_torn_header_below_an_earlier_watermark_is_reported(tmp_path: Path) -> N
         log.append_group([rec("t", "b", "2")], "02")
         log.append_group([rec("t", "c", "3")], "03")
     _crash(tmp_path)
+
+
+def test_torn_header_below_an_earlier_watermark_is_reported(tmp_path: Path) -> None:
+    """Two groups into the segment: its header was durable with the first, so a torn one now is
+    lost data, never silently cut."""
+    _two_groups_in_a_second_segment(tmp_path)
     os.truncate(segment_files(tmp_path, "t", 0)[-1], 10)
     with pytest.raises(CorruptSegmentError, match="header"):
         LogStore.open(tmp_path, small_config(), writer=True)
@@ -205,13 +210,7 @@ def test_reported_corruption_leaves_the_latest_watermark_for_a_restored_file(tmp
     the latest group (durable and acknowledged) is all there."""
     import shutil
 
-    with LogStore.open(tmp_path, small_config(), writer=True) as log:
-        log.ensure_topic("t", 1)
-        log.append_group([rec("t", "a", "1")], "01")
-        log.roll()
-        log.append_group([rec("t", "b", "2")], "02")
-        log.append_group([rec("t", "c", "3")], "03")
-    _crash(tmp_path)
+    _two_groups_in_a_second_segment(tmp_path)
     segment = segment_files(tmp_path, "t", 0)[-1]
     shutil.copy(segment, tmp_path / "backup")
     os.truncate(segment, 10)  # the header of a segment an earlier group created
