@@ -77,6 +77,9 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(
     with psycopg.connect(reference_db) as conn:
         conn.execute("UPDATE products SET price = price + 1")
         conn.execute("INSERT INTO categories (name) SELECT 'extra ' || g FROM generate_series(1, 50) g")
+        conn.commit()
+        # read after the commit, as `cdc wait` asks: inside the open transaction the WAL write position
+        # may not have moved yet, and the view (as of the last heartbeat) would already "reach" it
         after_commit = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0]  # type: ignore[index]
 
     status, behind = _lag(settings, "--max-wal-bytes", "0")
