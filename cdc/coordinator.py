@@ -79,7 +79,7 @@ from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
 from cdc.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
-from log_store import LogStore, ProducerRecord, TopicPartition
+from log_store import LogStore, ProducerColumns, ProducerRecord, TopicPartition
 
 log = logging.getLogger("cdc.capture")
 
@@ -295,41 +295,42 @@ class Capture:
 
             tally = [0, 0]
 
-            def parts() -> Iterator[tuple[list[ProducerRecord], bool]]:
-                """The snapshot's records a list at a time, and whether the list is the final part (the
-                last read, marked "last", and the ledger records), which goes into the completing group.
+            def parts() -> Iterator[tuple[list[ProducerRecord | ProducerColumns], bool]]:
+                """The snapshot's records a list at a time (a chunk's reads as one block of columns), and
+                whether the list is the final part (the last read, marked "last", and the ledger
+                records), which goes into the completing group.
 
-                Truncate markers and schema records go out with the next list of reads (a table's
+                Truncate markers and schema records go out with the next chunk of reads (a table's
                 markers and schema record before its reads), so that the first list already holds rows.
                 """
                 assert self.builder is not None
-                carry: list[ProducerRecord] = list(first)
-                held: list[ProducerRecord] = []  # held back so that the final read is marked "last"
+                carry: list[ProducerRecord | ProducerColumns] = list(first)
+                held: ProducerColumns | None = None  # held back so that the final read is marked "last"
                 for table, shape, context, head in heads:
                     carry += head
                     rows = 0
-                    chunks = reader.json_chunks(shape, self.tuning.snapshot_chunk_rows)
+                    chunks = reader.column_chunks(shape, self.tuning.snapshot_chunk_rows)
                     for keys, afters in self._with_progress(chunks, table, reader):
                         if self.stop.is_set():
                             raise _SnapshotStopped
-                        if held:
-                            yield (carry + held if carry else held), False
+                        if held is not None:
+                            yield [*carry, held], False
                             carry = []
-                        held = self.builder.reads(shape, keys, afters, context)
+                        held = self.builder.read_columns(shape, keys, afters, context)
                         rows += len(held)
                         tally[0] += len(held)
-                        tally[1] += sum(map(len, map(itemgetter(2), held)))
+                        tally[1] += held.value_bytes()
                     done.append((shape, rows))
-                if held:
-                    held[-1] = mark_last_read(held[-1])
-                yield carry + held + [self.ledger.record(shape, as_of, rows, ts_ms, membership.get(shape.relid))
-                                      for shape, rows in done], True
+                final = carry
+                if held is not None:
+                    final += [held.slice(0, len(held) - 1), mark_last_read(held.record(len(held) - 1))]
+                yield final + [self.ledger.record(shape, as_of, rows, ts_ms, membership.get(shape.relid))
+                               for shape, rows in done], True
 
             source = parts()
             upcoming = next(source)
-            config = self.settings.log_config()
 
-            def group() -> Iterator[list[ProducerRecord]]:
+            def group() -> Iterator[list[ProducerRecord | ProducerColumns]]:
                 """Lists for one group at position 0: up to ``snapshot_group_chunks`` chunks, never the final part."""
                 nonlocal upcoming
                 for _ in range(max(1, self.tuning.snapshot_group_chunks)):
@@ -340,11 +341,11 @@ class Capture:
 
             with relaxed_gc():
                 while not upcoming[1]:
-                    chunk = _append_chunk(upcoming[0], config.max_batch_bytes, self.settings.partitions)
+                    # a block of columns counts as one item: a few at a time bound the memory
                     self.log.append_group(itertools.chain.from_iterable(group()), SNAPSHOT_POSITION,
-                                          chunk_records=chunk)
+                                          chunk_records=_SNAPSHOT_ITEMS)
                     self.stats.groups += 1
-                self.log.append_group(upcoming[0], as_of.hex16())
+                self.log.append_group(upcoming[0], as_of.hex16(), chunk_records=_SNAPSHOT_ITEMS)
         except _SnapshotStopped:
             self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
             return
@@ -610,32 +611,33 @@ class Capture:
             heads.append((shape, context, self._supersede(shape, context) + self.replayer._schema_records(shape, as_of)))
         rows: list[int] = []
 
-        def records() -> Iterator[ProducerRecord]:
+        def records() -> Iterator[ProducerRecord | ProducerColumns]:
             assert self.builder is not None
-            last: ProducerRecord | None = None
+            held: ProducerColumns | None = None  # held back so that the final read is marked "last"
             status_at = time.monotonic()
             for shape, context, head in heads:
                 yield from head
                 count = 0
-                for keys, afters in pending.reader.json_chunks(shape, self.tuning.snapshot_chunk_rows):
-                    reads = self.builder.reads(shape, keys, afters, context)
-                    if last is not None:
-                        yield last
-                    yield from reads[:-1]
-                    last = reads[-1]
-                    count += len(reads)
+                for keys, afters in pending.reader.column_chunks(shape, self.tuning.snapshot_chunk_rows):
+                    if held is not None:
+                        yield held
+                    held = self.builder.read_columns(shape, keys, afters, context)
+                    count += len(held)
+                    tally[0] += len(held)
+                    tally[1] += held.value_bytes()
                     if time.monotonic() - status_at >= self.tuning.status_seconds:
                         repl.send_status(self.confirmed, self.confirmed)  # the stream waits; keep it alive
                         status_at = time.monotonic()
                 rows.append(count)
-            if last is not None:
-                yield mark_last_read(last)
+            if held is not None:
+                yield held.slice(0, len(held) - 1)
+                yield mark_last_read(held.record(len(held) - 1))
             for (shape, _, _), count in zip(heads, rows, strict=True):
                 yield self.ledger.record(shape, as_of, count, ts_ms, membership.get(shape.relid))
 
         tally = [0, 0]
         try:
-            self.log.append_group(_counted(records(), tally), as_of.hex16())
+            self.log.append_group(records(), as_of.hex16(), chunk_records=_SNAPSHOT_ITEMS)
         except BaseException:
             self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
             raise
@@ -743,19 +745,8 @@ def _group_position(last: Transaction) -> Lsn:
     return Lsn(max(last.commit_lsn, last.end_lsn - 1))
 
 
-def _append_chunk(sample: list[ProducerRecord], batch_bytes: int, partitions: int) -> int:
-    """Records per chunk the log takes at a time, so that a partition's share of a chunk fits one batch.
-
-    The log splits a partition's share of a chunk into batches of about ``batch_bytes``
-    (``LogConfig.max_batch_bytes``), measuring every record only when the share does not fit one. Sized
-    by the records at the end of ``sample`` (the rows that follow are alike), with room for the record
-    framing and for keys spreading unevenly over the partitions; never below 1,000.
-    """
-    tail = sample[-64:]
-    if not tail:
-        return 10_000
-    average = sum(len(r[1] or b"") + len(r[2] or b"") for r in tail) / len(tail) + 64
-    return max(1_000, int(0.85 * batch_bytes * partitions / average))
+#: Items a snapshot group hands the log at a time: records, or blocks of one chunk's reads each.
+_SNAPSHOT_ITEMS = 4
 
 
 def _counted(records: Iterator[ProducerRecord], tally: list[int]) -> Iterator[ProducerRecord]:

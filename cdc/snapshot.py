@@ -21,16 +21,20 @@ raw tab or newline (both are escaped inside strings), so the chunk splits unambi
 from __future__ import annotations
 
 import queue
+import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
-import orjson
-
+import numpy as np
 import psycopg
+import pyarrow as pa
+import pyarrow.compute as pc
 from psycopg import sql
 from psycopg.types.string import ByteaBinaryLoader
 
+from cdc import arrow_fragments
 from cdc.catalog import SESSION_OPTIONS
 from cdc.errors import SourceError
 from cdc.tables import ColumnShape, TableShape
@@ -38,59 +42,35 @@ from cdc.tables import ColumnShape, TableShape
 #: The table itself, or the leaf partitions of a partitioned table (parameters: relid three times).
 _LEAVES = ("SELECT oid AS relid FROM pg_class WHERE oid = %s AND relkind <> 'p' "
            "UNION ALL SELECT relid FROM pg_partition_tree(%s) WHERE isleaf AND relid <> %s")
-#: Key column types whose server-made JSON is byte-identical to what orjson writes for the stream (the
-#: key bytes choose the partition and identify the row to compaction, so they must match exactly).
-_EXACT_KEY_TYPES = frozenset({"int2", "int4", "int8", "oid", "numeric", "uuid", "text", "varchar", "bpchar",
-                              "name", "bool", "bytea", "date", "timestamp", "timestamptz"})
-#: Array element types whose ``to_json`` rendering equals what :mod:`cdc.values` makes of the array text.
-_JSON_ARRAY_ELEMENTS = frozenset({"int2", "int4", "int8", "float4", "float8", "bool", "text", "varchar",
-                                  "bpchar", "name", "uuid"})
-_NUMBER = "{c}::text"
-_TO_JSON = "to_json({c})::text"
-_TEXT_STRING = "to_json({c}::text)::text"
-_QUOTED = "'\"' || {c}::text || '\"'"
-_OUTPUT_STRING = "CASE WHEN {c} IS NULL THEN NULL ELSE to_json(format('%s', {c}))::text END"
-_EXPRESSIONS: dict[str, str] = {
-    "int2": _NUMBER, "int4": _NUMBER, "int8": _NUMBER, "oid": _NUMBER,
-    "float4": _TO_JSON, "float8": _TO_JSON, "bool": _TO_JSON,
-    "numeric": _QUOTED, "uuid": _QUOTED,
-    "text": _TO_JSON, "varchar": _TO_JSON, "bpchar": _TO_JSON, "name": _TO_JSON, "citext": _TO_JSON,
-    "json": _TEXT_STRING, "jsonb": _TEXT_STRING, "date": _TEXT_STRING, "time": _TEXT_STRING,
-    "interval": _TEXT_STRING, "money": _TEXT_STRING, "macaddr": _TEXT_STRING, "bit": _TEXT_STRING,
-    "varbit": _TEXT_STRING, "xml": _TEXT_STRING,
-    "bytea": "'\"' || translate(encode({c}, 'base64'), E'\\n', '') || '\"'",
-    "timestamp": "CASE WHEN {c} >= '0001-01-01' AND {c} < 'infinity' "
-                 "THEN '\"' || replace({c}::text, ' ', 'T') || '\"' ELSE to_json({c}::text)::text END",
-    "timestamptz": "CASE WHEN {c} >= '0001-01-01 00:00:00+00' AND {c} < 'infinity' "
-                   "THEN '\"' || replace(left({c}::text, -3), ' ', 'T') || 'Z\"' ELSE to_json({c}::text)::text END",
-    "timetz": "to_json(regexp_replace({c}::text, '([+-][0-9]{{2}})$', '\\1:00'))::text",
-}
+#: Types whose ``::text`` cast is their output function and whose text never holds a backslash or a
+#: newline: sent as they are.
+_PLAIN = frozenset({"int2", "int4", "int8", "oid", "numeric", "float4", "float8", "uuid", "date", "time",
+                    "timetz", "timestamp", "timestamptz"})
+#: Types whose ``::text`` cast is their output function, escaped (others go through ``format('%s')``,
+#: which calls the output function: ``bool::text`` is ``true`` where the output is ``t``, ``bpchar::text``
+#: drops trailing blanks, ``inet::text`` adds the netmask).
+_CAST = _PLAIN | {"text", "varchar", "json", "jsonb"}
+#: The text a NULL is sent as (an escaped value never equals it: its backslashes are doubled).
+_NULL_TEXT = b"\\N"
 
 
-def json_expression(column: ColumnShape) -> tuple[sql.Composed, bool]:
-    """SQL giving the column's JSON value as text (NULL for SQL NULL), and whether Python must convert it.
-
-    The second item is true for the few types (arrays of most element types) whose JSON the server
-    cannot produce exactly: the expression then yields the value's text form as a JSON string, to be
-    passed through the column's :mod:`cdc.values` converter.
-    """
-    name = column.type_name
-    template = _EXPRESSIONS.get(name)
-    python = False
-    if template is None and name.startswith("_"):
-        template, python = (_TO_JSON, False) if name[1:] in _JSON_ARRAY_ELEMENTS else (_TEXT_STRING, True)
-    if template is None:
-        template = _OUTPUT_STRING  # enums, inet, cidr, "char", unknown types: the output function's text
-    return sql.SQL(template).format(c=sql.Identifier(column.name)), python
+def text_expression(column: ColumnShape) -> sql.Composed:
+    """SQL giving the column's text form as pgoutput sends it, escaped so that it holds no newline
+    (``\\`` for a backslash, ``\\n`` for a newline), ``\\N`` for NULL."""
+    name = sql.Identifier(column.name)
+    # format() makes '' of a NULL: only non-null values are formatted
+    text = (sql.SQL("{}::text") if column.type_name in _CAST
+            else sql.SQL("CASE WHEN {0} IS NOT NULL THEN format('%s', {0}) END")).format(name)
+    if column.type_name not in _PLAIN:
+        text = sql.SQL("replace(replace({}, '\\', '\\\\'), E'\\n', '\\n')").format(text)
+    return sql.SQL("COALESCE({}, '\\N')").format(text)
 
 
 @dataclass(frozen=True)
-class JsonQuery:
-    """The per-chunk query of one table and how to finish its rows in Python."""
+class ColumnQuery:
+    """The per-chunk query of one table: per column its rows' texts joined by newlines, then the row count."""
 
     select: sql.Composed
-    keyed: bool
-    python_columns: tuple[int, ...]  # indexes of columns whose JSON Python converts
 
     def chunk(self, first: int, end: int | None) -> sql.Composed:
         """The query over blocks ``[first, end)`` (``end`` None: every block from ``first`` on).
@@ -103,34 +83,67 @@ class JsonQuery:
         return sql.Composed([self.select, where])
 
 
-def json_query(shape: TableShape) -> JsonQuery:
-    """The chunk queries of ``shape``: one SQL expression per row, key and ``after`` JSON."""
-    parts: list[sql.Composable] = []
-    python: list[int] = []
+def column_query(shape: TableShape) -> ColumnQuery:
+    """The chunk queries of ``shape``: one ``string_agg`` per column (all aggregates of one query see the
+    rows in the same order) and ``count(*)``."""
+    aggregates = [sql.SQL("string_agg({}, E'\\n')").format(text_expression(c)) for c in shape.columns]
+    select = sql.SQL("SELECT {} FROM {}").format(
+        sql.SQL(", ").join([*aggregates, sql.SQL("count(*)")]), sql.Identifier(shape.schema, shape.table))
+    return ColumnQuery(select)
+
+
+def chunk_columns(shape: TableShape, row: Sequence[object]) -> tuple[pa.Array | None, pa.Array]:
+    """The keys (``None`` for a keyless table) and ``after`` objects of one chunk's result row, as Arrow
+    ``large_binary`` arrays; JSON byte for byte as the stream's (see :mod:`cdc.arrow_fragments`)."""
+    count = int(cast(int, row[-1]))
+    codec = shape.codec
+    parts: list[pa.Array] = []
     for index, column in enumerate(shape.columns):
-        expression, needs_python = json_expression(column)
-        if needs_python:
-            python.append(index)
-        opener = "{" if index == 0 else ","
-        parts.append(sql.Literal(opener + orjson.dumps(column.name).decode() + ":"))
-        parts.append(sql.SQL("COALESCE({}, 'null')").format(expression))
-    parts.append(sql.Literal("}"))
-    after = sql.SQL(" || ").join(parts)
-    keys = sorted((c for c in shape.columns if c.key), key=lambda c: c.name)
-    exact_keys = all(c.type_name in _EXACT_KEY_TYPES for c in keys)
-    if keys and exact_keys and not python:
-        key_parts: list[sql.Composable] = []
-        for index, column in enumerate(keys):
-            opener = "{" if index == 0 else ","
-            key_parts.append(sql.Literal(opener + orjson.dumps(column.name).decode() + ":"))
-            key_parts.append(sql.SQL("COALESCE({}, 'null')").format(json_expression(column)[0]))
-        key_parts.append(sql.Literal("}"))
-        row = sql.SQL("{} || E'\\t' || {}").format(sql.SQL(" || ").join(key_parts), after)
+        texts = _split(cast("bytes | None", row[index]), count, column)
+        nulls = pc.equal(texts, arrow_fragments.literal(_NULL_TEXT))
+        if column.type_name not in _PLAIN:
+            texts = _unescaped(texts, nulls)
+        parts.append(arrow_fragments.fragments(texts, nulls if nulls.true_count else None,
+                                               codec.fragmenters[index]))
+    if not shape.columns:
+        parts_after = pa.array([b"{}"] * count, arrow_fragments.BYTES)
     else:
-        row = after
-    select = sql.SQL("SELECT string_agg({row}, E'\\n') FROM {table}").format(
-        row=row, table=sql.Identifier(shape.schema, shape.table))
-    return JsonQuery(select, bool(keys) and exact_keys and not python, tuple(python))
+        parts_after = arrow_fragments.join_objects(codec.prefixes, parts)
+    if not codec.sorted_keys:
+        return None, parts_after
+    keys = arrow_fragments.join_objects([codec.prefixes[i] for i in codec.sorted_keys],
+                                        [parts[i] for i in codec.sorted_keys])
+    return keys, parts_after
+
+
+def _split(data: bytes | None, count: int, column: ColumnShape) -> pa.Array:
+    """One column's newline-joined texts as an array of ``count`` rows."""
+    if data is None:
+        texts = pa.array([], arrow_fragments.BYTES)
+    else:
+        texts = pc.split_pattern(pa.array([data], arrow_fragments.BYTES), b"\n").flatten()
+    if len(texts) != count:
+        raise SourceError(f"the snapshot read {len(texts)} values of column {column.name} for {count} rows; "
+                          "retry capture")
+    return texts
+
+
+def _unescaped(texts: pa.Array, nulls: pa.Array) -> pa.Array:
+    """Texts with the server's escapes undone (only rows holding a backslash need it)."""
+    escaped = pc.and_not(pc.match_substring(texts, b"\\"), nulls)
+    if not escaped.true_count:
+        return texts
+    picked = np.flatnonzero(np.asarray(escaped, dtype=bool))
+    rows = texts.take(pa.array(picked)).to_pylist()
+    plain = [_ESCAPE.sub(_unescape, raw) for raw in rows]
+    return pc.replace_with_mask(texts, escaped, pa.array(plain, arrow_fragments.BYTES))
+
+
+_ESCAPE = re.compile(rb"\\(.)", re.DOTALL)
+
+
+def _unescape(match: re.Match[bytes]) -> bytes:
+    return b"\n" if match[1] == b"n" else match[1]
 
 
 class SnapshotReader:
@@ -190,33 +203,34 @@ class SnapshotReader:
         ).fetchone()
         return (int(row[0]), float(row[1])) if row else (0, 0.0)  # type: ignore[call-overload]
 
-    def json_chunks(
+    def column_chunks(
         self, shape: TableShape, chunk_rows: int = 10_000
-    ) -> Iterator[tuple[list[bytes | None], list[bytes]]]:
-        """Every row of the table as key JSON and ``after`` JSON (two lists per chunk), a block range per chunk.
+    ) -> Iterator[tuple[pa.Array | None, pa.Array]]:
+        """Every row of the table as key JSON and ``after`` JSON (two Arrow arrays per chunk, the keys
+        ``None`` for a keyless table), a block range per chunk.
 
         A partitioned table is read through its root: each block range is read from every partition.
         Chunks are fetched by one thread per session while the caller works on the current one (at
-        most two chunks wait per session), so the server builds JSON while Python builds events.
+        most two chunks wait per session), so the server reads while Python builds events.
         """
-        plan = json_query(shape)
+        plan = column_query(shape)
         blocks, per_block = self.blocks(shape.relid)
         step = max(1, int(chunk_rows / per_block)) if per_block > 0 else 64
         ranges: list[tuple[int, int | None]] = [(first, first + step) for first in range(0, blocks, step)]
         ranges = ranges[:-1] + [(ranges[-1][0], None)] if ranges else [(0, None)]
-        for data in self._prefetched(plan, ranges):
-            if data:
-                yield _split_chunk(shape, plan, data)
+        for row in self._prefetched(plan, ranges):
+            if row is not None and int(cast(int, row[-1])):
+                yield chunk_columns(shape, row)
 
-    def _prefetched(self, plan: JsonQuery, ranges: list[tuple[int, int | None]]) -> Iterator[bytes | None]:
+    def _prefetched(self, plan: ColumnQuery, ranges: list[tuple[int, int | None]]) -> Iterator[Sequence[object] | None]:
         """Chunk results in range order; range ``i`` is fetched by session ``i % sessions`` in a thread of its own."""
         sessions = [self._conn, *self._helpers]
-        queues: list[queue.Queue[tuple[bytes | None, BaseException | None]]] = [
+        queues: list[queue.Queue[tuple[Sequence[object] | None, BaseException | None]]] = [
             queue.Queue(maxsize=2) for _ in sessions]
         stop = threading.Event()
 
-        def hand_over(results: queue.Queue[tuple[bytes | None, BaseException | None]],
-                      item: tuple[bytes | None, BaseException | None]) -> None:
+        def hand_over(results: queue.Queue[tuple[Sequence[object] | None, BaseException | None]],
+                      item: tuple[Sequence[object] | None, BaseException | None]) -> None:
             while not stop.is_set():
                 try:
                     results.put(item, timeout=0.2)
@@ -225,16 +239,15 @@ class SnapshotReader:
                     continue
 
         def fetch(conn: psycopg.Connection[tuple[object, ...]], mine: list[tuple[int, int | None]],
-                  results: queue.Queue[tuple[bytes | None, BaseException | None]]) -> None:
+                  results: queue.Queue[tuple[Sequence[object] | None, BaseException | None]]) -> None:
             try:
                 with conn.cursor(binary=True) as cursor:
-                    # the chunk's text as the server sends it (UTF-8, see _open): bytes, never decoded
+                    # the chunk's texts as the server sends them (UTF-8, see _open): bytes, never decoded
                     cursor.adapters.register_loader("text", ByteaBinaryLoader)
                     for first, end in mine:
                         if stop.is_set():
                             return
-                        row = cursor.execute(plan.chunk(first, end)).fetchone()
-                        hand_over(results, (bytes(row[0]) if row is not None and row[0] is not None else None, None))
+                        hand_over(results, (cursor.execute(plan.chunk(first, end)).fetchone(), None))
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer below
                 hand_over(results, (None, exc))
 
@@ -266,28 +279,3 @@ class SnapshotReader:
                 pass
             finally:
                 conn.close()
-
-
-def _split_chunk(shape: TableShape, plan: JsonQuery, data: bytes) -> tuple[list[bytes | None], list[bytes]]:
-    """The keys and ``after`` values of one chunk; Python finishes the columns the server could not."""
-    if plan.keyed:
-        parts = data.replace(b"\n", b"\t").split(b"\t")
-        return parts[0::2], parts[1::2]  # type: ignore[return-value]
-    afters = data.split(b"\n")
-    names = [c.name for c in shape.columns]
-    keys = sorted(c.name for c in shape.columns if c.key)
-    converters = [(names[i], shape.converters[i]) for i in plan.python_columns]
-    out_keys: list[bytes | None] = []
-    out_afters: list[bytes] = []
-    for after in afters:
-        if converters:
-            row = orjson.loads(after)
-            for name, convert in converters:
-                if row[name] is not None:
-                    row[name] = convert(row[name])
-            after = orjson.dumps(row)
-        else:
-            row = orjson.loads(after) if keys else None
-        out_keys.append(orjson.dumps({k: row[k] for k in keys}, option=orjson.OPT_SORT_KEYS) if keys and row else None)
-        out_afters.append(after)
-    return out_keys, out_afters

@@ -18,6 +18,7 @@ from log_store.config import LogConfig
 from log_store.fold import fold_json_after
 from log_store.log_cleaner import CleanerReport, PartitionCleaning
 from log_store.partitioner import murmur2, partition_for_key
+from log_store.producer_columns import ProducerColumns
 from log_store.record import UNCHANGED_HEADER, Headers, ProducerRecord, Record, TopicPartition
 from log_store.record_batch import RecordColumns
 from log_store.recovery import PartitionCut, RecoveryReport
@@ -37,6 +38,7 @@ __all__ = [
     "PartitionCleaning",
     "PartitionCut",
     "PartitionInfo",
+    "ProducerColumns",
     "ProducerRecord",
     "Record",
     "RecordColumns",

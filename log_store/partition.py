@@ -31,6 +31,7 @@ from typing import NamedTuple, TypeVar
 
 from log_store.config import LogConfig
 from log_store.record import ProducerRecord, Record, TopicPartition
+from log_store.producer_columns import ArrowColumns
 from log_store.record_batch import Columns, RecordColumns, decode_records
 from log_store.segment import ActiveSegment, SegmentFile, list_segments, log_name
 
@@ -43,7 +44,7 @@ _T = TypeVar("_T")
 class EncodedBatch(NamedTuple):
     """One encoded batch waiting to be written: its buffers, bytes, base offset and record count."""
 
-    pieces: list[bytes]
+    pieces: list[bytes | memoryview]
     length: int
     base_offset: int
     records: int
@@ -221,31 +222,22 @@ class Partition:
         self.active = active
         self.next_offset = next_offset
 
-    def append(self, records: Sequence[ProducerRecord] | Columns, now_ms: int) -> None:
+    def append(self, records: Sequence[ProducerRecord] | Columns | ArrowColumns, now_ms: int) -> None:
         """Append ``records`` at the next offsets (written, not yet fsynced: see :meth:`sync`)."""
-        columns = records if isinstance(records, Columns) else Columns(records)
+        columns = records if isinstance(records, (Columns, ArrowColumns)) else Columns(records)
         self.write(self.encode(columns, now_ms), now_ms)
 
-    def encode(self, columns: Columns, now_ms: int) -> list[EncodedBatch]:
-        """The batches that would append ``columns`` at the next offsets; writes nothing.
+    def encode(self, columns: Columns | ArrowColumns, now_ms: int, ahead: int = 0) -> list[EncodedBatch]:
+        """The batches that would append ``columns`` at the next offsets (after ``ahead`` records
+        encoded before them and not written yet); writes nothing.
 
         Everything that can fail because of the records themselves (their types) fails here, before
         :meth:`write`, so a caller can encode a whole chunk for every partition before writing any of
         it. The batches hold about ``max_batch_bytes`` each.
         """
-        count = columns.count
-        budget = self.config.max_batch_bytes
-        cuts = [0]
-        if columns.payload_bytes > budget:
-            running = list(accumulate(columns.sizes()))
-            while cuts[-1] < count:
-                taken = running[cuts[-1] - 1] if cuts[-1] else 0
-                stop = bisect_right(running, taken + budget)
-                cuts.append(max(stop, cuts[-1] + 1))
-        else:
-            cuts.append(count)
+        cuts = columns.cuts(self.config.max_batch_bytes)
         batches: list[EncodedBatch] = []
-        base = self.next_offset
+        base = self.next_offset + ahead
         for start, stop in zip(cuts, cuts[1:]):
             pieces, length = columns.encode_pieces(base + start, start, stop, now_ms)
             batches.append(EncodedBatch(pieces, length, base + start, stop - start))

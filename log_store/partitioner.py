@@ -15,6 +15,8 @@ from operator import itemgetter
 from typing import Any, cast
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
@@ -95,6 +97,27 @@ def partition_array(keys: Sequence[bytes], partitions: int) -> Any:
     return out
 
 
+def partition_arrow(keys: pa.Array, partitions: int) -> Any:
+    """``partition_for_key`` of every key of an Arrow binary or string array (no nulls), as numpy ``int64``.
+
+    Keys of one length are gathered with ``take`` (their bytes then lie end to end) and hashed together.
+    """
+    count = len(keys)
+    lengths = np.asarray(pc.binary_length(keys), dtype=np.int64)
+    out = np.empty(count, dtype=np.int64)
+    for length in np.unique(lengths).tolist():
+        positions = np.flatnonzero(lengths == length)
+        same = keys if len(positions) == count else keys.take(pa.array(positions))
+        _, offsets, data = same.buffers()
+        first = int(np.frombuffer(offsets, dtype=np.int64 if pa.types.is_large_binary(same.type)
+                                  or pa.types.is_large_string(same.type) else np.int32)[same.offset])
+        raw = bytes(memoryview(data)[first : first + length * len(positions)]) if data is not None else b""
+        out[positions] = _murmur2_same_length(raw, len(positions), length)
+    out &= 0x7FFFFFFF
+    out %= partitions
+    return out
+
+
 def _murmur2_same_length(data: bytes, count: int, length: int) -> Any:
     """Unsigned murmur2 of ``count`` keys of ``length`` bytes laid end to end in ``data``."""
     m = np.uint32(_M)
@@ -148,6 +171,22 @@ class Partitioner:
         if None not in keys:
             return partitions_for_keys(keys, partitions)  # type: ignore[arg-type]
         return [self.partition(topic, key, partitions) for key in keys]
+
+    def columns_array(self, topic: str, keys: pa.Array | None, count: int, partitions: int) -> Any:
+        """The partitions of ``count`` records of ``topic`` with Arrow ``keys`` (``None``: keyless), as
+        numpy ``int64``: murmur2 for keys, round-robin in order for keyless records, as :meth:`partitions`."""
+        out = np.zeros(count, dtype=np.int64)
+        keyless = np.ones(count, dtype=bool) if keys is None else np.asarray(keys.is_null(), dtype=bool)
+        if keys is not None and keys.null_count < count:
+            keyed = np.flatnonzero(~keyless)
+            present = keys if len(keyed) == count else keys.take(pa.array(keyed))
+            out[keyed] = partition_arrow(present, partitions) if partitions > 1 else 0
+        turns = int(keyless.sum())
+        if turns:
+            start = self._next.get(topic, 0)
+            self._next[topic] = start + turns
+            out[keyless] = (start + np.arange(turns, dtype=np.int64)) % partitions
+        return out
 
     def keyed_array(self, keys: Sequence[bytes], partitions: int) -> Any:
         """The partitions of a run of keyed records as a numpy ``int64`` array.

@@ -45,10 +45,10 @@ decoding unpacks each fixed-width column with one ``struct`` call.
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from functools import lru_cache, partial
-from itertools import compress, repeat
+from itertools import accumulate, compress, repeat
 from operator import add, itemgetter, lt, sub
 from typing import NamedTuple, cast
 
@@ -240,6 +240,18 @@ class Columns:
         return list(map(add, map(add, map(len, self.keys), map(len, self.values)),
                         map(add, self._block_lengths(0, self.count),
                             repeat(RECORD_SIZE, self.count))))
+
+    def cuts(self, budget: int) -> list[int]:
+        """Record indexes where batches of about ``budget`` bytes start, and the count at the end."""
+        if self.payload_bytes <= budget:
+            return [0, self.count]
+        running = list(accumulate(self.sizes()))
+        cuts = [0]
+        while cuts[-1] < self.count:
+            taken = running[cuts[-1] - 1] if cuts[-1] else 0
+            stop = bisect_right(running, taken + budget)
+            cuts.append(max(stop, cuts[-1] + 1))
+        return cuts
 
     def encode_pieces(
         self, base_offset: int, start: int, stop: int, append_time_ms: int,

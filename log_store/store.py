@@ -66,6 +66,7 @@ from typing import Any, Literal, cast
 
 import numpy as np
 import orjson
+import pyarrow as pa
 
 from log_store.atomic_file import fsync_dir, make_dirs, write_atomic
 from log_store.config import LogConfig
@@ -88,6 +89,7 @@ from log_store.log_cleaner import LOCK_NAME as CLEANER_LOCK
 from log_store.log_cleaner import CleanerReport, LogCleaner, read_checkpoint
 from log_store.partition import EncodedBatch, Partition
 from log_store.partitioner import Partitioner
+from log_store.producer_columns import ArrowColumns, ProducerColumns
 from log_store.record import ProducerRecord, Record, TopicPartition
 from log_store.record_batch import Columns, RecordColumns
 from log_store.sync_pool import SyncPool
@@ -372,12 +374,15 @@ class LogStore:
     # --- appending ---------------------------------------------------------------------------
 
     def append_group(
-        self, records: Iterable[ProducerRecord], position: str, *, chunk_records: int = APPEND_CHUNK
+        self, records: Iterable[ProducerRecord | ProducerColumns], position: str, *,
+        chunk_records: int = APPEND_CHUNK,
     ) -> Watermark:
         """Append ``records`` and commit them with a durable watermark at ``position``.
 
-        ``records`` may be any iterable (a generator too); it is read once, ``chunk_records`` at a
-        time, so a group of any size needs memory for one chunk only. Guarantees: when this returns,
+        ``records`` may be any iterable (a generator too); it is read once, ``chunk_records`` items at
+        a time, so a group of any size needs memory for one chunk only. An item may be a
+        :class:`ProducerColumns` (many records as Arrow columns), which counts as one item and is
+        encoded as a run of its own, in its place among the records. Guarantees: when this returns,
         every record and the watermark are durable (fsynced) and visible to readers; before it returns
         none of them is visible, and a crash at any point leaves either the whole group (once its
         watermark is durable) or none of it after recovery. Records of a chunk are validated before
@@ -397,7 +402,7 @@ class LogStore:
             now = self.config.clock()
             # a list or tuple that fits one chunk is used as it is (no copy); anything else is read
             # chunk by chunk
-            whole: Sequence[ProducerRecord] | None = None
+            whole: Sequence[ProducerRecord | ProducerColumns] | None = None
             if isinstance(records, (list, tuple)) and len(records) <= chunk_records:
                 whole = records
             iterator = iter(() if whole is not None else records)
@@ -408,7 +413,7 @@ class LogStore:
                         chunk, whole = whole, ()
                     else:
                         chunk = list(islice(iterator, chunk_records))
-                    encoded = self._encode(chunk, now) if chunk else []
+                    encoded = self._encode_chunk(chunk, now) if chunk else []
                 except BaseException:
                     # The records themselves failed (a bad record, or the producer's iterator
                     # raised): written chunks are cut back to the last watermark, the log stays usable.
@@ -490,6 +495,83 @@ class LogStore:
         if self._sync_pool is None:
             self._sync_pool = SyncPool(workers=4)
         return self._sync_pool
+
+    def _encode_chunk(
+        self, chunk: Sequence[ProducerRecord | ProducerColumns], now_ms: int
+    ) -> list[tuple[Partition, list[EncodedBatch]]]:
+        """:meth:`_encode` of a chunk, where each :class:`ProducerColumns` is a run of its own.
+
+        A partition touched by several runs gets their batches in the runs' order (each run encoded
+        at the offsets the runs before it leave), and nothing is written before every run encoded.
+        """
+        if ProducerColumns not in set(map(type, chunk)):
+            return self._encode(cast("Sequence[ProducerRecord]", chunk), now_ms)
+        runs: list[Sequence[ProducerRecord] | ProducerColumns] = []
+        records: list[ProducerRecord] = []
+        for item in chunk:
+            if isinstance(item, ProducerColumns):
+                if records:
+                    runs.append(records)
+                    records = []
+                runs.append(item)
+            else:
+                records.append(item)
+        if records:
+            runs.append(records)
+        out: list[tuple[Partition, list[EncodedBatch]]] = []
+        ahead: dict[TopicPartition, int] = {}  # records encoded for a partition by earlier runs
+        for run in runs:
+            if isinstance(run, ProducerColumns):
+                groups = self._place_columns(run)
+            else:
+                try:
+                    groups = self._place(run)
+                except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as exc:
+                    raise _invalid_record(run, exc) from exc
+            for tp, columns in groups.items():
+                partition = self._partitions[tp]
+                skip = ahead.get(tp, 0)
+                try:
+                    batches = partition.encode(columns, now_ms, ahead=skip)
+                except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as exc:
+                    if isinstance(run, ProducerColumns):
+                        raise InvalidRecordError(run.topic, f"a record cannot be encoded ({exc})",
+                                                 "give keys and values as Arrow binary arrays") from exc
+                    raise _invalid_record(run, exc) from exc
+                ahead[tp] = skip + columns.count
+                out.append((partition, batches))
+        return out
+
+    def _place_columns(self, block: ProducerColumns) -> dict[TopicPartition, Columns | ArrowColumns]:
+        """:meth:`_place` of a :class:`ProducerColumns`: partitions chosen from the Arrow keys."""
+        config = self._topics.get(block.topic)
+        if config is None:
+            raise UnknownTopicError(self.root, block.topic)
+        if config.compacted and block.null_keys():
+            raise _keyless(block.topic)
+        groups: dict[TopicPartition, Columns | ArrowColumns] = {}
+        if not len(block):
+            return groups
+        if config.partitions == 1:
+            groups[TopicPartition(block.topic, 0)] = ArrowColumns(block.keys, block.values, block.timestamp_ms)
+            return groups
+        placed = self._partitioner.columns_array(block.topic, block.keys, len(block), config.partitions)
+        counts = np.bincount(placed, minlength=config.partitions).tolist()
+        if max(counts) == len(block):
+            groups[TopicPartition(block.topic, counts.index(len(block)))] = ArrowColumns(
+                block.keys, block.values, block.timestamp_ms)
+            return groups
+        order = pa.array(np.argsort(placed, kind="stable"))
+        keys = None if block.keys is None else block.keys.take(order)
+        values = block.values.take(order)
+        start = 0
+        for partition, size in enumerate(counts):
+            if size:
+                groups[TopicPartition(block.topic, partition)] = ArrowColumns(
+                    None if keys is None else keys.slice(start, size), values.slice(start, size),
+                    block.timestamp_ms)
+                start += size
+        return groups
 
     def _encode(
         self, records: Sequence[ProducerRecord], now_ms: int
