@@ -2,7 +2,7 @@
 
 The snapshot reads each column as one Arrow array of the values' text forms (what the type's output
 function writes, as pgoutput sends them). :func:`fragments` turns such an array into the JSON value of
-every row with Arrow compute kernels, and :func:`join_objects` lays the fragments out as objects.
+every row with Arrow compute kernels, and :func:`object_pieces` and :func:`join` lay them out as objects.
 
 Guarantee: every fragment is byte for byte what the column's :func:`~cdc.row_codec.fragmenter` writes
 for the same text (so ``after`` objects and keys equal the streamed events' and keys choose the same
@@ -36,54 +36,78 @@ def literal(data: bytes) -> pa.Scalar:
     return pa.scalar(data, BYTES)
 
 
-def fragments(texts: pa.Array, nulls: pa.Array | None, encode: Fragmenter) -> pa.Array:
-    """The JSON value of every row: ``null`` where ``nulls`` is true, else ``encode`` of the text.
+def fragments(texts: pa.Array, nulls: pa.Array | None, encode: Fragmenter) -> list[pa.Array | pa.Scalar]:
+    """The JSON value of every row, as pieces for :func:`join`: ``null`` where ``nulls`` is true, else
+    ``encode`` of the text.
 
-    ``texts`` is a ``large_binary`` array without nulls (a null row's text is ignored).
+    ``texts`` is a ``large_binary`` array (a null row's text is ignored). The pieces are the texts
+    themselves between literal quotes where no row needs more, so that :func:`join` copies each
+    byte once.
     """
+    pieces: list[pa.Array | pa.Scalar]
     if encode is _number:
-        out, slow = texts, None
+        pieces, slow = [texts], None
     elif encode is _quoted:
-        out, slow = _wrapped(texts), None
+        pieces, slow = [_QUOTE, texts, _QUOTE], None
     elif encode is _text:
         slow = pc.match_substring_regex(texts, _NEEDS_ESCAPE)
-        out = _wrapped(texts)
+        pieces = [_QUOTE, texts, _QUOTE]
     elif encode is _bool:
-        out = pc.if_else(pc.equal(texts, literal(b"t")), literal(b"true"), literal(b"false"))
-        slow = None
+        pieces, slow = [pc.if_else(pc.equal(texts, literal(b"t")), literal(b"true"), literal(b"false"))], None
     elif encode is _timestamptz:
-        fast = pc.and_(pc.ends_with(texts, b"+00"), _digit_first(texts))
-        slow = pc.invert(fast)
-        body = pc.replace_substring(pc.binary_slice(texts, 0, -3), b" ", b"T", max_replacements=1)
-        out = pc.binary_join_element_wise(_QUOTE, body, _UTC_END, EMPTY)
+        slow = pc.invert(pc.and_(pc.ends_with(texts, b"+00"), _digit_first(texts)))
+        pieces = [_QUOTE, pc.replace_substring(pc.binary_slice(texts, 0, -3), b" ", b"T", max_replacements=1),
+                  _UTC_END]
     elif encode is _timestamp:
-        fast = pc.and_(pc.invert(pc.ends_with(texts, b" BC")), _digit_first(texts))
-        slow = pc.invert(fast)
-        out = _wrapped(pc.replace_substring(texts, b" ", b"T", max_replacements=1))
+        slow = pc.invert(pc.and_(pc.invert(pc.ends_with(texts, b" BC")), _digit_first(texts)))
+        pieces = [_QUOTE, pc.replace_substring(texts, b" ", b"T", max_replacements=1), _QUOTE]
     else:
-        out, slow = texts, pa.array(np.ones(len(texts), dtype=bool))
-    if nulls is not None and nulls.true_count:
-        slow = None if slow is None else pc.and_not(slow, nulls)
+        pieces, slow = [texts], pa.array(np.ones(len(texts), dtype=bool))
+    if slow is not None and nulls is not None:
+        slow = pc.and_not(slow, nulls)
+    if slow is not None and not slow.true_count:
+        slow = None
+    if nulls is None and slow is None:
+        return pieces
+    out = join(pieces, len(texts)) if len(pieces) > 1 else pieces[0]
+    if nulls is not None:
         out = pc.if_else(nulls, literal(NULL), out)
-    if slow is not None and slow.true_count:
+    if slow is not None:
         picked = np.flatnonzero(np.asarray(slow, dtype=bool))
         rows = texts.take(pa.array(picked)).to_pylist()
         out = pc.replace_with_mask(out, slow, pa.array(list(map(encode, rows)), BYTES))
-    return out
+    return [out]
 
 
-def join_objects(prefixes: Sequence[bytes], parts: Sequence[pa.Array]) -> pa.Array:
-    """``{<prefix 0><part 0>,<prefix 1><part 1>...}`` per row, the prefixes being ``"name":``."""
+def object_pieces(prefixes: Sequence[bytes], parts: Sequence[Sequence[pa.Array | pa.Scalar]]) -> list[pa.Array | pa.Scalar]:
+    """What :func:`join` makes ``{<prefix 0><part 0>,<prefix 1><part 1>...}`` of, per row (the prefixes
+    being ``"name":``, the parts :func:`fragments`' pieces); kept apart so that a caller can join more
+    around it in the same pass."""
     pieces: list[pa.Array | pa.Scalar] = []
     for index, (prefix, part) in enumerate(zip(prefixes, parts, strict=True)):
         pieces.append(literal((b"{" if index == 0 else b",") + prefix))
-        pieces.append(part)
-    pieces.append(literal(b"}"))
+        pieces.extend(part)
+    pieces.append(literal(b"}" if parts else b"{}"))
+    return _merged(pieces)
+
+
+def join(pieces: Sequence[pa.Array | pa.Scalar], count: int) -> pa.Array:
+    """The pieces (arrays of ``count`` rows, or scalars repeated on every row) joined per row."""
+    pieces = _merged(pieces)
+    if not any(isinstance(piece, pa.Array) for piece in pieces):
+        pieces = [*pieces, pa.nulls(count, BYTES).fill_null(EMPTY)]
     return pc.binary_join_element_wise(*pieces, EMPTY)
 
 
-def _wrapped(texts: pa.Array) -> pa.Array:
-    return pc.binary_join_element_wise(_QUOTE, texts, _QUOTE, EMPTY)
+def _merged(pieces: Sequence[pa.Array | pa.Scalar]) -> list[pa.Array | pa.Scalar]:
+    """``pieces`` with neighbouring scalars joined into one."""
+    out: list[pa.Array | pa.Scalar] = []
+    for piece in pieces:
+        if isinstance(piece, pa.Scalar) and out and isinstance(out[-1], pa.Scalar):
+            out[-1] = literal(out[-1].as_py() + piece.as_py())
+        else:
+            out.append(piece)
+    return out
 
 
 def _digit_first(texts: pa.Array) -> pa.Array:

@@ -74,7 +74,7 @@ from cdc.lsn import Lsn
 from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
 from cdc.slot_continuity import gap_after, slot_confirmed
-from cdc.snapshot import SnapshotReader
+from cdc.snapshot import SnapshotChunk, SnapshotReader
 from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
@@ -310,13 +310,13 @@ class Capture:
                     carry += head
                     rows = 0
                     chunks = reader.column_chunks(shape, self.tuning.snapshot_chunk_rows)
-                    for keys, afters in self._with_progress(chunks, table, reader):
+                    for count, keys, after in self._with_progress(chunks, table, reader):
                         if self.stop.is_set():
                             raise _SnapshotStopped
                         if held is not None:
                             yield [*carry, held], False
                             carry = []
-                        held = self.builder.read_columns(shape, keys, afters, context)
+                        held = self.builder.read_columns(shape, count, keys, after, context)
                         rows += len(held)
                         tally[0] += len(held)
                         tally[1] += held.value_bytes()
@@ -389,8 +389,8 @@ class Capture:
         )
 
     def _with_progress(
-        self, chunks: Iterator[tuple[list[bytes | None], list[bytes]]], table: PublishedTable, reader: SnapshotReader
-    ) -> Iterator[tuple[list[bytes | None], list[bytes]]]:
+        self, chunks: Iterator[SnapshotChunk], table: PublishedTable, reader: SnapshotReader
+    ) -> Iterator[SnapshotChunk]:
         if not self.progress:
             yield from chunks
             return
@@ -400,7 +400,7 @@ class Capture:
             task = bar.add_task(f"snapshot {table.qualified}", total=reader.estimate(table.relid) or None)
             for chunk in chunks:
                 yield chunk
-                bar.advance(task, len(chunk[1]))
+                bar.advance(task, chunk[0])
 
     # -- streaming -----------------------------------------------------------------------------------
 
@@ -618,10 +618,10 @@ class Capture:
             for shape, context, head in heads:
                 yield from head
                 count = 0
-                for keys, afters in pending.reader.column_chunks(shape, self.tuning.snapshot_chunk_rows):
+                for count_read, keys, after in pending.reader.column_chunks(shape, self.tuning.snapshot_chunk_rows):
                     if held is not None:
                         yield held
-                    held = self.builder.read_columns(shape, keys, afters, context)
+                    held = self.builder.read_columns(shape, count_read, keys, after, context)
                     count += len(held)
                     tally[0] += len(held)
                     tally[1] += held.value_bytes()

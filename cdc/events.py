@@ -31,7 +31,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from cdc.arrow_fragments import EMPTY, literal
+from cdc.arrow_fragments import join, literal
 from cdc.errors import MissingValueError
 from cdc.pgoutput.messages import UNCHANGED, Tuple
 from cdc.row_codec import NULL, RowCodec
@@ -153,20 +153,25 @@ class EventBuilder:
         return list(map(_tuple_new, repeat(ProducerRecord),
                         zip(repeat(shape.topic), keys, values, repeat(tx.ts_ms), repeat(()))))
 
-    def read_columns(self, shape: TableShape, keys: pa.Array | None, afters: pa.Array, tx: TxContext) -> ProducerColumns:
-        """:meth:`reads` of rows given as Arrow arrays of key JSON and ``after`` JSON: the same envelopes,
-        built a column at a time."""
+    def read_columns(
+        self, shape: TableShape, count: int, keys: pa.Array | None, after: Sequence[pa.Array | pa.Scalar],
+        tx: TxContext,
+    ) -> ProducerColumns:
+        """:meth:`reads` of ``count`` rows given as an Arrow array of key JSON and the pieces of their
+        ``after`` JSON (:func:`~cdc.arrow_fragments.object_pieces`): the same envelopes, built a column
+        at a time in one join."""
         source = orjson.dumps({
             "connector": "postgresql", "name": self.prefix, "db": self.database, "schema": shape.schema,
             "table": shape.table, "lsn": tx.lsn, "txId": tx.xid, "ts_ms": tx.ts_ms, "snapshot": tx.snapshot,
         })
         start = tx.sequence
-        tx.sequence += len(afters)
+        tx.sequence += count
         sequences = pc.cast(pc.cast(pa.array(np.arange(start, tx.sequence, dtype=np.int64)), pa.large_string()),
                             pa.large_binary())
-        values = pc.binary_join_element_wise(
-            literal(b'{"before":null,"after":'), afters, literal(b',"op":"r","source":' + source[:-1] + b',"sequence":'),
-            sequences, literal(b'},"ts_ms":' + str(time.time_ns() // 1_000_000).encode() + b"}"), EMPTY)
+        values = join([
+            literal(b'{"before":null,"after":'), *after,
+            literal(b',"op":"r","source":' + source[:-1] + b',"sequence":'), sequences,
+            literal(b'},"ts_ms":' + str(time.time_ns() // 1_000_000).encode() + b"}")], count)
         return ProducerColumns(shape.topic, keys, values, tx.ts_ms)
 
     def _head(self, shape: TableShape, tx: TxContext) -> bytes:

@@ -1,8 +1,8 @@
-"""Reading the included tables inside the slot's exported snapshot, as JSON text built by the server.
+r"""Reading the included tables inside the slot's exported snapshot, a column at a time.
 
 Consistency rule: the slot is created with ``SNAPSHOT 'export'`` and every table is read in
 REPEATABLE READ transactions that import that snapshot (a few sessions, each importing the same
-snapshot, so that the server builds several chunks at once; all of them see exactly the same rows).
+snapshot, so that the server reads several chunks at once; all of them see exactly the same rows).
 The snapshot sees exactly the transactions that committed before the slot's consistent point, and the
 slot streams exactly those that commit after it, so snapshot plus stream have no gap and no overlap.
 That is why streaming must start at the consistent point and nowhere else. The snapshot transactions
@@ -11,11 +11,14 @@ closes. Each block range is read by exactly one session, and chunks are handed o
 
 Rows are read in chunks of physical block ranges (``ctid >= '(a,0)' AND ctid < '(b,0)'``, a TID range
 scan; the last range is open-ended, so rows in blocks added later are still read). For each chunk the
-server returns one text value: per row the key JSON, a tab, the ``after`` JSON, rows joined by newlines.
-Per-column SQL expressions, chosen by type (:func:`json_expression`), produce exactly the JSON values
-:mod:`cdc.values` produces for streamed changes; the few types without such an expression are sent as
-their text form and converted in Python by the same converter the stream uses. JSON text never holds a
-raw tab or newline (both are escaped inside strings), so the chunk splits unambiguously.
+server returns one row: per column one text value, the text forms of the chunk's rows joined by
+newlines (the output function's text, as pgoutput sends it; escaped where the type's text can hold a
+newline or a backslash, ``\N`` for NULL), and the row count. All aggregates of one query see the rows
+in the same order. Python splits each column into an Arrow array with numpy and turns it into JSON with
+the stream's own encoders (:mod:`cdc.arrow_fragments`), so a row reads the same whichever path carried
+it, and the reads go to the log as columns (:class:`~log_store.ProducerColumns`): no Python object per
+row on the common types. Server and client work is a few C-level passes per column: about as much as
+``COPY`` of the table.
 """
 
 from __future__ import annotations
@@ -92,12 +95,17 @@ def column_query(shape: TableShape) -> ColumnQuery:
     return ColumnQuery(select)
 
 
-def chunk_columns(shape: TableShape, row: Sequence[object]) -> tuple[pa.Array | None, pa.Array]:
-    """The keys (``None`` for a keyless table) and ``after`` objects of one chunk's result row, as Arrow
-    ``large_binary`` arrays; JSON byte for byte as the stream's (see :mod:`cdc.arrow_fragments`)."""
+#: One chunk of a snapshot: its row count, key JSON (``None``: a keyless table), ``after`` JSON pieces.
+SnapshotChunk = tuple[int, "pa.Array | None", "list[pa.Array | pa.Scalar]"]
+
+
+def chunk_columns(shape: TableShape, row: Sequence[object]) -> tuple[pa.Array | None, list[pa.Array | pa.Scalar]]:
+    """The keys (``None`` for a keyless table) of one chunk's result row as an Arrow ``large_binary``
+    array, and the pieces that :func:`~cdc.arrow_fragments.join` makes its ``after`` objects of; JSON byte
+    for byte as the stream's (see :mod:`cdc.arrow_fragments`)."""
     count = int(cast(int, row[-1]))
     codec = shape.codec
-    parts: list[pa.Array] = []
+    parts: list[list[pa.Array | pa.Scalar]] = []
     for index, column in enumerate(shape.columns):
         texts = _split(cast("bytes | None", row[index]), count, column)
         nulls = pc.equal(texts, arrow_fragments.literal(_NULL_TEXT))
@@ -105,15 +113,12 @@ def chunk_columns(shape: TableShape, row: Sequence[object]) -> tuple[pa.Array | 
             texts = _unescaped(texts, nulls)
         parts.append(arrow_fragments.fragments(texts, nulls if nulls.true_count else None,
                                                codec.fragmenters[index]))
-    if not shape.columns:
-        parts_after = pa.array([b"{}"] * count, arrow_fragments.BYTES)
-    else:
-        parts_after = arrow_fragments.join_objects(codec.prefixes, parts)
+    after = arrow_fragments.object_pieces(codec.prefixes, parts)
     if not codec.sorted_keys:
-        return None, parts_after
-    keys = arrow_fragments.join_objects([codec.prefixes[i] for i in codec.sorted_keys],
-                                        [parts[i] for i in codec.sorted_keys])
-    return keys, parts_after
+        return None, after
+    keys = arrow_fragments.join(arrow_fragments.object_pieces([codec.prefixes[i] for i in codec.sorted_keys],
+                                                              [parts[i] for i in codec.sorted_keys]), count)
+    return keys, after
 
 
 def _split(data: bytes | None, count: int, column: ColumnShape) -> pa.Array:
@@ -205,9 +210,10 @@ class SnapshotReader:
 
     def column_chunks(
         self, shape: TableShape, chunk_rows: int = 10_000
-    ) -> Iterator[tuple[pa.Array | None, pa.Array]]:
-        """Every row of the table as key JSON and ``after`` JSON (two Arrow arrays per chunk, the keys
-        ``None`` for a keyless table), a block range per chunk.
+    ) -> Iterator[SnapshotChunk]:
+        """Every row of the table, a block range per chunk: per chunk its row count, its keys as an Arrow
+        array of key JSON (``None`` for a keyless table) and the pieces of its ``after`` JSON (see
+        :func:`chunk_columns`).
 
         A partitioned table is read through its root: each block range is read from every partition.
         Chunks are fetched by one thread per session while the caller works on the current one (at
@@ -220,7 +226,7 @@ class SnapshotReader:
         ranges = ranges[:-1] + [(ranges[-1][0], None)] if ranges else [(0, None)]
         for row in self._prefetched(plan, ranges):
             if row is not None and int(cast(int, row[-1])):
-                yield chunk_columns(shape, row)
+                yield (int(cast(int, row[-1])), *chunk_columns(shape, row))
 
     def _prefetched(self, plan: ColumnQuery, ranges: list[tuple[int, int | None]]) -> Iterator[Sequence[object] | None]:
         """Chunk results in range order; range ``i`` is fetched by session ``i % sessions`` in a thread of its own."""
