@@ -59,7 +59,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from operator import itemgetter
 
 import orjson
 import psycopg

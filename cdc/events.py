@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -43,8 +42,6 @@ from log_store.record import ProducerRecord
 UNCHANGED_HEADER = "unchanged"
 #: ``new_record((topic, key, value, timestamp_ms, headers))``: a ProducerRecord without the keyword machinery.
 new_record = partial(tuple.__new__, ProducerRecord)
-#: ``map(_tuple_new, repeat(ProducerRecord), fields)``: records from field tuples with no call in between.
-_tuple_new = tuple.__new__
 _SNAPSHOT_TRUE = b',"snapshot":"true","sequence":'
 _SNAPSHOT_LAST = b',"snapshot":"last","sequence":'
 #: ``(shape, old key, column names)`` -> those columns' JSON values in the old key's latest row.
@@ -131,35 +128,15 @@ class EventBuilder:
         tx.sequence += 1
         return orjson.dumps(envelope)
 
-    def reads(
-        self, shape: TableShape, keys: Sequence[bytes | None], afters: Sequence[bytes], tx: TxContext
-    ) -> list[ProducerRecord]:
-        """Snapshot reads (``op=r``) of rows given as key JSON and ``after`` JSON bytes.
-
-        The envelope is assembled around the given JSON by byte concatenation, with the fields, order
-        and source of the streamed events, so a row reads the same whether snapshot or stream carried it.
-        """
-        source = orjson.dumps({
-            "connector": "postgresql", "name": self.prefix, "db": self.database, "schema": shape.schema,
-            "table": shape.table, "lsn": tx.lsn, "txId": tx.xid, "ts_ms": tx.ts_ms, "snapshot": tx.snapshot,
-        })
-        head = b'{"before":null,"after":'
-        middle = b',"op":"r","source":' + source[:-1] + b',"sequence":'
-        tail = b'},"ts_ms":' + str(time.time_ns() // 1_000_000).encode() + b"}"
-        template = head.replace(b"%", b"%%") + b"%b" + middle.replace(b"%", b"%%") + b"%d" + tail.replace(b"%", b"%%")
-        start = tx.sequence
-        tx.sequence += len(afters)
-        values = list(map(template.__mod__, zip(afters, range(start, tx.sequence))))
-        return list(map(_tuple_new, repeat(ProducerRecord),
-                        zip(repeat(shape.topic), keys, values, repeat(tx.ts_ms), repeat(()))))
-
     def read_columns(
         self, shape: TableShape, count: int, keys: pa.Array | None, after: Sequence[pa.Array | pa.Scalar],
         tx: TxContext,
     ) -> ProducerColumns:
-        """:meth:`reads` of ``count`` rows given as an Arrow array of key JSON and the pieces of their
-        ``after`` JSON (:func:`~cdc.arrow_fragments.object_pieces`): the same envelopes, built a column
-        at a time in one join."""
+        """Snapshot reads (``op=r``) of ``count`` rows given as an Arrow array of key JSON and the pieces of
+        their ``after`` JSON (:func:`~cdc.arrow_fragments.object_pieces`), as one block of columns.
+
+        The envelopes are joined around the ``after`` pieces in one pass, with the fields, order and
+        source of the streamed events, so a row reads the same whether snapshot or stream carried it."""
         source = orjson.dumps({
             "connector": "postgresql", "name": self.prefix, "db": self.database, "schema": shape.schema,
             "table": shape.table, "lsn": tx.lsn, "txId": tx.xid, "ts_ms": tx.ts_ms, "snapshot": tx.snapshot,
