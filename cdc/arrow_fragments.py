@@ -15,7 +15,7 @@ every kind of text).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -73,10 +73,15 @@ def fragments(texts: pa.Array, nulls: pa.Array | None, encode: Fragmenter) -> li
     if nulls is not None:
         out = pc.if_else(nulls, literal(NULL), out)
     if slow is not None:
-        picked = np.flatnonzero(np.asarray(slow, dtype=bool))
-        rows = texts.take(pa.array(picked)).to_pylist()
-        out = pc.replace_with_mask(out, slow, pa.array(list(map(encode, rows)), BYTES))
+        out = replaced_rows(out, slow, texts, encode)
     return [out]
+
+
+def replaced_rows(out: pa.Array, mask: pa.Array, texts: pa.Array, convert: Callable[[bytes], bytes]) -> pa.Array:
+    """``out`` with every row where ``mask`` is true replaced by ``convert`` of that row's text (in Python,
+    one row at a time: for the few rows no kernel covers)."""
+    rows = texts.take(pa.array(np.flatnonzero(np.asarray(mask, dtype=bool)))).to_pylist()
+    return pc.replace_with_mask(out, mask, pa.array(list(map(convert, rows)), BYTES))
 
 
 def object_pieces(prefixes: Sequence[bytes], parts: Sequence[Sequence[pa.Array | pa.Scalar]]) -> list[pa.Array | pa.Scalar]:

@@ -137,17 +137,13 @@ class EventBuilder:
 
         The envelopes are joined around the ``after`` pieces in one pass, with the fields, order and
         source of the streamed events, so a row reads the same whether snapshot or stream carried it."""
-        source = orjson.dumps({
-            "connector": "postgresql", "name": self.prefix, "db": self.database, "schema": shape.schema,
-            "table": shape.table, "lsn": tx.lsn, "txId": tx.xid, "ts_ms": tx.ts_ms, "snapshot": tx.snapshot,
-        })
         start = tx.sequence
         tx.sequence += count
         sequences = pc.cast(pc.cast(pa.array(np.arange(start, tx.sequence, dtype=np.int64)), pa.large_string()),
                             pa.large_binary())
         values = join([
             literal(b'{"before":null,"after":'), *after,
-            literal(b',"op":"r","source":' + source[:-1] + b',"sequence":'), sequences,
+            literal(b',"op":"r","source":' + self._head(shape, tx)), sequences,
             literal(b'},"ts_ms":' + str(time.time_ns() // 1_000_000).encode() + b"}")], count)
         return ProducerColumns(shape.topic, keys, values, tx.ts_ms)
 

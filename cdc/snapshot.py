@@ -28,9 +28,9 @@ import re
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
-import numpy as np
 import psycopg
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -138,10 +138,7 @@ def _unescaped(texts: pa.Array, nulls: pa.Array) -> pa.Array:
     escaped = pc.and_not(pc.match_substring(texts, b"\\"), nulls)
     if not escaped.true_count:
         return texts
-    picked = np.flatnonzero(np.asarray(escaped, dtype=bool))
-    rows = texts.take(pa.array(picked)).to_pylist()
-    plain = [_ESCAPE.sub(_unescape, raw) for raw in rows]
-    return pc.replace_with_mask(texts, escaped, pa.array(plain, arrow_fragments.BYTES))
+    return arrow_fragments.replaced_rows(texts, escaped, texts, partial(_ESCAPE.sub, _unescape))
 
 
 _ESCAPE = re.compile(rb"\\(.)", re.DOTALL)
@@ -155,8 +152,8 @@ class SnapshotReader:
     """Read-only REPEATABLE READ transactions importing ``snapshot_name``; close when done.
 
     ``connections`` sessions import the same exported snapshot (so they all see exactly the same
-    rows) and the table's block ranges are spread over them: the server builds the JSON of several
-    chunks at once, on as many cores, while Python appends. Construct it while the replication
+    rows) and the table's block ranges are spread over them: the server reads several chunks at once,
+    on as many cores, while Python appends. Construct it while the replication
     connection that exported the snapshot is still open and idle; a session that cannot be opened
     beyond the first only lowers the parallelism.
     """

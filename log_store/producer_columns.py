@@ -72,7 +72,7 @@ class ProducerColumns:
 
     def value_bytes(self) -> int:
         """Bytes of all the values."""
-        return _Column(self.values).total
+        return int(pc.sum(pc.binary_length(self.values)).as_py() or 0)
 
 
 def _as_bytes(item: str | bytes | None) -> bytes | None:
@@ -107,14 +107,13 @@ class _Column:
 class ArrowColumns:
     """The :class:`~log_store.record_batch.Columns` interface over Arrow arrays (one partition's records)."""
 
-    __slots__ = ("count", "keys", "null_keys", "payload_bytes", "timestamp_ms", "values")
+    __slots__ = ("count", "keys", "payload_bytes", "timestamp_ms", "values")
 
     def __init__(self, keys: pa.Array | None, values: pa.Array, timestamp_ms: int) -> None:
         self.count = len(values)
         self.timestamp_ms = timestamp_ms
         self.values = _Column(values)
         self.keys = _Column(keys if keys is not None else pa.nulls(self.count, pa.binary()))
-        self.null_keys = keys is None or keys.null_count > 0
         self.payload_bytes = RECORD_SIZE * self.count + self.keys.total + self.values.total
 
     def cuts(self, budget: int) -> list[int]:

@@ -521,35 +521,33 @@ class LogStore:
         out: list[tuple[Partition, list[EncodedBatch]]] = []
         ahead: dict[TopicPartition, int] = {}  # records encoded for a partition by earlier runs
         for run in runs:
-            if isinstance(run, ProducerColumns):
-                groups = self._place_columns(run)
-            else:
-                try:
-                    groups = self._place(run)
-                except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as exc:
-                    raise _invalid_record(run, exc) from exc
-            for tp, columns in groups.items():
-                partition = self._partitions[tp]
-                skip = ahead.get(tp, 0)
-                try:
-                    batches = partition.encode(columns, now_ms, ahead=skip)
-                except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as exc:
-                    if isinstance(run, ProducerColumns):
-                        raise InvalidRecordError(run.topic, f"a record cannot be encoded ({exc})",
-                                                 "give keys and values as Arrow binary arrays") from exc
-                    raise _invalid_record(run, exc) from exc
-                ahead[tp] = skip + columns.count
-                out.append((partition, batches))
+            encoded = (self._encode_columns(run, now_ms, ahead) if isinstance(run, ProducerColumns)
+                       else self._encode(run, now_ms, ahead))
+            for partition, batches in encoded:
+                ahead[partition.tp] = ahead.get(partition.tp, 0) + sum(batch.records for batch in batches)
+            out += encoded
         return out
 
-    def _place_columns(self, block: ProducerColumns) -> dict[TopicPartition, Columns | ArrowColumns]:
+    def _encode_columns(
+        self, block: ProducerColumns, now_ms: int, ahead: Mapping[TopicPartition, int]
+    ) -> list[tuple[Partition, list[EncodedBatch]]]:
+        """:meth:`_encode` of a :class:`ProducerColumns`, after ``ahead`` records per partition."""
+        groups = self._place_columns(block)
+        try:
+            return [(self._partitions[tp], self._partitions[tp].encode(columns, now_ms, ahead.get(tp, 0)))
+                    for tp, columns in groups.items()]
+        except (TypeError, ValueError, OverflowError, struct.error) as exc:
+            raise InvalidRecordError(block.topic, f"a record cannot be encoded ({exc})",
+                                     "give keys and values as Arrow binary arrays") from exc
+
+    def _place_columns(self, block: ProducerColumns) -> dict[TopicPartition, ArrowColumns]:
         """:meth:`_place` of a :class:`ProducerColumns`: partitions chosen from the Arrow keys."""
         config = self._topics.get(block.topic)
         if config is None:
             raise UnknownTopicError(self.root, block.topic)
         if config.compacted and block.null_keys():
             raise _keyless(block.topic)
-        groups: dict[TopicPartition, Columns | ArrowColumns] = {}
+        groups: dict[TopicPartition, ArrowColumns] = {}
         if not len(block):
             return groups
         if config.partitions == 1:
@@ -574,9 +572,10 @@ class LogStore:
         return groups
 
     def _encode(
-        self, records: Sequence[ProducerRecord], now_ms: int
+        self, records: Sequence[ProducerRecord], now_ms: int, ahead: Mapping[TopicPartition, int] | None = None
     ) -> list[tuple[Partition, list[EncodedBatch]]]:
-        """Place and encode one chunk for every partition it touches, writing nothing.
+        """Place and encode one chunk for every partition it touches (after ``ahead`` records encoded
+        for it and not written yet), writing nothing.
 
         Every way the records themselves can be wrong (an unknown topic, a missing key in a compacted
         topic, a field of the wrong type) raises here, before any of the chunk is written: a type
@@ -585,7 +584,8 @@ class LogStore:
         """
         try:
             groups = self._place(records)
-            return [(self._partitions[tp], self._partitions[tp].encode(columns, now_ms))
+            return [(self._partitions[tp],
+                     self._partitions[tp].encode(columns, now_ms, ahead.get(tp, 0) if ahead else 0))
                     for tp, columns in groups.items()]
         except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as exc:
             raise _invalid_record(records, exc) from exc
