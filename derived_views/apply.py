@@ -72,6 +72,7 @@ from derived_views.events import EVENT_DDL, reduce_table
 from derived_views.log_source import LogWatermark, Offsets, offsets_json, plan_partitions, read_partition
 from derived_views.progress import Progress, committing, with_progress
 from derived_views.schema import quote
+from derived_views.table_keys import holds_any
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
@@ -583,8 +584,9 @@ def _meets_table(
 ) -> bool:
     """Whether any key of ``rows`` may be in the table at ``path`` (``current_only``: among its current
     versions), see rule 7. The keys (``known``, else collected from ``rows``: ``True`` beyond
-    :data:`APPEND_CHECK_KEYS`, so the batch is merged) are looked up with an ``IN`` filter on the
-    table's key column (one Spark job)."""
+    :data:`APPEND_CHECK_KEYS`, so the batch is merged) are looked up in the table's key column read in
+    the driver (:func:`~derived_views.table_keys.holds_any`), or with an ``IN`` filter on it (one Spark
+    job) when the table cannot be read that way."""
     from pyspark.sql import functions as F
 
     if known is not None:
@@ -595,6 +597,9 @@ def _meets_table(
         return True
     if not keys:
         return False
+    held = holds_any(path, keys, current_only=current_only)
+    if held is not None:
+        return held
     table = spark.read.format("delta").load(path).filter(F.col(KEY).isin(keys))
     if current_only:
         table = table.filter(F.col("_cdc_is_current"))

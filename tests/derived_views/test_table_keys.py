@@ -1,0 +1,58 @@
+"""The driver-side key lookup of the append check, on real view tables written by Spark."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.derived_views.log_builder import LogBuilder, product
+
+if TYPE_CHECKING:
+    from derived_views.context import ViewContext
+
+pytestmark = pytest.mark.spark
+
+
+def _deletion_vectors(path: str) -> int:
+    """How many add actions in the table's log carry a deletion vector."""
+    count = 0
+    for commit in sorted(Path(path, "_delta_log").glob("*.json")):
+        for line in commit.read_text().splitlines():
+            add = json.loads(line).get("add")
+            count += bool(add and add.get("deletionVector"))
+    return count
+
+
+def test_keys_are_looked_up_without_spark_and_deleted_rows_are_not_seen(ctx: ViewContext, log: LogBuilder) -> None:
+    from derived_views import runner, warehouse
+    from derived_views.table_keys import holds_any
+
+    with log.transaction() as tx:
+        for pid in range(1, 11):
+            tx.insert("public.products", product(pid))
+    runner.step(ctx, ["warehouse"])
+    with log.transaction() as tx:
+        tx.delete("public.products", {"id": 2})
+        tx.update("public.products", product(3, "Renamed"))
+    runner.step(ctx, ["warehouse"])
+    current = warehouse.current_path(ctx, "public.products")
+    history = warehouse.history_path(ctx, "public.products")
+    assert _deletion_vectors(current) > 0, "the MERGE was expected to mark rows with a deletion vector"
+
+    assert holds_any(current, ['{"id":1}']) is True
+    assert holds_any(current, ['{"id":2}']) is False  # deleted: only its deletion vector still holds it
+    assert holds_any(current, ['{"id":99}', '{"id":3}']) is True
+    assert holds_any(current, ['{"id":99}']) is False
+    assert holds_any(current, []) is False
+    assert holds_any(history, ['{"id":2}']) is True  # its versions stay in the history
+    assert holds_any(history, ['{"id":2}'], current_only=True) is False
+    assert holds_any(history, ['{"id":3}'], current_only=True) is True
+
+
+def test_a_table_it_cannot_read_is_left_to_spark(tmp_path: Path) -> None:
+    from derived_views.table_keys import holds_any
+
+    assert holds_any(str(tmp_path / "not-a-table"), ['{"id":1}']) is None
