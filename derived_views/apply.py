@@ -64,6 +64,7 @@ Delta commit (with ``overwriteSchema``), so readers see the old table until the 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -303,7 +304,19 @@ def append(spark: SparkSession, path: str, frame: DataFrame, progress: Progress)
 
 
 def dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
-    """Record the poison events of ``frame`` in the dead-letter table at ``path`` (idempotent)."""
+    """Record the poison events of ``frame`` in the dead-letter table at ``path`` (idempotent).
+
+    The tables of a view share one dead-letter table and may be applied side by side in separate
+    sessions, so its creation and MERGEs are serialized in this process (:data:`_DEAD_LETTER_WRITES`)."""
+    with _DEAD_LETTER_WRITES:
+        _dead_letter(spark, path, frame, target)
+
+
+#: Held while a dead-letter table is written (poison events are rare; one lock for all of them).
+_DEAD_LETTER_WRITES = threading.Lock()
+
+
+def _dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 

@@ -45,10 +45,24 @@ class ViewContext:
     _progress: dict[str, Progress] = field(default_factory=dict)
     _schemas: dict[str, TableSchema] = field(default_factory=dict)
     _schemas_at: Offsets | None = None
+    _beside: ViewContext | None = None
 
     def __post_init__(self) -> None:
         for key, value in SESSION_CONF.items():
             self.spark.conf.set(key, value)
+
+    def beside(self) -> ViewContext:
+        """A context for applying tables beside this one's, in a session of its own.
+
+        A MERGE carries its progress in a session-wide setting (:func:`~derived_views.progress.committing`),
+        so two MERGEs in one session wait for each other; in two sessions of the same Spark application
+        (same context, shared cache) they run side by side. The progress this process committed is
+        shared with this context, so both know every table's position.
+        """
+        if self._beside is None:
+            self._beside = ViewContext(self.spark.newSession(), self.views_dir, self.log_path, self.prefix,
+                                       self._progress)
+        return self._beside
 
     @property
     def schemas_topic(self) -> str:

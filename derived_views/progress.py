@@ -104,20 +104,27 @@ def read_progress(spark: SparkSession, path: str) -> Progress | None:
     return Progress()
 
 
-_SESSION_METADATA = threading.Lock()
+_SESSION_LOCKS: dict[int, threading.Lock] = {}
+_SESSION_LOCKS_GUARD = threading.Lock()
+
+
+def _session_lock(spark: SparkSession) -> threading.Lock:
+    with _SESSION_LOCKS_GUARD:
+        return _SESSION_LOCKS.setdefault(id(spark), threading.Lock())
 
 
 @contextmanager
 def committing(spark: SparkSession, progress: Progress | None) -> Iterator[None]:
     """Within the block, Delta commits carry ``progress`` (or no progress) as their ``userMetadata``.
 
-    The setting is session-wide, so every block that commits to a view table is serialized across
-    threads: a commit can never pick up another table's progress. Reading and reducing batches runs
+    The setting is session-wide, so the blocks of one session that commit to view tables are
+    serialized across threads: a commit can never pick up another table's progress (blocks of
+    different sessions, see :meth:`~derived_views.context.ViewContext.beside`, run side by side). Reading and reducing batches runs
     outside these blocks, concurrently, and so do writes through a ``DataFrameWriter`` that carry their
     progress as the :data:`USER_METADATA_OPTION` write option (see :func:`with_progress`), which Delta
     takes over the session setting.
     """
-    with _SESSION_METADATA:
+    with _session_lock(spark):
         if progress is None:
             spark.conf.unset(USER_METADATA_CONF)
         else:

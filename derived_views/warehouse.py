@@ -75,8 +75,9 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str]
         for qualified, schema in sorted(ctx.schemas(rng.watermark).items()):
             if only and qualified not in only:
                 continue
-            # the two tables of one source table are independent: apply them side by side
-            current = pool.submit(apply_state, ctx, rng, schema, current_path(ctx, qualified),
+            # the two tables of one source table are independent: apply them side by side, each in a
+            # session of its own so that their MERGEs do not wait for each other
+            current = pool.submit(apply_state, ctx.beside(), rng, schema, current_path(ctx, qualified),
                                   dead_letter_path(ctx), replace=replace)
             history = _apply_history(ctx, rng, schema, replace)
             results.extend(result for result in (current.result(), history) if result is not None)
