@@ -23,20 +23,23 @@ KEY_COLUMN = "_cdc_key"
 
 def holds_any(path: str, keys: Sequence[str], *, current_only: bool = False) -> bool | None:
     """Whether the Delta table at ``path`` has a row whose key is one of ``keys`` (``current_only``: a
-    row with ``_cdc_is_current``); ``None`` when the table cannot be read without Spark."""
+    row with ``_cdc_is_current``); ``None`` when the table cannot be read without Spark.
+
+    The key column is streamed batch by batch (memory for one batch, whatever the table's size) and
+    the scan stops at the first key found."""
     from deltalake import DeltaTable, QueryBuilder
     from deltalake.exceptions import DeltaError
 
     if not keys:
         return False
+    wanted = pa.array(list(keys), pa.large_string())
     where = " WHERE _cdc_is_current" if current_only else ""
     try:
-        stored = QueryBuilder().register("t", DeltaTable(path)).execute(f"SELECT {KEY_COLUMN} FROM t{where}").read_all()
-        column = pa.table(stored).column(KEY_COLUMN)
+        result = QueryBuilder().register("t", DeltaTable(path)).execute(f"SELECT {KEY_COLUMN} FROM t{where}")
+        for batch in pa.RecordBatchReader.from_stream(result):
+            stored = batch.column(0).cast(pa.large_string())
+            if pc.any(pc.is_in(stored, value_set=wanted)).as_py():
+                return True
     except (DeltaError, OSError, pa.ArrowException):
         return None
-    if not len(column):
-        return False
-    column = column.cast(pa.large_string()) if not pa.types.is_large_string(column.type) else column
-    found = pc.is_in(column, value_set=pa.array(list(keys), pa.large_string()))
-    return bool(pc.any(found).as_py())
+    return False

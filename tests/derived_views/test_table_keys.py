@@ -11,6 +11,8 @@ import pytest
 from tests.derived_views.log_builder import LogBuilder, product
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from derived_views.context import ViewContext
 
 pytestmark = pytest.mark.spark
@@ -56,3 +58,18 @@ def test_a_table_it_cannot_read_is_left_to_spark(tmp_path: Path) -> None:
     from derived_views.table_keys import holds_any
 
     assert holds_any(str(tmp_path / "not-a-table"), ['{"id":1}']) is None
+
+
+def test_a_key_in_any_file_of_a_larger_table_is_found(spark: SparkSession, tmp_path: Path) -> None:
+    """The key column is read batch by batch: a key in the last of several files is still found."""
+    from pyspark.sql import functions as F
+
+    from derived_views.table_keys import holds_any
+
+    path = str(tmp_path / "keys")
+    rows = spark.range(60_000).select(F.format_string('{"id":%d}', F.col("id")).alias("_cdc_key"))
+    rows.repartitionByRange(4, "_cdc_key").write.format("delta").save(path)
+    assert len(list(Path(path).glob("*.parquet"))) == 4
+    last = max(r["_cdc_key"] for r in spark.read.format("delta").load(path).collect())
+    assert holds_any(path, [last]) is True
+    assert holds_any(path, ['{"id":-1}', '{"id":60000}']) is False
