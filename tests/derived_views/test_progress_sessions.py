@@ -1,0 +1,64 @@
+"""Every commit of a view table carries its own table's progress, also when tables commit side by side."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from derived_views.context import ViewContext
+
+pytestmark = pytest.mark.spark
+
+
+def _merge_one_row(spark: object, path: str) -> None:
+    from delta.tables import DeltaTable
+
+    source = spark.createDataFrame([(1, "b")], "id long, v string")  # type: ignore[attr-defined]
+    (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.id = s.id")
+     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+
+
+def test_a_merge_beside_another_sessions_open_commit_carries_its_own_progress(ctx: ViewContext, tmp_path: Path) -> None:
+    """While the side session is inside its commit block (its progress set), a MERGE of the main
+    session neither waits for it nor picks its progress up, and each table's commit holds its own."""
+    from derived_views.progress import Progress, committing, read_progress
+
+    side = ctx.beside()
+    assert side is ctx.beside() and side.spark is not ctx.spark
+    paths = {name: str(tmp_path / name) for name in ("main", "side")}
+    for path in paths.values():
+        ctx.spark.createDataFrame([(1, "a")], "id long, v string").write.format("delta").save(path)
+    mine = Progress({"t": {"0": 5}}, "00000000000000AA", 1)
+    theirs = Progress({"t": {"0": 9}}, "00000000000000BB", 2)
+    inside = threading.Event()
+    release = threading.Event()
+
+    def side_commit() -> None:
+        with committing(side.spark, theirs):
+            inside.set()
+            release.wait(120)
+            _merge_one_row(side.spark, paths["side"])
+
+    def main_commit() -> None:
+        with committing(ctx.spark, mine):
+            _merge_one_row(ctx.spark, paths["main"])
+
+    worker = threading.Thread(target=side_commit)
+    worker.start()
+    main = threading.Thread(target=main_commit)
+    try:
+        assert inside.wait(120)
+        main.start()
+        main.join(90)  # the side session's block is open: this commit must not wait for it
+        assert not main.is_alive(), "a commit in one session waited for another session's commit block"
+    finally:
+        release.set()
+        worker.join(120)
+        main.join(120)
+    assert not worker.is_alive()
+    assert read_progress(ctx.spark, paths["main"]) == mine
+    assert read_progress(ctx.spark, paths["side"]) == theirs
