@@ -73,7 +73,7 @@ from cdc.lsn import Lsn
 from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
 from cdc.slot_continuity import gap_after, slot_confirmed
-from cdc.snapshot import SnapshotChunk, SnapshotReader
+from cdc.snapshot import SnapshotReader
 from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
@@ -302,27 +302,23 @@ class Capture:
                 Truncate markers and schema records go out with the next chunk of reads (a table's
                 markers and schema record before its reads), so that the first list already holds rows.
                 """
-                assert self.builder is not None
                 carry: list[ProducerRecord | ProducerColumns] = list(first)
                 held: ProducerColumns | None = None  # held back so that the final read is marked "last"
                 for table, shape, context, head in heads:
                     carry += head
                     rows = 0
-                    chunks = reader.column_chunks(shape, self.tuning.snapshot_chunk_rows)
-                    for count, keys, after in self._with_progress(chunks, table, reader):
+                    for block in self._with_progress(self._read_blocks(reader, shape, context, tally), table, reader):
                         if self.stop.is_set():
                             raise _SnapshotStopped
                         if held is not None:
                             yield [*carry, held], False
                             carry = []
-                        held = self.builder.read_columns(shape, count, keys, after, context)
-                        rows += len(held)
-                        tally[0] += len(held)
-                        tally[1] += held.value_bytes()
+                        held = block
+                        rows += len(block)
                     done.append((shape, rows))
                 final = carry
                 if held is not None:
-                    final += [held.slice(0, len(held) - 1), mark_last_read(held.record(len(held) - 1))]
+                    final += _last_marked(held)
                 yield final + [self.ledger.record(shape, as_of, rows, ts_ms, membership.get(shape.relid))
                                for shape, rows in done], True
 
@@ -387,19 +383,31 @@ class Capture:
             list(info.columns), list(keys), not_null=info.not_null, type_names=self.catalog.type_names,
         )
 
+    def _read_blocks(
+        self, reader: SnapshotReader, shape: TableShape, context: TxContext, tally: list[int]
+    ) -> Iterator[ProducerColumns]:
+        """The snapshot reads of ``shape``, a block of columns per chunk, counted into ``tally``
+        (events, value bytes)."""
+        assert self.builder is not None
+        for count, keys, after in reader.column_chunks(shape, self.tuning.snapshot_chunk_rows):
+            block = self.builder.read_columns(shape, count, keys, after, context)
+            tally[0] += len(block)
+            tally[1] += block.value_bytes()
+            yield block
+
     def _with_progress(
-        self, chunks: Iterator[SnapshotChunk], table: PublishedTable, reader: SnapshotReader
-    ) -> Iterator[SnapshotChunk]:
+        self, blocks: Iterator[ProducerColumns], table: PublishedTable, reader: SnapshotReader
+    ) -> Iterator[ProducerColumns]:
         if not self.progress:
-            yield from chunks
+            yield from blocks
             return
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
             task = bar.add_task(f"snapshot {table.qualified}", total=reader.estimate(table.relid) or None)
-            for chunk in chunks:
-                yield chunk
-                bar.advance(task, chunk[0])
+            for block in blocks:
+                yield block
+                bar.advance(task, len(block))
 
     # -- streaming -----------------------------------------------------------------------------------
 
@@ -611,26 +619,22 @@ class Capture:
         rows: list[int] = []
 
         def records() -> Iterator[ProducerRecord | ProducerColumns]:
-            assert self.builder is not None
             held: ProducerColumns | None = None  # held back so that the final read is marked "last"
             status_at = time.monotonic()
             for shape, context, head in heads:
                 yield from head
                 count = 0
-                for count_read, keys, after in pending.reader.column_chunks(shape, self.tuning.snapshot_chunk_rows):
+                for block in self._read_blocks(pending.reader, shape, context, tally):
                     if held is not None:
                         yield held
-                    held = self.builder.read_columns(shape, count_read, keys, after, context)
-                    count += len(held)
-                    tally[0] += len(held)
-                    tally[1] += held.value_bytes()
+                    held = block
+                    count += len(block)
                     if time.monotonic() - status_at >= self.tuning.status_seconds:
                         repl.send_status(self.confirmed, self.confirmed)  # the stream waits; keep it alive
                         status_at = time.monotonic()
                 rows.append(count)
             if held is not None:
-                yield held.slice(0, len(held) - 1)
-                yield mark_last_read(held.record(len(held) - 1))
+                yield from _last_marked(held)
             for (shape, _, _), count in zip(heads, rows, strict=True):
                 yield self.ledger.record(shape, as_of, count, ts_ms, membership.get(shape.relid))
 
@@ -742,6 +746,11 @@ def _group_position(last: Transaction) -> Lsn:
     the slot is confirmed at exactly the position plus one (:mod:`cdc.slot_continuity` relies on it).
     """
     return Lsn(max(last.commit_lsn, last.end_lsn - 1))
+
+
+def _last_marked(block: ProducerColumns) -> list[ProducerRecord | ProducerColumns]:
+    """``block`` with its last read marked "last": the read that completes a snapshot."""
+    return [block.slice(0, len(block) - 1), mark_last_read(block.record(len(block) - 1))]
 
 
 #: Items a snapshot group hands the log at a time: records, or blocks of one chunk's reads each.

@@ -161,6 +161,8 @@ def _arrow_batch(topic: str, partition: int, chunks: Sequence[RecordColumns]) ->
     import numpy as np
     import pyarrow as pa
 
+    from log_store import first_header
+
     offsets = np.concatenate([chunk.offsets for chunk in chunks])
     value_lengths = np.concatenate([chunk.value_lengths for chunk in chunks])
     n = len(offsets)
@@ -175,14 +177,11 @@ def _arrow_batch(topic: str, partition: int, chunks: Sequence[RecordColumns]) ->
                 for i, headers in enumerate(chunk.headers, at):
                     if not headers:
                         continue
-                    found: dict[str, bytes] = {}
-                    for name, value in headers:
-                        found.setdefault(name, value)  # the first of a repeated name, as Record.header
-                    header = found.get("unchanged")
+                    header = first_header(headers, "unchanged")
                     unchanged[i] = None if header is None else header.decode(errors="backslashreplace")
                     if value_lengths[i] < 0:
-                        deleted_lsn[i] = _header_int(found.get("lsn"))
-                        deleted_seq[i] = _header_int(found.get("sequence"))
+                        deleted_lsn[i] = _header_int(first_header(headers, "lsn"))
+                        deleted_seq[i] = _header_int(first_header(headers, "sequence"))
             at += len(chunk)
     arrays = [
         pa.array([topic] * n, pa.string()),

@@ -19,7 +19,7 @@ from log_store.fold import fold_json_after
 from log_store.log_cleaner import CleanerReport, PartitionCleaning
 from log_store.partitioner import murmur2, partition_for_key
 from log_store.producer_columns import ProducerColumns
-from log_store.record import UNCHANGED_HEADER, Headers, ProducerRecord, Record, TopicPartition
+from log_store.record import UNCHANGED_HEADER, Headers, ProducerRecord, Record, TopicPartition, first_header
 from log_store.record_batch import RecordColumns
 from log_store.recovery import PartitionCut, RecoveryReport
 from log_store.store import AtTime, LogStore, OffsetReset, PartitionInfo
@@ -46,6 +46,7 @@ __all__ = [
     "TopicConfig",
     "TopicPartition",
     "Watermark",
+    "first_header",
     "fold_json_after",
     "murmur2",
     "partition_for_key",

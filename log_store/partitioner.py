@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from log_store.producer_columns import arrow_offsets
+
 _M = 0x5BD1E995
 _SEED = 0x9747B28C
 _MASK = 0xFFFFFFFF
@@ -108,9 +110,8 @@ def partition_arrow(keys: pa.Array, partitions: int) -> Any:
     for length in np.unique(lengths).tolist():
         positions = np.flatnonzero(lengths == length)
         same = keys if len(positions) == count else keys.take(pa.array(positions))
-        _, offsets, data = same.buffers()
-        first = int(np.frombuffer(offsets, dtype=np.int64 if pa.types.is_large_binary(same.type)
-                                  or pa.types.is_large_string(same.type) else np.int32)[same.offset])
+        data = same.buffers()[2]
+        first = int(arrow_offsets(same)[0])
         raw = bytes(memoryview(data)[first : first + length * len(positions)]) if data is not None else b""
         out[positions] = _murmur2_same_length(raw, len(positions), length)
     out &= 0x7FFFFFFF

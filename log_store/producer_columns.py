@@ -75,6 +75,12 @@ class ProducerColumns:
         return int(pc.sum(pc.binary_length(self.values)).as_py() or 0)
 
 
+def arrow_offsets(array: pa.Array) -> np.ndarray:
+    """The ``len(array) + 1`` offsets of an Arrow binary or string array into its data buffer (a view)."""
+    offsets = array.buffers()[1]
+    return np.frombuffer(offsets, dtype=_OFFSET_TYPES[array.type])[array.offset : array.offset + len(array) + 1]
+
+
 def _as_bytes(item: str | bytes | None) -> bytes | None:
     return item.encode() if isinstance(item, str) else item
 
@@ -90,10 +96,8 @@ class _Column:
             # a null slot may span bytes in Arrow; the log stores none for it
             array = pc.fill_null(array, pa.scalar(b"" if pa.types.is_binary(array.type)
                                                   or pa.types.is_large_binary(array.type) else "", array.type))
-        _, offsets_buffer, data_buffer = array.buffers()
-        width = _OFFSET_TYPES[array.type]
-        offsets = np.frombuffer(offsets_buffer, dtype=width)[array.offset : array.offset + len(array) + 1]
-        self.offsets = offsets.astype(np.int64)
+        self.offsets = arrow_offsets(array).astype(np.int64)
+        data_buffer = array.buffers()[2]
         lengths = np.diff(self.offsets)
         self.lengths = lengths if nulls is None else np.where(nulls, -1, lengths)
         self.data = memoryview(data_buffer) if data_buffer is not None else memoryview(b"")

@@ -55,7 +55,12 @@ class Record(NamedTuple):
 
     def header(self, name: str) -> bytes | None:
         """The value of the first header called ``name``, or ``None``."""
-        for header_name, value in self.headers:
-            if header_name == name:
-                return value
-        return None
+        return first_header(self.headers, name)
+
+
+def first_header(headers: Headers, name: str) -> bytes | None:
+    """The value of the first of ``headers`` called ``name``, or ``None``."""
+    for header_name, value in headers:
+        if header_name == name:
+            return value
+    return None

@@ -665,10 +665,8 @@ class LogStore:
         """Records of ``tp`` from ``offset`` below the watermark's end offset for ``tp``."""
         tp = TopicPartition(*tp)
         partition = self._partition(tp)
-        watermark = until if until is not None else self.latest_watermark()
-        if watermark is None:
-            return []
-        return partition.read(max(offset, 0), watermark.end_offset(tp), max_records, max_bytes)
+        limit = self._read_limit(tp, until)
+        return partition.read(max(offset, 0), limit, max_records, max_bytes) if limit is not None else []
 
     def read_columns(
         self, tp: TopicPartition, offset: int, *, max_records: int = 50_000, max_bytes: int = 64 << 20,
@@ -680,11 +678,16 @@ class LogStore:
         or ``max_bytes`` of keys and values (always at least one batch when any record exists)."""
         tp = TopicPartition(*tp)
         partition = self._partition(tp)
-        watermark = until if until is not None else self.latest_watermark()
-        if watermark is None:
+        limit = self._read_limit(tp, until)
+        if limit is None:
             return []
-        limit = watermark.end_offset(tp) if end is None else min(end, watermark.end_offset(tp))
-        return partition.read_columns(max(offset, 0), limit, max_records, max_bytes)
+        return partition.read_columns(max(offset, 0), limit if end is None else min(end, limit), max_records, max_bytes)
+
+    def _read_limit(self, tp: TopicPartition, until: Watermark | None) -> int | None:
+        """Where reads of ``tp`` stop: its end offset at ``until`` (default: the latest watermark);
+        ``None`` before the first watermark."""
+        watermark = until if until is not None else self.latest_watermark()
+        return None if watermark is None else watermark.end_offset(tp)
 
     def end_offset(self, tp: TopicPartition) -> int:
         """The end offset of ``tp`` at the latest watermark (the next offset to be committed)."""
