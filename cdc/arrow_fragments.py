@@ -50,7 +50,7 @@ def fragments(texts: pa.Array, nulls: pa.Array | None, encode: Fragmenter) -> li
     elif encode is _quoted:
         pieces, slow = [_QUOTE, texts, _QUOTE], None
     elif encode is _text:
-        slow = pc.match_substring_regex(texts, _NEEDS_ESCAPE)
+        slow = pc.match_substring_regex(texts, _NEEDS_ESCAPE) if _any_escaped(texts) else None
         pieces = [_QUOTE, texts, _QUOTE]
     elif encode is _bool:
         pieces, slow = [pc.if_else(pc.equal(texts, literal(b"t")), literal(b"true"), literal(b"false"))], None
@@ -113,6 +113,17 @@ def _merged(pieces: Sequence[pa.Array | pa.Scalar]) -> list[pa.Array | pa.Scalar
         else:
             out.append(piece)
     return out
+
+
+def _any_escaped(texts: pa.Array) -> bool:
+    """Whether any byte of the texts is one JSON strings escape (one pass over their bytes; the rows
+    that hold one are then found with a regular expression)."""
+    data = texts.buffers()[2]
+    if data is None:
+        return False
+    offsets = np.frombuffer(texts.buffers()[1], dtype=np.int64)[texts.offset : texts.offset + len(texts) + 1]
+    raw = np.frombuffer(data, dtype=np.uint8)[int(offsets[0]) : int(offsets[-1])]
+    return bool(np.any((raw < 0x20) | (raw == 0x22) | (raw == 0x5C)))
 
 
 def _digit_first(texts: pa.Array) -> pa.Array:

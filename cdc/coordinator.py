@@ -389,8 +389,9 @@ class Capture:
         """The snapshot reads of ``shape``, a block of columns per chunk, counted into ``tally``
         (events, value bytes)."""
         assert self.builder is not None
-        for count, keys, after in reader.column_chunks(shape, self.tuning.snapshot_chunk_rows):
-            block = self.builder.read_columns(shape, count, keys, after, context)
+        encode = self.builder.read_encoder(shape, context)
+        for block in reader.column_chunks(shape, encode, self.tuning.snapshot_chunk_rows):
+            context.sequence += len(block)
             tally[0] += len(block)
             tally[1] += block.value_bytes()
             yield block

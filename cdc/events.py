@@ -35,7 +35,7 @@ from cdc.errors import MissingValueError
 from cdc.pgoutput.messages import UNCHANGED, Tuple
 from cdc.row_codec import NULL, RowCodec
 from cdc.tables import TableShape
-from log_store.partitioner import partition_for_key
+from log_store.partitioner import partition_arrow, partition_for_key
 from log_store.producer_columns import ProducerColumns
 from log_store.record import ProducerRecord
 
@@ -100,6 +100,47 @@ def missing_message(shape: TableShape, old_key: bytes, names: list[str], why: st
     )
 
 
+@dataclass(frozen=True, slots=True)
+class ReadEncoder:
+    """Snapshot reads of one table as blocks of columns: pure, so blocks may be encoded on several threads.
+
+    A block's rows get the sequences ``first_sequence + first ...`` (``first``: the rows read before it),
+    so the sequences are those of encoding every read one after the other, whatever thread encodes
+    which block.
+    """
+
+    topic: str
+    head: bytes
+    first_sequence: int
+    ts_ms: int
+    partitions: int
+
+    def __call__(
+        self, first: int, count: int, keys: pa.Array | None, after: Sequence[pa.Array | pa.Scalar]
+    ) -> ProducerColumns:
+        """``count`` rows given as an Arrow array of key JSON and the pieces of their ``after`` JSON
+        (:func:`~cdc.arrow_fragments.object_pieces`), as one block of columns.
+
+        The envelopes are joined around the ``after`` pieces in one pass, with the fields, order and
+        source of the streamed events, so a row reads the same whether snapshot or stream carried it."""
+        start = self.first_sequence + first
+        numbers = np.arange(start, start + count, dtype=np.int64)
+        if keys is not None and self.partitions > 1 and not keys.null_count:
+            # rows in partition order (stable): the log then places them without moving their bytes,
+            # and the pieces are moved here, before they are joined into the much longer envelopes
+            order = np.argsort(partition_arrow(keys, self.partitions), kind="stable")
+            numbers = numbers[order]
+            taken = pa.array(order)
+            keys = keys.take(taken)
+            after = [piece.take(taken) if isinstance(piece, pa.Array) else piece for piece in after]
+        sequences = pc.cast(pc.cast(pa.array(numbers), pa.large_string()), pa.large_binary())
+        values = join([
+            literal(b'{"before":null,"after":'), *after,
+            literal(b',"op":"r","source":' + self.head), sequences,
+            literal(b'},"ts_ms":' + str(time.time_ns() // 1_000_000).encode() + b"}")], count)
+        return ProducerColumns(self.topic, keys, values, self.ts_ms)
+
+
 class EventBuilder:
     """Builds the records of one source database for topics with ``partitions`` partitions each."""
 
@@ -128,24 +169,10 @@ class EventBuilder:
         tx.sequence += 1
         return orjson.dumps(envelope)
 
-    def read_columns(
-        self, shape: TableShape, count: int, keys: pa.Array | None, after: Sequence[pa.Array | pa.Scalar],
-        tx: TxContext,
-    ) -> ProducerColumns:
-        """Snapshot reads (``op=r``) of ``count`` rows given as an Arrow array of key JSON and the pieces of
-        their ``after`` JSON (:func:`~cdc.arrow_fragments.object_pieces`), as one block of columns.
-
-        The envelopes are joined around the ``after`` pieces in one pass, with the fields, order and
-        source of the streamed events, so a row reads the same whether snapshot or stream carried it."""
-        start = tx.sequence
-        tx.sequence += count
-        sequences = pc.cast(pc.cast(pa.array(np.arange(start, tx.sequence, dtype=np.int64)), pa.large_string()),
-                            pa.large_binary())
-        values = join([
-            literal(b'{"before":null,"after":'), *after,
-            literal(b',"op":"r","source":' + self._head(shape, tx)), sequences,
-            literal(b'},"ts_ms":' + str(time.time_ns() // 1_000_000).encode() + b"}")], count)
-        return ProducerColumns(shape.topic, keys, values, tx.ts_ms)
+    def read_encoder(self, shape: TableShape, tx: TxContext) -> ReadEncoder:
+        """The encoder of ``shape``'s snapshot reads (``op=r``) in ``tx``; their sequences count on from
+        ``tx.sequence``, which the caller advances by the rows it encoded."""
+        return ReadEncoder(shape.topic, self._head(shape, tx), tx.sequence, tx.ts_ms, self.partitions)
 
     def _head(self, shape: TableShape, tx: TxContext) -> bytes:
         """``{"connector":...,"snapshot":"false","sequence":`` of ``shape`` in ``tx`` (cached per transaction)."""

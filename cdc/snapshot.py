@@ -14,11 +14,12 @@ scan; the last range is open-ended, so rows in blocks added later are still read
 server returns one row: per column one text value, the text forms of the chunk's rows joined by
 newlines (the output function's text, as pgoutput sends it; escaped where the type's text can hold a
 newline or a backslash, ``\N`` for NULL), and the row count. All aggregates of one query see the rows
-in the same order. Python splits each column into an Arrow array with numpy and turns it into JSON with
-the stream's own encoders (:mod:`cdc.arrow_fragments`), so a row reads the same whichever path carried
-it, and the reads go to the log as columns (:class:`~log_store.ProducerColumns`): no Python object per
-row on the common types. Server and client work is a few C-level passes per column: about as much as
-``COPY`` of the table.
+in the same order. Python splits each column into an Arrow array and turns it into JSON with the
+stream's own encoders (:mod:`cdc.arrow_fragments`), so a row reads the same whichever path carried it,
+and the reads go to the log as columns (:class:`~log_store.ProducerColumns`): no Python object per row
+on the common types. Server and client work is a few C-level passes per column: about as much as
+``COPY`` of the table. Fetching, converting and writing chunks overlap (see
+:meth:`SnapshotReader.column_chunks`); the chunks still reach the log in range order.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from __future__ import annotations
 import queue
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
-from typing import cast
+from typing import TypeVar, cast
 
 import psycopg
 import pyarrow as pa
@@ -95,10 +98,6 @@ def column_query(shape: TableShape) -> ColumnQuery:
     return ColumnQuery(select)
 
 
-#: One chunk of a snapshot: its row count, key JSON (``None``: a keyless table), ``after`` JSON pieces.
-SnapshotChunk = tuple[int, "pa.Array | None", "list[pa.Array | pa.Scalar]"]
-
-
 def chunk_columns(shape: TableShape, row: Sequence[object]) -> tuple[pa.Array | None, list[pa.Array | pa.Scalar]]:
     """The keys (``None`` for a keyless table) of one chunk's result row as an Arrow ``large_binary``
     array, and the pieces that :func:`~cdc.arrow_fragments.join` makes its ``after`` objects of; JSON byte
@@ -107,12 +106,17 @@ def chunk_columns(shape: TableShape, row: Sequence[object]) -> tuple[pa.Array | 
     codec = shape.codec
     parts: list[list[pa.Array | pa.Scalar]] = []
     for index, column in enumerate(shape.columns):
-        texts = _split(cast("bytes | None", row[index]), count, column)
-        nulls = pc.equal(texts, arrow_fragments.literal(_NULL_TEXT))
-        if column.type_name not in _PLAIN:
+        data = cast("bytes | None", row[index])
+        texts = _split(data, count, column)
+        # NULL is sent as \N and a value's own backslashes are doubled: a column's data without any
+        # backslash (found with one memchr) has neither a NULL nor an escape to undo
+        backslash = data is not None and b"\\" in data
+        nulls = pc.equal(texts, arrow_fragments.literal(_NULL_TEXT)) if backslash else None
+        if nulls is not None and not nulls.true_count:
+            nulls = None
+        if backslash and column.type_name not in _PLAIN:
             texts = _unescaped(texts, nulls)
-        parts.append(arrow_fragments.fragments(texts, nulls if nulls.true_count else None,
-                                               codec.fragmenters[index]))
+        parts.append(arrow_fragments.fragments(texts, nulls, codec.fragmenters[index]))
     after = arrow_fragments.object_pieces(codec.prefixes, parts)
     if not codec.sorted_keys:
         return None, after
@@ -133,9 +137,12 @@ def _split(data: bytes | None, count: int, column: ColumnShape) -> pa.Array:
     return texts
 
 
-def _unescaped(texts: pa.Array, nulls: pa.Array) -> pa.Array:
-    """Texts with the server's escapes undone (only rows holding a backslash need it)."""
-    escaped = pc.and_not(pc.match_substring(texts, b"\\"), nulls)
+def _unescaped(texts: pa.Array, nulls: pa.Array | None) -> pa.Array:
+    """Texts with the server's escapes undone (only rows holding a backslash need it; ``nulls``: the
+    NULL rows, when there are any)."""
+    escaped = pc.match_substring(texts, b"\\")
+    if nulls is not None:
+        escaped = pc.and_not(escaped, nulls)
     if not escaped.true_count:
         return texts
     return arrow_fragments.replaced_rows(texts, escaped, texts, partial(_ESCAPE.sub, _unescape))
@@ -146,6 +153,21 @@ _ESCAPE = re.compile(rb"\\(.)", re.DOTALL)
 
 def _unescape(match: re.Match[bytes]) -> bytes:
     return b"\n" if match[1] == b"n" else match[1]
+
+
+T = TypeVar("T")
+#: Builds what a chunk becomes from ``(first, count, keys, after)`` (see :meth:`SnapshotReader.column_chunks`).
+ChunkBuilder = Callable[[int, int, "pa.Array | None", "list[pa.Array | pa.Scalar]"], T]
+#: Threads turning chunks into columns; how many converted chunks may wait for the caller, and fetched
+#: ones per session for a converter (enough to keep the server and the converters busy while the caller
+#: waits for the log's fsync).
+CONVERTERS, AHEAD, FETCHED = 2, 12, 4
+#: Stored bytes (heap and TOAST) a snapshot chunk reads at most, by the table's statistics.
+CHUNK_BYTES = 8 << 20
+
+
+def _built(shape: TableShape, row: Sequence[object], build: ChunkBuilder[T], first: int, count: int) -> T:
+    return build(first, count, *chunk_columns(shape, row))
 
 
 class SnapshotReader:
@@ -195,41 +217,67 @@ class SnapshotReader:
         ).fetchone()
         return int(row[0]) if row else 0
 
-    def blocks(self, relid: int) -> tuple[int, float]:
-        """(heap blocks of the largest leaf partition, estimated rows per block) of a table."""
+    def blocks(self, relid: int) -> tuple[int, float, float]:
+        """(heap blocks of the largest leaf partition, estimated rows per block, stored bytes per heap block
+        with the rows' TOAST data) of a table; an estimate is 0 when unknown."""
         row = self._conn.execute(
             "SELECT COALESCE(max(pg_relation_size(t.relid)), 0) / current_setting('block_size')::bigint, "
-            "COALESCE(sum(GREATEST(c.reltuples, 0)) / NULLIF(sum(c.relpages), 0), 0)::float8 "
+            "COALESCE(sum(GREATEST(c.reltuples, 0)) / NULLIF(sum(c.relpages), 0), 0)::float8, "
+            "COALESCE(sum(pg_table_size(t.relid))::float8 / NULLIF(sum(pg_relation_size(t.relid)) "
+            "/ current_setting('block_size')::bigint, 0), 0)::float8 "
             f"FROM ({_LEAVES}) t JOIN pg_class c ON c.oid = t.relid",
             (relid, relid, relid),
         ).fetchone()
-        return (int(row[0]), float(row[1])) if row else (0, 0.0)  # type: ignore[call-overload]
+        return (int(row[0]), float(row[1]), float(row[2])) if row else (0, 0.0, 0.0)  # type: ignore[call-overload]
 
     def column_chunks(
-        self, shape: TableShape, chunk_rows: int = 10_000
-    ) -> Iterator[SnapshotChunk]:
-        """Every row of the table, a block range per chunk: per chunk its row count, its keys as an Arrow
-        array of key JSON (``None`` for a keyless table) and the pieces of its ``after`` JSON (see
-        :func:`chunk_columns`).
+        self, shape: TableShape, build: ChunkBuilder[T], chunk_rows: int = 10_000, chunk_bytes: int | None = None
+    ) -> Iterator[T]:
+        """Every row of the table, a block range per chunk, as ``build(first, count, keys, after)`` of
+        each non-empty chunk (``first``: the table's rows in the chunks before it; ``keys``: an Arrow
+        array of key JSON, ``None`` for a keyless table; ``after``: the pieces of the ``after`` JSON,
+        see :func:`chunk_columns`), in range order.
 
-        A partitioned table is read through its root: each block range is read from every partition.
-        Chunks are fetched by one thread per session while the caller works on the current one (at
-        most two chunks wait per session), so the server reads while Python builds events.
+        A chunk holds about ``chunk_rows`` rows, fewer when the table's rows are long: about
+        ``chunk_bytes`` (default :data:`CHUNK_BYTES`) of stored data (TOAST included) per chunk, so that wide rows neither exceed the
+        server's limit on one aggregated value (1 GB) nor hold much memory on either side. A partitioned
+        table is read through its root: each block range is read from every partition.
+
+        Chunks are fetched by one thread per session (at most :data:`FETCHED` wait per session), then
+        turned into columns and built on one of :data:`CONVERTERS` threads (at most :data:`AHEAD`
+        ahead of the caller): the Arrow kernels release the GIL, so the server reads, chunks are
+        converted and the caller writes earlier ones all at once.
         """
         plan = column_query(shape)
-        blocks, per_block = self.blocks(shape.relid)
-        step = max(1, int(chunk_rows / per_block)) if per_block > 0 else 64
+        blocks, per_block, block_bytes = self.blocks(shape.relid)
+        step = int(chunk_rows / per_block) if per_block > 0 else 64
+        if block_bytes > 0:
+            step = min(step, int((chunk_bytes or CHUNK_BYTES) / block_bytes))
+        step = max(1, step)
         ranges: list[tuple[int, int | None]] = [(first, first + step) for first in range(0, blocks, step)]
         ranges = ranges[:-1] + [(ranges[-1][0], None)] if ranges else [(0, None)]
-        for row in self._prefetched(plan, ranges):
-            if row is not None and int(cast(int, row[-1])):
-                yield (int(cast(int, row[-1])), *chunk_columns(shape, row))
+        first = 0
+        with ThreadPoolExecutor(CONVERTERS, thread_name_prefix="snapshot-convert") as pool:
+            ahead: deque[Future[T]] = deque()
+            try:
+                for row in self._prefetched(plan, ranges):
+                    count = int(cast(int, row[-1])) if row is not None else 0
+                    if count:
+                        ahead.append(pool.submit(_built, shape, cast("Sequence[object]", row), build, first, count))
+                        first += count
+                    if len(ahead) >= AHEAD:
+                        yield ahead.popleft().result()
+                while ahead:
+                    yield ahead.popleft().result()
+            finally:
+                for future in ahead:
+                    future.cancel()
 
     def _prefetched(self, plan: ColumnQuery, ranges: list[tuple[int, int | None]]) -> Iterator[Sequence[object] | None]:
         """Chunk results in range order; range ``i`` is fetched by session ``i % sessions`` in a thread of its own."""
         sessions = [self._conn, *self._helpers]
         queues: list[queue.Queue[tuple[Sequence[object] | None, BaseException | None]]] = [
-            queue.Queue(maxsize=2) for _ in sessions]
+            queue.Queue(maxsize=FETCHED) for _ in sessions]
         stop = threading.Event()
 
         def hand_over(results: queue.Queue[tuple[Sequence[object] | None, BaseException | None]],

@@ -107,7 +107,7 @@ def partition_arrow(keys: pa.Array, partitions: int) -> Any:
     count = len(keys)
     lengths = np.asarray(pc.binary_length(keys), dtype=np.int64)
     out = np.empty(count, dtype=np.int64)
-    for length in np.unique(lengths).tolist():
+    for length in np.flatnonzero(np.bincount(lengths)).tolist() if count else ():
         positions = np.flatnonzero(lengths == length)
         same = keys if len(positions) == count else keys.take(pa.array(positions))
         data = same.buffers()[2]

@@ -72,6 +72,9 @@ class ProducerColumns:
 
     def value_bytes(self) -> int:
         """Bytes of all the values."""
+        if not self.values.null_count:
+            offsets = arrow_offsets(self.values)
+            return int(offsets[-1] - offsets[0])
         return int(pc.sum(pc.binary_length(self.values)).as_py() or 0)
 
 

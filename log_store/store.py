@@ -559,9 +559,11 @@ class LogStore:
             groups[TopicPartition(block.topic, counts.index(len(block)))] = ArrowColumns(
                 block.keys, block.values, block.timestamp_ms)
             return groups
-        order = pa.array(np.argsort(placed, kind="stable"))
-        keys = None if block.keys is None else block.keys.take(order)
-        values = block.values.take(order)
+        keys, values = block.keys, block.values
+        if np.any(placed[1:] < placed[:-1]):  # rows a producer already put in partition order stay where they are
+            order = pa.array(np.argsort(placed, kind="stable"))
+            keys = None if keys is None else keys.take(order)
+            values = values.take(order)
         start = 0
         for partition, size in enumerate(counts):
             if size:

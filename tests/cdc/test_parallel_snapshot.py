@@ -40,3 +40,29 @@ def test_changes_after_the_export_are_streamed_not_read(reference_db: str, tmp_p
     assert stats.snapshot_rows == 3000
     # applied in (lsn, sequence) order: every key read once, then changed only as the stream says
     assert replay(tmp_path, "cdc.public.spread") == source_table(reference_db, "spread")
+
+
+def test_long_rows_are_read_in_chunks_of_bounded_bytes(reference_db: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    with psycopg.connect(reference_db, autocommit=True) as conn:
+        conn.execute("CREATE TABLE wide (id int PRIMARY KEY, body text)")
+        conn.execute("ALTER PUBLICATION cdc_publication ADD TABLE wide")
+        # 10 kB of hex per row, stored out of line (TOAST): the heap holds about a hundred rows per block
+        conn.execute("INSERT INTO wide SELECT g, (SELECT string_agg(md5(g::text || '.' || i), '') "
+                     "FROM generate_series(1, 320) i) FROM generate_series(1, 1000) g")
+        conn.execute("ANALYZE wide")
+    monkeypatch.setattr(snapshot, "CHUNK_BYTES", 1 << 20)
+    chunks: list[int] = []
+    original = snapshot.chunk_columns
+
+    def counted(shape: object, row: list[object]) -> object:
+        chunks.append(int(row[-1]))  # type: ignore[call-overload]
+        return original(shape, row)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot, "chunk_columns", counted)
+    settings = settings_for(reference_db, tmp_path, tables="public.wide")
+    stats = Capture(settings, once=True).run()
+    assert stats.snapshot_rows == 1000 and sum(chunks) == 1000
+    # by rows alone (10,000 per chunk) the table is one chunk of 10 MB; by bytes, blocks of about 1 MB
+    assert len(chunks) >= 4 and max(chunks) <= 300, chunks
+    assert replay(tmp_path, "cdc.public.wide") == source_table(reference_db, "wide")

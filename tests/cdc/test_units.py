@@ -207,6 +207,30 @@ def test_delete_tombstone_truncate_and_key_change() -> None:
     assert placed == [0, 1, 2]
 
 
+def test_snapshot_reads_in_partition_order_keep_each_rows_sequence() -> None:
+    import pyarrow as pa
+
+    from cdc.arrow_fragments import literal
+    from log_store import partition_for_key
+
+    keys = [b'{"id":%d}' % i for i in range(40)]
+    after = [literal(b'{"id":'), pa.array([b"%d" % i for i in range(40)], pa.large_binary()), literal(b"}")]
+    tx = TxContext(100, 5, 1000, snapshot="true", sequence=7)
+    builder = EventBuilder(prefix="cdc", database="db", partitions=3)
+    block = builder.read_encoder(_shape(), tx)(10, 40, pa.array(keys, pa.large_binary()), after)
+    got = [(key, orjson.loads(value)) for key, value in zip(block.keys.to_pylist(), block.values.to_pylist())]
+    placed = [partition_for_key(key, 3) for key, _ in got]
+    assert placed == sorted(placed) and len(set(placed)) == 3  # grouped by partition, in that order
+    # row i keeps the sequence it has when the rows are encoded in read order: 7 + 10 (rows before) + i
+    assert sorted((value["after"]["id"], value["source"]["sequence"]) for _, value in got) == [
+        (i, 17 + i) for i in range(40)]
+    assert all(key == b'{"id":%d}' % value["after"]["id"] for key, value in got)
+    for partition in range(3):  # and read order within each partition
+        ids = [value["after"]["id"] for (_, value), p in zip(got, placed) if p == partition]
+        assert ids == sorted(ids)
+    assert tx.sequence == 7, "the caller advances the transaction's sequence"
+
+
 def test_gate_admits_a_table_only_after_its_snapshot() -> None:
     ledger = SnapshotLedger("cdc.__snapshots")
     gate = TableGate(ledger)
