@@ -239,9 +239,10 @@ class SnapshotReader:
         see :func:`chunk_columns`), in range order.
 
         A chunk holds about ``chunk_rows`` rows, fewer when the table's rows are long: about
-        ``chunk_bytes`` (default :data:`CHUNK_BYTES`) of stored data (TOAST included) per chunk, so that wide rows neither exceed the
-        server's limit on one aggregated value (1 GB) nor hold much memory on either side. A partitioned
-        table is read through its root: each block range is read from every partition.
+        ``chunk_bytes`` (default :data:`CHUNK_BYTES`) of stored data (TOAST included) per chunk, so
+        that wide rows neither exceed the server's limit on one aggregated value (1 GB) nor hold much
+        memory on either side. A partitioned table is read through its root: each block range is read
+        from every partition.
 
         Chunks are fetched by one thread per session (at most :data:`FETCHED` wait per session), then
         turned into columns and built on one of :data:`CONVERTERS` threads (at most :data:`AHEAD`
