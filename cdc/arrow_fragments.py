@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.row_codec import NULL, Fragmenter, _bool, _number, _quoted, _text, _timestamp, _timestamptz
-from log_store.producer_columns import arrow_offsets
 
 BYTES = pa.large_binary()
 EMPTY = pa.scalar(b"", BYTES)
@@ -117,13 +116,11 @@ def _merged(pieces: Sequence[pa.Array | pa.Scalar]) -> list[pa.Array | pa.Scalar
 
 
 def _any_escaped(texts: pa.Array) -> bool:
-    """Whether any byte of the texts is one that JSON strings escape (one pass over their bytes; the
-    rows that hold one are then found with a regular expression)."""
+    """Whether the texts may hold a byte that JSON strings escape: one pass over their data buffer (a
+    buffer shared with other arrays may only add false alarms); the rows that hold one are then found
+    with a regular expression."""
     data = texts.buffers()[2]
-    if data is None:
-        return False
-    offsets = arrow_offsets(texts)
-    raw = np.frombuffer(data, dtype=np.uint8)[int(offsets[0]) : int(offsets[-1])]
+    raw = np.frombuffer(data, dtype=np.uint8) if data is not None else np.empty(0, np.uint8)
     return bool(np.any((raw < 0x20) | (raw == 0x22) | (raw == 0x5C)))
 
 

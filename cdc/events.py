@@ -35,9 +35,7 @@ from cdc.errors import MissingValueError
 from cdc.pgoutput.messages import UNCHANGED, Tuple
 from cdc.row_codec import NULL, RowCodec
 from cdc.tables import TableShape
-from log_store.partitioner import partition_arrow, partition_for_key
-from log_store.producer_columns import ProducerColumns
-from log_store.record import ProducerRecord
+from log_store import ProducerColumns, ProducerRecord, partition_arrow, partition_for_key
 
 UNCHANGED_HEADER = "unchanged"
 #: ``new_record((topic, key, value, timestamp_ms, headers))``: a ProducerRecord without the keyword machinery.

@@ -17,7 +17,7 @@ from log_store.cleaner import CleanerStats
 from log_store.config import LogConfig
 from log_store.fold import fold_json_after
 from log_store.log_cleaner import CleanerReport, PartitionCleaning
-from log_store.partitioner import murmur2, partition_for_key
+from log_store.partitioner import murmur2, partition_arrow, partition_for_key
 from log_store.producer_columns import ProducerColumns
 from log_store.record import UNCHANGED_HEADER, Headers, ProducerRecord, Record, TopicPartition, first_header
 from log_store.record_batch import RecordColumns
@@ -49,5 +49,6 @@ __all__ = [
     "first_header",
     "fold_json_after",
     "murmur2",
+    "partition_arrow",
     "partition_for_key",
 ]

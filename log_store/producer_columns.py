@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from log_store.record import ProducerRecord
-from log_store.record_batch import RECORD_SIZE, _consecutive, _header_piece, _zeros
+from log_store.record_batch import RECORD_SIZE, _consecutive, _header_piece, _zeros, batch_cuts
 
 _OFFSET_TYPES = {pa.binary(): np.int32, pa.string(): np.int32, pa.large_binary(): np.int64,
                  pa.large_string(): np.int64}
@@ -127,13 +127,8 @@ class ArrowColumns:
         """Record indexes where batches of about ``budget`` bytes start, and the count at the end."""
         if self.payload_bytes <= budget:
             return [0, self.count]
-        running = np.cumsum(RECORD_SIZE + np.maximum(self.keys.lengths, 0) + np.maximum(self.values.lengths, 0))
-        cuts = [0]
-        while cuts[-1] < self.count:
-            taken = int(running[cuts[-1] - 1]) if cuts[-1] else 0
-            stop = int(np.searchsorted(running, taken + budget, side="right"))
-            cuts.append(max(stop, cuts[-1] + 1))
-        return cuts
+        return batch_cuts(np.cumsum(RECORD_SIZE + np.maximum(self.keys.lengths, 0)
+                                    + np.maximum(self.values.lengths, 0)), budget)
 
     def encode_pieces(self, base_offset: int, start: int, stop: int, append_time_ms: int) -> tuple[list[bytes | memoryview], int]:
         """One batch of records ``[start, stop)`` at consecutive offsets: what

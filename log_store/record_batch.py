@@ -176,6 +176,17 @@ def _header_piece(
 _NO_HEADERS: Sequence[Headers] = ()
 
 
+def batch_cuts(running: Sequence[int], budget: int) -> list[int]:
+    """Record indexes where batches of about ``budget`` bytes start, and the record count at the end;
+    ``running``: the records' encoded sizes summed up to each record (a list or a numpy array). A batch
+    holds at least one record."""
+    cuts = [0]
+    while cuts[-1] < len(running):
+        taken = int(running[cuts[-1] - 1]) if cuts[-1] else 0
+        cuts.append(max(bisect_right(running, taken + budget), cuts[-1] + 1))
+    return cuts
+
+
 class Columns:
     """A run of producer records taken apart column by column, ready for batch-wise encoding.
 
@@ -245,13 +256,7 @@ class Columns:
         """Record indexes where batches of about ``budget`` bytes start, and the count at the end."""
         if self.payload_bytes <= budget:
             return [0, self.count]
-        running = list(accumulate(self.sizes()))
-        cuts = [0]
-        while cuts[-1] < self.count:
-            taken = running[cuts[-1] - 1] if cuts[-1] else 0
-            stop = bisect_right(running, taken + budget)
-            cuts.append(max(stop, cuts[-1] + 1))
-        return cuts
+        return batch_cuts(list(accumulate(self.sizes())), budget)
 
     def encode_pieces(
         self, base_offset: int, start: int, stop: int, append_time_ms: int,
