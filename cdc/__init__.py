@@ -1,1 +1,5 @@
-"""placeholder"""
+"""Capture: PostgreSQL's logical replication into the log (see the README and ``cdc.coordinator``)."""
+
+from cdc.arrow_memory import use_ordinary_pages
+
+use_ordinary_pages()
