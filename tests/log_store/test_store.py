@@ -19,6 +19,7 @@ from log_store.errors import (
     WriterFailedError,
 )
 from log_store.partitioner import partition_for_key
+from log_store.segment import ActiveSegment
 
 from tests.log_store.helpers import FakeClock, read_all, rec, small_config
 
@@ -237,6 +238,31 @@ def test_failed_segment_sync_is_never_published_and_stops_the_writer(tmp_path: P
         assert latest is not None and latest.position in ("01", "02")  # "02" only if all of it is durable
         values = {r.value for r in read_all(again, "t")}
         assert values == ({b"v"} if latest.position == "01" else {b"v", b"lost"})
+
+
+@pytest.mark.parametrize("writeback_bytes", [0, 64 << 10])
+def test_a_large_group_starts_its_writeback_as_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       writeback_bytes: int) -> None:
+    """Every ``writeback_bytes`` a partition writes, its segment's writeback starts (0: only at the end)."""
+    started: list[int] = []
+    original = ActiveSegment.start_writeback
+
+    def counted(self: ActiveSegment) -> None:
+        started.append(self.size)
+        original(self)
+
+    monkeypatch.setattr(ActiveSegment, "start_writeback", counted)
+    with LogStore.open(tmp_path, LogConfig(writeback_bytes=writeback_bytes), writer=True) as log:
+        log.ensure_topic("t", 1)
+        # about 1 MB in chunks of 50 records (about 50 kB each)
+        log.append_group((rec("t", f"k{i}", "v" * 1000) for i in range(1000)), "01", chunk_records=50)
+        assert len(read_all(log, "t")) == 1000
+    if not writeback_bytes:
+        assert len(started) == 1  # before the group's fsync
+    else:
+        # after every second chunk, then before the group's fsync
+        assert len(started) >= 8 and started == sorted(started), started
+        assert all(later - earlier >= writeback_bytes for earlier, later in zip(started, started[1:-1])), started
 
 
 def test_offset_for_time(tmp_path: Path) -> None:
