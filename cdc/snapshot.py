@@ -27,9 +27,9 @@ from __future__ import annotations
 import queue
 import re
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import closing
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar, cast
@@ -156,6 +156,7 @@ def _unescape(match: re.Match[bytes]) -> bytes:
 
 
 T = TypeVar("T")
+U = TypeVar("U")
 #: Builds what a chunk becomes from ``(first, count, keys, after)`` (see :meth:`SnapshotReader.column_chunks`).
 ChunkBuilder = Callable[[int, int, "pa.Array | None", "list[pa.Array | pa.Scalar]"], T]
 #: Threads turning chunks into columns; how many converted chunks may wait for the caller, and fetched
@@ -164,6 +165,17 @@ ChunkBuilder = Callable[[int, int, "pa.Array | None", "list[pa.Array | pa.Scalar
 CONVERTERS, AHEAD, FETCHED = 2, 12, 4
 #: Stored bytes (heap and TOAST) a snapshot chunk reads at most, by the table's statistics.
 CHUNK_BYTES = 8 << 20
+
+
+def _hand_over(results: queue.Queue[U], item: U, stop: threading.Event) -> bool:
+    """Put ``item`` into ``results`` once there is room; ``False`` when ``stop`` was set first."""
+    while not stop.is_set():
+        try:
+            results.put(item, timeout=0.2)
+            return True
+        except queue.Full:
+            continue
+    return False
 
 
 def _built(shape: TableShape, row: Sequence[object], build: ChunkBuilder[T], first: int, count: int) -> T:
@@ -245,9 +257,10 @@ class SnapshotReader:
         from every partition.
 
         Chunks are fetched by one thread per session (at most :data:`FETCHED` wait per session), then
-        turned into columns and built on one of :data:`CONVERTERS` threads (at most :data:`AHEAD`
-        ahead of the caller): the Arrow kernels release the GIL, so the server reads, chunks are
-        converted and the caller writes earlier ones all at once.
+        turned into columns and built on one of :data:`CONVERTERS` threads, to which a feeder thread
+        hands them as they arrive (at most :data:`AHEAD` ahead of the caller): the Arrow kernels
+        release the GIL, so the server reads, chunks are converted and the caller writes earlier ones
+        all at once, and the caller gets the first chunk as soon as it is built.
         """
         plan = column_query(shape)
         blocks, per_block, block_bytes = self.blocks(shape.relid)
@@ -257,22 +270,41 @@ class SnapshotReader:
         step = max(1, step)
         ranges: list[tuple[int, int | None]] = [(first, first + step) for first in range(0, blocks, step)]
         ranges = ranges[:-1] + [(ranges[-1][0], None)] if ranges else [(0, None)]
-        first = 0
+        stop = threading.Event()
+        # built chunks in range order, then None; or the exception that ended the reading
+        ahead: queue.Queue[Future[T] | BaseException | None] = queue.Queue(maxsize=AHEAD)
         with ThreadPoolExecutor(CONVERTERS, thread_name_prefix="snapshot-convert") as pool:
-            ahead: deque[Future[T]] = deque()
+
+            def feed() -> None:
+                first = 0
+                try:
+                    with closing(self._prefetched(plan, ranges)) as rows:
+                        for row in rows:
+                            count = int(cast(int, row[-1])) if row is not None else 0
+                            if count:
+                                future = pool.submit(_built, shape, cast("Sequence[object]", row), build, first, count)
+                                if not _hand_over(ahead, future, stop):
+                                    future.cancel()
+                                    return
+                                first += count
+                    _hand_over(ahead, None, stop)
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                    _hand_over(ahead, exc, stop)
+
+            feeder = threading.Thread(target=feed, name="snapshot-feed", daemon=True)
+            feeder.start()
             try:
-                for row in self._prefetched(plan, ranges):
-                    count = int(cast(int, row[-1])) if row is not None else 0
-                    if count:
-                        ahead.append(pool.submit(_built, shape, cast("Sequence[object]", row), build, first, count))
-                        first += count
-                    if len(ahead) >= AHEAD:
-                        yield ahead.popleft().result()
-                while ahead:
-                    yield ahead.popleft().result()
+                while (item := ahead.get()) is not None:
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item.result()
             finally:
-                for future in ahead:
-                    future.cancel()
+                stop.set()
+                feeder.join()
+                while not ahead.empty():
+                    left = ahead.get_nowait()
+                    if isinstance(left, Future):
+                        left.cancel()
 
     def _prefetched(self, plan: ColumnQuery, ranges: list[tuple[int, int | None]]) -> Iterator[Sequence[object] | None]:
         """Chunk results in range order; range ``i`` is fetched by session ``i % sessions`` in a thread of its own."""
@@ -280,15 +312,6 @@ class SnapshotReader:
         queues: list[queue.Queue[tuple[Sequence[object] | None, BaseException | None]]] = [
             queue.Queue(maxsize=FETCHED) for _ in sessions]
         stop = threading.Event()
-
-        def hand_over(results: queue.Queue[tuple[Sequence[object] | None, BaseException | None]],
-                      item: tuple[Sequence[object] | None, BaseException | None]) -> None:
-            while not stop.is_set():
-                try:
-                    results.put(item, timeout=0.2)
-                    return
-                except queue.Full:
-                    continue
 
         def fetch(conn: psycopg.Connection[tuple[object, ...]], mine: list[tuple[int, int | None]],
                   results: queue.Queue[tuple[Sequence[object] | None, BaseException | None]]) -> None:
@@ -299,9 +322,9 @@ class SnapshotReader:
                     for first, end in mine:
                         if stop.is_set():
                             return
-                        hand_over(results, (cursor.execute(plan.chunk(first, end)).fetchone(), None))
+                        _hand_over(results, (cursor.execute(plan.chunk(first, end)).fetchone(), None), stop)
             except BaseException as exc:  # noqa: BLE001 - handed to the consumer below
-                hand_over(results, (None, exc))
+                _hand_over(results, (None, exc), stop)
 
         workers = [
             threading.Thread(target=fetch, args=(conn, ranges[index :: len(sessions)], queues[index]),

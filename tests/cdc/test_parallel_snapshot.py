@@ -1,11 +1,14 @@
-"""Every session of a parallel snapshot reads the slot's exported snapshot, never a later state."""
+"""Parallel snapshot reads: every session reads the slot's exported snapshot, never a later state; chunks
+are bounded by stored bytes; a read stopped or failed part way ends its threads and leaves no snapshot."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from cdc import snapshot
 from cdc.coordinator import Capture, Tuning
@@ -66,3 +69,63 @@ def test_long_rows_are_read_in_chunks_of_bounded_bytes(reference_db: str, tmp_pa
     # by rows alone (10,000 per chunk) the table is one chunk of 10 MB; by bytes, blocks of about 1 MB
     assert len(chunks) >= 4 and max(chunks) <= 300, chunks
     assert replay(tmp_path, "cdc.public.wide") == source_table(reference_db, "wide")
+
+
+def _snapshot_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("snapshot-")]
+
+
+def _table_of_many_chunks(url: str, table: str, rows: int) -> None:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(sql.Identifier(table)))
+        conn.execute(sql.SQL("ALTER PUBLICATION cdc_publication ADD TABLE {}").format(sql.Identifier(table)))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT g, 'v' || g FROM generate_series(1, %s) g")
+                     .format(sql.Identifier(table)), (rows,))
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
+
+
+def test_a_snapshot_stopped_after_a_few_chunks_ends_its_threads_and_the_next_run_reads_it_all(
+        reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _table_of_many_chunks(reference_db, "stopped", 20_000)
+    stop = threading.Event()
+    chunks: list[int] = []
+    original = snapshot.chunk_columns
+
+    def stop_after_five(shape: object, row: list[object]) -> object:
+        chunks.append(int(row[-1]))  # type: ignore[call-overload]
+        if len(chunks) == 5:
+            stop.set()
+        return original(shape, row)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot, "chunk_columns", stop_after_five)
+    settings = settings_for(reference_db, tmp_path, tables="public.stopped")
+    stats = Capture(settings, once=True, stop=stop, tuning=Tuning(snapshot_chunk_rows=100)).run()
+    assert stats.snapshot_rows == 0 and 5 <= len(chunks) < 60, len(chunks)
+    assert _snapshot_threads() == []
+    monkeypatch.setattr(snapshot, "chunk_columns", original)
+    stats = Capture(settings, once=True, tuning=Tuning(snapshot_chunk_rows=100)).run()
+    assert stats.snapshot_rows == 20_000
+    assert replay(tmp_path, "cdc.public.stopped") == source_table(reference_db, "stopped")
+
+
+def test_a_chunk_that_cannot_be_converted_fails_the_snapshot_with_its_error(
+        reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _table_of_many_chunks(reference_db, "failing", 20_000)
+    chunks: list[int] = []
+    original = snapshot.chunk_columns
+
+    def fail_the_fourth(shape: object, row: list[object]) -> object:
+        chunks.append(int(row[-1]))  # type: ignore[call-overload]
+        if len(chunks) == 4:
+            raise ValueError("chunk four cannot be converted")
+        return original(shape, row)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot, "chunk_columns", fail_the_fourth)
+    settings = settings_for(reference_db, tmp_path, tables="public.failing")
+    with pytest.raises(ValueError, match="chunk four"):
+        Capture(settings, once=True, tuning=Tuning(snapshot_chunk_rows=100)).run()
+    assert _snapshot_threads() == []
+    monkeypatch.setattr(snapshot, "chunk_columns", original)
+    stats = Capture(settings, once=True, tuning=Tuning(snapshot_chunk_rows=100)).run()
+    assert stats.snapshot_rows == 20_000
+    assert replay(tmp_path, "cdc.public.failing") == source_table(reference_db, "failing")
