@@ -92,8 +92,8 @@ class Tuning:
     batch_changes: int = 20_000
     batch_seconds: float = 0.2
     #: rows per snapshot chunk: chunks this small keep the Python side's buffers in the CPU caches
-    snapshot_chunk_rows: int = 10_000
-    snapshot_group_chunks: int = 20  # chunks per group of the initial snapshot (one fsync each)
+    snapshot_chunk_rows: int = 20_000
+    snapshot_group_chunks: int = 10  # chunks per group of the initial snapshot (one fsync each)
     heartbeat_seconds: float = 5.0
     discover_seconds: float = 5.0
     status_seconds: float = 10.0
@@ -755,7 +755,7 @@ def _last_marked(block: ProducerColumns) -> list[ProducerRecord | ProducerColumn
 
 
 #: Items a snapshot group hands the log at a time: records, or blocks of one chunk's reads each.
-_SNAPSHOT_ITEMS = 4
+_SNAPSHOT_ITEMS = 2
 
 
 def _counted(records: Iterator[ProducerRecord], tally: list[int]) -> Iterator[ProducerRecord]:

@@ -66,7 +66,7 @@ def test_long_rows_are_read_in_chunks_of_bounded_bytes(reference_db: str, tmp_pa
     settings = settings_for(reference_db, tmp_path, tables="public.wide")
     stats = Capture(settings, once=True).run()
     assert stats.snapshot_rows == 1000 and sum(chunks) == 1000
-    # by rows alone (10,000 per chunk) the table is one chunk of 10 MB; by bytes, blocks of about 1 MB
+    # by rows alone (20,000 per chunk) the table is one chunk of 10 MB; by bytes, blocks of about 1 MB
     assert len(chunks) >= 4 and max(chunks) <= 300, chunks
     assert replay(tmp_path, "cdc.public.wide") == source_table(reference_db, "wide")
 
