@@ -73,7 +73,7 @@ from cdc.lsn import Lsn
 from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
 from cdc.slot_continuity import gap_after, slot_confirmed
-from cdc.snapshot import SnapshotReader
+from cdc.snapshot import CHUNK_ROWS, SnapshotReader
 from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
@@ -91,8 +91,8 @@ class Tuning:
 
     batch_changes: int = 20_000
     batch_seconds: float = 0.2
-    #: rows per snapshot chunk: chunks this small keep the Python side's buffers in the CPU caches
-    snapshot_chunk_rows: int = 20_000
+    #: rows per snapshot chunk (see :data:`cdc.snapshot.AHEAD` for the measured trade-off)
+    snapshot_chunk_rows: int = CHUNK_ROWS
     snapshot_group_chunks: int = 10  # chunks per group of the initial snapshot (one fsync each)
     heartbeat_seconds: float = 5.0
     discover_seconds: float = 5.0

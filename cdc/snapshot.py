@@ -27,7 +27,7 @@ from __future__ import annotations
 import queue
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
 from dataclasses import dataclass
@@ -156,19 +156,21 @@ def _unescape(match: re.Match[bytes]) -> bytes:
 
 
 T = TypeVar("T")
-U = TypeVar("U")
 #: Builds what a chunk becomes from ``(first, count, keys, after)`` (see :meth:`SnapshotReader.column_chunks`).
 ChunkBuilder = Callable[[int, int, "pa.Array | None", "list[pa.Array | pa.Scalar]"], T]
-#: Threads turning chunks into columns; how many converted chunks may wait for the caller, and fetched
-#: ones per session for a converter: enough to keep the server and the converters busy while the caller
-#: writes, about 40 MB of envelopes at 20,000 rows a chunk (measured on a 1M-row table: chunks of
-#: 20,000 rows and 6 ahead read 1.21-1.31M rows/s, chunks of 10,000 and 12 ahead 1.0-1.15M).
+#: Rows a snapshot chunk holds by default (fewer when they are long, see :data:`CHUNK_BYTES`).
+CHUNK_ROWS = 20_000
+#: Threads turning chunks into columns; how many built chunks may wait for the caller (one more waits
+#: with the feeder for room), and fetched ones per session: enough to keep the server and the converters
+#: busy while the caller writes, about 40 MB of envelopes at :data:`CHUNK_ROWS` rows a chunk. Measured
+#: on a 1M-row table: chunks of 20,000 rows with 6 waiting read 1.21-1.31M rows/s, chunks of 10,000
+#: with 12 waiting 1.0-1.15M.
 CONVERTERS, AHEAD, FETCHED = 2, 6, 4
 #: Stored bytes (heap and TOAST) a snapshot chunk reads at most, by the table's statistics.
 CHUNK_BYTES = 8 << 20
 
 
-def _hand_over(results: queue.Queue[U], item: U, stop: threading.Event) -> bool:
+def _hand_over(results: queue.Queue[T], item: T, stop: threading.Event) -> bool:
     """Put ``item`` into ``results`` once there is room; ``False`` when ``stop`` was set first."""
     while not stop.is_set():
         try:
@@ -177,6 +179,16 @@ def _hand_over(results: queue.Queue[U], item: U, stop: threading.Event) -> bool:
         except queue.Full:
             continue
     return False
+
+
+def _taken(results: queue.Queue[T], producer: threading.Thread) -> T:
+    """The next item of ``results``, waiting while ``producer`` runs; raises once it ended without one."""
+    while True:
+        try:
+            return results.get(timeout=0.2)
+        except queue.Empty:
+            if not producer.is_alive() and results.empty():
+                raise RuntimeError(f"{producer.name} ended without handing over the rest of the snapshot") from None
 
 
 def _built(shape: TableShape, row: Sequence[object], build: ChunkBuilder[T], first: int, count: int) -> T:
@@ -244,7 +256,7 @@ class SnapshotReader:
         return (int(row[0]), float(row[1]), float(row[2])) if row else (0, 0.0, 0.0)  # type: ignore[call-overload]
 
     def column_chunks(
-        self, shape: TableShape, build: ChunkBuilder[T], chunk_rows: int = 20_000, chunk_bytes: int | None = None
+        self, shape: TableShape, build: ChunkBuilder[T], chunk_rows: int = CHUNK_ROWS, chunk_bytes: int | None = None
     ) -> Iterator[T]:
         """Every row of the table, a block range per chunk, as ``build(first, count, keys, after)`` of
         each non-empty chunk (``first``: the table's rows in the chunks before it; ``keys``: an Arrow
@@ -259,9 +271,11 @@ class SnapshotReader:
 
         Chunks are fetched by one thread per session (at most :data:`FETCHED` wait per session), then
         turned into columns and built on one of :data:`CONVERTERS` threads, to which a feeder thread
-        hands them as they arrive (at most :data:`AHEAD` ahead of the caller): the Arrow kernels
-        release the GIL, so the server reads, chunks are converted and the caller writes earlier ones
-        all at once, and the caller gets the first chunk as soon as it is built.
+        hands them as they arrive (at most :data:`AHEAD` wait for the caller, and one more with the
+        feeder): the Arrow kernels release the GIL, so the server reads, chunks are converted and the
+        caller writes earlier ones all at once, and the caller gets the first chunk as soon as it is
+        built. Should the feeder end without a word (it hands over every outcome, so it should not),
+        the caller raises instead of waiting for ever.
         """
         plan = column_query(shape)
         blocks, per_block, block_bytes = self.blocks(shape.relid)
@@ -295,7 +309,7 @@ class SnapshotReader:
             feeder = threading.Thread(target=feed, name="snapshot-feed", daemon=True)
             feeder.start()
             try:
-                while (item := ahead.get()) is not None:
+                while (item := _taken(ahead, feeder)) is not None:
                     if isinstance(item, BaseException):
                         raise item
                     yield item.result()
@@ -307,7 +321,9 @@ class SnapshotReader:
                     if isinstance(left, Future):
                         left.cancel()
 
-    def _prefetched(self, plan: ColumnQuery, ranges: list[tuple[int, int | None]]) -> Iterator[Sequence[object] | None]:
+    def _prefetched(
+        self, plan: ColumnQuery, ranges: list[tuple[int, int | None]]
+    ) -> Generator[Sequence[object] | None, None, None]:
         """Chunk results in range order; range ``i`` is fetched by session ``i % sessions`` in a thread of its own."""
         sessions = [self._conn, *self._helpers]
         queues: list[queue.Queue[tuple[Sequence[object] | None, BaseException | None]]] = [

@@ -4,7 +4,8 @@
 ``sync_file_range(SYNC_FILE_RANGE_WRITE)``, through ``ctypes``; a no-op elsewhere). It is only a hint
 that makes no promise of its own: durability still comes from ``fdatasync``. The writer uses it to have
 every file of a group written out (and, on ext4, its blocks allocated) from one thread before the
-files' ``fdatasync`` calls run concurrently, so that they tend to share one journal commit.
+files' ``fdatasync`` calls run concurrently, so that they tend to share one journal commit, and, inside
+a large group, every few megabytes, so that the disk works while the group is still being written.
 
 ``write_atomic`` writes ``<name>.tmp``, fsyncs it, renames it over ``<name>`` and fsyncs the directory,
 so a crash at any point leaves either the old or the new content under the name, never a mix. A

@@ -248,8 +248,9 @@ class Partition:
         """Write batches from :meth:`encode` (called with no write in between) at the next offsets,
         rolling segments as needed (written, not yet fsynced: see :meth:`sync`).
 
-        Every ``writeback_bytes`` written, the active segment's writeback is started without waiting
-        for it, as RocksDB's ``bytes_per_sync`` does: the disk then works while the group goes on,
+        Every ``writeback_bytes`` written, the active segment's writeback is started (usually without
+        waiting: the call blocks only while the device's queue is full), as RocksDB's
+        ``bytes_per_sync`` does: the disk then works while the group goes on,
         and the group's closing fsync waits for its last few megabytes only (measured on a 1M-row
         snapshot: 0.16 s of fsync waits became 0.04 s). It promises nothing: data is durable only
         once :meth:`sync` returned.
@@ -290,6 +291,7 @@ class Partition:
             return False
         active.seal()
         active.close()
+        self._unstarted = 0  # sealing made it durable
         self.active = ActiveSegment.create(self.directory, self.next_offset,
                                            self.config.index_interval_bytes)
         return True

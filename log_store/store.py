@@ -30,7 +30,8 @@ Per group the work is a fixed number of C-level passes over the records' fields 
 record, no per-record allocation the garbage collector tracks), the byte columns of each batch are
 handed to one ``writev`` as they are, and the system calls are: one ``writev`` per batch, one small
 ``write`` (the watermark record), one ``sync_file_range`` and one ``fdatasync`` per file written, and the
-``pwrite`` of the published slot (plus an 8-byte index ``write`` when an index entry is due).
+``pwrite`` of the published slot (plus an 8-byte index ``write`` when an index entry is due, and one more
+``sync_file_range`` every ``writeback_bytes`` a partition writes, see :meth:`Partition.write`).
 The group is durable and visible when the call returns, and never visible in part: readers stop at the
 previous watermark until then, and after a crash the next writer's recovery (:mod:`log_store.recovery`)
 cuts everything past the last watermark whose data is whole, so a group cut mid-way disappears whole.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -93,3 +94,8 @@ def source_table(url: str, table: str, key: str = "id") -> dict[bytes | None, di
     with psycopg.connect(url) as conn:
         rows = conn.execute(sql.SQL("SELECT to_jsonb(t) FROM {} t").format(sql.Identifier(table))).fetchall()
     return {orjson.dumps({key: row[0][key]}): row[0] for row in rows}
+
+
+def snapshot_threads() -> list[str]:
+    """Names of the snapshot reader's threads still alive in this process."""
+    return [t.name for t in threading.enumerate() if t.name.startswith("snapshot-")]

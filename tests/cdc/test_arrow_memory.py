@@ -11,7 +11,8 @@ from cdc.arrow_memory import THP_OPTION
 
 def _allow_thp_after(code: str, **env: str) -> str:
     """mimalloc's ``allow_thp`` as it reports it (verbose) in a fresh interpreter that runs ``code``."""
-    base = {k: v for k, v in os.environ.items() if k != THP_OPTION}
+    # pyarrow's default pool (mimalloc) unless the environment picks another: this test needs mimalloc
+    base = {k: v for k, v in os.environ.items() if k not in (THP_OPTION, "ARROW_DEFAULT_MEMORY_POOL")}
     done = subprocess.run([sys.executable, "-c", code], env={**base, "MIMALLOC_VERBOSE": "1", **env},
                           capture_output=True, text=True, check=True, timeout=60)
     lines = [line for line in done.stderr.splitlines() if "option 'allow_thp'" in line]

@@ -4,6 +4,7 @@ are bounded by stored bytes; a read stopped or failed part way ends its threads 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import psycopg
@@ -12,7 +13,7 @@ from psycopg import sql
 
 from cdc import snapshot
 from cdc.coordinator import Capture, Tuning
-from tests.cdc.helpers import replay, settings_for, source_table
+from tests.cdc.helpers import replay, settings_for, snapshot_threads, source_table
 
 pytestmark = pytest.mark.pg
 
@@ -55,14 +56,7 @@ def test_long_rows_are_read_in_chunks_of_bounded_bytes(reference_db: str, tmp_pa
                      "FROM generate_series(1, 320) i) FROM generate_series(1, 1000) g")
         conn.execute("ANALYZE wide")
     monkeypatch.setattr(snapshot, "CHUNK_BYTES", 1 << 20)
-    chunks: list[int] = []
-    original = snapshot.chunk_columns
-
-    def counted(shape: object, row: list[object]) -> object:
-        chunks.append(int(row[-1]))  # type: ignore[call-overload]
-        return original(shape, row)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(snapshot, "chunk_columns", counted)
+    chunks = _watch_chunks(monkeypatch)
     settings = settings_for(reference_db, tmp_path, tables="public.wide")
     stats = Capture(settings, once=True).run()
     assert stats.snapshot_rows == 1000 and sum(chunks) == 1000
@@ -71,8 +65,19 @@ def test_long_rows_are_read_in_chunks_of_bounded_bytes(reference_db: str, tmp_pa
     assert replay(tmp_path, "cdc.public.wide") == source_table(reference_db, "wide")
 
 
-def _snapshot_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("snapshot-")]
+def _watch_chunks(monkeypatch: pytest.MonkeyPatch, on_chunk: Callable[[int], None] = lambda seen: None) -> list[int]:
+    """The row counts of the chunks the snapshot converts from now on; ``on_chunk`` is called with how
+    many were seen so far before each is converted."""
+    chunks: list[int] = []
+    original = snapshot.chunk_columns
+
+    def watched(shape: object, row: list[object]) -> object:
+        chunks.append(int(row[-1]))  # type: ignore[call-overload]
+        on_chunk(len(chunks))
+        return original(shape, row)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(snapshot, "chunk_columns", watched)
+    return chunks
 
 
 def _table_of_many_chunks(url: str, table: str, rows: int) -> None:
@@ -88,21 +93,17 @@ def test_a_snapshot_stopped_after_a_few_chunks_ends_its_threads_and_the_next_run
         reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _table_of_many_chunks(reference_db, "stopped", 20_000)
     stop = threading.Event()
-    chunks: list[int] = []
-    original = snapshot.chunk_columns
 
-    def stop_after_five(shape: object, row: list[object]) -> object:
-        chunks.append(int(row[-1]))  # type: ignore[call-overload]
-        if len(chunks) == 5:
+    def stop_after_five(seen: int) -> None:
+        if seen == 5:
             stop.set()
-        return original(shape, row)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(snapshot, "chunk_columns", stop_after_five)
+    chunks = _watch_chunks(monkeypatch, stop_after_five)
     settings = settings_for(reference_db, tmp_path, tables="public.stopped")
     stats = Capture(settings, once=True, stop=stop, tuning=Tuning(snapshot_chunk_rows=100)).run()
     assert stats.snapshot_rows == 0 and 5 <= len(chunks) < 60, len(chunks)
-    assert _snapshot_threads() == []
-    monkeypatch.setattr(snapshot, "chunk_columns", original)
+    assert snapshot_threads() == []
+    monkeypatch.undo()
     stats = Capture(settings, once=True, tuning=Tuning(snapshot_chunk_rows=100)).run()
     assert stats.snapshot_rows == 20_000
     assert replay(tmp_path, "cdc.public.stopped") == source_table(reference_db, "stopped")
@@ -111,21 +112,17 @@ def test_a_snapshot_stopped_after_a_few_chunks_ends_its_threads_and_the_next_run
 def test_a_chunk_that_cannot_be_converted_fails_the_snapshot_with_its_error(
         reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     _table_of_many_chunks(reference_db, "failing", 20_000)
-    chunks: list[int] = []
-    original = snapshot.chunk_columns
 
-    def fail_the_fourth(shape: object, row: list[object]) -> object:
-        chunks.append(int(row[-1]))  # type: ignore[call-overload]
-        if len(chunks) == 4:
+    def fail_the_fourth(seen: int) -> None:
+        if seen == 4:
             raise ValueError("chunk four cannot be converted")
-        return original(shape, row)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(snapshot, "chunk_columns", fail_the_fourth)
+    _watch_chunks(monkeypatch, fail_the_fourth)
     settings = settings_for(reference_db, tmp_path, tables="public.failing")
     with pytest.raises(ValueError, match="chunk four"):
         Capture(settings, once=True, tuning=Tuning(snapshot_chunk_rows=100)).run()
-    assert _snapshot_threads() == []
-    monkeypatch.setattr(snapshot, "chunk_columns", original)
+    assert snapshot_threads() == []
+    monkeypatch.undo()
     stats = Capture(settings, once=True, tuning=Tuning(snapshot_chunk_rows=100)).run()
     assert stats.snapshot_rows == 20_000
     assert replay(tmp_path, "cdc.public.failing") == source_table(reference_db, "failing")

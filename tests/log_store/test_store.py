@@ -265,6 +265,25 @@ def test_a_large_group_starts_its_writeback_as_it_goes(tmp_path: Path, monkeypat
         assert all(later - earlier >= writeback_bytes for earlier, later in zip(started, started[1:-1])), started
 
 
+def test_each_group_counts_its_writeback_bytes_from_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    started: list[int] = []
+    original = ActiveSegment.start_writeback
+
+    def counted(self: ActiveSegment) -> None:
+        started.append(self.size)
+        original(self)
+
+    monkeypatch.setattr(ActiveSegment, "start_writeback", counted)
+    with LogStore.open(tmp_path, LogConfig(writeback_bytes=64 << 10), writer=True) as log:
+        log.ensure_topic("t", 1)
+        # 19 chunks of about 50 kB: the last one's bytes are left over when the group ends
+        log.append_group((rec("t", f"k{i}", "v" * 1000) for i in range(950)), "01", chunk_records=50)
+        first_group = len(started)
+        # about 40 kB: below the threshold on its own, above it with the leftover of the group before
+        log.append_group([rec("t", f"k{i}", "w" * 1000) for i in range(40)], "02")
+    assert len(started) == first_group + 1  # only the start before the group's fsync
+
+
 def test_offset_for_time(tmp_path: Path) -> None:
     tp = TopicPartition("t", 0)
     with LogStore.open(tmp_path, small_config(), writer=True) as log:
