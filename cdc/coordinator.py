@@ -153,6 +153,7 @@ class Capture:
         self.ledger = SnapshotLedger("")
         self.gate = TableGate(self.ledger)
         self._table_snapshots: list[PendingSnapshot] = []  # ordered by boundary
+        self._shape_changed = False  # a table's columns changed in the stream since the last discovery
         self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
         self._slots_made = 0  # temporary slots, for unique names
 
@@ -161,6 +162,13 @@ class Capture:
     def include(self, schema: str, table: str) -> bool:
         """Whether a published table is captured (``CDC_TABLES`` empty: all of the publication)."""
         return not self._included or f"{schema}.{table}" in self._included
+
+    def _new_shape(self, shape: TableShape) -> None:
+        """A table's columns changed in the stream (or its first event is written): its topic must exist,
+        and the next discovery (right after this batch) checks whether existing rows gained values
+        without change events, as ``ADD COLUMN ... DEFAULT`` gives them, so that the table is read again."""
+        self._ensure_topic(shape)
+        self._shape_changed = True
 
     def _ensure_topic(self, shape: TableShape) -> None:
         assert self.log is not None
@@ -203,7 +211,7 @@ class Capture:
             self.gate = TableGate(self.ledger)
             self.replayer = ChangeReplayer(
                 self.builder, self.catalog, self.settings.topic_for, self.include,
-                self._load_emitted_schemas(), on_new_shape=self._ensure_topic, gate=self.gate,
+                self._load_emitted_schemas(), on_new_shape=self._new_shape, gate=self.gate,
             )
             watermark = store.latest_watermark()
             self.position = Lsn.from_hex16(watermark.position) if watermark else Lsn(0)
@@ -268,8 +276,9 @@ class Capture:
         """
         assert self.log is not None and self.builder is not None and self.replayer is not None
         tables = self._published()
-        # read before the snapshot exists: a membership change after this is caught by the next discovery
-        membership = {t.relid: t.membership for t in tables}
+        # read before the snapshot exists: a membership or column change after this is caught by the next
+        # discovery
+        published = {t.relid: t for t in tables}
         self._drop_slot_if_present()
         with ReplicationConnection(self.settings.database_url) as repl:
             created = repl.create_slot(self.settings.slot, export_snapshot=True)
@@ -319,7 +328,7 @@ class Capture:
                 final = carry
                 if held is not None:
                     final += _last_marked(held)
-                yield final + [self.ledger.record(shape, as_of, rows, ts_ms, membership.get(shape.relid))
+                yield final + [self.ledger.record(shape, as_of, rows, ts_ms, published.get(shape.relid))
                                for shape, rows in done], True
 
             source = parts()
@@ -349,7 +358,7 @@ class Capture:
             raise
         finally:
             reader.close()
-        self.ledger.add((shape for shape, _ in done), as_of, membership)
+        self.ledger.add((shape for shape, _ in done), as_of, published)
         self.position = as_of
         self.stats.snapshot_rows += sum(rows for _, rows in done)
         self.stats.groups += 1
@@ -508,7 +517,10 @@ class Capture:
                     idle = not pending and assembler.idle
                     if idle and self._snapshot_due(server_end):
                         self._write_table_snapshots(server_end, repl)
-                    if self.gate.wanted or (idle and now - last_discovery >= tuning.discover_seconds):
+                    if self.gate.wanted or self._shape_changed or (
+                        idle and now - last_discovery >= tuning.discover_seconds
+                    ):
+                        self._shape_changed = False
                         self._discover()
                         last_discovery = now
                     if self._target is not None and idle and now >= self._retarget_at:
@@ -562,11 +574,12 @@ class Capture:
 
     def _discover(self) -> None:
         """Snapshot every published, included table that the ledger does not cover (see
-        :meth:`SnapshotLedger.covers`: also a table added back or whose partitions changed) and no snapshot
-        waits for."""
+        :meth:`SnapshotLedger.covers`: also a table added back, whose partitions changed or that was given
+        a column its existing rows hold values in) and no snapshot waits for."""
         tables = [
             t for t in self.catalog.published_tables(self.settings.publication)
-            if self.include(t.schema, t.table) and not self.ledger.covers(t.qualified, t.relid, t.membership)
+            if self.include(t.schema, t.table)
+            and not self.ledger.covers(t.qualified, t.relid, t.membership, t.columns)
             and t.relid not in self.gate.holds
         ]
         self.gate.wanted.clear()  # a wanted table no longer published is no longer captured
@@ -608,9 +621,9 @@ class Capture:
         as_of = Lsn(pending.boundary - 1)
         ts_ms = time.time_ns() // 1_000_000
         saved_schemas = dict(self.replayer.emitted_schemas)
-        # the membership read before the snapshot was taken, never a later one (which could include a
-        # partition attached after the snapshot, whose rows it does not hold)
-        membership = {t.relid: t.membership for t in pending.tables}
+        # the membership and columns read before the snapshot was taken, never later ones (which could
+        # include a partition attached after the snapshot, whose rows it does not hold)
+        published = {t.relid: t for t in pending.tables}
         heads: list[tuple[TableShape, TxContext, list[ProducerRecord]]] = []
         for table in pending.tables:
             shape = self._snapshot_shape(table)
@@ -637,7 +650,7 @@ class Capture:
             if held is not None:
                 yield from _last_marked(held)
             for (shape, _, _), count in zip(heads, rows, strict=True):
-                yield self.ledger.record(shape, as_of, count, ts_ms, membership.get(shape.relid))
+                yield self.ledger.record(shape, as_of, count, ts_ms, published.get(shape.relid))
 
         tally = [0, 0]
         try:
@@ -646,7 +659,7 @@ class Capture:
             self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
             raise
         shapes = [shape for shape, _, _ in heads]
-        self.ledger.add(shapes, as_of, membership)
+        self.ledger.add(shapes, as_of, published)
         for shape in shapes:
             self.gate.holds.pop(shape.relid, None)
         self.position = as_of

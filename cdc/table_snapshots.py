@@ -2,18 +2,21 @@
 
 **The ledger.** The compacted topic ``<prefix>.__snapshots`` holds one record per table whose snapshot
 the log holds complete (key ``"<schema>.<table>"`` as a JSON string, value ``{"schema", "table", "topic",
-"relid", "lsn", "rows"}``). It is written in the same group as the snapshot's last rows, so after a
+"relid", "lsn", "rows", "membership", "columns"}``, the last two as the catalog described the table when
+it was snapshotted, see :class:`~cdc.catalog.PublishedTable`). It is written in the same group as the snapshot's last rows, so after a
 crash either both are in the log or neither. A table's change events enter the log only once the
 ledger names it (or its snapshot is under way, below): :class:`TableGate` is what the replayer asks.
 
 **A table added to the publication** (or recreated, or captured by a log without a ledger entry for it,
-or added back after it left the publication, or published via a root that gained or lost a partition)
-is snapshotted the way PostgreSQL's own logical replication synchronises a table added to a
-subscription:
+or added back after it left the publication, or published via a root that gained or lost a partition,
+or given a column whose existing rows hold values no change event carried: ``ADD COLUMN`` with a
+default, an identity or a generated column) is snapshotted the way PostgreSQL's own logical replication
+synchronises a table added to a subscription:
 
-1. Capture notices a published, included table the ledger does not name: at the start of every
-   replication session, every few seconds while idle, and when the stream carries a change of it
-   (that change is held back, see 3).
+1. Capture notices a published, included table the ledger does not cover: at the start of every
+   replication session, every few seconds while idle, right after a batch in which a table's columns
+   changed, and when the stream carries a change of a table the ledger does not name (that change is
+   held back, see 3).
 2. A ``TEMPORARY`` logical slot is created with an exported snapshot on a second replication
    connection, and the snapshot is imported into a REPEATABLE READ transaction
    (:class:`~cdc.snapshot.SnapshotReader`); the slot is dropped as soon as that is done, only its
@@ -61,7 +64,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from cdc.catalog import PublishedTable
+from cdc.catalog import PublishedTable, columns_added_filled
 from cdc.errors import SourceError
 from cdc.lsn import Lsn
 from cdc.snapshot import SnapshotReader
@@ -72,11 +75,13 @@ from log_store import LogStore, ProducerRecord, TopicPartition
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """One snapshotted table: its OID and publication membership when snapshotted, the LSN its rows are as of."""
+    """One snapshotted table: its OID, publication membership and column marks when snapshotted (see
+    :class:`~cdc.catalog.PublishedTable`), the LSN its rows are as of."""
 
     relid: int
     lsn: int
     membership: str | None = None
+    columns: str | None = None
 
 
 class SnapshotLedger:
@@ -104,35 +109,46 @@ class SnapshotLedger:
                     ledger.entries.pop(name, None)
                 else:
                     value = orjson.loads(record.value)
-                    ledger.entries[name] = LedgerEntry(int(value["relid"]), int(value["lsn"]), value.get("membership"))
+                    ledger.entries[name] = LedgerEntry(int(value["relid"]), int(value["lsn"]), value.get("membership"),
+                                                       value.get("columns"))
             offset = batch[-1].offset + 1
         return ledger
 
-    def covers(self, qualified: str, relid: int, membership: str | None = None) -> bool:
+    def covers(self, qualified: str, relid: int, membership: str | None = None, columns: str | None = None) -> bool:
         """Whether the log holds a complete snapshot of this table under this name.
 
         A table recreated under the same name (new OID) or renamed (new topic) is not covered, nor one
         whose publication ``membership`` changed since its snapshot (removed from the publication and
-        added back, a partition attached or detached: see
-        :meth:`cdc.catalog.Catalog.published_tables`). ``None`` (the stream's question) skips that test.
+        added back, a partition attached or detached), nor one given a column since whose existing
+        rows hold values no change event carried (``columns``, see
+        :meth:`cdc.catalog.Catalog.published_tables`). ``None`` (the stream's question) skips a test,
+        and so does an entry written before the log recorded it.
         """
         entry = self.entries.get(qualified)
         if entry is None or entry.relid != relid:
             return False
+        if columns is not None and entry.columns is not None and columns_added_filled(entry.columns, columns):
+            return False
         return membership is None or entry.membership is None or entry.membership == membership
 
-    def record(self, shape: TableShape, lsn: int, rows: int, ts_ms: int, membership: str | None = None) -> ProducerRecord:
-        """The ledger record of a snapshot of ``shape`` as of ``lsn`` (append it with the last rows)."""
+    def record(self, shape: TableShape, lsn: int, rows: int, ts_ms: int, table: PublishedTable | None = None) -> ProducerRecord:
+        """The ledger record of a snapshot of ``shape`` as of ``lsn`` (append it with the last rows);
+        ``table``: the table as published when the snapshot was taken, whose membership and column marks
+        the record keeps."""
         value: dict[str, object] = {"schema": shape.schema, "table": shape.table, "topic": shape.topic,
                                     "relid": shape.relid, "lsn": lsn, "rows": rows}
-        if membership is not None:
-            value["membership"] = membership
+        if table is not None:
+            value["membership"] = table.membership
+            value["columns"] = table.columns
         return ProducerRecord(self.topic, orjson.dumps(shape.qualified), orjson.dumps(value), ts_ms)
 
-    def add(self, shapes: Iterable[TableShape], lsn: int, memberships: dict[int, str] | None = None) -> None:
-        """Note snapshots whose group is durable (a recreated table replaces its old entry)."""
+    def add(self, shapes: Iterable[TableShape], lsn: int, tables: dict[int, PublishedTable] | None = None) -> None:
+        """Note snapshots whose group is durable (a recreated table replaces its old entry); ``tables``:
+        by OID, the tables as published when the snapshot was taken."""
         for shape in shapes:
-            self.entries[shape.qualified] = LedgerEntry(shape.relid, lsn, (memberships or {}).get(shape.relid))
+            table = (tables or {}).get(shape.relid)
+            self.entries[shape.qualified] = LedgerEntry(shape.relid, lsn, table.membership if table else None,
+                                                        table.columns if table else None)
 
 
 @dataclass

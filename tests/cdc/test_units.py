@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from cdc.catalog import PublishedTable
 from cdc.errors import DecodeError
 from cdc.events import EventBuilder, TxContext
 from cdc.lsn import Lsn
@@ -248,6 +249,25 @@ def test_gate_admits_a_table_only_after_its_snapshot() -> None:
     assert gate.admits(shape, 10)
     recreated = TableShape.build(2, "public", "t", "cdc.public.t", [("id", 20, -1)], ["id"])
     assert not gate.admits(recreated, 2000) and gate.wanted == {2: "public.t"}
+
+
+def test_a_column_added_with_values_for_existing_rows_uncovers_the_table() -> None:
+    """Only a column numbered above the snapshot's highest and holding values without events (a
+    default, identity or generated column) asks for a new snapshot; marks are per leaf relation."""
+    ledger = SnapshotLedger("cdc.__snapshots")
+    shape = _shape()  # OID 1, public.t
+    seen = PublishedTable(1, "public", "t", "e:", "1=2/1")  # two columns, the first with a default
+    record = ledger.record(shape, 999, 42, 0, seen)
+    assert orjson.loads(record.value or b"")["columns"] == "1=2/1"
+    ledger.add([shape], 999, {1: seen})
+    assert ledger.covers("public.t", 1, "e:", "1=2/1")
+    assert ledger.covers("public.t", 1, "e:", "1=3/1")  # ADD COLUMN without a default: existing rows hold null
+    assert ledger.covers("public.t", 1, "e:", "1=2/2")  # SET DEFAULT on a column the snapshot read
+    assert not ledger.covers("public.t", 1, "e:", "1=3/3")  # ADD COLUMN ... DEFAULT, identity or generated
+    assert not ledger.covers("public.t", 1, "e:", "1=4/3")  # ... even if another column came after it
+    assert ledger.covers("public.t", 1, None, None)  # the stream's question
+    ledger.add([shape], 999)  # an entry from before the log kept column marks: not judged by them
+    assert ledger.covers("public.t", 1, "e:", "1=3/3")
 
 
 def test_take_stores_change_frames_as_feed_does() -> None:

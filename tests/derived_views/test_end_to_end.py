@@ -169,3 +169,25 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
     history = spark.read.format("delta").load(str(history_log.parent))
     assert history.filter("_cdc_is_current").count() == spark.read.format("delta").load(
         str(current_log.parent)).count()
+
+
+def test_a_column_added_with_a_default_reaches_the_existing_rows_of_every_view(
+    spark: SparkSession, reference_db: str, tmp_path: Path
+) -> None:
+    """``ADD COLUMN ... DEFAULT`` gives the existing rows a value without a change event: capture reads
+    the table again, and every view then equals the source, the new column filled on every row."""
+    from derived_views import runner, warehouse
+
+    settings = _settings(reference_db, tmp_path)
+    _seed(reference_db)
+    _capture(settings)
+    ctx = _context(spark, settings)
+    runner.step(ctx, ALL)
+    _exec(reference_db, "ALTER TABLE categories ADD COLUMN slug text NOT NULL DEFAULT 'none'",
+          "UPDATE categories SET name = 'Lights' WHERE id = 2")
+    _capture(settings)
+    runner.step(ctx, ALL)
+    _verify_all(ctx, reference_db)
+    current = spark.read.format("delta").load(warehouse.current_path(ctx, "public.categories"))
+    slugs = {row["slug"] for row in current.select("slug").collect()}
+    assert slugs == {"none"} and current.count() >= 2
