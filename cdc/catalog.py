@@ -9,6 +9,7 @@ what is stable across a schema change (keys, nullability, type names).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import psycopg
 
@@ -29,8 +30,8 @@ class PublishedTable:
     #: What makes the table's published rows what they are besides its own changes (see
     #: :meth:`Catalog.published_tables`); a change means the log may miss rows and needs a new snapshot.
     membership: str = ""
-    #: Per leaf relation ``<oid>=<highest attnum>/<highest attnum of a column that existing rows may hold
-    #: a value in without a change event>``, comma-separated (see :func:`column_marks`).
+    #: Per leaf relation ``<oid>=<highest column number>/<highest published one>/<highest with a stored
+    #: default for older rows>/<relfilenode>``, comma-separated (see :func:`columns_filled_since`).
     columns: str = ""
 
     @property
@@ -92,30 +93,29 @@ class Catalog:
         in between were never sent), and attaching or detaching a partition adds or removes rows of
         a table published via its root (ATTACH/DETACH write no row changes).
 
-        ``pg_publication_tables`` reads the catalog afresh while the entry rows are read in the query's
-        snapshot, so a table added to the publication while the query runs can be listed without its
-        entry: it is left out until the next call rather than given a membership it never had.
-
-        Each table's ``columns`` marks, per leaf relation, its highest column number and the highest
-        number of a column that rows may hold a value in that no change event carried: one with a
-        default (``ADD COLUMN ... DEFAULT`` stores it for the existing rows without writing them, or
-        rewrites the table for a volatile default, which logical decoding does not send either), an
-        identity or a generated column. Column numbers are never reused, so such a column numbered
-        above the highest one a snapshot saw was added after it (see :func:`column_marks`).
+        Each table's ``columns`` marks, per leaf relation, what tells whether a column added later gave
+        the existing rows values that no change event carried (:func:`columns_filled_since`): its highest
+        column number (dropped ones included; numbers are never reused), its highest live published one
+        (generated columns are not published), its highest one holding a stored default for the rows
+        that predate it (``atthasmissing``), and its relfilenode. ``ADD COLUMN ... DEFAULT`` stores such
+        a value without writing the rows, or rewrites the table (a volatile default, an identity, a
+        domain whose default is volatile), and logical decoding sends no change for either.
         """
         namespace_entry = (
             "(SELECT pn.oid FROM pg_publication_namespace pn WHERE pn.pnpubid = pub.oid AND pn.pnnspid = n.oid)"
             if self._server_version() >= 150000 else "NULL"
         )
-        generated = "OR a.attgenerated <> ''" if self._server_version() >= 120000 else ""
         # the table itself, or the leaf partitions below a partitioned table
         leaves = ("SELECT c.oid AS relid WHERE c.relkind <> 'p' UNION ALL SELECT t.relid FROM "
                   "pg_partition_tree(c.oid) t WHERE t.isleaf AND t.relid <> c.oid")
+        attribute = "FROM pg_attribute a WHERE a.attrelid = l.relid AND a.attnum > 0"
+        published = "NOT a.attisdropped AND a.attgenerated = ''"
         columns = (
             "coalesce((SELECT string_agg(l.relid::oid::int8::text || '=' || "
-            "(SELECT coalesce(max(a.attnum), 0) FROM pg_attribute a WHERE a.attrelid = l.relid AND a.attnum > 0) || '/' || "
-            "(SELECT coalesce(max(a.attnum), 0) FROM pg_attribute a WHERE a.attrelid = l.relid AND a.attnum > 0 "
-            f"AND NOT a.attisdropped AND (a.atthasdef OR a.atthasmissing OR a.attidentity <> '' {generated})), "
+            f"(SELECT coalesce(max(a.attnum), 0) {attribute}) || '/' || "
+            f"(SELECT coalesce(max(a.attnum), 0) {attribute} AND {published}) || '/' || "
+            f"(SELECT coalesce(max(a.attnum), 0) {attribute} AND {published} AND a.atthasmissing) || '/' || "
+            "(SELECT r.relfilenode::int8 FROM pg_class r WHERE r.oid = l.relid), "
             f"',' ORDER BY l.relid::oid::int8) FROM ({leaves}) l), '')"
         )
         rows = self._execute(
@@ -123,7 +123,7 @@ class Catalog:
             "coalesce((SELECT string_agg(pr.oid::text, ',' ORDER BY pr.oid) FROM pg_publication_rel pr "
             "WHERE pr.prpubid = pub.oid AND (pr.prrelid = c.oid "
             "OR pr.prrelid IN (SELECT a.relid FROM pg_partition_ancestors(c.oid) a))), "
-            f"{namespace_entry}::text, CASE WHEN pub.puballtables THEN '0' END) || ':' || coalesce((SELECT string_agg(t.relid::oid::int8::text, ',' "
+            f"{namespace_entry}::text, '0') || ':' || coalesce((SELECT string_agg(t.relid::oid::int8::text, ',' "
             "ORDER BY t.relid::oid::int8) FROM pg_partition_tree(c.oid) t WHERE t.relid <> c.oid), '') "
             f", {columns} "
             "FROM pg_publication_tables p JOIN pg_publication pub ON pub.pubname = p.pubname "
@@ -132,9 +132,7 @@ class Catalog:
             "WHERE p.pubname = %s ORDER BY 2, 3",
             (publication,),
         )
-        # no entry row: listed by a publication change that this query's snapshot does not see yet
-        return [PublishedTable(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4]))  # type: ignore[call-overload]
-                for r in rows if r[3] is not None]
+        return [PublishedTable(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4])) for r in rows]  # type: ignore[call-overload]
 
     def _server_version(self) -> int:
         return int(self._connection().info.server_version)
@@ -221,20 +219,36 @@ class Catalog:
             self._conn = None
 
 
-def column_marks(columns: str) -> dict[int, tuple[int, int]]:
-    """``PublishedTable.columns`` as leaf OID -> (highest column number, highest filled column number)."""
-    marks: dict[int, tuple[int, int]] = {}
+class ColumnMark(NamedTuple):
+    """One leaf relation's column numbers and storage, as :meth:`Catalog.published_tables` reads them."""
+
+    highest: int  #: highest column number, dropped columns included
+    live: int  #: highest number of a published column (neither dropped nor generated)
+    missing: int  #: highest number of a published column holding a stored default for older rows
+    relfilenode: int  #: changes whenever the table is rewritten
+
+
+def column_marks(columns: str) -> dict[int, ColumnMark]:
+    """``PublishedTable.columns`` by leaf OID."""
+    marks: dict[int, ColumnMark] = {}
     for part in filter(None, columns.split(",")):
         leaf, numbers = part.split("=")
-        highest, filled = numbers.split("/")
-        marks[int(leaf)] = (int(highest), int(filled))
+        marks[int(leaf)] = ColumnMark(*map(int, numbers.split("/")))
     return marks
 
 
-def columns_added_filled(before: str, now: str) -> bool:
-    """Whether a leaf of ``now`` has a column that existing rows may hold values in without change events
-    (see :meth:`Catalog.published_tables`) numbered above every column the same leaf had ``before``.
+def columns_filled_since(before: str, now: str) -> bool:
+    """Whether a leaf's existing rows may have been given values without change events since ``before``:
+    a published column numbered above every column the leaf had then (so added since) holds a stored
+    default for the older rows, or exists while the leaf has been rewritten since (a volatile default,
+    an identity: the values are written with the rewrite, and stay when the default is dropped again).
 
+    A column added without a default leaves the older rows null, and a default set on it later is for
+    later rows: neither asks for anything. Nor does a rewrite with no column added (``VACUUM FULL``).
     A leaf absent from ``before`` is not judged here: attaching it changes the table's membership."""
     seen = column_marks(before)
-    return any(leaf in seen and filled > seen[leaf][0] for leaf, (_, filled) in column_marks(now).items())
+    return any(
+        leaf in seen and (mark.missing > seen[leaf].highest
+                          or (mark.live > seen[leaf].highest and mark.relfilenode != seen[leaf].relfilenode))
+        for leaf, mark in column_marks(now).items()
+    )

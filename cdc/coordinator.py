@@ -576,13 +576,21 @@ class Capture:
         """Snapshot every published, included table that the ledger does not cover (see
         :meth:`SnapshotLedger.covers`: also a table added back, whose partitions changed or that was given
         a column its existing rows hold values in) and no snapshot waits for."""
-        tables = [
-            t for t in self.catalog.published_tables(self.settings.publication)
-            if self.include(t.schema, t.table)
-            and not self.ledger.covers(t.qualified, t.relid, t.membership, t.columns)
-            and t.relid not in self.gate.holds
-        ]
+        tables: list[PublishedTable] = []
+        for table in self.catalog.published_tables(self.settings.publication):
+            if not self.include(table.schema, table.table):
+                continue
+            if self.ledger.covers(table.qualified, table.relid, table.membership, table.columns):
+                self.ledger.note_columns(table.qualified, table.columns)
+            elif table.relid not in self.gate.holds:
+                tables.append(table)
         self.gate.wanted.clear()  # a wanted table no longer published is no longer captured
+        if tables:
+            # read twice: a table whose publication entry or columns change while they are read (its
+            # listing and its entry rows are read with different catalog snapshots) waits for the next
+            # discovery rather than recording a state it was never in
+            again = {t.relid: t for t in self.catalog.published_tables(self.settings.publication)}
+            tables = [t for t in tables if again.get(t.relid) == t]
         if not tables:
             return
         unreadable = set(self.catalog.unreadable([t.relid for t in tables]))

@@ -10,7 +10,7 @@ ledger names it (or its snapshot is under way, below): :class:`TableGate` is wha
 **A table added to the publication** (or recreated, or captured by a log without a ledger entry for it,
 or added back after it left the publication, or published via a root that gained or lost a partition,
 or given a column whose existing rows hold values no change event carried: ``ADD COLUMN`` with a
-default, an identity or a generated column) is snapshotted the way PostgreSQL's own logical replication
+default, an identity or a domain with a default, see :func:`cdc.catalog.columns_filled_since`) is snapshotted the way PostgreSQL's own logical replication
 synchronises a table added to a subscription:
 
 1. Capture notices a published, included table the ledger does not cover: at the start of every
@@ -58,13 +58,14 @@ TABLES``), else capture stops with a :class:`~cdc.errors.PrivilegeError` naming 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import orjson
 
-from cdc.catalog import PublishedTable, columns_added_filled
+from cdc.catalog import PublishedTable, columns_filled_since
 from cdc.errors import SourceError
 from cdc.lsn import Lsn
 from cdc.snapshot import SnapshotReader
@@ -120,16 +121,25 @@ class SnapshotLedger:
         A table recreated under the same name (new OID) or renamed (new topic) is not covered, nor one
         whose publication ``membership`` changed since its snapshot (removed from the publication and
         added back, a partition attached or detached), nor one given a column since whose existing
-        rows hold values no change event carried (``columns``, see
-        :meth:`cdc.catalog.Catalog.published_tables`). ``None`` (the stream's question) skips a test,
-        and so does an entry written before the log recorded it.
+        rows may hold values no change event carried (``columns``, see
+        :func:`cdc.catalog.columns_filled_since`). ``None`` (the stream's question) skips a test, and so
+        does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
         """
         entry = self.entries.get(qualified)
         if entry is None or entry.relid != relid:
             return False
-        if columns is not None and entry.columns is not None and columns_added_filled(entry.columns, columns):
+        if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns):
             return False
         return membership is None or entry.membership is None or entry.membership == membership
+
+    def note_columns(self, qualified: str, columns: str) -> None:
+        """Judge later columns of a table the ledger covers against ``columns``, its marks now (in memory:
+        a restart judges them against the marks its snapshot recorded, which can only take one snapshot
+        too many). A column added since without values for the existing rows then stays unjudged when it
+        gets a default later, and an entry written without marks gets them."""
+        entry = self.entries.get(qualified)
+        if entry is not None:
+            self.entries[qualified] = dataclasses.replace(entry, columns=columns)
 
     def record(self, shape: TableShape, lsn: int, rows: int, ts_ms: int, table: PublishedTable | None = None) -> ProducerRecord:
         """The ledger record of a snapshot of ``shape`` as of ``lsn`` (append it with the last rows);
