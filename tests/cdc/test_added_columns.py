@@ -84,3 +84,20 @@ def test_a_column_added_while_capture_streams_has_the_table_read_again(reference
         stop.set()
         running.join(60)
     assert capture.stats.tables_added == 1
+
+
+def test_a_column_added_to_a_partitioned_root_reaches_the_rows_of_every_partition(reference_db: str,
+                                                                                 tmp_path: Path) -> None:
+    execute(reference_db,
+            "CREATE TABLE parted (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)",
+            "CREATE TABLE parted_1 PARTITION OF parted FOR VALUES FROM (0) TO (100)",
+            "CREATE TABLE parted_2 PARTITION OF parted FOR VALUES FROM (100) TO (200)",
+            "INSERT INTO parted SELECT g, 'v' || g FROM generate_series(1, 199, 7) g",
+            "ALTER PUBLICATION cdc_publication ADD TABLE parted")
+    settings = settings_for(reference_db, tmp_path, tables="public.parted")
+    Capture(settings, once=True).run()
+    assert replay(tmp_path, "cdc.public.parted") == source_table(reference_db, "parted")
+    execute(reference_db, "ALTER TABLE parted ADD COLUMN status text NOT NULL DEFAULT 'new'")
+    assert Capture(settings, once=True).run().tables_added == 1
+    assert replay(tmp_path, "cdc.public.parted") == source_table(reference_db, "parted")
+    assert {row["status"] for row in replay(tmp_path, "cdc.public.parted").values()} == {"new"}

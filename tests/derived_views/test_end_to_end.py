@@ -189,5 +189,4 @@ def test_a_column_added_with_a_default_reaches_the_existing_rows_of_every_view(
     runner.step(ctx, ALL)
     _verify_all(ctx, reference_db)
     current = spark.read.format("delta").load(warehouse.current_path(ctx, "public.categories"))
-    slugs = {row["slug"] for row in current.select("slug").collect()}
-    assert slugs == {"none"} and current.count() >= 2
+    assert {row["slug"] for row in current.select("slug").collect()} == {"none"}
