@@ -86,7 +86,8 @@ class Catalog:
         Each table's ``membership`` is ``<entry OIDs>:<partition OIDs>``: the OIDs of the catalog rows
         that put the table in the publication (``pg_publication_rel`` rows of the table or of a
         partitioned ancestor, as for a leaf published without ``publish_via_partition_root``; else the
-        ``pg_publication_namespace`` row for ``TABLES IN SCHEMA``; 0 for ``ALL TABLES``) and the sorted
+        ``pg_publication_namespace`` rows for ``TABLES IN SCHEMA`` of its schema or of a partitioned
+        ancestor's, which publishes partitions living in other schemas too; 0 for ``ALL TABLES``) and the sorted
         OIDs of the partitions below it.
         Both change exactly when the published rows change without a change event of the table:
         removing a table from the publication and adding it back creates a new entry row (the changes
@@ -99,10 +100,12 @@ class Catalog:
         (generated columns are not published), its highest one holding a stored default for the rows
         that predate it (``atthasmissing``), and its relfilenode. ``ADD COLUMN ... DEFAULT`` stores such
         a value without writing the rows, or rewrites the table (a volatile default, an identity, a
-        domain whose default is volatile), and logical decoding sends no change for either.
+        domain with a constraint or a volatile default), and logical decoding sends no change for either.
         """
         namespace_entry = (
-            "(SELECT pn.oid FROM pg_publication_namespace pn WHERE pn.pnpubid = pub.oid AND pn.pnnspid = n.oid)"
+            "(SELECT string_agg(pn.oid::text, ',' ORDER BY pn.oid) FROM pg_publication_namespace pn "
+            "WHERE pn.pnpubid = pub.oid AND pn.pnnspid IN (SELECT r.relnamespace FROM pg_class r "
+            "WHERE r.oid IN (SELECT a.relid FROM pg_partition_ancestors(c.oid) a)))"
             if self._server_version() >= 150000 else "NULL"
         )
         # the table itself, or the leaf partitions below a partitioned table
@@ -232,9 +235,21 @@ def column_marks(columns: str) -> dict[int, ColumnMark]:
     """``PublishedTable.columns`` by leaf OID."""
     marks: dict[int, ColumnMark] = {}
     for part in filter(None, columns.split(",")):
-        leaf, numbers = part.split("=")
-        marks[int(leaf)] = ColumnMark(*map(int, numbers.split("/")))
+        leaf, _, numbers = part.partition("=")
+        fields = numbers.split("/")
+        if len(fields) != len(ColumnMark._fields):
+            return {}  # marks of another form judge nothing (as an entry without marks)
+        marks[int(leaf)] = ColumnMark(*map(int, fields))
     return marks
+
+
+def steady(table: PublishedTable) -> tuple[object, ...]:
+    """What two reads of ``table`` must agree on before it is snapshotted: all but the relfilenodes,
+    which a ``TRUNCATE`` changes as often as it runs (a rewrite between the reads costs at most one
+    snapshot more, never one less)."""
+    marks = column_marks(table.columns)
+    return (table.relid, table.qualified, table.membership,
+            sorted((leaf, mark.highest, mark.live, mark.missing) for leaf, mark in marks.items()))
 
 
 def columns_filled_since(before: str, now: str) -> bool:

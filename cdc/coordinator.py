@@ -64,7 +64,7 @@ import orjson
 import psycopg
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
-from cdc.catalog import Catalog, PublishedTable
+from cdc.catalog import Catalog, PublishedTable, steady
 from cdc.errors import PrivilegeError, SlotError, SourceError
 from cdc.events import EventBuilder, TxContext, mark_last_read
 from cdc.gc_tuning import relaxed_gc
@@ -589,8 +589,12 @@ class Capture:
             # read twice: a table whose publication entry or columns change while they are read (its
             # listing and its entry rows are read with different catalog snapshots) waits for the next
             # discovery rather than recording a state it was never in
-            again = {t.relid: t for t in self.catalog.published_tables(self.settings.publication)}
-            tables = [t for t in tables if again.get(t.relid) == t]
+            again = {t.relid: steady(t) for t in self.catalog.published_tables(self.settings.publication)}
+            unsteady = [t for t in tables if again.get(t.relid) != steady(t)]
+            if unsteady:
+                log.info("publication of %s changed while it was read; its snapshot waits for the next discovery",
+                         ", ".join(t.qualified for t in unsteady))
+            tables = [t for t in tables if t not in unsteady]
         if not tables:
             return
         unreadable = set(self.catalog.unreadable([t.relid for t in tables]))

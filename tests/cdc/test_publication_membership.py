@@ -114,3 +114,27 @@ def test_membership_names_the_publication_entry_of_a_leaf_published_without_its_
         assert after["public.parts_1"] != before["public.parts_1"] and after["public.plain"] == before["public.plain"]
     finally:
         catalog.close()
+
+
+def test_membership_names_the_schema_entry_of_a_partition_living_in_another_schema(reference_db: str) -> None:
+    """``TABLES IN SCHEMA`` of a partitioned root's schema publishes its partitions in other schemas too;
+    removing that schema and adding it back changes their membership like the root's schema tables'."""
+    from cdc.catalog import Catalog
+
+    catalog = Catalog(reference_db)
+    try:
+        if catalog._server_version() < 150000:
+            pytest.skip("TABLES IN SCHEMA needs PostgreSQL 15")
+        execute(reference_db,
+                "CREATE SCHEMA home", "CREATE SCHEMA away",
+                "CREATE TABLE home.logs (id int PRIMARY KEY) PARTITION BY RANGE (id)",
+                "CREATE TABLE away.logs_1 PARTITION OF home.logs FOR VALUES FROM (0) TO (10)",
+                "CREATE PUBLICATION by_schema FOR TABLES IN SCHEMA home")
+        before = {t.qualified: t.membership for t in catalog.published_tables("by_schema")}
+        assert set(before) == {"away.logs_1"} and not before["away.logs_1"].startswith("0:"), before
+        execute(reference_db, "ALTER PUBLICATION by_schema DROP TABLES IN SCHEMA home",
+                "ALTER PUBLICATION by_schema ADD TABLES IN SCHEMA home")
+        after = {t.qualified: t.membership for t in catalog.published_tables("by_schema")}
+        assert after["away.logs_1"] != before["away.logs_1"], (before, after)
+    finally:
+        catalog.close()
