@@ -240,10 +240,8 @@ def test_failed_segment_sync_is_never_published_and_stops_the_writer(tmp_path: P
         assert values == ({b"v"} if latest.position == "01" else {b"v", b"lost"})
 
 
-@pytest.mark.parametrize("writeback_bytes", [0, 64 << 10])
-def test_a_large_group_starts_its_writeback_as_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       writeback_bytes: int) -> None:
-    """Every ``writeback_bytes`` a partition writes, its segment's writeback starts (0: only at the end)."""
+def _writeback_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The active segment's size at every start of its writeback from now on."""
     started: list[int] = []
     original = ActiveSegment.start_writeback
 
@@ -252,6 +250,14 @@ def test_a_large_group_starts_its_writeback_as_it_goes(tmp_path: Path, monkeypat
         original(self)
 
     monkeypatch.setattr(ActiveSegment, "start_writeback", counted)
+    return started
+
+
+@pytest.mark.parametrize("writeback_bytes", [0, 64 << 10])
+def test_a_large_group_starts_its_writeback_as_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       writeback_bytes: int) -> None:
+    """Every ``writeback_bytes`` a partition writes, its segment's writeback starts (0: only at the end)."""
+    started = _writeback_starts(monkeypatch)
     with LogStore.open(tmp_path, LogConfig(writeback_bytes=writeback_bytes), writer=True) as log:
         log.ensure_topic("t", 1)
         # about 1 MB in chunks of 50 records (about 50 kB each)
@@ -266,14 +272,7 @@ def test_a_large_group_starts_its_writeback_as_it_goes(tmp_path: Path, monkeypat
 
 
 def test_each_group_counts_its_writeback_bytes_from_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    started: list[int] = []
-    original = ActiveSegment.start_writeback
-
-    def counted(self: ActiveSegment) -> None:
-        started.append(self.size)
-        original(self)
-
-    monkeypatch.setattr(ActiveSegment, "start_writeback", counted)
+    started = _writeback_starts(monkeypatch)
     with LogStore.open(tmp_path, LogConfig(writeback_bytes=64 << 10), writer=True) as log:
         log.ensure_topic("t", 1)
         # 19 chunks of about 50 kB: the last one's bytes are left over when the group ends
