@@ -74,7 +74,7 @@ from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
 from cdc.slot_continuity import gap_after, slot_confirmed
 from cdc.snapshot import CHUNK_ROWS, SnapshotReader
-from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
+from cdc.streaming import ChangeReplayer, EmittedSchema, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
 from cdc.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
@@ -178,10 +178,10 @@ class Capture:
             self.log.ensure_topic(shape.topic, self.settings.partitions, compacted=bool(shape.key_indexes))
         self._topics.add(shape.topic)
 
-    def _load_emitted_schemas(self) -> dict[str, bytes]:
+    def _load_emitted_schemas(self) -> dict[str, EmittedSchema]:
         assert self.log is not None
         topic = self.builder.schema_topic if self.builder else ""
-        emitted: dict[str, bytes] = {}
+        emitted: dict[str, EmittedSchema] = {}
         if topic not in self.log.topics():
             self.log.ensure_topic(topic, 1, compacted=True)
             return emitted
@@ -193,7 +193,7 @@ class Capture:
             for record in batch:
                 if record.key is not None and record.value is not None:
                     value = orjson.loads(record.value)
-                    emitted[orjson.loads(record.key)] = fingerprint_of(value)
+                    emitted[orjson.loads(record.key)] = (fingerprint_of(value), record.value)
                     self._table_of_topic[value["topic"]] = (value["schema"], value["table"])
             offset = batch[-1].offset + 1
 

@@ -88,6 +88,33 @@ def _old_row(codec: RowCodec, old_kind: str | None, old: Tuple) -> tuple[bytes, 
     return codec.obj(fragments), codec.key(fragments)
 
 
+def with_unchanged_key(shape: TableShape, old: Tuple | None, new: Tuple) -> Tuple:
+    """``new`` with each key column the update left unchanged (TOAST) taken from the old tuple.
+
+    pgoutput marks a key column stored out of line as unchanged when an update does not touch it, and
+    then sends the old key ('K', or the whole old row 'O'), detoasted: the key is the old tuple's. The
+    event's key must never be built from the marker (it would read as null, and a phantom row would be
+    created under a null key). Without an old value to take, capture stops with
+    :class:`~cdc.errors.MissingValueError` naming the fix, before anything of the group is appended.
+    """
+    keys = shape.codec.keys
+    if not any(index < len(new) and new[index] is UNCHANGED for index in keys):
+        return new
+    filled = list(new)
+    for index in keys:
+        if index < len(filled) and filled[index] is UNCHANGED:
+            value = old[index] if old is not None and index < len(old) else UNCHANGED
+            if value is UNCHANGED:
+                raise MissingValueError(
+                    f"an update of {shape.qualified} left its key column {shape.codec.names[index]} unchanged "
+                    "(stored out of line, TOAST) and the server sent no old value of it, so the row's key cannot "
+                    f"be known; run ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL (or make the replica "
+                    "identity cover the primary key) so the server sends the old key, then run cdc capture again"
+                )
+            filled[index] = value
+    return tuple(filled)
+
+
 def missing_message(shape: TableShape, old_key: bytes, names: list[str], why: str) -> str:
     """The :class:`~cdc.errors.MissingValueError` text: what is missing, why, and how to fix it."""
     return (
@@ -236,6 +263,7 @@ class EventBuilder:
         :class:`~cdc.errors.MissingValueError` rather than write a row that lacks a value.
         """
         codec = shape.codec
+        new = with_unchanged_key(shape, old, new)
         fragments, unchanged = _fragments(codec, new, old if old_kind == "O" else None)
         key = codec.key(fragments)
         before = b"null"
@@ -280,9 +308,10 @@ class EventBuilder:
         value = self._value(shape, tx, "t", None, None)
         return [truncate_marker(shape.topic, value, tx.ts_ms, p, self.partitions) for p in range(self.partitions)]
 
-    def schema(self, shape: TableShape, lsn: int) -> ProducerRecord:
-        """The table's column list for ``<prefix>.__schemas``."""
-        return ProducerRecord(self.schema_topic, shape.schema_key(), shape.schema_value(lsn), time.time_ns() // 1_000_000)
+    def schema(self, shape: TableShape, lsn: int, previous: bytes | None = None) -> ProducerRecord:
+        """The table's column list for ``<prefix>.__schemas`` (``previous``: the record it follows)."""
+        return ProducerRecord(self.schema_topic, shape.schema_key(), shape.schema_value(lsn, previous),
+                              time.time_ns() // 1_000_000)
 
     @property
     def schema_topic(self) -> str:

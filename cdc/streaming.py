@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from cdc.catalog import Catalog, TableInfo
 from cdc.errors import DecodeError, SourceError
-from cdc.events import EventBuilder, TxContext, new_record
+from cdc.events import EventBuilder, TxContext, new_record, with_unchanged_key
 from cdc.pgoutput.decoder import Decoder
 from cdc.pgoutput.messages import (
     UNCHANGED,
@@ -202,13 +202,16 @@ class TransactionAssembler:
 
 
 TableFilter = Callable[[str, str], bool]
+#: A table's last schema record: its fingerprint (:meth:`~cdc.tables.TableShape.fingerprint`) and value.
+EmittedSchema = tuple[bytes, bytes]
 
 
 class ChangeReplayer:
     """Owns the relation cache; turns committed transactions into records for the log.
 
-    ``emitted_schemas`` maps ``schema.table`` to the shape last written to the schema topic (loaded
-    from the log at start), so a restart does not write the same schema record twice. ``gate``, when
+    ``emitted_schemas`` maps ``schema.table`` to the fingerprint and value of the record last written to
+    the schema topic (loaded from the log at start), so a restart does not write the same schema record
+    twice, and a new record carries the earlier versions on (:func:`~cdc.tables.earlier_versions`). ``gate``, when
     given, is asked once per table and transaction whether the table's events may be written; a table
     it refuses contributes nothing to the transaction's records (not even a schema record).
     """
@@ -219,7 +222,7 @@ class ChangeReplayer:
         catalog: Catalog,
         topic_for: Callable[[str, str], str],
         include: TableFilter,
-        emitted_schemas: dict[str, bytes] | None = None,
+        emitted_schemas: dict[str, EmittedSchema] | None = None,
         on_new_shape: Callable[[TableShape], None] | None = None,
         gate: TableGate | None = None,
     ) -> None:
@@ -229,7 +232,7 @@ class ChangeReplayer:
         self.include = include
         self.relations: dict[int, TableShape] = {}
         self.type_names: dict[int, str] = {}
-        self.emitted_schemas: dict[str, bytes] = dict(emitted_schemas or {})
+        self.emitted_schemas: dict[str, EmittedSchema] = dict(emitted_schemas or {})
         self.on_new_shape = on_new_shape
         self.gate = gate
 
@@ -255,12 +258,14 @@ class ChangeReplayer:
 
     def _schema_records(self, shape: TableShape, lsn: int) -> list[ProducerRecord]:
         fingerprint = shape.fingerprint()
-        if self.emitted_schemas.get(shape.qualified) == fingerprint:
+        emitted = self.emitted_schemas.get(shape.qualified)
+        if emitted is not None and emitted[0] == fingerprint:
             return []
-        self.emitted_schemas[shape.qualified] = fingerprint
+        record = self.builder.schema(shape, lsn, emitted[1] if emitted is not None else None)
+        self.emitted_schemas[shape.qualified] = (fingerprint, record.value or b"")
         if self.on_new_shape is not None:
             self.on_new_shape(shape)
-        return [self.builder.schema(shape, lsn)]
+        return [record]
 
     def _first_use(self, shape: TableShape, commit_lsn: int) -> list[ProducerRecord] | None:
         """None when the table's events of this transaction are held back, else the records to write first."""
@@ -301,10 +306,11 @@ class ChangeReplayer:
                     if shape is None:
                         continue
                     codec = shape.codec
+                    new = with_unchanged_key(shape, message.old, message.new)
                     old_key = codec.key([codec.fragment(i, v) if v is not UNCHANGED else None  # type: ignore[arg-type]
                                          for i, v in enumerate(message.old[: codec.count])])
                     new_key = codec.key([codec.fragment(i, v) if v is not UNCHANGED else None  # type: ignore[arg-type]
-                                         for i, v in enumerate(message.new[: codec.count])])
+                                         for i, v in enumerate(new[: codec.count])])
                     if old_key is not None and old_key != new_key:
                         wanted.add((shape.topic, old_key))
         return wanted

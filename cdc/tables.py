@@ -77,23 +77,31 @@ class TableShape:
     def qualified(self) -> str:
         return f"{self.schema}.{self.table}"
 
-    def schema_value(self, lsn: int) -> bytes:
-        """The record for the ``<prefix>.__schemas`` topic (docs/event-format.md, "Schema topic")."""
-        return orjson.dumps(
-            {
-                "schema": self.schema,
-                "table": self.table,
-                "topic": self.topic,
-                "columns": [
-                    {
-                        "name": c.name, "type": c.type_name, "oid": c.type_oid, "typmod": c.typmod,
-                        "key": c.key, "nullable": c.nullable,
-                    }
-                    for c in self.columns
-                ],
-                "lsn": lsn,
-            }
-        )
+    def schema_value(self, lsn: int, previous: bytes | None = None) -> bytes:
+        """The record for the ``<prefix>.__schemas`` topic (docs/event-format.md, "Schema topic").
+
+        ``previous`` is the table's record this one follows, if any: its ``versions`` are carried on,
+        and when one of its columns is gone or holds another type now, its column types are added as
+        the version in force from its ``lsn``. The latest record alone (all compaction keeps) thus tells
+        a consumer the types every earlier event of the table was written with.
+        """
+        record: dict[str, object] = {
+            "schema": self.schema,
+            "table": self.table,
+            "topic": self.topic,
+            "columns": [
+                {
+                    "name": c.name, "type": c.type_name, "oid": c.type_oid, "typmod": c.typmod,
+                    "key": c.key, "nullable": c.nullable,
+                }
+                for c in self.columns
+            ],
+            "lsn": lsn,
+        }
+        versions = earlier_versions(orjson.loads(previous), self.columns) if previous is not None else []
+        if versions:
+            record["versions"] = versions
+        return orjson.dumps(record)
 
     def fingerprint(self) -> bytes:
         """What makes two schema records equal apart from their LSN (topic and columns)."""
@@ -105,6 +113,26 @@ class TableShape:
     def same_schema(self, other: TableShape | None) -> bool:
         """True when ``other`` would write the same schema record (ignoring its LSN)."""
         return other is not None and other.columns == self.columns and other.topic == self.topic
+
+
+def _types(columns: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{"name": c["name"], "type": c["type"], "typmod": c.get("typmod", -1)} for c in columns]
+
+
+def earlier_versions(previous: dict[str, object], columns: tuple[ColumnShape, ...]) -> list[dict[str, object]]:
+    """The ``versions`` of a table's next schema record, given its ``previous`` record.
+
+    A version is ``{"lsn": L, "columns": [{"name", "type", "typmod"}, ...]}``: the column types of the
+    events from ``L`` on, until the next version (or the record itself). Only a record whose columns
+    are not all still there with the same type becomes a version: added columns change no earlier
+    event's types.
+    """
+    carried = list(previous.get("versions", []))  # type: ignore[call-overload]
+    now = {(c.name, c.type_name, c.typmod) for c in columns}
+    before = _types(previous.get("columns", []))  # type: ignore[arg-type]
+    if any((c["name"], c["type"], c["typmod"]) not in now for c in before):
+        carried.append({"lsn": previous.get("lsn", 0), "columns": before})
+    return carried
 
 
 def fingerprint_of(schema_record: dict[str, object]) -> bytes:

@@ -65,10 +65,12 @@ Delta commit (with ``overwriteSchema``), so readers see the old table until the 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
+from derived_views.column_types import convert, supertype
 from derived_views.events import EVENT_DDL, reduce_table
 from derived_views.log_source import LogWatermark, Offsets, offsets_json, plan_partitions, read_partition
 from derived_views.progress import Progress, committing, with_progress
@@ -155,7 +157,7 @@ def pending_table(rng: Range, topics: list[str], progress: Progress | None, mode
 
 def typed_batch(
     spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None, mode: str,
-    columns: list[tuple[str, str]], table: str,
+    columns: list[tuple[str, str]], table: str, plan: Plan | None = None,
 ) -> tuple[DataFrame, BatchFacts]:
     """The pending events typed (:func:`typed`), as a deterministic frame, with their :class:`BatchFacts`.
 
@@ -167,38 +169,91 @@ def typed_batch(
     events = pending_table(rng, topics, progress, mode)
     if events is None:
         raw = read_log(spark, rng.log_path, topics, _start(progress, topics), rng.watermark.offsets, reduce=mode)
-        return checkpointed(typed(raw, columns, table))
-    parsed = typed(spark.createDataFrame(events, schema=EVENT_DDL), columns, table)
+        frame, facts = checkpointed(typed(raw, columns, table, plan))
+        if facts.poison:
+            facts = with_fields(facts, widen=_widened(frame))
+        return frame, facts
+    parsed = typed(spark.createDataFrame(events, schema=EVENT_DDL), columns, table, plan)
     rows = parsed.toArrow()
     return spark.createDataFrame(rows, schema=parsed.schema), arrow_facts(rows)
 
 
-def typed(events: DataFrame, columns: list[tuple[str, str]], table: str) -> DataFrame:
+#: How events are parsed: ``(from LSN, (name, Spark type) of each column)`` in LSN order, see
+#: :meth:`derived_views.schema.TableSchema.parse_plan`.
+Plan = list[tuple[int, list[tuple[str, str]]]]
+
+
+def _by_version(plan: Plan, parse: Callable[[list[tuple[str, str]]], SparkColumn]) -> SparkColumn:
+    """``parse(types)`` with the types of the version in force at each event's LSN."""
+    from pyspark.sql import functions as F
+
+    if len(plan) == 1:
+        return parse(plan[0][1])
+    result = F.when(F.col("lsn") < F.lit(plan[1][0]), parse(plan[0][1]))
+    for (_, types), (upto, _) in zip(plan[1:-1], plan[2:], strict=True):
+        result = result.when(F.col("lsn") < F.lit(upto), parse(types))
+    return result.otherwise(parse(plan[-1][1]))
+
+
+def _json_path(*names: str) -> str:
+    return "$" + "".join("['" + name.replace("'", "") + "']" for name in names)
+
+
+def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: Plan | None = None) -> DataFrame:
     """Typed rows: the data columns parsed from the event (after, else before, else key) plus metadata.
 
-    The envelope (``value``) is parsed once by Spark into its ``after`` and ``before`` rows of
-    ``columns``. ``_cdc_error`` is set on poison events: an unreadable envelope, or values that do not
-    fit ``columns``.
+    The envelope (``value``) is parsed once by Spark into its ``after`` and ``before`` rows, with the
+    column types in force at the event's LSN (``plan``, default: ``columns`` throughout), then cast to
+    ``columns`` (the view's types, which hold every version's values). ``_cdc_error`` is set on poison
+    events: an unreadable envelope, or values that do not fit; it names each column, its type and the
+    value that does not fit. ``_cdc_widen`` lists the array columns of a poison event that hold a
+    multi-dimensional array, which a string column holds (:data:`BatchFacts.widen`).
     """
     from pyspark.sql import functions as F
 
+    plan = plan or [(0, columns)]
     ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_cdc_corrupt"}
-    envelope = F.from_json(F.col("value"), f"after struct<{_struct_ddl(columns)}>, before struct<{_struct_ddl(columns)}>, "
-                           "_cdc_corrupt string", options)
-    keyed = F.from_json(F.col("key"), f"{ddl}, _cdc_corrupt string", options)
+    view_envelope = f"struct<after: struct<{_struct_ddl(columns)}>, before: struct<{_struct_ddl(columns)}>, _cdc_corrupt: string>"
+    view_key = f"struct<{_struct_ddl(columns)}, _cdc_corrupt: string>"
+
+    def envelope(types: list[tuple[str, str]]) -> SparkColumn:
+        parsed = F.from_json(F.col("value"), f"after struct<{_struct_ddl(types)}>, before struct<{_struct_ddl(types)}>, "
+                             "_cdc_corrupt string", options)
+        return parsed if types == columns else parsed.cast(view_envelope)
+
+    def keyed(types: list[tuple[str, str]]) -> SparkColumn:
+        parsed = F.from_json(F.col("key"), ", ".join(f"{quote(n)} {t}" for n, t in types) + ", _cdc_corrupt string",
+                             options)
+        return parsed if types == columns else parsed.cast(view_key)
+
     # the two JSON parses (not compiled by Spark) get projections of their own, so that the one
     # picking the columns, which refers to them many times, is compiled
     has_after = F.col("_cdc_env.after").isNotNull()
     has_before = F.col("_cdc_env.before").isNotNull()
-    parsed = events.select("*", envelope.alias("_cdc_env")).select(
-        "*", F.when(~has_after & ~has_before & F.col("key").isNotNull(), keyed).alias("_cdc_keyed")
+    parsed = events.select("*", _by_version(plan, envelope).alias("_cdc_env")).select(
+        "*", F.when(~has_after & ~has_before & F.col("key").isNotNull(), _by_version(plan, keyed)).alias("_cdc_keyed")
     )
-    bad = F.when(
-        (F.col("op") != "t")
-        & (F.col("_cdc_env._cdc_corrupt").isNotNull() | F.col("_cdc_keyed._cdc_corrupt").isNotNull()),
-        F.lit(f"values do not fit the columns of {table} ({ddl})"),
-    )
+    corrupt = (F.col("op") != "t") & (F.col("_cdc_env._cdc_corrupt").isNotNull() | F.col("_cdc_keyed._cdc_corrupt").isNotNull())
+    misfits = []
+    widen = []
+    for index, (name, view_type) in enumerate(columns):
+        def single(types: list[tuple[str, str]], index: int = index) -> SparkColumn:
+            one = _struct_ddl([types[index]])
+            return F.from_json(F.col("value"), f"after struct<{one}>, before struct<{one}>, _cdc_corrupt string",
+                               options).getField("_cdc_corrupt").isNotNull()
+
+        text = F.coalesce(F.get_json_object(F.col("value"), _json_path("after", name)),
+                          F.get_json_object(F.col("value"), _json_path("before", name)))
+        bad = F.col("value").isNotNull() & _by_version(plan, single)
+        misfits.append(F.when(bad, F.concat(F.lit(f"column {quote(name)} ({view_type}) cannot hold "),
+                                            F.coalesce(F.substring(text, 1, 200), F.lit("its value")))))
+        if view_type.startswith("array<") and not view_type.startswith("array<array<"):
+            widen.append(F.when(bad & text.startswith("[["), F.lit(name)))
+    detail = F.concat_ws("; ", *misfits) if misfits else F.lit("")
+    bad = F.when(corrupt, F.concat(
+        F.lit(f"values do not fit the columns of {table}: "),
+        F.when(detail != "", detail).otherwise(F.lit(f"the key or the envelope does not fit ({ddl})"))))
     return parsed.select(
         *[F.when(has_after, F.col("_cdc_env.after").getField(name))
           .when(has_before, F.col("_cdc_env.before").getField(name))
@@ -214,7 +269,17 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str) -> Data
         F.col("offset").alias("_cdc_offset"),
         F.coalesce(F.col("value"), F.col("key")).alias("_cdc_raw"),
         F.coalesce(F.col("error"), bad).alias("_cdc_error"),
+        F.when(corrupt, F.array_compact(F.array(*widen)) if widen else F.array().cast("array<string>"))
+        .alias("_cdc_widen"),
     )
+
+
+def _widened(frame: DataFrame) -> tuple[str, ...]:
+    """The column names of ``frame``'s ``_cdc_widen`` lists (poison events holding multi-dimensional arrays)."""
+    from pyspark.sql import functions as F
+
+    rows = frame.filter(F.size("_cdc_widen") > 0).select(F.explode("_cdc_widen").alias("name")).distinct().collect()
+    return tuple(sorted(row["name"] for row in rows))
 
 
 def _struct_ddl(columns: list[tuple[str, str]]) -> str:
@@ -232,6 +297,8 @@ class BatchFacts:
     partial: int = 0
     keys: tuple[str, ...] | None = None
     """The keys of an insert-only batch held in the driver (at most :data:`APPEND_CHECK_KEYS`), else ``None``."""
+    widen: tuple[str, ...] = ()
+    """Array columns that a poison event fills with a multi-dimensional array: typed as ``string``, they hold it."""
 
     @property
     def inserts_only(self) -> bool:
@@ -281,6 +348,7 @@ def arrow_facts(rows: Any) -> BatchFacts:
     keys = None
     if not_inserts == 0 and 0 < rows.num_rows <= APPEND_CHECK_KEYS:
         keys = tuple(rows.column(KEY).to_pylist())
+    widen = sorted({name for names in rows.column("_cdc_widen").to_pylist() if names for name in names})
     return BatchFacts(
         rows.num_rows,
         rows.num_rows - error.null_count,
@@ -288,6 +356,7 @@ def arrow_facts(rows: Any) -> BatchFacts:
         not_inserts,
         int(pc.sum(pc.cast(pc.fill_null(partial, False), "int64")).as_py() or 0),
         keys,
+        tuple(widen),
     )
 
 
@@ -345,35 +414,74 @@ def _dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) 
         )
 
 
-_KNOWN_COLUMNS: dict[str, set[str]] = {}
+_KNOWN_TYPES: dict[str, dict[str, str]] = {}
+
+
+def table_types(spark: SparkSession, path: str) -> dict[str, str] | None:
+    """Column name -> Spark type (DDL form) of the Delta table at ``path``; ``None`` when there is none."""
+    from delta.tables import DeltaTable
+
+    known = _KNOWN_TYPES.get(path)
+    if known is not None:
+        return known
+    if not DeltaTable.isDeltaTable(spark, path):
+        return None
+    types = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(path).schema.fields}
+    _KNOWN_TYPES[path] = types
+    return types
 
 
 def ensure_table(spark: SparkSession, path: str, ddl: str) -> None:
-    """Create the Delta table at ``path`` with ``ddl``, or add the columns of ``ddl`` it lacks."""
+    """Create the Delta table at ``path`` with ``ddl``, or bring it to ``ddl``: columns it lacks are
+    added, and a column whose type differs is converted to the :func:`~derived_views.column_types.supertype`
+    of both (:func:`_retype`); a column is never narrowed."""
     from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
 
     wanted = StructType.fromDDL(ddl)
-    known = _KNOWN_COLUMNS.get(path)
-    if known is not None and all(f.name in known for f in wanted.fields):
+    wanted_types = {f.name: f.dataType.simpleString() for f in wanted.fields}
+    existing = table_types(spark, path)
+    if existing is not None and all(existing.get(n) == t for n, t in wanted_types.items()):
         return
-    if not DeltaTable.isDeltaTable(spark, path):
+    if existing is None:
         with committing(spark, None):
             DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted).execute()
-        _KNOWN_COLUMNS[path] = {f.name for f in wanted.fields}
+        _KNOWN_TYPES[path] = wanted_types
         return
-    existing = {f.name for f in spark.read.format("delta").load(path).schema.fields}
+    changed = {n: supertype(existing[n], t) for n, t in wanted_types.items() if n in existing and existing[n] != t}
+    changed = {n: t for n, t in changed.items() if t != existing[n]}
+    if changed:
+        _retype(spark, path, existing, changed)
     missing = [f for f in wanted.fields if f.name not in existing]
     if missing:
         added = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in missing)
         with committing(spark, None):
             spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({added})")
-    _KNOWN_COLUMNS[path] = existing | {f.name for f in missing}
+    _KNOWN_TYPES[path] = {**existing, **changed, **{f.name: f.dataType.simpleString() for f in missing}}
+
+
+def _retype(spark: SparkSession, path: str, existing: dict[str, str], changed: dict[str, str]) -> None:
+    """Rewrite the table at ``path`` with the ``changed`` columns converted to their new (wider) types,
+    in one Delta commit that carries no progress (the table stays as of the watermark it recorded).
+
+    Readers see the old table until the commit; a sync killed before it converts again on its next run.
+    The conversion is exact (:func:`~derived_views.column_types.convert`): integer, float and decimal
+    widenings are casts, and a column that becomes ``string`` holds each value's JSON text.
+    """
+    from pyspark.sql import functions as F
+
+    frame = spark.read.format("delta").load(path)
+    converted = frame.select(*[
+        convert(F.col(quote(name)), existing[name], changed[name]).alias(name) if name in changed else F.col(quote(name))
+        for name in frame.columns
+    ])
+    with committing(spark, None):
+        converted.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
 
 
 def forget_table(path: str) -> None:
     """Drop cached knowledge of ``path``'s columns (after a rebuild replaced its schema)."""
-    _KNOWN_COLUMNS.pop(path, None)
+    _KNOWN_TYPES.pop(path, None)
 
 
 def _newer(prefix_lsn: str = LSN, prefix_seq: str = SEQ) -> str:

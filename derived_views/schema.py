@@ -20,12 +20,18 @@ timestamp / timestamptz                   timestamp_ntz / timestamp (UTC instant
 ``_elem`` (arrays)                        array<element type>
 anything else                             string (the server's text form)
 ========================================  ===========================================================
+
+A column that changed type, or that holds a multi-dimensional array, is stored in a type that holds
+every value it has had (:mod:`derived_views.column_types`, :meth:`TableSchema.view_columns`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from derived_views.column_types import widest
 
 _SIMPLE: dict[str, str] = {
     "int2": "smallint",
@@ -87,14 +93,60 @@ class Column:
 
 
 @dataclass(frozen=True)
+class SchemaVersion:
+    """The column types a table's events were written with from ``lsn`` on (until the next version)."""
+
+    lsn: int
+    columns: tuple[Column, ...]
+
+
+@dataclass(frozen=True)
 class TableSchema:
-    """A source table's latest column list, from its schema record."""
+    """A source table's latest column list, from its schema record, with the earlier versions it names.
+
+    ``versions`` are the column types in force before ``lsn`` (oldest first), as the record carries
+    them when a column changed type or was dropped (docs/event-format.md, "Schema topic").
+    """
 
     schema: str
     table: str
     topic: str
     columns: tuple[Column, ...]
     lsn: int = 0
+    versions: tuple[SchemaVersion, ...] = ()
+
+    def view_columns(self, existing: Mapping[str, str] | None = None,
+                     text: Collection[str] = ()) -> list[tuple[str, str]]:
+        """``(name, Spark type)`` of every current column as a view stores it.
+
+        The type holds every value the column has had (:func:`~derived_views.column_types.widest` over
+        its type in each version and, for a table that exists, its type there: ``existing``); a name in
+        ``text`` is stored as its JSON text (``string``).
+        """
+        out = []
+        for column in self.columns:
+            types = [c.spark_type for v in self.versions for c in v.columns if c.name == column.name]
+            types.append(column.spark_type)
+            if existing is not None and column.name in existing:
+                types.append(existing[column.name])
+            out.append((column.name, "string" if column.name in text else widest(types)))
+        return out
+
+    def parse_plan(self, columns: list[tuple[str, str]]) -> list[tuple[int, list[tuple[str, str]]]]:
+        """How events are parsed into ``columns`` (view types): ``(from LSN, parse types)`` in LSN order.
+
+        An event is parsed with the types of the version in force at its LSN (the last entry whose
+        LSN is at or below it; the first entry also covers anything older), then cast to ``columns``.
+        A ``string`` view column is parsed as a string in every version, which keeps each value's
+        JSON text. Versions that parse alike are one entry, so a table whose types never changed has one.
+        """
+        plan: list[tuple[int, list[tuple[str, str]]]] = []
+        for version in (*self.versions, SchemaVersion(self.lsn, self.columns)):
+            types = {c.name: c.spark_type for c in version.columns}
+            parse = [(name, view if view == "string" else types.get(name, view)) for name, view in columns]
+            if not plan or plan[-1][1] != parse:
+                plan.append((version.lsn, parse))
+        return plan
 
     @property
     def qualified(self) -> str:
@@ -128,12 +180,19 @@ class TableSchema:
             )
             for column in record["columns"]
         )
+        versions = tuple(
+            SchemaVersion(int(version.get("lsn", 0)), tuple(
+                Column(name=str(c["name"]), type_name=str(c["type"]), typmod=int(c.get("typmod", -1)))
+                for c in version["columns"]))
+            for version in record.get("versions", [])
+        )
         return cls(
             schema=str(record["schema"]),
             table=str(record["table"]),
             topic=str(record["topic"]),
             columns=columns,
             lsn=int(record.get("lsn", 0)),
+            versions=versions,
         )
 
 

@@ -36,7 +36,7 @@ from derived_views.context import ViewContext
 from derived_views.errors import MissingTableError
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema, quote
-from derived_views.steps import TableResult, starting_point, apply_state, columns_of, is_current, load_pending
+from derived_views.steps import TableResult, apply_state, is_current, load_pending, starting_point
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -93,7 +93,7 @@ def _documents(ctx: ViewContext, rng: Range, replace: bool) -> TableResult | Non
     cats = _categories(ctx)
     rows = batch.frame.join(cats, F.col("category_id") == F.col("_cat_id"), "left").drop("_cat_id", "_cat_lsn",
                                                                                           "_cat_seq")
-    columns = columns_of(products) + [("category_name", "string")]
+    columns = batch.columns + [("category_name", "string")]
     new_progress = rng.progress(topics, progress)
     if replace:
         merge_current(ctx.spark, docs_path, rows, columns, new_progress, batch.facts.truncates, replace=True)
@@ -118,7 +118,7 @@ def _documents(ctx: ViewContext, rng: Range, replace: bool) -> TableResult | Non
             .join(in_batch, F.col(KEY) == F.col("_in_batch"), "left_anti")
             .join(cats, F.col("category_id") == F.col("_cat_id"), "left")
             .select(
-                *[quote(n) for n, _ in columns_of(products)], "category_name", KEY,
+                *[quote(n) for n, _ in batch.columns], "category_name", KEY,
                 F.greatest(F.col(LSN), F.coalesce(F.col("_cat_lsn"), F.col(LSN)) + F.lit(0)).alias(LSN),
                 F.when(F.coalesce(F.col("_cat_lsn"), F.lit(0)) > F.col(LSN), F.col("_cat_seq"))
                 .otherwise(F.col(SEQ) + F.lit(1)).alias(SEQ),

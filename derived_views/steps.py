@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from derived_views.apply import BatchFacts, Range, dead_letter, merge_current, typed_batch
+from derived_views.apply import BatchFacts, Range, dead_letter, merge_current, table_types, typed_batch
 from derived_views.context import ViewContext
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema
@@ -36,6 +36,8 @@ class Pending:
     frame: DataFrame
     facts: BatchFacts
     progress: Progress
+    columns: list[tuple[str, str]]
+    """``(name, Spark type)`` of the data columns, as the target table stores them."""
 
     def release(self) -> None:
         """Free the checkpointed batch."""
@@ -89,11 +91,6 @@ def starting_point(ctx: ViewContext, path: str, replace: bool) -> tuple[Progress
     return progress, False
 
 
-def columns_of(schema: TableSchema) -> list[tuple[str, str]]:
-    """``(name, spark type)`` of every source column."""
-    return [(c.name, c.spark_type) for c in schema.columns]
-
-
 def load_pending(
     ctx: ViewContext,
     rng: Range,
@@ -104,11 +101,26 @@ def load_pending(
     dead_letter_path: str,
     target: str,
 ) -> Pending:
-    """Typed events of ``schema``'s topic after ``progress`` (all of them when ``None``), poison recorded."""
-    frame, batch = typed_batch(ctx.spark, rng, [schema.topic], progress, mode, columns_of(schema), schema.qualified)
+    """Typed events of ``schema``'s topic after ``progress`` (all of them when ``None``), poison recorded.
+
+    The data columns take the types that hold every value the target table at ``target`` holds and the
+    batch brings (:meth:`~derived_views.schema.TableSchema.view_columns`; ``progress`` ``None`` means
+    the target is rebuilt, so only the log decides). An array column that a poison event fills with
+    a multi-dimensional array is typed as its JSON text and the batch parsed again, so the event lands.
+    """
+    existing = table_types(ctx.spark, target) if progress is not None else None
+    text: set[str] = set()
+    while True:
+        columns = schema.view_columns(existing, text)
+        frame, batch = typed_batch(ctx.spark, rng, [schema.topic], progress, mode, columns, schema.qualified,
+                                   schema.parse_plan(columns))
+        if not set(batch.widen) - text:
+            break
+        text |= set(batch.widen)
+        frame.unpersist()
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target)
-    return Pending(frame, batch, rng.progress([schema.topic], progress))
+    return Pending(frame, batch, rng.progress([schema.topic], progress), columns)
 
 
 def apply_state(
@@ -119,7 +131,7 @@ def apply_state(
     if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
     batch = load_pending(ctx, rng, schema, progress, "latest", dead_letter_path=dead_letter_path, target=path)
-    merge_current(ctx.spark, path, batch.frame, columns_of(schema), batch.progress, batch.facts.truncates,
+    merge_current(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
                   replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
                   whole_rows=not batch.facts.partial)
     ctx.set_progress(path, batch.progress)

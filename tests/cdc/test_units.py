@@ -322,7 +322,7 @@ def test_a_truncated_insert_is_a_decode_error_on_the_fast_path_too() -> None:
                               lambda schema, table: f"cdc.{schema}.{table}", lambda schema, table: True)
     shape = _shape()
     replayer.relations[shape.relid] = shape
-    replayer.emitted_schemas[shape.qualified] = shape.fingerprint()
+    replayer.emitted_schemas[shape.qualified] = (shape.fingerprint(), shape.schema_value(0))
     whole = _hand(b"I", struct.pack("!I", shape.relid), b"N", struct.pack("!h", 3), b"t", struct.pack("!i", 1), b"1",
                   b"n", b"t", struct.pack("!i", 2), b"42")
     changes = SpillBuffer()

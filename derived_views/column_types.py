@@ -1,0 +1,100 @@
+"""A view column's Spark type when its source column changes type, and the text form of earlier values.
+
+A source column can change type (``ALTER TABLE ... ALTER COLUMN ... TYPE``), be dropped and added again
+with another type, or hold a value its declared type does not describe (a multi-dimensional array in
+an ``int[]`` column). A view table keeps every version of a row (history) or rows written before the
+change (current state, for rows the change did not rewrite), so its column must hold the values of
+every type the column has had. :func:`supertype` gives the narrowest Spark type that holds two types'
+values exactly:
+
+===============================================  ============================================
+types                                            view type
+===============================================  ============================================
+the same type                                    that type
+smallint / int / bigint                          the wider one
+float and double                                 double
+float or double with smallint or int             double (exact for both)
+decimals, or a decimal with an integer type      a decimal with the most integer digits and the
+                                                 largest scale, when that fits 38 digits
+anything else                                    string
+===============================================  ============================================
+
+A ``string`` view column holds each value as the JSON text its event carried: a string's content, or
+the literal text of a number, boolean, array or object (Spark parses any JSON value into a string
+column that way). Values already in a table whose column becomes ``string`` are rewritten to the same
+form by :func:`as_text` (numbers and booleans as their text, timestamps in ISO form with microseconds,
+binary as base64, arrays as JSON).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column as SparkColumn
+
+_INTEGRAL = ("smallint", "int", "bigint")
+_INTEGER_DIGITS = {"smallint": 5, "int": 10, "bigint": 19}
+_DECIMAL = re.compile(r"decimal\((\d+),\s*(\d+)\)")
+_MAX_PRECISION = 38
+_MICROS = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+_MICROS_NTZ = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
+
+
+def _decimal(spark_type: str) -> tuple[int, int] | None:
+    """``(precision, scale)`` of a decimal or integer type; ``None`` for any other type."""
+    if spark_type in _INTEGER_DIGITS:
+        return _INTEGER_DIGITS[spark_type], 0
+    match = _DECIMAL.fullmatch(spark_type)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def supertype(left: str, right: str) -> str:
+    """The narrowest Spark type holding every value of both types exactly (see the module docstring)."""
+    if left == right:
+        return left
+    if left in _INTEGRAL and right in _INTEGRAL:
+        return max(left, right, key=_INTEGRAL.index)
+    pair = {left, right}
+    if pair <= {"float", "double"} or (pair & {"float", "double"} and pair - {"float", "double"} <= {"smallint", "int"}):
+        return "double"
+    a, b = _decimal(left), _decimal(right)
+    if a is not None and b is not None:
+        scale = max(a[1], b[1])
+        digits = max(a[0] - a[1], b[0] - b[1]) + scale
+        if digits <= _MAX_PRECISION:
+            return f"decimal({digits},{scale})"
+    return "string"
+
+
+def widest(types: list[str]) -> str:
+    """:func:`supertype` of every type in ``types`` (at least one)."""
+    result = types[0]
+    for spark_type in types[1:]:
+        result = supertype(result, spark_type)
+    return result
+
+
+def as_text(column: SparkColumn, spark_type: str) -> SparkColumn:
+    """``column`` (of ``spark_type``) as the JSON text its values are written with in a string column."""
+    from pyspark.sql import functions as F
+
+    if spark_type == "string":
+        return column
+    if spark_type == "timestamp":
+        return F.date_format(column, _MICROS)
+    if spark_type == "timestamp_ntz":
+        return F.date_format(column, _MICROS_NTZ)
+    if spark_type == "binary":
+        return F.base64(column)
+    if spark_type.startswith(("array<", "struct<", "map<")):
+        return F.to_json(column, {"timestampFormat": _MICROS, "timestampNTZFormat": _MICROS_NTZ})
+    return column.cast("string")
+
+
+def convert(column: SparkColumn, old: str, new: str) -> SparkColumn:
+    """Values of ``old`` type as ``new`` (a :func:`supertype` of ``old``): exact casts, or the text form."""
+    if new == "string":
+        return as_text(column, old)
+    return column.cast(new)
