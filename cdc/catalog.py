@@ -31,7 +31,9 @@ class PublishedTable:
     #: :meth:`Catalog.published_tables`); a change means the log may miss rows and needs a new snapshot.
     membership: str = ""
     #: Per leaf relation ``<oid>=<highest column number>/<highest published one>/<highest with a stored
-    #: default for older rows>/<relfilenode>``, comma-separated (see :func:`columns_filled_since`).
+    #: default for older rows>/<relfilenode>/<types>``, comma-separated, where ``<types>`` is
+    #: ``<attnum>:<type OID>:<typmod>`` of each published column, ``;``-separated (see
+    #: :func:`columns_filled_since`).
     columns: str = ""
 
     @property
@@ -51,6 +53,8 @@ class TableInfo:
     identity_key: tuple[str, ...]
     replica_identity: str
     not_null: frozenset[str]
+    #: column name -> its attribute number, which a rename keeps and a drop and re-add changes
+    attnums: tuple[tuple[str, int], ...] = ()
 
 
 class Catalog:
@@ -100,9 +104,11 @@ class Catalog:
         the existing rows values that no change event carried (:func:`columns_filled_since`): its highest
         column number (dropped ones included; numbers are never reused), its highest live published one
         (generated columns are not published), its highest one holding a stored default for the rows
-        that predate it (``atthasmissing``), and its relfilenode. ``ADD COLUMN ... DEFAULT`` stores such
-        a value without writing the rows, or rewrites the table (a volatile default, an identity, a
-        domain with a constraint or a volatile default), and logical decoding sends no change for either.
+        that predate it (``atthasmissing``), its relfilenode, and the type (OID and typmod) of each live
+        published column by number. ``ADD COLUMN ... DEFAULT`` stores such a value without writing the
+        rows, or rewrites the table (a volatile default, an identity, a domain with a constraint or a
+        volatile default), and ``ALTER COLUMN ... TYPE`` rewrites it with converted values (``USING``
+        any expression); logical decoding sends no change for either.
         """
         namespace_entry = (
             "(SELECT string_agg(pn.oid::text, ',' ORDER BY pn.oid) FROM pg_publication_namespace pn "
@@ -120,7 +126,9 @@ class Catalog:
             f"(SELECT coalesce(max(a.attnum), 0) {attribute}) || '/' || "
             f"(SELECT coalesce(max(a.attnum), 0) {attribute} AND {published}) || '/' || "
             f"(SELECT coalesce(max(a.attnum), 0) {attribute} AND {published} AND a.atthasmissing) || '/' || "
-            "(SELECT r.relfilenode::int8 FROM pg_class r WHERE r.oid = l.relid), "
+            "(SELECT r.relfilenode::int8 FROM pg_class r WHERE r.oid = l.relid) || '/' || "
+            "(SELECT coalesce(string_agg(a.attnum || ':' || a.atttypid::int8 || ':' || a.atttypmod, ';' "
+            f"ORDER BY a.attnum), '') {attribute} AND {published}), "
             f"',' ORDER BY l.relid::oid::int8) FROM ({leaves}) l), '')"
         )
         rows = self._execute(
@@ -153,7 +161,7 @@ class Catalog:
         if head is None:
             raise SourceError(f"table with OID {relid} no longer exists in the source database")
         columns = self._execute(
-            "SELECT attname, atttypid, atttypmod, attnotnull FROM pg_attribute "
+            "SELECT attname, atttypid, atttypmod, attnotnull, attnum FROM pg_attribute "
             "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
             (relid,),
         )
@@ -174,6 +182,7 @@ class Catalog:
             identity_key=tuple(str(k[2]) for k in keys if k[1]),
             replica_identity={"d": "default", "f": "full", "n": "nothing", "i": "index"}.get(str(head[2]), "default"),
             not_null=frozenset(str(c[0]) for c in columns if c[3]),
+            attnums=tuple((str(c[0]), int(c[4])) for c in columns),  # type: ignore[call-overload]
         )
 
     def load_types(self, oids: list[int]) -> dict[int, str]:
@@ -231,6 +240,11 @@ class ColumnMark(NamedTuple):
     live: int  #: highest number of a published column (neither dropped nor generated)
     missing: int  #: highest number of a published column holding a stored default for older rows
     relfilenode: int  #: changes whenever the table is rewritten
+    types: str = ""  #: ``<attnum>:<type OID>:<typmod>`` of each published column, ``;``-separated
+
+    def type_of(self) -> dict[str, str]:
+        """Column number -> ``<type OID>:<typmod>``."""
+        return dict(part.split(":", 1) for part in self.types.split(";") if part)  # type: ignore[misc]
 
 
 def column_marks(columns: str) -> dict[int, ColumnMark]:
@@ -241,7 +255,7 @@ def column_marks(columns: str) -> dict[int, ColumnMark]:
         fields = numbers.split("/")
         if len(fields) != len(ColumnMark._fields):
             return {}  # marks of another form judge nothing (as an entry without marks)
-        marks[int(leaf)] = ColumnMark(*map(int, fields))
+        marks[int(leaf)] = ColumnMark(*map(int, fields[:4]), fields[4])
     return marks
 
 
@@ -251,7 +265,7 @@ def steady(table: PublishedTable) -> tuple[object, ...]:
     snapshot more, never one less)."""
     marks = column_marks(table.columns)
     return (table.relid, table.qualified, table.membership,
-            sorted((leaf, mark.highest, mark.live, mark.missing) for leaf, mark in marks.items()))
+            sorted((leaf, mark.highest, mark.live, mark.missing, mark.types) for leaf, mark in marks.items()))
 
 
 def columns_filled_since(before: str, now: str) -> bool:
@@ -260,12 +274,24 @@ def columns_filled_since(before: str, now: str) -> bool:
     default for the older rows, or exists while the leaf has been rewritten since (a volatile default,
     an identity: the values are written with the rewrite, and stay when the default is dropped again).
 
+    Also when a column the leaf had then holds another type and the leaf has been rewritten since
+    (``ALTER COLUMN ... TYPE`` converted the stored values, with any ``USING`` expression); a type change
+    that rewrites nothing (``varchar(10)`` to ``text``) leaves every value as it was.
+
     A column added without a default leaves the older rows null, and a default set on it later is for
-    later rows: neither asks for anything. Nor does a rewrite with no column added (``VACUUM FULL``).
-    A leaf absent from ``before`` is not judged here: attaching it changes the table's membership."""
+    later rows: neither asks for anything. Nor does a rewrite with no column added and no type changed
+    (``VACUUM FULL``, ``TRUNCATE``). A leaf absent from ``before`` is not judged here: attaching it
+    changes the table's membership."""
     seen = column_marks(before)
     return any(
         leaf in seen and (mark.missing > seen[leaf].highest
-                          or (mark.live > seen[leaf].highest and mark.relfilenode != seen[leaf].relfilenode))
+                          or (mark.relfilenode != seen[leaf].relfilenode
+                              and (mark.live > seen[leaf].highest or _retyped(seen[leaf], mark))))
         for leaf, mark in column_marks(now).items()
     )
+
+
+def _retyped(before: ColumnMark, now: ColumnMark) -> bool:
+    """Whether a column numbered in both marks holds another type in ``now``."""
+    old, new = before.type_of(), now.type_of()
+    return any(number in old and old[number] != kind for number, kind in new.items())

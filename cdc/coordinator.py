@@ -390,6 +390,7 @@ class Capture:
         return TableShape.build(
             table.relid, table.schema, table.table, self.settings.topic_for(table.schema, table.table),
             list(info.columns), list(keys), not_null=info.not_null, type_names=self.catalog.type_names,
+            attnums=info.attnums,
         )
 
     def _read_blocks(

@@ -254,6 +254,7 @@ class ChangeReplayer:
             relation.relid, relation.namespace, relation.name,
             self.topic_for(relation.namespace, relation.name), columns, keys,
             not_null=info.not_null if info else frozenset(), type_names=type_names,
+            attnums=info.attnums if info else (),
         )
 
     def _schema_records(self, shape: TableShape, lsn: int) -> list[ProducerRecord]:

@@ -13,7 +13,8 @@ from cdc.values import Converter, converter_for, type_name
 
 @dataclass(frozen=True, slots=True)
 class ColumnShape:
-    """One column: name, type (OID, typmod, base type name), whether it is in the record key."""
+    """One column: name, type (OID, typmod, base type name), whether it is in the record key, and its
+    attribute number (0 when unknown), which tells a renamed column from a dropped and re-added one."""
 
     name: str
     type_oid: int
@@ -21,6 +22,7 @@ class ColumnShape:
     type_name: str
     key: bool
     nullable: bool
+    attnum: int = 0
 
 
 @dataclass(frozen=True)
@@ -50,11 +52,15 @@ class TableShape:
         *,
         not_null: frozenset[str] = frozenset(),
         type_names: dict[int, str] | None = None,
+        attnums: tuple[tuple[str, int], ...] = (),
     ) -> TableShape:
-        """Shape from (name, type OID, typmod) triples, the key column names and NOT NULL columns."""
+        """Shape from (name, type OID, typmod) triples, the key column names, NOT NULL columns and
+        attribute numbers."""
         keys = set(key_names)
+        numbers = dict(attnums)
         shaped = tuple(
-            ColumnShape(name, oid, typmod, type_name(oid, type_names), name in keys, name not in not_null)
+            ColumnShape(name, oid, typmod, type_name(oid, type_names), name in keys, name not in not_null,
+                        numbers.get(name, 0))
             for name, oid, typmod in columns
         )
         converters = tuple(converter_for(oid, type_names) for _, oid, _ in columns)
@@ -92,7 +98,7 @@ class TableShape:
             "columns": [
                 {
                     "name": c.name, "type": c.type_name, "oid": c.type_oid, "typmod": c.typmod,
-                    "key": c.key, "nullable": c.nullable,
+                    "key": c.key, "nullable": c.nullable, "attnum": c.attnum,
                 }
                 for c in self.columns
             ],
@@ -116,21 +122,22 @@ class TableShape:
 
 
 def _types(columns: list[dict[str, object]]) -> list[dict[str, object]]:
-    return [{"name": c["name"], "type": c["type"], "typmod": c.get("typmod", -1)} for c in columns]
+    return [{"name": c["name"], "type": c["type"], "typmod": c.get("typmod", -1), "attnum": c.get("attnum", 0)}
+            for c in columns]
 
 
 def earlier_versions(previous: dict[str, object], columns: tuple[ColumnShape, ...]) -> list[dict[str, object]]:
     """The ``versions`` of a table's next schema record, given its ``previous`` record.
 
-    A version is ``{"lsn": L, "columns": [{"name", "type", "typmod"}, ...]}``: the column types of the
-    events from ``L`` on, until the next version (or the record itself). Only a record whose columns
-    are not all still there with the same type becomes a version: added columns change no earlier
-    event's types.
+    A version is ``{"lsn": L, "columns": [{"name", "type", "typmod", "attnum"}, ...]}``: the columns of
+    the events from ``L`` on, until the next version (or the record itself). Only a record whose columns
+    are not all still there with the same name, type and attribute number becomes a version (a column
+    changed type, was renamed, or was dropped): added columns change no earlier event's types.
     """
     carried = list(previous.get("versions", []))  # type: ignore[call-overload]
-    now = {(c.name, c.type_name, c.typmod) for c in columns}
+    now = {(c.name, c.type_name, c.typmod, c.attnum) for c in columns}
     before = _types(previous.get("columns", []))  # type: ignore[arg-type]
-    if any((c["name"], c["type"], c["typmod"]) not in now for c in before):
+    if any((c["name"], c["type"], c["typmod"], c["attnum"]) not in now for c in before):
         carried.append({"lsn": previous.get("lsn", 0), "columns": before})
     return carried
 

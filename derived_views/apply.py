@@ -479,6 +479,18 @@ def _retype(spark: SparkSession, path: str, existing: dict[str, str], changed: d
         converted.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
 
 
+def rename_columns(spark: SparkSession, path: str, renames: dict[str, str]) -> None:
+    """Rename columns of the table at ``path`` (``{old: new}``) in one commit that carries no progress,
+    by rewriting it: a rename in place needs Delta's column mapping, which not every reader supports."""
+    from pyspark.sql import functions as F
+
+    frame = spark.read.format("delta").load(path)
+    renamed = frame.select(*[F.col(quote(name)).alias(renames.get(name, name)) for name in frame.columns])
+    with committing(spark, None):
+        renamed.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+    forget_table(path)
+
+
 def forget_table(path: str) -> None:
     """Drop cached knowledge of ``path``'s columns (after a rebuild replaced its schema)."""
     _KNOWN_TYPES.pop(path, None)

@@ -85,11 +85,19 @@ class Column:
     typmod: int = -1
     key: bool = False
     nullable: bool = True
+    attnum: int = 0
+    """The source's attribute number (0: not recorded): kept by a rename, new after a drop and re-add."""
 
     @property
     def spark_type(self) -> str:
         """The column's Spark SQL type."""
         return spark_type(self.type_name, self.typmod)
+
+    def same_column(self, other: Column) -> bool:
+        """Whether ``other`` (of another schema version) is this source column, under any name."""
+        if self.attnum and other.attnum:
+            return self.attnum == other.attnum
+        return self.name == other.name
 
 
 @dataclass(frozen=True)
@@ -115,38 +123,77 @@ class TableSchema:
     lsn: int = 0
     versions: tuple[SchemaVersion, ...] = ()
 
+    def _history(self, column: Column) -> list[tuple[int, Column | None]]:
+        """``(from LSN, the column as that version had it, or None)`` for every version, oldest first."""
+        return [(version.lsn, next((c for c in version.columns if column.same_column(c)), None))
+                for version in (*self.versions, SchemaVersion(self.lsn, self.columns))]
+
     def view_columns(self, existing: Mapping[str, str] | None = None,
                      text: Collection[str] = ()) -> list[tuple[str, str]]:
         """``(name, Spark type)`` of every current column as a view stores it.
 
         The type holds every value the column has had (:func:`~derived_views.column_types.widest` over
-        its type in each version and, for a table that exists, its type there: ``existing``); a name in
-        ``text`` is stored as its JSON text (``string``).
+        its type in each version and, for a table that exists, its type there: ``existing``, also under
+        a name the column had before a rename); a name in ``text`` is stored as its JSON text (``string``).
         """
+        renamed = {new: old for old, new in self.renames(existing or {}).items()}
         out = []
         for column in self.columns:
-            types = [c.spark_type for v in self.versions for c in v.columns if c.name == column.name]
-            types.append(column.spark_type)
-            if existing is not None and column.name in existing:
-                types.append(existing[column.name])
+            types = [c.spark_type for _, c in self._history(column) if c is not None]
+            previous = renamed.get(column.name, column.name)
+            if existing is not None and previous in existing:
+                types.append(existing[previous])
             out.append((column.name, "string" if column.name in text else widest(types)))
         return out
 
     def parse_plan(self, columns: list[tuple[str, str]]) -> list[tuple[int, list[tuple[str, str]]]]:
-        """How events are parsed into ``columns`` (view types): ``(from LSN, parse types)`` in LSN order.
+        """How events are parsed into ``columns`` (view types): ``(from LSN, (JSON name, type) per column)``
+        in LSN order.
 
-        An event is parsed with the types of the version in force at its LSN (the last entry whose
-        LSN is at or below it; the first entry also covers anything older), then cast to ``columns``.
-        A ``string`` view column is parsed as a string in every version, which keeps each value's
-        JSON text. Versions that parse alike are one entry, so a table whose types never changed has one.
+        An event is parsed with the names and types of the version in force at its LSN (the last entry
+        whose LSN is at or below it; the first entry also covers anything older), then cast to
+        ``columns``: a renamed column is read under the name its events carried, a column that did not
+        exist yet (or was another column of the same name, dropped since) reads as null. A ``string``
+        view column is parsed as a string in every version, which keeps each value's JSON text.
+        Versions that parse alike are one entry, so a table whose columns never changed has one.
         """
+        by_name = {c.name: c for c in self.columns}
+        histories = {name: self._history(by_name[name]) for name, _ in columns if name in by_name}
         plan: list[tuple[int, list[tuple[str, str]]]] = []
-        for version in (*self.versions, SchemaVersion(self.lsn, self.columns)):
-            types = {c.name: c.spark_type for c in version.columns}
-            parse = [(name, view if view == "string" else types.get(name, view)) for name, view in columns]
+        for number, version in enumerate((*self.versions, SchemaVersion(self.lsn, self.columns))):
+            parse = []
+            for index, (name, view) in enumerate(columns):
+                was = histories[name][number][1] if name in histories else None
+                json_name = was.name if was is not None else f"__cdc absent {index}__"
+                parse.append((json_name, view if view == "string" or was is None else was.spark_type))
             if not plan or plan[-1][1] != parse:
                 plan.append((version.lsn, parse))
         return plan
+
+    def renames(self, existing: Mapping[str, str]) -> dict[str, str]:
+        """``{name in the table: current name}`` for columns renamed in the source since ``existing`` (a
+        table's column names) was written: the table's column is renamed with them."""
+        out = {}
+        for column in self.columns:
+            if column.name in existing:
+                continue
+            for _, was in reversed(self._history(column)):
+                if was is not None and was.name != column.name and was.name in existing and was.name not in out:
+                    out[was.name] = column.name
+                    break
+        return out
+
+    def reused_names(self) -> dict[str, int]:
+        """``{name: LSN}`` for current columns whose name an earlier, since dropped column had: values
+        of that name written before ``LSN`` belong to the dropped column, not to this one."""
+        out = {}
+        for column in self.columns:
+            history = self._history(column)
+            first = next(lsn for lsn, was in history if was is not None)
+            versions = (*self.versions, SchemaVersion(self.lsn, self.columns))
+            if any(c.name == column.name and not column.same_column(c) for v in versions for c in v.columns):
+                out[column.name] = first
+        return out
 
     @property
     def qualified(self) -> str:
@@ -177,12 +224,14 @@ class TableSchema:
                 typmod=int(column.get("typmod", -1)),
                 key=bool(column.get("key", False)),
                 nullable=bool(column.get("nullable", True)),
+                attnum=int(column.get("attnum", 0)),
             )
             for column in record["columns"]
         )
         versions = tuple(
             SchemaVersion(int(version.get("lsn", 0)), tuple(
-                Column(name=str(c["name"]), type_name=str(c["type"]), typmod=int(c.get("typmod", -1)))
+                Column(name=str(c["name"]), type_name=str(c["type"]), typmod=int(c.get("typmod", -1)),
+                       attnum=int(c.get("attnum", 0)))
                 for c in version["columns"]))
             for version in record.get("versions", [])
         )

@@ -10,10 +10,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from derived_views.apply import BatchFacts, Range, dead_letter, merge_current, table_types, typed_batch
+from derived_views.apply import (
+    LSN,
+    BatchFacts,
+    Range,
+    dead_letter,
+    merge_current,
+    rename_columns,
+    table_types,
+    typed_batch,
+)
 from derived_views.context import ViewContext
 from derived_views.progress import Progress, committing
-from derived_views.schema import TableSchema
+from derived_views.schema import TableSchema, quote
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -123,6 +132,36 @@ def load_pending(
     return Pending(frame, batch, rng.progress([schema.topic], progress), columns)
 
 
+def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, progress: Progress | None) -> None:
+    """Make the table at ``path`` (a copy of ``schema``'s table: current state or history) follow the
+    source's renamed and re-added columns before its next batch, each in one commit without progress.
+
+    A column renamed in the source is renamed in the table (its values kept under the new name). A
+    column dropped and added again under the same name is another column: the values the table holds
+    under that name from before the new one was added (its LSN) belonged to the dropped one, which the
+    source no longer has, so they become null. Both are idempotent: after a crash the next run finds
+    the table renamed, or no such value left.
+    """
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    existing = table_types(ctx.spark, path) if progress is not None else None
+    if existing is None:
+        return
+    renames = schema.renames(existing)
+    if renames:
+        rename_columns(ctx.spark, path, renames)
+    position = int(progress.position, 16) if progress is not None and progress.position else 0
+    history = "_cdc_valid_from_lsn" in existing
+    for name, since in schema.reused_names().items():
+        if position >= since or name not in (table_types(ctx.spark, path) or {}):
+            continue
+        written = F.col("_cdc_valid_from_lsn" if history else LSN)
+        with committing(ctx.spark, None):
+            DeltaTable.forPath(ctx.spark, path).update(
+                condition=(written < F.lit(since)) & F.col(quote(name)).isNotNull(), set={quote(name): F.lit(None)})
+
+
 def apply_state(
     ctx: ViewContext, rng: Range, schema: TableSchema, path: str, dead_letter_path: str, *, replace: bool
 ) -> TableResult | None:
@@ -130,6 +169,7 @@ def apply_state(
     progress, replace = starting_point(ctx, path, replace)
     if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
+    follow_source_columns(ctx, schema, path, progress)
     batch = load_pending(ctx, rng, schema, progress, "latest", dead_letter_path=dead_letter_path, target=path)
     merge_current(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
                   replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,

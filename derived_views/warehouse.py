@@ -26,7 +26,14 @@ from typing import TYPE_CHECKING
 from derived_views.apply import Range, merge_history
 from derived_views.context import ViewContext
 from derived_views.schema import TableSchema
-from derived_views.steps import TableResult, apply_state, is_current, load_pending, starting_point
+from derived_views.steps import (
+    TableResult,
+    apply_state,
+    follow_source_columns,
+    is_current,
+    load_pending,
+    starting_point,
+)
 
 if TYPE_CHECKING:
     from derived_views.log_source import LogWatermark
@@ -59,6 +66,7 @@ def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: b
     progress, replace = starting_point(ctx, path, replace)
     if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
+    follow_source_columns(ctx, schema, path, progress)
     batch = load_pending(ctx, rng, schema, progress, "all", dead_letter_path=dead_letter_path(ctx), target=path)
     merge_history(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
                   replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
