@@ -65,7 +65,7 @@ import psycopg
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from cdc.catalog import Catalog, PublishedTable, steady
-from cdc.errors import PrivilegeError, SlotError, SourceError
+from cdc.errors import PrerequisiteError, PrivilegeError, SlotError, SourceError
 from cdc.events import EventBuilder, TxContext, mark_last_read
 from cdc.gc_tuning import relaxed_gc
 from cdc.key_changes import KeyChangeValues, LogRows, discarded_values
@@ -74,6 +74,7 @@ from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
 from cdc.slot_continuity import gap_after, slot_confirmed
 from cdc.snapshot import CHUNK_ROWS, SnapshotReader
+from cdc.source_checks import capture_problems
 from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
@@ -117,7 +118,7 @@ class CaptureStats:
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, SourceError) and not isinstance(exc, (SlotError, PrivilegeError))
+    return isinstance(exc, SourceError) and not isinstance(exc, (SlotError, PrivilegeError, PrerequisiteError))
 
 
 class Capture:
@@ -201,7 +202,14 @@ class Capture:
         return self.settings.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
 
     def run(self) -> CaptureStats:
-        """Snapshot when needed, then stream until stopped (or, with ``once``, until drained)."""
+        """Snapshot when needed, then stream until stopped (or, with ``once``, until drained).
+
+        A source capture cannot work with (wal_level, REPLICATION, publication, ``CDC_TABLES``) is refused
+        first, with ``cdc setup``'s fixes, before the log or the slot is touched.
+        """
+        problems = capture_problems(self.settings)
+        if problems:
+            raise PrerequisiteError(problems)
         with LogStore.open(self.settings.log_dir, self.settings.log_config(), writer=True) as store:
             self.log = store
             self.builder = EventBuilder(
