@@ -284,13 +284,19 @@ class Capture:
         """
         assert self.log is not None and self.builder is not None and self.replayer is not None
         tables = self._published()
+        self._require_readable(tables)
         # read before the snapshot exists: a membership or column change after this is caught by the next
         # discovery
         published = {t.relid: t for t in tables}
         self._drop_slot_if_present()
         with ReplicationConnection(self.settings.database_url) as repl:
             created = repl.create_slot(self.settings.slot, export_snapshot=True)
-            reader = SnapshotReader(self.settings.database_url, created.snapshot_name or "")
+            try:
+                reader = SnapshotReader(self.settings.database_url, created.snapshot_name or "")
+            except BaseException:
+                self._drop_unfinished_slot(created.consistent_point)
+                raise
+        completed = False
         point = created.consistent_point
         as_of = Lsn(point - 1)  # every transaction committed before the consistent point
         log.info("snapshot at consistent point %s of %d tables", point, len(tables))
@@ -358,6 +364,7 @@ class Capture:
                                           chunk_records=_SNAPSHOT_ITEMS)
                     self.stats.groups += 1
                 self.log.append_group(upcoming[0], as_of.hex16(), chunk_records=_SNAPSHOT_ITEMS)
+                completed = True
         except _SnapshotStopped:
             self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
             return
@@ -366,11 +373,37 @@ class Capture:
             raise
         finally:
             reader.close()
+            if not completed:
+                self._drop_unfinished_slot(point)
         self.ledger.add((shape for shape, _ in done), as_of, published)
         self.position = as_of
         self.stats.snapshot_rows += sum(rows for _, rows in done)
         self.stats.groups += 1
         self._observe(tally[0], tally[1], 0, None)
+
+    def _drop_unfinished_slot(self, consistent_point: Lsn) -> None:
+        """Drop the slot this run created for a snapshot that did not complete.
+
+        The log then has no complete snapshot, so the next run drops the slot anyway and creates one with
+        a new exported snapshot: left in place it would only hold WAL for nobody. Only the slot this run
+        created is dropped: one nobody uses whose confirmed position is still its consistent point. A
+        failure to drop it is logged, never raised over the error that ended the snapshot.
+        """
+        slot = self.settings.slot
+        try:
+            with psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=10) as conn:
+                dropped = conn.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE slot_name = %s AND active_pid IS NULL AND confirmed_flush_lsn = %s::pg_lsn",
+                    (slot, str(consistent_point)),
+                ).fetchall()
+        except psycopg.Error as exc:
+            log.warning("could not drop replication slot %s, created for a snapshot that did not complete (%s); "
+                        "it holds WAL until capture runs again or SELECT pg_drop_replication_slot('%s') drops it",
+                        slot, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, slot)
+            return
+        if dropped:
+            log.info("dropped replication slot %s: its snapshot did not complete, the next run takes a new one", slot)
 
     def _topic_has_records(self, topic: str) -> bool:
         assert self.log is not None
@@ -605,14 +638,7 @@ class Capture:
             tables = [t for t in tables if t not in unsteady]
         if not tables:
             return
-        unreadable = set(self.catalog.unreadable([t.relid for t in tables]))
-        if unreadable:
-            names = ", ".join(t.qualified for t in tables if t.relid in unreadable)
-            raise PrivilegeError(
-                f"the capture role cannot read {names}, published by {self.settings.publication}, so it cannot "
-                f"snapshot it; run GRANT SELECT ON {names} TO the capture role (ALTER DEFAULT PRIVILEGES "
-                "... GRANT SELECT ON TABLES covers tables created later)"
-            )
+        self._require_readable(tables)
         self._slots_made += 1
         name = f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}"
         pending = take_snapshot(self.settings.database_url, name, tables)
@@ -622,6 +648,17 @@ class Capture:
         self._table_snapshots.append(pending)
         log.info("snapshot of %s at %s, written when the stream reaches it",
                  ", ".join(t.qualified for t in tables), pending.boundary)
+
+    def _require_readable(self, tables: list[PublishedTable]) -> None:
+        """Refuse to snapshot ``tables`` (before any slot is made for it) when the role cannot read one."""
+        unreadable = set(self.catalog.unreadable([t.relid for t in tables]))
+        if unreadable:
+            names = ", ".join(t.qualified for t in tables if t.relid in unreadable)
+            raise PrivilegeError(
+                f"the capture role cannot read {names}, published by {self.settings.publication}, so it cannot "
+                f"snapshot it; run GRANT SELECT ON {names} TO the capture role (ALTER DEFAULT PRIVILEGES "
+                "... GRANT SELECT ON TABLES covers tables created later)"
+            )
 
     def _snapshot_due(self, reached: int) -> bool:
         return bool(self._table_snapshots) and self._table_snapshots[0].boundary <= reached
