@@ -213,8 +213,10 @@ class Capture:
         with LogStore.open(self.settings.log_dir, self.settings.log_config(), writer=True) as store:
             self.log = store
             self.builder = EventBuilder(
-                prefix=self.settings.topic_prefix, database=self._database_name(), partitions=self.settings.partitions
+                prefix=self.settings.topic_prefix, database=self._database_name(), partitions=self.settings.partitions,
+                partitions_of=self._partitions_of,
             )
+            self._warn_of_kept_partition_counts()
             self.ledger = SnapshotLedger.load(store, self.builder.ledger_topic)
             self.gate = TableGate(self.ledger)
             self.replayer = ChangeReplayer(
@@ -232,6 +234,36 @@ class Capture:
                 self._drop_table_snapshots()
                 self.catalog.close()
         return self.stats
+
+    def _partitions_of(self, topic: str) -> int:
+        """The partition count of ``topic``: its own once it exists, ``CDC_PARTITIONS`` for a new one."""
+        assert self.log is not None
+        return self.log.partitions(topic) if topic in self.log.topics() else self.settings.partitions
+
+    def _warn_of_kept_partition_counts(self) -> None:
+        """Say which existing topics keep a partition count other than ``CDC_PARTITIONS``.
+
+        A key's partition is its hash modulo the topic's count, so a topic keeps the count it was created
+        with (changing it would move keys, and the per-key order with them); the setting applies to new
+        topics only.
+        """
+        assert self.log is not None and self.builder is not None
+        wanted = self.settings.partitions
+        internal = {self.builder.schema_topic, self.builder.ledger_topic}
+        kept = [(topic, self.log.partitions(topic)) for topic in self.log.topics()
+                if topic.startswith(f"{self.settings.topic_prefix}.") and topic not in internal]
+        kept = [(topic, count) for topic, count in kept if count != wanted]
+        if not kept:
+            return
+        counts = sorted({count for _, count in kept})
+        log.warning(
+            "topics %s keep the partition count they were created with, not CDC_PARTITIONS=%d (a key's partition is "
+            "its hash modulo the topic's count; changing the count would move keys): only new topics get %d "
+            "partitions; set CDC_PARTITIONS back to %s, or capture into a new CDC_DATA_DIR (a new snapshot) and "
+            "rebuild the views from it",
+            ", ".join(f"{topic} ({count} partitions)" for topic, count in kept), wanted, wanted,
+            " or ".join(str(count) for count in counts),
+        )
 
     def _slot_skipped_ahead(self) -> bool:
         """Whether the slot does not continue the log (:mod:`cdc.slot_continuity`): a new snapshot is due."""
