@@ -98,6 +98,14 @@ class Settings(BaseSettings):
     def _check_url(cls, value: str) -> str:
         if not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("it does not start with postgresql://")
+        if _misread_by_libpq(value):
+            # never quote the value, nor libpq's message about it: either may hold part of the password
+            raise ValueError(
+                "its user name or password holds a character that must be percent-encoded, so PostgreSQL would "
+                "read another password (and show part of it in its errors); percent-encode the password "
+                "(@ as %40, / as %2F, % as %25, a space as %20; python3 -c \"import urllib.parse, getpass; "
+                "print(urllib.parse.quote(getpass.getpass(), safe=''))\" prints it encoded)"
+            )
         return value
 
     @field_validator("log_format")
@@ -134,6 +142,35 @@ class Settings(BaseSettings):
     def safe_database_url(self) -> str:
         """The source URL with any password replaced, for logs and screens."""
         return redact_url(self.database_url)
+
+
+#: A ``%`` that does not start a percent-encoded byte, or a space: libpq rejects the URL and quotes the part.
+_UNENCODED = re.compile(r"%(?![0-9A-Fa-f]{2})|\s")
+
+
+def _misread_by_libpq(url: str) -> bool:
+    """Whether libpq would not read the URL's user name and password as written: a reserved character in them.
+
+    libpq takes the user name and password up to the *first* ``@`` before the first ``/`` after
+    ``scheme://``, and the host after it. So a second ``@`` there (an ``@`` in the password), an ``@``
+    after that ``/`` but before the query (a ``/`` in the password), or a ``%`` or space that libpq
+    cannot decode means the password is not the one meant, and libpq's error (a host it cannot
+    resolve, a port it cannot read, a token it cannot decode) would show part of it. ``:``, ``?`` and
+    ``#`` in a password are read as written. Anything else libpq cannot parse is treated the same way,
+    since its message quotes what it could not read.
+    """
+    from psycopg.conninfo import conninfo_to_dict
+
+    authority, _, path = url.split("://", 1)[1].partition("/")
+    if authority.count("@") > 1 or "@" in path.split("?", 1)[0]:
+        return True
+    if _UNENCODED.search(authority.rpartition("@")[0]):
+        return True
+    try:
+        conninfo_to_dict(url)
+    except Exception:  # noqa: BLE001 - psycopg's message quotes the unreadable part, which may be the password
+        return True
+    return False
 
 
 def load_settings(**overrides: object) -> Settings:
