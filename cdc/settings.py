@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from cdc.errors import ConfigError
 from log_store import LogConfig
 from cdc.redact import redact_url
+from cdc.setting_names import warn_of_unknown_names
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -177,8 +178,11 @@ def load_settings(**overrides: object) -> Settings:
     """Read the settings, turning a rejected value into one :class:`ConfigError` line.
 
     The message names the environment variable, the value's problem and what it accepts, so that the
-    CLI can print it without a traceback.
+    CLI can print it without a traceback. A ``CDC_*`` variable or ``.env`` entry that names no setting is
+    warned of first (:mod:`cdc.setting_names`).
     """
+    env_file = Settings.model_config.get("env_file")
+    warn_of_unknown_names(Settings.model_fields, Path(str(env_file)) if env_file else None)
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
