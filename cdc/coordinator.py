@@ -328,7 +328,7 @@ class Capture:
             except BaseException:
                 self._drop_unfinished_slot(created.consistent_point)
                 raise
-        completed = False
+        completed = False  # the log holds the whole snapshot: the slot is what the log continues from
         point = created.consistent_point
         as_of = Lsn(point - 1)  # every transaction committed before the consistent point
         log.info("snapshot at consistent point %s of %d tables", point, len(tables))
@@ -414,13 +414,18 @@ class Capture:
         self._observe(tally[0], tally[1], 0, None)
 
     def _drop_unfinished_slot(self, consistent_point: Lsn) -> None:
-        """Drop the slot this run created for a snapshot that did not complete.
+        """Drop the slot this run created for a first snapshot that did not complete.
 
         The log then has no complete snapshot, so the next run drops the slot anyway and creates one with
         a new exported snapshot: left in place it would only hold WAL for nobody. Only the slot this run
         created is dropped: one nobody uses whose confirmed position is still its consistent point. A
-        failure to drop it is logged, never raised over the error that ended the snapshot.
+        new snapshot of a log that already holds one (the slot did not continue it) keeps its slot: its
+        gap after the log's position is what makes the next run take the snapshot again, where a missing
+        slot would stop capture until ``cdc setup`` made one. A failure to drop is logged, never raised
+        over the error that ended the snapshot.
         """
+        if self.position != 0:
+            return
         slot = self.settings.slot
         try:
             with psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=10) as conn:
