@@ -111,7 +111,8 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except _user_errors() as exc:
-        click.echo(f"error: {redact_url(str(exc))}", err=True)
+        for problem in getattr(exc, "problems", None) or (str(exc),):
+            click.echo(f"error: {redact_url(problem)}", err=True)
         return int(getattr(exc, "exit_code", 1))
     except Exception as exc:
         remote = remote_user_error(exc)

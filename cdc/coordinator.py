@@ -65,7 +65,7 @@ import psycopg
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from cdc.catalog import Catalog, PublishedTable, steady
-from cdc.errors import PrivilegeError, SlotError, SourceError
+from cdc.errors import PrerequisiteError, PrivilegeError, SlotError, SourceError
 from cdc.events import EventBuilder, TxContext, mark_last_read
 from cdc.gc_tuning import relaxed_gc
 from cdc.key_changes import KeyChangeValues, LogRows, discarded_values
@@ -74,6 +74,7 @@ from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
 from cdc.slot_continuity import gap_after, slot_confirmed
 from cdc.snapshot import CHUNK_ROWS, SnapshotReader
+from cdc.source_checks import capture_problems
 from cdc.streaming import ChangeReplayer, EmittedSchema, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
@@ -117,7 +118,7 @@ class CaptureStats:
 
 
 def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, SourceError) and not isinstance(exc, (SlotError, PrivilegeError))
+    return isinstance(exc, SourceError) and not isinstance(exc, (SlotError, PrivilegeError, PrerequisiteError))
 
 
 class Capture:
@@ -201,12 +202,21 @@ class Capture:
         return self.settings.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
 
     def run(self) -> CaptureStats:
-        """Snapshot when needed, then stream until stopped (or, with ``once``, until drained)."""
+        """Snapshot when needed, then stream until stopped (or, with ``once``, until drained).
+
+        A source capture cannot work with (wal_level, REPLICATION, publication, ``CDC_TABLES``) is refused
+        first, with ``cdc setup``'s fixes, before the log or the slot is touched.
+        """
+        problems = capture_problems(self.settings)
+        if problems:
+            raise PrerequisiteError(problems)
         with LogStore.open(self.settings.log_dir, self.settings.log_config(), writer=True) as store:
             self.log = store
             self.builder = EventBuilder(
-                prefix=self.settings.topic_prefix, database=self._database_name(), partitions=self.settings.partitions
+                prefix=self.settings.topic_prefix, database=self._database_name(), partitions=self.settings.partitions,
+                partitions_of=self._partitions_of,
             )
+            self._warn_of_kept_partition_counts()
             self.ledger = SnapshotLedger.load(store, self.builder.ledger_topic)
             self.gate = TableGate(self.ledger)
             self.replayer = ChangeReplayer(
@@ -224,6 +234,36 @@ class Capture:
                 self._drop_table_snapshots()
                 self.catalog.close()
         return self.stats
+
+    def _partitions_of(self, topic: str) -> int:
+        """The partition count of ``topic``: its own once it exists, ``CDC_PARTITIONS`` for a new one."""
+        assert self.log is not None
+        return self.log.partitions(topic) if topic in self.log.topics() else self.settings.partitions
+
+    def _warn_of_kept_partition_counts(self) -> None:
+        """Say which existing topics keep a partition count other than ``CDC_PARTITIONS``.
+
+        A key's partition is its hash modulo the topic's count, so a topic keeps the count it was created
+        with (changing it would move keys, and the per-key order with them); the setting applies to new
+        topics only.
+        """
+        assert self.log is not None and self.builder is not None
+        wanted = self.settings.partitions
+        internal = {self.builder.schema_topic, self.builder.ledger_topic}
+        kept = [(topic, self.log.partitions(topic)) for topic in self.log.topics()
+                if topic.startswith(f"{self.settings.topic_prefix}.") and topic not in internal]
+        kept = [(topic, count) for topic, count in kept if count != wanted]
+        if not kept:
+            return
+        counts = sorted({count for _, count in kept})
+        log.warning(
+            "topics %s keep the partition count they were created with, not CDC_PARTITIONS=%d (a key's partition is "
+            "its hash modulo the topic's count; changing the count would move keys): only new topics get %d "
+            "partitions; set CDC_PARTITIONS back to %s, or capture into a new CDC_DATA_DIR (a new snapshot) and "
+            "rebuild the views from it",
+            ", ".join(f"{topic} ({count} partitions)" for topic, count in kept), wanted, wanted,
+            " or ".join(str(count) for count in counts),
+        )
 
     def _slot_skipped_ahead(self) -> bool:
         """Whether the slot does not continue the log (:mod:`cdc.slot_continuity`): a new snapshot is due."""
@@ -276,13 +316,19 @@ class Capture:
         """
         assert self.log is not None and self.builder is not None and self.replayer is not None
         tables = self._published()
+        self._require_readable(tables)
         # read before the snapshot exists: a membership or column change after this is caught by the next
         # discovery
         published = {t.relid: t for t in tables}
         self._drop_slot_if_present()
         with ReplicationConnection(self.settings.database_url) as repl:
             created = repl.create_slot(self.settings.slot, export_snapshot=True)
-            reader = SnapshotReader(self.settings.database_url, created.snapshot_name or "")
+            try:
+                reader = SnapshotReader(self.settings.database_url, created.snapshot_name or "")
+            except BaseException:
+                self._drop_unfinished_slot(created.consistent_point)
+                raise
+        completed = False  # the log holds the whole snapshot: the slot is what the log continues from
         point = created.consistent_point
         as_of = Lsn(point - 1)  # every transaction committed before the consistent point
         log.info("snapshot at consistent point %s of %d tables", point, len(tables))
@@ -350,6 +396,7 @@ class Capture:
                                           chunk_records=_SNAPSHOT_ITEMS)
                     self.stats.groups += 1
                 self.log.append_group(upcoming[0], as_of.hex16(), chunk_records=_SNAPSHOT_ITEMS)
+                completed = True
         except _SnapshotStopped:
             self.replayer.emitted_schemas = saved_schemas  # nothing of the group is in the log
             return
@@ -358,11 +405,42 @@ class Capture:
             raise
         finally:
             reader.close()
+            if not completed:
+                self._drop_unfinished_slot(point)
         self.ledger.add((shape for shape, _ in done), as_of, published)
         self.position = as_of
         self.stats.snapshot_rows += sum(rows for _, rows in done)
         self.stats.groups += 1
         self._observe(tally[0], tally[1], 0, None)
+
+    def _drop_unfinished_slot(self, consistent_point: Lsn) -> None:
+        """Drop the slot this run created for a first snapshot that did not complete.
+
+        The log then has no complete snapshot, so the next run drops the slot anyway and creates one with
+        a new exported snapshot: left in place it would only hold WAL for nobody. Only the slot this run
+        created is dropped: one nobody uses whose confirmed position is still its consistent point. A
+        new snapshot of a log that already holds one (the slot did not continue it) keeps its slot: its
+        gap after the log's position is what makes the next run take the snapshot again, where a missing
+        slot would stop capture until ``cdc setup`` made one. A failure to drop is logged, never raised
+        over the error that ended the snapshot.
+        """
+        if self.position != 0:
+            return
+        slot = self.settings.slot
+        try:
+            with psycopg.connect(self.settings.database_url, autocommit=True, connect_timeout=10) as conn:
+                dropped = conn.execute(
+                    "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                    "WHERE slot_name = %s AND active_pid IS NULL AND confirmed_flush_lsn = %s::pg_lsn",
+                    (slot, str(consistent_point)),
+                ).fetchall()
+        except psycopg.Error as exc:
+            log.warning("could not drop replication slot %s, created for a snapshot that did not complete (%s); "
+                        "it holds WAL until capture runs again or SELECT pg_drop_replication_slot('%s') drops it",
+                        slot, str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, slot)
+            return
+        if dropped:
+            log.info("dropped replication slot %s: its snapshot did not complete, the next run takes a new one", slot)
 
     def _topic_has_records(self, topic: str) -> bool:
         assert self.log is not None
@@ -598,14 +676,7 @@ class Capture:
             tables = [t for t in tables if t not in unsteady]
         if not tables:
             return
-        unreadable = set(self.catalog.unreadable([t.relid for t in tables]))
-        if unreadable:
-            names = ", ".join(t.qualified for t in tables if t.relid in unreadable)
-            raise PrivilegeError(
-                f"the capture role cannot read {names}, published by {self.settings.publication}, so it cannot "
-                f"snapshot it; run GRANT SELECT ON {names} TO the capture role (ALTER DEFAULT PRIVILEGES "
-                "... GRANT SELECT ON TABLES covers tables created later)"
-            )
+        self._require_readable(tables)
         self._slots_made += 1
         name = f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}"
         pending = take_snapshot(self.settings.database_url, name, tables)
@@ -615,6 +686,17 @@ class Capture:
         self._table_snapshots.append(pending)
         log.info("snapshot of %s at %s, written when the stream reaches it",
                  ", ".join(t.qualified for t in tables), pending.boundary)
+
+    def _require_readable(self, tables: list[PublishedTable]) -> None:
+        """Refuse to snapshot ``tables`` (before any slot is made for it) when the role cannot read one."""
+        unreadable = set(self.catalog.unreadable([t.relid for t in tables]))
+        if unreadable:
+            names = ", ".join(t.qualified for t in tables if t.relid in unreadable)
+            raise PrivilegeError(
+                f"the capture role cannot read {names}, published by {self.settings.publication}, so it cannot "
+                f"snapshot it; run GRANT SELECT ON {names} TO the capture role (ALTER DEFAULT PRIVILEGES "
+                "... GRANT SELECT ON TABLES covers tables created later)"
+            )
 
     def _snapshot_due(self, reached: int) -> bool:
         return bool(self._table_snapshots) and self._table_snapshots[0].boundary <= reached

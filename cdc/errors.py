@@ -6,6 +6,8 @@ The CLI prints ``str(error)`` as one line and exits with :attr:`CdcError.exit_co
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 
 class CdcError(Exception):
     """Base of every error the user can act on. ``exit_code`` is what the CLI exits with."""
@@ -23,6 +25,17 @@ class SourceError(CdcError):
     """The source database is unreachable or misconfigured for logical decoding."""
 
     exit_code = 3
+
+
+class PrerequisiteError(SourceError):
+    """One or more prerequisites of capture are not met; each problem is a complete message with its fix.
+
+    The CLI prints one ``error:`` line per problem (:attr:`problems`), so that every fix is seen at once.
+    """
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("; and ".join(problems))
+        self.problems: tuple[str, ...] = tuple(problems)
 
 
 class SlotError(SourceError):

@@ -167,12 +167,19 @@ class ReadEncoder:
 
 
 class EventBuilder:
-    """Builds the records of one source database for topics with ``partitions`` partitions each."""
+    """Builds the records of one source database for topics with ``partitions`` partitions each.
 
-    def __init__(self, *, prefix: str, database: str, partitions: int) -> None:
+    ``partitions_of`` gives a topic's own partition count when it differs from ``partitions`` (a topic
+    keeps the count it was created with): truncate markers must reach each of its partitions.
+    """
+
+    def __init__(
+        self, *, prefix: str, database: str, partitions: int, partitions_of: Callable[[str], int] | None = None
+    ) -> None:
         self.prefix = prefix
         self.database = database
         self.partitions = partitions
+        self._partitions_of = partitions_of
         #: Where a key-changing update finds the old row's unchanged TOAST values (set per group by capture).
         self.previous_values: PreviousValues | None = None
         self._head_ident: tuple[int, int, int, str] | None = None
@@ -197,7 +204,11 @@ class EventBuilder:
     def read_encoder(self, shape: TableShape, tx: TxContext) -> ReadEncoder:
         """The encoder of ``shape``'s snapshot reads (``op=r``) in ``tx``; their sequences count on from
         ``tx.sequence``, which the caller advances by the rows it encoded."""
-        return ReadEncoder(shape.topic, self._head(shape, tx), tx.sequence, tx.ts_ms, self.partitions)
+        return ReadEncoder(shape.topic, self._head(shape, tx), tx.sequence, tx.ts_ms, self.partitions_of(shape.topic))
+
+    def partitions_of(self, topic: str) -> int:
+        """The partition count of ``topic``."""
+        return self._partitions_of(topic) if self._partitions_of is not None else self.partitions
 
     def _head(self, shape: TableShape, tx: TxContext) -> bytes:
         """``{"connector":...,"snapshot":"false","sequence":`` of ``shape`` in ``tx`` (cached per transaction)."""
@@ -306,7 +317,8 @@ class EventBuilder:
     def truncate(self, shape: TableShape, tx: TxContext) -> list[ProducerRecord]:
         """One ``op=t`` record with a null key on every partition of the table's topic."""
         value = self._value(shape, tx, "t", None, None)
-        return [truncate_marker(shape.topic, value, tx.ts_ms, p, self.partitions) for p in range(self.partitions)]
+        partitions = self.partitions_of(shape.topic)
+        return [truncate_marker(shape.topic, value, tx.ts_ms, p, partitions) for p in range(partitions)]
 
     def schema(self, shape: TableShape, lsn: int, previous: bytes | None = None) -> ProducerRecord:
         """The table's column list for ``<prefix>.__schemas`` (``previous``: the record it follows)."""

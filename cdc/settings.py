@@ -13,6 +13,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from cdc.errors import ConfigError
 from log_store import LogConfig
 from cdc.redact import redact_url
+from cdc.setting_names import warn_of_unknown_names
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -98,6 +99,14 @@ class Settings(BaseSettings):
     def _check_url(cls, value: str) -> str:
         if not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("it does not start with postgresql://")
+        if _misread_by_libpq(value):
+            # never quote the value, nor libpq's message about it: either may hold part of the password
+            raise ValueError(
+                "its user name or password holds a character that must be percent-encoded, so PostgreSQL would "
+                "read another password (and show part of it in its errors); percent-encode the password "
+                "(@ as %40, / as %2F, % as %25, a space as %20; python3 -c \"import urllib.parse, getpass; "
+                "print(urllib.parse.quote(getpass.getpass(), safe=''))\" prints it encoded)"
+            )
         return value
 
     @field_validator("log_format")
@@ -136,12 +145,44 @@ class Settings(BaseSettings):
         return redact_url(self.database_url)
 
 
+#: A ``%`` that does not start a percent-encoded byte, or a space: libpq rejects the URL and quotes the part.
+_UNENCODED = re.compile(r"%(?![0-9A-Fa-f]{2})|\s")
+
+
+def _misread_by_libpq(url: str) -> bool:
+    """Whether libpq would not read the URL's user name and password as written: a reserved character in them.
+
+    libpq takes the user name and password up to the *first* ``@`` before the first ``/`` after
+    ``scheme://``, and the host after it. So a second ``@`` there (an ``@`` in the password), an ``@``
+    after that ``/`` but before the query (a ``/`` in the password), or a ``%`` or space that libpq
+    cannot decode means the password is not the one meant, and libpq's error (a host it cannot
+    resolve, a port it cannot read, a token it cannot decode) would show part of it. ``:``, ``?`` and
+    ``#`` in a password are read as written. Anything else libpq cannot parse is treated the same way,
+    since its message quotes what it could not read.
+    """
+    from psycopg.conninfo import conninfo_to_dict
+
+    authority, _, path = url.split("://", 1)[1].partition("/")
+    if authority.count("@") > 1 or "@" in path.split("?", 1)[0]:
+        return True
+    if _UNENCODED.search(authority.rpartition("@")[0]):
+        return True
+    try:
+        conninfo_to_dict(url)
+    except Exception:  # noqa: BLE001 - psycopg's message quotes the unreadable part, which may be the password
+        return True
+    return False
+
+
 def load_settings(**overrides: object) -> Settings:
     """Read the settings, turning a rejected value into one :class:`ConfigError` line.
 
     The message names the environment variable, the value's problem and what it accepts, so that the
-    CLI can print it without a traceback.
+    CLI can print it without a traceback. A ``CDC_*`` variable or ``.env`` entry that names no setting is
+    warned of first (:mod:`cdc.setting_names`).
     """
+    env_file = Settings.model_config.get("env_file")
+    warn_of_unknown_names(Settings.model_fields, Path(str(env_file)) if env_file else None)
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:

@@ -3,6 +3,10 @@
 Each failed check is one :class:`Check` whose ``message`` says what is wrong and how to fix it; the
 set-up command prints one line per failure. Checks only read the catalog; :func:`ensure_publication`
 and :func:`ensure_slot` are the only writers and do nothing when their object already exists.
+
+Tables are judged as the publication covers them, or would cover them once created (:mod:`cdc.coverage`),
+so that ``cdc setup`` never creates a publication that makes the application's updates or deletes fail.
+:func:`capture_problems` is the part of these checks ``cdc capture`` repeats before it makes a slot.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
+from cdc.coverage import Connection, coverage, publication_exists, table_list_problems
 from cdc.errors import SourceError
 from cdc.settings import Settings
 
@@ -40,14 +45,8 @@ def run_checks(settings: Settings) -> list[Check]:
     """Every prerequisite of capture, in a fixed order."""
     checks: list[Check] = []
     with _connect(settings.database_url) as conn:
-        wal_level = str(conn.execute("SHOW wal_level").fetchone()[0])  # type: ignore[index]
-        checks.append(Check("wal_level", wal_level == "logical",
-                            f"wal_level is {wal_level}, logical decoding needs logical; set wal_level = logical "
-                            "in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"))
-        role = conn.execute("SELECT current_user, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
-        assert role is not None
-        checks.append(Check("replication privilege", bool(role[1] or role[2]),
-                            f"role {role[0]} lacks the REPLICATION privilege; run ALTER ROLE {role[0]} REPLICATION as a superuser"))
+        checks.append(_wal_level_check(conn))
+        checks.append(_replication_check(conn))
         slots_max = int(conn.execute("SHOW max_replication_slots").fetchone()[0])  # type: ignore[index, call-overload]
         slots_used = int(conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0])  # type: ignore[index, call-overload]
         slot = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone()
@@ -67,8 +66,48 @@ def run_checks(settings: Settings) -> list[Check]:
                             f"{senders_needed} (its stream and, for a moment, one to snapshot a table added to the "
                             "publication); raise max_wal_senders and restart PostgreSQL"))
         checks.extend(_publication_checks(conn, settings))
+        checks.extend(Check("CDC_TABLES", False, problem)
+                      for problem in table_list_problems(conn, settings.publication, settings.tables))
         checks.extend(_table_checks(conn, settings))
     return checks
+
+
+#: Pointed to by the problems ``cdc capture`` finds, which ``cdc setup --check-only`` finds with the rest.
+_SEE_SETUP = "`cdc setup --check-only` checks every prerequisite of capture"
+
+
+def capture_problems(settings: Settings) -> list[str]:
+    """What stops capture before it starts, each with setup's fix: wal_level, REPLICATION, publication, CDC_TABLES.
+
+    Capture runs these before it touches the slot, so that a source it cannot capture leaves no slot
+    behind holding WAL, and a ``CDC_TABLES`` entry that would capture nothing is refused instead of
+    being silently empty.
+    """
+    with _connect(settings.database_url) as conn:
+        problems = [f"{check.message}; {_SEE_SETUP}"
+                    for check in (_wal_level_check(conn), _replication_check(conn)) if not check.ok]
+        if not publication_exists(conn, settings.publication):
+            problems.append(
+                f"publication {settings.publication} does not exist; run `cdc setup` to create it (it first checks "
+                "every table it would publish), or set CDC_PUBLICATION to the publication to capture"
+            )
+        problems.extend(f"{problem}; {_SEE_SETUP}"
+                        for problem in table_list_problems(conn, settings.publication, settings.tables))
+    return problems
+
+
+def _wal_level_check(conn: Connection) -> Check:
+    wal_level = str(conn.execute("SHOW wal_level").fetchone()[0])  # type: ignore[index]
+    return Check("wal_level", wal_level == "logical",
+                 f"wal_level is {wal_level}, logical decoding needs logical; set wal_level = logical "
+                 "in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL")
+
+
+def _replication_check(conn: Connection) -> Check:
+    role = conn.execute("SELECT current_user, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
+    assert role is not None
+    return Check("replication privilege", bool(role[1] or role[2]),
+                 f"role {role[0]} lacks the REPLICATION privilege; run ALTER ROLE {role[0]} REPLICATION as a superuser")
 
 
 _ACTIONS = ("insert", "update", "delete", "truncate")
@@ -113,52 +152,74 @@ def _publication_checks(conn: psycopg.Connection[tuple[object, ...]], settings: 
     return checks
 
 
-def _table_checks(conn: psycopg.Connection[tuple[object, ...]], settings: Settings) -> list[Check]:
-    """Every included table exists, is readable, and has a primary key or a replica identity."""
+def _table_checks(conn: Connection, settings: Settings) -> list[Check]:
+    """Every table the publication covers or would cover is readable and has a primary key or a replica identity.
+
+    A ``CDC_TABLES`` entry that names no table is reported by :func:`cdc.coverage.table_list_problems`.
+    """
     checks: list[Check] = []
-    names = list(settings.tables)
-    if not names:
-        rows = conn.execute(
-            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s ORDER BY 1",
-            (settings.publication,),
-        ).fetchall()
-        names = [str(r[0]) for r in rows]
-    for name in names:
+    covered = coverage(conn, settings.publication, list(settings.tables))
+    for name in covered.names:
         schema, table = name.split(".", 1)
         row = conn.execute(
-            "SELECT c.oid, c.relreplident, "
-            "EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident)), "
-            "has_table_privilege(c.oid, 'SELECT') "
-            "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s",
+            "SELECT c.oid, has_table_privilege(c.oid, 'SELECT') FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = %s AND c.relname = %s AND c.relkind IN ('r', 'p')",
             (schema, table),
         ).fetchone()
         if row is None:
-            checks.append(Check(f"table {name}", False, f"table {name} does not exist; fix CDC_TABLES or create it"))
             continue
-        _, identity, has_key, readable = row
+        oid, readable = row
         checks.append(Check(f"table {name} readable", bool(readable),
                             f"the role cannot read {name}; GRANT SELECT ON {name} TO the capture role (a table added "
                             "to the publication later needs the same grant before capture can snapshot it: ALTER "
                             "DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES TO the capture role covers new tables)"))
-        if has_key:
-            checks.append(Check(f"table {name} key", True, ""))
-        elif identity == "f":
-            checks.append(Check(
-                f"table {name} key", True,
-                f"table {name} has no primary key: with REPLICA IDENTITY FULL its updates and deletes are captured, "
-                "but with a null key, so its topic is not compacted and the warehouse keeps it append-only (every "
-                "inserted or updated row is added, deletes are not applied); to mirror it row for row add a primary "
-                f"key, or ALTER TABLE {name} REPLICA IDENTITY USING INDEX on a unique index of NOT NULL columns",
-                warning=True,
-            ))
-        else:
-            checks.append(Check(
-                f"table {name} key", False,
-                f"table {name} has no primary key or replica identity: inserts are captured with a null key but "
-                "updates and deletes fail on the source; add a primary key (or REPLICA IDENTITY USING INDEX on a "
-                f"unique index), or run ALTER TABLE {name} REPLICA IDENTITY FULL to capture it append-only",
-            ))
+        checks.extend(_key_checks(conn, name, int(oid), covered.all_tables))  # type: ignore[call-overload]
     return checks
+
+
+#: Per relation: whether it has a primary key or a replica identity index, and its replica identity
+#: (d default, n nothing, f full, i index). Partitioned tables are judged by their leaves, where PostgreSQL
+#: checks the replica identity of an UPDATE or DELETE.
+_IDENTITY = """
+    SELECT n.nspname || '.' || c.relname, c.relreplident,
+           EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND (i.indisprimary OR i.indisreplident))
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    WHERE c.oid = %(oid)s
+       OR c.oid IN (SELECT relid FROM pg_partition_tree(%(oid)s) WHERE isleaf AND relid <> %(oid)s)
+    ORDER BY c.oid <> %(oid)s, 1
+"""
+
+
+def _key_checks(conn: Connection, name: str, oid: int, all_tables: bool) -> list[Check]:
+    """Whether updates and deletes of table ``name`` (of each partition under it) work once it is published.
+
+    ``all_tables``: the publication does not exist yet and would be created ``FOR ALL TABLES``, so naming
+    only the tables to capture in ``CDC_TABLES`` is a fix as well.
+    """
+    (_, identity, has_key), *leaves = conn.execute(_IDENTITY, {"oid": oid}).fetchall()
+    if has_key:
+        return [Check(f"table {name} key", True, "")]  # a partitioned table's primary key is every partition's
+    judged = leaves or [(name, identity, has_key)]
+    broken = [str(leaf) for leaf, leaf_identity, leaf_key in judged if not leaf_key and leaf_identity != "f"]
+    if not broken:
+        return [Check(
+            f"table {name} key", True,
+            f"table {name} has no primary key: with REPLICA IDENTITY FULL its updates and deletes are captured, "
+            "but with a null key, so its topic is not compacted and the warehouse keeps it append-only (every "
+            "inserted or updated row is added, deletes are not applied); to mirror it row for row add a primary "
+            f"key, or ALTER TABLE {name} REPLICA IDENTITY USING INDEX on a unique index of NOT NULL columns",
+            warning=True,
+        )]
+    what = ("a publication FOR ALL TABLES would make the application's updates and deletes of it fail"
+            if all_tables else "inserts are captured with a null key but updates and deletes fail on the source")
+    limit = "; or set CDC_TABLES to the tables to capture (setup then publishes only those)" if all_tables else ""
+    return [Check(
+        f"table {leaf} key", False,
+        f"table {leaf if leaf == name else f'{leaf} (a partition of {name})'} has no primary key or replica "
+        f"identity: {what}; add a primary key (or REPLICA IDENTITY USING INDEX on a unique index), or run "
+        f"ALTER TABLE {leaf} REPLICA IDENTITY FULL to capture it append-only{limit}",
+    ) for leaf in broken]
 
 
 def ensure_publication(settings: Settings) -> bool:

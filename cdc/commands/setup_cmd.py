@@ -1,11 +1,16 @@
-"""``cdc setup``: check the source's prerequisites, then create publication and slot if missing."""
+"""``cdc setup``: check the source's prerequisites, then create publication and slot if missing.
+
+The tables are judged as the publication covers them, or would once created: ``CDC_TABLES`` when set
+(the publication is then created for those tables only), else every table of a ``FOR ALL TABLES``
+publication. Any failed check creates nothing.
+"""
 
 from __future__ import annotations
 
 import click
 
 from cdc.cli import pass_context
-from cdc.errors import SourceError
+from cdc.errors import PrerequisiteError
 from cdc.source_checks import ensure_publication, ensure_slot, run_checks
 
 
@@ -21,8 +26,7 @@ def setup(ctx: object, check_only: bool) -> None:
         label = "FAIL" if not check.ok else "warn" if check.warning else "ok  "
         click.echo(f"{label} {check.name}" + (f": {check.message}" if label != "ok  " else ""))
     if failed:
-        first = failed[0].message if len(failed) == 1 else f"{failed[0].message} (and {len(failed) - 1} more above)"
-        raise SourceError(first)
+        raise PrerequisiteError([check.message for check in failed])  # one error line each; nothing created
     if check_only:
         return
     created = ensure_publication(settings)

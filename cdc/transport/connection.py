@@ -16,7 +16,7 @@ import psycopg
 from psycopg import pq
 
 from cdc.catalog import SESSION_OPTIONS
-from cdc.errors import SlotError, SourceError
+from cdc.errors import PrerequisiteError, SlotError, SourceError
 from cdc.lsn import Lsn
 from cdc.transport.framing import Frame, decode_frame, encode_status
 
@@ -259,6 +259,10 @@ def _server_error(result: pq.abc.PGresult, command: str) -> SourceError:
     line = line.removeprefix("ERROR:").strip()
     sqlstate = (result.error_field(pq.DiagnosticField.SQLSTATE) or b"").decode()
     verb = command.split(" ", 1)[0]
+    if "publication" in line and "does not exist" in line:
+        return PrerequisiteError([
+            f"{line}: it was dropped or renamed while capture ran; run `cdc setup` to create it (or set "
+            "CDC_PUBLICATION to the publication to capture), then start capture again"])
     if sqlstate == "42704" or "does not exist" in line and "slot" in line:
         return SlotError(f"replication slot is gone ({line}); run `cdc setup` to create it, then capture takes a new snapshot")
     if "can no longer" in line or "invalidated" in line or "required WAL" in line or sqlstate == "55000" and "slot" in line:

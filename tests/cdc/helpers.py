@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -11,6 +14,9 @@ import orjson
 
 from cdc.settings import Settings, load_settings
 from log_store import LogStore, Record, TopicPartition
+
+#: The ``cdc`` command of the environment running the tests.
+CDC = Path(sys.executable).with_name("cdc")
 
 
 def execute(url: str, *statements: str) -> None:
@@ -99,3 +105,21 @@ def source_table(url: str, table: str, key: str = "id") -> dict[bytes | None, di
 def snapshot_threads() -> list[str]:
     """Names of the snapshot reader's threads still alive in this process."""
     return [t.name for t in threading.enumerate() if t.name.startswith("snapshot-")]
+
+
+def run_cdc(url: str, data_dir: Path, *args: str, **settings: str) -> subprocess.CompletedProcess[str]:
+    """``cdc ARGS`` as a subprocess with only the given settings (``CDC_<NAME>``) in its environment."""
+    env = {name: value for name, value in os.environ.items() if not name.startswith("CDC_")}
+    env.update(CDC_DATABASE_URL=url, CDC_DATA_DIR=str(data_dir))
+    env.update({f"CDC_{name.upper()}": value for name, value in settings.items()})
+    return subprocess.run([str(CDC), *args], env=env, capture_output=True, text=True, timeout=120)
+
+
+def slot_names(url: str) -> list[str]:
+    """The replication slots of ``url``'s database."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database() ORDER BY 1").fetchall()
+    return [str(row[0]) for row in rows]
