@@ -278,6 +278,10 @@ def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal
     views = measure_views(settings, log)
     report = LagReport(SCHEMA_VERSION, _iso(time.time() * 1000) or "", source, log, views)
     _warn(report)
+    from derived_views.failures import read_all
+
+    # a table whose batch failed falls behind while the rest of its view moves on: never ok
+    report.violations.extend(failure.line() for failure in read_all(settings.views_dir))
     if max_wal_bytes is not None and source.wal_bytes_behind > max_wal_bytes:
         report.violations.append(
             f"slot {source.slot} is {source.wal_bytes_behind} WAL bytes behind (limit {max_wal_bytes})"

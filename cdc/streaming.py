@@ -206,6 +206,28 @@ TableFilter = Callable[[str, str], bool]
 EmittedSchema = tuple[bytes, bytes]
 
 
+def _attribute_numbers(columns: list[tuple[str, int, int]], info: TableInfo | None) -> tuple[tuple[str, int], ...]:
+    """The attribute number of each column of a Relation message, from the catalog read since.
+
+    The catalog may already be past the message (a rename after it): a column is matched by name when
+    the catalog has it at the same place, else by place when the catalog has as many columns and the
+    same type there (renamed since), else by name anywhere; unmatched columns get 0 (unknown).
+    """
+    if info is None:
+        return ()
+    catalog = list(zip(info.columns, (number for _, number in info.attnums), strict=False))
+    by_name = {column[0]: number for column, number in catalog}
+    out = []
+    for index, (name, type_oid, _) in enumerate(columns):
+        number = by_name.get(name, 0)
+        if index < len(catalog) and len(catalog) == len(columns):
+            (catalog_name, catalog_type, _), at = catalog[index]
+            if catalog_name == name or (catalog_type == type_oid and name not in by_name):
+                number = at
+        out.append((name, number))
+    return tuple(out)
+
+
 class ChangeReplayer:
     """Owns the relation cache; turns committed transactions into records for the log.
 
@@ -254,7 +276,7 @@ class ChangeReplayer:
             relation.relid, relation.namespace, relation.name,
             self.topic_for(relation.namespace, relation.name), columns, keys,
             not_null=info.not_null if info else frozenset(), type_names=type_names,
-            attnums=info.attnums if info else (),
+            attnums=_attribute_numbers(columns, info),
         )
 
     def _schema_records(self, shape: TableShape, lsn: int) -> list[ProducerRecord]:

@@ -12,6 +12,7 @@ Hierarchy::
     ├── LogUnavailableError   the log has no topic or no watermark to read up to
     ├── SourceSchemaError     the schema topic lacks a table a view needs
     ├── ViewBusyError         another process is syncing or rebuilding the same view
+    ├── TablesFailedError     tables of a sync step failed (the others were applied)
     └── VerifyMismatchError   ``cdc verify`` found differences (exit code 4)
 """
 
@@ -75,3 +76,15 @@ class VerifyMismatchError(ViewError):
     """``cdc verify`` found rows that differ between a view and the source tables."""
 
     exit_code = 4
+
+
+class TablesFailedError(ViewError):
+    """Tables of a sync step failed to apply their batch; every other table was applied.
+
+    Each failed table stays exact as of the watermark it last recorded and is retried by the next
+    sync; ``cdc lag`` lists it until then (:mod:`derived_views.failures`).
+    """
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__(f"{len(lines)} table(s) failed, the others were applied: " + " | ".join(lines))
+        self.lines = lines

@@ -14,6 +14,7 @@ with a views directory on object storage the scheduler must not start overlappin
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -25,7 +26,10 @@ from typing import TYPE_CHECKING
 from derived_views import cache, search, warehouse
 from derived_views.apply import Range
 from derived_views.context import ViewContext
-from derived_views.errors import LogUnavailableError, UnknownViewError, ViewBusyError
+from derived_views.errors import LogUnavailableError, UnknownViewError, ViewBusyError, ViewError
+from derived_views.failures import TableFailure, summary
+from derived_views.failures import record as record_failures
+from derived_views.steps import TableResult
 from derived_views.log_source import LogWatermark, read_watermark
 from log_store.errors import LogLockedError
 from log_store.lock import FileLock
@@ -35,16 +39,20 @@ if TYPE_CHECKING:
 
     from cdc.settings import Settings
 
+log = logging.getLogger("cdc.views")
+
 #: Registered views by name; each module has ``NAME`` and ``sync(ctx, rng, *, replace)``.
 VIEWS: dict[str, ModuleType] = {warehouse.NAME: warehouse, search.NAME: search, cache.NAME: cache}
 
 
 @dataclass(frozen=True)
 class StepReport:
-    """One sync step: the watermark reached and how many events each view applied."""
+    """One sync step: the watermark reached, how many events each view applied, and the tables that
+    failed (each stays as of its last sync, see :mod:`derived_views.failures`)."""
 
     watermark: LogWatermark | None
     events: dict[str, int]
+    failures: tuple[TableFailure, ...] = ()
 
 
 def resolve(names: list[str] | tuple[str, ...]) -> list[str]:
@@ -117,10 +125,27 @@ def _step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepR
         return StepReport(None, {})
     rng = Range(ctx.log_path, watermark)
     events = {}
+    failed: list[TableFailure] = []
     for name in names:
-        results = VIEWS[name].sync(ctx, rng, replace=replace)
+        try:
+            results = VIEWS[name].sync(ctx, rng, replace=replace)
+        except ViewError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - one view's failure must not stop the others
+            log.error("view %s failed: %s", name, summary(exc))
+            results = [TableResult(ctx.path(name), 0, 0, summary(exc))]
         events[name] = sum(r.events for r in results)
-    return StepReport(watermark, events)
+        failures = {_table_name(ctx, r.path): TableFailure(name, _table_name(ctx, r.path), r.error, "", watermark.position)
+                    for r in results if r.error is not None}
+        record_failures(ctx.views_dir, name, failures, [_table_name(ctx, r.path) for r in results if r.error is None])
+        failed.extend(failures.values())
+    return StepReport(watermark, events, tuple(failed))
+
+
+def _table_name(ctx: ViewContext, path: str) -> str:
+    """A table's path relative to the views directory (``warehouse/current/public.orders``)."""
+    root = ctx.views_dir.rstrip("/") + "/"
+    return path[len(root):] if path.startswith(root) else path
 
 
 def continuous(

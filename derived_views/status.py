@@ -9,12 +9,14 @@ table on local disk or object storage.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Protocol
 
 from derived_views.progress import Progress
 
 _HISTORY_DEPTH = 50
+log = logging.getLogger("cdc.views")
 
 
 class _HasDataDir(Protocol):
@@ -46,11 +48,22 @@ def table_progress(path: Path) -> Progress | None:
     return None
 
 
+def _readable_progress(path: Path) -> Progress | None:
+    """:func:`table_progress`, or ``None`` (with a warning) for a table its reader cannot open: a
+    damaged table must not hide what every other table is as of."""
+    try:
+        return table_progress(path)
+    except Exception as exc:  # noqa: BLE001 - deltalake raises its own error kinds for a damaged log
+        log.warning("cannot read the progress of the Delta table %s: %s", path, str(exc).splitlines()[0])
+        return None
+
+
 def view_progress(settings: _HasDataDir, views: tuple[str, ...] = ("warehouse", "search", "cache")) -> dict[str, list[Progress]]:
-    """Per view name, the progress of each of its tables that consumes the log."""
+    """Per view name, the progress of each of its tables that consumes the log (tables that cannot be
+    read are left out, with a warning)."""
     out: dict[str, list[Progress]] = {}
     for view in views:
-        progresses = [p for p in (table_progress(t) for t in _delta_tables(settings.data_dir / view)) if p]
+        progresses = [p for p in (_readable_progress(t) for t in _delta_tables(settings.data_dir / view)) if p]
         if progresses:
             out[view] = progresses
     return out

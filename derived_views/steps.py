@@ -30,11 +30,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TableResult:
-    """What one sync step did to one Delta table."""
+    """What one sync step did to one Delta table (``error``: why it applied nothing, see
+    :mod:`derived_views.failures`)."""
 
     path: str
     events: int
     poison: int
+    error: str | None = None
 
 
 @dataclass

@@ -20,11 +20,13 @@ is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.progr
 
 from __future__ import annotations
 
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from derived_views.apply import Range, merge_history
 from derived_views.context import ViewContext
+from derived_views.failures import summary
 from derived_views.schema import TableSchema
 from derived_views.steps import (
     TableResult,
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
     from derived_views.log_source import LogWatermark
 
 NAME = "warehouse"
+log = logging.getLogger("cdc.views")
 
 
 def current_path(ctx: ViewContext, qualified: str) -> str:
@@ -77,7 +80,11 @@ def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: b
 
 
 def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
-    """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``)."""
+    """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``).
+
+    A table whose batch fails is reported in its :class:`TableResult` (``error``) and the others go on
+    (:mod:`derived_views.failures`): it commits nothing, so it stays exact as of its last watermark.
+    """
     results = []
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
         for qualified, schema in sorted(ctx.schemas(rng.watermark).items()):
@@ -85,8 +92,19 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str]
                 continue
             # the two tables of one source table are independent: apply them side by side, each in a
             # session of its own so that their MERGEs do not wait for each other
-            current = pool.submit(apply_state, ctx.beside(), rng, schema, current_path(ctx, qualified),
+            current_table = current_path(ctx, qualified)
+            current = pool.submit(apply_state, ctx.beside(), rng, schema, current_table,
                                   dead_letter_path(ctx), replace=replace)
-            history = _apply_history(ctx, rng, schema, replace)
-            results.extend(result for result in (current.result(), history) if result is not None)
+            history_table = history_path(ctx, qualified)
+            try:
+                history = _apply_history(ctx, rng, schema, replace)
+            except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
+                log.error("warehouse table %s failed: %s", history_table, summary(exc))
+                history = TableResult(history_table, 0, 0, summary(exc))
+            try:
+                applied = current.result()
+            except Exception as exc:  # noqa: BLE001 - as above
+                log.error("warehouse table %s failed: %s", current_table, summary(exc))
+                applied = TableResult(current_table, 0, 0, summary(exc))
+            results.extend(result for result in (applied, history) if result is not None)
     return results

@@ -57,6 +57,14 @@ def _describe(report: StepReport) -> str:
     return f"as of LSN {report.watermark.position}: {applied}"
 
 
+def _fail_on(report: StepReport) -> None:
+    """Raise when tables of the step failed (after the other tables were applied)."""
+    from derived_views.errors import TablesFailedError
+
+    if report.failures:
+        raise TablesFailedError([failure.line() for failure in report.failures])
+
+
 @click.command("sync")
 @click.argument("views", nargs=-1)
 @click.option("--once", "mode", flag_value="once", default=True, help="Drain to the latest watermark, then exit.")
@@ -71,7 +79,9 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
     names = runner.resolve(views)
     view_ctx = _context(ctx)
     if mode == "once":
-        click.echo(_describe(runner.step(view_ctx, names)), err=True)
+        report = runner.step(view_ctx, names)
+        click.echo(_describe(report), err=True)
+        _fail_on(report)
         return
     stop = threading.Event()
 
@@ -85,6 +95,8 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
         if report.watermark is not None:
             for name, count in report.events.items():
                 metrics.observe(name, count, report.watermark.lsn)
+        for failure in report.failures:
+            metrics.errors.labels(view=failure.view).inc()
         click.echo(_describe(report), err=True)
 
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -111,6 +123,7 @@ def rebuild(ctx: object, view: str) -> None:
     names = runner.resolve([view])
     report = runner.step(_context(ctx), names, replace=True)
     click.echo(f"rebuilt {view} {_describe(report)}", err=True)
+    _fail_on(report)
 
 
 @click.command("verify")
@@ -126,7 +139,7 @@ def verify(ctx: object, view: str, no_sync: bool) -> None:
     names = runner.resolve([view])
     view_ctx = _context(ctx)
     if not no_sync:
-        runner.step(view_ctx, names)
+        _fail_on(runner.step(view_ctx, names))
     watermark = runner.latest(view_ctx)
     if watermark is None:
         raise LogUnavailableError(f"the log at {view_ctx.log_path} holds no complete snapshot yet: run `cdc capture`")

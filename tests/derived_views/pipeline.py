@@ -1,0 +1,88 @@
+"""The whole pipeline in one test process: SQL on the source, capture, a sync step, verify (real parts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from cdc.settings import Settings
+    from derived_views.context import ViewContext
+    from derived_views.runner import StepReport
+
+
+def execute(url: str, *statements: str) -> None:
+    """Run ``statements`` on the source in autocommit mode, one after the other."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for statement in statements:
+            conn.execute(statement)
+
+
+def settings_for(url: str, data_dir: Path, **extra: Any) -> Settings:
+    from cdc.settings import load_settings
+
+    return load_settings(database_url=url, data_dir=str(data_dir), **extra)
+
+
+def capture(settings: Settings) -> None:
+    """Capture up to the WAL position current now (snapshot first when the log has none)."""
+    from cdc.coordinator import Capture
+
+    Capture(settings, once=True).run()
+
+
+def context(spark: SparkSession, settings: Settings) -> ViewContext:
+    from derived_views.runner import context_from_settings
+
+    return context_from_settings(settings, spark)
+
+
+def sync(ctx: ViewContext, views: list[str], *, replace: bool = False) -> StepReport:
+    """One sync step of ``views``; fails the test when a table failed."""
+    from derived_views import runner
+
+    report = runner.step(ctx, views, replace=replace)
+    assert not report.failures, [failure.line() for failure in report.failures]
+    return report
+
+
+def verify_views(ctx: ViewContext, url: str, views: list[str]) -> int:
+    """Verify ``views`` against the source; fails the test on any difference; returns rows compared."""
+    from derived_views import runner
+    from derived_views.verify import verify
+
+    watermark = runner.latest(ctx)
+    assert watermark is not None
+    compared = 0
+    for view in views:
+        report = verify(ctx, view, url, watermark)
+        assert report.ok, report.differences[:10]
+        compared += report.compared
+    return compared
+
+
+def through(settings: Settings, ctx: ViewContext, views: list[str] | None = None) -> int:
+    """Capture what the source holds, sync ``views`` (the warehouse by default) and verify them."""
+    views = views or ["warehouse"]
+    capture(settings)
+    sync(ctx, views)
+    return verify_views(ctx, settings.database_url, views)
+
+
+def rows(spark: SparkSession, path: str, where: str = "true") -> list[dict[str, Any]]:
+    """The rows of the Delta table at ``path`` matching ``where``, as dicts."""
+    return [row.asDict(recursive=True) for row in spark.read.format("delta").load(path).filter(where).collect()]
+
+
+def dead_letters(spark: SparkSession, ctx: ViewContext) -> list[dict[str, Any]]:
+    """Every poison event the warehouse recorded (none when it has no dead-letter table)."""
+    from delta.tables import DeltaTable
+
+    from derived_views import warehouse
+
+    path = warehouse.dead_letter_path(ctx)
+    return rows(spark, path) if DeltaTable.isDeltaTable(spark, path) else []
