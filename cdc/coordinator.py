@@ -78,7 +78,9 @@ from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
 from cdc.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
+from cdc.storage_errors import StorageError, capture_storage_error
 from log_store import LogStore, ProducerColumns, ProducerRecord, TopicPartition
+from log_store.errors import StorageIOError
 
 log = logging.getLogger("cdc.capture")
 
@@ -201,7 +203,32 @@ class Capture:
         return self.settings.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
 
     def run(self) -> CaptureStats:
-        """Snapshot when needed, then stream until stopped (or, with ``once``, until drained)."""
+        """Snapshot when needed, then stream until stopped (or, with ``once``, until drained).
+
+        A file operation of the log that the operating system refuses (a full disk, permission bits, a
+        file where the data directory belongs) stops the run with one :class:`StorageError` saying what
+        the source was told: nothing the log did not fsync, so the next run loses nothing.
+        """
+        try:
+            return self._run()
+        except StorageIOError as exc:
+            raise self._storage_error(exc) from exc
+
+    def _storage_error(self, exc: StorageIOError) -> StorageError:
+        if self.log is None:
+            told = "nothing was confirmed to the source (nothing was read from it)"
+            resume = "it starts from the log as it was"
+        elif self.position == 0:
+            told = "the initial snapshot did not complete and nothing was confirmed to the source"
+            resume = "it takes the snapshot again"
+        else:
+            told = (f"nothing was confirmed to the source past LSN {Lsn(self.position + 1)}, the end of what the "
+                    "log holds (the slot is confirmed only after the log fsyncs)")
+            resume = "the slot resends everything after that"
+        self.metrics.errors.labels(kind="StorageError").inc()
+        return capture_storage_error(exc, self.settings.data_dir, told, resume)
+
+    def _run(self) -> CaptureStats:
         with LogStore.open(self.settings.log_dir, self.settings.log_config(), writer=True) as store:
             self.log = store
             self.builder = EventBuilder(

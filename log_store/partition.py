@@ -309,12 +309,15 @@ class Partition:
         self._touched = False
         self._unstarted = 0
 
-    def close(self) -> None:
-        """Close the active segment (fsyncing data and index) and every cached reader."""
+    def close(self, *, seal: bool = True) -> None:
+        """Close the active segment (with ``seal``, fsyncing data and index first) and every cached reader."""
         if self.active is not None:
-            self.active.seal()
-            self.active.close()
-            self.active = None
+            try:
+                if seal:
+                    self.active.seal()
+            finally:
+                self.active.close()
+                self.active = None
         with self._lock:
             for segment in self._files.values():
                 segment.close()
