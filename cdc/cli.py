@@ -93,7 +93,9 @@ def remote_user_error(exc: BaseException) -> tuple[str, int] | None:
     error_type = getattr(importlib.import_module(last["module"]), last["name"], None)
     if not (isinstance(error_type, type) and issubclass(error_type, _user_errors())):
         return None
-    return last["message"].strip(), int(getattr(error_type, "exit_code", 1))
+    from cdc.log_rebuild import with_rebuild_steps
+
+    return with_rebuild_steps(last["message"].strip(), error_type), int(getattr(error_type, "exit_code", 1))
 
 
 def _storage_error(exc: OSError) -> CdcError:
@@ -111,6 +113,7 @@ def _storage_error(exc: OSError) -> CdcError:
 
 def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     """Run a click entry point, turning user errors into one line on stderr and an exit status."""
+    from cdc.log_rebuild import with_rebuild_steps
     from cdc.redact import redact_url
 
     try:
@@ -124,7 +127,7 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except _user_errors() as exc:
-        click.echo(f"error: {redact_url(str(exc))}", err=True)
+        click.echo(f"error: {redact_url(with_rebuild_steps(str(exc), exc))}", err=True)
         return int(getattr(exc, "exit_code", 1))
     except OSError as exc:
         # the disk refused a file operation (full, permission bits, a file for a directory): the user's to fix

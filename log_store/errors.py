@@ -22,6 +22,7 @@ Hierarchy::
     │   ├── CorruptSegmentError      a segment batch fails its CRC32C or framing (file, position, offset)
     │   │   └── IncompleteTailError  a partition's valid data ends before the watermark's end offset
     │   ├── CorruptWatermarkError    a watermark record fails its CRC32C with valid records after it
+    │   ├── MissingWatermarkError    a watermark file of an existing log is gone
     │   ├── CorruptOffsetsError      a consumer-offsets file cannot be parsed
     │   └── CorruptTopicError        a topic.json cannot be parsed
     ├── RecoveryError                recovery found a state it must not repair silently
@@ -158,9 +159,14 @@ class InvalidGroupError(LogStoreError):
 
 
 class CorruptionError(LogStoreError):
-    """Bytes on disk fail their checks. Nothing derived from them was returned."""
+    """Bytes on disk fail their checks. Nothing derived from them was returned.
+
+    ``needs_rebuild``: the message ends by offering to rebuild the log from its source, which a caller
+    that knows the source (the ``cdc`` CLI) spells out step by step.
+    """
 
     exit_code = 4
+    needs_rebuild = False
 
 
 class CorruptSegmentError(CorruptionError):
@@ -170,12 +176,14 @@ class CorruptSegmentError(CorruptionError):
     first log offset that cannot be read (the batch's base offset when it could be read).
     """
 
+    needs_rebuild = True
+
     def __init__(self, path: Path, position: int, offset: int, detail: str) -> None:
         self.path, self.position, self.offset, self.detail = path, position, offset, detail
         super().__init__(
             f"corrupt segment {path} at byte {position} (log offset {offset}): {detail}; "
-            "reads stop here: restore this file from a backup or replica, or rebuild the topic "
-            "from the source"
+            "reads stop here: restore this file from a backup or replica, or rebuild the log "
+            "from its source"
         )
 
 
@@ -200,6 +208,23 @@ class CorruptWatermarkError(CorruptionError):
             f"corrupt watermark file {path} at byte {position}: {detail}; "
             "restore the file from a backup; do not delete it (recovery would truncate the log)"
         )
+
+
+class MissingWatermarkError(CorruptionError):
+    """A watermark file of an existing log is gone: ``watermarks.log`` (the durable record of every
+    commit: without it no record counts as committed) or ``watermark.pub`` (what readers read; the
+    writer rewrites it from ``watermarks.log`` whenever it opens the log)."""
+
+    def __init__(self, path: Path, *, published: bool) -> None:
+        self.path, self.published = path, published
+        self.needs_rebuild = not published
+        if published:
+            fix = ("readers see nothing committed until the writer publishes again: open the log as its "
+                   "writer (start capture), whose recovery rewrites it from watermarks.log")
+        else:
+            fix = ("without it no record of the log counts as committed: restore it from a backup, or "
+                   "rebuild the log from its source")
+        super().__init__(f"the log's watermark file {path} is missing; {fix}")
 
 
 class CorruptOffsetsError(CorruptionError):

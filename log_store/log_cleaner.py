@@ -63,9 +63,14 @@ class PartitionCleaning:
     tombstones_removed: int
     folded: int
     fold_failures: int
-    bytes_before: int
-    bytes_after: int
+    bytes_before: int  # of the segments the pass looked at (sealed, below the watermark)
+    bytes_after: int  # of the same offsets after the pass
     cleaned_offset: int
+
+    @property
+    def changed(self) -> bool:
+        """Whether the pass rewrote or deleted a segment (else the partition is as it was)."""
+        return bool(self.segments_rewritten or self.segments_deleted)
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,8 @@ class LogCleaner:
         for base, next_base in ranges:
             before, after = self._rewrite(directory, base, next_base, cleaner, topic, partition)
             bytes_before += before
-            if after is None:
+            if after is None:  # unchanged: its bytes stay
+                bytes_after += before
                 continue
             if after == 0:
                 deleted += 1

@@ -80,6 +80,7 @@ from log_store.errors import (
     InvalidRecordError,
     LogFormatError,
     LogNotFoundError,
+    MissingWatermarkError,
     ReadOnlyError,
     RecoveryError,
     StorageIOError,
@@ -108,6 +109,7 @@ from log_store.topic import (
     write_topic,
 )
 from log_store.watermark import FILE_NAME as WATERMARK_FILE
+from log_store.watermark import PUBLISHED_NAME
 from log_store.watermark import Watermark, WatermarkLog
 
 log = logging.getLogger("log_store")
@@ -184,6 +186,9 @@ class LogStore:
         store = cls(root, config, writer)
         if not writer:
             store._check_format()
+            # created before store.json and only ever replaced by a rename: an existing log always has one
+            if not (root / WATERMARK_FILE).exists():
+                raise MissingWatermarkError(root / WATERMARK_FILE, published=False)
             return store
         make_dirs(root)
         lock = FileLock(root / WRITER_LOCK)
@@ -677,6 +682,21 @@ class LogStore:
             if self.writer:
                 return self._watermarks.current
             return self._watermarks.latest()
+
+    def require_published_watermark(self) -> None:
+        """Raise :class:`MissingWatermarkError` when readers cannot learn of any commit because
+        ``watermark.pub`` is gone (the writer publishes it when it opens the log, so only a reader that
+        races a brand-new log's first open could see it missing otherwise)."""
+        published = self.root / PUBLISHED_NAME
+        if not self.writer and not published.exists():
+            raise MissingWatermarkError(published, published=True)
+
+    def verify(self, tp: TopicPartition) -> None:
+        """Check every committed batch of ``tp`` (framing and CRC32C, nothing decoded); raises
+        :class:`CorruptSegmentError` naming the file, byte position and offset of the first damage."""
+        tp = TopicPartition(*tp)
+        end = self.end_offset(tp)
+        self._partition(tp).verify(self.start_offset(tp), end)
 
     def read(
         self, tp: TopicPartition, offset: int, *, max_records: int = 10_000, max_bytes: int = 16 << 20,
