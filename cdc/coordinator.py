@@ -78,6 +78,7 @@ from cdc.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
 from cdc.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
+from cdc.data_dir import secure_data_dir
 from cdc.storage_errors import StorageError, capture_storage_error
 from log_store import LogStore, ProducerColumns, ProducerRecord, TopicPartition
 from log_store.errors import StorageIOError
@@ -229,6 +230,7 @@ class Capture:
         return capture_storage_error(exc, self.settings.data_dir, told, resume)
 
     def _run(self) -> CaptureStats:
+        secure_data_dir(self.settings.data_dir)
         with LogStore.open(self.settings.log_dir, self.settings.log_config(), writer=True) as store:
             self.log = store
             self.builder = EventBuilder(

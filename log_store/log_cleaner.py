@@ -33,7 +33,7 @@ from pathlib import Path
 
 import orjson
 
-from log_store.atomic_file import fsync_dir, write_all, write_atomic
+from log_store.atomic_file import create_file, fsync_dir, write_all, write_atomic
 from log_store.cleaner import Cleaner, OffsetMap
 from log_store.config import LogConfig
 from log_store.errors import CleanerLockedError
@@ -231,7 +231,7 @@ class LogCleaner:
                 fsync_dir(directory)
                 done = True
                 return before, 0
-            fd = os.open(side_log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = create_file(side_log, os.O_WRONLY | os.O_EXCL)
             index = OffsetIndex()
             position = FILE_HEADER_SIZE
             since_entry = 0
@@ -247,7 +247,7 @@ class LogCleaner:
             os.fsync(fd)
             os.close(fd)
             fd = -1
-            index_fd = os.open(side_index, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            index_fd = create_file(side_index, os.O_WRONLY | os.O_EXCL)
             try:
                 write_all(index_fd, index.to_bytes(nonce))
                 os.fsync(index_fd)
