@@ -93,11 +93,27 @@ def remote_user_error(exc: BaseException) -> tuple[str, int] | None:
     error_type = getattr(importlib.import_module(last["module"]), last["name"], None)
     if not (isinstance(error_type, type) and issubclass(error_type, _user_errors())):
         return None
-    return last["message"].strip(), int(getattr(error_type, "exit_code", 1))
+    from cdc.log_rebuild import with_rebuild_steps
+
+    return with_rebuild_steps(last["message"].strip(), error_type), int(getattr(error_type, "exit_code", 1))
+
+
+def _storage_error(exc: OSError) -> CdcError:
+    """The one-line error of a file operation the operating system refused (see :mod:`cdc.storage_errors`)."""
+    from pathlib import Path
+
+    from cdc.storage_errors import storage_error
+
+    try:
+        data_dir = load_settings().data_dir
+    except ConfigError:
+        data_dir = Path(".")
+    return storage_error(exc, data_dir, f"cannot use the data directory {data_dir} (CDC_DATA_DIR)")
 
 
 def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
     """Run a click entry point, turning user errors into one line on stderr and an exit status."""
+    from cdc.log_rebuild import with_rebuild_steps
     from cdc.redact import redact_url
 
     try:
@@ -111,9 +127,14 @@ def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except _user_errors() as exc:
-        for problem in getattr(exc, "problems", None) or (str(exc),):
+        for problem in getattr(exc, "problems", None) or (with_rebuild_steps(str(exc), exc),):
             click.echo(f"error: {redact_url(problem)}", err=True)
         return int(getattr(exc, "exit_code", 1))
+    except OSError as exc:
+        # the disk refused a file operation (full, permission bits, a file for a directory): the user's to fix
+        error = _storage_error(exc)
+        click.echo(f"error: {redact_url(str(error))}", err=True)
+        return error.exit_code
     except Exception as exc:
         remote = remote_user_error(exc)
         if remote is not None:

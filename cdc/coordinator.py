@@ -79,7 +79,10 @@ from cdc.streaming import ChangeReplayer, EmittedSchema, Transaction, Transactio
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
 from cdc.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
+from cdc.data_dir import secure_data_dir
+from cdc.storage_errors import StorageError, capture_storage_error
 from log_store import LogStore, ProducerColumns, ProducerRecord, TopicPartition
+from log_store.errors import StorageIOError
 
 log = logging.getLogger("cdc.capture")
 
@@ -206,10 +209,35 @@ class Capture:
 
         A source capture cannot work with (wal_level, REPLICATION, publication, ``CDC_TABLES``) is refused
         first, with ``cdc setup``'s fixes, before the log or the slot is touched.
+
+        A file operation of the log that the operating system refuses (a full disk, permission bits, a
+        file where the data directory belongs) stops the run with one :class:`StorageError` saying what
+        the source was told: nothing the log did not fsync, so the next run loses nothing.
         """
         problems = capture_problems(self.settings)
         if problems:
             raise PrerequisiteError(problems)
+        try:
+            return self._run()
+        except StorageIOError as exc:
+            raise self._storage_error(exc) from exc
+
+    def _storage_error(self, exc: StorageIOError) -> StorageError:
+        if self.log is None:
+            told = "nothing was confirmed to the source (nothing was read from it)"
+            resume = "it starts from the log as it was"
+        elif self.position == 0:
+            told = "the initial snapshot did not complete and nothing was confirmed to the source"
+            resume = "it takes the snapshot again"
+        else:
+            told = (f"nothing was confirmed to the source past LSN {Lsn(self.position + 1)}, the end of what the "
+                    "log holds (the slot is confirmed only after the log fsyncs)")
+            resume = "the slot resends everything after that"
+        self.metrics.errors.labels(kind="StorageError").inc()
+        return capture_storage_error(exc, self.settings.data_dir, told, resume)
+
+    def _run(self) -> CaptureStats:
+        secure_data_dir(self.settings.data_dir)
         with LogStore.open(self.settings.log_dir, self.settings.log_config(), writer=True) as store:
             self.log = store
             self.builder = EventBuilder(

@@ -31,6 +31,7 @@ from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
 from derived_views.steps import TableResult
 from derived_views.log_source import LogWatermark, read_watermark
+from log_store.atomic_file import make_dirs
 from log_store.errors import LogLockedError
 from log_store.lock import FileLock
 
@@ -96,7 +97,7 @@ def view_locks(ctx: ViewContext, names: list[str]) -> Iterator[None]:
         yield
         return
     directory = Path(ctx.views_dir.removeprefix("file://")) / "_locks"
-    directory.mkdir(parents=True, exist_ok=True)
+    make_dirs(directory)  # owner only, like the log (log_store.atomic_file); lock files are 0600 too
     with ExitStack() as stack:
         for name in sorted(set(names)):
             lock = FileLock(directory / f"{name}.lock")

@@ -3,7 +3,8 @@
 On this machine the session runs ``local[*]`` with the Delta jars fetched at set-up (see
 :mod:`derived_views.delta_jars`), so it never needs the network. On a cluster the same jobs are
 started with ``spark-submit --packages io.delta:...`` and a master URL; :func:`build_spark` then leaves
-the master and the jars to spark-submit.
+the master and the jars to spark-submit. A driver JVM this process starts has its output routed into
+the project's log lines (:mod:`derived_views.jvm_output`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from derived_views.delta_jars import delta_coordinate, installed_jars
+from derived_views.jvm_output import DRIVER_JAVA_OPTIONS, launch_driver
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,21 +38,29 @@ def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str
     Workers run this interpreter (``PYSPARK_PYTHON``), so the Python data source and the views'
     modules import the same code as the driver.
     """
+    from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder.appName(app_name)
+    settings = {"spark.app.name": app_name}
     submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get("SPARK_SUBMIT")
     if master or not submitted:
-        builder = builder.master(master or os.environ.get("CDC_SPARK_MASTER", "local[2]"))
-    for key, value in {**_DELTA_CONF, **(conf or {})}.items():
-        builder = builder.config(key, value)
+        settings["spark.master"] = master or os.environ.get("CDC_SPARK_MASTER", "local[2]")
+    settings.update({**_DELTA_CONF, **(conf or {})})
     jars = installed_jars()
     if jars:
-        builder = builder.config("spark.jars", ",".join(str(jar) for jar in jars))
+        settings["spark.jars"] = ",".join(str(jar) for jar in jars)
     else:
-        builder = builder.config("spark.jars.packages", delta_coordinate())
+        settings["spark.jars.packages"] = delta_coordinate()
+    if not submitted and SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        # this process starts the driver JVM: its output becomes log lines (derived_views.jvm_output)
+        settings["spark.driver.extraJavaOptions"] = " ".join(
+            filter(None, [settings.get("spark.driver.extraJavaOptions"), DRIVER_JAVA_OPTIONS]))
+        launch_driver(settings)
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session

@@ -7,6 +7,11 @@ every file of a group written out (and, on ext4, its blocks allocated) from one 
 files' ``fdatasync`` calls run concurrently, so that they tend to share one journal commit, and, inside
 a large group, every few megabytes, so that the disk works while the group is still being written.
 
+Every file and directory the log creates is its owner's only (:data:`FILE_MODE`, :data:`DIR_MODE`),
+whatever the process umask: the records are full source rows (emails, addresses). :func:`create_file`
+and :func:`make_dirs` set the mode explicitly after creating, since the umask can only take bits away
+from what ``open``/``mkdir`` ask for, and a umask such as 0o000 would leave them readable by everyone.
+
 ``write_atomic`` writes ``<name>.tmp``, fsyncs it, renames it over ``<name>`` and fsyncs the directory,
 so a crash at any point leaves either the old or the new content under the name, never a mix. A
 left-over ``*.tmp`` is garbage and may be deleted by whoever owns the directory.
@@ -22,6 +27,27 @@ from pathlib import Path
 from typing import cast
 
 TMP_SUFFIX = ".tmp"
+#: Mode of every file of the log: read and write for its owner only.
+FILE_MODE = 0o600
+#: Mode of every directory of the log: its owner only (others cannot even list or traverse it).
+DIR_MODE = 0o700
+
+
+def create_file(path: Path, flags: int) -> int:
+    """``os.open(path, flags | O_CREAT)`` with the file's mode :data:`FILE_MODE` whatever the umask.
+
+    The mode of a file that already existed is set too when this process owns it (a lock file opened
+    again, say), so a log written before this rule comes into line.
+    """
+    fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
+    try:
+        stat = os.fstat(fd)
+        if stat.st_mode & 0o777 != FILE_MODE and stat.st_uid == os.geteuid():
+            os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def fsync_dir(path: Path) -> None:
@@ -89,7 +115,7 @@ def start_writeback(fd: int) -> None:
 def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically and durably (temp file, fsync, rename, dir fsync)."""
     tmp = path.with_name(path.name + TMP_SUFFIX)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = create_file(tmp, os.O_WRONLY | os.O_TRUNC)
     try:
         write_all(fd, data)
         os.fsync(fd)
@@ -100,7 +126,8 @@ def write_atomic(path: Path, data: bytes) -> None:
 
 
 def make_dirs(path: Path) -> None:
-    """Create ``path`` and missing parents, fsyncing each parent whose entries changed."""
+    """Create ``path`` and missing parents (mode :data:`DIR_MODE`), fsyncing each parent whose entries
+    changed."""
     missing: list[Path] = []
     current = path
     while not current.exists():
@@ -108,7 +135,8 @@ def make_dirs(path: Path) -> None:
         current = current.parent
     for directory in reversed(missing):
         try:
-            directory.mkdir()
+            directory.mkdir(DIR_MODE)
         except FileExistsError:
             continue
+        os.chmod(directory, DIR_MODE)  # exactly, whatever the umask
         fsync_dir(directory.parent)

@@ -22,15 +22,19 @@ Hierarchy::
     │   ├── CorruptSegmentError      a segment batch fails its CRC32C or framing (file, position, offset)
     │   │   └── IncompleteTailError  a partition's valid data ends before the watermark's end offset
     │   ├── CorruptWatermarkError    a watermark record fails its CRC32C with valid records after it
+    │   ├── MissingWatermarkError    a watermark file of an existing log is gone
     │   ├── CorruptOffsetsError      a consumer-offsets file cannot be parsed
     │   └── CorruptTopicError        a topic.json cannot be parsed
     ├── RecoveryError                recovery found a state it must not repair silently
     ├── WriterFailedError            an append failed half-way; reopen so recovery cleans up
+    ├── StorageIOError               the disk refused: full, permission bits, read-only, a file for a directory
     └── FoldError                    an ``unchanged`` record cannot be folded onto its predecessor
 """
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 
@@ -155,9 +159,14 @@ class InvalidGroupError(LogStoreError):
 
 
 class CorruptionError(LogStoreError):
-    """Bytes on disk fail their checks. Nothing derived from them was returned."""
+    """Bytes on disk fail their checks. Nothing derived from them was returned.
+
+    ``needs_rebuild``: the message ends by offering to rebuild the log from its source, which a caller
+    that knows the source (the ``cdc`` CLI) spells out step by step.
+    """
 
     exit_code = 4
+    needs_rebuild = False
 
 
 class CorruptSegmentError(CorruptionError):
@@ -167,12 +176,14 @@ class CorruptSegmentError(CorruptionError):
     first log offset that cannot be read (the batch's base offset when it could be read).
     """
 
+    needs_rebuild = True
+
     def __init__(self, path: Path, position: int, offset: int, detail: str) -> None:
         self.path, self.position, self.offset, self.detail = path, position, offset, detail
         super().__init__(
             f"corrupt segment {path} at byte {position} (log offset {offset}): {detail}; "
-            "reads stop here: restore this file from a backup or replica, or rebuild the topic "
-            "from the source"
+            "reads stop here: restore this file from a backup or replica, or rebuild the log "
+            "from its source"
         )
 
 
@@ -197,6 +208,23 @@ class CorruptWatermarkError(CorruptionError):
             f"corrupt watermark file {path} at byte {position}: {detail}; "
             "restore the file from a backup; do not delete it (recovery would truncate the log)"
         )
+
+
+class MissingWatermarkError(CorruptionError):
+    """A watermark file of an existing log is gone: ``watermarks.log`` (the durable record of every
+    commit: without it no record counts as committed) or ``watermark.pub`` (what readers read; the
+    writer rewrites it from ``watermarks.log`` whenever it opens the log)."""
+
+    def __init__(self, path: Path, *, published: bool) -> None:
+        self.path, self.published = path, published
+        self.needs_rebuild = not published
+        if published:
+            fix = ("readers see nothing committed until the writer publishes again: open the log as its "
+                   "writer (start capture), whose recovery rewrites it from watermarks.log")
+        else:
+            fix = ("without it no record of the log counts as committed: restore it from a backup, or "
+                   "rebuild the log from its source")
+        super().__init__(f"the log's watermark file {path} is missing; {fix}")
 
 
 class CorruptOffsetsError(CorruptionError):
@@ -238,6 +266,74 @@ class WriterFailedError(LogStoreError):
             f"an earlier append to the log at {root} failed half-way ({cause!r}): close and reopen "
             "the log as writer; recovery will remove the partial group"
         )
+
+
+class StorageIOError(LogStoreError):
+    """The operating system refused a file operation of the log (``error``, an :class:`OSError`).
+
+    Not damage and not a bug: a full disk, permission bits the process's user does not pass, a read-only
+    filesystem, a file where a directory belongs. ``path`` is what failed (the file written, or the log
+    directory when the system call named none); ``cause`` and ``fix`` say what is wrong and what to do,
+    and the message is :attr:`what` followed by the fix. An append that fails this way leaves nothing visible:
+    the group's watermark was not published, and recovery cuts its bytes when the log is next opened.
+    """
+
+    exit_code = 5
+
+    def __init__(self, path: Path, error: OSError) -> None:
+        self.error = error
+        self.path, self.cause, self.fix = explain_os_error(Path(error.filename) if error.filename else path, error)
+        super().__init__(f"{self.what}; {self.fix}")
+
+    @property
+    def what(self) -> str:
+        """The path and the cause as one phrase (``/d/log: no space left on device``)."""
+        return f"{self.path} {self.cause}" if self.cause.startswith("is ") else f"{self.path}: {self.cause}"
+
+
+def explain_os_error(path: Path, error: OSError) -> tuple[Path, str, str]:
+    """``(path, cause, fix)`` for an :class:`OSError` at ``path``: the path named is the one to act on
+    (for a file where a directory belongs, that file)."""
+    code = error.errno
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        cause = "no space left on device" if code == errno.ENOSPC else "the user's disk quota is used up"
+        return path, cause, f"free space on the filesystem holding {path.parent} (see `df {path.parent}`) or move the data to a larger one"
+    if code in (errno.EACCES, errno.EPERM):
+        user = process_user()
+        return path, f"permission denied for user {user}", (
+            f"make {path.parent} and everything below it writable by {user} "
+            f"(`chown -R {user} {path.parent}`), or run as the user that owns it")
+    if code == errno.EROFS:
+        return path, "the filesystem is mounted read-only", "remount it read-write or move the data to a writable directory"
+    if code in (errno.ENOTDIR, errno.EEXIST):
+        blocker = _non_directory(path)
+        if blocker is not None:
+            return blocker, "is a file, not a directory", "move the file away, or choose another directory"
+    if code == errno.EIO:
+        return path, "input/output error (the disk may be failing)", "check the disk and its filesystem (`dmesg`)"
+    if code in (errno.EMFILE, errno.ENFILE):
+        return path, "too many open files", "raise the open-file limit (`ulimit -n`)"
+    cause = (error.strerror or str(error)).lower()
+    return path, cause, "check that the directory is on a local, writable filesystem"
+
+
+def _non_directory(path: Path) -> Path | None:
+    """The first of ``path`` and its ancestors that exists and is not a directory."""
+    for candidate in (path, *path.parents):
+        if candidate.exists() or candidate.is_symlink():
+            return None if candidate.is_dir() else candidate
+    return None
+
+
+def process_user() -> str:
+    """The name of the user this process runs as (its effective uid)."""
+    import pwd
+
+    uid = os.geteuid()
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 class FoldError(LogStoreError):

@@ -15,6 +15,7 @@ import fcntl
 import os
 from pathlib import Path
 
+from log_store.atomic_file import create_file
 from log_store.errors import LogLockedError
 
 
@@ -44,7 +45,7 @@ class FileLock:
         """Take the lock, or raise ``error_type`` at once (blocking=False) when another holds it."""
         if self._fd is not None:
             return
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = create_file(self.path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
         except OSError as exc:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import orjson
 
-from log_store.atomic_file import fsync_dir, write_all, write_atomic
+from log_store.atomic_file import create_file, fsync_dir, write_all, write_atomic
 from log_store.cleaner import Cleaner, OffsetMap
 from log_store.config import LogConfig
 from log_store.errors import CleanerLockedError
@@ -63,9 +63,14 @@ class PartitionCleaning:
     tombstones_removed: int
     folded: int
     fold_failures: int
-    bytes_before: int
-    bytes_after: int
+    bytes_before: int  # of the segments the pass looked at (sealed, below the watermark)
+    bytes_after: int  # of the same offsets after the pass
     cleaned_offset: int
+
+    @property
+    def changed(self) -> bool:
+        """Whether the pass rewrote or deleted a segment (else the partition is as it was)."""
+        return bool(self.segments_rewritten or self.segments_deleted)
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,8 @@ class LogCleaner:
         for base, next_base in ranges:
             before, after = self._rewrite(directory, base, next_base, cleaner, topic, partition)
             bytes_before += before
-            if after is None:
+            if after is None:  # unchanged: its bytes stay
+                bytes_after += before
                 continue
             if after == 0:
                 deleted += 1
@@ -225,7 +231,7 @@ class LogCleaner:
                 fsync_dir(directory)
                 done = True
                 return before, 0
-            fd = os.open(side_log, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = create_file(side_log, os.O_WRONLY | os.O_EXCL)
             index = OffsetIndex()
             position = FILE_HEADER_SIZE
             since_entry = 0
@@ -241,7 +247,7 @@ class LogCleaner:
             os.fsync(fd)
             os.close(fd)
             fd = -1
-            index_fd = os.open(side_index, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            index_fd = create_file(side_index, os.O_WRONLY | os.O_EXCL)
             try:
                 write_all(index_fd, index.to_bytes(nonce))
                 os.fsync(index_fd)

@@ -138,6 +138,19 @@ class Partition:
 
         return self._on_current_segments(read)
 
+    def verify(self, offset: int, limit: int) -> None:
+        """Check the framing and CRC32C of every batch holding offsets in ``[offset, limit)``, decoding
+        nothing; raises :class:`~log_store.errors.CorruptSegmentError` at the first damage."""
+        if offset >= limit:
+            return
+
+        def check(bases: list[int]) -> None:
+            for base, seg_limit, sealed in self._segments(bases, offset, limit):
+                for _batch in self.segment(base).batches(seg_limit, sealed=sealed):
+                    pass
+
+        self._on_current_segments(check)
+
     def _on_current_segments(self, read: Callable[[list[int]], _T]) -> _T:
         """``read(bases)`` over the current segment list; again over a fresh list when compaction or
         retention deleted a segment under it (up to :data:`_RETRIES` times)."""
@@ -309,12 +322,15 @@ class Partition:
         self._touched = False
         self._unstarted = 0
 
-    def close(self) -> None:
-        """Close the active segment (fsyncing data and index) and every cached reader."""
+    def close(self, *, seal: bool = True) -> None:
+        """Close the active segment (with ``seal``, fsyncing data and index first) and every cached reader."""
         if self.active is not None:
-            self.active.seal()
-            self.active.close()
-            self.active = None
+            try:
+                if seal:
+                    self.active.seal()
+            finally:
+                self.active.close()
+                self.active = None
         with self._lock:
             for segment in self._files.values():
                 segment.close()

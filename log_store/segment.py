@@ -52,7 +52,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from log_store.atomic_file import fsync_dir, start_writeback, write_all, writev_all
+from log_store.atomic_file import create_file, fsync_dir, start_writeback, write_all, writev_all
 from log_store.errors import CorruptSegmentError
 from log_store.offset_index import OffsetIndex, index_path
 from log_store.record import Record
@@ -382,7 +382,7 @@ class ActiveSegment:
         index = OffsetIndex()
         for target, data in ((index_path(path), index.to_bytes(nonce)),
                              (path, encode_file_header(base_offset, nonce))):
-            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = create_file(target, os.O_WRONLY | os.O_TRUNC)
             try:
                 write_all(fd, data)
             finally:

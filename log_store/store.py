@@ -57,7 +57,8 @@ import os
 import shutil
 import struct
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
 from operator import itemgetter
@@ -79,8 +80,10 @@ from log_store.errors import (
     InvalidRecordError,
     LogFormatError,
     LogNotFoundError,
+    MissingWatermarkError,
     ReadOnlyError,
     RecoveryError,
+    StorageIOError,
     TopicConfigMismatchError,
     UnknownTopicError,
     WriterFailedError,
@@ -106,6 +109,7 @@ from log_store.topic import (
     write_topic,
 )
 from log_store.watermark import FILE_NAME as WATERMARK_FILE
+from log_store.watermark import PUBLISHED_NAME
 from log_store.watermark import Watermark, WatermarkLog
 
 log = logging.getLogger("log_store")
@@ -168,11 +172,23 @@ class LogStore:
 
     @classmethod
     def open(cls, root: Path, config: LogConfig = LogConfig(), *, writer: bool = False) -> LogStore:
-        """Open the log at ``root``; as writer: take the lock, create the log if new, and recover."""
+        """Open the log at ``root``; as writer: take the lock, create the log if new, and recover.
+
+        The operating system's refusals (a full disk, permission bits, a file where a directory
+        belongs) raise :class:`StorageIOError`, here and in every writing method.
+        """
         root = Path(root)
+        with _storage(root):
+            return cls._open(root, config, writer)
+
+    @classmethod
+    def _open(cls, root: Path, config: LogConfig, writer: bool) -> LogStore:
         store = cls(root, config, writer)
         if not writer:
             store._check_format()
+            # created before store.json and only ever replaced by a rename: an existing log always has one
+            if not (root / WATERMARK_FILE).exists():
+                raise MissingWatermarkError(root / WATERMARK_FILE, published=False)
             return store
         make_dirs(root)
         lock = FileLock(root / WRITER_LOCK)
@@ -185,10 +201,12 @@ class LogStore:
             if declared.get("format") != FORMAT:
                 write_atomic(root / STORE_FILE, orjson.dumps({**declared, "format": FORMAT}) + b"\n")
         except BaseException:
-            store._watermarks.close()
-            for partition in store._partitions.values():
-                partition.close()
-            lock.release()
+            try:
+                store._watermarks.close()
+                for partition in store._partitions.values():
+                    partition.close(seal=False)  # nothing was appended: there is nothing to sync
+            finally:
+                lock.release()
             raise
         return store
 
@@ -315,6 +333,10 @@ class LogStore:
         """Create the topic if it does not exist; an existing one must have the same settings."""
         self._require_writer("ensure_topic")
         validate_topic_name(name)
+        with _storage(self.root):
+            self._ensure_topic(name, partitions, compacted)
+
+    def _ensure_topic(self, name: str, partitions: int, compacted: bool) -> None:
         if not isinstance(partitions, int) or partitions < 1:
             raise ValueError(f"a topic needs at least one partition, not {partitions!r}")
         with self._lock:
@@ -397,7 +419,7 @@ class LogStore:
             raise TypeError(f"position must be a str, not {type(position).__name__}")
         if chunk_records < 1:
             raise ValueError(f"chunk_records must be at least 1, not {chunk_records}")
-        with self._lock:
+        with _storage(self.root), self._lock:
             if self._failed is not None:
                 raise WriterFailedError(self.root, self._failed)
             now = self.config.clock()
@@ -648,7 +670,7 @@ class LogStore:
     def roll(self, topic: str | None = None) -> int:
         """Seal every non-empty active segment (of ``topic`` or all); returns how many rolled."""
         self._require_writer("roll")
-        with self._lock:
+        with _storage(self.root), self._lock:
             return sum(p.roll() for tp, p in self._partitions.items()
                        if topic is None or tp.topic == topic)
 
@@ -660,6 +682,21 @@ class LogStore:
             if self.writer:
                 return self._watermarks.current
             return self._watermarks.latest()
+
+    def require_published_watermark(self) -> None:
+        """Raise :class:`MissingWatermarkError` when readers cannot learn of any commit because
+        ``watermark.pub`` is gone (the writer publishes it when it opens the log, so only a reader that
+        races a brand-new log's first open could see it missing otherwise)."""
+        published = self.root / PUBLISHED_NAME
+        if not self.writer and not published.exists():
+            raise MissingWatermarkError(published, published=True)
+
+    def verify(self, tp: TopicPartition) -> None:
+        """Check every committed batch of ``tp`` (framing and CRC32C, nothing decoded); raises
+        :class:`CorruptSegmentError` naming the file, byte position and offset of the first damage."""
+        tp = TopicPartition(*tp)
+        end = self.end_offset(tp)
+        self._partition(tp).verify(self.start_offset(tp), end)
 
     def read(
         self, tp: TopicPartition, offset: int, *, max_records: int = 10_000, max_bytes: int = 16 << 20,
@@ -719,7 +756,8 @@ class LogStore:
         """Store ``group``'s next offsets to read (atomically; merged with its other partitions)."""
         for tp in offsets:
             self._partition(TopicPartition(*tp))
-        self._offsets.commit(group, offsets, self.config.clock(), metadata)
+        with _storage(self.root / OFFSETS_DIR):
+            self._offsets.commit(group, offsets, self.config.clock(), metadata)
 
     def committed_offsets(self, group: str) -> dict[TopicPartition, int]:
         """``group``'s committed offsets (empty when it never committed)."""
@@ -767,7 +805,8 @@ class LogStore:
         """
         if topic is not None:
             self.topic_config(topic)
-        return self.cleaner().run(topic, now_ms=now_ms)
+        with _storage(self.root):
+            return self.cleaner().run(topic, now_ms=now_ms)
 
     def describe(self, topic: str) -> list[PartitionInfo]:
         """Per-partition offsets, segments, bytes and dirty ratio of ``topic``."""
@@ -789,8 +828,12 @@ class LogStore:
     # --- closing -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release everything; a writer seals its segments and records a clean shutdown."""
-        with self._lock:
+        """Release everything; a writer seals its segments and records a clean shutdown.
+
+        A writer whose append failed closes its files without syncing them (they may hold part of the
+        failed group, which the next writer's recovery cuts) and records no clean shutdown.
+        """
+        with _storage(self.root), self._lock:
             if self._closed:
                 return
             self._closed = True
@@ -798,7 +841,7 @@ class LogStore:
                 if self._sync_pool is not None:
                     self._sync_pool.close()
                 for partition in self._partitions.values():
-                    partition.close()
+                    partition.close(seal=self._failed is None)
                 self._watermarks.close()
                 if self.writer and self._failed is None:
                     write_atomic(self.root / CLEAN_MARKER, b"")
@@ -816,6 +859,16 @@ class LogStore:
 
     def __repr__(self) -> str:
         return f"LogStore({str(self.root)!r}, writer={self.writer})"
+
+
+@contextmanager
+def _storage(path: Path) -> Iterator[None]:
+    """Turn the operating system's refusal of a file operation into :class:`StorageIOError` (``path``:
+    what to name when the system call named no file, as a write on a descriptor does)."""
+    try:
+        yield
+    except OSError as exc:
+        raise StorageIOError(path, exc) from exc
 
 
 def _keyless(topic: str) -> InvalidRecordError:

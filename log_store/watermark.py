@@ -63,7 +63,7 @@ from pathlib import Path
 import orjson
 from crc32c import crc32c
 
-from log_store.atomic_file import TMP_SUFFIX, fsync_dir, start_writeback, write_all
+from log_store.atomic_file import TMP_SUFFIX, create_file, fsync_dir, start_writeback, write_all
 from log_store.errors import CorruptWatermarkError, LogFormatError
 from log_store.record import TopicPartition
 
@@ -222,7 +222,7 @@ class WatermarkLog:
     def create(path: Path) -> None:
         """Create an empty watermark file (atomically; the directory is fsynced)."""
         tmp = path.with_name(path.name + TMP_SUFFIX)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = create_file(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
             write_all(fd, FILE_HEADER.pack(MAGIC, VERSION, 0))
             os.fsync(fd)
@@ -311,7 +311,7 @@ class WatermarkLog:
 
     def _roll(self, records: bytes) -> None:
         tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = create_file(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
             write_all(fd, FILE_HEADER.pack(MAGIC, VERSION, 0) + records)
             os.fsync(fd)
@@ -337,7 +337,7 @@ class WatermarkLog:
             slot = _slot_size(len(record))
             padded = record.ljust(slot, b"\0")
             tmp = path.with_name(path.name + TMP_SUFFIX)
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = create_file(tmp, os.O_RDWR | os.O_TRUNC)
             try:
                 write_all(fd, PUB_HEADER.pack(PUB_MAGIC, VERSION, 0, slot, 0) + padded + padded)
             except BaseException:

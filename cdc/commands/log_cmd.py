@@ -22,7 +22,7 @@ from rich.table import Table
 
 from cdc.settings import Settings, load_settings
 from log_store import LogStore, Record, TopicPartition, Watermark
-from log_store.errors import UnknownTopicError
+from log_store.errors import CorruptSegmentError, UnknownTopicError
 
 log_group = click.Group("log", help="Inspect and maintain the embedded log (<CDC_DATA_DIR>/log).")
 
@@ -82,26 +82,44 @@ def topics_cmd() -> None:
 @log_group.command("describe")
 @click.argument("topic")
 def describe_cmd(topic: str) -> None:
-    """Partitions, offsets, segments, bytes, dirty ratio and the latest watermark of TOPIC."""
+    """Partitions, offsets, segments, bytes, dirty ratio and the latest watermark of TOPIC.
+
+    Every committed batch is checked (framing and CRC32C, as reads check them): a damaged partition is
+    marked in the table and the command ends with the error of the first one, exit status 4.
+    """
+    damaged: list[CorruptSegmentError] = []
     with open_log() as log:
         config = log.topic_config(topic)
         rows = log.describe(topic)
         watermark = log.latest_watermark()
+        if watermark is None:
+            log.require_published_watermark()
+        checks: list[str] = []
+        for row in rows:
+            try:
+                log.verify(row.tp)
+            except CorruptSegmentError as exc:
+                damaged.append(exc)
+                checks.append(f"corrupt at offset {exc.offset}")
+            else:
+                checks.append("ok")
     table = Table(title=f"{topic}  ({config.partitions} partition(s), "
                         f"{'compacted' if config.compacted else 'retention'})")
-    for column in ("partition", "start offset", "end offset", "segments", "bytes", "dirty ratio"):
+    for column in ("partition", "start offset", "end offset", "segments", "bytes", "dirty ratio", "check"):
         table.add_column(column, justify="right")
-    for row in rows:
+    for row, check in zip(rows, checks, strict=True):
         ratio = "-" if row.dirty_ratio is None else f"{row.dirty_ratio:.2f}"
         table.add_row(str(row.tp.partition), str(row.start_offset), str(row.end_offset),
-                      str(row.segments), f"{row.bytes:,}", ratio)
-    console = Console(width=120)
+                      str(row.segments), f"{row.bytes:,}", ratio, check)
+    console = Console(width=140)
     console.print(table)
     if watermark is None:
         console.print("latest watermark: none (nothing committed yet)")
     else:
         console.print(f"latest watermark: #{watermark.sequence} at position {watermark.position} "
                       f"({_format_time(watermark.timestamp_ms)})")
+    if damaged:
+        raise damaged[0]
 
 
 @log_group.command("tail")
@@ -132,6 +150,8 @@ def tail_cmd(topic: str, from_beginning: bool, follow: bool, partition: int | No
             tps = [TopicPartition(topic, p) for p in range(count)
                    if partition is None or p == partition]
             watermark = log.latest_watermark()
+            if watermark is None:
+                log.require_published_watermark()
             positions = {tp: (log.start_offset(tp) if from_beginning else
                               (watermark.end_offset(tp) if watermark is not None else 0))
                          for tp in tps}
@@ -196,6 +216,10 @@ def compact_cmd(topic: str | None, roll: bool) -> None:
                    "(use --roll with capture stopped to include the active segments)")
         return
     for part in report.partitions:
+        if not part.changed:
+            click.echo(f"{part.tp.topic}[{part.tp.partition}]: unchanged ({part.records_read} record(s) read, "
+                       f"{part.bytes_before:,} bytes)")
+            continue
         click.echo(f"{part.tp.topic}[{part.tp.partition}]: {part.records_read} record(s) read, "
                    f"{part.records_kept} kept, {part.tombstones_removed} tombstone(s) removed, "
                    f"{part.folded} folded, {part.segments_rewritten} segment(s) rewritten, "

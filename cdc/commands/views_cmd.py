@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 
 from cdc.cli import pass_context
+from cdc.data_dir import secure_data_dir
 from cdc.metrics import SyncMetrics, serve
 
 log = logging.getLogger("cdc.views")
@@ -30,6 +31,8 @@ def _context(ctx: object) -> ViewContext:
     from derived_views.runner import context_from_settings
 
     settings = ctx.settings  # type: ignore[attr-defined]
+    if "://" not in str(settings.views_dir):
+        secure_data_dir(settings.data_dir)  # Spark writes the tables by the umask: see cdc.data_dir
     view_ctx = context_from_settings(settings)
     # a failed task reaches the user as this command's one error line (cdc.cli.run); Spark's own log of
     # the same failure would repeat it as pages of stack traces

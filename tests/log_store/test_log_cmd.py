@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from cdc.cli import run
 from cdc.commands.log_cmd import log_group, render_bytes
 from log_store import LogConfig, LogStore, ProducerRecord
+from log_store.segment import FILE_HEADER_SIZE
 
 from tests.log_store.helpers import rec
 
@@ -135,3 +136,65 @@ def test_tail_follow_in_a_process(data_dir: Path) -> None:
         if tail.poll() is None:
             tail.kill()
             tail.wait()
+
+
+def _damage_first_segment(data_dir: Path) -> Path:
+    """Flip one byte inside the first batch of partition 0's first segment; returns the segment's path."""
+    segment = sorted((data_dir / "log" / "topics" / "cdc.public.users" / "0").glob("*.log"))[0]
+    data = bytearray(segment.read_bytes())
+    data[FILE_HEADER_SIZE + 60] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    return segment
+
+
+def test_describe_reports_a_corrupt_segment_as_tail_does(data_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    segment = _damage_first_segment(data_dir)
+    assert run(log_group, ["describe", "cdc.public.users"]) == 4
+    captured = capsys.readouterr()
+    assert "corrupt at offset 0" in captured.out
+    (error,) = captured.err.splitlines()
+    assert error.startswith(f"error: corrupt segment {segment} at byte {FILE_HEADER_SIZE} (log offset 0): ")
+    assert run(log_group, ["tail", "cdc.public.users", "--from-beginning"]) == 4
+    (tail_error,) = capsys.readouterr().err.splitlines()
+    assert tail_error == error
+    # the message says how to rebuild the log, not just that it could be
+    log_dir = data_dir / "log"
+    assert error.endswith(f"to rebuild it: stop `cdc capture`, move {log_dir} aside, run `cdc capture` (with no "
+                          "log it recreates the slot and snapshots every published table into a new log), then "
+                          "run `cdc rebuild VIEW` for every view")
+
+
+def test_describe_of_a_whole_log_checks_every_partition(data_dir: Path) -> None:
+    result = CliRunner().invoke(log_group, ["describe", "cdc.public.users"])
+    assert result.exit_code == 0, result.output
+    assert "check ┃" in result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("│")]
+    assert [row.split("│")[-2].strip() for row in rows] == ["ok", "ok"]
+
+
+@pytest.mark.parametrize("deleted", [("watermarks.log", "watermark.pub"), ("watermark.pub",)])
+def test_tail_without_watermark_files_is_an_error(data_dir: Path, capsys: pytest.CaptureFixture[str],
+                                                  deleted: tuple[str, ...]) -> None:
+    for name in deleted:
+        (data_dir / "log" / name).unlink()
+    assert run(log_group, ["tail", "cdc.public.users", "--from-beginning"]) == 4
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    (error,) = captured.err.splitlines()
+    missing = data_dir / "log" / deleted[0]
+    assert error.startswith(f"error: the log's watermark file {missing} is missing; ")
+    if len(deleted) == 2:
+        assert "restore it from a backup, or rebuild the log from its source; to rebuild it: stop" in error
+    else:
+        assert "start capture" in error and "rebuild" not in error
+
+
+def test_compact_prints_only_what_it_did(data_dir: Path) -> None:
+    first = CliRunner().invoke(log_group, ["compact", "cdc.public.users"])
+    assert first.exit_code == 0, first.output
+    assert "segment(s) rewritten" in first.output
+    again = CliRunner().invoke(log_group, ["compact", "cdc.public.users"])
+    assert again.exit_code == 0, again.output
+    lines = again.output.splitlines()
+    assert lines and all(": unchanged (" in line for line in lines), again.output
+    assert "-> 0 bytes" not in again.output

@@ -9,6 +9,7 @@ import pytest
 
 from log_store import LogConfig, LogStore, ProducerRecord, TopicPartition, Watermark
 from log_store.errors import (
+    StorageIOError,
     LogFormatError,
     InvalidRecordError,
     InvalidTopicNameError,
@@ -201,8 +202,9 @@ def test_failed_append_stops_the_writer_until_reopened(tmp_path: Path) -> None:
         raise OSError(28, "No space left on device")
 
     log._watermarks.write = broken  # type: ignore[method-assign,assignment]
-    with pytest.raises(OSError):
+    with pytest.raises(StorageIOError, match="no space left on device") as failed:
         log.append_group([rec("t", "k", "lost")], "02")
+    assert failed.value.path == tmp_path and failed.value.error.errno == 28
     with pytest.raises(WriterFailedError, match="reopen"):
         log.append_group([rec("t", "k", "v")], "03")
     log.close()
@@ -224,7 +226,7 @@ def test_failed_segment_sync_is_never_published_and_stops_the_writer(tmp_path: P
         raise OSError(5, "Input/output error")
 
     log._partitions[TopicPartition("t", which)].sync = broken  # type: ignore[method-assign]
-    with pytest.raises(OSError, match="Input/output"):
+    with pytest.raises(StorageIOError, match="input/output error"):
         log.append_group([rec("t", k, "lost") for k in keys], "02")
     latest = reader.latest_watermark()
     assert latest is not None and latest.position == "01"
