@@ -259,17 +259,24 @@ class ChangeReplayer:
         self.gate = gate
 
     def shape_from_relation(self, relation: Relation) -> TableShape:
-        """The table's shape from a Relation message (keys from the catalog under replica identity FULL)."""
+        """The table's shape from a Relation message; the key is the primary key whenever the old key the
+        server sends holds it (replica identity FULL, or an index over it), else the identity's columns."""
         columns = [(c.name, c.type_oid, c.typmod) for c in relation.columns]
         info: TableInfo | None
         try:
             info = self.catalog.table(relation.relid)
         except SourceError:
             info = None  # dropped since: keys and nullability then come from the message alone
-        if relation.replica_identity == "full":
-            keys = list(info.primary_key) if info else []
+        flagged = [c.name for c in relation.columns if c.key]
+        if info is not None and info.primary_key and (
+                relation.replica_identity == "full" or set(info.primary_key) <= set(flagged)):
+            # the primary key stays the event key whatever the replica identity (FULL flags every column,
+            # an index may hold more columns than the key): a key that moved would split a row in two
+            keys = list(info.primary_key)
+        elif relation.replica_identity == "full":
+            keys = []
         else:
-            keys = [c.name for c in relation.columns if c.key]
+            keys = flagged
         type_names = dict(self.type_names)
         type_names.update(self.catalog.type_names)
         return TableShape.build(

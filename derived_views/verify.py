@@ -41,6 +41,8 @@ class Report:
     view: str
     compared: int = 0
     differences: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What was not compared, and why (a table no longer in the source)."""
 
     @property
     def ok(self) -> bool:
@@ -116,6 +118,13 @@ def source_rows(conn: psycopg.Connection, schema: TableSchema) -> list[dict[str,
         return list(cursor.execute(f"SELECT {_select_list(schema)} FROM {table}"))  # noqa: S608 - quoted names
 
 
+def _exists(conn: psycopg.Connection, schema: TableSchema) -> bool:
+    """Whether the source still has the table ``schema`` describes."""
+    name = '"' + schema.schema.replace('"', '""') + '"."' + schema.table.replace('"', '""') + '"'
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
+    return bool(row and row[0])
+
+
 def _key(row: dict[str, Any], schema: TableSchema) -> tuple[Any, ...]:
     columns = schema.key_columns or schema.columns
     return tuple(repr(normalize(row[c.name], c.type_name)) for c in columns)
@@ -155,6 +164,10 @@ def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Ta
     """Each source table against its current-state table and, for a table with a key, against its
     history table's current versions."""
     for qualified, schema in sorted(schemas.items()):
+        if not _exists(conn, schema):
+            report.notes.append(f"{qualified} is no longer in the source (dropped or renamed): its warehouse "
+                                "tables keep the rows it had, and were not compared")
+            continue
         source = source_rows(conn, schema)
         view = _delta_rows(ctx, warehouse.current_path(ctx, qualified), warehouse.NAME)
         report.compared += len(source)
@@ -236,8 +249,8 @@ def verify(ctx: ViewContext, view: str, database_url: str, watermark: LogWaterma
 
 
 def shown(report: Report) -> list[str]:
-    """The differences to print (the first few, then a count of the rest)."""
-    lines = report.differences[:_SHOWN]
+    """The notes and differences to print (the first few, then a count of the rest)."""
+    lines = [f"note: {note}" for note in report.notes] + report.differences[:_SHOWN]
     if len(report.differences) > _SHOWN:
         lines.append(f"... and {len(report.differences) - _SHOWN} more differences")
     return lines

@@ -12,10 +12,19 @@ Paths below ``CDC_DATA_DIR``:
 - ``warehouse/_dead_letter``: poison events with their error.
 
 MERGE clauses and guarantees are those of :func:`derived_views.apply.merge_current` and
-:func:`derived_views.apply.merge_history`. Schema evolution: a new column in the schema topic is added to
-both tables before the batch that uses it (``ALTER TABLE ADD COLUMNS``); a dropped column stays in the
-tables and is no longer filled (rows written afterwards hold NULL there). Each table's as-of watermark
-is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.progress`).
+:func:`derived_views.apply.merge_history`. Schema evolution, each change in a commit of its own before
+the batch that needs it (no progress moves with it, so a crash in between repeats it or finds it done):
+
+- a new column in the schema topic is added to both tables (``ALTER TABLE ADD COLUMNS``);
+- a column whose type changed is converted to a type that holds every version's values
+  (:mod:`derived_views.column_types`, :func:`derived_views.apply.ensure_table`), and each event is parsed
+  with the types in force at its position (:meth:`derived_views.schema.TableSchema.parse_plan`);
+- a renamed column is renamed in the tables, a column dropped and added again under the same name has
+  the values of the dropped one nulled (:func:`derived_views.steps.follow_source_columns`);
+- a dropped column stays in the tables and is no longer filled (rows written afterwards hold NULL there).
+
+A table whose batch fails is reported and the other tables are applied (:mod:`derived_views.failures`).
+Each table's as-of watermark is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.progress`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,55 @@
+"""Schema records that carry a table's earlier column versions, attribute numbers, and TOASTed keys."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from cdc.catalog import TableInfo
+from cdc.errors import MissingValueError
+from cdc.events import EventBuilder, TxContext
+from cdc.pgoutput.messages import UNCHANGED
+from cdc.streaming import _attribute_numbers
+from cdc.tables import TableShape
+
+
+def _shape(columns: list[tuple[str, int, int]], attnums: tuple[tuple[str, int], ...]) -> TableShape:
+    return TableShape.build(7, "public", "t", "cdc.public.t", columns, ["id"], attnums=attnums)
+
+
+def test_a_record_carries_the_versions_whose_columns_changed_type_were_renamed_or_dropped() -> None:
+    first = _shape([("id", 23, -1), ("n", 23, -1)], (("id", 1), ("n", 2)))
+    record = first.schema_value(100)
+    assert "versions" not in orjson.loads(record) and orjson.loads(record)["columns"][1]["attnum"] == 2
+    added = _shape([("id", 23, -1), ("n", 23, -1), ("m", 25, -1)], (("id", 1), ("n", 2), ("m", 3)))
+    assert "versions" not in orjson.loads(added.schema_value(200, record))  # an added column changes no old event
+    retyped = _shape([("id", 23, -1), ("n", 20, -1), ("m", 25, -1)], (("id", 1), ("n", 2), ("m", 3)))
+    second = retyped.schema_value(300, added.schema_value(200, record))
+    assert orjson.loads(second)["versions"] == [{"lsn": 200, "columns": [
+        {"name": "id", "type": "int4", "typmod": -1, "attnum": 1}, {"name": "n", "type": "int4", "typmod": -1, "attnum": 2},
+        {"name": "m", "type": "text", "typmod": -1, "attnum": 3}]}]
+    renamed = _shape([("id", 23, -1), ("n", 20, -1), ("remark", 25, -1)], (("id", 1), ("n", 2), ("remark", 3)))
+    third = orjson.loads(renamed.schema_value(400, second))
+    assert [v["lsn"] for v in third["versions"]] == [200, 300]  # carried on, oldest first
+
+
+def test_attribute_numbers_follow_a_rename_the_catalog_already_holds() -> None:
+    info = TableInfo(7, "public", "t", (("id", 23, -1), ("remark", 25, -1)), ("id",), (), "default", frozenset(),
+                     (("id", 1), ("remark", 3)))
+    # the Relation message still says "note": the same place and type in the catalog is the same column
+    assert _attribute_numbers([("id", 23, -1), ("note", 25, -1)], info) == (("id", 1), ("note", 3))
+    # a column the catalog lacks at another count is unknown
+    assert _attribute_numbers([("id", 23, -1), ("note", 25, -1), ("x", 23, -1)], info) == (("id", 1), ("note", 0), ("x", 0))
+    assert _attribute_numbers([("id", 23, -1)], None) == ()
+
+
+def test_an_unchanged_toasted_key_is_taken_from_the_old_key_and_never_null() -> None:
+    builder = EventBuilder(prefix="cdc", database="db", partitions=3)
+    shape = TableShape.build(1, "public", "t", "cdc.public.t", [("k", 25, -1), ("other", 23, -1)], ["k"])
+    long_key = "k" * 3000
+    (record,) = builder.update(shape, "K", (long_key, None), (UNCHANGED, "2"), TxContext(100, 5, 1000))
+    assert record.key == orjson.dumps({"k": long_key})
+    value = orjson.loads(record.value or b"")
+    assert value["op"] == "u" and value["after"] == {"k": long_key, "other": 2} and not record.headers
+    with pytest.raises(MissingValueError, match="REPLICA IDENTITY FULL"):
+        builder.update(shape, None, None, (UNCHANGED, "2"), TxContext(100, 5, 1000))

@@ -1,0 +1,82 @@
+"""Pure rules of view column types: supertypes, the types and names each schema version parses with."""
+
+from __future__ import annotations
+
+import pytest
+
+from derived_views.column_types import supertype, widest
+from derived_views.schema import Column, SchemaVersion, TableSchema
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "expected"),
+    [
+        ("int", "int", "int"),
+        ("int", "bigint", "bigint"),
+        ("smallint", "int", "int"),
+        ("float", "double", "double"),
+        ("int", "double", "double"),
+        ("bigint", "double", "string"),  # a bigint does not fit a double exactly
+        ("decimal(10,2)", "decimal(12,3)", "decimal(12,3)"),
+        ("decimal(10,2)", "decimal(10,5)", "decimal(13,5)"),
+        ("int", "decimal(10,2)", "decimal(12,2)"),
+        ("bigint", "decimal(30,20)", "string"),  # 19 integer digits and 20 of scale exceed 38
+        ("string", "int", "string"),
+        ("array<int>", "array<bigint>", "string"),
+        ("timestamp", "timestamp_ntz", "string"),
+        ("date", "timestamp", "string"),
+    ],
+)
+def test_supertype_holds_both_types_exactly(left: str, right: str, expected: str) -> None:
+    assert supertype(left, right) == expected
+    assert supertype(right, left) == expected
+
+
+def test_widest_never_narrows() -> None:
+    assert widest(["int", "bigint", "int"]) == "bigint"
+    assert widest(["string", "int"]) == "string"
+
+
+def _schema(*versions: tuple[int, tuple[Column, ...]]) -> TableSchema:
+    *earlier, (lsn, columns) = versions
+    return TableSchema("public", "t", "cdc.public.t", columns, lsn, tuple(SchemaVersion(l, c) for l, c in earlier))
+
+
+def test_a_table_whose_columns_never_changed_parses_with_one_entry() -> None:
+    schema = _schema((100, (Column("id", "int4", key=True, attnum=1), Column("v", "text", attnum=2))))
+    columns = schema.view_columns()
+    assert columns == [("id", "int"), ("v", "string")]
+    assert schema.parse_plan(columns) == [(100, [("id", "int"), ("v", "string")])]
+
+
+def test_a_type_change_widens_and_each_version_parses_with_its_own_types() -> None:
+    schema = _schema(
+        (100, (Column("id", "int4", attnum=1), Column("n", "int4", attnum=2), Column("s", "varchar", attnum=3))),
+        (200, (Column("id", "int4", attnum=1), Column("n", "int8", attnum=2), Column("s", "int4", attnum=3))),
+    )
+    columns = schema.view_columns()
+    assert columns == [("id", "int"), ("n", "bigint"), ("s", "string")]
+    assert schema.parse_plan(columns) == [
+        (100, [("id", "int"), ("n", "int"), ("s", "string")]),  # a string view column parses as text throughout
+        (200, [("id", "int"), ("n", "bigint"), ("s", "string")]),
+    ]
+    # the table's own type counts too, and a multi-dimensional array column is text
+    assert schema.view_columns({"n": "string"}, text={"id"}) == [("id", "string"), ("n", "string"), ("s", "string")]
+
+
+def test_a_renamed_column_reads_its_old_name_and_a_re_added_one_is_another_column() -> None:
+    schema = _schema(
+        (100, (Column("id", "int4", attnum=1), Column("note", "text", attnum=2), Column("x", "int4", attnum=3))),
+        (200, (Column("id", "int4", attnum=1), Column("remark", "text", attnum=2), Column("x", "text", attnum=4))),
+    )
+    columns = schema.view_columns()
+    assert columns == [("id", "int"), ("remark", "string"), ("x", "string")]  # the old x's int is not counted
+    first, second = schema.parse_plan(columns)
+    assert first[1][1] == ("note", "string") and first[1][2][0] != "x"  # the dropped x is not read as the new one
+    assert second == (200, [("id", "int"), ("remark", "string"), ("x", "string")])
+    assert schema.renames({"id": "int", "note": "string", "x": "int"}) == {"note": "remark"}
+    assert schema.renames({"id": "int", "remark": "string"}) == {}
+    assert schema.reused_names() == {"x": 200}
+    # without attribute numbers (records of an older capture) columns are known by name
+    plain = _schema((100, (Column("id", "int4"), Column("x", "int4"))), (200, (Column("id", "int4"), Column("x", "int8"))))
+    assert plain.reused_names() == {} and plain.view_columns() == [("id", "int"), ("x", "bigint")]
