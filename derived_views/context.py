@@ -23,13 +23,13 @@ if TYPE_CHECKING:
 
 #: Session settings the views rely on. Every MERGE source is a local relation, a locally checkpointed
 #: batch or a Delta read, hence deterministic, so Delta need not materialize it again. New view tables
-#: get deletion vectors, so a MERGE that touches a few rows of many files marks them instead of
-#: rewriting the files, and a Delta checkpoint every 100 commits instead of 10: a checkpoint is written
-#: by the commit that reaches it (a multi-second pause of that sync step), and a view syncing
-#: continuously commits once per table and step.
+#: get no deletion vectors, so every Delta reader can open them (delta-rs, hence ``deltalake``, pandas
+#: and Polars, refuses a table whose protocol names that reader feature), and a Delta checkpoint every
+#: 100 commits instead of 10: a checkpoint is written by the commit that reaches it (a multi-second
+#: pause of that sync step), and a view syncing continuously commits once per table and step.
 SESSION_CONF = {
     "spark.databricks.delta.merge.materializeSource": "none",
-    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "true",
+    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
     "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
 }
 

@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from cdc.settings import Settings
     from derived_views.context import ViewContext
 
+from tests.derived_views.pipeline import read_every_view_table
+
 pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 
 ALL = ["warehouse", "search", "cache"]
@@ -108,6 +110,10 @@ def test_changes_schema_change_toast_compaction_rebuild_and_verify(
     _capture(settings)
     runner.step(ctx, ALL)
     _verify_all(ctx, reference_db)
+    # every view table is readable by deltalake (pandas and Polars users read Delta with it)
+    tables = read_every_view_table(tmp_path)
+    assert {"warehouse/current/public.products", "search/terms", "cache/entries"} <= set(tables)
+    assert tables["warehouse/current/public.products"] == 19
     row = spark.read.format("delta").load(warehouse.current_path(ctx, "public.products")).filter("id = 1").first()
     assert row is not None and len(row["description"]) == 3200 * 32 and str(row["price"]) == "12.00"
 
