@@ -23,6 +23,7 @@ _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$")
 ACCEPTS: dict[str, str] = {
     "database_url": "a PostgreSQL URL such as postgresql://cdc:secret@db:5432/shop",
     "data_dir": "a directory path (created if missing) that holds the log and the Delta tables",
+    "views_file": "a path to the views file (TOML; a missing file means the defaults)",
     "tables": "a comma-separated list of schema.table names, or empty for every published table",
     "slot": "a lower-case replication slot name: letters, digits and _, at most 63 characters",
     "publication": "a lower-case publication name: letters, digits and _, at most 63 characters",
@@ -62,6 +63,7 @@ class Settings(BaseSettings):
     delete_retention_ms: int = Field(default=24 * 3600 * 1000, ge=0)
     retention_ms: int = Field(default=-1, ge=-1)
     retention_bytes: int = Field(default=-1, ge=-1)
+    views_file: Path = Field(default=Path("views.toml"), description="The views file (derived_views.definitions).")
     metrics_port: int = Field(default=0, ge=0, le=65535)
     log_format: str = Field(default="kv")
 

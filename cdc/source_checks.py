@@ -69,7 +69,20 @@ def run_checks(settings: Settings) -> list[Check]:
         checks.extend(Check("CDC_TABLES", False, problem)
                       for problem in table_list_problems(conn, settings.publication, settings.tables))
         checks.extend(_table_checks(conn, settings))
+        checks.append(_views_file_check(conn, settings))
     return checks
+
+
+def _views_file_check(conn: Connection, settings: Settings) -> Check:
+    """The views file is well formed and names only tables capture will read (derived_views.definitions)."""
+    from derived_views.definitions import check, load
+    from derived_views.errors import ViewsFileError
+
+    try:
+        check(load(settings.views_file), coverage(conn, settings.publication, settings.tables).names)
+    except ViewsFileError as exc:
+        return Check("views file", False, str(exc))
+    return Check("views file", True, "")
 
 
 #: Pointed to by the problems ``cdc capture`` finds, which ``cdc setup --check-only`` finds with the rest.

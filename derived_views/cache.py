@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 NAME = "cache"
 ORDERS = "public.orders"
 ITEMS = "public.order_items"
+#: The view's tables below its directory, and what each holds.
+TABLES = {f"_state/{ORDERS}": f"copy of {ORDERS}", f"_state/{ITEMS}": f"copy of {ITEMS}",
+          "entries": "order entities (an order with its items)"}
 ENTITIES = ("order",)
 _MICROS = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 _MICROS_NTZ = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"

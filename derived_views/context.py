@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from derived_views.apply import Range
+from derived_views.definitions import ViewDefinitions
 from derived_views.errors import SourceSchemaError
 from derived_views.log_source import LogWatermark, Offsets, plan_partitions, read_partition
 from derived_views.progress import Progress, read_progress
@@ -43,6 +44,7 @@ class ViewContext:
     log_path: str
     prefix: str
     _progress: dict[str, Progress] = field(default_factory=dict)
+    definitions: ViewDefinitions = field(default_factory=ViewDefinitions)
     _schemas: dict[str, TableSchema] = field(default_factory=dict)
     _schemas_at: Offsets | None = None
     _beside: ViewContext | None = None
@@ -61,7 +63,7 @@ class ViewContext:
         """
         if self._beside is None:
             self._beside = ViewContext(self.spark.newSession(), self.views_dir, self.log_path, self.prefix,
-                                       self._progress)
+                                       self._progress, self.definitions)
         return self._beside
 
     @property
@@ -96,22 +98,7 @@ class ViewContext:
         ends = watermark.offsets.get(self.schemas_topic, {})
         if self._schemas_at == {self.schemas_topic: ends}:
             return self._schemas
-        # the schema topic is small (one record per table and schema change): read it in the driver
-        rows = [
-            row
-            for part in plan_partitions(self.log_path, {}, {self.schemas_topic: dict(ends)})
-            for batch in read_partition(part)
-            for row in batch.select(["partition", "offset", "key", "value"]).to_pylist()
-        ]
-        latest: dict[str, tuple[int, str | None]] = {}
-        for row in rows:
-            key = json.loads(row["key"]) if row["key"] else None
-            if isinstance(key, str) and (key not in latest or row["offset"] >= latest[key][0]):
-                latest[key] = (row["offset"], row["value"])
-        schemas = {}
-        for name, (_, value) in latest.items():
-            if value is not None:
-                schemas[name] = TableSchema.from_record(json.loads(value))
+        schemas = read_schemas(self.log_path, self.schemas_topic, ends)
         self._schemas = schemas
         self._schemas_at = {self.schemas_topic: dict(ends)}
         return schemas
@@ -125,6 +112,23 @@ class ViewContext:
                 f"check that {qualified} is captured (CDC_TABLES / the publication) and run `cdc capture`"
             )
         return schemas[qualified]
+
+
+def read_schemas(log_path: str, topic: str, ends: dict[str, int]) -> dict[str, TableSchema]:
+    """Every source table's latest schema record in ``topic`` up to ``ends`` (partition -> end offset),
+    by ``schema.table``: the schema topic is small (one record per table and change), read in the driver."""
+    rows = [
+        row
+        for part in plan_partitions(log_path, {}, {topic: dict(ends)})
+        for batch in read_partition(part)
+        for row in batch.select(["partition", "offset", "key", "value"]).to_pylist()
+    ]
+    latest: dict[str, tuple[int, str | None]] = {}
+    for row in rows:
+        key = json.loads(row["key"]) if row["key"] else None
+        if isinstance(key, str) and (key not in latest or row["offset"] >= latest[key][0]):
+            latest[key] = (row["offset"], row["value"])
+    return {name: TableSchema.from_record(json.loads(value)) for name, (_, value) in latest.items() if value is not None}
 
 
 def range_for(ctx: ViewContext, watermark: LogWatermark) -> Range:

@@ -13,6 +13,7 @@ Hierarchy::
     ├── SourceSchemaError     the schema topic lacks a table a view needs
     ├── ViewBusyError         another process is syncing or rebuilding the same view
     ├── TablesFailedError     tables of a sync step failed (the others were applied)
+    ├── ViewsFileError        the views file is malformed or names what is not captured (exit code 2)
     └── VerifyMismatchError   ``cdc verify`` found differences (exit code 4)
 """
 
@@ -88,3 +89,10 @@ class TablesFailedError(ViewError):
     def __init__(self, lines: list[str]) -> None:
         super().__init__(f"{len(lines)} table(s) failed, the others were applied: " + " | ".join(lines))
         self.lines = lines
+
+
+class ViewsFileError(ViewError):
+    """The views file (``CDC_VIEWS_FILE``) is malformed or names a table that is not captured; the
+    message names the file, the section and the key."""
+
+    exit_code = 2

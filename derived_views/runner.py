@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING
 from derived_views import cache, search, warehouse
 from derived_views.apply import Range
 from derived_views.context import ViewContext
+from derived_views.definitions import check as check_definitions
+from derived_views.definitions import load as load_definitions
 from derived_views.errors import LogUnavailableError, UnknownViewError, ViewBusyError, ViewError
 from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
@@ -68,8 +70,10 @@ def context_from_settings(settings: Settings, spark: SparkSession | None = None)
     """A :class:`ViewContext` for the configured data directory."""
     from derived_views.spark_session import build_spark
 
+    definitions = load_definitions(settings.views_file)
     session = spark or build_spark("cdc-views")
-    return ViewContext(session, str(settings.views_dir.resolve()), str(settings.log_dir.resolve()), settings.topic_prefix)
+    return ViewContext(session, str(settings.views_dir.resolve()), str(settings.log_dir.resolve()), settings.topic_prefix,
+                       definitions=definitions)
 
 
 #: Watermark position of groups written while capture's initial snapshot is still being copied.
@@ -124,6 +128,7 @@ def _step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepR
                 f"the log at {ctx.log_path} holds no complete snapshot yet: run `cdc capture` before a rebuild"
             )
         return StepReport(None, {})
+    check_definitions(ctx.definitions, ctx.schemas(watermark))
     rng = Range(ctx.log_path, watermark)
     events = {}
     failed: list[TableFailure] = []

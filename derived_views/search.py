@@ -44,6 +44,9 @@ if TYPE_CHECKING:
 NAME = "search"
 PRODUCTS = "public.products"
 CATEGORIES = "public.categories"
+#: The view's tables below its directory, and what each holds.
+TABLES = {"categories": f"copy of {CATEGORIES}", "documents": f"a document per {PRODUCTS} row",
+          "terms": "term frequencies per document"}
 _TEXT_COLUMNS = ("name", "description", "tags")
 TERMS_DDL = "id bigint, term string, tf int, doc_len int"
 

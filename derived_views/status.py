@@ -48,7 +48,7 @@ def table_progress(path: Path) -> Progress | None:
     return None
 
 
-def _readable_progress(path: Path) -> Progress | None:
+def readable_progress(path: Path) -> Progress | None:
     """:func:`table_progress`, or ``None`` (with a warning) for a table its reader cannot open: a
     damaged table must not hide what every other table is as of."""
     try:
@@ -63,7 +63,7 @@ def view_progress(settings: _HasDataDir, views: tuple[str, ...] = ("warehouse", 
     read are left out, with a warning)."""
     out: dict[str, list[Progress]] = {}
     for view in views:
-        progresses = [p for p in (_readable_progress(t) for t in _delta_tables(settings.data_dir / view)) if p]
+        progresses = [p for p in (readable_progress(t) for t in _delta_tables(settings.data_dir / view)) if p]
         if progresses:
             out[view] = progresses
     return out

@@ -164,6 +164,8 @@ def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Ta
     """Each source table against its current-state table and, for a table with a key, against its
     history table's current versions."""
     for qualified, schema in sorted(schemas.items()):
+        if not ctx.definitions.warehouse.keeps(qualified):
+            continue
         if not _exists(conn, schema):
             report.notes.append(f"{qualified} is no longer in the source (dropped or renamed): its warehouse "
                                 "tables keep the rows it had, and were not compared")
@@ -172,7 +174,7 @@ def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Ta
         view = _delta_rows(ctx, warehouse.current_path(ctx, qualified), warehouse.NAME)
         report.compared += len(source)
         report.differences += compare_rows(qualified, schema, source, view)
-        if not schema.key_columns:
+        if not schema.key_columns or not ctx.definitions.warehouse.keeps_history(qualified):
             continue  # a keyless table's history keeps no versions (its events have no key to version)
         history = [row for row in _delta_rows(ctx, warehouse.history_path(ctx, qualified), warehouse.NAME)
                    if row["_cdc_is_current"]]

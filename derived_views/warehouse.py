@@ -69,8 +69,9 @@ def dead_letter_path(ctx: ViewContext) -> str:
 
 
 def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
-    """The topics this view reads: every described source table's."""
-    return sorted(schema.topic for schema in ctx.schemas(watermark).values())
+    """The topics this view reads: those of the source tables it keeps (every captured one by default)."""
+    return sorted(schema.topic for qualified, schema in ctx.schemas(watermark).items()
+                  if ctx.definitions.warehouse.keeps(qualified))
 
 
 def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: bool) -> TableResult | None:
@@ -97,7 +98,7 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str]
     results = []
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
         for qualified, schema in sorted(ctx.schemas(rng.watermark).items()):
-            if only and qualified not in only:
+            if (only and qualified not in only) or not ctx.definitions.warehouse.keeps(qualified):
                 continue
             # the two tables of one source table are independent: apply them side by side, each in a
             # session of its own so that their MERGEs do not wait for each other
@@ -106,7 +107,8 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str]
                                   dead_letter_path(ctx), replace=replace)
             history_table = history_path(ctx, qualified)
             try:
-                history = _apply_history(ctx, rng, schema, replace)
+                history = (_apply_history(ctx, rng, schema, replace)
+                           if ctx.definitions.warehouse.keeps_history(qualified) else None)
             except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
                 log.error("warehouse table %s failed: %s", history_table, summary(exc))
                 history = TableResult(history_table, 0, 0, summary(exc))

@@ -191,5 +191,29 @@ def cache_get(ctx: object, entity: str, key: str) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=False))
 
 
+@click.command("views")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
+@pass_context
+def views_cmd(ctx: object, as_json: bool) -> None:
+    """List the views' tables, what each holds, its Delta path and the LSN it is as of (no Spark)."""
+    from dataclasses import asdict
+
+    from derived_views.definitions import check, load
+    from derived_views.listing import captured_tables, view_tables
+
+    settings = ctx.settings  # type: ignore[attr-defined]
+    definitions = load(settings.views_file)
+    captured = captured_tables(str(settings.log_dir.resolve()), settings.topic_prefix)
+    if captured:
+        check(definitions, captured)
+    tables = view_tables(settings.views_dir.resolve(), captured, definitions)
+    if as_json:
+        click.echo(json.dumps({"definitions": definitions.source, "tables": [asdict(t) for t in tables]}, indent=2))
+        return
+    click.echo(f"views as defined by {definitions.source}")
+    for table in tables:
+        click.echo(f"{table.view:<10} {table.holds:<48} {table.as_of_lsn or 'not synced':<14} {table.path}")
+
+
 #: The commands this module adds to ``cdc``.
-COMMANDS = (sync, rebuild, verify, search_cmd, cache_group)
+COMMANDS = (sync, rebuild, verify, search_cmd, cache_group, views_cmd)

@@ -1,0 +1,58 @@
+"""What ``cdc views`` shows: every view table, what it holds, where it lives and what it is as of.
+
+Read without Spark: the captured tables come from the schema topic (read in this process), each
+table's as-of point from its newest Delta commit's progress (``deltalake``), so the listing answers in
+well under a second and works while a sync runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from derived_views import cache, search, warehouse
+from derived_views.context import read_schemas
+from derived_views.definitions import ViewDefinitions
+from derived_views.log_source import read_watermark
+from derived_views.schema import schemas_topic
+from derived_views.status import readable_progress
+
+
+@dataclass(frozen=True)
+class ViewTable:
+    """One Delta table of a view: what it holds, its path, the LSN it is as of (``None``: not synced yet)."""
+
+    view: str
+    holds: str
+    path: str
+    as_of_lsn: str | None
+
+
+def _table(view: str, holds: str, path: Path) -> ViewTable:
+    progress = readable_progress(path) if (path / "_delta_log").is_dir() else None
+    as_of = f"{progress.lsn >> 32:X}/{progress.lsn & 0xFFFFFFFF:X}" if progress is not None and progress.position else None
+    return ViewTable(view, holds, str(path), as_of)
+
+
+def captured_tables(log_path: str, prefix: str) -> list[str]:
+    """``schema.table`` of every table the log describes (none before the first capture)."""
+    watermark = read_watermark(log_path) if Path(log_path).exists() else None
+    if watermark is None:
+        return []
+    topic = schemas_topic(prefix)
+    return sorted(read_schemas(log_path, topic, watermark.offsets.get(topic, {})))
+
+
+def view_tables(views_dir: Path, captured: list[str], definitions: ViewDefinitions) -> list[ViewTable]:
+    """Every table of every view, the warehouse's for the ``captured`` tables the definitions keep."""
+    tables = []
+    for qualified in sorted(captured):
+        if not definitions.warehouse.keeps(qualified):
+            continue
+        tables.append(_table(warehouse.NAME, f"{qualified} (current)", views_dir / warehouse.NAME / "current" / qualified))
+        if definitions.warehouse.keeps_history(qualified):
+            tables.append(_table(warehouse.NAME, f"{qualified} (history)",
+                                 views_dir / warehouse.NAME / "history" / qualified))
+    for module in (search, cache):
+        tables.extend(_table(module.NAME, holds, views_dir / module.NAME / name) for name, holds in module.TABLES.items())
+    return tables
