@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from derived_views.apply import LSN, OP, Range, ensure_table
 from derived_views.context import ViewContext
+from derived_views.delta_reads import delta_dataset
 from derived_views.errors import MissingTableError, UnknownEntityError
 from derived_views.progress import Progress, committing
 from derived_views.steps import TableResult, starting_point, apply_state, is_current, load_pending
@@ -148,19 +149,19 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False) -> list[TableRe
     return results
 
 
-def get(ctx: ViewContext, entity: str, key: str) -> dict | None:
-    """The cached value of ``entity`` ``key``, or ``None`` when there is none."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
+def get(views_dir: str, entity: str, key: str) -> dict | None:
+    """The cached value of ``entity`` ``key`` in the views at ``views_dir``, or ``None`` when there is none.
+
+    Read with ``deltalake``, without Spark; the entity name is checked before anything is read."""
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
 
     if entity not in ENTITIES:
         raise UnknownEntityError(entity, list(ENTITIES))
-    entries_path = path(ctx, "entries")
-    if not DeltaTable.isDeltaTable(ctx.spark, entries_path):
+    entries_path = f"{views_dir.rstrip('/')}/{NAME}/entries"
+    if not DeltaTable.is_deltatable(entries_path):
         raise MissingTableError(entries_path, NAME)
-    rows = (
-        ctx.spark.read.format("delta").load(entries_path)
-        .filter((F.col("entity") == entity) & (F.col("entity_key") == key))
-        .select("value").limit(1).collect()
-    )
+    with delta_dataset(entries_path) as entries:
+        rows = entries.to_table(columns=["value"],
+                                filter=(ds.field("entity") == entity) & (ds.field("entity_key") == key)).to_pylist()
     return json.loads(rows[0]["value"]) if rows else None

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 from derived_views.apply import KEY, LSN, OP, SEQ, TS, UNCHANGED, Range, ensure_table, merge_current
 from derived_views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
 from derived_views.context import ViewContext
+from derived_views.delta_reads import delta_dataset
 from derived_views.errors import MissingTableError
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema, quote
@@ -232,31 +233,32 @@ class Hit:
     price: object
 
 
-def query(ctx: ViewContext, text: str, limit: int = 10) -> list[Hit]:
-    """The best ``limit`` products for ``text`` by BM25 over the terms table."""
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
+def query(views_dir: str, text: str, limit: int = 10) -> list[Hit]:
+    """The best ``limit`` products for ``text`` by BM25 over the terms table of the views at ``views_dir``.
 
-    terms_path = path(ctx, "terms")
-    if not DeltaTable.isDeltaTable(ctx.spark, terms_path):
+    Read with ``deltalake``, without Spark: a query answers in a fraction of a second."""
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
+    from deltalake import DeltaTable
+
+    terms_path = f"{views_dir.rstrip('/')}/{NAME}/terms"
+    if not DeltaTable.is_deltatable(terms_path):
         raise MissingTableError(terms_path, NAME)
     words = sorted(set(tokenize(text)))
     if not words:
         return []
-    terms = ctx.spark.read.format("delta").load(terms_path)
-    stats = terms.select("id", "doc_len").distinct().agg(F.count(F.lit(1)).alias("n"), F.avg("doc_len").alias("avg")).collect()[0]
-    postings = [
-        Posting(r["id"], r["term"], r["tf"], r["doc_len"])
-        for r in terms.filter(F.col("term").isin(words)).collect()
-    ]
-    best = rank(postings, int(stats["n"] or 0), float(stats["avg"] or 0.0), limit)
+    with delta_dataset(terms_path) as terms:
+        lengths = terms.to_table(columns=["id", "doc_len"]).group_by("id").aggregate([("doc_len", "max")])
+        found = terms.to_table(filter=ds.field("term").isin(words)).to_pylist()
+    n_docs = lengths.num_rows
+    avg_len = float(pc.mean(lengths.column("doc_len_max")).as_py() or 0.0) if n_docs else 0.0
+    best = rank([Posting(r["id"], r["term"], r["tf"], r["doc_len"]) for r in found], n_docs, avg_len, limit)
     if not best:
         return []
-    docs = {
-        r["id"]: r
-        for r in ctx.spark.read.format("delta").load(path(ctx, "documents"))
-        .filter(F.col("id").isin([doc_id for doc_id, _ in best])).collect()
-    }
+    with delta_dataset(f"{views_dir.rstrip('/')}/{NAME}/documents") as documents:
+        docs = {r["id"]: r for r in documents.to_table(
+            columns=["id", "name", "category_name", "price"],
+            filter=ds.field("id").isin([doc_id for doc_id, _ in best])).to_pylist()}
     return [
         Hit(doc_id, score, docs[doc_id]["name"], docs[doc_id]["category_name"], docs[doc_id]["price"])
         for doc_id, score in best

@@ -162,10 +162,10 @@ def verify(ctx: object, view: str, no_sync: bool) -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="How many products.")
 @pass_context
 def search_cmd(ctx: object, query: str, limit: int) -> None:
-    """Print the products that best match QUERY (BM25 over the search view)."""
+    """Print the products that best match QUERY (BM25 over the search view; no Spark)."""
     from derived_views import search
 
-    hits = search.query(_context(ctx), query, limit)
+    hits = search.query(str(ctx.settings.views_dir.resolve()), query, limit)  # type: ignore[attr-defined]
     if not hits:
         click.echo("no matching products", err=True)
     for rank, hit in enumerate(hits, 1):
@@ -182,10 +182,10 @@ def cache_group() -> None:
 @click.argument("key")
 @pass_context
 def cache_get(ctx: object, entity: str, key: str) -> None:
-    """Print the cached value of ENTITY (e.g. order) with key KEY as JSON; exit 1 when absent."""
+    """Print the cached value of ENTITY (e.g. order) with key KEY as JSON; exit 1 when absent (no Spark)."""
     from derived_views import cache
 
-    value = cache.get(_context(ctx), entity, key)
+    value = cache.get(str(ctx.settings.views_dir.resolve()), entity, key)  # type: ignore[attr-defined]
     if value is None:
         raise click.ClickException(f"no cached {entity} with key {key}")
     click.echo(json.dumps(value, indent=2, sort_keys=False))

@@ -44,14 +44,14 @@ def test_search_reindexes_exactly_the_renamed_categorys_products(ctx: ViewContex
 
     _seed(log)
     runner.step(ctx, ["search"])
-    assert [h.id for h in search.query(ctx, "lamp")] in ([1, 2], [2, 1])
-    assert search.query(ctx, "brass lamp")[0].id == 1
+    assert [h.id for h in search.query(ctx.views_dir, "lamp")] in ([1, 2], [2, 1])
+    assert search.query(ctx.views_dir, "brass lamp")[0].id == 1
     with log.transaction() as tx:
         tx.update("public.categories", {"id": 1, "name": "Illumination"})
     runner.step(ctx, ["search"])
-    hits = search.query(ctx, "illumination")
+    hits = search.query(ctx.views_dir, "illumination")
     assert sorted(h.id for h in hits) == [1, 2] and hits[0].category_name == "Illumination"
-    assert search.query(ctx, "lighting") == []
+    assert search.query(ctx.views_dir, "lighting") == []
     docs = ctx.spark.read.format("delta").load(search.path(ctx, "documents"))
     history = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{search.path(ctx, 'documents')}`").orderBy("version").collect()
     metrics = history[-1]["operationMetrics"]
@@ -60,7 +60,7 @@ def test_search_reindexes_exactly_the_renamed_categorys_products(ctx: ViewContex
     with log.transaction() as tx:
         tx.delete("public.products", {"id": 2})
     runner.step(ctx, ["search"])
-    assert [h.id for h in search.query(ctx, "lamp")] == [1]
+    assert [h.id for h in search.query(ctx.views_dir, "lamp")] == [1]
 
 
 def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewContext, log: LogBuilder) -> None:
@@ -78,8 +78,8 @@ def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewCo
     runner.step(ctx, ["search"])
     docs = {r["id"]: r["category_name"] for r in ctx.spark.read.format("delta").load(search.path(ctx, "documents")).collect()}
     assert docs == {4: "Illumination"}
-    assert [h.id for h in search.query(ctx, "lamp")] == [4]
-    assert search.query(ctx, "hose") == []
+    assert [h.id for h in search.query(ctx.views_dir, "lamp")] == [4]
+    assert search.query(ctx.views_dir, "hose") == []
 
 
 def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBuilder) -> None:
@@ -87,7 +87,7 @@ def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBu
 
     _seed(log)
     runner.step(ctx, ["cache"])
-    value = cache.get(ctx, "order", ORDER)
+    value = cache.get(ctx.views_dir, "order", ORDER)
     assert value is not None and value["status"] == "pending" and value["items"][0]["quantity"] == 2
     with log.transaction() as tx:
         tx.insert("public.order_items", {"order_id": ORDER, "line_no": 2, "product_id": 3, "quantity": 1,
@@ -95,14 +95,14 @@ def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBu
         tx.update("public.orders", {"id": ORDER, "customer_id": 1, "status": "paid",
                                     "placed_at": "2026-11-21T11:00:00Z", "total": "44.80"})
     runner.step(ctx, ["cache"])
-    value = cache.get(ctx, "order", ORDER)
+    value = cache.get(ctx.views_dir, "order", ORDER)
     assert value is not None and value["status"] == "paid" and [i["line_no"] for i in value["items"]] == [1, 2]
     with log.transaction() as tx:
         tx.delete("public.order_items", {"order_id": ORDER, "line_no": 1})
         tx.delete("public.order_items", {"order_id": ORDER, "line_no": 2})
         tx.delete("public.orders", {"id": ORDER})
     runner.step(ctx, ["cache"])
-    assert cache.get(ctx, "order", ORDER) is None
+    assert cache.get(ctx.views_dir, "order", ORDER) is None
 
 
 def _step(ctx: ViewContext, *, replace: bool = False) -> None:
@@ -207,3 +207,36 @@ def test_a_second_process_cannot_sync_a_view_being_synced(ctx: ViewContext, log:
         holder.wait(timeout=30)
     report = runner.step(ctx, ["warehouse"])  # the lock went with its holder
     assert report.events["warehouse"] > 0
+
+
+def test_search_cache_get_and_views_answer_without_a_jvm(ctx: ViewContext, log: LogBuilder) -> None:
+    """The read-only commands read the Delta tables with deltalake: they work with no Java on the PATH,
+    and an unknown entity is refused before anything is read."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from derived_views import runner
+
+    _seed(log)
+    runner.step(ctx, ["search", "cache"])
+    no_java = {**{k: v for k, v in os.environ.items() if k != "JAVA_HOME"}, "JAVA_HOME": "/nonexistent",
+               "PATH": os.path.dirname(sys.executable), "CDC_DATA_DIR": ctx.views_dir, "SPARK_HOME": "/nonexistent"}
+
+    def cdc(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", "from cdc.cli import main; main()", *args], env=no_java,
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    found = cdc("search", "brass lamp", "--limit", "2")
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.splitlines()[0].startswith("1. [") and "Brass desk lamp" in found.stdout.splitlines()[0]
+    cached = cdc("cache", "get", "order", ORDER)
+    assert cached.returncode == 0, cached.stderr
+    assert json.loads(cached.stdout)["items"][0]["line_no"] == 1
+    unknown = cdc("cache", "get", "invoice", "1")
+    assert unknown.returncode == 2 and "unknown cache entity 'invoice'" in unknown.stderr
+    listed = cdc("views", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {t["path"].rsplit("/", 2)[-2] + "/" + t["path"].rsplit("/", 1)[-1] for t in json.loads(listed.stdout)["tables"]
+            if t["as_of_lsn"]} >= {"search/terms", "cache/entries"}
