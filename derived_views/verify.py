@@ -68,11 +68,16 @@ def normalize(value: Any, type_name: str) -> Any:
     return str(value)
 
 
+def quote_identifier(name: str) -> str:
+    """``name`` as a quoted SQL identifier (any character, ``"`` doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _select_list(schema: TableSchema) -> str:
     """Columns as psycopg should load them: native types as they are, everything else as text."""
     parts = []
     for column in schema.columns:
-        name = '"' + column.name.replace('"', '""') + '"'
+        name = quote_identifier(column.name)
         is_array = column.type_name.startswith("_")
         base = column.type_name.lstrip("_")
         if base in _NATIVE or base in _TEXT_TYPES:
@@ -86,7 +91,7 @@ def source_rows(conn: psycopg.Connection, schema: TableSchema) -> list[dict[str,
     """Every row of a source table as a dict of its columns."""
     from psycopg.rows import dict_row
 
-    table = f'"{schema.schema}"."{schema.table}"'
+    table = f"{quote_identifier(schema.schema)}.{quote_identifier(schema.table)}"
     with conn.cursor(row_factory=dict_row) as cursor:
         return list(cursor.execute(f"SELECT {_select_list(schema)} FROM {table}"))  # noqa: S608 - quoted names
 
@@ -127,11 +132,11 @@ def _delta_rows(ctx: ViewContext, path: str, view: str) -> list[dict[str, Any]]:
 
 
 def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report) -> None:
-    for qualified, schema in sorted(schemas.items()):
-        view = _delta_rows(ctx, warehouse.current_path(ctx, qualified), warehouse.NAME)
+    for name, schema in sorted(schemas.items()):
+        view = _delta_rows(ctx, warehouse.current_path(ctx, name), warehouse.NAME)
         source = source_rows(conn, schema)
         report.compared += len(source)
-        report.differences += compare_rows(qualified, schema, source, view)
+        report.differences += compare_rows(schema.qualified, schema, source, view)
 
 
 def _search(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report) -> None:

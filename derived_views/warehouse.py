@@ -1,6 +1,10 @@
 """Warehouse view: per source table a current-state (SCD1) and a history (SCD2) Delta table.
 
-Paths below ``CDC_DATA_DIR``:
+Paths below ``CDC_DATA_DIR``, where ``<schema>.<table>`` stands for the table's directory name
+(:func:`log_store.topic_names.dir_name` of its log name): ``<schema>.<table>`` when both names are
+plain (ASCII letters, digits, ``_``, ``-``), else both escaped and joined by ``..``, shortened with a
+hash past 231 characters. It is one path component, different for every table, never ``.`` or ``..``
+and without ``/``, so no table name reaches outside ``warehouse/current`` or ``warehouse/history``.
 
 - ``warehouse/current/<schema>.<table>``: one row per key with the source's columns (names and
   faithful types from :mod:`derived_views.schema`) plus ``_cdc_key`` (the key as canonical JSON),
@@ -34,6 +38,7 @@ from derived_views.steps import (
     load_pending,
     starting_point,
 )
+from log_store.topic_names import dir_name
 
 if TYPE_CHECKING:
     from derived_views.log_source import LogWatermark
@@ -41,14 +46,14 @@ if TYPE_CHECKING:
 NAME = "warehouse"
 
 
-def current_path(ctx: ViewContext, qualified: str) -> str:
-    """Path of the current-state table of ``schema.table``."""
-    return ctx.path(NAME, "current", qualified)
+def current_path(ctx: ViewContext, name: str) -> str:
+    """Path of the current-state table of the table whose log name is ``name`` (``schema.table`` when plain)."""
+    return ctx.path(NAME, "current", dir_name(name))
 
 
-def history_path(ctx: ViewContext, qualified: str) -> str:
-    """Path of the history table of ``schema.table``."""
-    return ctx.path(NAME, "history", qualified)
+def history_path(ctx: ViewContext, name: str) -> str:
+    """Path of the history table of the table whose log name is ``name`` (``schema.table`` when plain)."""
+    return ctx.path(NAME, "history", dir_name(name))
 
 
 def dead_letter_path(ctx: ViewContext) -> str:
@@ -62,7 +67,7 @@ def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
 
 
 def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: bool) -> TableResult | None:
-    path = history_path(ctx, schema.qualified)
+    path = history_path(ctx, schema.log_name)
     progress, replace = starting_point(ctx, path, replace)
     if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
@@ -77,15 +82,16 @@ def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: b
 
 
 def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
-    """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``)."""
+    """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``); ``only``: log
+    names of the tables to bring (``schema.table`` for plain names)."""
     results = []
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
-        for qualified, schema in sorted(ctx.schemas(rng.watermark).items()):
-            if only and qualified not in only:
+        for name, schema in sorted(ctx.schemas(rng.watermark).items()):
+            if only and name not in only:
                 continue
             # the two tables of one source table are independent: apply them side by side, each in a
             # session of its own so that their MERGEs do not wait for each other
-            current = pool.submit(apply_state, ctx.beside(), rng, schema, current_path(ctx, qualified),
+            current = pool.submit(apply_state, ctx.beside(), rng, schema, current_path(ctx, name),
                                   dead_letter_path(ctx), replace=replace)
             history = _apply_history(ctx, rng, schema, replace)
             results.extend(result for result in (current.result(), history) if result is not None)
