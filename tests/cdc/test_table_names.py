@@ -110,3 +110,14 @@ def test_tables_with_any_names_are_captured_each_into_its_own_topic(pg_url: str,
         for name, value in records.items():
             assert (value["schema"], value["table"]) == topics[value["topic"]]
             assert log_name(value["schema"], value["table"]) == name
+
+
+def test_setup_judges_each_table_of_the_pair_by_its_own_names(pg_url: str, tmp_path: Path) -> None:
+    """``"public.x".y`` without a key beside ``public."x.y"`` with one: setup names the right table."""
+    execute(pg_url, 'CREATE SCHEMA "public.x"', 'CREATE TABLE "public.x".y (id int, v text)',
+            'CREATE TABLE public."x.y" (id int PRIMARY KEY, v text)')
+    settings = settings_for(pg_url, tmp_path)
+    checks = {check.name: check for check in run_checks(settings)}
+    assert checks['table public."x.y" key'].ok
+    broken = checks['table "public.x".y key']
+    assert not broken.ok and 'ALTER TABLE "public.x".y REPLICA IDENTITY FULL' in broken.message
