@@ -15,6 +15,7 @@ import psycopg
 
 from cdc.errors import SourceError
 from cdc.lsn import Lsn
+from log_store.topic_names import log_name
 
 #: Session settings that fix the text form of values (see :mod:`cdc.values`).
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c IntervalStyle=postgres"
@@ -38,7 +39,13 @@ class PublishedTable:
 
     @property
     def qualified(self) -> str:
+        """``schema.table`` as written in messages (ambiguous when a name holds a dot: never a key)."""
         return f"{self.schema}.{self.table}"
+
+    @property
+    def log_name(self) -> str:
+        """The table's key in the ledger, one per table (:func:`log_store.topic_names.log_name`)."""
+        return log_name(self.schema, self.table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +271,7 @@ def steady(table: PublishedTable) -> tuple[object, ...]:
     which a ``TRUNCATE`` changes as often as it runs (a rewrite between the reads costs at most one
     snapshot more, never one less)."""
     marks = column_marks(table.columns)
-    return (table.relid, table.qualified, table.membership,
+    return (table.relid, table.log_name, table.membership,
             sorted((leaf, mark.highest, mark.live, mark.missing, mark.types) for leaf, mark in marks.items()))
 
 

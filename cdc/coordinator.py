@@ -83,6 +83,7 @@ from cdc.data_dir import secure_data_dir
 from cdc.storage_errors import StorageError, capture_storage_error
 from log_store import LogStore, ProducerColumns, ProducerRecord, TopicPartition
 from log_store.errors import StorageIOError
+from log_store.topic_names import log_name
 
 log = logging.getLogger("cdc.capture")
 
@@ -151,7 +152,8 @@ class Capture:
         self._target: Lsn | None = None
         self._retarget_at = float("inf")
         self._topics: set[str] = set()
-        self._included = {name for name in settings.tables}
+        # CDC_TABLES entries are plain identifiers with one dot between schema and table
+        self._included = {tuple(name.split(".", 1)) for name in settings.tables}
         self.builder: EventBuilder | None = None
         self.replayer: ChangeReplayer | None = None
         self.ledger = SnapshotLedger("")
@@ -165,7 +167,7 @@ class Capture:
 
     def include(self, schema: str, table: str) -> bool:
         """Whether a published table is captured (``CDC_TABLES`` empty: all of the publication)."""
-        return not self._included or f"{schema}.{table}" in self._included
+        return not self._included or (schema, table) in self._included
 
     def _new_shape(self, shape: TableShape) -> None:
         """A table's columns changed in the stream (or its first event is written): its topic must exist,
@@ -197,7 +199,9 @@ class Capture:
             for record in batch:
                 if record.key is not None and record.value is not None:
                     value = orjson.loads(record.value)
-                    emitted[orjson.loads(record.key)] = (fingerprint_of(value), record.value)
+                    # by the names the record holds: a key written before names were escaped (a name with a
+                    # dot) then meets the table's log name, and its next record follows this one
+                    emitted[log_name(value["schema"], value["table"])] = (fingerprint_of(value), record.value)
                     self._table_of_topic[value["topic"]] = (value["schema"], value["table"])
             offset = batch[-1].offset + 1
 
@@ -687,8 +691,8 @@ class Capture:
         for table in self.catalog.published_tables(self.settings.publication):
             if not self.include(table.schema, table.table):
                 continue
-            if self.ledger.covers(table.qualified, table.relid, table.membership, table.columns):
-                self.ledger.note_columns(table.qualified, table.columns)
+            if self.ledger.covers(table.log_name, table.relid, table.membership, table.columns):
+                self.ledger.note_columns(table.log_name, table.columns)
             elif table.relid not in self.gate.holds:
                 tables.append(table)
         self.gate.wanted.clear()  # a wanted table no longer published is no longer captured

@@ -12,6 +12,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from cdc.errors import ConfigError
 from log_store import LogConfig
+from log_store.topic_names import topic_name
 from cdc.redact import redact_url
 from cdc.setting_names import warn_of_unknown_names
 
@@ -28,7 +29,7 @@ ACCEPTS: dict[str, str] = {
     "slot": "a lower-case replication slot name: letters, digits and _, at most 63 characters",
     "publication": "a lower-case publication name: letters, digits and _, at most 63 characters",
     "partitions": "a whole number of partitions per topic from 1 to 1024",
-    "topic_prefix": "letters, digits, _ and - (topics are named <prefix>.<schema>.<table>)",
+    "topic_prefix": "ASCII letters, digits, _ and -, at most 100 characters (topics are named <prefix>.<schema>.<table>)",
     "segment_bytes": "a segment size in bytes from 1024 to 1073741824",
     "segment_ms": "a segment age in milliseconds, at least 1000",
     "delete_retention_ms": "how long tombstones outlive compaction, in milliseconds (0 or more)",
@@ -94,6 +95,9 @@ class Settings(BaseSettings):
     def _check_prefix(cls, value: str) -> str:
         if not _TOPIC_PREFIX.match(value):
             raise ValueError(f"{value!r} has characters a topic name cannot hold")
+        if len(value) > 100:
+            # with at most 100, every plain table's topic keeps its length and the internal topics fit Kafka's 249
+            raise ValueError(f"it is {len(value)} characters long")
         return value
 
     @field_validator("database_url")
@@ -139,8 +143,11 @@ class Settings(BaseSettings):
         )
 
     def topic_for(self, schema: str, table: str) -> str:
-        """Topic name of one source table: ``<prefix>.<schema>.<table>``."""
-        return f"{self.topic_prefix}.{schema}.{table}"
+        """Topic name of one source table: ``<prefix>.<schema>.<table>`` for plain names, escaped otherwise.
+
+        Legal for Kafka, different for every (schema, table) and stable: see :mod:`log_store.topic_names`.
+        """
+        return topic_name(self.topic_prefix, schema, table)
 
     def safe_database_url(self) -> str:
         """The source URL with any password replaced, for logs and screens."""

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg import sql
 
-from cdc.coverage import Connection, coverage, publication_exists, table_list_problems
+from cdc.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
 from cdc.errors import SourceError
 from cdc.settings import Settings
 
@@ -172,8 +172,8 @@ def _table_checks(conn: Connection, settings: Settings) -> list[Check]:
     """
     checks: list[Check] = []
     covered = coverage(conn, settings.publication, list(settings.tables))
-    for name in covered.names:
-        schema, table = name.split(".", 1)
+    for schema, table in covered.tables:
+        name = sql_name((schema, table))
         row = conn.execute(
             "SELECT c.oid, has_table_privilege(c.oid, 'SELECT') FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -242,7 +242,7 @@ def ensure_publication(settings: Settings) -> bool:
             return False
         if settings.tables:
             targets = sql.SQL("FOR TABLE {}").format(
-                sql.SQL(", ").join(sql.Identifier(*name.split(".", 1)) for name in settings.tables)
+                sql.SQL(", ").join(sql.Identifier(*entry_name(name)) for name in settings.tables)
             )
         else:
             targets = sql.SQL("FOR ALL TABLES")

@@ -288,11 +288,11 @@ class ChangeReplayer:
 
     def _schema_records(self, shape: TableShape, lsn: int) -> list[ProducerRecord]:
         fingerprint = shape.fingerprint()
-        emitted = self.emitted_schemas.get(shape.qualified)
+        emitted = self.emitted_schemas.get(shape.log_name)
         if emitted is not None and emitted[0] == fingerprint:
             return []
         record = self.builder.schema(shape, lsn, emitted[1] if emitted is not None else None)
-        self.emitted_schemas[shape.qualified] = (fingerprint, record.value or b"")
+        self.emitted_schemas[shape.log_name] = (fingerprint, record.value or b"")
         if self.on_new_shape is not None:
             self.on_new_shape(shape)
         return [record]

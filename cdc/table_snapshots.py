@@ -1,7 +1,8 @@
 """Tables that join the capture mid-stream: a snapshot at a temporary slot's consistent point, and the ledger.
 
 **The ledger.** The compacted topic ``<prefix>.__snapshots`` holds one record per table whose snapshot
-the log holds complete (key ``"<schema>.<table>"`` as a JSON string, value ``{"schema", "table", "topic",
+the log holds complete (key: the table's log name as a JSON string, ``"<schema>.<table>"`` for plain
+names, see :mod:`log_store.topic_names`; value ``{"schema", "table", "topic",
 "relid", "lsn", "rows", "membership", "columns"}``, the last two as the catalog described the table when
 it was snapshotted, see :class:`~cdc.catalog.PublishedTable`). It is written in the same group as the snapshot's last rows, so after a
 crash either both are in the log or neither. A table's change events enter the log only once the
@@ -115,8 +116,8 @@ class SnapshotLedger:
             offset = batch[-1].offset + 1
         return ledger
 
-    def covers(self, qualified: str, relid: int, membership: str | None = None, columns: str | None = None) -> bool:
-        """Whether the log holds a complete snapshot of this table under this name.
+    def covers(self, name: str, relid: int, membership: str | None = None, columns: str | None = None) -> bool:
+        """Whether the log holds a complete snapshot of this table under this log name.
 
         A table recreated under the same name (new OID) or renamed (new topic) is not covered, nor one
         whose publication ``membership`` changed since its snapshot (removed from the publication and
@@ -125,21 +126,21 @@ class SnapshotLedger:
         :func:`cdc.catalog.columns_filled_since`). ``None`` (the stream's question) skips a test, and so
         does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
         """
-        entry = self.entries.get(qualified)
+        entry = self.entries.get(name)
         if entry is None or entry.relid != relid:
             return False
         if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns):
             return False
         return membership is None or entry.membership is None or entry.membership == membership
 
-    def note_columns(self, qualified: str, columns: str) -> None:
+    def note_columns(self, name: str, columns: str) -> None:
         """Judge later columns of a table the ledger covers against ``columns``, its marks now (in memory:
         a restart judges them against the marks its snapshot recorded, which can only take one snapshot
         too many). A column added since without values for the existing rows then stays unjudged when it
         gets a default later, and an entry written without marks gets them."""
-        entry = self.entries.get(qualified)
+        entry = self.entries.get(name)
         if entry is not None:
-            self.entries[qualified] = dataclasses.replace(entry, columns=columns)
+            self.entries[name] = dataclasses.replace(entry, columns=columns)
 
     def record(self, shape: TableShape, lsn: int, rows: int, ts_ms: int, table: PublishedTable | None = None) -> ProducerRecord:
         """The ledger record of a snapshot of ``shape`` as of ``lsn`` (append it with the last rows);
@@ -150,14 +151,14 @@ class SnapshotLedger:
         if table is not None:
             value["membership"] = table.membership
             value["columns"] = table.columns
-        return ProducerRecord(self.topic, orjson.dumps(shape.qualified), orjson.dumps(value), ts_ms)
+        return ProducerRecord(self.topic, orjson.dumps(shape.log_name), orjson.dumps(value), ts_ms)
 
     def add(self, shapes: Iterable[TableShape], lsn: int, tables: dict[int, PublishedTable] | None = None) -> None:
         """Note snapshots whose group is durable (a recreated table replaces its old entry); ``tables``:
         by OID, the tables as published when the snapshot was taken."""
         for shape in shapes:
             table = (tables or {}).get(shape.relid)
-            self.entries[shape.qualified] = LedgerEntry(shape.relid, lsn, table.membership if table else None,
+            self.entries[shape.log_name] = LedgerEntry(shape.relid, lsn, table.membership if table else None,
                                                         table.columns if table else None)
 
 
@@ -175,7 +176,7 @@ class TableGate:
     wanted: dict[int, str] = field(default_factory=dict)
 
     def admits(self, shape: TableShape, commit_lsn: int) -> bool:
-        if self.ledger.covers(shape.qualified, shape.relid):
+        if self.ledger.covers(shape.log_name, shape.relid):
             return True
         boundary = self.holds.get(shape.relid)
         if boundary is not None:

@@ -9,6 +9,7 @@ import orjson
 
 from cdc.row_codec import RowCodec
 from cdc.values import Converter, converter_for, type_name
+from log_store.topic_names import log_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +82,13 @@ class TableShape:
 
     @property
     def qualified(self) -> str:
+        """``schema.table`` as written in messages (ambiguous when a name holds a dot: never a key)."""
         return f"{self.schema}.{self.table}"
+
+    @property
+    def log_name(self) -> str:
+        """The table's key in the schema topic and the ledger, one per table (:func:`log_store.topic_names.log_name`)."""
+        return log_name(self.schema, self.table)
 
     def schema_value(self, lsn: int, previous: bytes | None = None) -> bytes:
         """The record for the ``<prefix>.__schemas`` topic (docs/event-format.md, "Schema topic").
@@ -114,7 +121,7 @@ class TableShape:
         return fingerprint_of(orjson.loads(self.schema_value(0)))
 
     def schema_key(self) -> bytes:
-        return orjson.dumps(self.qualified)
+        return orjson.dumps(self.log_name)
 
     def same_schema(self, other: TableShape | None) -> bool:
         """True when ``other`` would write the same schema record (ignoring its LSN)."""

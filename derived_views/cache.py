@@ -38,15 +38,17 @@ from derived_views.delta_reads import delta_dataset
 from derived_views.errors import MissingTableError, UnknownEntityError
 from derived_views.progress import Progress, committing
 from derived_views.steps import TableResult, starting_point, apply_state, is_current, load_pending
+from log_store.topic_names import dir_name, log_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 NAME = "cache"
-ORDERS = "public.orders"
-ITEMS = "public.order_items"
+#: The source tables, by log name (found by their schema and table names, not by a topic name built here).
+ORDERS = log_name("public", "orders")
+ITEMS = log_name("public", "order_items")
 #: The view's tables below its directory, and what each holds.
-TABLES = {f"_state/{ORDERS}": f"copy of {ORDERS}", f"_state/{ITEMS}": f"copy of {ITEMS}",
+TABLES = {f"_state/{ORDERS}": "copy of public.orders", f"_state/{ITEMS}": "copy of public.order_items",
           "entries": "order entities (an order with its items)"}
 ENTITIES = ("order",)
 _MICROS = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
@@ -139,7 +141,7 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False) -> list[TableRe
     """Bring the state tables, then the entries, to the range's watermark (rebuild when ``replace``)."""
     results = []
     for table in (ORDERS, ITEMS):
-        result = apply_state(ctx, rng, ctx.schema(rng.watermark, table), path(ctx, f"_state/{table}"),
+        result = apply_state(ctx, rng, ctx.schema(rng.watermark, table), path(ctx, f"_state/{dir_name(table)}"),
                              path(ctx, "_dead_letter"), replace=replace)
         if result is not None:
             results.append(result)

@@ -75,10 +75,6 @@ class ViewContext:
         """A Delta table path below the views directory."""
         return "/".join([self.views_dir.rstrip("/"), *parts])
 
-    def topic(self, qualified: str) -> str:
-        """Topic of the source table ``schema.table``."""
-        return f"{self.prefix}.{qualified}"
-
     def progress(self, path: str) -> Progress:
         """Applied progress of the table at ``path`` (empty when it does not exist)."""
         if path not in self._progress:
@@ -94,7 +90,12 @@ class ViewContext:
         self._progress.clear()
 
     def schemas(self, watermark: LogWatermark) -> dict[str, TableSchema]:
-        """Latest column list of every source table as of ``watermark``, by ``schema.table``."""
+        """Latest column list of every source table as of ``watermark``, by log name.
+
+        The log name (``schema.table`` for plain names, :func:`log_store.topic_names.log_name`) is taken
+        from the schema and table the record holds, never from its key, and the table's topic is the one
+        the record names: two tables whose ``schema.table`` text is the same (a dot in a name) stay apart.
+        """
         ends = watermark.offsets.get(self.schemas_topic, {})
         if self._schemas_at == {self.schemas_topic: ends}:
             return self._schemas
@@ -103,20 +104,21 @@ class ViewContext:
         self._schemas_at = {self.schemas_topic: dict(ends)}
         return schemas
 
-    def schema(self, watermark: LogWatermark, qualified: str) -> TableSchema:
-        """One table's schema; a clear error when capture has not described it."""
+    def schema(self, watermark: LogWatermark, name: str) -> TableSchema:
+        """One table's schema by log name (``schema.table`` for plain names); a clear error when capture has
+        not described it."""
         schemas = self.schemas(watermark)
-        if qualified not in schemas:
+        if name not in schemas:
             raise SourceSchemaError(
-                f"the schema topic {self.schemas_topic} has no columns for {qualified}: "
-                f"check that {qualified} is captured (CDC_TABLES / the publication) and run `cdc capture`"
+                f"the schema topic {self.schemas_topic} has no columns for {name}: "
+                f"check that {name} is captured (CDC_TABLES / the publication) and run `cdc capture`"
             )
-        return schemas[qualified]
+        return schemas[name]
 
 
 def read_schemas(log_path: str, topic: str, ends: dict[str, int]) -> dict[str, TableSchema]:
     """Every source table's latest schema record in ``topic`` up to ``ends`` (partition -> end offset),
-    by ``schema.table``: the schema topic is small (one record per table and change), read in the driver."""
+    by log name: the schema topic is small (one record per table and change), read in the driver."""
     rows = [
         row
         for part in plan_partitions(log_path, {}, {topic: dict(ends)})
@@ -128,7 +130,14 @@ def read_schemas(log_path: str, topic: str, ends: dict[str, int]) -> dict[str, T
         key = json.loads(row["key"]) if row["key"] else None
         if isinstance(key, str) and (key not in latest or row["offset"] >= latest[key][0]):
             latest[key] = (row["offset"], row["value"])
-    return {name: TableSchema.from_record(json.loads(value)) for name, (_, value) in latest.items() if value is not None}
+    found: dict[str, tuple[int, TableSchema]] = {}
+    for offset, value in latest.values():
+        if value is not None:
+            schema = TableSchema.from_record(json.loads(value))
+            # a table whose key changed (written before names were escaped) has two records: the later one holds
+            if schema.log_name not in found or offset > found[schema.log_name][0]:
+                found[schema.log_name] = (offset, schema)
+    return {name: schema for name, (_, schema) in found.items()}
 
 
 def range_for(ctx: ViewContext, watermark: LogWatermark) -> Range:

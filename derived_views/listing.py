@@ -14,7 +14,7 @@ from derived_views import cache, search, warehouse
 from derived_views.context import read_schemas
 from derived_views.definitions import ViewDefinitions
 from derived_views.log_source import read_watermark
-from derived_views.schema import schemas_topic
+from derived_views.schema import TableSchema, schemas_topic
 from derived_views.status import readable_progress
 
 
@@ -34,25 +34,27 @@ def _table(view: str, holds: str, path: Path) -> ViewTable:
     return ViewTable(view, holds, str(path), as_of)
 
 
-def captured_tables(log_path: str, prefix: str) -> list[str]:
-    """``schema.table`` of every table the log describes (none before the first capture)."""
+def captured_tables(log_path: str, prefix: str) -> list[TableSchema]:
+    """Every table the log describes, by name (none before the first capture)."""
     watermark = read_watermark(log_path) if Path(log_path).exists() else None
     if watermark is None:
         return []
     topic = schemas_topic(prefix)
-    return sorted(read_schemas(log_path, topic, watermark.offsets.get(topic, {})))
+    return sorted(read_schemas(log_path, topic, watermark.offsets.get(topic, {})).values(), key=lambda s: s.qualified)
 
 
-def view_tables(views_dir: Path, captured: list[str], definitions: ViewDefinitions) -> list[ViewTable]:
+def view_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions) -> list[ViewTable]:
     """Every table of every view, the warehouse's for the ``captured`` tables the definitions keep."""
     tables = []
-    for qualified in sorted(captured):
+    for schema in captured:
+        qualified = schema.qualified
         if not definitions.warehouse.keeps(qualified):
             continue
-        tables.append(_table(warehouse.NAME, f"{qualified} (current)", views_dir / warehouse.NAME / "current" / qualified))
+        tables.append(_table(warehouse.NAME, f"{qualified} (current)",
+                             views_dir / warehouse.NAME / "current" / schema.log_name))
         if definitions.warehouse.keeps_history(qualified):
             tables.append(_table(warehouse.NAME, f"{qualified} (history)",
-                                 views_dir / warehouse.NAME / "history" / qualified))
+                                 views_dir / warehouse.NAME / "history" / schema.log_name))
     for module in (search, cache):
         tables.extend(_table(module.NAME, holds, views_dir / module.NAME / name) for name, holds in module.TABLES.items())
     return tables

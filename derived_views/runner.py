@@ -128,7 +128,7 @@ def _step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepR
                 f"the log at {ctx.log_path} holds no complete snapshot yet: run `cdc capture` before a rebuild"
             )
         return StepReport(None, {})
-    check_definitions(ctx.definitions, ctx.schemas(watermark))
+    check_definitions(ctx.definitions, [schema.qualified for schema in ctx.schemas(watermark).values()])
     rng = Range(ctx.log_path, watermark)
     events = {}
     failed: list[TableFailure] = []

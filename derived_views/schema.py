@@ -27,11 +27,16 @@ every value it has had (:mod:`derived_views.column_types`, :meth:`TableSchema.vi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from derived_views.column_types import widest
+from log_store.topic_names import log_name
+
+#: Identifiers SQL reads as written without quotes (keywords aside, which quoting never harms).
+_BARE = re.compile(r"[a-z_][a-z0-9_$]*")
 
 _SIMPLE: dict[str, str] = {
     "int2": "smallint",
@@ -197,8 +202,13 @@ class TableSchema:
 
     @property
     def qualified(self) -> str:
-        """``schema.table``, the name the views use in paths."""
-        return f"{self.schema}.{self.table}"
+        """``schema.table`` as SQL writes it (a name quoted when it needs quotes), for messages and queries."""
+        return f"{sql_identifier(self.schema)}.{sql_identifier(self.table)}"
+
+    @property
+    def log_name(self) -> str:
+        """The table's name in the log and in view paths, one per table (:func:`log_store.topic_names.log_name`)."""
+        return log_name(self.schema, self.table)
 
     @property
     def key_columns(self) -> tuple[Column, ...]:
@@ -243,6 +253,11 @@ class TableSchema:
             lsn=int(record.get("lsn", 0)),
             versions=versions,
         )
+
+
+def sql_identifier(name: str) -> str:
+    """``name`` as an SQL identifier: as it is when lower-case letters, digits, ``_`` and ``$``, else quoted."""
+    return name if _BARE.fullmatch(name) else '"' + name.replace('"', '""') + '"'
 
 
 def schemas_topic(prefix: str) -> str:

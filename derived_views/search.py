@@ -38,15 +38,17 @@ from derived_views.errors import MissingTableError
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema, quote
 from derived_views.steps import TableResult, apply_state, is_current, load_pending, starting_point
+from log_store.topic_names import log_name
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 NAME = "search"
-PRODUCTS = "public.products"
-CATEGORIES = "public.categories"
+#: The source tables, by log name (found by their schema and table names, not by a topic name built here).
+PRODUCTS = log_name("public", "products")
+CATEGORIES = log_name("public", "categories")
 #: The view's tables below its directory, and what each holds.
-TABLES = {"categories": f"copy of {CATEGORIES}", "documents": f"a document per {PRODUCTS} row",
+TABLES = {"categories": "copy of public.categories", "documents": "a document per public.products row",
           "terms": "term frequencies per document"}
 _TEXT_COLUMNS = ("name", "description", "tags")
 TERMS_DDL = "id bigint, term string, tf int, doc_len int"

@@ -95,11 +95,16 @@ def normalize(value: Any, type_name: str) -> Any:
     return str(value)
 
 
+def quote_identifier(name: str) -> str:
+    """``name`` as a quoted SQL identifier (any character, ``"`` doubled)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
 def _select_list(schema: TableSchema) -> str:
     """Columns as psycopg should load them: native types as they are, everything else as text."""
     parts = []
     for column in schema.columns:
-        name = '"' + column.name.replace('"', '""') + '"'
+        name = quote_identifier(column.name)
         is_array = column.type_name.startswith("_")
         base = column.type_name.lstrip("_")
         if base in _NATIVE or base in _TEXT_TYPES:
@@ -113,7 +118,7 @@ def source_rows(conn: psycopg.Connection, schema: TableSchema) -> list[dict[str,
     """Every row of a source table as a dict of its columns."""
     from psycopg.rows import dict_row
 
-    table = f'"{schema.schema}"."{schema.table}"'
+    table = f"{quote_identifier(schema.schema)}.{quote_identifier(schema.table)}"
     with conn.cursor(row_factory=dict_row) as cursor:
         return list(cursor.execute(f"SELECT {_select_list(schema)} FROM {table}"))  # noqa: S608 - quoted names
 
@@ -163,22 +168,22 @@ def _delta_rows(ctx: ViewContext, path: str, view: str) -> list[dict[str, Any]]:
 def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report) -> None:
     """Each source table against its current-state table and, for a table with a key, against its
     history table's current versions."""
-    for qualified, schema in sorted(schemas.items()):
-        if not ctx.definitions.warehouse.keeps(qualified):
+    for name, schema in sorted(schemas.items()):
+        if not ctx.definitions.warehouse.keeps(schema.qualified):
             continue
         if not _exists(conn, schema):
-            report.notes.append(f"{qualified} is no longer in the source (dropped or renamed): its warehouse "
+            report.notes.append(f"{schema.qualified} is no longer in the source (dropped or renamed): its warehouse "
                                 "tables keep the rows it had, and were not compared")
             continue
         source = source_rows(conn, schema)
-        view = _delta_rows(ctx, warehouse.current_path(ctx, qualified), warehouse.NAME)
+        view = _delta_rows(ctx, warehouse.current_path(ctx, name), warehouse.NAME)
         report.compared += len(source)
-        report.differences += compare_rows(qualified, schema, source, view)
-        if not schema.key_columns or not ctx.definitions.warehouse.keeps_history(qualified):
+        report.differences += compare_rows(schema.qualified, schema, source, view)
+        if not schema.key_columns or not ctx.definitions.warehouse.keeps_history(schema.qualified):
             continue  # a keyless table's history keeps no versions (its events have no key to version)
-        history = [row for row in _delta_rows(ctx, warehouse.history_path(ctx, qualified), warehouse.NAME)
+        history = [row for row in _delta_rows(ctx, warehouse.history_path(ctx, name), warehouse.NAME)
                    if row["_cdc_is_current"]]
-        report.differences += compare_rows(f"{qualified} (history)", schema, source, history)
+        report.differences += compare_rows(f"{schema.qualified} (history)", schema, source, history)
 
 
 def _search(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report) -> None:

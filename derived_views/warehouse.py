@@ -1,6 +1,10 @@
 """Warehouse view: per source table a current-state (SCD1) and a history (SCD2) Delta table.
 
-Paths below ``CDC_DATA_DIR``:
+Paths below ``CDC_DATA_DIR``, where ``<schema>.<table>`` stands for the table's directory name
+(:func:`log_store.topic_names.dir_name` of its log name): ``<schema>.<table>`` when both names are
+plain (ASCII letters, digits, ``_``, ``-``), else both escaped and joined by ``..``, shortened with a
+hash past 231 characters. It is one path component, different for every table, never ``.`` or ``..``
+and without ``/``, so no table name reaches outside ``warehouse/current`` or ``warehouse/history``.
 
 - ``warehouse/current/<schema>.<table>``: one row per key with the source's columns (names and
   faithful types from :mod:`derived_views.schema`) plus ``_cdc_key`` (the key as canonical JSON),
@@ -45,6 +49,7 @@ from derived_views.steps import (
     load_pending,
     starting_point,
 )
+from log_store.topic_names import dir_name
 
 if TYPE_CHECKING:
     from derived_views.log_source import LogWatermark
@@ -53,14 +58,14 @@ NAME = "warehouse"
 log = logging.getLogger("cdc.views")
 
 
-def current_path(ctx: ViewContext, qualified: str) -> str:
-    """Path of the current-state table of ``schema.table``."""
-    return ctx.path(NAME, "current", qualified)
+def current_path(ctx: ViewContext, name: str) -> str:
+    """Path of the current-state table of the table whose log name is ``name`` (``schema.table`` when plain)."""
+    return ctx.path(NAME, "current", dir_name(name))
 
 
-def history_path(ctx: ViewContext, qualified: str) -> str:
-    """Path of the history table of ``schema.table``."""
-    return ctx.path(NAME, "history", qualified)
+def history_path(ctx: ViewContext, name: str) -> str:
+    """Path of the history table of the table whose log name is ``name`` (``schema.table`` when plain)."""
+    return ctx.path(NAME, "history", dir_name(name))
 
 
 def dead_letter_path(ctx: ViewContext) -> str:
@@ -70,12 +75,12 @@ def dead_letter_path(ctx: ViewContext) -> str:
 
 def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
     """The topics this view reads: those of the source tables it keeps (every captured one by default)."""
-    return sorted(schema.topic for qualified, schema in ctx.schemas(watermark).items()
-                  if ctx.definitions.warehouse.keeps(qualified))
+    return sorted(schema.topic for schema in ctx.schemas(watermark).values()
+                  if ctx.definitions.warehouse.keeps(schema.qualified))
 
 
 def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: bool) -> TableResult | None:
-    path = history_path(ctx, schema.qualified)
+    path = history_path(ctx, schema.log_name)
     progress, replace = starting_point(ctx, path, replace)
     if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
@@ -90,25 +95,26 @@ def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: b
 
 
 def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
-    """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``).
+    """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``); ``only``: log
+    names of the tables to bring (``schema.table`` for plain names).
 
     A table whose batch fails is reported in its :class:`TableResult` (``error``) and the others go on
     (:mod:`derived_views.failures`): it commits nothing, so it stays exact as of its last watermark.
     """
     results = []
+    kept = ctx.definitions.warehouse
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
-        for qualified, schema in sorted(ctx.schemas(rng.watermark).items()):
-            if (only and qualified not in only) or not ctx.definitions.warehouse.keeps(qualified):
+        for name, schema in sorted(ctx.schemas(rng.watermark).items()):
+            if (only and name not in only) or not kept.keeps(schema.qualified):
                 continue
             # the two tables of one source table are independent: apply them side by side, each in a
             # session of its own so that their MERGEs do not wait for each other
-            current_table = current_path(ctx, qualified)
+            current_table = current_path(ctx, name)
             current = pool.submit(apply_state, ctx.beside(), rng, schema, current_table,
                                   dead_letter_path(ctx), replace=replace)
-            history_table = history_path(ctx, qualified)
+            history_table = history_path(ctx, name)
             try:
-                history = (_apply_history(ctx, rng, schema, replace)
-                           if ctx.definitions.warehouse.keeps_history(qualified) else None)
+                history = _apply_history(ctx, rng, schema, replace) if kept.keeps_history(schema.qualified) else None
             except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
                 log.error("warehouse table %s failed: %s", history_table, summary(exc))
                 history = TableResult(history_table, 0, 0, summary(exc))
