@@ -79,7 +79,8 @@ def _views_file_check(conn: Connection, settings: Settings) -> Check:
     from derived_views.errors import ViewsFileError
 
     try:
-        check(load(settings.views_file), coverage(conn, settings.publication, settings.tables).names)
+        covered = coverage(conn, settings.publication, settings.tables).tables
+        check(load(settings.views_file), [f"{schema}.{table}" for schema, table in covered])
     except ViewsFileError as exc:
         return Check("views file", False, str(exc))
     return Check("views file", True, "")
