@@ -5,7 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psycopg
+from tests.cdc.helpers import execute, settings_for
+
+__all__ = ["capture", "context", "dead_letters", "execute", "read_every_view_table", "rows", "settings_for", "sync",
+           "through", "verify_views"]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -13,19 +16,6 @@ if TYPE_CHECKING:
     from cdc.settings import Settings
     from derived_views.context import ViewContext
     from derived_views.runner import StepReport
-
-
-def execute(url: str, *statements: str) -> None:
-    """Run ``statements`` on the source in autocommit mode, one after the other."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        for statement in statements:
-            conn.execute(statement)
-
-
-def settings_for(url: str, data_dir: Path, **extra: Any) -> Settings:
-    from cdc.settings import load_settings
-
-    return load_settings(database_url=url, data_dir=str(data_dir), **extra)
 
 
 def capture(settings: Settings) -> None:
