@@ -33,8 +33,8 @@ class PublishedTable:
     membership: str = ""
     #: Per leaf relation ``<oid>=<highest column number>/<highest published one>/<highest with a stored
     #: default for older rows>/<relfilenode>/<types>``, comma-separated, where ``<types>`` is
-    #: ``<attnum>:<type OID>:<typmod>`` of each published column, ``;``-separated (see
-    #: :func:`columns_filled_since`).
+    #: ``<attnum>:<type OID>:<typmod>:<first 8 hex digits of the name's md5>`` of each published column,
+    #: ``;``-separated (see :func:`columns_filled_since`).
     columns: str = ""
 
     @property
@@ -134,7 +134,8 @@ class Catalog:
             f"(SELECT coalesce(max(a.attnum), 0) {attribute} AND {published}) || '/' || "
             f"(SELECT coalesce(max(a.attnum), 0) {attribute} AND {published} AND a.atthasmissing) || '/' || "
             "(SELECT r.relfilenode::int8 FROM pg_class r WHERE r.oid = l.relid) || '/' || "
-            "(SELECT coalesce(string_agg(a.attnum || ':' || a.atttypid::int8 || ':' || a.atttypmod, ';' "
+            "(SELECT coalesce(string_agg(a.attnum || ':' || a.atttypid::int8 || ':' || a.atttypmod || ':' || "
+            "substr(md5(a.attname), 1, 8), ';' "
             f"ORDER BY a.attnum), '') {attribute} AND {published}), "
             f"',' ORDER BY l.relid::oid::int8) FROM ({leaves}) l), '')"
         )
@@ -247,11 +248,15 @@ class ColumnMark(NamedTuple):
     live: int  #: highest number of a published column (neither dropped nor generated)
     missing: int  #: highest number of a published column holding a stored default for older rows
     relfilenode: int  #: changes whenever the table is rewritten
-    types: str = ""  #: ``<attnum>:<type OID>:<typmod>`` of each published column, ``;``-separated
+    types: str = ""  #: ``<attnum>:<type OID>:<typmod>:<name hash>`` of each published column, ``;``-separated
 
     def type_of(self) -> dict[str, str]:
         """Column number -> ``<type OID>:<typmod>``."""
-        return dict(part.split(":", 1) for part in self.types.split(";") if part)  # type: ignore[misc]
+        return {number: ":".join(rest[:2]) for number, *rest in (part.split(":") for part in self.types.split(";") if part)}
+
+    def name_of(self) -> dict[str, str]:
+        """Column number -> a hash of its name (empty when the marks do not hold names)."""
+        return {number: rest[2] if len(rest) > 2 else "" for number, *rest in (p.split(":") for p in self.types.split(";") if p)}
 
 
 def column_marks(columns: str) -> dict[int, ColumnMark]:
@@ -260,6 +265,8 @@ def column_marks(columns: str) -> dict[int, ColumnMark]:
     for part in filter(None, columns.split(",")):
         leaf, _, numbers = part.partition("=")
         fields = numbers.split("/")
+        if len(fields) == 4:  # written before the marks held types: judged without them
+            fields.append("")
         if len(fields) != len(ColumnMark._fields):
             return {}  # marks of another form judge nothing (as an entry without marks)
         marks[int(leaf)] = ColumnMark(*map(int, fields[:4]), fields[4])
@@ -283,7 +290,9 @@ def columns_filled_since(before: str, now: str) -> bool:
 
     Also when a column the leaf had then holds another type and the leaf has been rewritten since
     (``ALTER COLUMN ... TYPE`` converted the stored values, with any ``USING`` expression); a type change
-    that rewrites nothing (``varchar(10)`` to ``text``) leaves every value as it was.
+    that rewrites nothing (``varchar(10)`` to ``text``) leaves every value as it was. And when a column
+    added since has the name of a column the leaf had then (dropped and added again: the log holds the
+    dropped column's values under that name, the rows now hold the new column's).
 
     A column added without a default leaves the older rows null, and a default set on it later is for
     later rows: neither asks for anything. Nor does a rewrite with no column added and no type changed
@@ -293,12 +302,21 @@ def columns_filled_since(before: str, now: str) -> bool:
     return any(
         leaf in seen and (mark.missing > seen[leaf].highest
                           or (mark.relfilenode != seen[leaf].relfilenode
-                              and (mark.live > seen[leaf].highest or _retyped(seen[leaf], mark))))
+                              and (mark.live > seen[leaf].highest or _retyped(seen[leaf], mark)))
+                          or _name_reused(seen[leaf], mark))
         for leaf, mark in column_marks(now).items()
     )
 
 
+def _name_reused(before: ColumnMark, now: ColumnMark) -> bool:
+    """Whether a column added since ``before`` has the name of a column ``before`` had: a column dropped
+    and added again under its name, whose old values the log holds under that name for every row."""
+    old = {name for name in before.name_of().values() if name}
+    return any(int(number) > before.highest and name in old for number, name in now.name_of().items() if name)
+
+
 def _retyped(before: ColumnMark, now: ColumnMark) -> bool:
-    """Whether a column numbered in both marks holds another type in ``now``."""
+    """Whether a column numbered in both marks holds another type in ``now`` (never, when ``before``
+    predates the types in the marks)."""
     old, new = before.type_of(), now.type_of()
     return any(number in old and old[number] != kind for number, kind in new.items())

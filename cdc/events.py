@@ -320,9 +320,10 @@ class EventBuilder:
         partitions = self.partitions_of(shape.topic)
         return [truncate_marker(shape.topic, value, tx.ts_ms, p, partitions) for p in range(partitions)]
 
-    def schema(self, shape: TableShape, lsn: int, previous: bytes | None = None) -> ProducerRecord:
-        """The table's column list for ``<prefix>.__schemas`` (``previous``: the record it follows)."""
-        return ProducerRecord(self.schema_topic, shape.schema_key(), shape.schema_value(lsn, previous),
+    def schema(self, shape: TableShape, lsn: int, previous: bytes | None = None, sequence: int = 0) -> ProducerRecord:
+        """The table's column list for ``<prefix>.__schemas``, in force from ``(lsn, sequence)``
+        (``previous``: the record it follows)."""
+        return ProducerRecord(self.schema_topic, shape.schema_key(), shape.schema_value(lsn, previous, sequence),
                               time.time_ns() // 1_000_000)
 
     @property

@@ -286,22 +286,22 @@ class ChangeReplayer:
             attnums=_attribute_numbers(columns, info),
         )
 
-    def _schema_records(self, shape: TableShape, lsn: int) -> list[ProducerRecord]:
+    def _schema_records(self, shape: TableShape, lsn: int, sequence: int = 0) -> list[ProducerRecord]:
         fingerprint = shape.fingerprint()
         emitted = self.emitted_schemas.get(shape.log_name)
         if emitted is not None and emitted[0] == fingerprint:
             return []
-        record = self.builder.schema(shape, lsn, emitted[1] if emitted is not None else None)
+        record = self.builder.schema(shape, lsn, emitted[1] if emitted is not None else None, sequence)
         self.emitted_schemas[shape.log_name] = (fingerprint, record.value or b"")
         if self.on_new_shape is not None:
             self.on_new_shape(shape)
         return [record]
 
-    def _first_use(self, shape: TableShape, commit_lsn: int) -> list[ProducerRecord] | None:
+    def _first_use(self, shape: TableShape, commit_lsn: int, sequence: int = 0) -> list[ProducerRecord] | None:
         """None when the table's events of this transaction are held back, else the records to write first."""
         if self.gate is not None and not self.gate.admits(shape, commit_lsn):
             return None
-        return self._schema_records(shape, commit_lsn)
+        return self._schema_records(shape, commit_lsn, sequence)
 
     def key_changes(self, txs: list[Transaction]) -> set[tuple[str, bytes]]:
         """``(topic, old key)`` of every update in ``txs`` that changes a row's key and leaves TOAST
@@ -377,7 +377,7 @@ class ChangeReplayer:
                 if entry is None or entry[0] is not shape:
                     allowed = admitted.get(relid)
                     if allowed is None:
-                        head = self._first_use(shape, tx.commit_lsn)
+                        head = self._first_use(shape, tx.commit_lsn, context.sequence)
                         admitted[relid] = allowed = head is not None
                         if head:
                             yield from head
@@ -403,7 +403,7 @@ class ChangeReplayer:
                     continue
                 allowed = admitted.get(message.relid)
                 if allowed is None:
-                    head = self._first_use(shape, tx.commit_lsn)
+                    head = self._first_use(shape, tx.commit_lsn, context.sequence)
                     admitted[message.relid] = allowed = head is not None
                     if head:
                         yield from head

@@ -90,13 +90,16 @@ class TableShape:
         """The table's key in the schema topic and the ledger, one per table (:func:`log_store.topic_names.log_name`)."""
         return log_name(self.schema, self.table)
 
-    def schema_value(self, lsn: int, previous: bytes | None = None) -> bytes:
+    def schema_value(self, lsn: int, previous: bytes | None = None, sequence: int = 0) -> bytes:
         """The record for the ``<prefix>.__schemas`` topic (docs/event-format.md, "Schema topic").
 
-        ``previous`` is the table's record this one follows, if any: its ``versions`` are carried on,
-        and when one of its columns is gone or holds another type now, its column types are added as
-        the version in force from its ``lsn``. The latest record alone (all compaction keeps) thus tells
-        a consumer the types every earlier event of the table was written with.
+        The record holds from ``(lsn, sequence)``: the first event written with it (a shape that changes
+        inside a transaction holds from that transaction's next event). ``previous`` is the table's
+        record this one follows, if any: its ``versions`` are carried on, and it becomes a version itself
+        when one of its columns is gone, renamed or holds another type now, or when it already follows
+        versions (else the events between it and this record would read as the version before it).
+        The latest record alone (all compaction keeps) thus tells a consumer the columns every earlier
+        event of the table was written with.
         """
         record: dict[str, object] = {
             "schema": self.schema,
@@ -110,6 +113,7 @@ class TableShape:
                 for c in self.columns
             ],
             "lsn": lsn,
+            "sequence": sequence,
         }
         versions = earlier_versions(orjson.loads(previous), self.columns) if previous is not None else []
         if versions:
@@ -136,16 +140,16 @@ def _types(columns: list[dict[str, object]]) -> list[dict[str, object]]:
 def earlier_versions(previous: dict[str, object], columns: tuple[ColumnShape, ...]) -> list[dict[str, object]]:
     """The ``versions`` of a table's next schema record, given its ``previous`` record.
 
-    A version is ``{"lsn": L, "columns": [{"name", "type", "typmod", "attnum"}, ...]}``: the columns of
-    the events from ``L`` on, until the next version (or the record itself). Only a record whose columns
-    are not all still there with the same name, type and attribute number becomes a version (a column
-    changed type, was renamed, or was dropped): added columns change no earlier event's types.
+    A version is ``{"lsn": L, "sequence": S, "columns": [{"name", "type", "typmod", "attnum"}, ...]}``:
+    the columns of the events from ``(L, S)`` on, until the next version (or the record itself). The
+    first version is made when a column changed type, was renamed or was dropped (added columns change
+    no earlier event's types); from then on every record becomes one, so the versions leave no gap.
     """
     carried = list(previous.get("versions", []))  # type: ignore[call-overload]
     now = {(c.name, c.type_name, c.typmod, c.attnum) for c in columns}
     before = _types(previous.get("columns", []))  # type: ignore[arg-type]
-    if any((c["name"], c["type"], c["typmod"], c["attnum"]) not in now for c in before):
-        carried.append({"lsn": previous.get("lsn", 0), "columns": before})
+    if carried or any((c["name"], c["type"], c["typmod"], c["attnum"]) not in now for c in before):
+        carried.append({"lsn": previous.get("lsn", 0), "sequence": previous.get("sequence", 0), "columns": before})
     return carried
 
 

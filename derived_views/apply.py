@@ -178,20 +178,28 @@ def typed_batch(
     return spark.createDataFrame(rows, schema=parsed.schema), arrow_facts(rows)
 
 
-#: How events are parsed: ``(from LSN, (name, Spark type) of each column)`` in LSN order, see
-#: :meth:`derived_views.schema.TableSchema.parse_plan`.
-Plan = list[tuple[int, list[tuple[str, str]]]]
+#: How events are parsed: ``((from LSN, from sequence), (name, Spark type) of each column)`` in position
+#: order, see :meth:`derived_views.schema.TableSchema.parse_plan`.
+Plan = list[tuple[tuple[int, int], list[tuple[str, str]]]]
+
+
+def _before(position: tuple[int, int]) -> SparkColumn:
+    """Whether an event's ``(lsn, seq)`` is before ``position``."""
+    from pyspark.sql import functions as F
+
+    lsn, seq = position
+    return (F.col("lsn") < F.lit(lsn)) | ((F.col("lsn") == F.lit(lsn)) & (F.col("seq") < F.lit(seq)))
 
 
 def _by_version(plan: Plan, parse: Callable[[list[tuple[str, str]]], SparkColumn]) -> SparkColumn:
-    """``parse(types)`` with the types of the version in force at each event's LSN."""
+    """``parse(types)`` with the types of the version in force at each event's position."""
     from pyspark.sql import functions as F
 
     if len(plan) == 1:
         return parse(plan[0][1])
-    result = F.when(F.col("lsn") < F.lit(plan[1][0]), parse(plan[0][1]))
+    result = F.when(_before(plan[1][0]), parse(plan[0][1]))
     for (_, types), (upto, _) in zip(plan[1:-1], plan[2:], strict=True):
-        result = result.when(F.col("lsn") < F.lit(upto), parse(types))
+        result = result.when(_before(upto), parse(types))
     return result.otherwise(parse(plan[-1][1]))
 
 
@@ -211,7 +219,7 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
     """
     from pyspark.sql import functions as F
 
-    plan = plan or [(0, columns)]
+    plan = plan or [((0, 0), columns)]
     ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
     options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_cdc_corrupt"}
     view_envelope = f"struct<after: struct<{_struct_ddl(columns)}>, before: struct<{_struct_ddl(columns)}>, _cdc_corrupt: string>"
@@ -450,9 +458,10 @@ def ensure_table(spark: SparkSession, path: str, ddl: str) -> None:
         return
     changed = {n: supertype(existing[n], t) for n, t in wanted_types.items() if n in existing and existing[n] != t}
     changed = {n: t for n, t in changed.items() if t != existing[n]}
+    missing = [f for f in wanted.fields if f.name not in existing]
+    forget_table(path)  # read again after a failure part way: a conversion must start from the table's types
     if changed:
         _retype(spark, path, existing, changed)
-    missing = [f for f in wanted.fields if f.name not in existing]
     if missing:
         added = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in missing)
         with committing(spark, None):

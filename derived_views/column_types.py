@@ -83,14 +83,22 @@ def as_text(column: SparkColumn, spark_type: str) -> SparkColumn:
     if spark_type == "string":
         return column
     if spark_type == "timestamp":
-        return F.date_format(column, _MICROS)
+        return F.concat(_without_zero_fraction(F.date_format(column, _MICROS_NTZ)), F.lit("Z"))
     if spark_type == "timestamp_ntz":
-        return F.date_format(column, _MICROS_NTZ)
+        return _without_zero_fraction(F.date_format(column, _MICROS_NTZ))
     if spark_type == "binary":
         return F.base64(column)
     if spark_type.startswith(("array<", "struct<", "map<")):
         return F.to_json(column, {"timestampFormat": _MICROS, "timestampNTZFormat": _MICROS_NTZ})
     return column.cast("string")
+
+
+def _without_zero_fraction(text: SparkColumn) -> SparkColumn:
+    """``...T12:00:00.500000`` as ``...T12:00:00.5`` and ``...T12:00:00.000000`` as ``...T12:00:00``: the
+    fraction as the server prints it, so a converted value reads as the events' text does."""
+    from pyspark.sql import functions as F
+
+    return F.regexp_replace(F.regexp_replace(text, "0+$", ""), "\\.$", "")
 
 
 def convert(column: SparkColumn, old: str, new: str) -> SparkColumn:

@@ -13,13 +13,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from derived_views.errors import ViewError
+
 
 @contextmanager
 def delta_dataset(path: str) -> Iterator[Any]:
     """The Delta table at ``path`` as a ``pyarrow.dataset.Dataset``, released when the block ends."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaProtocolError
 
-    dataset = DeltaTable(path).to_pyarrow_dataset()
+    try:
+        dataset = DeltaTable(path).to_pyarrow_dataset()
+    except DeltaProtocolError as exc:
+        view = path.rstrip("/").rsplit("/", 2)[-2]
+        raise ViewError(
+            f"the Delta table {path} uses a feature deltalake cannot read ({str(exc).splitlines()[0]}); it was "
+            f"created by an earlier version: stop the view's syncs, remove its directory and run `cdc rebuild {view}`"
+        ) from None
     try:
         yield dataset
     finally:

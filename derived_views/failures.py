@@ -86,22 +86,18 @@ def read_all(views_dir: str | Path) -> list[TableFailure]:
     return out
 
 
-def record(views_dir: str, view: str, failed: dict[str, TableFailure], applied: list[str]) -> None:
-    """Record this step's ``failed`` tables of ``view`` and forget earlier failures of the ``applied`` ones."""
+def record(views_dir: str, view: str, failed: dict[str, TableFailure]) -> None:
+    """Record this step's ``failed`` tables of ``view``, replacing what earlier steps recorded: a step
+    brings every table of the view to its watermark, so a table it does not name has caught up."""
     path = _file(views_dir, view)
     if path is None:
         return
-    current = read(views_dir, view)
-    if not failed and not any(table in current for table in applied):
-        return
-    for table in applied:
-        current.pop(table, None)
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    for table, failure in failed.items():
-        current[table] = {"error": failure.error, "at": now, "watermark": failure.watermark}
-    if not current:
+    if not failed:
         path.unlink(missing_ok=True)
         return
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    current = {table: {"error": failure.error, "at": now, "watermark": failure.watermark}
+               for table, failure in failed.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
         json.dump(current, handle, sort_keys=True)

@@ -16,6 +16,7 @@ from derived_views.definitions import ViewDefinitions
 from derived_views.log_source import read_watermark
 from derived_views.schema import TableSchema, schemas_topic
 from derived_views.status import readable_progress
+from log_store.topic_names import dir_name
 
 
 @dataclass(frozen=True)
@@ -40,21 +41,21 @@ def captured_tables(log_path: str, prefix: str) -> list[TableSchema]:
     if watermark is None:
         return []
     topic = schemas_topic(prefix)
-    return sorted(read_schemas(log_path, topic, watermark.offsets.get(topic, {})).values(), key=lambda s: s.qualified)
+    return sorted(read_schemas(log_path, topic, watermark.offsets.get(topic, {})).values(), key=lambda s: s.dotted_name)
 
 
 def view_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions) -> list[ViewTable]:
     """Every table of every view, the warehouse's for the ``captured`` tables the definitions keep."""
     tables = []
     for schema in captured:
-        qualified = schema.qualified
+        qualified = schema.dotted_name
         if not definitions.warehouse.keeps(qualified):
             continue
         tables.append(_table(warehouse.NAME, f"{qualified} (current)",
-                             views_dir / warehouse.NAME / "current" / schema.log_name))
+                             views_dir / warehouse.NAME / "current" / dir_name(schema.log_name)))
         if definitions.warehouse.keeps_history(qualified):
             tables.append(_table(warehouse.NAME, f"{qualified} (history)",
-                                 views_dir / warehouse.NAME / "history" / schema.log_name))
+                                 views_dir / warehouse.NAME / "history" / dir_name(schema.log_name)))
     for module in (search, cache):
         tables.extend(_table(module.NAME, holds, views_dir / module.NAME / name) for name, holds in module.TABLES.items())
     return tables

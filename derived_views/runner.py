@@ -128,7 +128,7 @@ def _step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepR
                 f"the log at {ctx.log_path} holds no complete snapshot yet: run `cdc capture` before a rebuild"
             )
         return StepReport(None, {})
-    check_definitions(ctx.definitions, [schema.qualified for schema in ctx.schemas(watermark).values()])
+    check_definitions(ctx.definitions, [schema.dotted_name for schema in ctx.schemas(watermark).values()])
     rng = Range(ctx.log_path, watermark)
     events = {}
     failed: list[TableFailure] = []
@@ -143,7 +143,7 @@ def _step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepR
         events[name] = sum(r.events for r in results)
         failures = {_table_name(ctx, r.path): TableFailure(name, _table_name(ctx, r.path), r.error, "", watermark.position)
                     for r in results if r.error is not None}
-        record_failures(ctx.views_dir, name, failures, [_table_name(ctx, r.path) for r in results if r.error is None])
+        record_failures(ctx.views_dir, name, failures)
         failed.extend(failures.values())
     return StepReport(watermark, events, tuple(failed))
 

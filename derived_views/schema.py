@@ -107,10 +107,11 @@ class Column:
 
 @dataclass(frozen=True)
 class SchemaVersion:
-    """The column types a table's events were written with from ``lsn`` on (until the next version)."""
+    """The columns a table's events were written with from ``(lsn, sequence)`` on (until the next version)."""
 
     lsn: int
     columns: tuple[Column, ...]
+    sequence: int = 0
 
 
 @dataclass(frozen=True)
@@ -127,11 +128,16 @@ class TableSchema:
     columns: tuple[Column, ...]
     lsn: int = 0
     versions: tuple[SchemaVersion, ...] = ()
+    sequence: int = 0
+
+    def _versions(self) -> tuple[SchemaVersion, ...]:
+        """Every version, oldest first, the current columns last."""
+        return (*self.versions, SchemaVersion(self.lsn, self.columns, self.sequence))
 
     def _history(self, column: Column) -> list[tuple[int, Column | None]]:
         """``(from LSN, the column as that version had it, or None)`` for every version, oldest first."""
         return [(version.lsn, next((c for c in version.columns if column.same_column(c)), None))
-                for version in (*self.versions, SchemaVersion(self.lsn, self.columns))]
+                for version in self._versions()]
 
     def view_columns(self, existing: Mapping[str, str] | None = None,
                      text: Collection[str] = ()) -> list[tuple[str, str]]:
@@ -151,12 +157,12 @@ class TableSchema:
             out.append((column.name, "string" if column.name in text else widest(types)))
         return out
 
-    def parse_plan(self, columns: list[tuple[str, str]]) -> list[tuple[int, list[tuple[str, str]]]]:
-        """How events are parsed into ``columns`` (view types): ``(from LSN, (JSON name, type) per column)``
-        in LSN order.
+    def parse_plan(self, columns: list[tuple[str, str]]) -> list[tuple[tuple[int, int], list[tuple[str, str]]]]:
+        """How events are parsed into ``columns`` (view types): ``((from LSN, from sequence), (JSON name,
+        type) per column)`` in position order.
 
-        An event is parsed with the names and types of the version in force at its LSN (the last entry
-        whose LSN is at or below it; the first entry also covers anything older), then cast to
+        An event is parsed with the names and types of the version in force at its position (the last
+        entry at or before its ``(lsn, sequence)``; the first entry also covers anything older), then cast to
         ``columns``: a renamed column is read under the name its events carried, a column that did not
         exist yet (or was another column of the same name, dropped since) reads as null. A ``string``
         view column is parsed as a string in every version, which keeps each value's JSON text.
@@ -164,15 +170,15 @@ class TableSchema:
         """
         by_name = {c.name: c for c in self.columns}
         histories = {name: self._history(by_name[name]) for name, _ in columns if name in by_name}
-        plan: list[tuple[int, list[tuple[str, str]]]] = []
-        for number, version in enumerate((*self.versions, SchemaVersion(self.lsn, self.columns))):
+        plan: list[tuple[tuple[int, int], list[tuple[str, str]]]] = []
+        for number, version in enumerate(self._versions()):
             parse = []
             for index, (name, view) in enumerate(columns):
                 was = histories[name][number][1] if name in histories else None
                 json_name = was.name if was is not None else f"__cdc absent {index}__"
                 parse.append((json_name, view if view == "string" or was is None else was.spark_type))
             if not plan or plan[-1][1] != parse:
-                plan.append((version.lsn, parse))
+                plan.append(((version.lsn, version.sequence), parse))
         return plan
 
     def renames(self, existing: Mapping[str, str]) -> dict[str, str]:
@@ -188,17 +194,10 @@ class TableSchema:
                     break
         return out
 
-    def reused_names(self) -> dict[str, int]:
-        """``{name: LSN}`` for current columns whose name an earlier, since dropped column had: values
-        of that name written before ``LSN`` belong to the dropped column, not to this one."""
-        out = {}
-        for column in self.columns:
-            history = self._history(column)
-            first = next(lsn for lsn, was in history if was is not None)
-            versions = (*self.versions, SchemaVersion(self.lsn, self.columns))
-            if any(c.name == column.name and not column.same_column(c) for v in versions for c in v.columns):
-                out[column.name] = first
-        return out
+    @property
+    def dotted_name(self) -> str:
+        """``schema.table`` as the names are spelled, unquoted: how the views file names the table."""
+        return f"{self.schema}.{self.table}"
 
     @property
     def qualified(self) -> str:
@@ -242,7 +241,7 @@ class TableSchema:
             SchemaVersion(int(version.get("lsn", 0)), tuple(
                 Column(name=str(c["name"]), type_name=str(c["type"]), typmod=int(c.get("typmod", -1)),
                        attnum=int(c.get("attnum", 0)))
-                for c in version["columns"]))
+                for c in version["columns"]), int(version.get("sequence", 0)))
             for version in record.get("versions", [])
         )
         return cls(
@@ -252,6 +251,7 @@ class TableSchema:
             columns=columns,
             lsn=int(record.get("lsn", 0)),
             versions=versions,
+            sequence=int(record.get("sequence", 0)),
         )
 
 

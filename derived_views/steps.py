@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from derived_views.apply import (
-    LSN,
     BatchFacts,
     Range,
     dead_letter,
@@ -22,7 +21,7 @@ from derived_views.apply import (
 )
 from derived_views.context import ViewContext
 from derived_views.progress import Progress, committing
-from derived_views.schema import TableSchema, quote
+from derived_views.schema import TableSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -135,33 +134,21 @@ def load_pending(
 
 
 def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, progress: Progress | None) -> None:
-    """Make the table at ``path`` (a copy of ``schema``'s table: current state or history) follow the
-    source's renamed and re-added columns before its next batch, each in one commit without progress.
+    """Rename the columns of the table at ``path`` (a copy of ``schema``'s table: current state or
+    history) that were renamed in the source, keeping their values under the new name, in one commit
+    without progress before the table's next batch (values unchanged, so the table stays exact as of its
+    watermark; after a crash the next run finds it renamed).
 
-    A column renamed in the source is renamed in the table (its values kept under the new name). A
-    column dropped and added again under the same name is another column: the values the table holds
-    under that name from before the new one was added (its LSN) belonged to the dropped one, which the
-    source no longer has, so they become null. Both are idempotent: after a crash the next run finds
-    the table renamed, or no such value left.
+    A column dropped and added again under the same name is another column: capture reads the table
+    again (:func:`cdc.catalog.columns_filled_since`), whose truncate marker and reads replace every
+    current row; history versions from before keep the dropped column's values under the name.
     """
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
     existing = table_types(ctx.spark, path) if progress is not None else None
     if existing is None:
         return
     renames = schema.renames(existing)
     if renames:
         rename_columns(ctx.spark, path, renames)
-    position = int(progress.position, 16) if progress is not None and progress.position else 0
-    history = "_cdc_valid_from_lsn" in existing
-    for name, since in schema.reused_names().items():
-        if position >= since or name not in (table_types(ctx.spark, path) or {}):
-            continue
-        written = F.col("_cdc_valid_from_lsn" if history else LSN)
-        with committing(ctx.spark, None):
-            DeltaTable.forPath(ctx.spark, path).update(
-                condition=(written < F.lit(since)) & F.col(quote(name)).isNotNull(), set={quote(name): F.lit(None)})
 
 
 def apply_state(

@@ -169,7 +169,7 @@ def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Ta
     """Each source table against its current-state table and, for a table with a key, against its
     history table's current versions."""
     for name, schema in sorted(schemas.items()):
-        if not ctx.definitions.warehouse.keeps(schema.qualified):
+        if not ctx.definitions.warehouse.keeps(schema.dotted_name):
             continue
         if not _exists(conn, schema):
             report.notes.append(f"{schema.qualified} is no longer in the source (dropped or renamed): its warehouse "
@@ -179,7 +179,7 @@ def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Ta
         view = _delta_rows(ctx, warehouse.current_path(ctx, name), warehouse.NAME)
         report.compared += len(source)
         report.differences += compare_rows(schema.qualified, schema, source, view)
-        if not schema.key_columns or not ctx.definitions.warehouse.keeps_history(schema.qualified):
+        if not schema.key_columns or not ctx.definitions.warehouse.keeps_history(schema.dotted_name):
             continue  # a keyless table's history keeps no versions (its events have no key to version)
         history = [row for row in _delta_rows(ctx, warehouse.history_path(ctx, name), warehouse.NAME)
                    if row["_cdc_is_current"]]

@@ -23,8 +23,8 @@ the batch that needs it (no progress moves with it, so a crash in between repeat
 - a column whose type changed is converted to a type that holds every version's values
   (:mod:`derived_views.column_types`, :func:`derived_views.apply.ensure_table`), and each event is parsed
   with the types in force at its position (:meth:`derived_views.schema.TableSchema.parse_plan`);
-- a renamed column is renamed in the tables, a column dropped and added again under the same name has
-  the values of the dropped one nulled (:func:`derived_views.steps.follow_source_columns`);
+- a renamed column is renamed in the tables (:func:`derived_views.steps.follow_source_columns`); a column
+  dropped and added again under the same name makes capture read the table again;
 - a dropped column stays in the tables and is no longer filled (rows written afterwards hold NULL there).
 
 A table whose batch fails is reported and the other tables are applied (:mod:`derived_views.failures`).
@@ -76,7 +76,7 @@ def dead_letter_path(ctx: ViewContext) -> str:
 def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
     """The topics this view reads: those of the source tables it keeps (every captured one by default)."""
     return sorted(schema.topic for schema in ctx.schemas(watermark).values()
-                  if ctx.definitions.warehouse.keeps(schema.qualified))
+                  if ctx.definitions.warehouse.keeps(schema.dotted_name))
 
 
 def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: bool) -> TableResult | None:
@@ -105,7 +105,7 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str]
     kept = ctx.definitions.warehouse
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
         for name, schema in sorted(ctx.schemas(rng.watermark).items()):
-            if (only and name not in only) or not kept.keeps(schema.qualified):
+            if (only and name not in only) or not kept.keeps(schema.dotted_name):
                 continue
             # the two tables of one source table are independent: apply them side by side, each in a
             # session of its own so that their MERGEs do not wait for each other
@@ -114,7 +114,7 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str]
                                   dead_letter_path(ctx), replace=replace)
             history_table = history_path(ctx, name)
             try:
-                history = _apply_history(ctx, rng, schema, replace) if kept.keeps_history(schema.qualified) else None
+                history = _apply_history(ctx, rng, schema, replace) if kept.keeps_history(schema.dotted_name) else None
             except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
                 log.error("warehouse table %s failed: %s", history_table, summary(exc))
                 history = TableResult(history_table, 0, 0, summary(exc))

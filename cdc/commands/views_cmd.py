@@ -205,7 +205,7 @@ def views_cmd(ctx: object, as_json: bool) -> None:
     definitions = load(settings.views_file)
     captured = captured_tables(str(settings.log_dir.resolve()), settings.topic_prefix)
     if captured:
-        check(definitions, [schema.qualified for schema in captured])
+        check(definitions, [schema.dotted_name for schema in captured])
     tables = view_tables(settings.views_dir.resolve(), captured, definitions)
     if as_json:
         click.echo(json.dumps({"definitions": definitions.source, "tables": [asdict(t) for t in tables]}, indent=2))

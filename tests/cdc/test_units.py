@@ -291,6 +291,14 @@ def test_a_column_added_with_values_for_existing_rows_uncovers_the_table() -> No
     assert not covers(_marks((1, 2, 2, 1, 906, "1:23:-1;2:20:-1"), (2, 3, 3, 0, 901)))
     # ... a type change that rewrites nothing keeps every value (varchar(10) to varchar(20))
     assert covers(_marks((1, 2, 2, 1, 900, "1:23:-1;2:1043:24"), (2, 3, 3, 0, 901)))
+    # a column dropped and added again under its name (the hash of "n" on a new number)
+    ledger.note_columns("public.t", _marks((1, 2, 2, 1, 900, "1:23:-1:aa;2:23:-1:bb"), (2, 3, 3, 0, 901)))
+    assert not covers(_marks((1, 3, 3, 1, 900, "1:23:-1:aa;3:25:-1:bb"), (2, 3, 3, 0, 901)))
+    assert covers(_marks((1, 3, 3, 1, 900, "1:23:-1:aa;3:25:-1:cc"), (2, 3, 3, 0, 901)))  # another name
+    # marks written before they held types still judge added columns (and no type change)
+    ledger.note_columns("public.t", "1=2/2/1/900,2=3/3/0/901")
+    assert not covers(_marks((1, 3, 3, 3, 900), (2, 3, 3, 0, 901)))
+    assert covers(_marks((1, 2, 2, 1, 906, "1:23:-1;2:20:-1"), (2, 3, 3, 0, 901)))
     ledger.add([shape], 999)  # an entry from before the log kept column marks: not judged by them
     assert covers(_marks((1, 4, 4, 4, 999), (2, 3, 3, 0, 901)))
     ledger.note_columns("public.t", _marks((1, 4, 4, 4, 999), (2, 3, 3, 0, 901)))  # ... until it is given the marks of now

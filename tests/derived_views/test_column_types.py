@@ -46,7 +46,7 @@ def test_a_table_whose_columns_never_changed_parses_with_one_entry() -> None:
     schema = _schema((100, (Column("id", "int4", key=True, attnum=1), Column("v", "text", attnum=2))))
     columns = schema.view_columns()
     assert columns == [("id", "int"), ("v", "string")]
-    assert schema.parse_plan(columns) == [(100, [("id", "int"), ("v", "string")])]
+    assert schema.parse_plan(columns) == [((100, 0), [("id", "int"), ("v", "string")])]
 
 
 def test_a_type_change_widens_and_each_version_parses_with_its_own_types() -> None:
@@ -57,8 +57,8 @@ def test_a_type_change_widens_and_each_version_parses_with_its_own_types() -> No
     columns = schema.view_columns()
     assert columns == [("id", "int"), ("n", "bigint"), ("s", "string")]
     assert schema.parse_plan(columns) == [
-        (100, [("id", "int"), ("n", "int"), ("s", "string")]),  # a string view column parses as text throughout
-        (200, [("id", "int"), ("n", "bigint"), ("s", "string")]),
+        ((100, 0), [("id", "int"), ("n", "int"), ("s", "string")]),  # a string view column parses as text throughout
+        ((200, 0), [("id", "int"), ("n", "bigint"), ("s", "string")]),
     ]
     # the table's own type counts too, and a multi-dimensional array column is text
     assert schema.view_columns({"n": "string"}, text={"id"}) == [("id", "string"), ("n", "string"), ("s", "string")]
@@ -73,10 +73,17 @@ def test_a_renamed_column_reads_its_old_name_and_a_re_added_one_is_another_colum
     assert columns == [("id", "int"), ("remark", "string"), ("x", "string")]  # the old x's int is not counted
     first, second = schema.parse_plan(columns)
     assert first[1][1] == ("note", "string") and first[1][2][0] != "x"  # the dropped x is not read as the new one
-    assert second == (200, [("id", "int"), ("remark", "string"), ("x", "string")])
+    assert second == ((200, 0), [("id", "int"), ("remark", "string"), ("x", "string")])
     assert schema.renames({"id": "int", "note": "string", "x": "int"}) == {"note": "remark"}
     assert schema.renames({"id": "int", "remark": "string"}) == {}
-    assert schema.reused_names() == {"x": 200}
     # without attribute numbers (records of an older capture) columns are known by name
     plain = _schema((100, (Column("id", "int4"), Column("x", "int4"))), (200, (Column("id", "int4"), Column("x", "int8"))))
-    assert plain.reused_names() == {} and plain.view_columns() == [("id", "int"), ("x", "bigint")]
+    assert plain.view_columns() == [("id", "int"), ("x", "bigint")]
+
+
+def test_a_version_that_starts_inside_a_transaction_is_bounded_by_the_sequence() -> None:
+    """A shape changed inside a transaction holds from that transaction's next event: events of the same
+    commit LSN before it keep the earlier version."""
+    schema = TableSchema("public", "t", "cdc.public.t", (Column("id", "int4", attnum=1), Column("n", "int8", attnum=2)),
+                         200, (SchemaVersion(100, (Column("id", "int4", attnum=1), Column("n", "int4", attnum=2))),), 5)
+    assert [position for position, _ in schema.parse_plan(schema.view_columns())] == [(100, 0), (200, 5)]
