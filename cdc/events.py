@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from cdc.arrow_fragments import join, literal
+from cdc.coverage import sql_name
 from cdc.errors import MissingValueError
 from cdc.pgoutput.messages import UNCHANGED, Tuple
 from cdc.row_codec import NULL, RowCodec
@@ -105,10 +106,11 @@ def with_unchanged_key(shape: TableShape, old: Tuple | None, new: Tuple) -> Tupl
         if index < len(filled) and filled[index] is UNCHANGED:
             value = old[index] if old is not None and index < len(old) else UNCHANGED
             if value is UNCHANGED:
+                table = sql_name((shape.schema, shape.table))
                 raise MissingValueError(
-                    f"an update of {shape.qualified} left its key column {shape.codec.names[index]} unchanged "
+                    f"an update of {table} left its key column {shape.codec.names[index]} unchanged "
                     "(stored out of line, TOAST) and the server sent no old value of it, so the row's key cannot "
-                    f"be known; run ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL (or make the replica "
+                    f"be known; run ALTER TABLE {table} REPLICA IDENTITY FULL (or make the replica "
                     "identity cover the primary key) so the server sends the old key, then run cdc capture again"
                 )
             filled[index] = value

@@ -53,6 +53,13 @@ class Report:
 def _from_text(value: str, type_name: str) -> Any:
     """A value a view holds as its JSON text (a column whose type changed, or a multi-dimensional
     array; see :mod:`derived_views.column_types`) in the form the source type is compared in."""
+    try:
+        return _parsed_text(value, type_name)
+    except ValueError:
+        return value  # a form the source keeps as text too (infinity, a BC date): compared as written
+
+
+def _parsed_text(value: str, type_name: str) -> Any:
     base = type_name.lstrip("_")
     if type_name.startswith("_") or base in ("int2", "int4", "int8", "oid", "float4", "float8", "bool"):
         try:
