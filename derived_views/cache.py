@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from derived_views.apply import LSN, OP, Range, ensure_table
 from derived_views.context import ViewContext
-from derived_views.delta_reads import delta_dataset
+from derived_views.delta_reads import read_query, sql_text
 from derived_views.errors import MissingTableError, UnknownEntityError
 from derived_views.progress import Progress, committing
 from derived_views.steps import TableResult, starting_point, apply_state, is_current, load_pending
@@ -155,7 +155,6 @@ def get(views_dir: str, entity: str, key: str) -> dict | None:
     """The cached value of ``entity`` ``key`` in the views at ``views_dir``, or ``None`` when there is none.
 
     Read with ``deltalake``, without Spark; the entity name is checked before anything is read."""
-    import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
     if entity not in ENTITIES:
@@ -163,7 +162,6 @@ def get(views_dir: str, entity: str, key: str) -> dict | None:
     entries_path = f"{views_dir.rstrip('/')}/{NAME}/entries"
     if not DeltaTable.is_deltatable(entries_path):
         raise MissingTableError(entries_path, NAME)
-    with delta_dataset(entries_path) as entries:
-        rows = entries.to_table(columns=["value"],
-                                filter=(ds.field("entity") == entity) & (ds.field("entity_key") == key)).to_pylist()
+    rows = read_query(entries_path, f"SELECT value FROM t WHERE entity = {sql_text(entity)} "
+                               f"AND entity_key = {sql_text(key)} LIMIT 1").to_pylist()
     return json.loads(rows[0]["value"]) if rows else None

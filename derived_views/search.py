@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from derived_views.apply import KEY, LSN, OP, SEQ, TS, UNCHANGED, Range, ensure_table, merge_current
 from derived_views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
 from derived_views.context import ViewContext
-from derived_views.delta_reads import delta_dataset
+from derived_views.delta_reads import read_query, sql_text
 from derived_views.errors import MissingTableError
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema, quote
@@ -239,8 +239,6 @@ def query(views_dir: str, text: str, limit: int = 10) -> list[Hit]:
     """The best ``limit`` products for ``text`` by BM25 over the terms table of the views at ``views_dir``.
 
     Read with ``deltalake``, without Spark: a query answers in a fraction of a second."""
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
     from deltalake import DeltaTable
 
     terms_path = f"{views_dir.rstrip('/')}/{NAME}/terms"
@@ -249,18 +247,18 @@ def query(views_dir: str, text: str, limit: int = 10) -> list[Hit]:
     words = sorted(set(tokenize(text)))
     if not words:
         return []
-    with delta_dataset(terms_path) as terms:
-        lengths = terms.to_table(columns=["id", "doc_len"]).group_by("id").aggregate([("doc_len", "max")])
-        found = terms.to_table(filter=ds.field("term").isin(words)).to_pylist()
-    n_docs = lengths.num_rows
-    avg_len = float(pc.mean(lengths.column("doc_len_max")).as_py() or 0.0) if n_docs else 0.0
+    stats = read_query(terms_path, "SELECT count(*) AS n, avg(doc_len) AS avg_len FROM "
+                              "(SELECT id, max(doc_len) AS doc_len FROM t GROUP BY id)").to_pylist()[0]
+    n_docs, avg_len = int(stats["n"] or 0), float(stats["avg_len"] or 0.0)
+    found = read_query(terms_path, "SELECT id, term, tf, doc_len FROM t WHERE term IN ("
+                  + ", ".join(sql_text(word) for word in words) + ")").to_pylist()
     best = rank([Posting(r["id"], r["term"], r["tf"], r["doc_len"]) for r in found], n_docs, avg_len, limit)
     if not best:
         return []
-    with delta_dataset(f"{views_dir.rstrip('/')}/{NAME}/documents") as documents:
-        docs = {r["id"]: r for r in documents.to_table(
-            columns=["id", "name", "category_name", "price"],
-            filter=ds.field("id").isin([doc_id for doc_id, _ in best])).to_pylist()}
+    docs = {r["id"]: r for r in read_query(
+        f"{views_dir.rstrip('/')}/{NAME}/documents",
+        "SELECT id, name, category_name, price FROM t WHERE id IN (" + ", ".join(str(int(i)) for i, _ in best) + ")",
+    ).to_pylist()}
     return [
         Hit(doc_id, score, docs[doc_id]["name"], docs[doc_id]["category_name"], docs[doc_id]["price"])
         for doc_id, score in best
