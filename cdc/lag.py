@@ -232,6 +232,7 @@ def measure_log(settings: Settings) -> LogLag:
 
 def measure_views(settings: Settings, log: LogLag) -> list[ViewLag]:
     """Per view, the least advanced of its tables against the log's latest watermark."""
+    from derived_views.definitions import load
     from derived_views.status import view_progress
 
     ends = {(p.topic, p.partition): p.end_offset for p in log.partitions}
@@ -239,7 +240,7 @@ def measure_views(settings: Settings, log: LogLag) -> list[ViewLag]:
     latest_lsn = Lsn.parse(latest["lsn"]) if latest.get("lsn") else Lsn(0)
     latest_ms = _ms(latest.get("appended_at"))
     out: list[ViewLag] = []
-    for view, tables in view_progress(settings).items():
+    for view, tables in view_progress(settings, tuple(load(settings.views_file).view_names())).items():
         if not tables:
             continue
         slowest = min(tables, key=lambda progress: progress.lsn)

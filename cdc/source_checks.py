@@ -12,6 +12,7 @@ so that ``cdc setup`` never creates a publication that makes the application's u
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import sql
@@ -19,6 +20,9 @@ from psycopg import sql
 from cdc.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
 from cdc.errors import SourceError
 from cdc.settings import Settings
+
+if TYPE_CHECKING:
+    from derived_views.composite import SourceTable
 
 
 @dataclass(frozen=True)
@@ -74,16 +78,44 @@ def run_checks(settings: Settings) -> list[Check]:
 
 
 def _views_file_check(conn: Connection, settings: Settings) -> Check:
-    """The views file is well formed and names only tables capture will read (derived_views.definitions)."""
-    from derived_views.definitions import check, load
+    """The views file is well formed and its views read only tables capture will read, through columns
+    and keys they have (derived_views.definitions, derived_views.composite)."""
+    from derived_views.composite import checked
+    from derived_views.definitions import load
     from derived_views.errors import ViewsFileError
 
     try:
+        definitions = load(settings.views_file)
         covered = coverage(conn, settings.publication, settings.tables).tables
-        check(load(settings.views_file), [f"{schema}.{table}" for schema, table in covered])
+        checked(definitions, _source_tables(conn, covered))
     except ViewsFileError as exc:
         return Check("views file", False, str(exc))
     return Check("views file", True, "")
+
+
+_COLUMNS_SQL = """
+SELECT a.attname, t.typname,
+       coalesce(a.attnum = ANY (pk.conkey), false) AS in_key
+FROM pg_attribute a
+JOIN pg_type t ON t.oid = a.atttypid
+LEFT JOIN pg_constraint pk ON pk.conrelid = a.attrelid AND pk.contype = 'p'
+WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum
+"""
+
+
+def _source_tables(conn: Connection, tables: list[tuple[str, str]]) -> dict[str, SourceTable]:
+    """What the views file may name of each covered table: its columns' types and its primary key."""
+    from derived_views.composite import SourceTable  # noqa: F811 - at run time too
+    from log_store.topic_names import log_name
+
+    found = {}
+    for schema, table in tables:
+        name = '"' + schema.replace('"', '""') + '"."' + table.replace('"', '""') + '"'
+        rows = conn.execute(_COLUMNS_SQL, (name,)).fetchall()
+        found[f"{schema}.{table}"] = SourceTable(f"{schema}.{table}", log_name(schema, table),
+                                                 {row[0]: row[1] for row in rows}, tuple(row[0] for row in rows if row[2]))
+    return found
 
 
 #: Pointed to by the problems ``cdc capture`` finds, which ``cdc setup --check-only`` finds with the rest.

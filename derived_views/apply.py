@@ -102,11 +102,13 @@ class Range:
     watermark: LogWatermark
 
     def progress(self, topics: list[str], previous: Progress | None = None) -> Progress:
-        """The progress a table consuming ``topics`` has once this range is applied."""
+        """The progress a table consuming ``topics`` has once this range is applied (computed with the
+        same definition as ``previous``)."""
         offsets = {t: dict(parts) for t, parts in (previous.offsets if previous else {}).items()}
         for topic in topics:
             offsets[topic] = dict(self.watermark.offsets.get(topic, {}))
-        return Progress(offsets, self.watermark.position, self.watermark.timestamp_ms)
+        return Progress(offsets, self.watermark.position, self.watermark.timestamp_ms,
+                        previous.definition if previous else "")
 
 
 def read_log(

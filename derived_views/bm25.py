@@ -44,19 +44,20 @@ def term_score(tf: int, doc_freq: int, n_docs: int, doc_len: int, avg_len: float
 class Posting:
     """One term occurrence row of the terms table: a document id, the term, its count, the doc length."""
 
-    doc_id: int
+    doc_id: str
+    """The document's key (its ``_cdc_key``)."""
     term: str
     tf: int
     doc_len: int
 
 
-def rank(postings: Iterable[Posting], n_docs: int, avg_len: float, limit: int) -> list[tuple[int, float]]:
+def rank(postings: Iterable[Posting], n_docs: int, avg_len: float, limit: int) -> list[tuple[str, float]]:
     """``(doc_id, score)`` of the best ``limit`` documents, best first (ties by id)."""
     rows = list(postings)
     doc_freq: dict[str, int] = {}
     for posting in rows:
         doc_freq[posting.term] = doc_freq.get(posting.term, 0) + 1
-    scores: dict[int, float] = {}
+    scores: dict[str, float] = {}
     for posting in rows:
         scores[posting.doc_id] = scores.get(posting.doc_id, 0.0) + term_score(
             posting.tf, doc_freq[posting.term], n_docs, posting.doc_len, avg_len

@@ -19,11 +19,13 @@ be captured). ``cdc setup`` and ``cdc sync`` run both before anything is written
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Collection
 from pathlib import Path
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from derived_views.errors import ViewsFileError
 
@@ -60,14 +62,135 @@ class WarehouseDefinition(BaseModel):
         return self.keeps(qualified) and qualified not in self.without_history
 
 
+#: Names of indexes, entities, joins and children: they become view names, paths and JSON keys.
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _plain_name(kind: str, name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"{kind} name {name!r} must be letters, digits and _ (not starting with a digit)")
+    return name
+
+
+def _table_name(value: str) -> str:
+    if "." not in value:
+        raise ValueError(f"{value!r} is not schema.table")
+    return value
+
+
+#: ``schema.table`` as the source spells it.
+TableName = Annotated[str, AfterValidator(_table_name)]
+#: One column name or a list of them (a list of one for the single name).
+ColumnNames = Annotated[list[str], BeforeValidator(lambda value: [value] if isinstance(value, str) else value)]
+
+
+class JoinDefinition(BaseModel):
+    """A many-to-one join (``[search.<index>.joins.<name>]``, ``[cache.<entity>.lookups.<name>]``): the
+    row of ``table`` whose primary key equals ``on`` (columns of the root, or of the join named by
+    ``from``), its ``columns`` contributed under the names given."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    table: TableName
+    on: ColumnNames
+    """The referencing column(s), in the order of the joined table's primary key."""
+    from_: str | None = Field(default=None, alias="from")
+    """The join whose table holds ``on`` (default: the root table): a chain of joins."""
+    columns: dict[str, str]
+    """Output name -> column of the joined table."""
+
+
+
+class ChildDefinition(BaseModel):
+    """One-to-many children nested as an array (``[cache.<entity>.children.<name>]``): the rows of
+    ``table`` whose ``on`` column(s) equal the root's key, ordered by ``order_by``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    table: TableName
+    on: ColumnNames
+    """The child column(s) holding the root's key, in the order of the root's primary key."""
+    order_by: ColumnNames | None = None
+    """Column(s) the array is sorted by (default: the child table's primary key)."""
+    columns: list[str] | None = None
+    """The child's columns kept (default: all)."""
+
+
+class SearchDefinition(BaseModel):
+    """A search index (``[search.<index>]``): one document per row of ``root``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    root: TableName
+    columns: list[str] | None = None
+    """The root's columns kept in the document (default: all)."""
+    joins: dict[str, JoinDefinition] = {}
+    text: list[str]
+    """Document columns tokenized for ranking (text or arrays of text)."""
+    stored: list[str] = []
+    """Document columns shown with each result."""
+    filter: str | None = None
+    """A Spark SQL boolean over the document's columns: documents for which it is not true are left out."""
+
+    @field_validator("joins")
+    @classmethod
+    def _join_names(cls, value: dict[str, JoinDefinition]) -> dict[str, JoinDefinition]:
+        for name in value:
+            _plain_name("join", name)
+        return value
+
+    @field_validator("text")
+    @classmethod
+    def _some_text(cls, value: list[str]) -> list[str]:
+        if not value:
+            raise ValueError("name at least one document column to tokenize")
+        return value
+
+
+class CacheDefinition(BaseModel):
+    """A cache entity (``[cache.<entity>]``): one JSON value per row of ``root``, by its key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    root: TableName
+    key: ColumnNames | None = None
+    """The root's primary key (the default; any other column list is refused)."""
+    columns: list[str] | None = None
+    """The root's columns kept in the value (default: all)."""
+    lookups: dict[str, JoinDefinition] = {}
+    children: dict[str, ChildDefinition] = {}
+
+    @field_validator("lookups", "children")
+    @classmethod
+    def _names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name in value:
+            _plain_name("lookup or child", name)
+        return value
+
+
 class ViewDefinitions(BaseModel):
     """The whole views file."""
 
     model_config = ConfigDict(extra="forbid")
 
     warehouse: WarehouseDefinition = WarehouseDefinition()
+    search: dict[str, SearchDefinition] = {}
+    """Search indexes by name (view ``search.<name>``)."""
+    cache: dict[str, CacheDefinition] = {}
+    """Cache entities by name (view ``cache.<name>``)."""
     source: str = "defaults (no views file)"
     """Where the definitions come from, for messages."""
+
+    def view_names(self) -> list[str]:
+        """Every view defined: ``warehouse``, ``search.<index>`` for each index, ``cache.<entity>`` for each entity."""
+        return ["warehouse", *(f"search.{n}" for n in self.search), *(f"cache.{n}" for n in self.cache)]
+
+    @field_validator("search", "cache")
+    @classmethod
+    def _view_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        for name in value:
+            _plain_name("index or entity", name)
+        return value
 
 
 def load(path: Path) -> ViewDefinitions:
@@ -81,33 +204,56 @@ def load(path: Path) -> ViewDefinitions:
     except (OSError, UnicodeDecodeError) as exc:
         raise ViewsFileError(f"{path}: cannot be read: {exc}") from None
     if "source" in data:
-        raise ViewsFileError(f"{path}: [source] is not a section of the views file; known sections: [warehouse]")
+        raise ViewsFileError(f"{path}: [source] is not a section of the views file (known: {_SECTIONS})")
     try:
         return ViewDefinitions.model_validate({**data, "source": str(path)})
     except ValidationError as exc:
         problem = exc.errors()[0]
-        loc = problem["loc"]
+        loc = tuple(problem["loc"])
         if problem["type"] == "extra_forbidden" and len(loc) == 1:
-            raise ViewsFileError(f"{path}: [{loc[0]}] is not a section of the views file (known: [warehouse])") from None
+            raise ViewsFileError(f"{path}: [{loc[0]}] is not a section of the views file (known: {_SECTIONS})") from None
         if problem["type"] == "extra_forbidden":
-            raise ViewsFileError(f"{path}: {_location(loc)} is not a key of [{loc[0]}] (known: "
-                                 f"{', '.join(_KEYS.get(str(loc[0]), ()))})") from None
+            header, keys = _location(loc[:-1])
+            where = f"[{header}{'.' + keys if keys else ''}]"
+            raise ViewsFileError(f"{path}: {_shown(loc)} is not a key of {where} (known: "
+                                 f"{', '.join(_known_keys(loc[:-1]))})") from None
         message = str(problem["msg"]).removeprefix("Value error, ")
-        raise ViewsFileError(f"{path}: {_location(loc)}: {message}") from None
+        raise ViewsFileError(f"{path}: {_shown(loc)}: {message}") from None
 
 
-#: The keys of each section, for messages.
-_KEYS = {"warehouse": tuple(WarehouseDefinition.model_fields)}
+_SECTIONS = "[warehouse], [search.<index>], [cache.<entity>]"
 
 
-def _location(loc: tuple[object, ...]) -> str:
-    """``[warehouse] tables[2]`` from pydantic's error location."""
-    parts = [str(part) for part in loc]
+def _known_keys(loc: tuple[object, ...]) -> list[str]:
+    """The keys the table at ``loc`` may hold, for messages."""
+    model: type[BaseModel] = {"warehouse": WarehouseDefinition, "search": SearchDefinition,
+                              "cache": CacheDefinition}.get(str(loc[0]), ViewDefinitions)
+    if len(loc) >= 4:
+        model = ChildDefinition if loc[2] == "children" else JoinDefinition
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def _location(loc: tuple[object, ...]) -> tuple[str, str]:
+    """``("search.products", "joins.category.on")`` from pydantic's error location."""
+    parts = list(loc)
     if not parts:
+        return "", ""
+    if parts[0] in ("search", "cache") and len(parts) > 1:
+        header, rest = f"{parts[0]}.{parts[1]}", parts[2:]
+    else:
+        header, rest = str(parts[0]), parts[1:]
+    keys = ""
+    for part in rest:
+        keys += f"[{part}]" if isinstance(part, int) else (f".{part}" if keys else str(part))
+    return header, keys
+
+
+def _shown(loc: tuple[object, ...]) -> str:
+    """``[warehouse] tables[2]``, ``[search.products] joins.category.on``."""
+    header, keys = _location(loc)
+    if not header:
         return "the file"
-    section, *rest = parts
-    keys = "".join(f"[{p}]" if p.isdigit() else f" {p}" for p in rest)
-    return f"[{section}]{keys}"
+    return f"[{header}] {keys}" if keys else f"[{header}]"
 
 
 def check(definitions: ViewDefinitions, captured: Collection[str]) -> None:

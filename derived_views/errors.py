@@ -7,13 +7,14 @@ Hierarchy::
 
     ViewError                 base; exit code 1
     ├── UnknownViewError      a view name that is not registered (exit code 2)
-    ├── UnknownEntityError    ``cdc cache get`` with an entity the cache does not hold (exit code 2)
+    ├── UnknownEntityError    ``cdc cache get`` / ``cdc search`` naming an entity or index not defined (exit code 2)
     ├── MissingTableError     a Delta table a command needs does not exist yet
     ├── LogUnavailableError   the log has no topic or no watermark to read up to
     ├── SourceSchemaError     the schema topic lacks a table a view needs
     ├── ViewBusyError         another process is syncing or rebuilding the same view
     ├── TablesFailedError     tables of a sync step failed (the others were applied)
     ├── ViewsFileError        the views file is malformed or names what is not captured (exit code 2)
+    ├── DefinitionChangedError  a search index or cache entity needs a rebuild for its new definition
     └── VerifyMismatchError   ``cdc verify`` found differences (exit code 4)
 """
 
@@ -31,8 +32,10 @@ class UnknownViewError(ViewError):
 
     exit_code = 2
 
-    def __init__(self, name: str, known: list[str]) -> None:
-        super().__init__(f"unknown view {name!r}: choose one of {', '.join(sorted(known))}")
+    def __init__(self, name: str, known: list[str], source: str | None = None) -> None:
+        defined = f" (as defined by {source})" if source else ""
+        super().__init__(f"unknown view {name!r}: choose one of {', '.join(sorted(known))}{defined}; "
+                         "search indexes and cache entities are defined in the views file (CDC_VIEWS_FILE)")
         self.name = name
 
 
@@ -41,8 +44,9 @@ class UnknownEntityError(ViewError):
 
     exit_code = 2
 
-    def __init__(self, name: str, known: list[str]) -> None:
-        super().__init__(f"unknown cache entity {name!r}: choose one of {', '.join(sorted(known))}")
+    def __init__(self, name: str, known: list[str], kind: str = "cache entity") -> None:
+        choices = f"choose one of {', '.join(sorted(known))}" if known else "none is defined"
+        super().__init__(f"unknown {kind} {name!r}: {choices}; define it in the views file (CDC_VIEWS_FILE)")
 
 
 class MissingTableError(ViewError):
@@ -96,3 +100,14 @@ class ViewsFileError(ViewError):
     message names the file, the section and the key."""
 
     exit_code = 2
+
+
+class DefinitionChangedError(ViewError):
+    """A search index or cache entity was built with another definition than the views file holds now."""
+
+    def __init__(self, view: str, path: str) -> None:
+        super().__init__(
+            f"view {view}: its definition in the views file changed since {path} was built; run "
+            f"`cdc rebuild {view}` to rebuild it from the log with the new definition (it is left as it was until then)"
+        )
+        self.view = view

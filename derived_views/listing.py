@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from derived_views import cache, search, warehouse
+from derived_views.composite import checked, source_tables
 from derived_views.context import read_schemas
 from derived_views.definitions import ViewDefinitions
 from derived_views.log_source import read_watermark
@@ -45,7 +46,10 @@ def captured_tables(log_path: str, prefix: str) -> list[TableSchema]:
 
 
 def view_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions) -> list[ViewTable]:
-    """Every table of every view, the warehouse's for the ``captured`` tables the definitions keep."""
+    """Every table of every view: the warehouse's for the ``captured`` tables the definitions keep, then
+    each search index's and cache entity's (their state copies once the log names the tables they read).
+
+    The definitions are checked against the ``captured`` tables first (:func:`derived_views.composite.checked`)."""
     tables = []
     for schema in captured:
         qualified = schema.dotted_name
@@ -56,6 +60,15 @@ def view_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewD
         if definitions.warehouse.keeps_history(qualified):
             tables.append(_table(warehouse.NAME, f"{qualified} (history)",
                                  views_dir / warehouse.NAME / "history" / dir_name(schema.log_name)))
-    for module in (search, cache):
-        tables.extend(_table(module.NAME, holds, views_dir / module.NAME / name) for name, holds in module.TABLES.items())
+    plans = {plan.view: plan for plan in checked(definitions, source_tables(captured))} if captured else {}
+    for module, names in ((search, definitions.search), (cache, definitions.cache)):
+        for name, definition in names.items():
+            view = f"{module.NAME}.{name}"
+            for table, holds in module.TABLES.items():
+                tables.append(_table(view, holds.replace("root row", f"{definition.root} row"),
+                                     views_dir / module.NAME / name / table))
+            if view in plans:
+                tables.extend(_table(view, f"copy of {source.dotted_name}",
+                                     views_dir / module.NAME / name / "_state" / dir_name(source.log_name))
+                              for source in plans[view].tables)
     return tables

@@ -39,6 +39,9 @@ class Progress:
     offsets: dict[str, dict[str, int]] = field(default_factory=dict)
     position: str = ""
     watermark_ts_ms: int = 0
+    definition: str = ""
+    """Fingerprint of the views-file definition the table was computed with (search indexes and cache
+    entities, :attr:`derived_views.composite.Composite.fingerprint`; empty for other tables)."""
 
     @property
     def lsn(self) -> int:
@@ -51,8 +54,12 @@ class Progress:
 
     def to_json(self) -> str:
         """The ``userMetadata`` text."""
+        data: dict[str, Any] = {_MARK: 1, "position": self.position, "watermark_ts_ms": self.watermark_ts_ms,
+                                "offsets": self.offsets}
+        if self.definition:
+            data["definition"] = self.definition
         return json.dumps(
-            {_MARK: 1, "position": self.position, "watermark_ts_ms": self.watermark_ts_ms, "offsets": self.offsets},
+            data,
             sort_keys=True,
             separators=(",", ":"),
         )
@@ -72,6 +79,7 @@ class Progress:
             offsets={t: {p: int(o) for p, o in parts.items()} for t, parts in data["offsets"].items()},
             position=str(data.get("position", "")),
             watermark_ts_ms=int(data.get("watermark_ts_ms", 0)),
+            definition=str(data.get("definition", "")),
         )
 
 

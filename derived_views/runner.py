@@ -20,15 +20,21 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import TYPE_CHECKING
 
 from derived_views import cache, search, warehouse
 from derived_views.apply import Range
 from derived_views.context import ViewContext
-from derived_views.definitions import check as check_definitions
+from derived_views.composite import Composite, checked, source_tables
+from derived_views.definitions import ViewDefinitions
 from derived_views.definitions import load as load_definitions
-from derived_views.errors import LogUnavailableError, UnknownViewError, ViewBusyError, ViewError
+from derived_views.errors import (
+    DefinitionChangedError,
+    LogUnavailableError,
+    UnknownViewError,
+    ViewBusyError,
+    ViewError,
+)
 from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
 from derived_views.steps import TableResult
@@ -44,8 +50,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("cdc.views")
 
-#: Registered views by name; each module has ``NAME`` and ``sync(ctx, rng, *, replace)``.
-VIEWS: dict[str, ModuleType] = {warehouse.NAME: warehouse, search.NAME: search, cache.NAME: cache}
+#: The kinds of views the views file defines by name: a search index is the view ``search.<index>``,
+#: a cache entity the view ``cache.<entity>``; ``search`` / ``cache`` alone name all of a kind.
+KINDS = (search.NAME, cache.NAME)
 
 
 @dataclass(frozen=True)
@@ -58,12 +65,17 @@ class StepReport:
     failures: tuple[TableFailure, ...] = ()
 
 
-def resolve(names: list[str] | tuple[str, ...]) -> list[str]:
-    """Validate view names (all views when empty)."""
+def resolve(names: list[str] | tuple[str, ...], definitions: ViewDefinitions) -> list[str]:
+    """Validate view names (all views when empty); ``search`` and ``cache`` stand for every index or
+    entity of that kind."""
+    known = definitions.view_names()
+    chosen: list[str] = []
     for name in names:
-        if name not in VIEWS:
-            raise UnknownViewError(name, list(VIEWS))
-    return list(names) or list(VIEWS)
+        matching = [view for view in known if view == name or (name in KINDS and view.startswith(f"{name}."))]
+        if not matching:
+            raise UnknownViewError(name, known, definitions.source)
+        chosen.extend(view for view in matching if view not in chosen)
+    return chosen or known
 
 
 def context_from_settings(settings: Settings, spark: SparkSession | None = None) -> ViewContext:
@@ -116,7 +128,7 @@ def view_locks(ctx: ViewContext, names: list[str]) -> Iterator[None]:
 def step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepReport:
     """Bring the named views to the latest watermark (rebuild them from offset 0 when ``replace``),
     holding their locks."""
-    with view_locks(ctx, names):
+    with view_locks(ctx, resolve(names, ctx.definitions)):
         return _step(ctx, names, replace=replace)
 
 
@@ -128,24 +140,42 @@ def _step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepR
                 f"the log at {ctx.log_path} holds no complete snapshot yet: run `cdc capture` before a rebuild"
             )
         return StepReport(None, {})
-    check_definitions(ctx.definitions, [schema.dotted_name for schema in ctx.schemas(watermark).values()])
+    plans = plans_at(ctx, watermark)
     rng = Range(ctx.log_path, watermark)
     events = {}
     failed: list[TableFailure] = []
-    for name in names:
+    for name in resolve(names, ctx.definitions):
         try:
-            results = VIEWS[name].sync(ctx, rng, replace=replace)
+            results = _sync(ctx, rng, name, plans, replace)
+        except DefinitionChangedError as exc:
+            log.error("%s", exc)
+            results = [TableResult(ctx.path(*name.split(".", 1)), 0, 0, str(exc))]
         except ViewError:
             raise
         except Exception as exc:  # noqa: BLE001 - one view's failure must not stop the others
             log.error("view %s failed: %s", name, summary(exc))
-            results = [TableResult(ctx.path(name), 0, 0, summary(exc))]
+            results = [TableResult(ctx.path(*name.split(".", 1)), 0, 0, summary(exc))]
         events[name] = sum(r.events for r in results)
         failures = {_table_name(ctx, r.path): TableFailure(name, _table_name(ctx, r.path), r.error, "", watermark.position)
                     for r in results if r.error is not None}
         record_failures(ctx.views_dir, name, failures)
         failed.extend(failures.values())
     return StepReport(watermark, events, tuple(failed))
+
+
+def plans_at(ctx: ViewContext, watermark: LogWatermark) -> dict[str, Composite]:
+    """The search indexes and cache entities by view name, checked against the tables captured as of
+    ``watermark`` (the whole views file is checked, warehouse included)."""
+    return {plan.view: plan for plan in checked(ctx.definitions, source_tables(ctx.schemas(watermark).values()))}
+
+
+def _sync(ctx: ViewContext, rng: Range, name: str, plans: dict[str, Composite], replace: bool) -> list[TableResult]:
+    """Bring the view ``name`` to the range's watermark."""
+    if name == warehouse.NAME:
+        return warehouse.sync(ctx, rng, replace=replace)
+    plan = plans[name]
+    module = search if plan.kind == search.NAME else cache
+    return module.sync(ctx, rng, plan, replace=replace)
 
 
 def _table_name(ctx: ViewContext, path: str) -> str:
@@ -164,7 +194,7 @@ def continuous(
 ) -> None:
     """Sync whenever the watermark moves, polling it every ``interval`` seconds until ``should_stop()``;
     the views' locks are held throughout."""
-    with view_locks(ctx, names):
+    with view_locks(ctx, resolve(names, ctx.definitions)):
         _loop(ctx, names, interval, should_stop, on_step)
 
 

@@ -1,266 +1,219 @@
-"""Search view: one document per product, denormalized with its category's name, and a terms table.
+"""Search indexes (``[search.<index>]`` of the views file): one document per root row, and its terms.
 
-Paths below ``CDC_DATA_DIR``:
+Paths below ``CDC_DATA_DIR``, for the view ``search.<index>``:
 
-- ``search/categories``: the view's SCD1 copy of ``public.categories`` (for the join).
-- ``search/documents``: one row per product: the product's columns, ``category_name`` and the SCD1
-  metadata columns. Maintained as a table-table join: a product event re-joins that product with the
-  current categories; a category event re-indexes exactly the documents whose ``category_id`` is that
-  category (renaming a category touches its products and nothing else), except the documents a products
-  truncate of the same batch removes.
-- ``search/terms``: one row per (document, term): ``id``, ``term``, ``tf`` (occurrences) and
-  ``doc_len`` (tokens in the document). Tokens come from name, description, tags and category name
-  (:func:`derived_views.bm25.tokenize`).
-- ``search/_dead_letter``: poison events.
+- ``search/<index>/_state/<table>``: the index's SCD1 copy of every table it reads
+  (:mod:`derived_views.composite_sync`).
+- ``search/<index>/documents``: one row per root row that passes the filter: the root's kept columns,
+  each join's columns under their names, ``_cdc_key`` (the root's key as canonical JSON) and
+  ``_cdc_lsn`` (the newest source event the document was computed from).
+- ``search/<index>/terms``: one row per (document, term): ``doc`` (the document's ``_cdc_key``),
+  ``term``, ``tf`` (occurrences) and ``doc_len`` (tokens in the document). Tokens come from the
+  index's ``text`` columns (:func:`derived_views.bm25.tokenize`; an array contributes its elements).
+- ``search/<index>/_dead_letter``: poison events.
 
-MERGE clauses. ``documents`` uses :func:`derived_views.apply.merge_current` (delete, update with the LSN
-guard, insert, truncate). ``terms``, target ``t`` on ``t.id = s.id AND t.term = s.term``:
-
-- ``WHEN MATCHED THEN UPDATE SET tf, doc_len``
-- ``WHEN NOT MATCHED THEN INSERT``
-- ``WHEN NOT MATCHED BY SOURCE AND t.id IN (re-indexed documents) THEN DELETE``
-
-Each of the three tables tracks its own progress; the terms of a document are computed from the
-``documents`` table after it has been brought to the same watermark, so each table is exact as of the
-watermark in its newest commit. ``cdc search`` ranks with BM25 (:mod:`derived_views.bm25`).
+A sync step re-computes the affected documents (:func:`derived_views.composite_sync.affected_roots`:
+a renamed category re-indexes its products and nothing else) and MERGEs them on ``_cdc_key``; the terms
+of the same documents are then recomputed from ``documents`` and MERGEd on ``(doc, term)``, a term the
+document no longer has being deleted by the same commit. Each table tracks its own progress (with the
+definition's fingerprint), so each is exact as of the watermark of its newest commit; terms are
+computed from ``documents`` after it reached the same watermark. ``cdc search`` ranks with BM25
+(:mod:`derived_views.bm25`) over the terms, reading with ``deltalake`` (no JVM).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from dataclasses import replace as with_fields
+from typing import TYPE_CHECKING, Any
 
-from derived_views.apply import KEY, LSN, OP, SEQ, TS, UNCHANGED, Range, ensure_table, merge_current
+from derived_views.apply import KEY, LSN, Range, ensure_table
 from derived_views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
+from derived_views.composite import Composite
+from derived_views.composite_sync import (
+    affected_roots,
+    check_definition,
+    composed,
+    merge_roots,
+    overwrite,
+    path,
+    source_schemas,
+    sync_states,
+)
 from derived_views.context import ViewContext
 from derived_views.delta_reads import read_query, sql_text
 from derived_views.errors import MissingTableError
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema, quote
-from derived_views.steps import TableResult, apply_state, is_current, load_pending, starting_point
-from log_store.topic_names import log_name
+from derived_views.steps import TableResult, is_current, starting_point
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 NAME = "search"
-#: The source tables, by log name (found by their schema and table names, not by a topic name built here).
-PRODUCTS = log_name("public", "products")
-CATEGORIES = log_name("public", "categories")
-#: The view's tables below its directory, and what each holds.
-TABLES = {"categories": "copy of public.categories", "documents": "a document per public.products row",
-          "terms": "term frequencies per document"}
-_TEXT_COLUMNS = ("name", "description", "tags")
-TERMS_DDL = "id bigint, term string, tf int, doc_len int"
+#: The index's tables below its directory, and what each holds.
+TABLES = {"documents": "a document per root row", "terms": "term frequencies per document"}
+TERMS_DDL = "doc string, term string, tf int, doc_len int"
 
 
-def path(ctx: ViewContext, table: str) -> str:
-    """Path of one of the view's tables (``categories``, ``documents``, ``terms``, ``_dead_letter``)."""
-    return ctx.path(NAME, table)
-
-
-def _categories(ctx: ViewContext) -> DataFrame:
+def documents(ctx: ViewContext, plan: Composite, roots: DataFrame | None) -> DataFrame:
+    """The documents of ``roots`` (``None``: every root) computed from the state copies, filtered."""
     from pyspark.sql import functions as F
 
-    return ctx.spark.read.format("delta").load(path(ctx, "categories")).select(
-        F.col("id").alias("_cat_id"), F.col("name").alias("category_name"), F.col(LSN).alias("_cat_lsn"),
-        F.col(SEQ).alias("_cat_seq"),
-    )
+    rows = composed(ctx, plan, roots).select(*[quote(c) for c in plan.output_columns], KEY, LSN)
+    return rows.filter(F.expr(plan.filter)) if plan.filter else rows
 
 
-def _changed_categories(
-    ctx: ViewContext, rng: Range, progress: Progress | None, cat_schema: TableSchema
-) -> tuple[list[int], bool]:
-    """Category ids with events after ``progress`` and whether a truncate was among them."""
+def _term_rows(plan: Composite, docs: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType
 
-    batch = load_pending(ctx, rng, cat_schema, progress, "latest",
-                         dead_letter_path=path(ctx, "_dead_letter"), target=path(ctx, "categories"))
-    ids = [row["id"] for row in batch.frame.filter(F.col(OP) != "t").select("id").distinct().collect()
-           if row["id"] is not None]
-    truncated = bool(batch.facts.truncates)
-    batch.release()
-    return ids, truncated
-
-
-def _documents(ctx: ViewContext, rng: Range, replace: bool) -> TableResult | None:
-    """Bring ``documents`` to the watermark."""
-    from pyspark.sql import functions as F
-
-    products = ctx.schema(rng.watermark, PRODUCTS)
-    categories = ctx.schema(rng.watermark, CATEGORIES)
-    docs_path = path(ctx, "documents")
-    progress, replace = starting_point(ctx, docs_path, replace)
-    topics = [products.topic, categories.topic]
-    if progress is not None and is_current(progress, rng, topics, ctx, docs_path):
-        return None
-    batch = load_pending(ctx, rng, products, progress, "latest",
-                         dead_letter_path=path(ctx, "_dead_letter"), target=docs_path)
-    cats = _categories(ctx)
-    rows = batch.frame.join(cats, F.col("category_id") == F.col("_cat_id"), "left").drop("_cat_id", "_cat_lsn",
-                                                                                          "_cat_seq")
-    columns = batch.columns + [("category_name", "string")]
-    new_progress = rng.progress(topics, progress)
-    if replace:
-        merge_current(ctx.spark, docs_path, rows, columns, new_progress, batch.facts.truncates, replace=True)
-        ctx.set_progress(docs_path, new_progress)
-        batch.release()
-        return TableResult(docs_path, batch.facts.rows, batch.facts.poison)
-    changed, cat_truncated = _changed_categories(ctx, rng, progress, categories)
-    ensure_table(ctx.spark, docs_path, ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " +
-                 f"{KEY} string, {LSN} bigint, {SEQ} bigint, {TS} timestamp, {OP} string")
-    source = rows
-    if changed or cat_truncated:
-        in_batch = batch.frame.select(F.col(KEY).alias("_in_batch"))
-        existing = ctx.spark.read.format("delta").load(docs_path)
-        if not cat_truncated:
-            existing = existing.filter(F.col("category_id").isin(changed))
-        if batch.facts.truncates:
-            # a document older than a products truncate of this batch is deleted by it: re-indexing it
-            # with the category's newer position would bring it back
-            existing = existing.filter(F.col(LSN) >= max(batch.facts.truncates))
-        refresh = (
-            existing.drop("category_name")
-            .join(in_batch, F.col(KEY) == F.col("_in_batch"), "left_anti")
-            .join(cats, F.col("category_id") == F.col("_cat_id"), "left")
-            .select(
-                *[quote(n) for n, _ in batch.columns], "category_name", KEY,
-                F.greatest(F.col(LSN), F.coalesce(F.col("_cat_lsn"), F.col(LSN)) + F.lit(0)).alias(LSN),
-                F.when(F.coalesce(F.col("_cat_lsn"), F.lit(0)) > F.col(LSN), F.col("_cat_seq"))
-                .otherwise(F.col(SEQ) + F.lit(1)).alias(SEQ),
-                TS, F.lit("u").alias(OP), F.array().cast("array<string>").alias(UNCHANGED),
-                F.lit(None).cast("string").alias("_cdc_error"),
-            )
-        )
-        source = rows.select(*refresh.columns).unionByName(refresh)
-    merge_current(ctx.spark, docs_path, source, columns, new_progress, batch.facts.truncates)
-    ctx.set_progress(docs_path, new_progress)
-    batch.release()
-    return TableResult(docs_path, batch.facts.rows, batch.facts.poison)
+    types = {f.name: f.dataType for f in docs.schema.fields}
+    parts = [F.array_join(F.col(quote(c)), " ") if isinstance(types[c], ArrayType) else F.col(quote(c)).cast("string")
+             for c in plan.text]
+    text = F.concat_ws(" ", *parts)
+    tokens = docs.select(F.col(KEY).alias("doc"), F.filter(F.split(F.lower(text), SPARK_SPLIT), lambda t: t != "").alias("tokens"))
+    exploded = tokens.select("doc", F.size("tokens").alias("doc_len"), F.explode("tokens").alias("term"))
+    return exploded.groupBy("doc", "term").agg(F.count(F.lit(1)).cast("int").alias("tf"),
+                                               F.first("doc_len").cast("int").alias("doc_len"))
 
 
-def _reindexed(ctx: ViewContext, rng: Range, progress: Progress | None) -> list[int] | None:
-    """Product ids whose document changed after ``progress`` (``None``: all, after a truncate)."""
-    from pyspark.sql import functions as F
-
-    products = ctx.schema(rng.watermark, PRODUCTS)
-    batch = load_pending(ctx, rng, products, progress, "latest",
-                         dead_letter_path=path(ctx, "_dead_letter"), target=path(ctx, "terms"))
-    ids = [r["id"] for r in batch.frame.filter(F.col(OP) != "t").select("id").collect() if r["id"] is not None]
-    truncated = bool(batch.facts.truncates)
-    batch.release()
-    changed, cat_truncated = _changed_categories(ctx, rng, progress, ctx.schema(rng.watermark, CATEGORIES))
-    if truncated or cat_truncated:
-        return None
-    if changed:
-        ids += [r["id"] for r in ctx.spark.read.format("delta").load(path(ctx, "documents"))
-                .filter(F.col("category_id").isin(changed)).select("id").collect()]
-    return ids
-
-
-def _term_rows(docs: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    text = F.concat_ws(" ", F.col("name"), F.col("description"), F.array_join(F.col("tags"), " "),
-                       F.col("category_name"))
-    tokens = docs.select("id", F.filter(F.split(F.lower(text), SPARK_SPLIT), lambda t: t != "").alias("tokens"))
-    exploded = tokens.select("id", F.size("tokens").alias("doc_len"), F.explode("tokens").alias("term"))
-    return exploded.groupBy("id", "term").agg(F.count(F.lit(1)).cast("int").alias("tf"), F.first("doc_len").alias("doc_len"))
-
-
-def _terms(ctx: ViewContext, rng: Range, replace: bool) -> TableResult | None:
-    """Recompute the terms of the documents changed after the table's progress, in one commit.
-
-    The changed documents come from the terms table's own pending events (not from what ``documents``
-    just did), so a crash between the two commits is repaired by the next sync.
-    """
+def _merge_terms(ctx: ViewContext, table: str, roots: DataFrame, terms: DataFrame, progress: Progress) -> None:
+    """Replace the terms of the documents in ``roots`` by ``terms`` in one commit: a term a document no
+    longer has is deleted by the same MERGE (its row in the source carries ``_cdc_drop``)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    terms_path = path(ctx, "terms")
-    products = ctx.schema(rng.watermark, PRODUCTS)
-    categories = ctx.schema(rng.watermark, CATEGORIES)
-    topics = [products.topic, categories.topic]
-    previous, replace = starting_point(ctx, terms_path, replace)
-    if previous is not None and is_current(previous, rng, topics, ctx, terms_path):
+    ensure_table(ctx.spark, table, TERMS_DDL)
+    docs = roots.select(F.col(KEY).alias("doc"))
+    old = ctx.spark.read.format("delta").load(table).join(docs, "doc", "left_semi").select("doc", "term")
+    stale = old.join(terms.select("doc", "term"), ["doc", "term"], "left_anti").select(
+        "doc", "term", F.lit(None).cast("int").alias("tf"), F.lit(None).cast("int").alias("doc_len"),
+        F.lit(True).alias("_cdc_drop"))
+    source = terms.select("doc", "term", "tf", "doc_len", F.lit(False).alias("_cdc_drop")).unionByName(stale)
+    builder = (
+        DeltaTable.forPath(ctx.spark, table).alias("t")
+        .merge(source.alias("s"), "t.doc = s.doc AND t.term = s.term")
+        .whenMatchedDelete(condition="s._cdc_drop")
+        .whenMatchedUpdate(set={"tf": "s.tf", "doc_len": "s.doc_len"})
+        .whenNotMatchedInsert(condition="NOT s._cdc_drop",
+                              values={"doc": "s.doc", "term": "s.term", "tf": "s.tf", "doc_len": "s.doc_len"})
+    )
+    with committing(ctx.spark, progress):
+        builder.execute()
+
+
+@dataclass
+class _Step:
+    """What one sync step of an index shares between its two output tables."""
+
+    ctx: ViewContext
+    rng: Range
+    plan: Composite
+    schemas: dict[str, TableSchema]
+    topics: list[str]
+    roots: dict[str, DataFrame | None] = field(default_factory=dict)
+    """Affected roots already computed, by the progress they were computed from."""
+
+    def affected(self, progress: Progress, output: str) -> DataFrame | None:
+        key = json.dumps(progress.offsets, sort_keys=True)
+        if key not in self.roots:
+            self.roots[key] = affected_roots(self.ctx, self.rng, self.plan, self.schemas, progress, output)
+        return self.roots[key]
+
+    def pending(self, table: str, replace: bool) -> tuple[Progress | None, Progress] | None:
+        """``(progress, new progress)`` of the table at ``table``; ``None`` when it is current."""
+        progress, replace = starting_point(self.ctx, table, replace)
+        if progress is not None and is_current(progress, self.rng, self.topics, self.ctx, table):
+            return None
+        return progress, with_fields(self.rng.progress(self.topics, progress), definition=self.plan.fingerprint)
+
+
+def _documents(step: _Step, replace: bool) -> TableResult | None:
+    table = path(step.ctx, step.plan, "documents")
+    pending = step.pending(table, replace)
+    if pending is None:
         return None
-    new_progress = rng.progress(topics, previous)
-    reindexed = None if replace else _reindexed(ctx, rng, previous)
-    docs = ctx.spark.read.format("delta").load(path(ctx, "documents"))
-    if replace or reindexed is None:
-        rows = _term_rows(docs).select("id", "term", "tf", "doc_len")
-        rows.write.format("delta").mode("overwrite").option("overwriteSchema", "true").option(
-            "userMetadata", new_progress.to_json()).save(terms_path)
+    progress, new_progress = pending
+    roots = None if progress is None else step.affected(progress, table)
+    if roots is None:
+        overwrite(documents(step.ctx, step.plan, None), table, new_progress)
     else:
-        ensure_table(ctx.spark, terms_path, TERMS_DDL)
-        ids = sorted(set(reindexed))
-        rows = _term_rows(docs.filter(F.col("id").isin(ids))) if ids else _term_rows(docs.limit(0))
-        builder = (
-            DeltaTable.forPath(ctx.spark, terms_path).alias("t")
-            .merge(rows.alias("s"), "t.id = s.id AND t.term = s.term")
-            .whenMatchedUpdate(set={"tf": "s.tf", "doc_len": "s.doc_len"})
-            .whenNotMatchedInsertAll()
-        )
-        if ids:
-            builder = builder.whenNotMatchedBySourceDelete(condition=F.col("t.id").isin(ids))
-        with committing(ctx.spark, new_progress):
-            builder.execute()
-    ctx.set_progress(terms_path, new_progress)
-    return TableResult(terms_path, len(reindexed or []), 0)
+        merge_roots(step.ctx, table, roots, documents(step.ctx, step.plan, roots), new_progress)
+    step.ctx.set_progress(table, new_progress)
+    return TableResult(table, 0 if roots is None else roots.count(), 0)
 
 
-def sync(ctx: ViewContext, rng: Range, *, replace: bool = False) -> list[TableResult]:
-    """Bring categories, documents and terms to the range's watermark (rebuild them when ``replace``)."""
-    categories = ctx.schema(rng.watermark, CATEGORIES)
-    ctx.schema(rng.watermark, PRODUCTS)
-    results = []
-    # documents first: it reads the categories' events itself and needs the state table as of the
-    # watermark, so categories are applied before it; documents before terms (terms read documents).
-    cats_result = apply_state(ctx, rng, categories, path(ctx, "categories"), path(ctx, "_dead_letter"),
-                              replace=replace)
-    docs_result = _documents(ctx, rng, replace)
-    terms_result = _terms(ctx, rng, replace)
-    results.extend(r for r in (cats_result, docs_result, terms_result) if r is not None)
+def _terms(step: _Step, replace: bool) -> TableResult | None:
+    table = path(step.ctx, step.plan, "terms")
+    pending = step.pending(table, replace)
+    if pending is None:
+        return None
+    progress, new_progress = pending
+    roots = None if progress is None else step.affected(progress, table)
+    docs = step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents"))
+    if roots is None:
+        overwrite(_term_rows(step.plan, docs), table, new_progress)
+    else:
+        _merge_terms(step.ctx, table, roots, _term_rows(step.plan, docs.join(roots, KEY, "left_semi")), new_progress)
+    step.ctx.set_progress(table, new_progress)
+    return TableResult(table, 0 if roots is None else roots.count(), 0)
+
+
+def sync(ctx: ViewContext, rng: Range, plan: Composite, *, replace: bool = False) -> list[TableResult]:
+    """Bring the index's state copies, then its documents, then its terms to the range's watermark
+    (rebuild them from the log when ``replace``)."""
+    schemas = source_schemas(ctx, rng, plan)
+    if not replace:
+        for name in TABLES:
+            table = path(ctx, plan, name)
+            check_definition(plan, table, ctx.progress(table))
+    step = _Step(ctx, rng, plan, schemas, sorted({schema.topic for schema in schemas.values()}))
+    results = sync_states(ctx, rng, plan, schemas, replace=replace)
+    for apply in (_documents, _terms):
+        result = apply(step, replace)
+        if result is not None:
+            results.append(result)
+    for roots in step.roots.values():
+        if roots is not None:
+            roots.unpersist()
     return results
 
 
 @dataclass(frozen=True)
 class Hit:
-    """One search result."""
+    """One search result: the document's key columns, its score and its stored fields."""
 
-    id: int
+    key: dict[str, Any]
     score: float
-    name: str | None
-    category_name: str | None
-    price: object
+    fields: dict[str, Any]
 
 
-def query(views_dir: str, text: str, limit: int = 10) -> list[Hit]:
-    """The best ``limit`` products for ``text`` by BM25 over the terms table of the views at ``views_dir``.
-
-    Read with ``deltalake``, without Spark: a query answers in a fraction of a second."""
+def query(views_dir: str, index: str, text: str, limit: int = 10, stored: Sequence[str] = ()) -> list[Hit]:
+    """The best ``limit`` documents of ``index`` for ``text`` by BM25 over its terms table, with their
+    ``stored`` columns. Read with ``deltalake``, without Spark: a query answers in a fraction of a second."""
     from deltalake import DeltaTable
 
-    terms_path = f"{views_dir.rstrip('/')}/{NAME}/terms"
+    base = f"{views_dir.rstrip('/')}/{NAME}/{index}"
+    terms_path = f"{base}/terms"
     if not DeltaTable.is_deltatable(terms_path):
-        raise MissingTableError(terms_path, NAME)
+        raise MissingTableError(terms_path, f"{NAME}.{index}")
     words = sorted(set(tokenize(text)))
     if not words:
         return []
     stats = read_query(terms_path, "SELECT count(*) AS n, avg(doc_len) AS avg_len FROM "
-                              "(SELECT id, max(doc_len) AS doc_len FROM t GROUP BY id)").to_pylist()[0]
+                                   "(SELECT doc, max(doc_len) AS doc_len FROM t GROUP BY doc)").to_pylist()[0]
     n_docs, avg_len = int(stats["n"] or 0), float(stats["avg_len"] or 0.0)
-    found = read_query(terms_path, "SELECT id, term, tf, doc_len FROM t WHERE term IN ("
-                  + ", ".join(sql_text(word) for word in words) + ")").to_pylist()
-    best = rank([Posting(r["id"], r["term"], r["tf"], r["doc_len"]) for r in found], n_docs, avg_len, limit)
+    found = read_query(terms_path, "SELECT doc, term, tf, doc_len FROM t WHERE term IN ("
+                       + ", ".join(sql_text(word) for word in words) + ")").to_pylist()
+    best = rank([Posting(r["doc"], r["term"], r["tf"], r["doc_len"]) for r in found], n_docs, avg_len, limit)
     if not best:
         return []
-    docs = {r["id"]: r for r in read_query(
-        f"{views_dir.rstrip('/')}/{NAME}/documents",
-        "SELECT id, name, category_name, price FROM t WHERE id IN (" + ", ".join(str(int(i)) for i, _ in best) + ")",
+    columns = ", ".join(['"' + c.replace('"', '""') + '"' for c in stored] + [KEY])
+    docs = {r[KEY]: r for r in read_query(
+        f"{base}/documents",
+        f"SELECT {columns} FROM t WHERE {KEY} IN (" + ", ".join(sql_text(doc) for doc, _ in best) + ")",
     ).to_pylist()}
-    return [
-        Hit(doc_id, score, docs[doc_id]["name"], docs[doc_id]["category_name"], docs[doc_id]["price"])
-        for doc_id, score in best
-        if doc_id in docs
-    ]
+    return [Hit(json.loads(doc), score, {c: docs[doc][c] for c in stored}) for doc, score in best if doc in docs]

@@ -58,12 +58,19 @@ def readable_progress(path: Path) -> Progress | None:
         return None
 
 
+def view_directory(data_dir: Path, view: str) -> Path:
+    """The directory of a view's tables: ``search.products`` lives in ``search/products``; ``search``
+    alone is every search index."""
+    return data_dir.joinpath(*view.split(".", 1))
+
+
 def view_progress(settings: _HasDataDir, views: tuple[str, ...] = ("warehouse", "search", "cache")) -> dict[str, list[Progress]]:
-    """Per view name, the progress of each of its tables that consumes the log (tables that cannot be
-    read are left out, with a warning)."""
+    """Per view name (``warehouse``, ``search.<index>``, ``cache.<entity>``, or a whole kind), the progress
+    of each of its tables that consumes the log (tables that cannot be read are left out, with a warning)."""
     out: dict[str, list[Progress]] = {}
     for view in views:
-        progresses = [p for p in (readable_progress(t) for t in _delta_tables(settings.data_dir / view)) if p]
+        progresses = [p for p in (readable_progress(t) for t in _delta_tables(view_directory(settings.data_dir, view)))
+                      if p]
         if progresses:
             out[view] = progresses
     return out

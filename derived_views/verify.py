@@ -18,7 +18,8 @@ from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from derived_views import cache, search, warehouse
+from derived_views import warehouse
+from derived_views.composite import Composite
 from derived_views.errors import MissingTableError, UnknownViewError
 from derived_views.log_source import LogWatermark
 from derived_views.schema import TableSchema
@@ -193,71 +194,153 @@ def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Ta
         report.differences += compare_rows(f"{schema.qualified} (history)", schema, source, history)
 
 
-def _search(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report) -> None:
-    products = schemas[search.PRODUCTS]
-    categories = {r["id"]: r["name"] for r in source_rows(conn, schemas[search.CATEGORIES])}
-    source = [dict(r, category_name=categories.get(r["category_id"])) for r in source_rows(conn, products)]
-    view = _delta_rows(ctx, search.path(ctx, "documents"), search.NAME)
-    report.compared += len(source)
-    report.differences += compare_rows("search documents", products, source, view, {"category_name": "text"})
+def _rows_by_key(conn: psycopg.Connection, schema: TableSchema, key: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Every row of a source table by the normalized values of ``key``."""
+    types = {c.name: c.type_name for c in schema.columns}
+    return {tuple(repr(normalize(row[c], types[c])) for c in key): row for row in source_rows(conn, schema)}
 
 
-def _cache(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report) -> None:
-    orders_schema, items_schema = schemas[cache.ORDERS], schemas[cache.ITEMS]
-    items: dict[str, list[dict[str, Any]]] = {}
-    for item in source_rows(conn, items_schema):
-        items.setdefault(str(item["order_id"]), []).append(item)
-    view = {r["entity_key"]: json.loads(r["value"], parse_float=Decimal)
-            for r in _delta_rows(ctx, cache.path(ctx, "entries"), cache.NAME)}
-    types = {c.name: c.type_name for c in orders_schema.columns}
-    item_types = {c.name: c.type_name for c in items_schema.columns}
-
-    def same(a: Any, b: Any, type_name: str) -> bool:
-        left, right = normalize(a, type_name), normalize(b, type_name)
-        if isinstance(left, datetime) and isinstance(right, str):
-            right = normalize(datetime.fromisoformat(right.replace("Z", "+00:00")), type_name)
-        if isinstance(left, Decimal) or type_name in ("int2", "int4", "int8"):
-            return left == (Decimal(str(right)) if right is not None else None) if left is not None else right is None
-        return bool(left == right)
-
-    for order in source_rows(conn, orders_schema):
-        key = str(order["id"])
-        report.compared += 1
-        cached = view.pop(key, None)
-        if cached is None:
-            report.differences.append(f"cache order {key}: missing from the cache")
-            continue
-        for name, type_name in types.items():
-            if not same(order[name], cached.get(name), type_name):
-                report.differences.append(f"cache order {key}: {name}: source {order[name]!r} != cached {cached.get(name)!r}")
-        expected = sorted(items.get(key, []), key=lambda r: r["line_no"])
-        got = cached.get("items", [])
-        if len(expected) != len(got):
-            report.differences.append(f"cache order {key}: {len(expected)} items in the source, {len(got)} cached")
-            continue
-        for want, have in zip(expected, got, strict=True):
-            for name, type_name in item_types.items():
-                if not same(want[name], have.get(name), type_name):
-                    report.differences.append(
-                        f"cache order {key} line {want['line_no']}: {name}: source {want[name]!r} != cached {have.get(name)!r}")
-    for key in sorted(view):
-        report.differences.append(f"cache order {key}: cached but not in the source")
+def _types(schema: TableSchema) -> dict[str, str]:
+    return {c.name: c.type_name for c in schema.columns}
 
 
-_CHECKS = {warehouse.NAME: _warehouse, search.NAME: _search, cache.NAME: _cache}
+def _expected(conn: psycopg.Connection, plan: Composite, schemas: dict[str, TableSchema]) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The composite's rows computed from the source in this snapshot, by root key: the root's kept
+    columns, each join's, and for a cache entity each child array (sorted by ``order_by``, then key)."""
+    tables = {t.log_name: _rows_by_key(conn, schemas[t.log_name], t.key) for t in plan.tables}
+    owners = {None: plan.root} | {link.alias: link.table for link in plan.links}
+    children: dict[str, dict[tuple[Any, ...], list[dict[str, Any]]]] = {}
+    for child in plan.children:
+        types = _types(schemas[child.table.log_name])
+        grouped: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        for row in tables[child.table.log_name].values():
+            grouped.setdefault(tuple(repr(normalize(row[c], types[c])) for c in child.on), []).append(row)
+        order = (*child.order_by, *child.table.key)
+        for rows in grouped.values():
+            rows.sort(key=lambda r, ty=types, by=order: [(r[c] is not None, normalize(r[c], ty[c])) for c in by])
+        children[child.alias] = grouped
+    expected: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for key, row in tables[plan.root.log_name].items():
+        found: dict[str | None, dict[str, Any] | None] = {None: row}
+        document = {c: row[c] for c in plan.columns}
+        for link in plan.links:
+            parent, parent_types = found[link.parent], _types(schemas[owners[link.parent].log_name])
+            target = None if parent is None else tables[link.table.log_name].get(
+                tuple(repr(normalize(parent[c], parent_types[c])) for c in link.on))
+            found[link.alias] = target
+            document.update({name: None if target is None else target[source] for name, source in link.columns})
+        for child in plan.children:
+            rows = children[child.alias].get(key, [])
+            document[child.alias] = [{c: r[c] for c in child.columns} for r in rows]
+        expected[key] = document
+    return expected
+
+
+def _passing(ctx: ViewContext, plan: Composite, documents: dict[tuple[Any, ...], dict[str, Any]],
+             view_path: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """The expected documents for which the index's filter is true, as Spark evaluates it."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    if not plan.filter or not documents:
+        return documents
+    fields = {f.name: f for f in ctx.spark.read.format("delta").load(view_path).schema.fields}
+    schema = StructType([StructField("_cdc_row", StringType()), *[fields[c] for c in plan.output_columns]])
+    keys = list(documents)
+
+    def cell(value: Any, field: StructField) -> Any:
+        if value is not None and isinstance(field.dataType, StringType) and not isinstance(value, str):
+            return json.dumps(value) if isinstance(value, (list, dict)) else str(value)
+        return value
+
+    rows = [(str(i), *[cell(documents[k][c], fields[c]) for c in plan.output_columns]) for i, k in enumerate(keys)]
+    kept = ctx.spark.createDataFrame(rows, schema).filter(F.expr(plan.filter)).select("_cdc_row").collect()
+    return {keys[int(r["_cdc_row"])]: documents[keys[int(r["_cdc_row"])]] for r in kept}
+
+
+def _view_key(text: str, plan: Composite) -> tuple[Any, ...]:
+    """A view row's root key (its ``_cdc_key``) in the form :func:`_rows_by_key` uses."""
+    values = json.loads(text)
+    return tuple(repr(normalize(values.get(c), plan.root.columns[c])) for c in plan.root.key)
+
+
+def _same(a: Any, b: Any, type_name: str) -> bool:
+    """A source value and the view's (JSON-decoded for a cache entry) value are equal."""
+    left, right = normalize(a, type_name), normalize(b, type_name)
+    if isinstance(left, datetime) and isinstance(right, str):
+        right = normalize(datetime.fromisoformat(right.replace("Z", "+00:00")), type_name)
+    if isinstance(left, Decimal) or type_name in ("int2", "int4", "int8"):
+        return left == (Decimal(str(right)) if right is not None else None) if left is not None else right is None
+    if isinstance(left, list) and isinstance(right, list):
+        return len(left) == len(right) and all(_same(x, y, type_name.lstrip("_")) for x, y in zip(left, right, strict=True))
+    return bool(left == right)
+
+
+def _compare(label: str, plan: Composite, schemas: dict[str, TableSchema], expected: dict[tuple[Any, ...], dict[str, Any]],
+             actual: dict[tuple[Any, ...], dict[str, Any]], report: Report) -> None:
+    report.compared += len(expected)
+    for key in sorted(expected.keys() - actual.keys()):
+        report.differences.append(f"{label}: key {key} is in the source but not in the view")
+    for key in sorted(actual.keys() - expected.keys()):
+        report.differences.append(f"{label}: key {key} is in the view but not in the source")
+    for key in sorted(expected.keys() & actual.keys()):
+        want, have = expected[key], actual[key]
+        for column in plan.output_columns:
+            if not _same(want[column], have.get(column), plan.source_type(column)):
+                report.differences.append(f"{label}: key {key} column {column}: source {want[column]!r} != view {have.get(column)!r}")
+        for child in plan.children:
+            types = _types(schemas[child.table.log_name])
+            rows, got = want[child.alias], have.get(child.alias) or []
+            if len(rows) != len(got):
+                report.differences.append(f"{label}: key {key} {child.alias}: {len(rows)} in the source, {len(got)} in the view")
+                continue
+            for position, (row, cached) in enumerate(zip(rows, got, strict=True)):
+                for column in child.columns:
+                    if not _same(row[column], cached.get(column), types[column]):
+                        report.differences.append(f"{label}: key {key} {child.alias}[{position}] {column}: source "
+                                                  f"{row[column]!r} != view {cached.get(column)!r}")
+
+
+def _search(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report, plan: Composite) -> None:
+    """The index's documents against the definition computed from the source (the filter applied by Spark)."""
+    from derived_views.composite_sync import path
+
+    documents = path(ctx, plan, "documents")
+    expected = _passing(ctx, plan, _expected(conn, plan, schemas), documents)
+    actual = {_view_key(row["_cdc_key"], plan): row for row in _delta_rows(ctx, documents, plan.view)}
+    _compare(f"{plan.view} documents", plan, schemas, expected, actual, report)
+
+
+def _cache(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report, plan: Composite) -> None:
+    """The entity's entries against the definition computed from the source."""
+    from derived_views.composite_sync import path
+
+    expected = _expected(conn, plan, schemas)
+    actual = {_view_key(row["_cdc_key"], plan): json.loads(row["value"], parse_float=Decimal)
+              for row in _delta_rows(ctx, path(ctx, plan, "entries"), plan.view)}
+    _compare(f"{plan.view} entries", plan, schemas, expected, actual, report)
 
 
 def verify(ctx: ViewContext, view: str, database_url: str, watermark: LogWatermark) -> Report:
-    """Compare ``view`` with the source at ``database_url`` in one REPEATABLE READ snapshot."""
+    """Compare ``view`` (``warehouse``, ``search.<index>`` or ``cache.<entity>``) with the source at
+    ``database_url`` in one REPEATABLE READ snapshot."""
     import psycopg
 
-    if view not in _CHECKS:
-        raise UnknownViewError(view, list(_CHECKS))
+    from derived_views.runner import plans_at
+
+    plans = plans_at(ctx, watermark)
+    if view != warehouse.NAME and view not in plans:
+        raise UnknownViewError(view, ctx.definitions.view_names(), ctx.definitions.source)
     schemas = ctx.schemas(watermark)
     report = Report(view)
     with psycopg.connect(database_url, autocommit=False) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        _CHECKS[view](ctx, conn, schemas, report)
+        if view == warehouse.NAME:
+            _warehouse(ctx, conn, schemas, report)
+        elif plans[view].kind == "search":
+            _search(ctx, conn, schemas, report, plans[view])
+        else:
+            _cache(ctx, conn, schemas, report, plans[view])
         conn.rollback()
     return report
 

@@ -16,7 +16,6 @@ from cdc.lag import LagReport, measure
 from cdc.lsn import Lsn
 from cdc.settings import Settings, load_settings
 
-_VIEWS = ("warehouse", "search", "cache")
 
 
 class WaitTimeoutError(CdcError):
@@ -134,7 +133,7 @@ def lag(as_json: bool, watch: bool, interval: float, max_lag_seconds: float | No
 
 
 @click.command("wait")
-@click.argument("view", type=click.Choice(_VIEWS))
+@click.argument("view")
 @click.option("--lsn", "lsn_text", required=True, help="LSN to wait for, as pg_current_wal_lsn() prints it.")
 @click.option("--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds before giving up (exit 4).")
 @click.option("--poll", type=click.FloatRange(min=0.05), default=0.2, show_default=True, help="Seconds between checks.")
@@ -146,6 +145,8 @@ def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
     whose commit LSN is <= P; the commit record of a transaction that committed before the LSN was read
     starts below it, so the view is far enough once P >= LSN - 1.
     """
+    from derived_views.definitions import load
+    from derived_views.errors import UnknownViewError
     from derived_views.status import view_as_of_lsn
 
     try:
@@ -153,6 +154,10 @@ def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
     except ValueError as exc:
         raise ConfigError(f"--lsn: {exc}") from None
     settings = load_settings()
+    definitions = load(settings.views_file)
+    known = definitions.view_names()
+    if view not in known and not any(name.startswith(f"{view}.") for name in known):
+        raise UnknownViewError(view, known, definitions.source)
     deadline = time.monotonic() + timeout
     while True:
         as_of = view_as_of_lsn(settings, view)

@@ -23,6 +23,7 @@ log = logging.getLogger("cdc.views")
 
 if TYPE_CHECKING:
     from derived_views.context import ViewContext
+    from derived_views.definitions import ViewDefinitions
     from derived_views.runner import StepReport
 
 
@@ -53,6 +54,13 @@ def _context(ctx: object) -> ViewContext:
     return view_ctx
 
 
+def _definitions(ctx: object) -> ViewDefinitions:
+    """The views file's definitions (checked for shape; checked against the source when a step runs)."""
+    from derived_views.definitions import load
+
+    return load(ctx.settings.views_file)  # type: ignore[attr-defined]
+
+
 def _describe(report: StepReport) -> str:
     if report.watermark is None:
         return "the log holds no complete snapshot yet: nothing to apply"
@@ -79,7 +87,7 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
     """Apply the log to VIEWS (default: all) up to the latest commit watermark."""
     from derived_views import runner
 
-    names = runner.resolve(views)
+    names = runner.resolve(views, _definitions(ctx))
     view_ctx = _context(ctx)
     if mode == "once":
         report = runner.step(view_ctx, names)
@@ -123,7 +131,7 @@ def rebuild(ctx: object, view: str) -> None:
     """Replay the log from offset 0 and replace VIEW's tables, each in one Delta commit."""
     from derived_views import runner
 
-    names = runner.resolve([view])
+    names = runner.resolve([view], _definitions(ctx))
     report = runner.step(_context(ctx), names, replace=True)
     click.echo(f"rebuilt {view} {_describe(report)}", err=True)
     _fail_on(report)
@@ -134,47 +142,79 @@ def rebuild(ctx: object, view: str) -> None:
 @click.option("--no-sync", is_flag=True, help="Compare the view as it is, without syncing it first.")
 @pass_context
 def verify(ctx: object, view: str, no_sync: bool) -> None:
-    """Compare VIEW with the source tables (one consistent snapshot); exit 4 on any difference."""
+    """Compare VIEW with the source tables (one consistent snapshot); exit 4 on any difference. ``search``
+    or ``cache`` compares every index or entity."""
     from derived_views import runner
     from derived_views.errors import LogUnavailableError, VerifyMismatchError
     from derived_views.verify import shown, verify as run_verify
 
-    names = runner.resolve([view])
+    names = runner.resolve([view], _definitions(ctx))
     view_ctx = _context(ctx)
     if not no_sync:
         _fail_on(runner.step(view_ctx, names))
     watermark = runner.latest(view_ctx)
     if watermark is None:
         raise LogUnavailableError(f"the log at {view_ctx.log_path} holds no complete snapshot yet: run `cdc capture`")
-    report = run_verify(view_ctx, view, ctx.settings.database_url, watermark)  # type: ignore[attr-defined]
-    for line in shown(report):
-        click.echo(line)
-    if not report.ok:
+    differing = []
+    for name in names:
+        report = run_verify(view_ctx, name, ctx.settings.database_url, watermark)  # type: ignore[attr-defined]
+        for line in shown(report):
+            click.echo(line)
+        if report.ok:
+            click.echo(f"{name} equals the source: {report.compared} rows compared as of LSN {watermark.position}")
+        else:
+            differing.append(f"{name} differs from the source in {len(report.differences)} places")
+    if differing:
         raise VerifyMismatchError(
-            f"{view} differs from the source in {len(report.differences)} places (as of LSN {watermark.position}); "
-            f"run `cdc rebuild {view}` to replace it from the log"
+            f"{'; '.join(differing)} (as of LSN {watermark.position}); run `cdc rebuild {view}` to replace it from the log"
         )
-    click.echo(f"{view} equals the source: {report.compared} rows compared as of LSN {watermark.position}")
 
 
 @click.command("search")
-@click.argument("query")
-@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="How many products.")
+@click.argument("words", nargs=-1, required=True, metavar="[INDEX] QUERY")
+@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="How many documents.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document: each hit's key, score and stored fields.")
 @pass_context
-def search_cmd(ctx: object, query: str, limit: int) -> None:
-    """Print the products that best match QUERY (BM25 over the search view; no Spark)."""
+def search_cmd(ctx: object, words: tuple[str, ...], limit: int, as_json: bool) -> None:
+    """Print the documents of search index INDEX that best match QUERY (BM25; no Spark). INDEX may be
+    left out when the views file defines one index."""
     from derived_views import search
+    from derived_views.definitions import load
+    from derived_views.errors import UnknownEntityError
 
-    hits = search.query(str(ctx.settings.views_dir.resolve()), query, limit)  # type: ignore[attr-defined]
+    settings = ctx.settings  # type: ignore[attr-defined]
+    definitions = load(settings.views_file)
+    indexes = sorted(definitions.search)
+    if len(words) > 2:
+        raise click.UsageError("give the index and the query as two arguments: cdc search INDEX \"QUERY\"")
+    if len(words) == 2:
+        index, query = words
+    elif len(indexes) == 1:
+        index, query = indexes[0], words[0]
+    elif not indexes:
+        raise click.UsageError(f"{definitions.source} defines no search index: define one as [search.<index>] "
+                               "(views.example.toml shows how)")
+    else:
+        raise click.UsageError(f"several search indexes are defined ({', '.join(indexes)}): name one, "
+                               "cdc search INDEX \"QUERY\"")
+    if index not in definitions.search:
+        raise UnknownEntityError(index, indexes, "search index")
+    stored = definitions.search[index].stored
+    hits = search.query(str(settings.views_dir.resolve()), index, query, limit, stored)
+    if as_json:
+        click.echo(json.dumps([{"key": h.key, "score": h.score, "fields": h.fields} for h in hits], default=str, indent=2))
+        return
     if not hits:
-        click.echo("no matching products", err=True)
+        click.echo("no matching documents", err=True)
     for rank, hit in enumerate(hits, 1):
-        click.echo(f"{rank}. [{hit.score:.3f}] {hit.id}  {hit.name}  ({hit.category_name or '-'})  {hit.price}")
+        shown = "  ".join("-" if hit.fields[c] is None else str(hit.fields[c]) for c in stored)
+        key = ",".join(str(v) for v in hit.key.values())
+        click.echo(f"{rank}. [{hit.score:.3f}] {key}  {shown}".rstrip())
 
 
 @click.group("cache")
 def cache_group() -> None:
-    """Read the cache view."""
+    """Read the cache entities."""
 
 
 @cache_group.command("get")
@@ -182,10 +222,14 @@ def cache_group() -> None:
 @click.argument("key")
 @pass_context
 def cache_get(ctx: object, entity: str, key: str) -> None:
-    """Print the cached value of ENTITY (e.g. order) with key KEY as JSON; exit 1 when absent (no Spark)."""
+    """Print the cached value of ENTITY with key KEY as JSON; exit 1 when absent (no Spark). A key of
+    several columns is given as its canonical JSON (``{"a":1,"b":2}``)."""
     from derived_views import cache
+    from derived_views.definitions import load
 
-    value = cache.get(str(ctx.settings.views_dir.resolve()), entity, key)  # type: ignore[attr-defined]
+    settings = ctx.settings  # type: ignore[attr-defined]
+    entities = sorted(load(settings.views_file).cache)
+    value = cache.get(str(settings.views_dir.resolve()), entity, key, entities)
     if value is None:
         raise click.ClickException(f"no cached {entity} with key {key}")
     click.echo(json.dumps(value, indent=2, sort_keys=False))
@@ -198,21 +242,19 @@ def views_cmd(ctx: object, as_json: bool) -> None:
     """List the views' tables, what each holds, its Delta path and the LSN it is as of (no Spark)."""
     from dataclasses import asdict
 
-    from derived_views.definitions import check, load
+    from derived_views.definitions import load
     from derived_views.listing import captured_tables, view_tables
 
     settings = ctx.settings  # type: ignore[attr-defined]
     definitions = load(settings.views_file)
     captured = captured_tables(str(settings.log_dir.resolve()), settings.topic_prefix)
-    if captured:
-        check(definitions, [schema.dotted_name for schema in captured])
     tables = view_tables(settings.views_dir.resolve(), captured, definitions)
     if as_json:
         click.echo(json.dumps({"definitions": definitions.source, "tables": [asdict(t) for t in tables]}, indent=2))
         return
     click.echo(f"views as defined by {definitions.source}")
     for table in tables:
-        click.echo(f"{table.view:<10} {table.holds:<48} {table.as_of_lsn or 'not synced':<14} {table.path}")
+        click.echo(f"{table.view:<16} {table.holds:<40} {table.as_of_lsn or 'not synced':<14} {table.path}")
 
 
 #: The commands this module adds to ``cdc``.

@@ -30,8 +30,14 @@ def log(data_dir: Path) -> Iterator[LogBuilder]:
     builder.close()
 
 
+#: The reference schema's views (a search index over products, a cache of orders with their items).
+EXAMPLE_VIEWS = Path(__file__).resolve().parents[2] / "views.example.toml"
+
+
 @pytest.fixture
 def ctx(spark: SparkSession, data_dir: Path) -> ViewContext:
+    """A view context over ``data_dir`` with the reference schema's views (``views.example.toml``)."""
     from derived_views.context import ViewContext
+    from derived_views.definitions import load
 
-    return ViewContext(spark, str(data_dir), str(data_dir / "log"), "cdc")
+    return ViewContext(spark, str(data_dir), str(data_dir / "log"), "cdc", definitions=load(EXAMPLE_VIEWS))

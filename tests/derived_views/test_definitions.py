@@ -41,7 +41,8 @@ def test_the_example_file_is_valid_for_the_reference_schema() -> None:
     ("text", "message"),
     [
         ("[warehouse\n", r"views.toml: not valid TOML: .*line 1"),
-        ("[warehous]\n", r"views.toml: \[warehous\] is not a section of the views file \(known: \[warehouse\]\)"),
+        ("[warehous]\n", r"views.toml: \[warehous\] is not a section of the views file \(known: \[warehouse\], "
+                          r"\[search.<index>\], \[cache.<entity>\]\)"),
         ("[warehouse]\ntable = []\n", r"\[warehouse\] table is not a key of \[warehouse\] \(known: tables, without_history\)"),
         ('[warehouse]\ntables = "public.a"\n', r"\[warehouse\] tables: Input should be a valid list"),
         ('[warehouse]\ntables = ["public.a", "public.a"]\n', r"\[warehouse\] tables: 'public.a' is listed twice"),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.derived_views.conftest import EXAMPLE_VIEWS
 from tests.derived_views.log_builder import LogBuilder, product
 
 if TYPE_CHECKING:
@@ -44,23 +46,23 @@ def test_search_reindexes_exactly_the_renamed_categorys_products(ctx: ViewContex
 
     _seed(log)
     runner.step(ctx, ["search"])
-    assert [h.id for h in search.query(ctx.views_dir, "lamp")] in ([1, 2], [2, 1])
-    assert search.query(ctx.views_dir, "brass lamp")[0].id == 1
+    assert [h.key["id"] for h in search.query(ctx.views_dir, "products", "lamp")] in ([1, 2], [2, 1])
+    assert search.query(ctx.views_dir, "products", "brass lamp")[0].key["id"] == 1
     with log.transaction() as tx:
         tx.update("public.categories", {"id": 1, "name": "Illumination"})
     runner.step(ctx, ["search"])
-    hits = search.query(ctx.views_dir, "illumination")
-    assert sorted(h.id for h in hits) == [1, 2] and hits[0].category_name == "Illumination"
-    assert search.query(ctx.views_dir, "lighting") == []
-    docs = ctx.spark.read.format("delta").load(search.path(ctx, "documents"))
-    history = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{search.path(ctx, 'documents')}`").orderBy("version").collect()
+    hits = search.query(ctx.views_dir, "products", "illumination", stored=["category_name"])
+    assert sorted(h.key["id"] for h in hits) == [1, 2] and hits[0].fields["category_name"] == "Illumination"
+    assert search.query(ctx.views_dir, "products", "lighting") == []
+    docs = ctx.spark.read.format("delta").load(ctx.path("search", "products", "documents"))
+    history = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{ctx.path('search', 'products', 'documents')}`").orderBy("version").collect()
     metrics = history[-1]["operationMetrics"]
     assert metrics["numTargetRowsUpdated"] == "2"
     assert {r["id"]: r["category_name"] for r in docs.collect()}[3] == "Garden"
     with log.transaction() as tx:
         tx.delete("public.products", {"id": 2})
     runner.step(ctx, ["search"])
-    assert [h.id for h in search.query(ctx.views_dir, "lamp")] == [1]
+    assert [h.key["id"] for h in search.query(ctx.views_dir, "products", "lamp")] == [1]
 
 
 def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewContext, log: LogBuilder) -> None:
@@ -76,10 +78,10 @@ def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewCo
     with log.transaction() as tx:
         tx.update("public.categories", {"id": 1, "name": "Illumination"})
     runner.step(ctx, ["search"])
-    docs = {r["id"]: r["category_name"] for r in ctx.spark.read.format("delta").load(search.path(ctx, "documents")).collect()}
+    docs = {r["id"]: r["category_name"] for r in ctx.spark.read.format("delta").load(ctx.path("search", "products", "documents")).collect()}
     assert docs == {4: "Illumination"}
-    assert [h.id for h in search.query(ctx.views_dir, "lamp")] == [4]
-    assert search.query(ctx.views_dir, "hose") == []
+    assert [h.key["id"] for h in search.query(ctx.views_dir, "products", "lamp")] == [4]
+    assert search.query(ctx.views_dir, "products", "hose") == []
 
 
 def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBuilder) -> None:
@@ -112,9 +114,10 @@ def _step(ctx: ViewContext, *, replace: bool = False) -> None:
     watermark = runner.latest(ctx)
     assert watermark is not None
     rng = Range(ctx.log_path, watermark)
+    plans = runner.plans_at(ctx, watermark)
     warehouse.sync(ctx, rng, replace=replace, only=["public.products", "public.categories"])
-    search.sync(ctx, rng, replace=replace)
-    cache.sync(ctx, rng, replace=replace)
+    search.sync(ctx, rng, plans["search.products"], replace=replace)
+    cache.sync(ctx, rng, plans["cache.order"], replace=replace)
 
 
 def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -131,8 +134,8 @@ def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder, monkeypat
                                          "unit_price": "5.00"})
     _step(ctx)
     paths = [warehouse.current_path(ctx, "public.products"), warehouse.history_path(ctx, "public.products"),
-             warehouse.current_path(ctx, "public.categories"), search.path(ctx, "documents"),
-             search.path(ctx, "terms"), cache.path(ctx, "entries")]
+             warehouse.current_path(ctx, "public.categories"), ctx.path("search", "products", "documents"),
+             ctx.path("search", "products", "terms"), ctx.path("cache", "order", "entries")]
     incremental = {p: _table(ctx, p) for p in paths}
     monkeypatch.setattr(apply, "DRIVER_READ_LIMIT", 0)
     _step(ctx, replace=True)
@@ -150,17 +153,23 @@ def test_cli_search_cache_get_and_unknown_view(
 
     _seed(log)
     monkeypatch.setenv("CDC_DATA_DIR", str(data_dir))
+    monkeypatch.setenv("CDC_VIEWS_FILE", str(EXAMPLE_VIEWS))
     register(cli)
     assert run(cli, ["sync", "search", "cache", "--once"]) == 0
     assert run(cli, ["search", "brass lamp", "--limit", "1"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert len(out) == 1 and "Brass desk lamp" in out[0] and "(Lighting)" in out[0]
+    assert len(out) == 1 and out[0].startswith("1. [") and "] 1  Brass desk lamp  Lighting  19.90" in out[0]
+    assert run(cli, ["search", "products", "brass lamp", "--json"]) == 0
+    hits = json.loads(capsys.readouterr().out)
+    assert hits[0]["key"] == {"id": 1} and hits[0]["fields"]["category_name"] == "Lighting"
+    assert run(cli, ["search", "nosuchindex", "lamp"]) == 2
+    assert "unknown search index 'nosuchindex': choose one of products" in capsys.readouterr().err
     assert run(cli, ["cache", "get", "order", ORDER]) == 0
     assert '"status": "pending"' in capsys.readouterr().out
     assert run(cli, ["cache", "get", "invoice", "1"]) == 2
     assert run(cli, ["sync", "nosuchview", "--once"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1] == "error: unknown view 'nosuchview': choose one of cache, search, warehouse"
+    assert err[-1].startswith("error: unknown view 'nosuchview': choose one of cache.order, search.products, warehouse")
 
 
 def test_no_view_syncs_to_a_snapshot_still_being_copied(ctx: ViewContext, log: LogBuilder) -> None:
@@ -222,7 +231,8 @@ def test_search_cache_get_and_views_answer_without_a_jvm(ctx: ViewContext, log: 
     _seed(log)
     runner.step(ctx, ["search", "cache"])
     no_java = {**{k: v for k, v in os.environ.items() if k != "JAVA_HOME"}, "JAVA_HOME": "/nonexistent",
-               "PATH": os.path.dirname(sys.executable), "CDC_DATA_DIR": ctx.views_dir, "SPARK_HOME": "/nonexistent"}
+               "PATH": os.path.dirname(sys.executable), "CDC_DATA_DIR": ctx.views_dir, "SPARK_HOME": "/nonexistent",
+               "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS)}
 
     def cdc(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-c", "from cdc.cli import main; main()", *args], env=no_java,
@@ -238,5 +248,6 @@ def test_search_cache_get_and_views_answer_without_a_jvm(ctx: ViewContext, log: 
     assert unknown.returncode == 2 and "unknown cache entity 'invoice'" in unknown.stderr
     listed = cdc("views", "--json")
     assert listed.returncode == 0, listed.stderr
-    assert {t["path"].rsplit("/", 2)[-2] + "/" + t["path"].rsplit("/", 1)[-1] for t in json.loads(listed.stdout)["tables"]
-            if t["as_of_lsn"]} >= {"search/terms", "cache/entries"}
+    synced = {t["path"].split("/data/", 1)[1] for t in json.loads(listed.stdout)["tables"] if t["as_of_lsn"]}
+    assert synced >= {"search/products/terms", "search/products/documents", "cache/order/entries",
+                      "search/products/_state/public.categories", "cache/order/_state/public.order_items"}
