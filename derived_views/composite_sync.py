@@ -159,7 +159,7 @@ def _with_children(ctx: ViewContext, plan: Composite, frame: DataFrame,
         arrays.append(F.coalesce(F.col(f"_cdc_rows{index}"), F.array()).alias(child.alias))
         lsns.append(F.col(f"_cdc_child_lsn{index}"))
         members.append(F.coalesce(F.col(f"_cdc_members{index}"), F.array().cast("array<string>")))
-    return frame, arrays, lsns, F.concat(*members).alias(CHILDREN)
+    return frame, arrays, lsns, F.array_sort(F.concat(*members)).alias(CHILDREN)
 
 
 def affected_roots(ctx: ViewContext, rng: Range, plan: Composite, schemas: Mapping[str, TableSchema],
