@@ -23,6 +23,10 @@ from cdc.local_postgres import LocalPostgres
 from cdc.settings import load_settings
 
 
+#: The reference schema's views (a search index of products, a cache of orders), which the demo syncs.
+EXAMPLE_VIEWS = Path(__file__).resolve().parents[2] / "views.example.toml"
+
+
 @click.command("migrate")
 @click.option("--revision", default="head", show_default=True, help="Alembic revision to upgrade to.")
 def migrate(revision: str) -> None:
@@ -102,7 +106,8 @@ def demo(data_dir: Path | None, keep_postgres: bool) -> None:
         migrations.upgrade(url)
         counts = insert_sample_data(url)
         console.print(", ".join(f"{table}: {rows} rows" for table, rows in counts.items()))
-        environment = {"CDC_DATABASE_URL": url, "CDC_DATA_DIR": str(data_dir), "CDC_PARTITIONS": "3"}
+        environment = {"CDC_DATABASE_URL": url, "CDC_DATA_DIR": str(data_dir), "CDC_PARTITIONS": "3",
+                       "CDC_VIEWS_FILE": os.environ.get("CDC_VIEWS_FILE", str(EXAMPLE_VIEWS))}
         with _environment(environment):
             console.rule("3. check the source and create the slot")
             _cdc(console, "setup")

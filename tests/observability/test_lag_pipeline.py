@@ -21,6 +21,7 @@ from cdc.coordinator import Capture
 from cdc.lag import JSON_SCHEMA
 from cdc.settings import Settings, load_settings
 from migrations.sample_data import insert_sample_data
+from tests.derived_views.conftest import EXAMPLE_VIEWS
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,6 +37,7 @@ def _env(settings: Settings) -> dict[str, str]:
         "CDC_DATABASE_URL": settings.database_url,
         "CDC_DATA_DIR": str(settings.data_dir),
         "CDC_SLOT": settings.slot,
+        "CDC_VIEWS_FILE": str(settings.views_file),
     }
 
 
@@ -52,7 +54,7 @@ def _lag(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
 def _sync(spark: SparkSession, settings: Settings) -> None:
     from derived_views import runner
 
-    runner.step(runner.context_from_settings(settings, spark), list(runner.VIEWS))
+    runner.step(runner.context_from_settings(settings, spark), [])  # every defined view
 
 
 def _wait(settings: Settings, lsn: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -65,13 +67,14 @@ def _wait(settings: Settings, lsn: str, timeout: float) -> subprocess.CompletedP
 def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(
     spark: SparkSession, reference_db: str, tmp_path: Path
 ) -> None:
-    settings = load_settings(database_url=reference_db, data_dir=tmp_path / "data", slot="lag_e2e")
+    settings = load_settings(database_url=reference_db, data_dir=tmp_path / "data", slot="lag_e2e",
+                             views_file=EXAMPLE_VIEWS)
     insert_sample_data(reference_db, customers=5, products=10, orders=5)
     Capture(settings, once=True).run()
     _sync(spark, settings)
     status, caught_up = _lag(settings)
     assert status == 0
-    assert {view["view"] for view in caught_up["views"]} == {"warehouse", "search", "cache"}
+    assert {view["view"] for view in caught_up["views"]} == {"warehouse", "search.products", "cache.order"}
     assert all(view["events_pending"] == 0 for view in caught_up["views"])
 
     with psycopg.connect(reference_db) as conn:
@@ -96,7 +99,7 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(
     assert captured["source"]["oldest_unconfirmed_age_seconds"] == 0.0
     pending = {view["view"]: view for view in captured["views"]}
     assert pending["warehouse"]["events_pending"] >= 60
-    assert pending["search"]["events_pending"] > 0
+    assert pending["search.products"]["events_pending"] > 0
 
     _sync(spark, settings)
     status, synced = _lag(settings, "--max-lag-seconds", "0")
