@@ -107,3 +107,10 @@ def test_the_warehouse_keeps_the_tables_the_file_names_and_cdc_views_lists_them(
     assert run(cli, ["setup", "--check-only"]) != 0
     assert "public.nope is not a captured table" in capsys.readouterr().err
     assert run(cli, ["views"]) == 2
+    # a search index is checked against the source's columns by setup, before any capture
+    views_file.write_text('[search.products]\nroot = "public.products"\ntext = ["name", "colour"]\n')
+    assert run(cli, ["setup", "--check-only"]) != 0
+    assert "[search.products] text: 'colour' is not a column of the document" in capsys.readouterr().err
+    views_file.write_text('[search.products]\nroot = "public.products"\ntext = ["name", "price"]\n')
+    assert run(cli, ["views"]) == 2
+    assert "[search.products] text: 'price' is numeric, not text" in capsys.readouterr().err
