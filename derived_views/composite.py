@@ -126,6 +126,21 @@ class _Checker:
                                  "name a table of the publication as schema.table, or add it to the publication first")
         return self.tables[name]
 
+    def keyed(self, key: str, name: str, why: str) -> SourceTable:
+        """The captured table ``name``, which must have a primary key (``why`` says what needs it)."""
+        table = self.table(key, name)
+        if not table.key:
+            raise self.fail(key, f"{table.dotted_name} has no primary key{why}")
+        return table
+
+    def reference(self, key: str, on: list[str], holder: SourceTable, target: SourceTable) -> None:
+        """``on``, columns of ``holder``, can equal ``target``'s primary key: one existing column per key column."""
+        for column in on:
+            self.column(key, holder, column)
+        if len(on) != len(target.key):
+            raise self.fail(key, f"{len(on)} column(s) cannot equal the primary key of {target.dotted_name} "
+                                 f"({', '.join(target.key)}): name one per key column")
+
     def column(self, key: str, table: SourceTable, name: str) -> str:
         if name not in table.columns:
             raise self.fail(key, f"{name!r} is not a column of {table.dotted_name} (columns: {', '.join(table.columns)})")
@@ -164,15 +179,9 @@ class _Checker:
                 join = pending.pop(alias)
                 where = f"{key}.{alias}"
                 parent = root if join.from_ is None else placed[join.from_]
-                target = self.table(f"{where}.table", join.table)
-                if not target.key:
-                    raise self.fail(f"{where}.table", f"{target.dotted_name} has no primary key, so `on` cannot find "
-                                                      "one row of it; add a primary key or join another table")
-                for column in join.on:
-                    self.column(f"{where}.on", parent, column)
-                if len(join.on) != len(target.key):
-                    raise self.fail(f"{where}.on", f"{len(join.on)} column(s) cannot equal the primary key of "
-                                                   f"{target.dotted_name} ({', '.join(target.key)}): name one per key column")
+                target = self.keyed(f"{where}.table", join.table, ", so `on` cannot find one row of it; add a "
+                                                                  "primary key or join another table")
+                self.reference(f"{where}.on", join.on, parent, target)
                 for name, column in join.columns.items():
                     self.column(f"{where}.columns.{name}", target, column)
                 ordered.append(Link(alias, target, join.from_, tuple(join.on), tuple(join.columns.items())))
@@ -258,15 +267,9 @@ def cache_plan(source: str, name: str, definition: CacheDefinition, tables: Mapp
     nested = []
     for alias, child in definition.children.items():
         where = f"children.{alias}"
-        table = check.table(f"{where}.table", child.table)
-        if not table.key:
-            raise check.fail(f"{where}.table", f"{table.dotted_name} has no primary key: a child must be found again "
-                                               "when it changes or moves to another parent")
-        for column in child.on:
-            check.column(f"{where}.on", table, column)
-        if len(child.on) != len(root.key):
-            raise check.fail(f"{where}.on", f"{len(child.on)} column(s) cannot equal the primary key of "
-                                            f"{root.dotted_name} ({', '.join(root.key)}): name one per key column")
+        table = check.keyed(f"{where}.table", child.table, ": a child must be found again when it changes or "
+                                                           "moves to another parent")
+        check.reference(f"{where}.on", child.on, table, root)
         order = tuple(child.order_by) if child.order_by is not None else table.key
         for column in order:
             check.column(f"{where}.order_by", table, column)

@@ -66,10 +66,15 @@ class WarehouseDefinition(BaseModel):
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def _plain_name(kind: str, name: str) -> str:
+def _plain_name(name: str) -> str:
     if not _NAME.fullmatch(name):
-        raise ValueError(f"{kind} name {name!r} must be letters, digits and _ (not starting with a digit)")
+        raise ValueError(f"the name {name!r} must be letters, digits and _ (not starting with a digit): it becomes "
+                         "a view name, a directory and a JSON key")
     return name
+
+
+#: The name of an index, an entity, a join or a child.
+Name = Annotated[str, AfterValidator(_plain_name)]
 
 
 def _table_name(value: str) -> str:
@@ -124,20 +129,13 @@ class SearchDefinition(BaseModel):
     root: TableName
     columns: list[str] | None = None
     """The root's columns kept in the document (default: all)."""
-    joins: dict[str, JoinDefinition] = {}
+    joins: dict[Name, JoinDefinition] = {}
     text: list[str]
     """Document columns tokenized for ranking (text or arrays of text)."""
     stored: list[str] = []
     """Document columns shown with each result."""
     filter: str | None = None
     """A Spark SQL boolean over the document's columns: documents for which it is not true are left out."""
-
-    @field_validator("joins")
-    @classmethod
-    def _join_names(cls, value: dict[str, JoinDefinition]) -> dict[str, JoinDefinition]:
-        for name in value:
-            _plain_name("join", name)
-        return value
 
     @field_validator("text")
     @classmethod
@@ -157,15 +155,8 @@ class CacheDefinition(BaseModel):
     """The root's primary key (the default; any other column list is refused)."""
     columns: list[str] | None = None
     """The root's columns kept in the value (default: all)."""
-    lookups: dict[str, JoinDefinition] = {}
-    children: dict[str, ChildDefinition] = {}
-
-    @field_validator("lookups", "children")
-    @classmethod
-    def _names(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for name in value:
-            _plain_name("lookup or child", name)
-        return value
+    lookups: dict[Name, JoinDefinition] = {}
+    children: dict[Name, ChildDefinition] = {}
 
 
 class ViewDefinitions(BaseModel):
@@ -174,9 +165,9 @@ class ViewDefinitions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     warehouse: WarehouseDefinition = WarehouseDefinition()
-    search: dict[str, SearchDefinition] = {}
+    search: dict[Name, SearchDefinition] = {}
     """Search indexes by name (view ``search.<name>``)."""
-    cache: dict[str, CacheDefinition] = {}
+    cache: dict[Name, CacheDefinition] = {}
     """Cache entities by name (view ``cache.<name>``)."""
     source: str = "defaults (no views file)"
     """Where the definitions come from, for messages."""
@@ -184,13 +175,6 @@ class ViewDefinitions(BaseModel):
     def view_names(self) -> list[str]:
         """Every view defined: ``warehouse``, ``search.<index>`` for each index, ``cache.<entity>`` for each entity."""
         return ["warehouse", *(f"search.{n}" for n in self.search), *(f"cache.{n}" for n in self.cache)]
-
-    @field_validator("search", "cache")
-    @classmethod
-    def _view_names(cls, value: dict[str, Any]) -> dict[str, Any]:
-        for name in value:
-            _plain_name("index or entity", name)
-        return value
 
 
 def load(path: Path) -> ViewDefinitions:
@@ -235,7 +219,7 @@ def _known_keys(loc: tuple[object, ...]) -> list[str]:
 
 def _location(loc: tuple[object, ...]) -> tuple[str, str]:
     """``("search.products", "joins.category.on")`` from pydantic's error location."""
-    parts = list(loc)
+    parts = [part for part in loc if part != "[key]"]  # a dict key that failed: the location names it already
     if not parts:
         return "", ""
     if parts[0] in ("search", "cache") and len(parts) > 1:

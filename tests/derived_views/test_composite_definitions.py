@@ -168,7 +168,7 @@ def test_each_bad_definition_gets_one_error_naming_the_file_view_and_key(
         ('[search.posts]\nroot = "Blog Data.Posts"\ntext = []\n', r"\[search.posts\] text: name at least one document column"),
         ('[search.posts]\nroot = "Posts"\ntext = ["title"]\n', r"\[search.posts\] root: 'Posts' is not schema.table"),
         ('[search."my index"]\nroot = "Blog Data.Posts"\ntext = ["title"]\n',
-         r"\[search\]: index or entity name 'my index' must be letters, digits and _"),
+         r"views.toml: \[search.my index\]: the name 'my index' must be letters, digits and _"),
         ('[search.posts]\nroot = "Blog Data.Posts"\ntext = ["title"]\n[search.posts.joins.a]\ntable = "Blog Data.teams"\n'
          'on = "author"\ncolumns = {}\ncolumn = 1\n',
          r"\[search.posts\] joins.a.column is not a key of \[search.posts.joins.a\] \(known: table, on, from, columns\)"),
