@@ -116,6 +116,8 @@ class _Checker:
         self.source = source
         self.view = view
         self.tables = tables
+        self.joins = "joins" if view.startswith("search.") else "lookups"
+        """What the view's file section calls its many-to-one joins."""
 
     def fail(self, key: str, problem: str) -> ViewsFileError:
         return ViewsFileError(f"{self.source}: [{self.view}] {key}: {problem}")
@@ -189,15 +191,17 @@ class _Checker:
         return tuple(ordered)
 
     def no_duplicate_outputs(self, columns: tuple[str, ...], links: tuple[Link, ...], children: tuple[str, ...]) -> None:
-        owner: dict[str, str] = {name: "a column of the root" for name in columns}
+        # Spark resolves column names without regard to case: `Title` and `title` are one name there
+        owner: dict[str, str] = {name.casefold(): "a column of the root" for name in columns}
         for link in links:
             for name, _ in link.columns:
-                if name in owner:
-                    raise self.fail(f"joins.{link.alias}.columns", f"{name!r} is also {owner[name]}: give it another name")
-                owner[name] = f"contributed by {link.alias}"
+                if name.casefold() in owner:
+                    raise self.fail(f"{self.joins}.{link.alias}.columns",
+                                    f"{name!r} is also {owner[name.casefold()]}: give it another name")
+                owner[name.casefold()] = f"contributed by {link.alias}"
         for alias in children:
-            if alias in owner:
-                raise self.fail(f"children.{alias}", f"{alias!r} is also {owner[alias]}: name the child otherwise")
+            if alias.casefold() in owner:
+                raise self.fail(f"children.{alias}", f"{alias!r} is also {owner[alias.casefold()]}: name the child otherwise")
 
 
 def _fingerprint(*parts: object) -> str:

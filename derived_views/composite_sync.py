@@ -170,6 +170,9 @@ def affected_roots(ctx: ViewContext, rng: Range, plan: Composite, schemas: Mappi
 
     found: list[DataFrame] = []
     for table in plan.tables:
+        topic = schemas[table.log_name].topic
+        if all(progress.next_offset(topic, p) >= end for p, end in rng.watermark.offsets.get(topic, {}).items()):
+            continue  # no event of this table in the range
         batch = load_pending(ctx, rng, schemas[table.log_name], progress, "latest",
                              dead_letter_path=path(ctx, plan, "_dead_letter"), target=state_path(ctx, plan, table))
         try:
