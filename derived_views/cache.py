@@ -38,6 +38,7 @@ from derived_views.composite_sync import (
     merge_roots,
     overwrite,
     path,
+    reshaped,
     source_schemas,
     sync_states,
 )
@@ -82,8 +83,8 @@ def sync(ctx: ViewContext, rng: Range, plan: Composite, *, replace: bool = False
     progress, replace = starting_point(ctx, table, replace)
     if progress is not None and is_current(progress, rng, topics, ctx, table):
         return results
-    new_progress = with_fields(rng.progress(topics, progress), definition=plan.fingerprint)
-    roots = None if progress is None else affected_roots(ctx, rng, plan, schemas, progress, table)
+    new_progress = with_fields(rng.progress(topics, progress), definition=plan.stamp)
+    roots = None if progress is None or reshaped(plan, progress) else affected_roots(ctx, rng, plan, schemas, progress, table)
     if roots is None:
         overwrite(entries(ctx, plan, None), table, new_progress)
         results.append(TableResult(table, 0, 0))

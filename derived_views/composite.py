@@ -6,9 +6,9 @@ an earlier join, a chain) and, for a cache entity, one-to-many children nested a
 turns the views file into :class:`Composite` plans, checking every name against the captured tables;
 each mistake is one :class:`~derived_views.errors.ViewsFileError` naming the file, the view and the key.
 
-A plan's :attr:`Composite.fingerprint` is a hash of everything that shapes its output; each commit of
-the view's output tables records it (:class:`~derived_views.progress.Progress`), so a definition edited
-between two syncs is found, and the view asks for ``cdc rebuild`` instead of mixing two definitions.
+A plan's :attr:`Composite.fingerprint` is a hash of its definition; each commit of the view's output
+tables records it (:attr:`Composite.stamp`, :class:`~derived_views.progress.Progress`), so a definition
+edited between two syncs is found, and the view asks for ``cdc rebuild`` instead of mixing two definitions.
 """
 
 from __future__ import annotations
@@ -84,6 +84,15 @@ class Composite:
     def view(self) -> str:
         """The view's name: ``search.<index>`` or ``cache.<entity>``."""
         return f"{self.kind}.{self.name}"
+
+    @property
+    def stamp(self) -> str:
+        """What each output commit records (:attr:`~derived_views.progress.Progress.definition`): the
+        fingerprint, then a hash of the output's columns. A definition that keeps a table's columns whole
+        gains a column when the source adds (or renames) one: the outputs are then recomputed whole
+        once, so no document or entry keeps the old set of columns."""
+        shape = [self.output_columns, [(child.alias, child.columns) for child in self.children]]
+        return f"{self.fingerprint}/{_fingerprint(shape)}"
 
     @property
     def tables(self) -> tuple[SourceTable, ...]:
@@ -283,11 +292,17 @@ def cache_plan(source: str, name: str, definition: CacheDefinition, tables: Mapp
                      fingerprint=_fingerprint("cache", definition.model_dump()))
 
 
+def plan_for(definitions: ViewDefinitions, view: str, tables: Mapping[str, SourceTable]) -> Composite:
+    """The checked plan of the view ``search.<index>`` or ``cache.<entity>``."""
+    kind, name = view.split(".", 1)
+    if kind == "search":
+        return search_plan(definitions.source, name, definitions.search[name], tables)
+    return cache_plan(definitions.source, name, definitions.cache[name], tables)
+
+
 def plans(definitions: ViewDefinitions, tables: Mapping[str, SourceTable]) -> list[Composite]:
     """Every search index and cache entity of ``definitions``, checked against ``tables`` (by dotted name)."""
-    found = [search_plan(definitions.source, name, d, tables) for name, d in definitions.search.items()]
-    found += [cache_plan(definitions.source, name, d, tables) for name, d in definitions.cache.items()]
-    return found
+    return [plan_for(definitions, view, tables) for view in definitions.view_names() if view != "warehouse"]
 
 
 def source_tables(schemas: Iterable[TableSchema]) -> dict[str, SourceTable]:

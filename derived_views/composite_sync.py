@@ -63,8 +63,13 @@ def source_schemas(ctx: ViewContext, rng: Range, plan: Composite) -> dict[str, T
 
 def check_definition(plan: Composite, path: str, progress: Progress | None) -> None:
     """Raise :class:`DefinitionChangedError` when the table at ``path`` was computed with another definition."""
-    if progress is not None and progress.position and progress.definition != plan.fingerprint:
+    if progress is not None and progress.position and progress.definition.split("/")[0] != plan.fingerprint:
         raise DefinitionChangedError(plan.view, path)
+
+
+def reshaped(plan: Composite, progress: Progress) -> bool:
+    """Whether the output was computed with other columns than the plan's now (see :attr:`Composite.stamp`)."""
+    return progress.definition != plan.stamp
 
 
 def sync_states(ctx: ViewContext, rng: Range, plan: Composite, schemas: Mapping[str, TableSchema], *,

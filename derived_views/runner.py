@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 from derived_views import cache, search, warehouse
 from derived_views.apply import Range
 from derived_views.context import ViewContext
-from derived_views.composite import Composite, checked, source_tables
+from derived_views.composite import Composite, checked, plan_for, source_tables
 from derived_views.definitions import ViewDefinitions
+from derived_views.definitions import check as check_definitions
 from derived_views.definitions import load as load_definitions
 from derived_views.errors import (
     DefinitionChangedError,
@@ -34,6 +35,7 @@ from derived_views.errors import (
     UnknownViewError,
     ViewBusyError,
     ViewError,
+    ViewsFileError,
 )
 from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
@@ -140,14 +142,17 @@ def _step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepR
                 f"the log at {ctx.log_path} holds no complete snapshot yet: run `cdc capture` before a rebuild"
             )
         return StepReport(None, {})
-    plans = plans_at(ctx, watermark)
+    chosen = resolve(names, ctx.definitions)
+    plans, broken = _plans(ctx, watermark, chosen)
     rng = Range(ctx.log_path, watermark)
     events = {}
     failed: list[TableFailure] = []
-    for name in resolve(names, ctx.definitions):
+    for name in chosen:
         try:
+            if name in broken:
+                raise broken[name]
             results = _sync(ctx, rng, name, plans, replace)
-        except DefinitionChangedError as exc:
+        except (DefinitionChangedError, ViewsFileError) as exc:
             log.error("%s", exc)
             results = [TableResult(ctx.path(*name.split(".", 1)), 0, 0, str(exc))]
         except ViewError:
@@ -167,6 +172,31 @@ def plans_at(ctx: ViewContext, watermark: LogWatermark) -> dict[str, Composite]:
     """The search indexes and cache entities by view name, checked against the tables captured as of
     ``watermark`` (the whole views file is checked, warehouse included)."""
     return {plan.view: plan for plan in checked(ctx.definitions, source_tables(ctx.schemas(watermark).values()))}
+
+
+def _plans(ctx: ViewContext, watermark: LogWatermark, chosen: list[str]) -> tuple[dict[str, Composite], dict[str, ViewsFileError]]:
+    """The plans of the ``chosen`` views, and the errors of those whose definition no longer fits the source.
+
+    A mistake in the views file stops the step before anything is written (the warehouse section, or a
+    view never synced); a view synced before whose definition the source no longer fits (a column it
+    names was renamed or dropped) fails alone, like a failed table, so the other views go on.
+    """
+    tables = source_tables(ctx.schemas(watermark).values())
+    check_definitions(ctx.definitions, list(tables))
+    plans: dict[str, Composite] = {}
+    broken: dict[str, ViewsFileError] = {}
+    for view in chosen:
+        if view == warehouse.NAME:
+            continue
+        try:
+            plans[view] = plan_for(ctx.definitions, view, tables)
+        except ViewsFileError as exc:
+            kind, name = view.split(".", 1)
+            outputs = search.TABLES if kind == search.NAME else cache.TABLES
+            if not any(ctx.progress(ctx.path(kind, name, table)).position for table in outputs):
+                raise
+            broken[view] = exc
+    return plans, broken
 
 
 def _sync(ctx: ViewContext, rng: Range, name: str, plans: dict[str, Composite], replace: bool) -> list[TableResult]:

@@ -39,6 +39,7 @@ from derived_views.composite_sync import (
     merge_roots,
     overwrite,
     path,
+    reshaped,
     source_schemas,
     sync_states,
 )
@@ -128,7 +129,7 @@ class _Step:
         progress, replace = starting_point(self.ctx, table, replace)
         if progress is not None and is_current(progress, self.rng, self.topics, self.ctx, table):
             return None
-        return progress, with_fields(self.rng.progress(self.topics, progress), definition=self.plan.fingerprint)
+        return progress, with_fields(self.rng.progress(self.topics, progress), definition=self.plan.stamp)
 
 
 def _documents(step: _Step, replace: bool) -> TableResult | None:
@@ -137,7 +138,7 @@ def _documents(step: _Step, replace: bool) -> TableResult | None:
     if pending is None:
         return None
     progress, new_progress = pending
-    roots = None if progress is None else step.affected(progress, table)
+    roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
     if roots is None:
         overwrite(documents(step.ctx, step.plan, None), table, new_progress)
     else:
@@ -152,7 +153,7 @@ def _terms(step: _Step, replace: bool) -> TableResult | None:
     if pending is None:
         return None
     progress, new_progress = pending
-    roots = None if progress is None else step.affected(progress, table)
+    roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
     docs = step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents"))
     if roots is None:
         overwrite(_term_rows(step.plan, docs), table, new_progress)

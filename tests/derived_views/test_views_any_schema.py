@@ -210,3 +210,23 @@ def _definition_changes(spark: SparkSession, settings: Any, url: str, views_file
     # published posts with Ünïcode >= 2 (id / 4 when inserted): ids 8..30 but 10, 15, 20, 25 and 30
     assert checked.ok and checked.compared == 18, checked.differences[:5]
     assert not measure(settings).violations
+    _source_changes(spark, settings, url, ctx)
+
+
+def _source_changes(spark: SparkSession, settings: Any, url: str, ctx: ViewContext) -> None:
+    """A column added to a table an index keeps whole re-computes its documents once, with the column; a
+    column an index names renamed away fails that index alone (the warehouse and the entity go on)."""
+    from derived_views import cache, runner
+
+    docs = ctx.path("search", "posts", "documents")
+    execute(url, 'ALTER TABLE "Blog Data"."Posts" ADD COLUMN extra int', 'UPDATE "Blog Data"."Posts" SET extra = 1 WHERE id = 9')
+    _step(settings, ctx, url)
+    assert _last_merge(ctx, docs)["operation"] in ("WRITE", "CREATE OR REPLACE TABLE AS SELECT")
+    assert {r["id"]: r["extra"] for r in rows(spark, docs, "id IN (8, 9)")} == {8: None, 9: 1}
+    execute(url, 'ALTER TABLE "Blog Data"."Posts" RENAME COLUMN body TO content',
+            'UPDATE "Blog Data"."Posts" SET "Title" = \'Again\' WHERE id = 9')
+    capture(settings)
+    report = runner.step(ctx, ["warehouse", *VIEW_NAMES])
+    assert [failure.view for failure in report.failures] == ["search.posts"]
+    assert "[search.posts] text: 'body' is not a column of the document" in report.failures[0].error
+    assert (cache.get(ctx.views_dir, "post", "9") or {}).get("Title") == "Again"
