@@ -24,7 +24,7 @@ the others and inserts the new ones, in one commit that carries the new progress
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import reduce
 from typing import TYPE_CHECKING
 
@@ -34,7 +34,7 @@ from derived_views.context import ViewContext
 from derived_views.errors import DefinitionChangedError
 from derived_views.progress import Progress, committing, with_progress
 from derived_views.schema import TableSchema, quote
-from derived_views.steps import TableResult, apply_state, load_pending
+from derived_views.steps import TableResult, apply_state, load_pending, mark_as_of
 from log_store.topic_names import dir_name
 
 if TYPE_CHECKING:
@@ -253,6 +253,26 @@ def overwrite(frame: DataFrame, table: str, progress: Progress) -> None:
                   progress).save(table)
 
 
+def latest_version(ctx: ViewContext, table: str) -> int:
+    """The newest commit version of the Delta table at ``table``."""
+    from delta.tables import DeltaTable
+
+    return int(DeltaTable.forPath(ctx.spark, table).history(1).first()["version"])  # type: ignore[index]
+
+
+def merge_with_progress(ctx: ViewContext, table: str, merge: Callable[[], None], progress: Progress) -> None:
+    """Run ``merge`` (a MERGE into ``table``) so that ``progress`` is recorded even when it changes nothing.
+
+    Delta writes no commit for a MERGE whose source is empty (nor, so its progress would be lost and the
+    range read again by every later process); such a step records ``progress`` in a commit of its own
+    that changes no data (:func:`derived_views.steps.mark_as_of`)."""
+    before = latest_version(ctx, table)
+    with committing(ctx.spark, progress):
+        merge()
+    if latest_version(ctx, table) == before:
+        mark_as_of(ctx, table, progress)
+
+
 def merge_roots(ctx: ViewContext, table: str, roots: DataFrame, rows: DataFrame, progress: Progress) -> None:
     """Bring the affected ``roots`` of the table at ``table`` to ``rows`` (their recomputed output rows)
     in one commit carrying ``progress``: a root without a row is deleted, the others updated or inserted."""
@@ -260,6 +280,9 @@ def merge_roots(ctx: ViewContext, table: str, roots: DataFrame, rows: DataFrame,
     from pyspark.sql import functions as F
 
     ensure_table(ctx.spark, table, table_ddl(rows))
+    if roots.isEmpty():
+        mark_as_of(ctx, table, progress)
+        return
     columns = [quote(c) for c in rows.columns if c != KEY]
     source = roots.join(rows.withColumn(PRESENT, F.lit(True)), KEY, "left")
     values = {c: f"s.{c}" for c in [*columns, KEY]}
@@ -270,5 +293,4 @@ def merge_roots(ctx: ViewContext, table: str, roots: DataFrame, rows: DataFrame,
         .whenMatchedUpdate(set=values)
         .whenNotMatchedInsert(condition=f"s.{PRESENT} IS NOT NULL", values=values)
     )
-    with committing(ctx.spark, progress):
-        builder.execute()
+    merge_with_progress(ctx, table, builder.execute, progress)

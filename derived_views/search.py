@@ -37,6 +37,7 @@ from derived_views.composite_sync import (
     check_definition,
     composed,
     merge_roots,
+    merge_with_progress,
     overwrite,
     path,
     reshaped,
@@ -46,9 +47,9 @@ from derived_views.composite_sync import (
 from derived_views.context import ViewContext
 from derived_views.delta_reads import read_query, sql_text
 from derived_views.errors import MissingTableError
-from derived_views.progress import Progress, committing
+from derived_views.progress import Progress
 from derived_views.schema import TableSchema, quote
-from derived_views.steps import TableResult, is_current, starting_point
+from derived_views.steps import TableResult, is_current, mark_as_of, starting_point
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -88,6 +89,9 @@ def _merge_terms(ctx: ViewContext, table: str, roots: DataFrame, terms: DataFram
     from pyspark.sql import functions as F
 
     ensure_table(ctx.spark, table, TERMS_DDL)
+    if roots.isEmpty():
+        mark_as_of(ctx, table, progress)
+        return
     docs = roots.select(F.col(KEY).alias("doc"))
     old = ctx.spark.read.format("delta").load(table).join(docs, "doc", "left_semi").select("doc", "term")
     stale = old.join(terms.select("doc", "term"), ["doc", "term"], "left_anti").select(
@@ -102,8 +106,7 @@ def _merge_terms(ctx: ViewContext, table: str, roots: DataFrame, terms: DataFram
         .whenNotMatchedInsert(condition="NOT s._cdc_drop",
                               values={"doc": "s.doc", "term": "s.term", "tf": "s.tf", "doc_len": "s.doc_len"})
     )
-    with committing(ctx.spark, progress):
-        builder.execute()
+    merge_with_progress(ctx, table, builder.execute, progress)
 
 
 @dataclass

@@ -117,7 +117,8 @@ def _step(settings: Any, ctx: ViewContext, url: str) -> None:
 def test_a_blog_search_index_and_cache_entity_stay_exact_through_every_change(
     spark: SparkSession, pg_url: str, tmp_path: Path
 ) -> None:
-    from derived_views import cache, search
+    from derived_views import cache, runner, search
+    from derived_views.status import table_progress
 
     execute(pg_url, *SCHEMA)
     views_file = tmp_path / "views.toml"
@@ -141,12 +142,16 @@ def test_a_blog_search_index_and_cache_entity_stay_exact_through_every_change(
     assert len(brian) == 8 and _rewritten(ctx, docs) == 8 and _rewritten(ctx, entries) == 10
 
     # a row two joins away (authors -> teams): the posts of every author of that team; the cache entity
-    # does not read teams, so its entries are not rewritten
+    # does not read teams, and no post references the new author: no entry is rewritten, yet the
+    # entries record the new watermark (a MERGE that changes nothing would commit nothing)
     merges = _merges(ctx, entries)
-    execute(pg_url, 'UPDATE "Blog Data".teams SET "Team-Name" = \'Platform\' WHERE id = 1')
+    execute(pg_url, 'UPDATE "Blog Data".teams SET "Team-Name" = \'Platform\' WHERE id = 1',
+            'INSERT INTO "Blog Data"."Authors" VALUES (5, \'Dora\', 2, NULL)')
     _step(settings, ctx, pg_url)
     assert _rewritten(ctx, docs) == 16  # the published posts of authors 1 and 3 (20 posts, 4 unpublished)
     assert _merges(ctx, entries) == merges
+    recorded = table_progress(Path(entries))
+    assert recorded is not None and recorded.position == runner.latest(ctx).position  # type: ignore[union-attr]
 
     # the filter flips for one post through its own row; a post is inserted, another deleted
     execute(pg_url, 'UPDATE "Blog Data"."Posts" SET published = true WHERE id = 5',
