@@ -99,7 +99,7 @@ SELECT a.attname, t.typname,
 FROM pg_attribute a
 JOIN pg_type t ON t.oid = a.atttypid
 LEFT JOIN pg_constraint pk ON pk.conrelid = a.attrelid AND pk.contype = 'p'
-WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped
+WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum
 """
 
@@ -113,6 +113,8 @@ def _source_tables(conn: Connection, tables: list[tuple[str, str]]) -> dict[str,
     for schema, table in tables:
         name = '"' + schema.replace('"', '""') + '"."' + table.replace('"', '""') + '"'
         rows = conn.execute(_COLUMNS_SQL, (name,)).fetchall()
+        if not rows:
+            continue  # not a table (yet): the CDC_TABLES check names it
         found[f"{schema}.{table}"] = SourceTable(f"{schema}.{table}", log_name(schema, table),
                                                  {row[0]: row[1] for row in rows}, tuple(row[0] for row in rows if row[2]))
     return found

@@ -1,4 +1,4 @@
-"""Derived views kept exact from the change log: warehouse, search index and cache Delta tables.
+"""Derived views kept exact from the change log: the warehouse, search indexes and cache entities.
 
 Modules:
 
@@ -8,6 +8,8 @@ Modules:
 - :mod:`~derived_views.schema`: source column lists and their faithful Spark types.
 - :mod:`~derived_views.apply`, :mod:`~derived_views.steps`: the shared MERGE machinery.
 - :mod:`~derived_views.progress`: applied offsets and as-of watermark stored in each Delta commit.
+- :mod:`~derived_views.definitions`: the views file; :mod:`~derived_views.composite`: search indexes and
+  cache entities as checked plans; :mod:`~derived_views.composite_sync`: their incremental maintenance.
 - :mod:`~derived_views.warehouse`, :mod:`~derived_views.search`, :mod:`~derived_views.cache`: the views.
 - :mod:`~derived_views.runner`: sync steps, continuous mode, rebuild; :mod:`~derived_views.verify`.
 - :mod:`~derived_views.job`: ``spark-submit`` entry point.

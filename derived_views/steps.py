@@ -1,7 +1,7 @@
 """Building blocks every view uses: load a table's pending events typed, and keep a state table.
 
-A *state table* is an SCD1 copy of one source table that a view keeps for its own joins (the search
-view's categories, the cache view's orders and items); it is written by the same MERGE as the
+A *state table* is an SCD1 copy of one source table that a view keeps for its own joins (each table a
+search index or cache entity reads, :mod:`derived_views.composite_sync`); it is written by the same MERGE as the
 warehouse's current tables (:func:`derived_views.apply.merge_current`).
 """
 
