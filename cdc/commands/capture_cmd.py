@@ -9,7 +9,6 @@ from types import FrameType
 import click
 
 from cdc.cli import pass_context
-from cdc.coordinator import Capture, Tuning
 from cdc.metrics import CaptureMetrics, serve
 
 
@@ -20,6 +19,8 @@ from cdc.metrics import CaptureMetrics, serve
 @pass_context
 def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
     """Capture changes exactly once into the log. SIGTERM/SIGINT: finish the batch, confirm, exit 0."""
+    from cdc.coordinator import Capture, Tuning  # heavy: imported when capturing, not by every `cdc` command
+
     settings = ctx.settings  # type: ignore[attr-defined]
     stop = threading.Event()
 

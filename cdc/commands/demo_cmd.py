@@ -17,9 +17,7 @@ import click
 import psycopg
 from rich.console import Console
 
-from cdc import migrate as migrations
 from cdc.errors import CdcError
-from cdc.local_postgres import LocalPostgres
 from cdc.settings import load_settings
 
 
@@ -32,6 +30,8 @@ EXAMPLE_VIEWS = Path(__file__).resolve().parents[2] / "views.example.toml"
 def migrate(revision: str) -> None:
     """Apply the reference schema and the CDC bootstrap (publication, capture role) to CDC_DATABASE_URL."""
     settings = load_settings()
+    from cdc import migrate as migrations  # Alembic: only for the commands that migrate
+
     migrations.upgrade(settings.database_url, revision, publication=settings.publication)
     click.echo(f"migrated {settings.safe_database_url()} to {revision}")
 
@@ -92,6 +92,8 @@ def _change_one_product(url: str) -> tuple[int, str]:
 @click.option("--keep-postgres/--stop-postgres", default=False, help="Leave the throwaway server running.")
 def demo(data_dir: Path | None, keep_postgres: bool) -> None:
     """Start a throwaway PostgreSQL, write sample data, and run the pipeline end to end."""
+    from cdc import migrate as migrations
+    from cdc.local_postgres import LocalPostgres
     from migrations.sample_data import insert_sample_data
 
     console = Console()
