@@ -74,7 +74,8 @@ def render(report: LagReport) -> Group:
         else "no watermark yet: nothing captured"
     )
     views = Table(title="log → views", title_justify="left")
-    for column in ("view", "tables", "as of", "events pending", "WAL behind", "seconds behind"):
+    views.add_column("view", no_wrap=True, min_width=14)  # search.<index>, cache.<entity>
+    for column in ("tables", "as of", "events pending", "WAL behind", "seconds behind"):
         views.add_column(column)
     for view in report.views:
         views.add_row(
