@@ -23,7 +23,7 @@ import re
 import tomllib
 from collections.abc import Collection
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 

@@ -122,7 +122,7 @@ def _step(ctx: ViewContext, *, replace: bool = False) -> None:
 
 def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
     """Incremental steps read their small ranges in the driver; the rebuild reads through Spark tasks."""
-    from derived_views import apply, cache, search, warehouse
+    from derived_views import apply, warehouse
 
     _seed(log)
     _step(ctx)
