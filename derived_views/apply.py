@@ -70,11 +70,12 @@ from dataclasses import dataclass
 from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
+from derived_views.column_names import stored_names
 from derived_views.column_types import convert, supertype
 from derived_views.events import EVENT_DDL, reduce_table
 from derived_views.log_source import LogWatermark, Offsets, offsets_json, plan_partitions, read_partition
 from derived_views.progress import Progress, committing, with_progress
-from derived_views.schema import quote
+from derived_views.schema import quote, sql_string
 from derived_views.table_keys import holds_any
 
 if TYPE_CHECKING:
@@ -214,7 +215,8 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
 
     The envelope (``value``) is parsed once by Spark into its ``after`` and ``before`` rows, with the
     column types in force at the event's LSN (``plan``, default: ``columns`` throughout), then cast to
-    ``columns`` (the view's types, which hold every version's values). ``_cdc_error`` is set on poison
+    ``columns`` (the view's types, which hold every version's values) under their stored names
+    (:mod:`derived_views.column_names`, as are the names ``_cdc_unchanged`` lists). ``_cdc_error`` is set on poison
     events: an unreadable envelope, or values that do not fit; it names each column, its type and the
     value that does not fit. ``_cdc_widen`` lists the array columns of a poison event that hold a
     multi-dimensional array, which a string column holds (:data:`BatchFacts.widen`).
@@ -264,16 +266,17 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
     bad = F.when(corrupt, F.concat(
         F.lit(f"values do not fit the columns of {table}: "),
         F.when(detail != "", detail).otherwise(F.lit(f"the key or the envelope does not fit ({ddl})"))))
+    renamed = stored_names([name for name, _ in columns], table)
     return parsed.select(
         *[F.when(has_after, F.col("_cdc_env.after").getField(name))
           .when(has_before, F.col("_cdc_env.before").getField(name))
-          .otherwise(F.col("_cdc_keyed").getField(name)).alias(name) for name, _ in columns],
+          .otherwise(F.col("_cdc_keyed").getField(name)).alias(renamed.get(name, name)) for name, _ in columns],
         F.col("key").alias(KEY),
         F.col("lsn").alias(LSN),
         F.col("seq").alias(SEQ),
         F.timestamp_millis(F.col("commit_ts_ms")).alias(TS),
         F.col("op").alias(OP),
-        F.col("unchanged").alias(UNCHANGED),
+        _stored_unchanged(F.col("unchanged"), renamed).alias(UNCHANGED),
         F.col("topic").alias("_cdc_topic"),
         F.col("partition").alias("_cdc_partition"),
         F.col("offset").alias("_cdc_offset"),
@@ -282,6 +285,24 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
         F.when(corrupt, F.array_compact(F.array(*widen)) if widen else F.array().cast("array<string>"))
         .alias("_cdc_widen"),
     )
+
+
+def _stored_unchanged(unchanged: SparkColumn, renamed: dict[str, str]) -> SparkColumn:
+    """An event's list of unchanged columns, each under its stored name (``renamed``: source -> stored)."""
+    from pyspark.sql import functions as F
+
+    if not renamed:
+        return unchanged
+
+    (first, first_stored), *rest = renamed.items()
+
+    def one(name: SparkColumn) -> SparkColumn:
+        result = F.when(name == F.lit(first), F.lit(first_stored))
+        for source, target in rest:
+            result = result.when(name == F.lit(source), F.lit(target))
+        return result.otherwise(name)
+
+    return F.transform(unchanged, one)
 
 
 def _widened(frame: DataFrame) -> tuple[str, ...]:
@@ -552,7 +573,7 @@ def merge_current(
         return
     update = {
         quote(n): f"s.{quote(n)}" if whole_rows
-        else f"CASE WHEN array_contains(s.{UNCHANGED}, '{n}') THEN t.{quote(n)} ELSE s.{quote(n)} END"
+        else f"CASE WHEN array_contains(s.{UNCHANGED}, {sql_string(n)}) THEN t.{quote(n)} ELSE s.{quote(n)} END"
         for n in names
     }
     meta = {c: f"s.{c}" for c in (KEY, LSN, SEQ, TS, OP)}
@@ -757,15 +778,15 @@ def _fill_from_current(spark: SparkSession, path: str, events: DataFrame, names:
     current = (
         spark.read.format("delta").load(path)
         .filter(F.col("_cdc_is_current"))
-        .select(F.col(KEY).alias("_fill_key"), *[F.col(quote(n)).alias(f"_fill_{n}") for n in names])
+        .select(F.col(KEY).alias("_fill_key"), *[F.col(quote(n)).alias(f"_fill_{i}") for i, n in enumerate(names)])
     )
     partial_rows = events.filter(F.size(UNCHANGED) > 0)
     whole = events.filter(F.size(UNCHANGED) == 0)
     joined = partial_rows.join(current, partial_rows[KEY] == current["_fill_key"], "left")
     filled = joined.select(
         *[
-            F.when(F.array_contains(F.col(UNCHANGED), n), F.col(f"_fill_{n}")).otherwise(F.col(quote(n))).alias(n)
-            for n in names
+            F.when(F.array_contains(F.col(UNCHANGED), n), F.col(f"_fill_{i}")).otherwise(F.col(quote(n))).alias(n)
+            for i, n in enumerate(names)
         ],
         *[c for c in events.columns if c not in names],
     )

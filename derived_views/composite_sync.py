@@ -29,6 +29,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from derived_views.apply import KEY, LSN, OP, Range, ensure_table
+from derived_views.column_names import from_stored, stored
 from derived_views.composite import Composite, Link, Nested, SourceTable
 from derived_views.context import ViewContext
 from derived_views.errors import DefinitionChangedError
@@ -85,7 +86,8 @@ def sync_states(ctx: ViewContext, rng: Range, plan: Composite, schemas: Mapping[
 
 
 def _state(ctx: ViewContext, plan: Composite, table: SourceTable) -> DataFrame:
-    return ctx.spark.read.format("delta").load(state_path(ctx, plan, table))
+    """The view's state copy of ``table``, its columns under their source names."""
+    return from_stored(ctx.spark.read.format("delta").load(state_path(ctx, plan, table)), table.columns)
 
 
 def _equal(left: list[str], right: list[str]) -> Column:
@@ -183,7 +185,7 @@ def affected_roots(ctx: ViewContext, rng: Range, plan: Composite, schemas: Mappi
         try:
             if batch.facts.truncates:
                 return None
-            rows = batch.frame.filter(F.col(OP) != "t")
+            rows = from_stored(batch.frame.filter(F.col(OP) != "t"), table.columns)
             parts = []
             if table.log_name == plan.root.log_name:
                 parts.append(rows.select(KEY))
@@ -248,8 +250,9 @@ def table_ddl(frame: DataFrame) -> str:
 
 
 def overwrite(frame: DataFrame, table: str, progress: Progress) -> None:
-    """Replace the table at ``table`` with ``frame`` in one commit carrying ``progress`` (promise 6)."""
-    with_progress(frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true"),
+    """Replace the table at ``table`` with ``frame`` in one commit carrying ``progress`` (promise 6); its
+    columns are stored under their stored names (:mod:`derived_views.column_names`)."""
+    with_progress(stored(frame, table).write.format("delta").mode("overwrite").option("overwriteSchema", "true"),
                   progress).save(table)
 
 
@@ -280,10 +283,12 @@ def merge_with_progress(ctx: ViewContext, table: str, merge: Callable[[], None],
 
 def merge_roots(ctx: ViewContext, table: str, roots: DataFrame, rows: DataFrame, progress: Progress) -> None:
     """Bring the affected ``roots`` of the table at ``table`` to ``rows`` (their recomputed output rows)
-    in one commit carrying ``progress``: a root without a row is deleted, the others updated or inserted."""
+    in one commit carrying ``progress``: a root without a row is deleted, the others updated or inserted.
+    Columns are stored under their stored names (:mod:`derived_views.column_names`)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
+    rows = stored(rows, table)
     ensure_table(ctx.spark, table, table_ddl(rows))
     if roots.isEmpty():
         mark_as_of(ctx, table, progress)

@@ -15,6 +15,7 @@ Hierarchy::
     ├── TablesFailedError     tables of a sync step failed (the others were applied)
     ├── ViewsFileError        the views file is malformed or names what is not captured (exit code 2)
     ├── DefinitionChangedError  a search index or cache entity needs a rebuild for its new definition
+    ├── ColumnNameClashError  two source columns a Delta table would store under one name
     └── VerifyMismatchError   ``cdc verify`` found differences (exit code 4)
 """
 
@@ -111,3 +112,15 @@ class DefinitionChangedError(ViewError):
             f"`cdc rebuild {view}` to rebuild it from the log with the new definition (it is left as it was until then)"
         )
         self.view = view
+
+
+class ColumnNameClashError(ViewError):
+    """Two columns of one table that a Delta table would store under the same name
+    (:mod:`derived_views.column_names`): ``a b`` is stored as ``a%20b``, which another column may be called."""
+
+    def __init__(self, table: str, first: str, second: str, stored: str) -> None:
+        where = f" of {table}" if table else ""
+        super().__init__(
+            f"columns {first!r} and {second!r}{where} would both be stored as {stored!r} in Delta (a name holding "
+            f"one of ' ,;{{}}()=', a tab or a newline is stored percent-encoded); rename one of them in the source"
+        )

@@ -7,10 +7,12 @@ well under a second and works while a sync runs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from derived_views import cache, search, warehouse
+from derived_views.column_names import stored_name
 from derived_views.composite import checked, source_tables
 from derived_views.context import read_schemas
 from derived_views.definitions import ViewDefinitions
@@ -28,12 +30,16 @@ class ViewTable:
     holds: str
     path: str
     as_of_lsn: str | None
+    stored_columns: dict[str, str] = field(default_factory=dict)
+    """``{source column: the name the table stores it under}`` for names Delta refuses
+    (:mod:`derived_views.column_names`)."""
 
 
-def _table(view: str, holds: str, path: Path) -> ViewTable:
+def _table(view: str, holds: str, path: Path, columns: Iterable[str] = ()) -> ViewTable:
     progress = readable_progress(path) if (path / "_delta_log").is_dir() else None
     as_of = f"{progress.lsn >> 32:X}/{progress.lsn & 0xFFFFFFFF:X}" if progress is not None and progress.position else None
-    return ViewTable(view, holds, str(path), as_of)
+    renamed = {name: stored_name(name) for name in columns if stored_name(name) != name}
+    return ViewTable(view, holds, str(path), as_of, renamed)
 
 
 def captured_tables(log_path: str, prefix: str) -> list[TableSchema]:
@@ -56,19 +62,21 @@ def view_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewD
         if not definitions.warehouse.keeps(qualified):
             continue
         tables.append(_table(warehouse.NAME, f"{qualified} (current)",
-                             views_dir / warehouse.NAME / "current" / dir_name(schema.log_name)))
+                             views_dir / warehouse.NAME / "current" / dir_name(schema.log_name), schema.names))
         if definitions.warehouse.keeps_history(qualified):
             tables.append(_table(warehouse.NAME, f"{qualified} (history)",
-                                 views_dir / warehouse.NAME / "history" / dir_name(schema.log_name)))
+                                 views_dir / warehouse.NAME / "history" / dir_name(schema.log_name), schema.names))
     plans = {plan.view: plan for plan in checked(definitions, source_tables(captured))} if captured else {}
     for module, names in ((search, definitions.search), (cache, definitions.cache)):
         for name, definition in names.items():
             view = f"{module.NAME}.{name}"
+            outputs = plans[view].output_columns if view in plans and module is search else ()
             for table, holds in module.TABLES.items():
                 tables.append(_table(view, holds.replace("root row", f"{definition.root} row"),
-                                     views_dir / module.NAME / name / table))
+                                     views_dir / module.NAME / name / table, outputs if table == "documents" else ()))
             if view in plans:
                 tables.extend(_table(view, f"copy of {source.dotted_name}",
-                                     views_dir / module.NAME / name / "_state" / dir_name(source.log_name))
+                                     views_dir / module.NAME / name / "_state" / dir_name(source.log_name),
+                                     source.columns)
                               for source in plans[view].tables)
     return tables

@@ -32,6 +32,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from derived_views.column_names import stored_name
 from derived_views.column_types import widest
 from log_store.topic_names import log_name
 
@@ -145,13 +146,15 @@ class TableSchema:
 
         The type holds every value the column has had (:func:`~derived_views.column_types.widest` over
         its type in each version and, for a table that exists, its type there: ``existing``, also under
-        a name the column had before a rename); a name in ``text`` is stored as its JSON text (``string``).
+        a name the column had before a rename; ``existing`` is keyed by the table's stored names,
+        :mod:`derived_views.column_names`); a name in ``text`` is stored as its JSON text (``string``).
+        Names are the source's.
         """
         renamed = {new: old for old, new in self.renames(existing or {}).items()}
         out = []
         for column in self.columns:
             types = [c.spark_type for _, c in self._history(column) if c is not None]
-            previous = renamed.get(column.name, column.name)
+            previous = stored_name(renamed.get(column.name, column.name))
             if existing is not None and previous in existing:
                 types.append(existing[previous])
             out.append((column.name, "string" if column.name in text else widest(types)))
@@ -182,14 +185,15 @@ class TableSchema:
         return plan
 
     def renames(self, existing: Mapping[str, str]) -> dict[str, str]:
-        """``{name in the table: current name}`` for columns renamed in the source since ``existing`` (a
-        table's column names) was written: the table's column is renamed with them."""
+        """``{name before: current name}`` (source names) for columns renamed in the source since
+        ``existing`` (a table's stored column names) was written: the table's column is renamed with them."""
         out = {}
         for column in self.columns:
-            if column.name in existing:
+            if stored_name(column.name) in existing:
                 continue
             for _, was in reversed(self._history(column)):
-                if was is not None and was.name != column.name and was.name in existing and was.name not in out:
+                if (was is not None and was.name != column.name and stored_name(was.name) in existing
+                        and was.name not in out):
                     out[was.name] = column.name
                     break
         return out
@@ -253,6 +257,11 @@ class TableSchema:
             versions=versions,
             sequence=int(record.get("sequence", 0)),
         )
+
+
+def sql_string(text: str) -> str:
+    """``text`` as a Spark SQL string literal (backslashes and quotes escaped)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def sql_identifier(name: str) -> str:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from derived_views.apply import KEY, LSN, Range, ensure_table
 from derived_views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
+from derived_views.column_names import from_stored, stored_name
 from derived_views.composite import Composite
 from derived_views.composite_sync import (
     affected_roots,
@@ -157,7 +158,8 @@ def _terms(step: _Step, replace: bool) -> TableResult | None:
         return None
     progress, new_progress = pending
     roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
-    docs = step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents"))
+    docs = from_stored(step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")),
+                       step.plan.output_columns)
     if roots is None:
         overwrite(_term_rows(step.plan, docs), table, new_progress)
     else:
@@ -215,9 +217,10 @@ def query(views_dir: str, index: str, text: str, limit: int = 10, stored: Sequen
     best = rank([Posting(r["doc"], r["term"], r["tf"], r["doc_len"]) for r in found], n_docs, avg_len, limit)
     if not best:
         return []
-    columns = ", ".join(['"' + c.replace('"', '""') + '"' for c in stored] + [KEY])
+    columns = ", ".join(['"' + stored_name(c).replace('"', '""') + '"' for c in stored] + [KEY])
     docs = {r[KEY]: r for r in read_query(
         f"{base}/documents",
         f"SELECT {columns} FROM t WHERE {KEY} IN (" + ", ".join(sql_text(doc) for doc, _ in best) + ")",
     ).to_pylist()}
-    return [Hit(json.loads(doc), score, {c: docs[doc][c] for c in stored}) for doc, score in best if doc in docs]
+    return [Hit(json.loads(doc), score, {c: docs[doc][stored_name(c)] for c in stored}) for doc, score in best
+            if doc in docs]

@@ -19,6 +19,7 @@ from derived_views.apply import (
     table_types,
     typed_batch,
 )
+from derived_views.column_names import stored_name
 from derived_views.context import ViewContext
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema
@@ -47,7 +48,8 @@ class Pending:
     facts: BatchFacts
     progress: Progress
     columns: list[tuple[str, str]]
-    """``(name, Spark type)`` of the data columns, as the target table stores them."""
+    """``(name, Spark type)`` of the data columns, as the target table stores them (stored names,
+    :mod:`derived_views.column_names`, as in ``frame``)."""
 
     def release(self) -> None:
         """Free the checkpointed batch."""
@@ -130,7 +132,8 @@ def load_pending(
         frame.unpersist()
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target)
-    return Pending(frame, batch, rng.progress([schema.topic], progress), columns)
+    return Pending(frame, batch, rng.progress([schema.topic], progress),
+                   [(stored_name(name), spark_type) for name, spark_type in columns])
 
 
 def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, progress: Progress | None) -> None:
@@ -148,7 +151,7 @@ def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, prog
         return
     renames = schema.renames(existing)
     if renames:
-        rename_columns(ctx.spark, path, renames)
+        rename_columns(ctx.spark, path, {stored_name(old): stored_name(new) for old, new in renames.items()})
 
 
 def apply_state(

@@ -13,12 +13,14 @@ from __future__ import annotations
 import base64
 import json
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from derived_views import warehouse
+from derived_views.column_names import from_stored, stored_name
 from derived_views.composite import Composite
 from derived_views.errors import MissingTableError, UnknownViewError
 from derived_views.log_source import LogWatermark
@@ -165,12 +167,13 @@ def compare_rows(
     return out
 
 
-def _delta_rows(ctx: ViewContext, path: str, view: str) -> list[dict[str, Any]]:
+def _delta_rows(ctx: ViewContext, path: str, view: str, names: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Every row of the Delta table at ``path``, the columns stored for ``names`` under those names."""
     from delta.tables import DeltaTable
 
     if not DeltaTable.isDeltaTable(ctx.spark, path):
         raise MissingTableError(path, view)
-    return [r.asDict(recursive=True) for r in ctx.spark.read.format("delta").load(path).collect()]
+    return [r.asDict(recursive=True) for r in from_stored(ctx.spark.read.format("delta").load(path), names).collect()]
 
 
 def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report) -> None:
@@ -184,12 +187,12 @@ def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Ta
                                 "tables keep the rows it had, and were not compared")
             continue
         source = source_rows(conn, schema)
-        view = _delta_rows(ctx, warehouse.current_path(ctx, name), warehouse.NAME)
+        view = _delta_rows(ctx, warehouse.current_path(ctx, name), warehouse.NAME, schema.names)
         report.compared += len(source)
         report.differences += compare_rows(schema.qualified, schema, source, view)
         if not schema.key_columns or not ctx.definitions.warehouse.keeps_history(schema.dotted_name):
             continue  # a keyless table's history keeps no versions (its events have no key to version)
-        history = [row for row in _delta_rows(ctx, warehouse.history_path(ctx, name), warehouse.NAME)
+        history = [row for row in _delta_rows(ctx, warehouse.history_path(ctx, name), warehouse.NAME, schema.names)
                    if row["_cdc_is_current"]]
         report.differences += compare_rows(f"{schema.qualified} (history)", schema, source, history)
 
@@ -245,7 +248,8 @@ def _passing(ctx: ViewContext, plan: Composite, documents: dict[tuple[Any, ...],
     if not plan.filter or not documents:
         return documents
     fields = {f.name: f for f in ctx.spark.read.format("delta").load(view_path).schema.fields}
-    schema = StructType([StructField("_cdc_row", StringType()), *[fields[c] for c in plan.output_columns]])
+    fields = {c: StructField(c, fields[stored_name(c)].dataType) for c in plan.output_columns}
+    schema = StructType([StructField("_cdc_row", StringType()), *fields.values()])
     keys = list(documents)
 
     def cell(value: Any, field: StructField) -> Any:
@@ -307,7 +311,8 @@ def _search(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Table
 
     documents = path(ctx, plan, "documents")
     expected = _passing(ctx, plan, _expected(conn, plan, schemas), documents)
-    actual = {_view_key(row["_cdc_key"], plan): row for row in _delta_rows(ctx, documents, plan.view)}
+    actual = {_view_key(row["_cdc_key"], plan): row
+              for row in _delta_rows(ctx, documents, plan.view, plan.output_columns)}
     _compare(f"{plan.view} documents", plan, schemas, expected, actual, report)
 
 

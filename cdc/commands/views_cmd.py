@@ -255,6 +255,9 @@ def views_cmd(ctx: object, as_json: bool) -> None:
     click.echo(f"views as defined by {definitions.source}")
     for table in tables:
         click.echo(f"{table.view:<16} {table.holds:<40} {table.as_of_lsn or 'not synced':<14} {table.path}")
+        if table.stored_columns:
+            click.echo(" " * 17 + "columns stored under another name: "
+                       + ", ".join(f"{json.dumps(source)} as {stored}" for source, stored in table.stored_columns.items()))
 
 
 #: The commands this module adds to ``cdc``.
