@@ -45,6 +45,7 @@ from derived_views.composite_sync import (
 from derived_views.context import ViewContext
 from derived_views.delta_reads import read_query, sql_text
 from derived_views.errors import MissingTableError, UnknownEntityError
+from derived_views.evaluation import pending_events, sized_for
 from derived_views.schema import quote
 from derived_views.steps import TableResult, is_current, starting_point
 
@@ -84,14 +85,15 @@ def sync(ctx: ViewContext, rng: Range, plan: Composite, *, replace: bool = False
     if progress is not None and is_current(progress, rng, topics, ctx, table):
         return results
     new_progress = with_fields(rng.progress(topics, progress), definition=plan.stamp)
-    roots = None if progress is None or reshaped(plan, progress) else affected_roots(ctx, rng, plan, schemas, progress, table)
-    if roots is None:
-        overwrite(entries(ctx, plan, None), table, new_progress)
-        results.append(TableResult(table, 0, 0))
-    else:
-        merge_roots(ctx, table, roots, entries(ctx, plan, roots), new_progress)
-        results.append(TableResult(table, roots.count(), 0))
-        roots.unpersist()
+    with sized_for(ctx.spark, pending_events(rng.watermark, topics, progress)):
+        roots = None if progress is None or reshaped(plan, progress) else affected_roots(ctx, rng, plan, schemas, progress, table)
+        if roots is None:
+            overwrite(entries(ctx, plan, None), table, new_progress)
+            results.append(TableResult(table, 0, 0))
+        else:
+            merge_roots(ctx, table, roots, entries(ctx, plan, roots), new_progress)
+            results.append(TableResult(table, roots.count(), 0))
+            roots.unpersist()
     ctx.set_progress(table, new_progress)
     return results
 

@@ -33,7 +33,7 @@ from derived_views.column_names import from_stored, stored
 from derived_views.composite import Composite, Link, Nested, SourceTable
 from derived_views.context import ViewContext
 from derived_views.errors import DefinitionChangedError
-from derived_views.progress import Progress, committing, with_progress
+from derived_views.progress import Progress, committing, is_local, with_progress
 from derived_views.schema import TableSchema, quote
 from derived_views.steps import TableResult, apply_state, load_pending, mark_as_of
 from log_store.topic_names import dir_name
@@ -259,7 +259,7 @@ def overwrite(frame: DataFrame, table: str, progress: Progress) -> None:
 def latest_version(ctx: ViewContext, table: str) -> int:
     """The newest commit version of the Delta table at ``table`` (read with ``deltalake`` on local disk: a
     few milliseconds where Spark's ``DESCRIBE HISTORY`` takes a few hundred)."""
-    if "://" not in table or table.startswith("file://"):
+    if is_local(table):
         from deltalake import DeltaTable as LocalTable
 
         return int(LocalTable(table.removeprefix("file://")).version())

@@ -48,6 +48,7 @@ from derived_views.composite_sync import (
 from derived_views.context import ViewContext
 from derived_views.delta_reads import read_query, sql_text
 from derived_views.errors import MissingTableError
+from derived_views.evaluation import pending_events, sized_for
 from derived_views.progress import Progress
 from derived_views.schema import TableSchema, quote
 from derived_views.steps import TableResult, is_current, mark_as_of, starting_point
@@ -142,11 +143,12 @@ def _documents(step: _Step, replace: bool) -> TableResult | None:
     if pending is None:
         return None
     progress, new_progress = pending
-    roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
-    if roots is None:
-        overwrite(documents(step.ctx, step.plan, None), table, new_progress)
-    else:
-        merge_roots(step.ctx, table, roots, documents(step.ctx, step.plan, roots), new_progress)
+    with sized_for(step.ctx.spark, pending_events(step.rng.watermark, step.topics, progress)):
+        roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
+        if roots is None:
+            overwrite(documents(step.ctx, step.plan, None), table, new_progress)
+        else:
+            merge_roots(step.ctx, table, roots, documents(step.ctx, step.plan, roots), new_progress)
     step.ctx.set_progress(table, new_progress)
     return TableResult(table, 0 if roots is None else roots.count(), 0)
 
@@ -157,13 +159,15 @@ def _terms(step: _Step, replace: bool) -> TableResult | None:
     if pending is None:
         return None
     progress, new_progress = pending
-    roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
-    docs = from_stored(step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")),
-                       step.plan.output_columns)
-    if roots is None:
-        overwrite(_term_rows(step.plan, docs), table, new_progress)
-    else:
-        _merge_terms(step.ctx, table, roots, _term_rows(step.plan, docs.join(roots, KEY, "left_semi")), new_progress)
+    with sized_for(step.ctx.spark, pending_events(step.rng.watermark, step.topics, progress)):
+        roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
+        docs = from_stored(step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")),
+                           step.plan.output_columns)
+        if roots is None:
+            overwrite(_term_rows(step.plan, docs), table, new_progress)
+        else:
+            _merge_terms(step.ctx, table, roots, _term_rows(step.plan, docs.join(roots, KEY, "left_semi")),
+                         new_progress)
     step.ctx.set_progress(table, new_progress)
     return TableResult(table, 0 if roots is None else roots.count(), 0)
 

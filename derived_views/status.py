@@ -13,9 +13,8 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from derived_views.progress import Progress
+from derived_views.progress import Progress, committed_progress
 
-_HISTORY_DEPTH = 50
 log = logging.getLogger("cdc.views")
 
 
@@ -38,14 +37,7 @@ def _delta_tables(root: Path) -> list[Path]:
 
 def table_progress(path: Path) -> Progress | None:
     """The progress of the table's newest commit that has one; None when none of its commits has."""
-    from deltalake import DeltaTable
-
-    table = DeltaTable(str(path))
-    for commit in table.history(_HISTORY_DEPTH):
-        progress = Progress.from_json(commit.get("userMetadata"))
-        if progress is not None:
-            return progress
-    return None
+    return committed_progress(str(path))
 
 
 def readable_progress(path: Path) -> Progress | None:

@@ -21,6 +21,7 @@ from derived_views.apply import (
 )
 from derived_views.column_names import stored_name
 from derived_views.context import ViewContext
+from derived_views.evaluation import pending_events, sized_for
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema
 
@@ -161,11 +162,12 @@ def apply_state(
     progress, replace = starting_point(ctx, path, replace)
     if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
-    follow_source_columns(ctx, schema, path, progress)
-    batch = load_pending(ctx, rng, schema, progress, "latest", dead_letter_path=dead_letter_path, target=path)
-    merge_current(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
-                  replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
-                  whole_rows=not batch.facts.partial)
+    with sized_for(ctx.spark, pending_events(rng.watermark, [schema.topic], progress)):
+        follow_source_columns(ctx, schema, path, progress)
+        batch = load_pending(ctx, rng, schema, progress, "latest", dead_letter_path=dead_letter_path, target=path)
+        merge_current(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
+                      replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
+                      whole_rows=not batch.facts.partial)
     ctx.set_progress(path, batch.progress)
     batch.release()
     return TableResult(path, batch.facts.rows, batch.facts.poison)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 
 from derived_views.apply import Range, merge_history
 from derived_views.context import ViewContext
+from derived_views.evaluation import pending_events, sized_for
 from derived_views.failures import summary
 from derived_views.schema import TableSchema
 from derived_views.steps import (
@@ -84,11 +85,12 @@ def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: b
     progress, replace = starting_point(ctx, path, replace)
     if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
-    follow_source_columns(ctx, schema, path, progress)
-    batch = load_pending(ctx, rng, schema, progress, "all", dead_letter_path=dead_letter_path(ctx), target=path)
-    merge_history(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
-                  replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
-                  whole_rows=not batch.facts.partial)
+    with sized_for(ctx.spark, pending_events(rng.watermark, [schema.topic], progress)):
+        follow_source_columns(ctx, schema, path, progress)
+        batch = load_pending(ctx, rng, schema, progress, "all", dead_letter_path=dead_letter_path(ctx), target=path)
+        merge_history(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
+                      replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
+                      whole_rows=not batch.facts.partial)
     ctx.set_progress(path, batch.progress)
     batch.release()
     return TableResult(path, batch.facts.rows, batch.facts.poison)

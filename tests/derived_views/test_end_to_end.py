@@ -145,6 +145,8 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
     _capture(settings)
     ctx = _context(spark, settings)
     runner.step(ctx, ["warehouse"])
+    first = runner.latest(ctx)
+    assert first is not None
     _exec(reference_db, "UPDATE categories SET name = name || '!'",
           "UPDATE products SET price = price + 1 WHERE id % 7 = 0", "DELETE FROM products WHERE id % 11 = 0")
     _capture(settings)
@@ -169,6 +171,7 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
     current_log = tmp_path / "warehouse" / "current" / "public.products" / "_delta_log"
     assert not (current_log / "00000000000000000001.json").exists(), "killed too late to test a resume"
     ctx.forget()
+    assert _each_table_exact_as_of_its_progress(ctx, tmp_path, first.lsn) >= 1  # categories' current table moved on
     runner.step(ctx, ["warehouse"])
     watermark = runner.latest(ctx)
     assert watermark is not None
@@ -177,6 +180,40 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
     history = spark.read.format("delta").load(str(history_log.parent))
     assert history.filter("_cdc_is_current").count() == spark.read.format("delta").load(
         str(current_log.parent)).count()
+
+
+def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_lsn: int) -> int:
+    """Every warehouse table (its current and history tables, applied side by side in two sessions)
+    holds exactly what replaying the log up to the offsets its newest commit records gives, so no commit
+    carried another table's progress; returns how many tables moved past ``first_lsn``."""
+    from derived_views import runner, warehouse
+    from derived_views.apply import Range, merge_history
+    from derived_views.log_source import LogWatermark
+    from derived_views.steps import apply_state, load_pending
+
+    latest = runner.latest(ctx)
+    assert latest is not None
+    moved = 0
+    for name, schema in sorted(ctx.schemas(latest).items()):
+        for kind, path in (("current", warehouse.current_path(ctx, name)), ("history", warehouse.history_path(ctx, name))):
+            progress = ctx.progress(path)
+            assert progress.position, path
+            moved += progress.lsn > first_lsn
+            rng = Range(ctx.log_path, LogWatermark(progress.position, progress.watermark_ts_ms, progress.offsets))
+            replayed = str(scratch / "replayed" / kind / name)
+            if kind == "current":
+                apply_state(ctx, rng, schema, replayed, str(scratch / "replayed" / "_dead_letter"), replace=True)
+            else:
+                batch = load_pending(ctx, rng, schema, None, "all", dead_letter_path=str(scratch / "replayed" / "_dead_letter"),
+                                     target=replayed)
+                merge_history(ctx.spark, replayed, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
+                              replace=True)
+                batch.release()
+            have = sorted(repr(sorted(r.asDict().items())) for r in ctx.spark.read.format("delta").load(path).collect())
+            want = sorted(repr(sorted(r.asDict().items())) for r in ctx.spark.read.format("delta").load(replayed).collect())
+            assert have == want, (path, set(have) ^ set(want))
+    ctx.forget()
+    return moved
 
 
 def test_a_column_added_with_a_default_reaches_the_existing_rows_of_every_view(
