@@ -528,6 +528,11 @@ def forget_table(path: str) -> None:
     _KNOWN_TYPES.pop(path, None)
 
 
+def forget_tables() -> None:
+    """Drop cached knowledge of every table's columns (another process may have changed them)."""
+    _KNOWN_TYPES.clear()
+
+
 def _newer(prefix_lsn: str = LSN, prefix_seq: str = SEQ) -> str:
     return f"(s.{LSN} > t.{prefix_lsn} OR (s.{LSN} = t.{prefix_lsn} AND s.{SEQ} > t.{prefix_seq}))"
 

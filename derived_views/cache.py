@@ -7,8 +7,8 @@ microseconds (``...T12:45:00.123456Z``).
 
 Paths below ``CDC_DATA_DIR``, for the view ``cache.<entity>``:
 
-- ``cache/<entity>/_state/<table>``: the entity's SCD1 copy of every table it reads
-  (:mod:`derived_views.composite_sync`).
+- ``cache/<entity>/_state/<table>``: the entity's SCD1 copy of a table it reads that the warehouse does
+  not keep; it reads the others from the warehouse's current tables (:mod:`derived_views.composite_sync`).
 - ``cache/<entity>/entries``: ``entity_key`` (the key column's value as text; for a key of several
   columns the canonical JSON key), ``value`` (JSON), ``_cdc_key``, ``_cdc_lsn`` (the newest source event
   folded into the value) and ``_cdc_children`` (the children the value holds, so that a child that moves

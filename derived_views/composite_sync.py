@@ -1,7 +1,12 @@
 """Incremental maintenance of a composite (a search index's documents, a cache entity's entries).
 
-Each composite keeps SCD1 state copies of every table it reads (``<kind>/<name>/_state/<table>``,
-:func:`derived_views.steps.apply_state`), brought to the sync's watermark first. Its output rows are
+Each composite reads an SCD1 state copy of every table it reads, brought to the sync's watermark first
+(:func:`derived_views.steps.apply_state`): the warehouse's current table when the warehouse keeps the
+table (one copy, one MERGE per step for every view that reads it), else a copy of its own
+(``<kind>/<name>/_state/<table>``). A step that writes the warehouse's current tables holds one lock
+for its duration (:func:`derived_views.runner.shared_copies_lock`), so no other process moves a shared
+copy while a composite is computed from it, and each view stays exact as of the watermark it records.
+Its output rows are
 then a pure function of those copies (:func:`composed`), and a step re-computes only the *affected*
 roots (:func:`affected_roots`), found from the events the output table has not applied yet:
 
@@ -28,10 +33,12 @@ from collections.abc import Callable, Mapping
 from functools import reduce
 from typing import TYPE_CHECKING
 
+from derived_views import warehouse
 from derived_views.apply import KEY, LSN, OP, Range, ensure_table
 from derived_views.column_names import from_stored, stored
 from derived_views.composite import Composite, Link, Nested, SourceTable
 from derived_views.context import ViewContext
+from derived_views.definitions import ViewDefinitions
 from derived_views.errors import DefinitionChangedError
 from derived_views.progress import Progress, committing, is_local, with_progress
 from derived_views.schema import TableSchema, quote
@@ -53,8 +60,16 @@ def path(ctx: ViewContext, plan: Composite, table: str) -> str:
 
 
 def state_path(ctx: ViewContext, plan: Composite, table: SourceTable) -> str:
-    """Path of the view's SCD1 copy of a source table."""
+    """Path of the SCD1 copy of a source table the view reads: the warehouse's current table when the
+    warehouse keeps the table (:func:`shared`), else the view's own."""
+    if shared(ctx.definitions, table):
+        return warehouse.current_path(ctx, table.log_name)
     return ctx.path(plan.kind, plan.name, "_state", dir_name(table.log_name))
+
+
+def shared(definitions: ViewDefinitions, table: SourceTable) -> bool:
+    """Whether composites read ``table`` from the warehouse's current table (the warehouse keeps it)."""
+    return definitions.warehouse.keeps(table.dotted_name)
 
 
 def source_schemas(ctx: ViewContext, rng: Range, plan: Composite) -> dict[str, TableSchema]:
@@ -78,8 +93,9 @@ def sync_states(ctx: ViewContext, rng: Range, plan: Composite, schemas: Mapping[
     """Bring the view's state copy of every table it reads to the range's watermark."""
     results = []
     for table in plan.tables:
-        result = apply_state(ctx, rng, schemas[table.log_name], state_path(ctx, plan, table),
-                             path(ctx, plan, "_dead_letter"), replace=replace)
+        dead_letters = warehouse.dead_letter_path(ctx) if shared(ctx.definitions, table) else path(ctx, plan, "_dead_letter")
+        result = apply_state(ctx, rng, schemas[table.log_name], state_path(ctx, plan, table), dead_letters,
+                             replace=replace)
         if result is not None:
             results.append(result)
     return results

@@ -8,10 +8,11 @@ until the schema topic moves. The log is read only through :mod:`derived_views.l
 from __future__ import annotations
 
 import json
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from derived_views.apply import Range
+from derived_views.apply import Range, forget_tables
 from derived_views.definitions import ViewDefinitions
 from derived_views.errors import SourceSchemaError
 from derived_views.log_source import LogWatermark, Offsets, plan_partitions, read_partition
@@ -48,6 +49,9 @@ class ViewContext:
     _schemas: dict[str, TableSchema] = field(default_factory=dict)
     _schemas_at: Offsets | None = None
     _beside: ViewContext | None = None
+    writer: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """This context's name as the last writer of tables other processes write too (see
+    :func:`derived_views.runner.shared_copies_lock`)."""
 
     def __post_init__(self) -> None:
         for key, value in SESSION_CONF.items():
@@ -86,8 +90,9 @@ class ViewContext:
         self._progress[path] = progress
 
     def forget(self) -> None:
-        """Drop cached progress (another process may have written)."""
+        """Drop cached progress and column types (another process may have written)."""
         self._progress.clear()
+        forget_tables()
 
     def schemas(self, watermark: LogWatermark) -> dict[str, TableSchema]:
         """Latest column list of every source table as of ``watermark``, by log name.

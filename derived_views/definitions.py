@@ -57,6 +57,11 @@ class WarehouseDefinition(BaseModel):
         """Whether the warehouse keeps the table ``schema.table``."""
         return self.tables is None or qualified in self.tables
 
+    @property
+    def keeps_any(self) -> bool:
+        """Whether the warehouse keeps any table."""
+        return self.tables is None or bool(self.tables)
+
     def keeps_history(self, qualified: str) -> bool:
         """Whether the warehouse keeps a history table of ``schema.table``."""
         return self.keeps(qualified) and qualified not in self.without_history

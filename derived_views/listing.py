@@ -53,7 +53,8 @@ def captured_tables(log_path: str, prefix: str) -> list[TableSchema]:
 
 def view_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions) -> list[ViewTable]:
     """Every table of every view: the warehouse's for the ``captured`` tables the definitions keep, then
-    each search index's and cache entity's (their state copies once the log names the tables they read).
+    each search index's and cache entity's (and the copies of the tables they read, their own or the
+    warehouse's current tables, once the log names those tables).
 
     The definitions are checked against the ``captured`` tables first (:func:`derived_views.composite.checked`)."""
     tables = []
@@ -74,9 +75,11 @@ def view_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewD
             for table, holds in module.TABLES.items():
                 tables.append(_table(view, holds.replace("root row", f"{definition.root} row"),
                                      views_dir / module.NAME / name / table, outputs if table == "documents" else ()))
-            if view in plans:
-                tables.extend(_table(view, f"copy of {source.dotted_name}",
-                                     views_dir / module.NAME / name / "_state" / dir_name(source.log_name),
-                                     source.columns)
-                              for source in plans[view].tables)
+            for source in plans[view].tables if view in plans else ():
+                if definitions.warehouse.keeps(source.dotted_name):  # the warehouse's current table, read by the view
+                    tables.append(_table(view, f"reads {source.dotted_name} (current)",
+                                         views_dir / warehouse.NAME / "current" / dir_name(source.log_name), source.columns))
+                else:
+                    tables.append(_table(view, f"copy of {source.dotted_name}",
+                                         views_dir / module.NAME / name / "_state" / dir_name(source.log_name), source.columns))
     return tables

@@ -10,6 +10,12 @@ for as long as they write it, and a second process gets :class:`ViewBusyError` a
 applying the same pending range would otherwise both see it as pending; a blind append (an
 insert-only batch) would then land twice. The lock needs a local (or POSIX-locking) views directory;
 with a views directory on object storage the scheduler must not start overlapping runs of one view.
+
+Search indexes and cache entities read the warehouse's current tables of the tables the warehouse keeps
+(:func:`derived_views.composite_sync.state_path`), and bring them to the step's watermark themselves.
+Every step that writes those tables (one of the warehouse, or of such a view) holds one more lock for
+its duration, waiting for it while another process's step holds it (:func:`shared_copies_lock`), and
+reads the watermark once it holds it: no view is computed from a copy that moves under it.
 """
 
 from __future__ import annotations
@@ -41,9 +47,9 @@ from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
 from derived_views.steps import TableResult
 from derived_views.log_source import LogWatermark, read_watermark
-from log_store.atomic_file import make_dirs
+from log_store.atomic_file import make_dirs, write_atomic
 from log_store.errors import LogLockedError
-from log_store.lock import FileLock
+from log_store.lock import FileLock, holder_pid
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -111,20 +117,27 @@ def latest(ctx: ViewContext) -> LogWatermark | None:
 def view_locks(ctx: ViewContext, names: list[str]) -> Iterator[None]:
     """Hold the lock of every named view (see the module docstring); raise :class:`ViewBusyError` at once
     when another process holds one. Nothing is locked when the views directory is not a local path."""
-    if "://" in ctx.views_dir and not ctx.views_dir.startswith("file://"):
-        yield
-        return
-    directory = Path(ctx.views_dir.removeprefix("file://")) / "_locks"
-    make_dirs(directory)  # owner only, like the log (log_store.atomic_file); lock files are 0600 too
     with ExitStack() as stack:
         for name in sorted(set(names)):
-            lock = FileLock(directory / f"{name}.lock")
+            lock = _lock_file(ctx, name)
+            if lock is None:
+                break
             try:
                 lock.acquire()
             except LogLockedError as exc:
                 raise ViewBusyError(name, str(exc.lock_path), exc.pid) from None
             stack.callback(lock.release)
         yield
+
+
+def _lock_file(ctx: ViewContext, name: str) -> FileLock | None:
+    """The lock of the view ``name`` (``<views dir>/_locks/<view>.lock``); ``None`` when the views
+    directory is not a local path."""
+    if "://" in ctx.views_dir and not ctx.views_dir.startswith("file://"):
+        return None
+    directory = Path(ctx.views_dir.removeprefix("file://")) / "_locks"
+    make_dirs(directory)  # owner only, like the log (log_store.atomic_file); lock files are 0600 too
+    return FileLock(directory / f"{name}.lock")
 
 
 def step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepReport:
@@ -134,7 +147,50 @@ def step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepRe
         return _step(ctx, names, replace=replace)
 
 
+#: Lock held for one step by every process that writes the warehouse's current tables: a step of the
+#: warehouse, and a step of a search index or cache entity that reads them (they are its state copies).
+TABLES_LOCK = "warehouse.tables"
+
+
+@contextmanager
+def shared_copies_lock(ctx: ViewContext, names: list[str]) -> Iterator[None]:
+    """Hold :data:`TABLES_LOCK` for one step of ``names`` when it writes the warehouse's current tables,
+    waiting while another process's step holds it.
+
+    The progress this process cached is dropped when another process wrote those tables since this
+    one last did (``<lock>.writer`` names the last writer), so a table another process moved on is
+    never applied again from where this process left it."""
+    if not ctx.definitions.warehouse.keeps_any or not names:
+        yield
+        return
+    lock = _lock_file(ctx, TABLES_LOCK)
+    if lock is None:
+        yield
+        return
+    if not lock.try_acquire():
+        log.info("waiting for the warehouse's current tables: process %s is writing them", holder_pid(lock.path))
+        lock.acquire(blocking=True)
+    writer = lock.path.with_suffix(".writer")
+    last = writer.read_text() if writer.exists() else None
+    try:
+        if last != ctx.writer:
+            ctx.forget()
+        yield
+    finally:
+        try:
+            if last != ctx.writer:
+                write_atomic(writer, ctx.writer.encode())
+        finally:
+            lock.release()
+
+
 def _step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepReport:
+    chosen = resolve(names, ctx.definitions)
+    with shared_copies_lock(ctx, chosen):
+        return _step_holding_locks(ctx, chosen, replace=replace)
+
+
+def _step_holding_locks(ctx: ViewContext, chosen: list[str], *, replace: bool) -> StepReport:
     watermark = latest(ctx)
     if watermark is None:
         if replace:
@@ -142,7 +198,6 @@ def _step(ctx: ViewContext, names: list[str], *, replace: bool = False) -> StepR
                 f"the log at {ctx.log_path} holds no complete snapshot yet: run `cdc capture` before a rebuild"
             )
         return StepReport(None, {})
-    chosen = resolve(names, ctx.definitions)
     plans, broken = _plans(ctx, watermark, chosen)
     rng = Range(ctx.log_path, watermark)
     events = {}

@@ -2,8 +2,8 @@
 
 Paths below ``CDC_DATA_DIR``, for the view ``search.<index>``:
 
-- ``search/<index>/_state/<table>``: the index's SCD1 copy of every table it reads
-  (:mod:`derived_views.composite_sync`).
+- ``search/<index>/_state/<table>``: the index's SCD1 copy of a table it reads that the warehouse does
+  not keep; it reads the others from the warehouse's current tables (:mod:`derived_views.composite_sync`).
 - ``search/<index>/documents``: one row per root row that passes the filter: the root's kept columns,
   each join's columns under their names, ``_cdc_key`` (the root's key as canonical JSON) and
   ``_cdc_lsn`` (the newest source event the document was computed from).

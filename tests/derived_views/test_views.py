@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -107,6 +108,56 @@ def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBu
     assert cache.get(ctx.views_dir, "order", ORDER) is None
 
 
+def test_views_of_two_processes_share_the_warehouse_tables_and_apply_each_change_once(
+    ctx: ViewContext, log: LogBuilder
+) -> None:
+    """The cache entity brings the warehouse's current tables it reads to its watermark; a process that
+    synced the warehouse before then finds them there (its cached progress is dropped) and applies
+    nothing to them again, only to the history tables, and both views stay exact."""
+    from deltalake import DeltaTable
+
+    from derived_views import runner, warehouse
+    from derived_views.context import ViewContext as Context
+
+    _seed(log)
+    runner.step(ctx, ["warehouse"])
+    other = Context(ctx.spark, ctx.views_dir, ctx.log_path, ctx.prefix, definitions=ctx.definitions)
+    with log.transaction() as tx:
+        tx.insert("public.order_items", {"order_id": ORDER, "line_no": 2, "product_id": 3, "quantity": 1,
+                                         "unit_price": "5.00"})
+    runner.step(other, ["cache"])
+    items = warehouse.current_path(ctx, "public.order_items")
+    version = DeltaTable(items).version()
+    assert {r["line_no"] for r in _table(ctx, items)} == {1, 2}
+    runner.step(ctx, ["warehouse"])
+    assert DeltaTable(items).version() == version  # applied once, by the cache entity's step
+    history = _table(ctx, warehouse.history_path(ctx, "public.order_items"))
+    assert sorted(r["line_no"] for r in history if r["_cdc_is_current"]) == [1, 2]
+    assert not Path(ctx.path("cache", "order", "_state")).exists()
+
+
+def test_a_table_the_warehouse_leaves_out_gets_a_copy_of_the_indexs_own(ctx: ViewContext, log: LogBuilder) -> None:
+    """The index reads products from the warehouse's current table and keeps its own copy of categories,
+    which the warehouse leaves out; a category rename still re-indexes its products."""
+    from derived_views import runner, search, warehouse
+    from derived_views.context import ViewContext as Context
+
+    kept = ctx.definitions.warehouse.model_copy(update={"tables": ["public.products"]})
+    narrow = Context(ctx.spark, ctx.views_dir, ctx.log_path, ctx.prefix,
+                     definitions=ctx.definitions.model_copy(update={"warehouse": kept}))
+    _seed(log)
+    runner.step(narrow, ["search"])
+    with log.transaction() as tx:
+        tx.update("public.categories", {"id": 1, "name": "Illumination"})
+    runner.step(narrow, ["search"])
+    hits = search.query(narrow.views_dir, "products", "illumination", stored=["category_name"])
+    assert sorted(h.key["id"] for h in hits) == [1, 2]
+    assert (Path(narrow.path("search", "products", "_state", "public.categories")) / "_delta_log").is_dir()
+    assert not Path(narrow.path("search", "products", "_state", "public.products")).exists()
+    assert {r["id"] for r in _table(narrow, warehouse.current_path(narrow, "public.products"))} == {1, 2, 3}
+    assert not Path(warehouse.current_path(narrow, "public.categories")).exists()
+
+
 def _step(ctx: ViewContext, *, replace: bool = False) -> None:
     from derived_views import cache, runner, search, warehouse
     from derived_views.apply import Range
@@ -184,22 +235,31 @@ def test_no_view_syncs_to_a_snapshot_still_being_copied(ctx: ViewContext, log: L
     assert runner.latest(ctx) is None
 
 
-def test_a_second_process_cannot_sync_a_view_being_synced(ctx: ViewContext, log: LogBuilder) -> None:
-    """Two writers of one view could both apply the same pending range (an append would land twice)."""
+def test_a_second_process_cannot_sync_a_view_being_synced(
+    ctx: ViewContext, log: LogBuilder, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two writers of one view could both apply the same pending range (an append would land twice); a
+    cache entity reads the warehouse's current tables, so its step waits while another process writes them."""
+    import logging
     import subprocess
     import sys
+    import time
+    from concurrent.futures import ThreadPoolExecutor
 
     from derived_views import runner
     from derived_views.errors import ViewBusyError
 
     with log.transaction() as tx:
         tx.insert("public.products", product(1))
+    released = False
     holder = subprocess.Popen(
         [sys.executable, "-c",
          "import sys, types\n"
-         "from derived_views.runner import view_locks\n"
+         "from pathlib import Path\n"
+         "from derived_views.runner import TABLES_LOCK, view_locks\n"
+         "from log_store.lock import FileLock\n"
          f"ctx = types.SimpleNamespace(views_dir={ctx.views_dir!r})\n"
-         "with view_locks(ctx, ['warehouse']):\n"
+         "with view_locks(ctx, ['warehouse']), FileLock(Path(ctx.views_dir) / '_locks' / f'{TABLES_LOCK}.lock'):\n"
          "    print('locked', flush=True)\n"
          "    sys.stdin.readline()\n"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
@@ -208,11 +268,27 @@ def test_a_second_process_cannot_sync_a_view_being_synced(ctx: ViewContext, log:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
         with pytest.raises(ViewBusyError, match=rf"view 'warehouse' is being synced or rebuilt by process {holder.pid}"):
             runner.step(ctx, ["warehouse", "cache"])
-        runner.step(ctx, ["cache"])  # another view is free
+        caplog.set_level(logging.INFO, logger="cdc.views")
+        with ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(runner.step, ctx, ["cache"])
+            deadline = time.monotonic() + 120
+            while not any("waiting for the warehouse's current tables" in r.getMessage() for r in caplog.records):
+                assert not waiting.done(), waiting.result()
+                assert time.monotonic() < deadline, "the cache step neither waited nor ended"
+                time.sleep(0.05)
+            assert not waiting.done()
+            assert holder.stdin is not None
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+            released = True
+            done = waiting.result(timeout=300)  # went on once the lock was free
+            assert done.watermark is not None and not done.failures, done
+            assert ctx.progress(ctx.path("cache", "order", "entries")).position == done.watermark.position
     finally:
         assert holder.stdin is not None
-        holder.stdin.write("\n")
-        holder.stdin.flush()
+        if not released:
+            holder.stdin.write("\n")
+            holder.stdin.flush()
         holder.wait(timeout=30)
     report = runner.step(ctx, ["warehouse"])  # the lock went with its holder
     assert report.events["warehouse"] > 0
@@ -250,4 +326,7 @@ def test_search_cache_get_and_views_answer_without_a_jvm(ctx: ViewContext, log: 
     assert listed.returncode == 0, listed.stderr
     synced = {t["path"].split("/data/", 1)[1] for t in json.loads(listed.stdout)["tables"] if t["as_of_lsn"]}
     assert synced >= {"search/products/terms", "search/products/documents", "cache/order/entries",
-                      "search/products/_state/public.categories", "cache/order/_state/public.order_items"}
+                      "warehouse/current/public.categories", "warehouse/current/public.order_items"}
+    reads = {t["holds"]: t["path"].split("/data/", 1)[1] for t in json.loads(listed.stdout)["tables"] if t["view"] == "cache.order"}
+    assert reads["reads public.order_items (current)"] == "warehouse/current/public.order_items"
+    assert not Path(ctx.path("cache", "order", "_state")).exists()  # the warehouse keeps every table: no copy of its own

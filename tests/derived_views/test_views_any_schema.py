@@ -223,7 +223,7 @@ def _stored_names(settings: Any, ctx: ViewContext) -> None:
     captured = captured_tables(str(settings.log_dir), settings.topic_prefix)
     listed = {t.holds: t for t in view_tables(Path(ctx.views_dir), captured, ctx.definitions)}
     assert listed["Blog Data.Post-Tags (current)"].stored_columns == {"tag id": "tag%20id", "sort, order": "sort%2C%20order"}
-    assert listed["copy of Blog Data.teams"].stored_columns == {"Team Name (=)": "Team%20Name%20%28%3D%29"}
+    assert listed["reads Blog Data.teams (current)"].stored_columns == {"Team Name (=)": "Team%20Name%20%28%3D%29"}
 
 
 def _definition_changes(spark: SparkSession, settings: Any, url: str, views_file: Path) -> None:
