@@ -20,7 +20,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from cdc.settings import Settings, load_settings
+from cdc.settings import load_settings
 from log_store import LogStore, Record, TopicPartition, Watermark
 from log_store.errors import CorruptSegmentError, UnknownTopicError
 
