@@ -1,6 +1,7 @@
 """Fan-out of one joined row in a search index: re-index its documents only, beside a full recompute.
 
-Usage: python -m bench.views_fanout [--roots N] [--others N] [--dir DIR]   (default 1,000,000 roots)
+Usage: python -m bench.views_fanout [--roots N] [--others N] [--dir DIR] [--deletion-vectors]
+(default 1,000,000 roots; ``--deletion-vectors``: the opt-in layout, ``CDC_DELETION_VECTORS=true``)
 
 A log is written by hand (the capture side's batch path: Arrow columns per 100,000 events, no Python
 object per event) with the snapshot of ``public.products`` (id bigint, category_id int, name text,
@@ -20,8 +21,8 @@ its state copies replayed from the log, then every document and its terms overwr
 after the steps above (the initial build, on an empty index, is printed too). Documents rewritten are
 read from the documents table's own commits (``DESCRIBE HISTORY``: a MERGE's updated + inserted +
 deleted rows, an overwrite's rows written), and so are the terms rows; each MERGE's line also shows
-the unchanged rows it copied into new files (Delta's copy-on-write: the view tables have no deletion
-vectors), the files it replaced, and its scan and rewrite times. Each step is split into phases (state
+the unchanged rows it copied into new files (Delta's copy-on-write: by default the view tables have no
+deletion vectors), the files it replaced, and its scan and rewrite times. Each step is split into phases (state
 copies, affected roots, documents, terms, the rest) by timing the functions :mod:`derived_views.search`
 calls. Prints figures, asserts nothing about time; other load on the machine moves them a lot.
 """
@@ -230,6 +231,8 @@ def main() -> None:
     parser.add_argument("--roots", type=int, default=1_000_000, help="products (documents), default 1,000,000")
     parser.add_argument("--others", type=int, default=1_000, help="categories besides the 1%% one, default 1,000")
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
+    parser.add_argument("--deletion-vectors", action="store_true",
+                        help="the view tables use deletion vectors (CDC_DELETION_VECTORS=true)")
     args = parser.parse_args()
     if args.roots < 100:
         parser.error("--roots must be at least 100 (1% of them reference the renamed category)")
@@ -246,7 +249,8 @@ def main() -> None:
             writer.snapshot(args.roots, args.others)
         spark = build_spark("cdc-bench-views-fanout")
         definitions = ViewDefinitions.model_validate({**VIEWS, "source": "bench/views_fanout.py"})
-        ctx = ViewContext(spark, str(directory / "views"), str(directory / "log"), PREFIX, definitions=definitions)
+        ctx = ViewContext(spark, str(directory / "views"), str(directory / "log"), PREFIX, definitions=definitions,
+                          deletion_vectors=args.deletion_vectors)
         tables = {name: ctx.path("search", "products", name) for name in ("documents", "terms")}
         versions = {name: -1 for name in tables}
         phases = Phases()

@@ -37,6 +37,7 @@ ACCEPTS: dict[str, str] = {
     "retention_bytes": "how many bytes non-compacted partitions keep, or -1 for no limit",
     "metrics_port": "a TCP port from 0 to 65535 (0 turns the metrics endpoint off)",
     "log_format": "json or kv",
+    "deletion_vectors": "true or false",
 }
 
 
@@ -67,6 +68,9 @@ class Settings(BaseSettings):
     views_file: Path = Field(default=Path("views.toml"), description="The views file (derived_views.definitions).")
     metrics_port: int = Field(default=0, ge=0, le=65535)
     log_format: str = Field(default="kv")
+    deletion_vectors: bool = Field(
+        default=False, description="New view tables use Delta deletion vectors (faster MERGEs; fewer readers)."
+    )
 
     @field_validator("tables", mode="before")
     @classmethod

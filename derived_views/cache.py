@@ -41,6 +41,7 @@ from derived_views.composite_sync import (
     reshaped,
     source_schemas,
     sync_states,
+    tables_read,
 )
 from derived_views.context import ViewContext
 from derived_views.delta_reads import read_query, sql_text
@@ -85,7 +86,7 @@ def sync(ctx: ViewContext, rng: Range, plan: Composite, *, replace: bool = False
     if progress is not None and is_current(progress, rng, topics, ctx, table):
         return results
     new_progress = with_fields(rng.progress(topics, progress), definition=plan.stamp)
-    with sized_for(ctx.spark, pending_events(rng.watermark, topics, progress)):
+    with sized_for(ctx.spark, pending_events(rng.watermark, topics, progress), tables_read(ctx, plan, TABLES)):
         roots = None if progress is None or reshaped(plan, progress) else affected_roots(ctx, rng, plan, schemas, progress, table)
         if roots is None:
             overwrite(entries(ctx, plan, None), table, new_progress)

@@ -29,7 +29,7 @@ the others and inserts the new ones, in one commit that carries the new progress
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import reduce
 from typing import TYPE_CHECKING
 
@@ -70,6 +70,11 @@ def state_path(ctx: ViewContext, plan: Composite, table: SourceTable) -> str:
 def shared(definitions: ViewDefinitions, table: SourceTable) -> bool:
     """Whether composites read ``table`` from the warehouse's current table (the warehouse keeps it)."""
     return definitions.warehouse.keeps(table.dotted_name)
+
+
+def tables_read(ctx: ViewContext, plan: Composite, outputs: Iterable[str]) -> list[str]:
+    """Paths of every table a step of the view reads or writes: its state copies and ``outputs``."""
+    return [*(state_path(ctx, plan, table) for table in plan.tables), *(path(ctx, plan, name) for name in outputs)]
 
 
 def source_schemas(ctx: ViewContext, rng: Range, plan: Composite) -> dict[str, TableSchema]:

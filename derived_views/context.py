@@ -23,15 +23,21 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
+#: Whether new tables get deletion vectors: off by default, so every Delta reader can open them (delta-rs,
+#: hence ``deltalake``'s ``to_pandas()`` / ``to_pyarrow_table()``, pandas and Polars, refuses a table whose
+#: protocol names that reader feature). On (``CDC_DELETION_VECTORS``), a MERGE marks the rows it replaces in
+#: a small side file instead of rewriting every file it touches, so its cost follows the change; the tables
+#: are then read by Spark (Delta 2.3 and later), Delta Kernel readers and ``deltalake``'s SQL
+#: ``QueryBuilder`` (which the read-only commands use).
+DELETION_VECTORS = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
+
 #: Session settings the views rely on. Every MERGE source is a local relation, a locally checkpointed
 #: batch or a Delta read, hence deterministic, so Delta need not materialize it again. New view tables
-#: get no deletion vectors, so every Delta reader can open them (delta-rs, hence ``deltalake``, pandas
-#: and Polars, refuses a table whose protocol names that reader feature), and a Delta checkpoint every
-#: 100 commits instead of 10: a checkpoint is written by the commit that reaches it (a multi-second
-#: pause of that sync step), and a view syncing continuously commits once per table and step.
+#: get a Delta checkpoint every 100 commits instead of 10: a checkpoint is written by the commit that
+#: reaches it (a multi-second pause of that sync step), and a view syncing continuously commits once per
+#: table and step.
 SESSION_CONF = {
     "spark.databricks.delta.merge.materializeSource": "none",
-    "spark.databricks.delta.properties.defaults.enableDeletionVectors": "false",
     "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
 }
 
@@ -49,6 +55,9 @@ class ViewContext:
     _schemas: dict[str, TableSchema] = field(default_factory=dict)
     _schemas_at: Offsets | None = None
     _beside: ViewContext | None = None
+    deletion_vectors: bool = False
+    """Whether tables this context creates use deletion vectors (``CDC_DELETION_VECTORS``, an opt-in: see
+    :data:`DELETION_VECTORS`)."""
     writer: str = field(default_factory=lambda: uuid.uuid4().hex)
     """This context's name as the last writer of tables other processes write too (see
     :func:`derived_views.runner.shared_copies_lock`)."""
@@ -56,6 +65,7 @@ class ViewContext:
     def __post_init__(self) -> None:
         for key, value in SESSION_CONF.items():
             self.spark.conf.set(key, value)
+        self.spark.conf.set(DELETION_VECTORS, "true" if self.deletion_vectors else "false")
 
     def beside(self) -> ViewContext:
         """A context for applying tables beside this one's, in a session of its own.
@@ -67,7 +77,7 @@ class ViewContext:
         """
         if self._beside is None:
             self._beside = ViewContext(self.spark.newSession(), self.views_dir, self.log_path, self.prefix,
-                                       self._progress, self.definitions)
+                                       self._progress, self.definitions, deletion_vectors=self.deletion_vectors)
         return self._beside
 
     @property

@@ -93,7 +93,7 @@ def context_from_settings(settings: Settings, spark: SparkSession | None = None)
     definitions = load_definitions(settings.views_file)
     session = spark or build_spark("cdc-views")
     return ViewContext(session, str(settings.views_dir.resolve()), str(settings.log_dir.resolve()), settings.topic_prefix,
-                       definitions=definitions)
+                       definitions=definitions, deletion_vectors=settings.deletion_vectors)
 
 
 #: Watermark position of groups written while capture's initial snapshot is still being copied.

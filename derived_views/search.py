@@ -44,6 +44,7 @@ from derived_views.composite_sync import (
     reshaped,
     source_schemas,
     sync_states,
+    tables_read,
 )
 from derived_views.context import ViewContext
 from derived_views.delta_reads import read_query, sql_text
@@ -143,7 +144,8 @@ def _documents(step: _Step, replace: bool) -> TableResult | None:
     if pending is None:
         return None
     progress, new_progress = pending
-    with sized_for(step.ctx.spark, pending_events(step.rng.watermark, step.topics, progress)):
+    with sized_for(step.ctx.spark, pending_events(step.rng.watermark, step.topics, progress),
+                   tables_read(step.ctx, step.plan, TABLES)):
         roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
         if roots is None:
             overwrite(documents(step.ctx, step.plan, None), table, new_progress)
@@ -159,7 +161,8 @@ def _terms(step: _Step, replace: bool) -> TableResult | None:
     if pending is None:
         return None
     progress, new_progress = pending
-    with sized_for(step.ctx.spark, pending_events(step.rng.watermark, step.topics, progress)):
+    with sized_for(step.ctx.spark, pending_events(step.rng.watermark, step.topics, progress),
+                   tables_read(step.ctx, step.plan, TABLES)):
         roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
         docs = from_stored(step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")),
                            step.plan.output_columns)

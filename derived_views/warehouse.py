@@ -85,7 +85,7 @@ def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: b
     progress, replace = starting_point(ctx, path, replace)
     if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
-    with sized_for(ctx.spark, pending_events(rng.watermark, [schema.topic], progress)):
+    with sized_for(ctx.spark, pending_events(rng.watermark, [schema.topic], progress), [path]):
         follow_source_columns(ctx, schema, path, progress)
         batch = load_pending(ctx, rng, schema, progress, "all", dead_letter_path=dead_letter_path(ctx), target=path)
         merge_history(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,

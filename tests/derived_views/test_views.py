@@ -158,6 +158,35 @@ def test_a_table_the_warehouse_leaves_out_gets_a_copy_of_the_indexs_own(ctx: Vie
     assert not Path(warehouse.current_path(narrow, "public.categories")).exists()
 
 
+def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: ViewContext, log: LogBuilder) -> None:
+    """With ``CDC_DELETION_VECTORS`` on, new view tables use deletion vectors: a MERGE marks the rows it
+    replaces instead of rewriting their files, and ``cdc search`` / ``cdc cache get`` (deltalake's SQL
+    reader) still answer; off (the default), no table has them."""
+    from deltalake import DeltaTable
+
+    from derived_views import cache, runner, search
+    from derived_views.context import ViewContext as Context
+
+    marked = Context(ctx.spark, ctx.views_dir, ctx.log_path, ctx.prefix, definitions=ctx.definitions,
+                     deletion_vectors=True)
+    _seed(log)
+    runner.step(marked, [])
+    with log.transaction() as tx:
+        tx.update("public.categories", {"id": 1, "name": "Illumination"})
+    runner.step(marked, [])
+    docs = marked.path("search", "products", "documents")
+    assert "deletionVectors" in (DeltaTable(docs).protocol().reader_features or [])
+    merge = DeltaTable(docs).history(1)[0]
+    assert merge["operation"] == "MERGE" and int(merge["operationMetrics"]["numTargetDeletionVectorsAdded"]) > 0, merge
+    hits = search.query(marked.views_dir, "products", "illumination", stored=["category_name"])
+    assert sorted(h.key["id"] for h in hits) == [1, 2] and hits[0].fields["category_name"] == "Illumination"
+    order = cache.get(marked.views_dir, "order", ORDER)
+    assert order is not None and order["status"] == "pending"
+    plain = Context(ctx.spark, ctx.views_dir + "-plain", ctx.log_path, ctx.prefix, definitions=ctx.definitions)
+    runner.step(plain, ["search"])
+    assert not DeltaTable(plain.path("search", "products", "documents")).protocol().reader_features
+
+
 def _step(ctx: ViewContext, *, replace: bool = False) -> None:
     from derived_views import cache, runner, search, warehouse
     from derived_views.apply import Range
