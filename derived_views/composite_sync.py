@@ -40,6 +40,7 @@ from derived_views.composite import Composite, Link, Nested, SourceTable
 from derived_views.context import ViewContext
 from derived_views.definitions import ViewDefinitions
 from derived_views.errors import DefinitionChangedError
+from derived_views.evaluation import pending_events
 from derived_views.progress import Progress, committing, is_local, with_progress
 from derived_views.schema import TableSchema, quote
 from derived_views.steps import TableResult, apply_state, load_pending, mark_as_of
@@ -199,7 +200,7 @@ def affected_roots(ctx: ViewContext, rng: Range, plan: Composite, schemas: Mappi
     found: list[DataFrame] = []
     for table in plan.tables:
         topic = schemas[table.log_name].topic
-        if all(progress.next_offset(topic, p) >= end for p, end in rng.watermark.offsets.get(topic, {}).items()):
+        if not pending_events(rng.watermark, [topic], progress):
             continue  # no event of this table in the range
         batch = load_pending(ctx, rng, schemas[table.log_name], progress, "latest",
                              dead_letter_path=path(ctx, plan, "_dead_letter"), target=state_path(ctx, plan, table))

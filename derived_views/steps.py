@@ -72,11 +72,7 @@ def is_current(progress: Progress, rng: Range, topics: list[str], ctx: ViewConte
     """
     if not progress.position:
         return False
-    current = all(
-        progress.next_offset(topic, p) >= end
-        for topic in topics
-        for p, end in rng.watermark.offsets.get(topic, {}).items()
-    )
+    current = pending_events(rng.watermark, topics, progress) == 0
     if (current and ctx is not None and path is not None and progress.position < rng.watermark.position
             and rng.watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS):
         mark_as_of(ctx, path, rng.progress(topics, progress))
