@@ -22,6 +22,7 @@ TOOLING: frozenset[str] = frozenset({
     "CDC_PG_BINDIR",  # cdc.local_postgres: PostgreSQL server binaries
     "CDC_SPARK_JARS_DIR",  # derived_views.delta_jars: the Delta jars
     "CDC_SPARK_MASTER",  # derived_views.spark_session: the Spark master
+    "CDC_SPARK_REMOTE",  # derived_views.spark_session: a Spark Connect server to attach to
     "CDC_TEST_DATABASE_URL",  # tests: the PostgreSQL the test suite uses
 })
 

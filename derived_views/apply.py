@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, Any
 
 from derived_views.column_names import stored_names
 from derived_views.column_types import convert, supertype
+from derived_views.delta_sql import create_if_missing, is_delta_table, merge_into
 from derived_views.events import EVENT_DDL, reduce_table
 from derived_views.log_source import LogWatermark, Offsets, offsets_json, plan_partitions, read_partition
 from derived_views.progress import Progress, committing, with_progress
@@ -417,7 +418,6 @@ _DEAD_LETTER_WRITES = threading.Lock()
 
 
 def _dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     ensure_table(spark, path, DEAD_LETTER_DDL)
@@ -433,16 +433,10 @@ def _dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) 
         F.current_timestamp().alias("recorded_at"),
     )
     with committing(spark, None):
-        (
-            DeltaTable.forPath(spark, path)
-            .alias("t")
-            .merge(
-                poison.alias("s"),
-                "t.target = s.target AND t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset",
-            )
-            .whenNotMatchedInsertAll()
-            .execute()
-        )
+        merge_into(
+            spark, path, poison,
+            "t.target = s.target AND t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset",
+        ).when_not_matched_insert_all().execute()
 
 
 _KNOWN_TYPES: dict[str, dict[str, str]] = {}
@@ -450,12 +444,10 @@ _KNOWN_TYPES: dict[str, dict[str, str]] = {}
 
 def table_types(spark: SparkSession, path: str) -> dict[str, str] | None:
     """Column name -> Spark type (DDL form) of the Delta table at ``path``; ``None`` when there is none."""
-    from delta.tables import DeltaTable
-
     known = _KNOWN_TYPES.get(path)
     if known is not None:
         return known
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not is_delta_table(spark, path):
         return None
     types = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(path).schema.fields}
     _KNOWN_TYPES[path] = types
@@ -466,7 +458,6 @@ def ensure_table(spark: SparkSession, path: str, ddl: str) -> None:
     """Create the Delta table at ``path`` with ``ddl``, or bring it to ``ddl``: columns it lacks are
     added, and a column whose type differs is converted to the :func:`~derived_views.column_types.supertype`
     of both (:func:`_retype`); a column is never narrowed."""
-    from delta.tables import DeltaTable
     from pyspark.sql.types import StructType
 
     wanted = StructType.fromDDL(ddl)
@@ -476,7 +467,7 @@ def ensure_table(spark: SparkSession, path: str, ddl: str) -> None:
         return
     if existing is None:
         with committing(spark, None):
-            DeltaTable.createIfNotExists(spark).location(path).addColumns(wanted).execute()
+            create_if_missing(spark, path, ddl)
         _KNOWN_TYPES[path] = wanted_types
         return
     changed = {n: supertype(existing[n], t) for n, t in wanted_types.items() if n in existing and existing[n] != t}
@@ -562,7 +553,6 @@ def merge_current(
     (``unchanged`` is empty everywhere): the update then takes every column from the source, so the
     MERGE reads only the target's key and position columns instead of whole rows.
     """
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     rows = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t"))
@@ -584,15 +574,13 @@ def merge_current(
     meta = {c: f"s.{c}" for c in (KEY, LSN, SEQ, TS, OP)}
     insert = {**{quote(n): f"s.{quote(n)}" for n in names}, **meta}
     builder = (
-        DeltaTable.forPath(spark, path)
-        .alias("t")
-        .merge(rows.alias("s"), f"t.{KEY} = s.{KEY}")
-        .whenMatchedDelete(condition=f"{_newer()} AND s.{OP} = 'd'")
-        .whenMatchedUpdate(condition=_newer(), set={**update, **meta})
-        .whenNotMatchedInsert(condition=f"s.{OP} <> 'd'", values=insert)
+        merge_into(spark, path, rows, f"t.{KEY} = s.{KEY}")
+        .when_matched_delete(condition=f"{_newer()} AND s.{OP} = 'd'")
+        .when_matched_update({**update, **meta}, condition=_newer())
+        .when_not_matched_insert(insert, condition=f"s.{OP} <> 'd'")
     )
     if truncates:
-        builder = builder.whenNotMatchedBySourceDelete(condition=f"t.{LSN} < {max(truncates)}")
+        builder = builder.when_not_matched_by_source_delete(condition=f"t.{LSN} < {max(truncates)}")
     with committing(spark, progress):
         builder.execute()
 
@@ -627,7 +615,6 @@ def merge_history(
     current versions (which are not read). ``inserts_only`` appends the versions instead of merging
     them when no key of the batch (``keys`` when known) is current in the table (rule 7).
     """
-    from delta.tables import DeltaTable
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -721,25 +708,23 @@ def merge_history(
         }
     )
     builder = (
-        DeltaTable.forPath(spark, path)
-        .alias("t")
-        .merge(merged.alias("s"), f"t.{KEY} = s._merge_key AND t._cdc_is_current")
-        .whenMatchedUpdate(
-            condition=newer,
-            set={
+        merge_into(spark, path, merged, f"t.{KEY} = s._merge_key AND t._cdc_is_current")
+        .when_matched_update(
+            {
                 "_cdc_valid_to_lsn": "s._cdc_valid_from_lsn",
                 "_cdc_valid_to_seq": "s._cdc_valid_from_seq",
                 "_cdc_valid_to_ts": "s._cdc_valid_from_ts",
                 "_cdc_is_current": "false",
             },
+            condition=newer,
         )
-        .whenNotMatchedInsert(condition="s._merge_key IS NULL", values=insert)
+        .when_not_matched_insert(insert, condition="s._merge_key IS NULL")
     )
     if truncates:
         first_t = min(truncates)
-        builder = builder.whenNotMatchedBySourceUpdate(
+        builder = builder.when_not_matched_by_source_update(
+            {"_cdc_valid_to_lsn": str(first_t), "_cdc_valid_to_seq": "-1", "_cdc_is_current": "false"},
             condition=f"t._cdc_is_current AND t._cdc_valid_from_lsn < {first_t}",
-            set={"_cdc_valid_to_lsn": str(first_t), "_cdc_valid_to_seq": "-1", "_cdc_is_current": "false"},
         )
     with committing(spark, progress):
         builder.execute()

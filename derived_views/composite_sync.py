@@ -39,6 +39,7 @@ from derived_views.column_names import from_stored, stored
 from derived_views.composite import Composite, Link, Nested, SourceTable
 from derived_views.context import ViewContext
 from derived_views.definitions import ViewDefinitions
+from derived_views.delta_sql import history, is_delta_table, merge_into
 from derived_views.errors import DefinitionChangedError
 from derived_views.evaluation import pending_events
 from derived_views.progress import Progress, committing, is_local, with_progress
@@ -253,13 +254,12 @@ def _roots_reaching(ctx: ViewContext, plan: Composite, link: Link, rows: DataFra
 
 def _parents_of(ctx: ViewContext, plan: Composite, child: Nested, rows: DataFrame, output: str) -> DataFrame:
     """Roots a changed child belongs to now (state as of the watermark) or was listed under (output)."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     values, names = _values(rows, child.on)
     now = _state(ctx, plan, plan.root).join(values, _equal([quote(c) for c in plan.root.key], names), "left_semi")
     parents = now.select(KEY)
-    if DeltaTable.isDeltaTable(ctx.spark, output):
+    if is_delta_table(ctx.spark, output):
         changed = rows.select(F.concat(F.lit(f"{child.alias}#"), F.col(KEY)).alias("_cdc_member"))
         listed = ctx.spark.read.format("delta").load(output).select(KEY, F.explode(CHILDREN).alias("_cdc_member"))
         parents = parents.unionByName(listed.join(changed, "_cdc_member", "left_semi").select(KEY))
@@ -285,9 +285,7 @@ def latest_version(ctx: ViewContext, table: str) -> int:
         from deltalake import DeltaTable as LocalTable
 
         return int(LocalTable(table.removeprefix("file://")).version())
-    from delta.tables import DeltaTable
-
-    return int(DeltaTable.forPath(ctx.spark, table).history(1).first()["version"])  # type: ignore[index]
+    return int(history(ctx.spark, table, 1).first()["version"])  # type: ignore[index]
 
 
 def merge_with_progress(ctx: ViewContext, table: str, merge: Callable[[], None], progress: Progress) -> None:
@@ -307,7 +305,6 @@ def merge_roots(ctx: ViewContext, table: str, roots: DataFrame, rows: DataFrame,
     """Bring the affected ``roots`` of the table at ``table`` to ``rows`` (their recomputed output rows)
     in one commit carrying ``progress``: a root without a row is deleted, the others updated or inserted.
     Columns are stored under their stored names (:mod:`derived_views.column_names`)."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     rows = stored(rows, table)
@@ -319,10 +316,9 @@ def merge_roots(ctx: ViewContext, table: str, roots: DataFrame, rows: DataFrame,
     source = roots.join(rows.withColumn(PRESENT, F.lit(True)), KEY, "left")
     values = {c: f"s.{c}" for c in [*columns, KEY]}
     builder = (
-        DeltaTable.forPath(ctx.spark, table).alias("t")
-        .merge(source.alias("s"), f"t.{KEY} = s.{KEY}")
-        .whenMatchedDelete(condition=f"s.{PRESENT} IS NULL")
-        .whenMatchedUpdate(set=values)
-        .whenNotMatchedInsert(condition=f"s.{PRESENT} IS NOT NULL", values=values)
+        merge_into(ctx.spark, table, source, f"t.{KEY} = s.{KEY}")
+        .when_matched_delete(condition=f"s.{PRESENT} IS NULL")
+        .when_matched_update(values)
+        .when_not_matched_insert(values, condition=f"s.{PRESENT} IS NOT NULL")
     )
     merge_with_progress(ctx, table, builder.execute, progress)

@@ -18,6 +18,7 @@ from derived_views.errors import SourceSchemaError
 from derived_views.log_source import LogWatermark, Offsets, plan_partitions, read_partition
 from derived_views.progress import Progress, read_progress
 from derived_views.schema import TableSchema, schemas_topic
+from derived_views.spark_session import new_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,7 +77,7 @@ class ViewContext:
         shared with this context, so both know every table's position.
         """
         if self._beside is None:
-            self._beside = ViewContext(self.spark.newSession(), self.views_dir, self.log_path, self.prefix,
+            self._beside = ViewContext(new_session(self.spark), self.views_dir, self.log_path, self.prefix,
                                        self._progress, self.definitions, deletion_vectors=self.deletion_vectors)
         return self._beside
 

@@ -124,3 +124,14 @@ class ColumnNameClashError(ViewError):
             f"columns {first!r} and {second!r}{where} would both be stored as {stored!r} in Delta (a name holding "
             f"one of ' ,;{{}}()=', a tab or a newline is stored percent-encoded); rename one of them in the source"
         )
+
+
+class SparkServerUnreachableError(ViewError):
+    """``CDC_SPARK_REMOTE`` names a Spark Connect server that does not answer."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(
+            f"no Spark Connect server answers at {url} (CDC_SPARK_REMOTE): {reason}; start one with "
+            f"`cdc spark-server`, or unset CDC_SPARK_REMOTE to run Spark in this process"
+        )
+        self.url = url

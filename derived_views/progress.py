@@ -100,22 +100,22 @@ def read_progress(spark: SparkSession, path: str) -> Progress | None:
     A table on local disk is read with ``deltalake`` (:func:`committed_progress`: tens of milliseconds,
     where Spark's ``DESCRIBE HISTORY`` takes about a second); other stores through Spark, which holds
     their credentials. Both read the same commits of the Delta log."""
-    from delta.tables import DeltaTable
+    from derived_views.delta_sql import history, is_delta_table
 
     if is_local(path):
         from deltalake import DeltaTable as LocalTable
 
         local = path.removeprefix("file://")
         return (committed_progress(local) or Progress()) if LocalTable.is_deltatable(local) else None
-    if not DeltaTable.isDeltaTable(spark, path):
+    if not is_delta_table(spark, path):
         return None
-    history = DeltaTable.forPath(spark, path).history(_LOOKBACK).select("version", "userMetadata").collect()
-    for row in sorted(history, key=lambda r: -r["version"]):
+    recent = history(spark, path, _LOOKBACK).select("version", "userMetadata").collect()
+    for row in sorted(recent, key=lambda r: -r["version"]):
         progress = Progress.from_json(row["userMetadata"])
         if progress is not None:
             return progress
-    if len(history) == _LOOKBACK:
-        for row in DeltaTable.forPath(spark, path).history().orderBy("version", ascending=False).collect():
+    if len(recent) == _LOOKBACK:
+        for row in history(spark, path).orderBy("version", ascending=False).collect():
             progress = Progress.from_json(row["userMetadata"])
             if progress is not None:
                 return progress

@@ -48,6 +48,7 @@ from derived_views.composite_sync import (
 )
 from derived_views.context import ViewContext
 from derived_views.delta_reads import read_query, sql_text
+from derived_views.delta_sql import merge_into
 from derived_views.errors import MissingTableError
 from derived_views.evaluation import pending_events, sized_for
 from derived_views.progress import Progress
@@ -88,7 +89,6 @@ def _term_rows(plan: Composite, docs: DataFrame) -> DataFrame:
 def _merge_terms(ctx: ViewContext, table: str, roots: DataFrame, terms: DataFrame, progress: Progress) -> None:
     """Replace the terms of the documents in ``roots`` by ``terms`` in one commit: a term a document no
     longer has is deleted by the same MERGE (its row in the source carries ``_cdc_drop``)."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     ensure_table(ctx.spark, table, TERMS_DDL)
@@ -102,12 +102,11 @@ def _merge_terms(ctx: ViewContext, table: str, roots: DataFrame, terms: DataFram
         F.lit(True).alias("_cdc_drop"))
     source = terms.select("doc", "term", "tf", "doc_len", F.lit(False).alias("_cdc_drop")).unionByName(stale)
     builder = (
-        DeltaTable.forPath(ctx.spark, table).alias("t")
-        .merge(source.alias("s"), "t.doc = s.doc AND t.term = s.term")
-        .whenMatchedDelete(condition="s._cdc_drop")
-        .whenMatchedUpdate(set={"tf": "s.tf", "doc_len": "s.doc_len"})
-        .whenNotMatchedInsert(condition="NOT s._cdc_drop",
-                              values={"doc": "s.doc", "term": "s.term", "tf": "s.tf", "doc_len": "s.doc_len"})
+        merge_into(ctx.spark, table, source, "t.doc = s.doc AND t.term = s.term")
+        .when_matched_delete(condition="s._cdc_drop")
+        .when_matched_update({"tf": "s.tf", "doc_len": "s.doc_len"})
+        .when_not_matched_insert({"doc": "s.doc", "term": "s.term", "tf": "s.tf", "doc_len": "s.doc_len"},
+                                 condition="NOT s._cdc_drop")
     )
     merge_with_progress(ctx, table, builder.execute, progress)
 

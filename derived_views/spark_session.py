@@ -5,21 +5,32 @@ On this machine the session runs ``local[*]`` with the Delta jars fetched at set
 started with ``spark-submit --packages io.delta:...`` and a master URL; :func:`build_spark` then leaves
 the master and the jars to spark-submit. A driver JVM this process starts has its output routed into
 the project's log lines (:mod:`derived_views.jvm_output`).
+
+With ``CDC_SPARK_REMOTE`` (``sc://host:port``) no JVM starts here: the session is a Spark Connect client
+of a server that stays warm between runs (:mod:`derived_views.spark_server`), and the server holds the
+settings below.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import socket
 import sys
+import urllib.parse
 from typing import TYPE_CHECKING
 
 from derived_views.delta_jars import delta_coordinate, installed_jars
 from derived_views.jvm_output import DRIVER_JAVA_OPTIONS, launch_driver
 
+#: Spark Connect's default port.
+DEFAULT_PORT = 15002
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-_DELTA_CONF = {
+#: Settings of every view session: Delta enabled, no UI, few shuffle partitions, UTC, a 2 GB driver.
+SESSION_DEFAULTS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
     "spark.ui.enabled": "false",
@@ -41,13 +52,16 @@ def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    remote = remote_url()
+    if remote and master is None:
+        return _attach(remote, app_name, conf or {})
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     settings = {"spark.app.name": app_name}
     submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get("SPARK_SUBMIT")
     if master or not submitted:
         settings["spark.master"] = master or os.environ.get("CDC_SPARK_MASTER", "local[2]")
-    settings.update({**_DELTA_CONF, **(conf or {})})
+    settings.update({**SESSION_DEFAULTS, **(conf or {})})
     jars = installed_jars()
     if jars:
         settings["spark.jars"] = ",".join(str(jar) for jar in jars)
@@ -64,3 +78,60 @@ def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def remote_url() -> str | None:
+    """The Spark Connect server the commands attach to (``CDC_SPARK_REMOTE``), if any."""
+    return os.environ.get("CDC_SPARK_REMOTE", "").strip() or None
+
+
+def is_remote(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no JVM in this process)."""
+    from pyspark.sql.utils import is_remote as connect_mode
+
+    return connect_mode() or type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+#: Seconds to wait for the Spark Connect server's port before giving up (its client would retry for minutes).
+CONNECT_TIMEOUT_S = 10.0
+
+
+def _attach(url: str, app_name: str, conf: dict[str, str]) -> SparkSession:
+    """A new Spark Connect session on the server at ``url``, with ``conf`` set in it.
+
+    The server's port is tried first: a server that is down is one clear error at once
+    (:class:`~derived_views.errors.SparkServerUnreachableError`), not minutes of the client's retries."""
+    from pyspark.sql import SparkSession
+
+    from derived_views.errors import SparkServerUnreachableError
+
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme != "sc" or not parsed.hostname:
+        raise SparkServerUnreachableError(url, "not a Spark Connect URL (sc://host:port)")
+    try:
+        socket.create_connection((parsed.hostname, parsed.port or DEFAULT_PORT), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        raise SparkServerUnreachableError(url, exc.strerror or str(exc)) from None
+    session = _connect(url)
+    for key, value in conf.items():
+        session.conf.set(key, value)
+    return session
+
+
+def _connect(url: str) -> SparkSession:
+    """A new Spark Connect session, released on the server when this process exits.
+
+    Released explicitly: a session left to the interpreter's final garbage collection closes its gRPC
+    channel from a finalizer, which can wait forever on the channel's own threads."""
+    from pyspark.sql import SparkSession
+
+    session = SparkSession.builder.remote(url).create()
+    atexit.register(session.stop)
+    return session
+
+
+def new_session(spark: SparkSession) -> SparkSession:
+    """A second session beside ``spark`` (its own settings and temporary views, the same Spark)."""
+    if is_remote(spark):
+        return _connect(remote_url() or "")
+    return spark.newSession()

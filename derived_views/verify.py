@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from derived_views import warehouse
 from derived_views.column_names import from_stored, stored_name
 from derived_views.composite import Composite
+from derived_views.delta_sql import is_delta_table
 from derived_views.errors import MissingTableError, UnknownViewError
 from derived_views.log_source import LogWatermark
 from derived_views.schema import TableSchema
@@ -169,9 +170,7 @@ def compare_rows(
 
 def _delta_rows(ctx: ViewContext, path: str, view: str, names: Iterable[str] = ()) -> list[dict[str, Any]]:
     """Every row of the Delta table at ``path``, the columns stored for ``names`` under those names."""
-    from delta.tables import DeltaTable
-
-    if not DeltaTable.isDeltaTable(ctx.spark, path):
+    if not is_delta_table(ctx.spark, path):
         raise MissingTableError(path, view)
     return [r.asDict(recursive=True) for r in from_stored(ctx.spark.read.format("delta").load(path), names).collect()]
 

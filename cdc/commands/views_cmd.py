@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 def _context(ctx: object) -> ViewContext:
     """The view context, after one log line stating the job's configuration (password redacted)."""
     from derived_views.runner import context_from_settings
+    from derived_views.spark_session import is_remote, remote_url
 
     settings = ctx.settings  # type: ignore[attr-defined]
     if "://" not in str(settings.views_dir):
@@ -37,8 +38,12 @@ def _context(ctx: object) -> ViewContext:
     view_ctx = context_from_settings(settings)
     # a failed task reaches the user as this command's one error line (cdc.cli.run); Spark's own log of
     # the same failure would repeat it as pages of stack traces
-    view_ctx.spark.sparkContext.setLogLevel("FATAL")
-    conf = view_ctx.spark.sparkContext.getConf()
+    if is_remote(view_ctx.spark):
+        master, app_id = remote_url(), None
+    else:
+        view_ctx.spark.sparkContext.setLogLevel("FATAL")
+        conf = view_ctx.spark.sparkContext.getConf()
+        master, app_id = conf.get("spark.master"), conf.get("spark.app.id")
     log.info(
         "view job",
         extra={
@@ -46,8 +51,8 @@ def _context(ctx: object) -> ViewContext:
                 "source": settings.database_url,
                 "data_dir": str(settings.data_dir),
                 "log": str(settings.log_dir),
-                "spark_master": conf.get("spark.master"),
-                "spark_app_id": conf.get("spark.app.id"),
+                "spark_master": master,
+                "spark_app_id": app_id,
             }
         },
     )
@@ -261,4 +266,21 @@ def views_cmd(ctx: object, as_json: bool) -> None:
 
 
 #: The commands this module adds to ``cdc``.
-COMMANDS = (sync, rebuild, verify, search_cmd, cache_group, views_cmd)
+@click.command("spark-server")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
+@click.option("--port", type=click.IntRange(1, 65535), default=15002, show_default=True, help="Port to listen on.")
+def spark_server(host: str, port: int) -> None:
+    """Run a Spark Connect server that view commands attach to (CDC_SPARK_REMOTE=sc://HOST:PORT).
+
+    It keeps one Spark warm between runs, so a scheduled `cdc sync --once` starts in a fraction of a
+    second. Runs in the foreground until stopped (for systemd or compose)."""
+    import os
+
+    from derived_views.spark_server import server_command, server_environment
+
+    command = server_command(port=port, host=host)
+    log.info("spark connect server", extra={"fields": {"url": f"sc://{host}:{port}", "master": command[command.index("--master") + 1]}})
+    os.execve(command[0], command, server_environment())
+
+
+COMMANDS = (sync, rebuild, verify, search_cmd, cache_group, views_cmd, spark_server)

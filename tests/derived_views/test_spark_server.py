@@ -1,0 +1,103 @@
+"""View commands attached to a warm Spark Connect server (``cdc spark-server``, ``CDC_SPARK_REMOTE``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from decimal import Decimal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
+from cdc.local_postgres import free_port
+from migrations.sample_data import insert_sample_data
+
+pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
+
+CDC = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "cdc")
+
+
+def _answers(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except OSError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``cdc spark-server`` on a free port, stopped (SIGTERM) after the module's tests."""
+    port = free_port()
+    workdir = tmp_path_factory.mktemp("spark-server")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CDC_") or k == "CDC_SPARK_JARS_DIR"}
+    server = subprocess.Popen([CDC, "spark-server", "--port", str(port)], cwd=workdir, env=env,
+                              stdout=subprocess.DEVNULL, stderr=(workdir / "server.log").open("w"))
+    try:
+        deadline = time.monotonic() + 180
+        while not _answers(port):
+            assert server.poll() is None, (workdir / "server.log").read_text()
+            assert time.monotonic() < deadline, "the Spark Connect server did not listen within 180 s"
+            time.sleep(0.5)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        try:
+            server.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def _cdc(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    result = subprocess.run([CDC, *args], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"cdc {' '.join(args)}: {result.stderr}"
+    return result
+
+
+def test_sync_attached_to_a_spark_server_is_exact(spark_server: str, reference_db: str, tmp_path: Path) -> None:
+    insert_sample_data(reference_db)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CDC_")},
+           "CDC_DATABASE_URL": reference_db, "CDC_DATA_DIR": str(tmp_path / "data"), "CDC_PARTITIONS": "3",
+           "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS), "CDC_SPARK_REMOTE": spark_server}
+    _cdc(env, "setup")
+    _cdc(env, "capture", "--once")
+    first = _cdc(env, "sync", "--once")
+    assert f"spark_master={spark_server}" in first.stderr, first.stderr
+    product_id, _order = _change_one_product(reference_db)
+    _cdc(env, "capture", "--once")
+    change = _cdc(env, "sync", "--once")
+    # the change reached every view: 6 warehouse events (category, product, order line, customers deleted)
+    assert "warehouse: 0 events" not in change.stderr and "cache.order: 1 events" in change.stderr, change.stderr
+    for view in ("warehouse", "search.products", "cache.order"):
+        verified = _cdc(env, "verify", view)
+        assert f"{view} equals the source" in verified.stdout, verified.stdout
+    again = _cdc(env, "sync", "--once")
+    assert "warehouse: 0 events, search.products: 0 events, cache.order: 0 events" in again.stderr, again.stderr
+    hits = _cdc(env, "search", "products", "brass lantern")
+    assert "brass lantern" in hits.stdout, hits.stdout
+
+    from deltalake import DeltaTable
+
+    current = DeltaTable(str(tmp_path / "data" / "warehouse" / "current" / "public.products"))
+    prices = {row["id"]: row["price"] for row in current.to_pyarrow_table(columns=["id", "price"]).to_pylist()}
+    assert prices[product_id] == Decimal("12.34")
+
+
+def test_an_unreachable_spark_server_is_one_clear_error(tmp_path: Path) -> None:
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CDC_")},
+           "CDC_DATA_DIR": str(tmp_path / "data"), "CDC_SPARK_REMOTE": f"sc://127.0.0.1:{port}"}
+    started = time.monotonic()
+    result = subprocess.run([CDC, "sync", "--once"], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if not line.startswith("ts=")]
+    assert errors == [f"error: no Spark Connect server answers at sc://127.0.0.1:{port} (CDC_SPARK_REMOTE): "
+                      "Connection refused; start one with `cdc spark-server`, or unset CDC_SPARK_REMOTE to run "
+                      "Spark in this process"], result.stderr
+    assert time.monotonic() - started < 60
