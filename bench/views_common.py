@@ -76,10 +76,12 @@ FROM generate_series(%s::bigint, %s::bigint) g,
 
 
 @contextmanager
-def products_database(rows: int) -> Iterator[tuple[LocalPostgres, str, Settings]]:
+def products_database(rows: int, tables: str = "public.products",
+                      views_file: Path | None = None) -> Iterator[tuple[LocalPostgres, str, Settings]]:
     """A throwaway cluster with the reference schema, its five categories and ``rows`` products.
 
-    Only ``public.products`` is captured. The products' ids are ``1..rows``.
+    Only ``tables`` are captured (``public.products`` by default); ``views_file`` is the views file (default:
+    the defaults). The products' ids are ``1..rows``.
     """
     from bench.capture_common import bench_cluster
     from cdc.settings import load_settings
@@ -93,7 +95,8 @@ def products_database(rows: int) -> Iterator[tuple[LocalPostgres, str, Settings]
             if rows:
                 conn.execute("SELECT setval('products_id_seq', %s)", (rows,))
             conn.execute("VACUUM ANALYZE products")
-        yield server, url, load_settings(database_url=url, data_dir=str(data_dir), tables="public.products")
+        extra = {"views_file": str(views_file)} if views_file is not None else {}
+        yield server, url, load_settings(database_url=url, data_dir=str(data_dir), tables=tables, **extra)
 
 
 def jdbc_options(url: str, table: str) -> dict[str, str]:

@@ -269,7 +269,9 @@ def views_cmd(ctx: object, as_json: bool) -> None:
 @click.command("spark-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=15002, show_default=True, help="Port to listen on.")
-def spark_server(host: str, port: int) -> None:
+@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
+              help="A Spark setting of the server (repeatable), e.g. spark.driver.memory=4g.")
+def spark_server(host: str, port: int, confs: tuple[str, ...]) -> None:
     """Run a Spark Connect server that view commands attach to (CDC_SPARK_REMOTE=sc://HOST:PORT).
 
     It keeps one Spark warm between runs, so a scheduled `cdc sync --once` starts in a fraction of a
@@ -278,7 +280,13 @@ def spark_server(host: str, port: int) -> None:
 
     from derived_views.spark_server import server_command, server_environment
 
-    command = server_command(port=port, host=host)
+    settings = {}
+    for item in confs:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
+        settings[key.strip()] = value
+    command = server_command(port=port, host=host, conf=settings)
     log.info("spark connect server", extra={"fields": {"url": f"sc://{host}:{port}", "master": command[command.index("--master") + 1]}})
     os.execve(command[0], command, server_environment())
 

@@ -58,3 +58,13 @@ def test_services_point_at_the_compose_database() -> None:
         url = services[name]["environment"]["CDC_DATABASE_URL"]
         assert "@postgres:5432/" in url
     assert services["capture"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+
+
+def test_scheduled_sync_attaches_to_the_spark_server_over_the_same_data_volume() -> None:
+    services = _compose()["services"]
+    spark, sync_once = services["spark"], services["sync-once"]
+    assert spark["command"][0] == "spark-server" and "--host" in spark["command"]
+    assert sync_once["environment"]["CDC_SPARK_REMOTE"] == "sc://spark:15002"
+    data_dir = sync_once["environment"]["CDC_DATA_DIR"]
+    # the server writes the tables at the paths the command sends: the same volume at the same path
+    assert f"cdc-data:{data_dir}" in spark["volumes"] and f"cdc-data:{data_dir}" in sync_once["volumes"]
