@@ -47,6 +47,7 @@ from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
 from derived_views.steps import TableResult
 from derived_views.log_source import LogWatermark, read_watermark
+from derived_views.progress import is_local
 from log_store.atomic_file import make_dirs, write_atomic
 from log_store.errors import LogLockedError
 from log_store.lock import FileLock, holder_pid
@@ -133,7 +134,7 @@ def view_locks(ctx: ViewContext, names: list[str]) -> Iterator[None]:
 def _lock_file(ctx: ViewContext, name: str) -> FileLock | None:
     """The lock of the view ``name`` (``<views dir>/_locks/<view>.lock``); ``None`` when the views
     directory is not a local path."""
-    if "://" in ctx.views_dir and not ctx.views_dir.startswith("file://"):
+    if not is_local(ctx.views_dir):
         return None
     directory = Path(ctx.views_dir.removeprefix("file://")) / "_locks"
     make_dirs(directory)  # owner only, like the log (log_store.atomic_file); lock files are 0600 too

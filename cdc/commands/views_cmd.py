@@ -265,7 +265,6 @@ def views_cmd(ctx: object, as_json: bool) -> None:
                        + ", ".join(f"{json.dumps(source)} as {stored}" for source, stored in table.stored_columns.items()))
 
 
-#: The commands this module adds to ``cdc``.
 @click.command("spark-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=15002, show_default=True, help="Port to listen on.")
@@ -287,8 +286,10 @@ def spark_server(host: str, port: int, confs: tuple[str, ...]) -> None:
             raise click.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="--conf")
         settings[key.strip()] = value
     command = server_command(port=port, host=host, conf=settings)
-    log.info("spark connect server", extra={"fields": {"url": f"sc://{host}:{port}", "master": command[command.index("--master") + 1]}})
+    master = command[command.index("--master") + 1]
+    log.info("spark connect server", extra={"fields": {"url": f"sc://{host}:{port}", "master": master}})
     os.execve(command[0], command, server_environment())
 
 
+#: The commands this module adds to ``cdc``.
 COMMANDS = (sync, rebuild, verify, search_cmd, cache_group, views_cmd, spark_server)

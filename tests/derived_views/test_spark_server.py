@@ -79,6 +79,9 @@ def test_sync_attached_to_a_spark_server_is_exact(spark_server: str, reference_d
         assert f"{view} equals the source" in verified.stdout, verified.stdout
     again = _cdc(env, "sync", "--once")
     assert "warehouse: 0 events, search.products: 0 events, cache.order: 0 events" in again.stderr, again.stderr
+    _cdc(env, "rebuild", "warehouse")
+    rebuilt = _cdc(env, "verify", "warehouse")
+    assert "warehouse equals the source" in rebuilt.stdout, rebuilt.stdout
     hits = _cdc(env, "search", "products", "brass lantern")
     assert "brass lantern" in hits.stdout, hits.stdout
 
