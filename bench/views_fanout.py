@@ -43,6 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.capture_common import timed
+from bench.views_common import delta_commits
 from log_store import LogStore, ProducerColumns, ProducerRecord
 
 PREFIX = "cdc"
@@ -200,32 +201,6 @@ class Phases:
         return taken
 
 
-def _rows_written(spark: Any, path: str, after_version: int) -> tuple[int, int, list[str]]:
-    """(newest version, rows the commits after ``after_version`` wrote, a line per commit) of a Delta table.
-
-    Rows written: a MERGE's updated + inserted + deleted target rows, an overwrite's output rows. A
-    MERGE's line adds the unchanged rows it copied into new files (copy-on-write), the files it removed
-    and added, and its scan (finding the touched files) and rewrite times.
-    """
-    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").filter(f"version > {after_version}").collect()
-    rows, lines = 0, []
-    for commit in sorted(history, key=lambda c: c["version"]):
-        metrics = {k: int(v) for k, v in (commit["operationMetrics"] or {}).items() if v.lstrip("-").isdigit()}
-        if commit["operation"] == "MERGE":
-            changed = sum(metrics.get(k, 0) for k in ("numTargetRowsUpdated", "numTargetRowsInserted", "numTargetRowsDeleted"))
-            rows += changed
-            lines.append(f"MERGE {changed:,} rows changed, {metrics.get('numTargetRowsCopied', 0):,} copied, "
-                         f"files -{metrics.get('numTargetFilesRemoved', 0)} +{metrics.get('numTargetFilesAdded', 0)}, "
-                         f"scan {metrics.get('scanTimeMs', 0) / 1000:.1f} s, rewrite {metrics.get('rewriteTimeMs', 0) / 1000:.1f} s")
-        elif "numOutputRows" in metrics:
-            rows += metrics["numOutputRows"]
-            lines.append(f"{commit['operation']} {metrics['numOutputRows']:,} rows, {metrics.get('numFiles', 0)} files")
-        else:
-            lines.append(commit["operation"])
-    newest = max((c["version"] for c in history), default=after_version)
-    return newest, rows, lines
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--roots", type=int, default=1_000_000, help="products (documents), default 1,000,000")
@@ -264,7 +239,7 @@ def main() -> None:
                 raise SystemExit(f"{label}: the step failed: {report.failures}")
             written_rows, commits = {}, []
             for name, path in tables.items():
-                versions[name], written_rows[name], lines = _rows_written(spark, path, versions[name])
+                versions[name], written_rows[name], lines = delta_commits(spark, path, versions[name])
                 commits.append(f"{name}: {'; '.join(lines) or 'no commit'}")
             results.append((label, elapsed[0], written_rows["documents"], written_rows["terms"], phases.take(), commits))
             return elapsed[0]

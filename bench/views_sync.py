@@ -21,11 +21,9 @@ import sys
 import psycopg
 
 from bench.capture_common import timed
-from bench.views_common import bench_spark, full_refresh, products_database
+from bench.views_common import bench_spark, full_refresh, products_database, sync_current
 from cdc.coordinator import Capture
 from derived_views import runner, warehouse
-from derived_views.apply import Range
-from derived_views.steps import apply_state
 from log_store import LogStore
 
 
@@ -35,16 +33,8 @@ def main(rows: int) -> None:
         with timed() as capture_s:
             Capture(settings, once=True).run()
         ctx = runner.context_from_settings(settings, spark)
-
-        def sync_current(replace: bool = False) -> None:
-            watermark = runner.latest(ctx)
-            assert watermark is not None
-            schema = ctx.schema(watermark, "public.products")
-            apply_state(ctx, Range(ctx.log_path, watermark), schema, warehouse.current_path(ctx, "public.products"),
-                        warehouse.dead_letter_path(ctx), replace=replace)
-
         with timed() as initial:
-            sync_current()
+            sync_current(ctx, "public.products")
         changed = max(1, rows // 100)
         incremental: list[list[float]] = []
         for remainder in (7, 8):  # the first MERGE of the process runs on a cold JVM; the second is steady
@@ -52,7 +42,7 @@ def main(rows: int) -> None:
                 conn.execute(f"UPDATE products SET price = price + 1, name = name || '+' WHERE id % 100 = {remainder}")
             Capture(settings, once=True).run()
             with timed() as elapsed:
-                sync_current()
+                sync_current(ctx, "public.products")
             incremental.append(elapsed)
         refresh_path = str(settings.data_dir / "full_refresh" / "public.products")
         full_refresh(spark, url, "public.products", refresh_path, rows)  # warm-up: the JDBC path's first run
@@ -62,7 +52,7 @@ def main(rows: int) -> None:
             log.roll()
             log.compact()
         with timed() as rebuild:
-            sync_current(replace=True)
+            sync_current(ctx, "public.products", replace=True)
         count = spark.read.format("delta").load(warehouse.current_path(ctx, "public.products")).count()
         assert count == rows, count
 
