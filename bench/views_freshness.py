@@ -135,11 +135,11 @@ def main(seconds: float, rate: float, preload: int, workload: str = "insert", al
         capture.join(timeout=60)
         rows = (spark.read.format("delta").load(paths["warehouse current"]).filter(f"id > {preload}")
                 .groupBy("_cdc_lsn").agg({"_cdc_commit_ts": "max"}).collect())
-    transactions = [(row["_cdc_lsn"], row["max(_cdc_commit_ts)"].timestamp()) for row in rows]
+        transactions = [(row["_cdc_lsn"], row["max(_cdc_commit_ts)"].timestamp()) for row in rows]
+        visible = {label: _latencies(path, transactions) for label, path in paths.items()}
     print(f"workload={workload} transactions={len(transactions)} products inserted={written} preloaded={preload} "
           f"rate={rate:g} tx/s duration={seconds:g} s views={','.join(names)}")
-    for label, path in paths.items():
-        latencies = _latencies(path, transactions)
+    for label, latencies in visible.items():
         if len(latencies) < len(transactions):
             print(f"{label:<18} only {len(latencies)} of {len(transactions)} transactions visible")
             continue
