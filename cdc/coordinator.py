@@ -57,7 +57,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import orjson
@@ -911,6 +911,3 @@ def _counted(records: Iterator[ProducerRecord], tally: list[int]) -> Iterator[Pr
     finally:
         tally[0] += events
         tally[1] += size
-
-
-StopCallback = Callable[[], None]

@@ -47,6 +47,3 @@ class Lsn(int):
 
     def __repr__(self) -> str:
         return f"Lsn('{self}')"
-
-
-ZERO = Lsn(0)

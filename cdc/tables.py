@@ -127,10 +127,6 @@ class TableShape:
     def schema_key(self) -> bytes:
         return orjson.dumps(self.log_name)
 
-    def same_schema(self, other: TableShape | None) -> bool:
-        """True when ``other`` would write the same schema record (ignoring its LSN)."""
-        return other is not None and other.columns == self.columns and other.topic == self.topic
-
 
 def _types(columns: list[dict[str, object]]) -> list[dict[str, object]]:
     return [{"name": c["name"], "type": c["type"], "typmod": c.get("typmod", -1), "attnum": c.get("attnum", 0)}

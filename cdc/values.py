@@ -37,7 +37,6 @@ for _array_oid, _element in ARRAY_ELEMENTS.items():
     TYPE_NAMES[_array_oid] = "_" + TYPE_NAMES[_element]
 #: Type name -> OID, to resolve non-built-in types (domains, enums) that pgoutput names in Type messages.
 OIDS_BY_NAME: dict[str, int] = {name: oid for oid, name in TYPE_NAMES.items()}
-CITEXT_NAMES = frozenset({"citext"})
 
 
 def to_int(text: str) -> int:

@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from derived_views.apply import Range, forget_tables
+from derived_views.apply import forget_tables
 from derived_views.definitions import ViewDefinitions
 from derived_views.errors import SourceSchemaError
 from derived_views.log_source import LogWatermark, Offsets, plan_partitions, read_partition
@@ -154,8 +154,3 @@ def read_schemas(log_path: str, topic: str, ends: dict[str, int]) -> dict[str, T
             if schema.log_name not in found or offset > found[schema.log_name][0]:
                 found[schema.log_name] = (offset, schema)
     return {name: schema for name, (_, schema) in found.items()}
-
-
-def range_for(ctx: ViewContext, watermark: LogWatermark) -> Range:
-    """The sync range that ends at ``watermark``."""
-    return Range(ctx.log_path, watermark)

@@ -101,8 +101,6 @@ def _attach(url: str, app_name: str, conf: dict[str, str]) -> SparkSession:
 
     The server's port is tried first: a server that is down is one clear error at once
     (:class:`~derived_views.errors.SparkServerUnreachableError`), not minutes of the client's retries."""
-    from pyspark.sql import SparkSession
-
     from derived_views.errors import SparkServerUnreachableError
 
     parsed = urllib.parse.urlparse(url)
@@ -112,20 +110,20 @@ def _attach(url: str, app_name: str, conf: dict[str, str]) -> SparkSession:
         socket.create_connection((parsed.hostname, parsed.port or DEFAULT_PORT), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         raise SparkServerUnreachableError(url, exc.strerror or str(exc)) from None
-    session = _connect(url)
+    session = _connect(url, app_name)
     for key, value in conf.items():
         session.conf.set(key, value)
     return session
 
 
-def _connect(url: str) -> SparkSession:
+def _connect(url: str, app_name: str = "cdc") -> SparkSession:
     """A new Spark Connect session, released on the server when this process exits.
 
     Released explicitly: a session left to the interpreter's final garbage collection closes its gRPC
     channel from a finalizer, which can wait forever on the channel's own threads."""
     from pyspark.sql import SparkSession
 
-    session = SparkSession.builder.remote(url).create()
+    session = SparkSession.builder.remote(url).appName(app_name).create()
     atexit.register(session.stop)
     return session
 

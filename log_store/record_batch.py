@@ -348,13 +348,6 @@ def _lengths(items: Sequence[bytes | None]) -> tuple[list[int], Sequence[bytes],
         return lengths, [b"" if item is None else item for item in items], _total(lengths)
 
 
-def encode_producer_batch(
-    base_offset: int, records: Sequence[ProducerRecord], append_time_ms: int
-) -> bytes:
-    """One batch holding ``records`` at consecutive offsets from ``base_offset``."""
-    return Columns(records).encode(base_offset, 0, len(records), append_time_ms)
-
-
 def encode_records(
     base_offset: int, last_offset_delta: int, records: Iterable[Record], append_time_ms: int,
     attributes: int = ATTR_COMPACTED,
