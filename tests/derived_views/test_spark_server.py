@@ -11,6 +11,7 @@ from decimal import Decimal
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
@@ -90,6 +91,27 @@ def test_sync_attached_to_a_spark_server_is_exact(spark_server: str, reference_d
     current = DeltaTable(str(tmp_path / "data" / "warehouse" / "current" / "public.products"))
     prices = {row["id"]: row["price"] for row in current.to_pyarrow_table(columns=["id", "price"]).to_pylist()}
     assert prices[product_id] == Decimal("12.34")
+
+    # --continuous over the server: a later change arrives without another command, and SIGTERM ends it
+    syncing = subprocess.Popen([CDC, "sync", "--continuous", "--interval", "0.2"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        with psycopg.connect(reference_db, autocommit=True) as conn:
+            conn.execute("UPDATE products SET price = 56.78 WHERE id = %s", (product_id,))
+        _cdc(env, "capture", "--once")
+        deadline = time.monotonic() + 180
+        while True:
+            current.update_incremental()
+            table = current.to_pyarrow_table(columns=["id", "price"]).to_pylist()
+            if {row["id"]: row["price"] for row in table}[product_id] == Decimal("56.78"):
+                break
+            assert syncing.poll() is None, syncing.stderr.read() if syncing.stderr else ""
+            assert time.monotonic() < deadline, "sync --continuous did not apply the change within 180 s"
+            time.sleep(0.5)
+    finally:
+        syncing.send_signal(signal.SIGTERM)
+        _out, errors = syncing.communicate(timeout=120)
+    assert syncing.returncode == 0, errors
 
 
 def test_an_unreachable_spark_server_is_one_clear_error(tmp_path: Path) -> None:
