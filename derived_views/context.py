@@ -8,7 +8,11 @@ until the schema topic moves. The log is read only through :mod:`derived_views.l
 from __future__ import annotations
 
 import json
+import queue
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -62,6 +66,8 @@ class ViewContext:
     writer: str = field(default_factory=lambda: uuid.uuid4().hex)
     """This context's name as the last writer of tables other processes write too (see
     :func:`derived_views.runner.shared_copies_lock`)."""
+    _applying: dict[str, threading.Lock] = field(default_factory=dict)
+    _lanes: queue.SimpleQueue[ViewContext] | None = None
 
     def __post_init__(self) -> None:
         for key, value in SESSION_CONF.items():
@@ -77,9 +83,42 @@ class ViewContext:
         shared with this context, so both know every table's position.
         """
         if self._beside is None:
-            self._beside = ViewContext(new_session(self.spark), self.views_dir, self.log_path, self.prefix,
-                                       self._progress, self.definitions, deletion_vectors=self.deletion_vectors)
+            self._beside = self._sibling()
         return self._beside
+
+    def _sibling(self) -> ViewContext:
+        """A context in a session of its own that shares this one's progress, definitions and locks."""
+        return ViewContext(new_session(self.spark), self.views_dir, self.log_path, self.prefix, self._progress,
+                           self.definitions, deletion_vectors=self.deletion_vectors, writer=self.writer,
+                           _applying=self._applying)
+
+    @contextmanager
+    def lane(self) -> Iterator[ViewContext]:
+        """A context (this one, or one of its siblings) that no other thread uses until this one is done.
+
+        Views applied side by side (:func:`derived_views.runner.step`) each take a lane: a MERGE carries
+        its progress in a session-wide setting, so no two threads may commit through one session."""
+        if self._lanes is None:
+            self._lanes = queue.SimpleQueue()
+            self._lanes.put(self)
+        try:
+            lane = self._lanes.get_nowait()
+        except queue.Empty:
+            lane = self._sibling()
+        try:
+            yield lane
+        finally:
+            self._lanes.put(lane)
+
+    @contextmanager
+    def applying(self, path: str) -> Iterator[None]:
+        """Hold this process's lock of the table at ``path`` while bringing it forward.
+
+        Views applied side by side may read the same shared state copy (the warehouse's current table,
+        :func:`derived_views.composite_sync.state_path`) and both find it behind: the second waits, then
+        finds it current, so no range is applied twice (an insert-only batch is appended, not merged)."""
+        with self._applying.setdefault(path, threading.Lock()):
+            yield
 
     @property
     def schemas_topic(self) -> str:

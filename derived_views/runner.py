@@ -13,6 +13,9 @@ with a views directory on object storage the scheduler must not start overlappin
 
 Search indexes and cache entities read the warehouse's current tables of the tables the warehouse keeps
 (:func:`derived_views.composite_sync.state_path`), and bring them to the step's watermark themselves.
+A step applies the warehouse first, then the search indexes and cache entities side by side
+(:data:`VIEWS_SIDE_BY_SIDE`), each in a Spark session of its own; two of them that find one shared copy
+behind bring it forward once (:meth:`derived_views.context.ViewContext.applying`).
 Every step that writes those tables (one of the warehouse, or of such a view) holds one more lock for
 its duration, waiting for it while another process's step holds it (:func:`shared_copies_lock`), and
 reads the watermark once it holds it: no view is computed from a copy that moves under it.
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -201,27 +205,61 @@ def _step_holding_locks(ctx: ViewContext, chosen: list[str], *, replace: bool) -
         return StepReport(None, {})
     plans, broken = _plans(ctx, watermark, chosen)
     rng = Range(ctx.log_path, watermark)
+    synced = _sync_all(ctx, rng, chosen, plans, broken, replace)
     events = {}
     failed: list[TableFailure] = []
     for name in chosen:
-        try:
-            if name in broken:
-                raise broken[name]
-            results = _sync(ctx, rng, name, plans, replace)
-        except (DefinitionChangedError, ViewsFileError) as exc:
-            log.error("%s", exc)
-            results = [TableResult(ctx.path(*name.split(".", 1)), 0, 0, str(exc))]
-        except ViewError:
-            raise
-        except Exception as exc:  # noqa: BLE001 - one view's failure must not stop the others
-            log.error("view %s failed: %s", name, summary(exc))
-            results = [TableResult(ctx.path(*name.split(".", 1)), 0, 0, summary(exc))]
+        results = synced[name]
         events[name] = sum(r.events for r in results)
         failures = {_table_name(ctx, r.path): TableFailure(name, _table_name(ctx, r.path), r.error, "", watermark.position)
                     for r in results if r.error is not None}
         record_failures(ctx.views_dir, name, failures)
         failed.extend(failures.values())
     return StepReport(watermark, events, tuple(failed))
+
+
+#: Search indexes and cache entities applied at once in a step (most of a small MERGE's time is the
+#: driver planning it and Delta committing it, single-threaded, so two views overlap well on two cores).
+VIEWS_SIDE_BY_SIDE = 2
+
+
+def _sync_all(ctx: ViewContext, rng: Range, chosen: list[str], plans: dict[str, Composite],
+              broken: dict[str, ViewsFileError], replace: bool) -> dict[str, list[TableResult]]:
+    """Each chosen view's results: the warehouse first (the others read its current tables), then the
+    search indexes and cache entities side by side, each in a session of its own
+    (:meth:`~derived_views.context.ViewContext.lane`). A rebuild applies them one at a time."""
+    synced = {name: _sync_view(ctx, rng, name, plans, broken, replace) for name in chosen if name == warehouse.NAME}
+    others = [name for name in chosen if name != warehouse.NAME]
+    if replace or len(others) < 2:
+        synced.update({name: _sync_view(ctx, rng, name, plans, broken, replace) for name in others})
+        return synced
+
+    def in_a_lane(name: str) -> list[TableResult]:
+        with ctx.lane() as lane:
+            return _sync_view(lane, rng, name, plans, broken, replace)
+
+    with ThreadPoolExecutor(max_workers=VIEWS_SIDE_BY_SIDE, thread_name_prefix="views") as pool:
+        futures = {name: pool.submit(in_a_lane, name) for name in others}
+        synced.update({name: future.result() for name, future in futures.items()})
+    return synced
+
+
+def _sync_view(ctx: ViewContext, rng: Range, name: str, plans: dict[str, Composite],
+               broken: dict[str, ViewsFileError], replace: bool) -> list[TableResult]:
+    """The view's table results; a failure of the view as a whole becomes one failed result, except a
+    :class:`ViewError` the user must act on, which stops the step."""
+    try:
+        if name in broken:
+            raise broken[name]
+        return _sync(ctx, rng, name, plans, replace)
+    except (DefinitionChangedError, ViewsFileError) as exc:
+        log.error("%s", exc)
+        return [TableResult(ctx.path(*name.split(".", 1)), 0, 0, str(exc))]
+    except ViewError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - one view's failure must not stop the others
+        log.error("view %s failed: %s", name, summary(exc))
+        return [TableResult(ctx.path(*name.split(".", 1)), 0, 0, summary(exc))]
 
 
 def plans_at(ctx: ViewContext, watermark: LogWatermark) -> dict[str, Composite]:

@@ -154,7 +154,15 @@ def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, prog
 def apply_state(
     ctx: ViewContext, rng: Range, schema: TableSchema, path: str, dead_letter_path: str, *, replace: bool
 ) -> TableResult | None:
-    """Bring the SCD1 state table of ``schema`` at ``path`` to the range's watermark."""
+    """Bring the SCD1 state table of ``schema`` at ``path`` to the range's watermark (holding the table's
+    lock in this process: :meth:`~derived_views.context.ViewContext.applying`)."""
+    with ctx.applying(path):
+        return _apply_state(ctx, rng, schema, path, dead_letter_path, replace=replace)
+
+
+def _apply_state(
+    ctx: ViewContext, rng: Range, schema: TableSchema, path: str, dead_letter_path: str, *, replace: bool
+) -> TableResult | None:
     progress, replace = starting_point(ctx, path, replace)
     if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None

@@ -136,6 +136,31 @@ def test_views_of_two_processes_share_the_warehouse_tables_and_apply_each_change
     assert not Path(ctx.path("cache", "order", "_state")).exists()
 
 
+def test_views_side_by_side_bring_a_shared_copy_forward_once(ctx: ViewContext, log: LogBuilder, tmp_path: Path) -> None:
+    """An index and an entity both read the warehouse's current products and are synced side by side
+    without the warehouse: one brings the copy forward while the other waits for it and finds it current,
+    so a new product (an insert-only batch: appended, not merged) lands once, and both views have it."""
+    from derived_views import runner, search, warehouse
+    from derived_views.context import ViewContext as Context
+    from derived_views.definitions import load
+
+    views = tmp_path / "views.toml"
+    example = EXAMPLE_VIEWS.read_text()
+    views.write_text(example[:example.index("[cache.order]")] + '[cache.product]\nroot = "public.products"\n')
+    both = Context(ctx.spark, ctx.views_dir, ctx.log_path, ctx.prefix, definitions=load(views))
+    _seed(log)
+    runner.step(both, ["search", "cache"])
+    with log.transaction() as tx:
+        tx.insert("public.products", product(4, "Copper kettle", category=2))
+    report = runner.step(both, ["search", "cache"])
+    assert report.failures == () and report.events["search.products"] and report.events["cache.product"]
+    ids = sorted(r["id"] for r in _table(both, warehouse.current_path(both, "public.products")))
+    assert ids == [1, 2, 3, 4]
+    assert [h.key["id"] for h in search.query(both.views_dir, "products", "kettle")] == [4]
+    entries = _table(both, both.path("cache", "product", "entries"))
+    assert len(entries) == 4 and any("Copper kettle" in json.dumps(e, default=str) for e in entries)
+
+
 def test_a_table_the_warehouse_leaves_out_gets_a_copy_of_the_indexs_own(ctx: ViewContext, log: LogBuilder) -> None:
     """The index reads products from the warehouse's current table and keeps its own copy of categories,
     which the warehouse leaves out; a category rename still re-indexes its products."""
