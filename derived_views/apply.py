@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Any
 
 from derived_views.column_names import stored_names
 from derived_views.column_types import convert, supertype
-from derived_views.delta_sql import create_if_missing, is_delta_table, merge_into
+from derived_views.delta_sql import create_if_missing, is_delta_table, merge_into, table_ref
 from derived_views.events import EVENT_DDL, reduce_table
 from derived_views.log_source import LogWatermark, Offsets, offsets_json, plan_partitions, read_partition
 from derived_views.progress import Progress, committing, with_progress
@@ -479,7 +479,7 @@ def ensure_table(spark: SparkSession, path: str, ddl: str) -> None:
     if missing:
         added = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in missing)
         with committing(spark, None):
-            spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({added})")
+            spark.sql(f"ALTER TABLE {table_ref(path)} ADD COLUMNS ({added})")
     _KNOWN_TYPES[path] = {**existing, **changed, **{f.name: f.dataType.simpleString() for f in missing}}
 
 

@@ -67,12 +67,14 @@ class ViewContext:
     """This context's name as the last writer of tables other processes write too (see
     :func:`derived_views.runner.shared_copies_lock`)."""
     _applying: dict[str, threading.Lock] = field(default_factory=dict)
-    _lanes: queue.SimpleQueue[ViewContext] | None = None
+    _lanes: queue.SimpleQueue[ViewContext] = field(default_factory=queue.SimpleQueue)
+    _siblings: list[ViewContext] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for key, value in SESSION_CONF.items():
             self.spark.conf.set(key, value)
         self.spark.conf.set(DELETION_VECTORS, "true" if self.deletion_vectors else "false")
+        self._lanes.put(self)
 
     def beside(self) -> ViewContext:
         """A context for applying tables beside this one's, in a session of its own.
@@ -88,9 +90,20 @@ class ViewContext:
 
     def _sibling(self) -> ViewContext:
         """A context in a session of its own that shares this one's progress, definitions and locks."""
-        return ViewContext(new_session(self.spark), self.views_dir, self.log_path, self.prefix, self._progress,
-                           self.definitions, deletion_vectors=self.deletion_vectors, writer=self.writer,
-                           _applying=self._applying)
+        sibling = ViewContext(new_session(self.spark), self.views_dir, self.log_path, self.prefix, self._progress,
+                              self.definitions, deletion_vectors=self.deletion_vectors, writer=self.writer,
+                              _applying=self._applying)
+        self._siblings.append(sibling)
+        return sibling
+
+    def keep_alive(self) -> None:
+        """Send each Spark session of this context (its own, and its siblings') a request.
+
+        A Spark Connect server drops a session after an hour without one
+        (``spark.connect.session.manager.defaultSessionTimeout``); a continuous sync whose source is idle
+        sends none while it only polls the watermark (:func:`derived_views.runner.continuous`)."""
+        for context in (self, *self._siblings):
+            context.spark.conf.get("spark.sql.session.timeZone")
 
     @contextmanager
     def lane(self) -> Iterator[ViewContext]:
@@ -98,9 +111,6 @@ class ViewContext:
 
         Views applied side by side (:func:`derived_views.runner.step`) each take a lane: a MERGE carries
         its progress in a session-wide setting, so no two threads may commit through one session."""
-        if self._lanes is None:
-            self._lanes = queue.SimpleQueue()
-            self._lanes.put(self)
         try:
             lane = self._lanes.get_nowait()
         except queue.Empty:

@@ -13,6 +13,7 @@ The commit a statement writes carries whatever the session's commit metadata hol
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -34,13 +35,19 @@ def is_delta_table(spark: SparkSession, path: str) -> bool:
         from deltalake import DeltaTable
 
         return bool(DeltaTable.is_deltatable(path.removeprefix("file://")))
-    from pyspark.errors import AnalysisException
-
     try:
         detail = spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").select("format").first()
-    except AnalysisException:
-        return False
+    except Exception as exc:  # noqa: BLE001 - what no table at the path raises, through py4j or Spark Connect
+        if any(marker in str(exc) for marker in _NO_TABLE):
+            return False
+        raise
     return detail is not None and detail["format"] == "delta"
+
+
+#: What ``DESCRIBE DETAIL`` of a path that holds no Delta table fails with (a missing path, or another
+#: format's files).
+_NO_TABLE = ("DELTA_FILE_NOT_FOUND", "FileNotFoundException", "PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE",
+             "is not a Delta table")
 
 
 def history(spark: SparkSession, path: str, limit: int | None = None) -> DataFrame:
@@ -64,7 +71,9 @@ def _when(condition: str | None) -> str:
 class Merge:
     """One ``MERGE INTO`` the Delta table at a path (target ``t``) from a DataFrame (source ``s``).
 
-    Clauses are evaluated in the order they are added, as in Delta's builder and SQL."""
+    Clauses keep the order they are added in, as in Delta's builder and SQL: within each kind (matched,
+    not matched, not matched by source) the first whose condition holds applies, and the kinds must be
+    added in that order (Spark's grammar)."""
 
     def __init__(self, spark: SparkSession, path: str, source: DataFrame, on: str) -> None:
         self._spark = spark
@@ -113,8 +122,11 @@ class Merge:
         self._source.createOrReplaceTempView(name)
         try:
             self._spark.sql(self.statement(name))
-        finally:
-            self._spark.catalog.dropTempView(name)
+        except BaseException:
+            with contextlib.suppress(Exception):  # the MERGE's own error is the one to report
+                self._spark.catalog.dropTempView(name)
+            raise
+        self._spark.catalog.dropTempView(name)
 
 
 def merge_into(spark: SparkSession, path: str, source: DataFrame, on: str) -> Merge:

@@ -235,22 +235,30 @@ def _sync_all(ctx: ViewContext, rng: Range, chosen: list[str], plans: dict[str, 
         return synced
 
     def in_a_lane(name: str) -> list[TableResult]:
-        with ctx.lane() as lane:
-            return _sync_view(lane, rng, name, plans, broken, replace)
+        return _sync_view(ctx, rng, name, plans, broken, replace, in_lane=True)
 
-    with ThreadPoolExecutor(max_workers=VIEWS_SIDE_BY_SIDE, thread_name_prefix="views") as pool:
+    pool = ThreadPoolExecutor(max_workers=VIEWS_SIDE_BY_SIDE, thread_name_prefix="views")
+    try:
         futures = {name: pool.submit(in_a_lane, name) for name in others}
         synced.update({name: future.result() for name, future in futures.items()})
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)  # a view error stops the step: start no other view
+        raise
+    pool.shutdown(wait=True)
     return synced
 
 
 def _sync_view(ctx: ViewContext, rng: Range, name: str, plans: dict[str, Composite],
-               broken: dict[str, ViewsFileError], replace: bool) -> list[TableResult]:
-    """The view's table results; a failure of the view as a whole becomes one failed result, except a
-    :class:`ViewError` the user must act on, which stops the step."""
+               broken: dict[str, ViewsFileError], replace: bool, *, in_lane: bool = False) -> list[TableResult]:
+    """The view's table results (``in_lane``: applied in a lane of ``ctx``, see :meth:`ViewContext.lane`); a
+    failure of the view as a whole becomes one failed result, except a :class:`ViewError` the user must
+    act on, which stops the step."""
     try:
         if name in broken:
             raise broken[name]
+        if in_lane:
+            with ctx.lane() as lane:
+                return _sync(lane, rng, name, plans, replace)
         return _sync(ctx, rng, name, plans, replace)
     except (DefinitionChangedError, ViewsFileError) as exc:
         log.error("%s", exc)
@@ -308,6 +316,11 @@ def _table_name(ctx: ViewContext, path: str) -> str:
     return path[len(root):] if path.startswith(root) else path
 
 
+#: Seconds a continuous sync may go without a request to its Spark sessions (a Spark Connect server drops
+#: a session after an hour without one; see :meth:`ViewContext.keep_alive`).
+KEEP_ALIVE_S = 600.0
+
+
 def continuous(
     ctx: ViewContext,
     names: list[str],
@@ -330,11 +343,16 @@ def _loop(
     on_step: Callable[[StepReport], None],
 ) -> None:
     seen: str | None = None
+    last_request = time.monotonic()
     while not should_stop():
         watermark = latest(ctx)
         if watermark is not None and watermark.position != seen:
             report = _step(ctx, names)
             seen = report.watermark.position if report.watermark else None
             on_step(report)
+            last_request = time.monotonic()
             continue
+        if time.monotonic() - last_request > KEEP_ALIVE_S:
+            ctx.keep_alive()
+            last_request = time.monotonic()
         time.sleep(interval)

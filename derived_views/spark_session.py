@@ -104,16 +104,26 @@ def _attach(url: str, app_name: str, conf: dict[str, str]) -> SparkSession:
     from derived_views.errors import SparkServerUnreachableError
 
     parsed = urllib.parse.urlparse(url)
-    if parsed.scheme != "sc" or not parsed.hostname:
+    try:
+        port = parsed.port or DEFAULT_PORT
+    except ValueError:
+        port = 0
+    if parsed.scheme != "sc" or not parsed.hostname or not port:
         raise SparkServerUnreachableError(url, "not a Spark Connect URL (sc://host:port)")
     try:
-        socket.create_connection((parsed.hostname, parsed.port or DEFAULT_PORT), timeout=CONNECT_TIMEOUT_S).close()
+        socket.create_connection((parsed.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         raise SparkServerUnreachableError(url, exc.strerror or str(exc)) from None
     session = _connect(url, app_name)
     for key, value in conf.items():
         session.conf.set(key, value)
+    _ATTACHED[id(session)] = (url, app_name, dict(conf))
     return session
+
+
+#: How each Spark Connect session this process attached was made (URL, app name, settings), by ``id``:
+#: a session beside it (:func:`new_session`) is made the same way, on the same server.
+_ATTACHED: dict[int, tuple[str, str, dict[str, str]]] = {}
 
 
 def _connect(url: str, app_name: str = "cdc") -> SparkSession:
@@ -131,5 +141,10 @@ def _connect(url: str, app_name: str = "cdc") -> SparkSession:
 def new_session(spark: SparkSession) -> SparkSession:
     """A second session beside ``spark`` (its own settings and temporary views, the same Spark)."""
     if is_remote(spark):
-        return _connect(remote_url() or "")
+        url, app_name, conf = _ATTACHED.get(id(spark), (remote_url() or "", "cdc", {}))
+        session = _connect(url, app_name)
+        for key, value in conf.items():
+            session.conf.set(key, value)
+        _ATTACHED[id(session)] = (url, app_name, conf)
+        return session
     return spark.newSession()

@@ -21,6 +21,7 @@ from derived_views.apply import (
 )
 from derived_views.column_names import stored_name
 from derived_views.context import ViewContext
+from derived_views.delta_sql import table_ref
 from derived_views.evaluation import pending_events, sized_for
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema
@@ -82,7 +83,7 @@ def is_current(progress: Progress, rng: Range, topics: list[str], ctx: ViewConte
 def mark_as_of(ctx: ViewContext, path: str, progress: Progress) -> None:
     """Record ``progress`` on the table at ``path`` in a commit that changes no data."""
     with committing(ctx.spark, progress):
-        ctx.spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('cdc.asOfPosition' = '{progress.position}')")
+        ctx.spark.sql(f"ALTER TABLE {table_ref(path)} SET TBLPROPERTIES ('cdc.asOfPosition' = '{progress.position}')")
     ctx.set_progress(path, progress)
 
 
