@@ -6,9 +6,11 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
-from decimal import Decimal
 from collections.abc import Iterator
+from contextlib import contextmanager
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
@@ -31,13 +33,13 @@ def _answers(port: int) -> bool:
     return True
 
 
-@pytest.fixture(scope="module")
-def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``cdc spark-server`` on a free port, stopped (SIGTERM) after the module's tests."""
+@contextmanager
+def _running_server(workdir: Path, *settings: str) -> Iterator[str]:
+    """``cdc spark-server`` on a free port (``settings``: ``--conf`` values), stopped (SIGTERM) afterwards."""
     port = free_port()
-    workdir = tmp_path_factory.mktemp("spark-server")
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDC_") or k == "CDC_SPARK_JARS_DIR"}
-    server = subprocess.Popen([CDC, "spark-server", "--port", str(port)], cwd=workdir, env=env,
+    confs = [arg for setting in settings for arg in ("--conf", setting)]
+    server = subprocess.Popen([CDC, "spark-server", "--port", str(port), *confs], cwd=workdir, env=env,
                               stdout=subprocess.DEVNULL, stderr=(workdir / "server.log").open("w"))
     try:
         deadline = time.monotonic() + 180
@@ -53,6 +55,36 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             server.kill()
             server.wait()
+
+
+@pytest.fixture(scope="module")
+def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One server for the module's tests."""
+    with _running_server(tmp_path_factory.mktemp("spark-server")) as url:
+        yield url
+
+
+#: Run in a process of its own (a Spark Connect session switches pyspark into Connect mode for the whole
+#: process): a context kept alive and an idle session, past the server's session timeout.
+_KEEP_ALIVE_CHECK = """
+import sys, time
+from derived_views.context import ViewContext
+from derived_views.spark_session import build_spark
+idle = build_spark("idle")
+kept = ViewContext(build_spark("kept"), sys.argv[1], sys.argv[1], "cdc")
+kept.beside()
+kept.keep_alive()
+deadline = time.monotonic() + 20
+while time.monotonic() < deadline:
+    kept.keep_alive()
+    time.sleep(1)
+print("kept", kept.spark.range(3).count(), kept.beside().spark.range(2).count())
+try:
+    idle.range(1).count()
+    print("idle alive")
+except Exception as exc:
+    print("idle dropped")
+"""
 
 
 def _cdc(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -126,3 +158,16 @@ def test_an_unreachable_spark_server_is_one_clear_error(tmp_path: Path) -> None:
                       "Connection refused; start one with `cdc spark-server`, or unset CDC_SPARK_REMOTE to run "
                       "Spark in this process"], result.stderr
     assert time.monotonic() - started < 60
+
+
+def test_keep_alive_holds_sessions_the_server_drops_when_idle(tmp_path: Path) -> None:
+    """A server that drops a session after 8 s without a request: the context that keeps its sessions alive
+    (its own and its sibling's) still queries after 20 s, an idle session does not."""
+    timeout = ("spark.connect.session.manager.defaultSessionTimeout=8s",
+               "spark.connect.session.manager.maintenanceInterval=1s")
+    with _running_server(tmp_path, *timeout) as url:
+        env = {**{k: v for k, v in os.environ.items() if not k.startswith("CDC_")}, "CDC_SPARK_REMOTE": url}
+        result = subprocess.run([sys.executable, "-c", _KEEP_ALIVE_CHECK, str(tmp_path)], env=env,
+                                capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-2:] == ["kept 3 2", "idle dropped"], result.stdout + result.stderr
