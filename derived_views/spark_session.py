@@ -114,10 +114,15 @@ def _attach(url: str, app_name: str, conf: dict[str, str]) -> SparkSession:
         socket.create_connection((parsed.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         raise SparkServerUnreachableError(url, exc.strerror or str(exc)) from None
+    return _configured(url, app_name, dict(conf))
+
+
+def _configured(url: str, app_name: str, conf: dict[str, str]) -> SparkSession:
+    """A new Spark Connect session with ``conf`` set in it, remembered for :func:`new_session`."""
     session = _connect(url, app_name)
     for key, value in conf.items():
         session.conf.set(key, value)
-    _ATTACHED[id(session)] = (url, app_name, dict(conf))
+    _ATTACHED[id(session)] = (url, app_name, conf)
     return session
 
 
@@ -141,10 +146,5 @@ def _connect(url: str, app_name: str = "cdc") -> SparkSession:
 def new_session(spark: SparkSession) -> SparkSession:
     """A second session beside ``spark`` (its own settings and temporary views, the same Spark)."""
     if is_remote(spark):
-        url, app_name, conf = _ATTACHED.get(id(spark), (remote_url() or "", "cdc", {}))
-        session = _connect(url, app_name)
-        for key, value in conf.items():
-            session.conf.set(key, value)
-        _ATTACHED[id(session)] = (url, app_name, conf)
-        return session
+        return _configured(*_ATTACHED.get(id(spark), (remote_url() or "", "cdc", {})))
     return spark.newSession()
