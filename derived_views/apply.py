@@ -114,10 +114,14 @@ class Range:
 
 
 def read_log(
-    spark: SparkSession, log_path: str, topics: list[str], start: Offsets, end: Offsets, reduce: str | None = None
+    spark: SparkSession, log_path: str, topics: list[str], start: Offsets, end: Offsets, reduce: str | None = None,
+    columns: list[tuple[str, str]] | None = None,
 ) -> DataFrame:
     """Log rows of ``topics`` in ``[start, end)`` through the ``cdclog`` source: raw, or reduced per
-    partition (``reduce`` = ``latest``/``all``, rows of :data:`EVENT_DDL`) by the tasks that read them."""
+    partition (``reduce`` = ``latest``/``all``, rows of :data:`EVENT_DDL`) by the tasks that read them,
+    typed by Arrow as ``columns`` in the same parse when given (:mod:`derived_views.typed_rows`)."""
+    import json
+
     from derived_views.log_source import register
 
     register(spark)
@@ -130,6 +134,8 @@ def read_log(
     )
     if reduce is not None:
         reader = reader.option("reduce", reduce)
+    if columns is not None:
+        reader = reader.option("columns", json.dumps(columns))
     return reader.load()
 
 
@@ -140,23 +146,38 @@ def read_log(
 DRIVER_READ_LIMIT = 100_000
 
 
+def read_in_driver(offsets: int) -> bool:
+    """Whether a pending range of ``offsets`` log offsets is read in the driver (:data:`DRIVER_READ_LIMIT`)."""
+    return offsets <= DRIVER_READ_LIMIT
+
+
 def _start(progress: Progress | None, topics: list[str]) -> Offsets:
     """Where a table with ``progress`` resumes reading ``topics`` (the log's start when it has none)."""
     return {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
 
 
-def pending_table(rng: Range, topics: list[str], progress: Progress | None, mode: str) -> Any | None:
-    """The reduced events (an Arrow table of :data:`EVENT_DDL`) of ``topics`` a table with ``progress``
-    has not applied, read in the driver; ``None`` when the range holds more than :data:`DRIVER_READ_LIMIT`
-    offsets (then Spark tasks read it, see :func:`typed_batch`)."""
+def pending_table(
+    rng: Range, topics: list[str], progress: Progress | None, mode: str, row: Any | None = None
+) -> Any | None:
+    """The reduced events (an Arrow table of :data:`EVENT_DDL`, typed as ``row`` when given) of
+    ``topics`` a table with ``progress`` has not applied, read in the driver; ``None`` when the range
+    holds more than :data:`DRIVER_READ_LIMIT` offsets (then Spark tasks read it, see :func:`typed_batch`)."""
     import pyarrow as pa
 
     end = {t: rng.watermark.offsets.get(t, {}) for t in topics}
     parts = plan_partitions(rng.log_path, _start(progress, topics), end)
-    if sum(part.end - part.start for part in parts) > DRIVER_READ_LIMIT:
+    if not read_in_driver(sum(part.end - part.start for part in parts)):
         return None
-    tables = [reduce_table(read_partition(part), mode) for part in parts]
-    return pa.concat_tables(tables) if tables else reduce_table([], mode)
+    tables = [reduce_table(read_partition(part), mode, row) for part in parts]
+    return pa.concat_tables(tables) if tables else reduce_table([], mode, row)
+
+
+def arrow_typed(columns: list[tuple[str, str]], plan: Plan | None) -> bool:
+    """Whether events parsed with ``plan`` can be typed as ``columns`` by Arrow (:mod:`derived_views.typed_rows`):
+    every event has the view's column types (one schema version), and Arrow parses each of them exactly."""
+    from derived_views.typed_rows import row_type
+
+    return (plan is None or (len(plan) == 1 and plan[0][1] == columns)) and row_type(columns) is not None
 
 
 def typed_batch(
@@ -170,16 +191,31 @@ def typed_batch(
     relation built from those rows. A larger range is read and parsed by Spark tasks and checkpointed
     locally, its facts observed by the same job (:func:`checkpointed`).
     """
-    events = pending_table(rng, topics, progress, mode)
+    from derived_views.typed_rows import row_type, typed_ddl
+
+    typed_columns = columns if arrow_typed(columns, plan) else None
+    events = pending_table(rng, topics, progress, mode, row_type(typed_columns) if typed_columns else None)
     if events is None:
-        raw = read_log(spark, rng.log_path, topics, _start(progress, topics), rng.watermark.offsets, reduce=mode)
-        frame, facts = checkpointed(typed(raw, columns, table, plan))
+        frame, facts = checkpointed(typed_events(spark, rng, topics, progress, mode, columns, table, plan))
         if facts.poison:
             facts = with_fields(facts, widen=_widened(frame))
         return frame, facts
-    parsed = typed(spark.createDataFrame(events, schema=EVENT_DDL), columns, table, plan)
+    ddl = EVENT_DDL if typed_columns is None else f"{EVENT_DDL}, {typed_ddl(typed_columns)}"
+    parsed = typed(spark.createDataFrame(events, schema=ddl), columns, table, plan)
     rows = parsed.toArrow()
     return spark.createDataFrame(rows, schema=parsed.schema), arrow_facts(rows)
+
+
+def typed_events(
+    spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None, mode: str,
+    columns: list[tuple[str, str]], table: str, plan: Plan | None = None,
+) -> DataFrame:
+    """The pending events of ``topics`` read, reduced and typed by Spark tasks (:func:`typed`): each
+    envelope parsed once, by Arrow in the task that reduces it when it can (:func:`arrow_typed`)."""
+    typed_columns = columns if arrow_typed(columns, plan) else None
+    raw = read_log(spark, rng.log_path, topics, _start(progress, topics), rng.watermark.offsets, reduce=mode,
+                   columns=typed_columns)
+    return typed(raw, columns, table, plan)
 
 
 #: How events are parsed: ``((from LSN, from sequence), (name, Spark type) of each column)`` in position
@@ -214,8 +250,9 @@ def _json_path(*names: str) -> str:
 def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: Plan | None = None) -> DataFrame:
     """Typed rows: the data columns parsed from the event (after, else before, else key) plus metadata.
 
-    The envelope (``value``) is parsed once by Spark into its ``after`` and ``before`` rows, with the
-    column types in force at the event's LSN (``plan``, default: ``columns`` throughout), then cast to
+    Events typed by Arrow in the reduction (``parsed`` true, :mod:`derived_views.typed_rows`) bring
+    their ``after`` and ``before`` rows; any other envelope (``value``) is parsed once by Spark into
+    them, with the column types in force at the event's LSN (``plan``, default: ``columns`` throughout), then cast to
     ``columns`` (the view's types, which hold every version's values) under their stored names
     (:mod:`derived_views.column_names`, as are the names ``_cdc_unchanged`` lists). ``_cdc_error`` is set on poison
     events: an unreadable envelope, or values that do not fit; it names each column, its type and the
@@ -240,11 +277,15 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
                              options)
         return parsed if types == columns else parsed.cast(view_key)
 
+    env = _by_version(plan, envelope)
+    if "parsed" in events.columns:  # typed by Arrow where it could (see derived_views.typed_rows)
+        env = F.when(F.col("parsed"), F.struct(F.col("after").alias("after"), F.col("before").alias("before"),
+                                                 F.lit(None).cast("string").alias("_cdc_corrupt"))).otherwise(env)
     # the two JSON parses (not compiled by Spark) get projections of their own, so that the one
     # picking the columns, which refers to them many times, is compiled
     has_after = F.col("_cdc_env.after").isNotNull()
     has_before = F.col("_cdc_env.before").isNotNull()
-    parsed = events.select("*", _by_version(plan, envelope).alias("_cdc_env")).select(
+    parsed = events.select("*", env.alias("_cdc_env")).select(
         "*", F.when(~has_after & ~has_before & F.col("key").isNotNull(), _by_version(plan, keyed)).alias("_cdc_keyed")
     )
     corrupt = (F.col("op") != "t") & (F.col("_cdc_env._cdc_corrupt").isNotNull() | F.col("_cdc_keyed._cdc_corrupt").isNotNull())
@@ -338,7 +379,7 @@ class BatchFacts:
         return self.rows > 0 and self.not_inserts == 0
 
 
-def _fact_columns() -> list[SparkColumn]:
+def fact_columns() -> list[SparkColumn]:
     """The aggregates :class:`BatchFacts` is made of, over a frame of :func:`typed`'s columns."""
     from pyspark.sql import functions as F
 
@@ -351,7 +392,7 @@ def _fact_columns() -> list[SparkColumn]:
     ]
 
 
-def _facts_of(row: Any) -> BatchFacts:
+def facts_of(row: Any) -> BatchFacts:
     return BatchFacts(int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])), int(row["other"]),
                       int(row["partial"]))
 
@@ -363,8 +404,8 @@ def checkpointed(frame: DataFrame) -> tuple[DataFrame, BatchFacts]:
     from pyspark.sql import Observation
 
     observation = Observation(f"cdc-facts-{uuid.uuid4().hex}")
-    saved = frame.observe(observation, *_fact_columns()).localCheckpoint()
-    return saved, _facts_of(observation.get)
+    saved = frame.observe(observation, *fact_columns()).localCheckpoint()
+    return saved, facts_of(observation.get)
 
 
 def arrow_facts(rows: Any) -> BatchFacts:

@@ -237,7 +237,8 @@ def decode_all(columns: dict[str, list[Any]]) -> Iterator[Event]:
 _OPS = ("r", "c", "u", "d")
 
 
-def _out_schema() -> Any:
+def _out_schema(row: Any | None = None) -> Any:
+    """The Arrow schema of reduced rows: :data:`EVENT_DDL`, plus the typed columns when ``row`` is given."""
     import pyarrow as pa
 
     names = [part.strip().split(" ")[0] for part in EVENT_DDL.split(",")]
@@ -245,24 +246,88 @@ def _out_schema() -> Any:
         pa.string(), pa.int32(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.int64(),
         pa.int64(), pa.string(), pa.list_(pa.string()), pa.string(),
     ]
-    return pa.schema(list(zip(names, types, strict=True)))
+    fields = list(zip(names, types, strict=True))
+    if row is not None:
+        fields += [("parsed", pa.bool_()), ("after", row), ("before", row)]
+    return pa.schema(fields)
 
 
-def reduce_vectorised(table: Any, mode: str) -> Any | None:
+def _untyped(table: Any, row: Any | None) -> Any:
+    """Reduced rows whose envelopes Spark parses: ``parsed`` false and no typed columns (when ``row``)."""
+    import pyarrow as pa
+
+    if row is None:
+        return table
+    n = table.num_rows
+    return pa.Table.from_arrays(
+        [*table.columns, pa.array([False] * n, pa.bool_()), pa.nulls(n, row), pa.nulls(n, row)],
+        schema=_out_schema(row),
+    )
+
+
+def _parse_envelopes(texts: list[Any], row: Any | None) -> Any | None:
+    """The envelopes' op and position (and, with ``row``, their typed ``after`` and ``before``:
+    :mod:`derived_views.typed_rows`) parsed by Arrow; ``None`` when Arrow cannot parse them so."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    from derived_views.typed_rows import parse_type
+
+    fields = [("op", pa.string()),
+              ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.int64()), ("ts_ms", pa.int64())]))]
+    if row is not None:
+        fields += [("after", parse_type(row)), ("before", parse_type(row))]
+    try:
+        return pa.concat_tables([
+            pj.read_json(
+                pa.BufferReader(text),
+                read_options=pj.ReadOptions(use_threads=False, block_size=1 << 24),
+                parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore"),
+            )
+            for text in texts
+        ])
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+
+
+def _typed_images(parsed: Any, row: Any) -> tuple[Any, Any] | None:
+    """The typed ``after`` and ``before`` columns of parsed envelopes (``before`` only where there is no
+    ``after``: a row's values come from its ``after`` when it has one); ``None`` when a value does not
+    convert (see :func:`derived_views.typed_rows.finish`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from derived_views.typed_rows import finish
+
+    try:
+        after = finish(parsed.column("after").combine_chunks(), row)
+        before = finish(parsed.column("before").combine_chunks(), row)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    if after.null_count < len(after):
+        before = pa.StructArray.from_arrays(before.flatten(), fields=list(row),
+                                            mask=pc.or_(before.is_null(), after.is_valid()))
+    return after, before
+
+
+def reduce_vectorised(table: Any, mode: str, row: Any | None = None) -> Any | None:
     """The reduction of raw log rows (an Arrow table) with Arrow compute, or ``None`` when it cannot apply.
 
     It applies when no row carries an ``unchanged`` header (nothing to fold), every value is a one-line
     envelope with op ``r``/``c``/``u``/``d`` and a numeric LSN (no truncate, no unreadable event).
     Tombstones are dropped. ``latest`` keeps per key the event with the greatest ``(lsn, sequence)``
     (the later one in the log on a tie) and every keyless event; ``all`` keeps every event in order.
+
+    With ``row`` (:func:`derived_views.typed_rows.row_type`) the same parse types ``after`` and
+    ``before``: the rows then carry them (``parsed`` true) and no envelope text, or, when a value does
+    not parse exactly, their envelope text for Spark (``parsed`` false).
     """
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-    import pyarrow.json as pj
 
     table = _with_tombstone_envelopes(table)
-    schema = _out_schema()
+    schema = _out_schema(row)
     if table.num_rows == 0:
         return schema.empty_table()
     if table.column("unchanged").null_count != table.num_rows:
@@ -271,20 +336,13 @@ def reduce_vectorised(table: Any, mode: str) -> Any | None:
     texts = _envelope_lines(values)
     if texts is None:
         return None
-    envelope = pa.schema([("op", pa.string()),
-                          ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.int64()), ("ts_ms", pa.int64())]))])
-    try:
-        parsed = pa.concat_tables([
-            pj.read_json(
-                pa.BufferReader(text),
-                read_options=pj.ReadOptions(use_threads=False, block_size=1 << 24),
-                parse_options=pj.ParseOptions(explicit_schema=envelope, unexpected_field_behavior="ignore"),
-            )
-            for text in texts
-        ])
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None
-    if parsed.num_rows != table.num_rows:
+    parsed = _parse_envelopes(texts, row)
+    images = None
+    if parsed is not None and row is not None:
+        images = _typed_images(parsed, row)
+    elif parsed is None and row is not None:
+        parsed = _parse_envelopes(texts, None)
+    if parsed is None or parsed.num_rows != table.num_rows:
         return None
     op = parsed.column("op").combine_chunks()
     source = parsed.column("source").combine_chunks()
@@ -295,11 +353,19 @@ def reduce_vectorised(table: Any, mode: str) -> Any | None:
         return None
     seq = pc.fill_null(source.field("sequence"), 0)
     ts = pc.fill_null(source.field("ts_ms"), 0)
+    n = table.num_rows
+    typed: list[Any] = []
+    if row is not None:
+        after, before = images if images is not None else (pa.nulls(n, row), pa.nulls(n, row))
+        typed = [pa.array(np.full(n, images is not None)), after, before]
+        if images is not None:  # Spark reads the typed columns; the text would only be carried along
+            values = pa.chunked_array([pa.nulls(n, pa.string())])
     repeated = _tombstones_after_their_delete(table, op, lsn, seq)
     if repeated is not None:
         keep = pc.invert(repeated)
         table, values, op, lsn, seq, ts = (x.filter(keep) for x in (table, values, op, lsn, seq, ts))
-    n = table.num_rows
+        typed = [x.filter(keep) for x in typed]
+        n = table.num_rows
     columns = {
         "topic": table.column("topic").combine_chunks(),
         "partition": table.column("partition").combine_chunks().cast(pa.int32()),
@@ -313,12 +379,12 @@ def reduce_vectorised(table: Any, mode: str) -> Any | None:
         "unchanged": pa.ListArray.from_arrays(pa.Array.from_pandas(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string())),
         "error": pa.nulls(n, pa.string()),
     }
-    out = pa.Table.from_arrays([_chunked(column) for column in columns.values()], schema=schema)
+    out = pa.Table.from_arrays([_chunked(column) for column in [*columns.values(), *typed]], schema=schema)
     if mode != "latest":
         return out
     keyed = pc.is_valid(columns["key"])
-    row = pa.Array.from_pandas(np.arange(n, dtype=np.int64))
-    order = pa.table({"key": columns["key"], "lsn": lsn, "seq": seq, "row": row}).filter(keyed)
+    row_number = pa.Array.from_pandas(np.arange(n, dtype=np.int64))
+    order = pa.table({"key": columns["key"], "lsn": lsn, "seq": seq, "row": row_number}).filter(keyed)
     if not _in_position_order(order.column("lsn").combine_chunks(), order.column("seq").combine_chunks()):
         order = order.take(pc.sort_indices(order, [("lsn", "ascending"), ("seq", "ascending"), ("row", "ascending")]))
         order = pa.table({"key": order.column("key"), "row": order.column("row"),
@@ -423,30 +489,33 @@ def _in_position_order(lsn: Any, seq: Any) -> bool:
     return bool(pc.all(later).as_py())
 
 
-def reduce_events_python(events: list[Event], mode: str) -> Any:
-    """The per-event reduction (:func:`latest_per_key` or :func:`fold_all`) as an Arrow table."""
+def reduce_events_python(events: list[Event], mode: str, row: Any | None = None) -> Any:
+    """The per-event reduction (:func:`latest_per_key` or :func:`fold_all`) as an Arrow table (its
+    envelopes left to Spark: ``parsed`` false when ``row`` is given)."""
     import pyarrow as pa
 
     reduced = latest_per_key(events) if mode == "latest" else fold_all(events)
     schema = _out_schema()
     rows = [to_row(event) for event in reduced]
     arrays = [pa.array([row[i] for row in rows], type=column.type) for i, column in enumerate(schema)]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return _untyped(pa.Table.from_arrays(arrays, schema=schema), row)
 
 
-def reduce_table(batches: Iterable[Any], mode: str) -> Any:
+def reduce_table(batches: Iterable[Any], mode: str, row: Any | None = None) -> Any:
     """Reduce one log partition's raw rows (Arrow batches) to the events of :data:`EVENT_DDL` (an Arrow table).
 
     ``mode`` is ``"latest"`` (:func:`latest_per_key`) or ``"all"`` (:func:`fold_all`). The vectorised
-    path (:func:`reduce_vectorised`) is taken when it applies, else the per-event one.
+    path (:func:`reduce_vectorised`) is taken when it applies, else the per-event one. With ``row``
+    (:func:`derived_views.typed_rows.row_type`) the rows also carry ``parsed``, ``after`` and
+    ``before`` (:data:`derived_views.typed_rows.typed_ddl`), typed when the vectorised path could.
     """
     import pyarrow as pa
 
     collected = list(batches)
     if not collected:
-        return _out_schema().empty_table()
+        return _out_schema(row).empty_table()
     table = pa.Table.from_batches(collected)
-    out = reduce_vectorised(table, mode)
+    out = reduce_vectorised(table, mode, row)
     if out is None:
-        out = reduce_events_python(list(decode_all(table.to_pydict())), mode)
+        out = reduce_events_python(list(decode_all(table.to_pydict())), mode, row)
     return out

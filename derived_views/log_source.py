@@ -262,15 +262,17 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
             yield _arrow_batch(partition.topic, partition.partition, chunks)
 
 
-def reduced_partition(partition: LogPartition, mode: str) -> Iterator[pa.RecordBatch]:
-    """The events of one input partition reduced per key (:func:`derived_views.events.reduce_table`).
+def reduced_partition(partition: LogPartition, mode: str, row: Any | None = None) -> Iterator[pa.RecordBatch]:
+    """The events of one input partition reduced per key (:func:`derived_views.events.reduce_table`),
+    typed by Arrow as ``row`` when given (:mod:`derived_views.typed_rows`).
 
-    Rows match :data:`derived_views.events.EVENT_DDL` by position. The whole partition is read before
-    anything is yielded, since a key's latest event may come last.
+    Rows match :data:`derived_views.events.EVENT_DDL` (and :func:`~derived_views.typed_rows.typed_ddl`)
+    by position. The whole partition is read before anything is yielded, since a key's latest event
+    may come last.
     """
     from derived_views.events import reduce_table
 
-    yield from reduce_table(read_partition(partition), mode).to_batches(max_chunksize=_CHUNK)
+    yield from reduce_table(read_partition(partition), mode, row).to_batches(max_chunksize=_CHUNK)
 
 
 def _parse_offsets(text: str | None) -> Offsets:
@@ -282,7 +284,9 @@ def _parse_offsets(text: str | None) -> Offsets:
 
 class _Options:
     """The source's options: ``path``, ``topics`` (comma-separated), ``startingOffsets``, ``endingOffsets``,
-    and for batch reads ``reduce`` (``latest``/``all``: yield the reduced events of each partition)."""
+    and for batch reads ``reduce`` (``latest``/``all``: yield the reduced events of each partition) and
+    ``columns`` (a JSON list of ``[name, Spark type]`` whose Arrow struct types the reduced rows, see
+    :mod:`derived_views.typed_rows`; only for columns it can type)."""
 
     def __init__(self, given: dict[str, str]) -> None:
         options = {key.lower(): value for key, value in given.items()}
@@ -297,6 +301,17 @@ class _Options:
         self.reduce = options.get("reduce") or None
         if self.reduce not in (None, "latest", "all"):
             raise ValueError(f"the cdclog source's option 'reduce' is 'latest' or 'all', not {self.reduce!r}")
+        self.columns: list[tuple[str, str]] | None = None
+        if options.get("columns"):
+            if self.reduce is None:
+                raise ValueError("the cdclog source's option 'columns' needs option 'reduce'")
+            self.columns = [(str(name), str(spark_type)) for name, spark_type in json.loads(options["columns"])]
+
+    def row_type(self) -> Any | None:
+        """The Arrow struct reduced rows are typed as (option ``columns``), or ``None``."""
+        from derived_views.typed_rows import row_type
+
+        return None if self.columns is None else row_type(self.columns)
 
     def end(self) -> tuple[str, int, Offsets]:
         if self.ending and self.ending != "watermark":
@@ -320,7 +335,8 @@ class LogBatchReader(DataSourceReader):
         0) and ``endingOffsets`` (JSON offsets, default: the log's latest commit watermark, fixed when
         the reader is created). With ``reduce`` (``latest`` or ``all``) each partition's records are
         reduced per key in the same Python worker that reads them (:func:`reduced_partition`), and the
-        rows are those of :data:`derived_views.events.EVENT_DDL`.
+        rows are those of :data:`derived_views.events.EVENT_DDL`; with ``columns`` too, typed by Arrow
+        in the same parse (:mod:`derived_views.typed_rows`).
     """
 
     def __init__(self, options: dict[str, str]) -> None:
@@ -335,7 +351,7 @@ class LogBatchReader(DataSourceReader):
         if not isinstance(partition, LogPartition):
             return iter(())
         if self._options.reduce is not None:
-            return reduced_partition(partition, self._options.reduce)
+            return reduced_partition(partition, self._options.reduce, self._options.row_type())
         return read_partition(partition)
 
 
@@ -399,10 +415,12 @@ class LogDataSource(DataSource):
         return "cdclog"
 
     def schema(self) -> str:
-        if dict(self.options).get("reduce"):
+        options = _Options(dict(self.options))
+        if options.reduce:
             from derived_views.events import EVENT_DDL
+            from derived_views.typed_rows import typed_ddl
 
-            return EVENT_DDL
+            return EVENT_DDL if options.columns is None else f"{EVENT_DDL}, {typed_ddl(options.columns)}"
         return RAW_DDL
 
     def reader(self, schema: Any) -> DataSourceReader:

@@ -7,6 +7,9 @@ warehouse's current tables (:func:`derived_views.apply.merge_current`).
 
 from __future__ import annotations
 
+import logging
+import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,10 +17,14 @@ from derived_views.apply import (
     BatchFacts,
     Range,
     dead_letter,
+    fact_columns,
+    facts_of,
     merge_current,
+    read_in_driver,
     rename_columns,
     table_types,
     typed_batch,
+    typed_events,
 )
 from derived_views.column_names import stored_name
 from derived_views.context import ViewContext
@@ -28,6 +35,8 @@ from derived_views.schema import TableSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+
+log = logging.getLogger("cdc.views")
 
 
 @dataclass(frozen=True)
@@ -158,21 +167,77 @@ def apply_state(
     """Bring the SCD1 state table of ``schema`` at ``path`` to the range's watermark (holding the table's
     lock in this process: :meth:`~derived_views.context.ViewContext.applying`)."""
     with ctx.applying(path):
-        return _apply_state(ctx, rng, schema, path, dead_letter_path, replace=replace)
+        return apply_table(ctx, rng, schema, path, dead_letter_path, "latest", merge_current, replace=replace)
 
 
-def _apply_state(
-    ctx: ViewContext, rng: Range, schema: TableSchema, path: str, dead_letter_path: str, *, replace: bool
+#: Applies one batch to one table: :func:`~derived_views.apply.merge_current` or :func:`~derived_views.apply.merge_history`.
+Merge = Callable[..., None]
+
+
+def apply_table(
+    ctx: ViewContext, rng: Range, schema: TableSchema, path: str, dead_letter_path: str, mode: str, merge: Merge,
+    *, replace: bool,
 ) -> TableResult | None:
+    """Bring the table of ``schema`` at ``path`` to the range's watermark: its pending events reduced by
+    ``mode`` (``latest``: one row per key; ``all``: every version) and applied by ``merge`` in one
+    commit, or, when it is rebuilt (``replace``, or it has no progress yet), written anew in one commit
+    (:func:`rebuild_in_one_pass` when it can)."""
     progress, replace = starting_point(ctx, path, replace)
     if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
         return None
     with sized_for(ctx.spark, pending_events(rng.watermark, [schema.topic], progress), [path]):
         follow_source_columns(ctx, schema, path, progress)
-        batch = load_pending(ctx, rng, schema, progress, "latest", dead_letter_path=dead_letter_path, target=path)
-        merge_current(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
-                      replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
-                      whole_rows=not batch.facts.partial)
+        batch = rebuild_in_one_pass(ctx, rng, schema, path, mode, merge) if replace else None
+        if batch is None:
+            batch = load_pending(ctx, rng, schema, progress, mode, dead_letter_path=dead_letter_path, target=path)
+            merge(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
+                  replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
+                  whole_rows=not batch.facts.partial)
     ctx.set_progress(path, batch.progress)
     batch.release()
     return TableResult(path, batch.facts.rows, batch.facts.poison)
+
+
+#: The message a one-pass rebuild stops with when its batch holds a poison event (see
+#: :func:`rebuild_in_one_pass`); it names no failure of the table.
+NEEDS_TWO_PASSES = "cdc: this rebuild needs its events checked before it is written"
+
+
+def rebuild_in_one_pass(
+    ctx: ViewContext, rng: Range, schema: TableSchema, path: str, mode: str, merge: Merge
+) -> Pending | None:
+    """Rebuild the table at ``path`` from all of ``schema``'s events read, typed and written by one Spark
+    job (no checkpoint of the batch, no second read); ``None`` when it wrote nothing and the caller
+    applies the batch the usual way (:func:`load_pending`, then ``merge``).
+
+    The usual way checkpoints the typed batch so that its facts are known before anything is written:
+    its poison events go to the dead-letter table first. A rebuild of one row per key (``latest``)
+    needs no other fact, so here the batch goes straight into ``merge``'s overwrite, with its facts
+    observed by the same job, and the job fails (:data:`NEEDS_TWO_PASSES`) on the first poison event.
+    A failed job commits nothing, so the table is either rebuilt from a batch without poison, or
+    untouched. A history table (``all``) closes versions at the batch's truncates, which must be
+    known first, and small batches (read in the driver, :func:`~derived_views.apply.read_in_driver`)
+    cost little either way: both always go the usual way.
+    """
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    if mode != "latest" or read_in_driver(pending_events(rng.watermark, [schema.topic], None)):
+        return None
+    columns = schema.view_columns(None, set())
+    events = typed_events(ctx.spark, rng, [schema.topic], None, mode, columns, schema.qualified,
+                          schema.parse_plan(columns))
+    observation = Observation(f"cdc-facts-{uuid.uuid4().hex}")
+    checked = events.observe(observation, *fact_columns()).withColumn(
+        "_cdc_error", F.when(F.col("_cdc_error").isNotNull(), F.raise_error(F.lit(NEEDS_TWO_PASSES))).cast("string"))
+    pending = Pending(checked, BatchFacts(0, 0, ()), rng.progress([schema.topic], None),
+                      [(stored_name(name), spark_type) for name, spark_type in columns])
+    try:
+        merge(ctx.spark, path, checked, pending.columns, pending.progress, (), replace=True)
+    except Exception as exc:  # noqa: BLE001 - only the check's own stop is caught; anything else is raised
+        if NEEDS_TWO_PASSES not in str(exc):
+            raise
+        log.warning("rebuilding %s: its events hold poison; writing them to the dead-letter table first", path)
+        return None
+    pending.facts = facts_of(observation.get)
+    return pending

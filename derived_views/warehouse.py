@@ -39,17 +39,9 @@ from typing import TYPE_CHECKING
 
 from derived_views.apply import Range, merge_history
 from derived_views.context import ViewContext
-from derived_views.evaluation import pending_events, sized_for
 from derived_views.failures import summary
 from derived_views.schema import TableSchema
-from derived_views.steps import (
-    TableResult,
-    apply_state,
-    follow_source_columns,
-    is_current,
-    load_pending,
-    starting_point,
-)
+from derived_views.steps import TableResult, apply_state, apply_table
 from log_store.topic_names import dir_name
 
 if TYPE_CHECKING:
@@ -81,19 +73,8 @@ def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
 
 
 def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: bool) -> TableResult | None:
-    path = history_path(ctx, schema.log_name)
-    progress, replace = starting_point(ctx, path, replace)
-    if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
-        return None
-    with sized_for(ctx.spark, pending_events(rng.watermark, [schema.topic], progress), [path]):
-        follow_source_columns(ctx, schema, path, progress)
-        batch = load_pending(ctx, rng, schema, progress, "all", dead_letter_path=dead_letter_path(ctx), target=path)
-        merge_history(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
-                      replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
-                      whole_rows=not batch.facts.partial)
-    ctx.set_progress(path, batch.progress)
-    batch.release()
-    return TableResult(path, batch.facts.rows, batch.facts.poison)
+    return apply_table(ctx, rng, schema, history_path(ctx, schema.log_name), dead_letter_path(ctx), "all",
+                       merge_history, replace=replace)
 
 
 def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
