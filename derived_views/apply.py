@@ -2,8 +2,9 @@
 
 A table's pending range is read and reduced per log partition (:mod:`derived_views.events`): in the
 driver when it is small (:data:`DRIVER_READ_LIMIT`), else by the Spark tasks that read it through the
-``cdclog`` source (read and reduce in one Python worker per log partition); Spark then parses each
-event's envelope into typed columns (:func:`typed`). A small batch is parsed in one Spark job whose
+``cdclog`` source (read and reduce in one Python worker per log partition). Each envelope is parsed
+once: into typed columns by Arrow in the reduction when it can (:mod:`derived_views.typed_rows`), else
+by Spark (:func:`typed`). A small batch is parsed in one Spark job whose
 rows come back to the driver as Arrow, where its :class:`BatchFacts` are computed, and it is applied
 from those rows (a local relation); a large one is checkpointed locally by one job that also observes
 its facts (:func:`typed_batch`). Either way the source of a MERGE is deterministic.
@@ -59,7 +60,9 @@ Every view table is written through :func:`merge_current` (one row per key, SCD 
   valid-to := the truncate, ``_cdc_is_current := false`` (only when the batch holds a truncate)
 
 A rebuild (``replace=True``) computes the same rows from an empty table and overwrites the table in one
-Delta commit (with ``overwriteSchema``), so readers see the old table until the new one is complete.
+Delta commit (with ``overwriteSchema``), so readers see the old table until the new one is complete
+(a large rebuild of one row per key reads, types and writes in one Spark job:
+:func:`derived_views.steps.rebuild_in_one_pass`).
 """
 
 from __future__ import annotations

@@ -25,11 +25,13 @@ whose value is not a readable envelope is kept with :attr:`Event.error` set, so 
 to a dead-letter table instead of failing the batch.
 
 The reduced rows carry each event's envelope as JSON text (``value``): the log's own bytes, unless a
-fold changed the event's ``after`` (then a re-serialized envelope). The typed columns are parsed from
-it by Spark, so the row values are never decoded and re-encoded in Python. :func:`reduce_table`
-takes a vectorised path (Arrow compute, no Python object per event) whenever the partition's events
-need no fold and hold no truncate or unreadable envelope; it yields the same rows as the per-event
-path (:func:`reduce_events_python`), which handles every other partition.
+fold changed the event's ``after`` (then a re-serialized envelope), and Spark parses the typed columns
+from it, so the row values are never decoded and re-encoded in Python. :func:`reduce_table` takes a
+vectorised path (Arrow compute, no Python object per event) whenever the partition's events need no
+fold and hold no truncate or unreadable envelope; it yields the same rows as the per-event path
+(:func:`reduce_events_python`), which handles every other partition. Given the view's columns, the
+vectorised path's one parse of each envelope also types its ``after`` and ``before``
+(:mod:`derived_views.typed_rows`), and those rows carry the typed columns instead of the text.
 """
 
 from __future__ import annotations
@@ -507,7 +509,7 @@ def reduce_table(batches: Iterable[Any], mode: str, row: Any | None = None) -> A
     ``mode`` is ``"latest"`` (:func:`latest_per_key`) or ``"all"`` (:func:`fold_all`). The vectorised
     path (:func:`reduce_vectorised`) is taken when it applies, else the per-event one. With ``row``
     (:func:`derived_views.typed_rows.row_type`) the rows also carry ``parsed``, ``after`` and
-    ``before`` (:data:`derived_views.typed_rows.typed_ddl`), typed when the vectorised path could.
+    ``before`` (:func:`derived_views.typed_rows.typed_ddl`), typed when the vectorised path could.
     """
     import pyarrow as pa
 

@@ -161,3 +161,59 @@ def test_compacted_delete_survives_as_its_tombstone_in_both_reductions() -> None
                       ('{"id":4}', "c", 40, 0)}
     history = [(r["key"], r["op"]) for r in reduce_vectorised(table, "all").to_pylist()]
     assert history == [('{"id":2}', "d"), ('{"id":1}', "c"), ('{"id":3}', "d"), ('{"id":4}', "d"), ('{"id":4}', "c")]
+
+
+def test_typed_reduction_types_after_and_before_in_the_same_parse() -> None:
+    """Given the view's columns, the vectorised path types the envelopes it parses (``before`` only
+    where there is no ``after``) and carries no text; the reduction itself is unchanged."""
+    import datetime
+    from decimal import Decimal
+
+    from derived_views.events import reduce_table
+    from derived_views.typed_rows import row_type
+
+    row = row_type([("id", "bigint"), ("price", "decimal(12,2)"), ("day", "date"), ("at", "timestamp"),
+                    ("tags", "array<string>")])
+    rows = [
+        ('{"id":1}', _env("c", 10, 0, {"id": 1, "price": "1.5", "day": "2026-02-28", "at": "2026-02-28T01:02:03.000004Z",
+                                       "tags": ["a", None]}), None),
+        ('{"id":1}', _env("u", 20, 0, {"id": 1, "price": "2.00"}, {"id": 1, "price": "1.50"}), None),
+        ('{"id":2}', _env("d", 21, 0, None, {"id": 2}), None),
+    ]
+    typed = reduce_table(_raw(rows).to_batches(), "all", row)
+    untyped = reduce_table(_raw(rows).to_batches(), "all")
+    assert typed.select(untyped.column_names).drop_columns(["value"]) == untyped.drop_columns(["value"])
+    out = typed.to_pylist()
+    assert [r["parsed"] for r in out] == [True, True, True] and all(r["value"] is None for r in out)
+    assert out[0]["after"] == {"id": 1, "price": Decimal("1.50"), "day": datetime.date(2026, 2, 28),
+                               "at": datetime.datetime(2026, 2, 28, 1, 2, 3, 4, tzinfo=datetime.UTC),
+                               "tags": ["a", None]}
+    assert out[1]["before"] is None and out[1]["after"]["price"] == Decimal("2.00")
+    assert out[2]["after"] is None and out[2]["before"]["id"] == 2
+    latest = reduce_table(_raw(rows).to_batches(), "latest", row).to_pylist()
+    assert [(r["offset"], r["parsed"]) for r in latest] == [(1, True), (2, True)]
+
+
+def test_a_value_arrow_cannot_type_leaves_the_partition_to_spark() -> None:
+    """``NaN`` in a float column, ``infinity`` in a date column, a decimal with more digits than its
+    scale, a multi-dimensional array: the partition's rows keep their text (``parsed`` false)."""
+    from derived_views.events import reduce_table
+    from derived_views.typed_rows import row_type
+
+    row = row_type([("id", "bigint"), ("x", "double"), ("day", "date"), ("price", "decimal(12,2)"),
+                    ("tags", "array<int>")])
+    good = ('{"id":1}', _env("c", 10, 0, {"id": 1, "x": 1.5}), None)
+    for odd in ({"x": "NaN"}, {"day": "infinity"}, {"price": "1.005"}, {"tags": [[1], [2]]}):
+        bad = ('{"id":2}', _env("c", 11, 0, {"id": 2, **odd}), None)
+        out = reduce_table(_raw([good, bad]).to_batches(), "all", row).to_pylist()
+        assert [(r["parsed"], r["after"]) for r in out] == [(False, None), (False, None)], odd
+        assert json.loads(out[1]["value"])["after"] == {"id": 2, **odd}
+
+
+def test_columns_arrow_cannot_parse_exactly_leave_the_table_to_spark() -> None:
+    from derived_views.typed_rows import arrow_type, row_type
+
+    assert row_type([("id", "bigint"), ("blob", "binary")]) is None  # the log carries base64
+    assert row_type([("id", "bigint"), ("days", "array<date>")]) is None
+    assert str(arrow_type("array<decimal(38,10)>")) == "list<item: decimal128(38, 10)>"
+    assert str(arrow_type("timestamp")) == "timestamp[us, tz=UTC]" and str(arrow_type("timestamp_ntz")) == "timestamp[us]"
