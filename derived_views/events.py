@@ -42,6 +42,8 @@ from typing import Any
 
 import orjson
 
+from derived_views.typed_rows import parse_envelopes, typed_images
+
 #: Spark DDL of the rows :func:`reduce_table` returns (positions matter: Arrow batches match by position).
 EVENT_DDL = (
     "topic string, partition int, offset bigint, key string, op string, lsn bigint, seq bigint, "
@@ -267,51 +269,6 @@ def _untyped(table: Any, row: Any | None) -> Any:
     )
 
 
-def _parse_envelopes(texts: list[Any], row: Any | None) -> Any | None:
-    """The envelopes' op and position (and, with ``row``, their typed ``after`` and ``before``:
-    :mod:`derived_views.typed_rows`) parsed by Arrow; ``None`` when Arrow cannot parse them so."""
-    import pyarrow as pa
-    import pyarrow.json as pj
-
-    from derived_views.typed_rows import parse_type
-
-    fields = [("op", pa.string()),
-              ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.int64()), ("ts_ms", pa.int64())]))]
-    if row is not None:
-        fields += [("after", parse_type(row)), ("before", parse_type(row))]
-    try:
-        return pa.concat_tables([
-            pj.read_json(
-                pa.BufferReader(text),
-                read_options=pj.ReadOptions(use_threads=False, block_size=1 << 24),
-                parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore"),
-            )
-            for text in texts
-        ])
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return None
-
-
-def _typed_images(parsed: Any, row: Any) -> tuple[Any, Any] | None:
-    """The typed ``after`` and ``before`` columns of parsed envelopes (``before`` only where there is no
-    ``after``: a row's values come from its ``after`` when it has one); ``None`` when a value does not
-    convert (see :func:`derived_views.typed_rows.finish`)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    from derived_views.typed_rows import finish
-
-    try:
-        after = finish(parsed.column("after").combine_chunks(), row)
-        before = finish(parsed.column("before").combine_chunks(), row)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
-        return None
-    if after.null_count < len(after):
-        before = pa.StructArray.from_arrays(before.flatten(), fields=list(row),
-                                            mask=pc.or_(before.is_null(), after.is_valid()))
-    return after, before
-
-
 def reduce_vectorised(table: Any, mode: str, row: Any | None = None) -> Any | None:
     """The reduction of raw log rows (an Arrow table) with Arrow compute, or ``None`` when it cannot apply.
 
@@ -338,12 +295,12 @@ def reduce_vectorised(table: Any, mode: str, row: Any | None = None) -> Any | No
     texts = _envelope_lines(values)
     if texts is None:
         return None
-    parsed = _parse_envelopes(texts, row)
+    parsed = parse_envelopes(texts, row)
     images = None
     if parsed is not None and row is not None:
-        images = _typed_images(parsed, row)
+        images = typed_images(parsed, row)
     elif parsed is None and row is not None:
-        parsed = _parse_envelopes(texts, None)
+        parsed = parse_envelopes(texts, None)
     if parsed is None or parsed.num_rows != table.num_rows:
         return None
     op = parsed.column("op").combine_chunks()

@@ -1,8 +1,9 @@
 """Rows typed by Arrow in the same parse that reduces them: each envelope is parsed once.
 
 The vectorised reduction (:func:`derived_views.events.reduce_vectorised`) parses every envelope with
-Arrow's JSON reader to learn its op and position. Given the view's columns, that same parse also reads
-``after`` and ``before`` into typed Arrow columns (:func:`row_type`), and the reduced rows carry them
+Arrow's JSON reader to learn its op and position (:func:`parse_envelopes`). Given the view's columns,
+that same parse also reads ``after`` and ``before`` into typed Arrow columns (:func:`row_type`,
+:func:`typed_images`), and the reduced rows carry them
 (``parsed`` true) instead of the envelope's text, so Spark never parses those envelopes again
 (:func:`derived_views.apply.typed`).
 
@@ -103,3 +104,44 @@ def typed_ddl(columns: Sequence[tuple[str, str]]) -> str:
     """The Spark DDL of the columns typed rows add to :data:`derived_views.events.EVENT_DDL`."""
     struct = ", ".join(f"{quote(name)}: {spark_type}" for name, spark_type in columns)
     return f"parsed boolean, after struct<{struct}>, before struct<{struct}>"
+
+
+def parse_envelopes(texts: list[Any], row: Any | None) -> Any | None:
+    """The envelopes' op and position (and, with ``row``, their ``after`` and ``before`` as
+    :func:`parse_type` of it) parsed by Arrow; ``None`` when Arrow cannot parse them so."""
+    import pyarrow as pa
+    import pyarrow.json as pj
+
+    fields = [("op", pa.string()),
+              ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.int64()), ("ts_ms", pa.int64())]))]
+    if row is not None:
+        fields += [("after", parse_type(row)), ("before", parse_type(row))]
+    try:
+        return pa.concat_tables([
+            pj.read_json(
+                pa.BufferReader(text),
+                read_options=pj.ReadOptions(use_threads=False, block_size=1 << 24),
+                parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore"),
+            )
+            for text in texts
+        ])
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+
+
+def typed_images(parsed: Any, row: Any) -> tuple[Any, Any] | None:
+    """The typed ``after`` and ``before`` columns of parsed envelopes (``before`` only where there is no
+    ``after``: a row's values come from its ``after`` when it has one); ``None`` when a value does not
+    convert (see :func:`finish`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        after = finish(parsed.column("after").combine_chunks(), row)
+        before = finish(parsed.column("before").combine_chunks(), row)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return None
+    if after.null_count < len(after):
+        before = pa.StructArray.from_arrays(before.flatten(), fields=list(row),
+                                            mask=pc.or_(before.is_null(), after.is_valid()))
+    return after, before
