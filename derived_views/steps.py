@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from derived_views.apply import (
+    OP,
     BatchFacts,
     Range,
     dead_letter,
@@ -198,8 +199,8 @@ def apply_table(
     return TableResult(path, batch.facts.rows, batch.facts.poison)
 
 
-#: The message a one-pass rebuild stops with when its batch holds a poison event (see
-#: :func:`rebuild_in_one_pass`); it names no failure of the table.
+#: The message a one-pass rebuild stops with when its batch holds an event that needs the batch's facts
+#: first (see :func:`rebuild_in_one_pass`); it names no failure of the table.
 NEEDS_TWO_PASSES = "cdc: this rebuild needs its events checked before it is written"
 
 
@@ -211,25 +212,29 @@ def rebuild_in_one_pass(
     applies the batch the usual way (:func:`load_pending`, then ``merge``).
 
     The usual way checkpoints the typed batch so that its facts are known before anything is written:
-    its poison events go to the dead-letter table first. A rebuild of one row per key (``latest``)
-    needs no other fact, so here the batch goes straight into ``merge``'s overwrite, with its facts
-    observed by the same job, and the job fails (:data:`NEEDS_TWO_PASSES`) on the first poison event.
-    A failed job commits nothing, so the table is either rebuilt from a batch without poison, or
-    untouched. A history table (``all``) closes versions at the batch's truncates, which must be
-    known first, and small batches (read in the driver, :func:`~derived_views.apply.read_in_driver`)
-    cost little either way: both always go the usual way.
+    its poison events go to the dead-letter table first, and a history table (``all``) closes versions
+    at its truncates. A batch with neither needs no fact, so here it goes straight into ``merge``'s
+    overwrite, with its facts observed by the same job, and the job fails (:data:`NEEDS_TWO_PASSES`)
+    on the first row that needs them: a poison event, or (``all``) a truncate. The check is one of the
+    observed metrics, so Spark evaluates it on every row the job reads, before any filter. A failed
+    job commits nothing, so the table is either rebuilt from a batch without such rows, or untouched.
+    Small batches (read in the driver, :func:`~derived_views.apply.read_in_driver`) cost little
+    either way and always go the usual way.
     """
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    if mode != "latest" or read_in_driver(pending_events(rng.watermark, [schema.topic], None)):
+    if read_in_driver(pending_events(rng.watermark, [schema.topic], None)):
         return None
     columns = schema.view_columns(None, set())
     events = typed_events(ctx.spark, rng, [schema.topic], None, mode, columns, schema.qualified,
                           schema.parse_plan(columns))
+    needs_facts = F.col("_cdc_error").isNotNull()
+    if mode == "all":
+        needs_facts = needs_facts | (F.col(OP) == "t")
     observation = Observation(f"cdc-facts-{uuid.uuid4().hex}")
-    checked = events.observe(observation, *fact_columns()).withColumn(
-        "_cdc_error", F.when(F.col("_cdc_error").isNotNull(), F.raise_error(F.lit(NEEDS_TWO_PASSES))).cast("string"))
+    checked = events.withColumn("_cdc_check", F.when(needs_facts, F.raise_error(F.lit(NEEDS_TWO_PASSES)))).observe(
+        observation, *fact_columns(), F.count("_cdc_check").alias("checked")).drop("_cdc_check")
     pending = Pending(checked, BatchFacts(0, 0, ()), rng.progress([schema.topic], None),
                       [(stored_name(name), spark_type) for name, spark_type in columns])
     try:
@@ -237,7 +242,8 @@ def rebuild_in_one_pass(
     except Exception as exc:  # noqa: BLE001 - only the check's own stop is caught; anything else is raised
         if NEEDS_TWO_PASSES not in str(exc):
             raise
-        log.warning("rebuilding %s: its events hold poison; writing them to the dead-letter table first", path)
+        log.warning("rebuilding %s: its events hold poison%s; checking them first", path,
+                    " or a truncate" if mode == "all" else "")
         return None
     pending.facts = facts_of(observation.get)
     return pending

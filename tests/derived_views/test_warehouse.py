@@ -219,18 +219,26 @@ def test_a_value_that_is_not_utf8_goes_to_the_dead_letter_table(ctx: ViewContext
     assert all(r["key"] == '{"id":2}' and "\\xff" in r["value"] for r in dead)
 
 
-def test_a_rebuild_writes_a_current_table_in_one_pass_unless_it_holds_a_poison_event(
+def test_a_rebuild_writes_in_one_pass_unless_a_poison_event_or_a_truncate_needs_checking(
     ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A rebuild read by Spark tasks writes a current table in the job that reads its events; one whose
-    events hold a poison event stops that job before it commits and is rebuilt the checked way, as is
-    every history table (it needs the batch's truncates first). Either way the tables are those the
-    incremental syncs made, each in one commit."""
+    """A rebuild read by Spark tasks writes each table in the job that reads its events; a table whose
+    events hold a poison event (or, for a history table, a truncate) stops that job before it commits
+    and is rebuilt the checked way. Either way the tables are those the incremental syncs made, each
+    in one commit."""
     from derived_views import apply, runner, steps, warehouse
 
     test_truncate_poison_and_schema_change(ctx, log)
+    customer = {"id": 1, "email": "a@example.com", "name": "Ann", "created_at": "2026-11-21T12:45:00.123456Z"}
+    with log.transaction() as tx:
+        tx.insert("public.customers", customer)
+        tx.insert("public.customers", {**customer, "id": 2})
+    with log.transaction() as tx:
+        tx.update("public.customers", {**customer, "name": "Anna"})
+    _sync(ctx)
     paths = [warehouse.current_path(ctx, "public.categories"), warehouse.history_path(ctx, "public.categories"),
-             warehouse.current_path(ctx, "public.products"), warehouse.history_path(ctx, "public.products")]
+             warehouse.current_path(ctx, "public.products"), warehouse.history_path(ctx, "public.products"),
+             warehouse.current_path(ctx, "public.customers"), warehouse.history_path(ctx, "public.customers")]
 
     def table(path: str) -> list[str]:  # a rebuild may order the columns otherwise
         return sorted(repr(sorted(row.asDict().items())) for row in ctx.spark.read.format("delta").load(path).collect())
@@ -251,10 +259,11 @@ def test_a_rebuild_writes_a_current_table_in_one_pass_unless_it_holds_a_poison_e
     monkeypatch.setattr(apply, "DRIVER_READ_LIMIT", 0)
     report = runner.step(ctx, ["warehouse"], replace=True)
     assert not report.failures
-    # categories' current table has a truncate but needs no check; products' holds a poison event
-    assert sorted(path for path in checked if path in paths) == sorted(paths[1:])
+    # categories' current table needs no check of its truncate (a history table does); both products
+    # tables hold a poison event; the customers tables need nothing checked
+    assert sorted(path for path in checked if path in paths) == sorted(paths[1:4])
     for path in paths:
         assert table(path) == incremental[path], path
         assert version(path) == versions[path] + 1, path
     dead = ctx.spark.read.format("delta").load(warehouse.dead_letter_path(ctx)).collect()
-    assert sorted(r["target"] for r in dead) == sorted(paths[2:])
+    assert sorted(r["target"] for r in dead) == sorted(paths[2:4])
