@@ -6,6 +6,8 @@ Modules:
   module that knows where the log lives.
 - :mod:`~derived_views.events`: decoding and per-key reductions of change events (pure Python).
 - :mod:`~derived_views.schema`: source column lists and their faithful Spark types.
+- :mod:`~derived_views.pending`: a table's pending events, reduced and typed (by Arrow where
+  :mod:`~derived_views.typed_rows` can), with their facts.
 - :mod:`~derived_views.apply`, :mod:`~derived_views.steps`: the shared MERGE machinery.
 - :mod:`~derived_views.progress`: applied offsets and as-of watermark stored in each Delta commit.
 - :mod:`~derived_views.definitions`: the views file; :mod:`~derived_views.composite`: search indexes and

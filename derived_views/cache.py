@@ -28,7 +28,6 @@ import json
 from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
-from derived_views.apply import KEY, LSN, Range
 from derived_views.composite import Composite
 from derived_views.composite_sync import (
     CHILDREN,
@@ -47,6 +46,7 @@ from derived_views.context import ViewContext
 from derived_views.delta_reads import read_query, sql_text
 from derived_views.errors import MissingTableError, UnknownEntityError
 from derived_views.evaluation import pending_events, sized_for
+from derived_views.pending import KEY, LSN, Range
 from derived_views.schema import quote
 from derived_views.steps import TableResult, is_current, starting_point
 

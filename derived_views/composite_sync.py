@@ -34,7 +34,7 @@ from functools import reduce
 from typing import TYPE_CHECKING
 
 from derived_views import warehouse
-from derived_views.apply import KEY, LSN, OP, Range, ensure_table
+from derived_views.apply import ensure_table
 from derived_views.column_names import from_stored, stored
 from derived_views.composite import Composite, Link, Nested, SourceTable
 from derived_views.context import ViewContext
@@ -42,6 +42,7 @@ from derived_views.definitions import ViewDefinitions
 from derived_views.delta_sql import history, is_delta_table, merge_into
 from derived_views.errors import DefinitionChangedError
 from derived_views.evaluation import pending_events
+from derived_views.pending import KEY, LSN, OP, Range
 from derived_views.progress import Progress, committing, is_local, with_progress
 from derived_views.schema import TableSchema, quote
 from derived_views.steps import TableResult, apply_state, load_pending, mark_as_of

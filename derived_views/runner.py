@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from derived_views import cache, search, warehouse
-from derived_views.apply import Range
 from derived_views.context import ViewContext
 from derived_views.composite import Composite, checked, plan_for, source_tables
 from derived_views.definitions import ViewDefinitions
@@ -51,6 +50,7 @@ from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
 from derived_views.steps import TableResult
 from derived_views.log_source import LogWatermark, read_watermark
+from derived_views.pending import Range
 from derived_views.progress import is_local
 from log_store.atomic_file import make_dirs, write_atomic
 from log_store.errors import LogLockedError

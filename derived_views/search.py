@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
-from derived_views.apply import KEY, LSN, Range, ensure_table
+from derived_views.apply import ensure_table
 from derived_views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
 from derived_views.column_names import from_stored, stored_name
 from derived_views.composite import Composite
@@ -51,6 +51,7 @@ from derived_views.delta_reads import read_query, sql_text
 from derived_views.delta_sql import merge_into
 from derived_views.errors import MissingTableError
 from derived_views.evaluation import pending_events, sized_for
+from derived_views.pending import KEY, LSN, Range
 from derived_views.progress import Progress
 from derived_views.schema import TableSchema, quote
 from derived_views.steps import TableResult, is_current, mark_as_of, starting_point

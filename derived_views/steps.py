@@ -13,24 +13,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from derived_views.apply import (
-    OP,
-    BatchFacts,
-    Range,
-    dead_letter,
-    fact_columns,
-    facts_of,
-    merge_current,
-    read_in_driver,
-    rename_columns,
-    table_types,
-    typed_batch,
-    typed_events,
-)
+from derived_views.apply import dead_letter, merge_current, rename_columns, table_types
 from derived_views.column_names import stored_name
 from derived_views.context import ViewContext
 from derived_views.delta_sql import table_ref
 from derived_views.evaluation import pending_events, sized_for
+from derived_views.pending import (
+    OP,
+    BatchFacts,
+    Range,
+    fact_columns,
+    facts_of,
+    read_in_driver,
+    typed_batch,
+    typed_events,
+)
 from derived_views.progress import Progress, committing
 from derived_views.schema import TableSchema
 
@@ -54,7 +51,7 @@ class TableResult:
 @dataclass
 class Pending:
     """The typed events a table has not applied yet (a deterministic frame: local rows or a local
-    checkpoint, see :func:`derived_views.apply.typed_batch`), with their facts."""
+    checkpoint, see :func:`derived_views.pending.typed_batch`), with their facts."""
 
     frame: DataFrame
     facts: BatchFacts
@@ -218,7 +215,7 @@ def rebuild_in_one_pass(
     on the first row that needs them: a poison event, or (``all``) a truncate. The check is one of the
     observed metrics, so Spark evaluates it on every row the job reads, before any filter. A failed
     job commits nothing, so the table is either rebuilt from a batch without such rows, or untouched.
-    Small batches (read in the driver, :func:`~derived_views.apply.read_in_driver`) cost little
+    Small batches (read in the driver, :func:`~derived_views.pending.read_in_driver`) cost little
     either way and always go the usual way.
     """
     from pyspark.sql import Observation

@@ -5,7 +5,7 @@ Arrow's JSON reader to learn its op and position (:func:`parse_envelopes`). Give
 that same parse also reads ``after`` and ``before`` into typed Arrow columns (:func:`row_type`,
 :func:`typed_images`), and the reduced rows carry them
 (``parsed`` true) instead of the envelope's text, so Spark never parses those envelopes again
-(:func:`derived_views.apply.typed`).
+(:func:`derived_views.pending.typed`).
 
 Exactness rests on Arrow's reader being stricter than Spark's ``from_json`` on every value capture
 writes (``docs/event-format.md``): a value Arrow cannot hold exactly in the column's type (a number

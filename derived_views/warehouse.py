@@ -37,9 +37,10 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from derived_views.apply import Range, merge_history
+from derived_views.apply import merge_history
 from derived_views.context import ViewContext
 from derived_views.failures import summary
+from derived_views.pending import Range
 from derived_views.schema import TableSchema
 from derived_views.steps import TableResult, apply_state, apply_table
 from log_store.topic_names import dir_name

@@ -43,7 +43,7 @@ EDGES = [
 def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     """The table's pending events typed four ways: in the driver and by Spark tasks, each with and
     without Arrow's typing."""
-    from derived_views import apply, runner
+    from derived_views import pending, runner
     from derived_views.events import EVENT_DDL
     from derived_views.typed_rows import row_type, typed_ddl
 
@@ -51,21 +51,21 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     schema = ctx.schemas(watermark)["public.typed"]
     columns = schema.view_columns(None, set())
     plan = schema.parse_plan(columns)
-    assert apply.arrow_typed(columns, plan)
-    rng = apply.Range(ctx.log_path, watermark)
+    assert pending.arrow_typed(columns, plan)
+    rng = pending.Range(ctx.log_path, watermark)
     frames = {}
     for mode in ("latest", "all"):
-        untyped = apply.pending_table(rng, [schema.topic], None, mode)
-        by_arrow = apply.pending_table(rng, [schema.topic], None, mode, row_type(columns))
-        frames[f"driver/{mode}/spark"] = apply.typed(spark.createDataFrame(untyped, schema=EVENT_DDL), columns,
+        untyped = pending.pending_table(rng, [schema.topic], None, mode)
+        by_arrow = pending.pending_table(rng, [schema.topic], None, mode, row_type(columns))
+        frames[f"driver/{mode}/spark"] = pending.typed(spark.createDataFrame(untyped, schema=EVENT_DDL), columns,
                                                       schema.qualified, plan)
-        frames[f"driver/{mode}/arrow"] = apply.typed(
+        frames[f"driver/{mode}/arrow"] = pending.typed(
             spark.createDataFrame(by_arrow, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan)
-        raw = apply.read_log(spark, rng.log_path, [schema.topic], {}, watermark.offsets, reduce=mode)
-        frames[f"tasks/{mode}/spark"] = apply.typed(raw, columns, schema.qualified, plan)
-        frames[f"tasks/{mode}/arrow"] = apply.typed_events(spark, rng, [schema.topic], None, mode, columns,
+        raw = pending.read_log(spark, rng.log_path, [schema.topic], {}, watermark.offsets, reduce=mode)
+        frames[f"tasks/{mode}/spark"] = pending.typed(raw, columns, schema.qualified, plan)
+        frames[f"tasks/{mode}/arrow"] = pending.typed_events(spark, rng, [schema.topic], None, mode, columns,
                                                            schema.qualified, plan)
-        frames[f"parsed/{mode}"] = apply.read_log(spark, rng.log_path, [schema.topic], {}, watermark.offsets,
+        frames[f"parsed/{mode}"] = pending.read_log(spark, rng.log_path, [schema.topic], {}, watermark.offsets,
                                                   reduce=mode, columns=columns)
     return frames
 

@@ -214,7 +214,7 @@ def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: V
 
 def _step(ctx: ViewContext, *, replace: bool = False) -> None:
     from derived_views import cache, runner, search, warehouse
-    from derived_views.apply import Range
+    from derived_views.pending import Range
 
     watermark = runner.latest(ctx)
     assert watermark is not None
@@ -227,7 +227,7 @@ def _step(ctx: ViewContext, *, replace: bool = False) -> None:
 
 def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
     """Incremental steps read their small ranges in the driver; the rebuild reads through Spark tasks."""
-    from derived_views import apply, warehouse
+    from derived_views import pending, warehouse
 
     _seed(log)
     _step(ctx)
@@ -242,7 +242,7 @@ def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder, monkeypat
              warehouse.current_path(ctx, "public.categories"), ctx.path("search", "products", "documents"),
              ctx.path("search", "products", "terms"), ctx.path("cache", "order", "entries")]
     incremental = {p: _table(ctx, p) for p in paths}
-    monkeypatch.setattr(apply, "DRIVER_READ_LIMIT", 0)
+    monkeypatch.setattr(pending, "DRIVER_READ_LIMIT", 0)
     _step(ctx, replace=True)
     for p in paths:
         assert _table(ctx, p) == incremental[p], p

@@ -73,7 +73,7 @@ def test_partial_row_keeps_unchanged_column_across_batches(ctx: ViewContext, log
 
 
 def test_same_batch_twice_and_older_batch_after_newer_change_nothing(ctx: ViewContext, log: LogBuilder) -> None:
-    from derived_views.apply import Range
+    from derived_views.pending import Range
     from derived_views import warehouse
     from derived_views.log_source import read_watermark
 
@@ -226,7 +226,7 @@ def test_a_rebuild_writes_in_one_pass_unless_a_poison_event_or_a_truncate_needs_
     events hold a poison event (or, for a history table, a truncate) stops that job before it commits
     and is rebuilt the checked way. Either way the tables are those the incremental syncs made, each
     in one commit."""
-    from derived_views import apply, runner, steps, warehouse
+    from derived_views import pending, runner, steps, warehouse
 
     test_truncate_poison_and_schema_change(ctx, log)
     customer = {"id": 1, "email": "a@example.com", "name": "Ann", "created_at": "2026-11-21T12:45:00.123456Z"}
@@ -256,7 +256,7 @@ def test_a_rebuild_writes_in_one_pass_unless_a_poison_event_or_a_truncate_needs_
         return load_pending(*args, **kwargs)
 
     monkeypatch.setattr(steps, "load_pending", recording)
-    monkeypatch.setattr(apply, "DRIVER_READ_LIMIT", 0)
+    monkeypatch.setattr(pending, "DRIVER_READ_LIMIT", 0)
     report = runner.step(ctx, ["warehouse"], replace=True)
     assert not report.failures
     # categories' current table needs no check of its truncate (a history table does); both products
