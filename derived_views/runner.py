@@ -233,13 +233,10 @@ def _sync_all(ctx: ViewContext, rng: Range, chosen: list[str], plans: dict[str, 
     if replace or len(others) < 2:
         synced.update({name: _sync_view(ctx, rng, name, plans, broken, replace) for name in others})
         return synced
-
-    def in_a_lane(name: str) -> list[TableResult]:
-        return _sync_view(ctx, rng, name, plans, broken, replace, in_lane=True)
-
     pool = ThreadPoolExecutor(max_workers=VIEWS_SIDE_BY_SIDE, thread_name_prefix="views")
     try:
-        futures = {name: pool.submit(in_a_lane, name) for name in others}
+        futures = {name: pool.submit(_sync_view, ctx, rng, name, plans, broken, replace, in_lane=True)
+                   for name in others}
         synced.update({name: future.result() for name, future in futures.items()})
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)  # a view error stops the step: start no other view

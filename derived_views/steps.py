@@ -232,15 +232,14 @@ def rebuild_in_one_pass(
     observation = Observation(f"cdc-facts-{uuid.uuid4().hex}")
     checked = events.withColumn("_cdc_check", F.when(needs_facts, F.raise_error(F.lit(NEEDS_TWO_PASSES)))).observe(
         observation, *fact_columns(), F.count("_cdc_check").alias("checked")).drop("_cdc_check")
-    pending = Pending(checked, BatchFacts(0, 0, ()), rng.progress([schema.topic], None),
-                      [(stored_name(name), spark_type) for name, spark_type in columns])
+    progress = rng.progress([schema.topic], None)
+    stored_columns = [(stored_name(name), spark_type) for name, spark_type in columns]
     try:
-        merge(ctx.spark, path, checked, pending.columns, pending.progress, (), replace=True)
+        merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True)
     except Exception as exc:  # noqa: BLE001 - only the check's own stop is caught; anything else is raised
         if NEEDS_TWO_PASSES not in str(exc):
             raise
         log.warning("rebuilding %s: its events hold poison%s; checking them first", path,
                     " or a truncate" if mode == "all" else "")
         return None
-    pending.facts = facts_of(observation.get)
-    return pending
+    return Pending(checked, facts_of(observation.get), progress, stored_columns)
