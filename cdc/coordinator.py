@@ -69,6 +69,7 @@ from cdc.errors import PrerequisiteError, PrivilegeError, SlotError, SourceError
 from cdc.events import EventBuilder, TxContext, mark_last_read
 from cdc.gc_tuning import relaxed_gc
 from cdc.key_changes import KeyChangeValues, LogRows, discarded_values
+from cdc.log_backend import Log, open_log
 from cdc.lsn import Lsn
 from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
@@ -81,7 +82,7 @@ from cdc.tables import TableShape, fingerprint_of
 from cdc.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
 from cdc.data_dir import secure_data_dir
 from cdc.storage_errors import StorageError, capture_storage_error
-from log_store import LogStore, ProducerColumns, ProducerRecord, TopicPartition
+from log_store import ProducerColumns, ProducerRecord, TopicPartition
 from log_store.errors import StorageIOError
 from log_store.topic_names import log_name
 
@@ -146,7 +147,7 @@ class Capture:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.stats = CaptureStats()
         self.catalog = Catalog(settings.database_url)
-        self.log: LogStore | None = None
+        self.log: Log | None = None
         self.position = Lsn(0)
         self.confirmed = Lsn(0)
         self._target: Lsn | None = None
@@ -242,7 +243,7 @@ class Capture:
 
     def _run(self) -> CaptureStats:
         secure_data_dir(self.settings.data_dir)
-        with LogStore.open(self.settings.log_dir, self.settings.log_config(), writer=True) as store:
+        with open_log(self.settings, writer=True) as store:
             self.log = store
             self.builder = EventBuilder(
                 prefix=self.settings.topic_prefix, database=self._database_name(), partitions=self.settings.partitions,

@@ -34,15 +34,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from cdc.errors import MissingValueError
 from cdc.events import missing_message
 from cdc.tables import TableShape
-from log_store import LogStore, ProducerRecord, TopicPartition
+from log_store import ProducerRecord, TopicPartition
 from log_store.partitioner import partition_for_key
+
+if TYPE_CHECKING:
+    from cdc.log_backend import Log
 
 #: A full row: column name -> its JSON value bytes (as written in the log).
 Row = dict[str, bytes]
@@ -139,7 +142,7 @@ _PENDING = _Pending()
 class LogRows:
     """The latest full rows of keys as the log holds them (reads committed records only)."""
 
-    def __init__(self, log: LogStore) -> None:
+    def __init__(self, log: Log) -> None:
         self.log = log
 
     def row(self, topic: str, key: bytes) -> Row | _Incomplete | None:

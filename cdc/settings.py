@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from cdc.errors import ConfigError
@@ -15,6 +15,9 @@ from log_store import LogConfig
 from log_store.topic_names import topic_name
 from cdc.redact import redact_url
 from cdc.setting_names import warn_of_unknown_names
+
+if TYPE_CHECKING:
+    from log_store.kafka_log import KafkaSettings
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -38,7 +41,23 @@ ACCEPTS: dict[str, str] = {
     "metrics_port": "a TCP port from 0 to 65535 (0 turns the metrics endpoint off)",
     "log_format": "json or kv",
     "deletion_vectors": "true or false",
+    "log": "empty (the embedded log under CDC_DATA_DIR) or kafka://host:port[,host:port...] (the log in Kafka)",
+    "kafka_security_protocol": "plaintext, ssl, sasl_plaintext or sasl_ssl",
+    "kafka_sasl_mechanism": "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
 }
+
+#: librdkafka's names of the security settings that ``CDC_KAFKA_*`` settings give.
+_KAFKA_CLIENT_NAMES = {
+    "kafka_security_protocol": "security.protocol",
+    "kafka_sasl_mechanism": "sasl.mechanism",
+    "kafka_sasl_username": "sasl.username",
+    "kafka_sasl_password": "sasl.password",
+    "kafka_ssl_ca_location": "ssl.ca.location",
+    "kafka_ssl_certificate_location": "ssl.certificate.location",
+    "kafka_ssl_key_location": "ssl.key.location",
+    "kafka_ssl_key_password": "ssl.key.password",
+}
+_KAFKA_URL = re.compile(r"^kafka://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):[0-9]{1,5}(,([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):[0-9]{1,5})*$")
 
 
 class Settings(BaseSettings):
@@ -71,6 +90,15 @@ class Settings(BaseSettings):
     deletion_vectors: bool = Field(
         default=False, description="New view tables use Delta deletion vectors (faster MERGEs; fewer readers)."
     )
+    log: str = Field(default="", description="Empty: the embedded log; kafka://host:port,...: the log in Kafka.")
+    kafka_security_protocol: str = Field(default="")
+    kafka_sasl_mechanism: str = Field(default="")
+    kafka_sasl_username: str = Field(default="")
+    kafka_sasl_password: SecretStr = Field(default=SecretStr(""))
+    kafka_ssl_ca_location: str = Field(default="")
+    kafka_ssl_certificate_location: str = Field(default="")
+    kafka_ssl_key_location: str = Field(default="")
+    kafka_ssl_key_password: SecretStr = Field(default=SecretStr(""))
 
     @field_validator("tables", mode="before")
     @classmethod
@@ -125,6 +153,57 @@ class Settings(BaseSettings):
         if value not in ("json", "kv"):
             raise ValueError(f"{value!r} is neither json nor kv")
         return value
+
+    @field_validator("log")
+    @classmethod
+    def _check_log(cls, value: str) -> str:
+        if value and not _KAFKA_URL.match(value):
+            raise ValueError(f"{value!r} is not kafka://host:port with more brokers after commas")
+        return value
+
+    @field_validator("kafka_security_protocol")
+    @classmethod
+    def _check_security_protocol(cls, value: str) -> str:
+        if value and value.lower() not in ("plaintext", "ssl", "sasl_plaintext", "sasl_ssl"):
+            raise ValueError(f"{value!r} is not a Kafka security protocol")
+        return value.lower()
+
+    @field_validator("kafka_sasl_mechanism")
+    @classmethod
+    def _check_sasl_mechanism(cls, value: str) -> str:
+        if value and value.upper() not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"):
+            raise ValueError(f"{value!r} is not a SASL mechanism Kafka clients offer")
+        return value.upper()
+
+    @property
+    def uses_kafka(self) -> bool:
+        """Whether the log lives in Kafka (``CDC_LOG=kafka://...``) rather than under ``CDC_DATA_DIR``."""
+        return bool(self.log)
+
+    def kafka_client(self) -> dict[str, str]:
+        """The librdkafka properties every Kafka client of the log gets: brokers, security, SASL and TLS."""
+        client = {"bootstrap.servers": self.log.removeprefix("kafka://")}
+        for name, prop in _KAFKA_CLIENT_NAMES.items():
+            value = getattr(self, name)
+            text = value.get_secret_value() if isinstance(value, SecretStr) else value
+            if text:
+                client[prop] = text
+        return client
+
+    def kafka_settings(self) -> KafkaSettings:
+        """Where and how :class:`~log_store.kafka_log.KafkaLog` keeps this pipeline's topics."""
+        from log_store.kafka_log import KafkaSettings
+
+        client = self.kafka_client()
+        return KafkaSettings(
+            bootstrap=client.pop("bootstrap.servers"), prefix=self.topic_prefix, client=client,
+            delete_retention_ms=self.delete_retention_ms, retention_ms=self.retention_ms,
+            retention_bytes=self.retention_bytes,
+        )
+
+    def log_location(self) -> str:
+        """Where the log is, for messages: its directory, or ``kafka://brokers``."""
+        return self.log or str(self.log_dir)
 
     @cached_property
     def log_dir(self) -> Path:

@@ -63,6 +63,7 @@ import dataclasses
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -72,7 +73,10 @@ from cdc.lsn import Lsn
 from cdc.snapshot import SnapshotReader
 from cdc.tables import TableShape
 from cdc.transport import ReplicationConnection
-from log_store import LogStore, ProducerRecord, TopicPartition
+from log_store import ProducerRecord, TopicPartition
+
+if TYPE_CHECKING:
+    from cdc.log_backend import Log
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +98,7 @@ class SnapshotLedger:
         self.entries: dict[str, LedgerEntry] = {}
 
     @classmethod
-    def load(cls, log: LogStore, topic: str) -> SnapshotLedger:
+    def load(cls, log: Log, topic: str) -> SnapshotLedger:
         """The ledger as the log holds it (created empty, as a compacted topic, when missing)."""
         ledger = cls(topic)
         if topic not in log.topics():

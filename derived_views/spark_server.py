@@ -20,7 +20,7 @@ import os
 import sys
 from pathlib import Path
 
-from derived_views.delta_jars import delta_coordinate, installed_jars
+from derived_views.spark_jars import spark_packages, installed_jars
 from derived_views.jvm_output import DRIVER_JAVA_OPTIONS
 from derived_views.spark_session import DEFAULT_PORT, SESSION_DEFAULTS
 
@@ -47,7 +47,7 @@ def server_command(port: int = DEFAULT_PORT, host: str = "127.0.0.1", master: st
     if jars:
         command += ["--jars", ",".join(str(jar) for jar in jars)]
     else:
-        command += ["--packages", delta_coordinate()]
+        command += ["--packages", spark_packages()]
     for key, value in settings.items():
         command += ["--conf", f"{key}={value}"]
     return [*command, "spark-internal"]

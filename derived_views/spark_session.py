@@ -1,7 +1,7 @@
 """Build the SparkSession every view job runs in: Delta Lake enabled, local by default.
 
 On this machine the session runs ``local[*]`` with the Delta jars fetched at set-up (see
-:mod:`derived_views.delta_jars`), so it never needs the network. On a cluster the same jobs are
+:mod:`derived_views.spark_jars`), so it never needs the network. On a cluster the same jobs are
 started with ``spark-submit --packages io.delta:...`` and a master URL; :func:`build_spark` then leaves
 the master and the jars to spark-submit. A driver JVM this process starts has its output routed into
 the project's log lines (:mod:`derived_views.jvm_output`).
@@ -20,7 +20,7 @@ import sys
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from derived_views.delta_jars import delta_coordinate, installed_jars
+from derived_views.spark_jars import spark_packages, installed_jars
 from derived_views.jvm_output import DRIVER_JAVA_OPTIONS, launch_driver
 
 #: Spark Connect's default port.
@@ -66,7 +66,7 @@ def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str
     if jars:
         settings["spark.jars"] = ",".join(str(jar) for jar in jars)
     else:
-        settings["spark.jars.packages"] = delta_coordinate()
+        settings["spark.jars.packages"] = spark_packages()
     if not submitted and SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         # this process starts the driver JVM: its output becomes log lines (derived_views.jvm_output)
         settings["spark.driver.extraJavaOptions"] = " ".join(

@@ -13,6 +13,7 @@ from pathlib import Path
 import orjson
 
 from cdc.settings import Settings, load_settings
+from cdc.log_backend import Log, open_log
 from log_store import LogStore, Record, TopicPartition
 
 #: The ``cdc`` command of the environment running the tests.
@@ -32,18 +33,24 @@ def settings_for(url: str, data_dir: Path, **extra: object) -> Settings:
     return load_settings(database_url=url, data_dir=str(data_dir), **extra)
 
 
-def read_topic(data_dir: Path, topic: str) -> list[Record]:
-    """Every committed record of ``topic``, partition by partition."""
-    with LogStore.open(data_dir / "log") as log:
-        if topic not in log.topics():
-            return []
-        out: list[Record] = []
-        for partition in range(log.partitions(topic)):
-            offset = 0
-            while batch := log.read(TopicPartition(topic, partition), offset):
-                out.extend(batch)
-                offset = batch[-1].offset + 1
-        return out
+def read_topic(where: Path | Settings, topic: str) -> list[Record]:
+    """Every committed record of ``topic``, partition by partition, in the embedded log under a data directory
+    or in the log ``Settings`` name (either backend)."""
+    with open_log(where) if isinstance(where, Settings) else LogStore.open(where / "log") as log:
+        return read_log_topic(log, topic)
+
+
+def read_log_topic(log: Log, topic: str) -> list[Record]:
+    """Every committed record of ``topic`` in ``log`` (either backend), partition by partition."""
+    if topic not in log.topics():
+        return []
+    out: list[Record] = []
+    for partition in range(log.partitions(topic)):
+        offset = 0
+        while batch := log.read(TopicPartition(topic, partition), offset):
+            out.extend(batch)
+            offset = batch[-1].offset + 1
+    return out
 
 
 def events(data_dir: Path, topic: str) -> list[dict[str, object]]:
@@ -61,15 +68,20 @@ def wait_for(condition: Callable[[], bool], timeout: float = 60.0, what: str = "
         time.sleep(0.05)
 
 
-def replay(data_dir: Path, topic: str, *, strict: bool = True) -> dict[bytes | None, dict[str, object]]:
-    """The table a consumer derives from ``topic``: events applied in (lsn, sequence) order, key -> row.
+def replay(where: Path | Settings, topic: str, *, strict: bool = True) -> dict[bytes | None, dict[str, object]]:
+    """:func:`replay_records` of ``topic`` (``where`` as for :func:`read_topic`)."""
+    return replay_records(read_topic(where, topic), strict=strict)
+
+
+def replay_records(records: list[Record], *, strict: bool = True) -> dict[bytes | None, dict[str, object]]:
+    """The table a consumer derives from a topic's ``records``: events applied in (lsn, sequence) order, key -> row.
 
     A truncate marker empties the table; an update naming unchanged columns keeps their previous
     values. ``strict`` also checks that the history is possible: a read or create only of an absent
     key, an update or delete only of a present one (a compacted topic has lost the earlier events).
     """
     changes = []
-    for record in read_topic(data_dir, topic):
+    for record in records:
         if record.value is not None:
             value = orjson.loads(record.value)
             changes.append((value["source"]["lsn"], value["source"]["sequence"], value, record))

@@ -1,9 +1,10 @@
-"""Fetch the Delta Lake jars once, so that every later Spark session starts offline.
+"""Fetch the Spark jars the views need once, so that every later Spark session starts offline.
 
-Set-up calls :func:`fetch` (``python -m derived_views.delta_jars``): Spark's own dependency resolver
-downloads the Delta artifact that matches the installed ``delta-spark`` and ``pyspark`` versions, with its
-dependencies, into an Ivy cache, and the resolved jars are copied into :func:`jars_dir`. Sessions then
-pass those files as ``spark.jars`` and never touch the network.
+Those are Delta Lake's Spark connector and Spark's Kafka source (``spark-sql-kafka-0-10``, for logs kept
+in Kafka), each the build that matches the installed ``delta-spark`` and ``pyspark`` versions. Set-up
+calls :func:`fetch` (``python -m derived_views.spark_jars``): Spark's own dependency resolver downloads
+them with their dependencies into an Ivy cache, and the resolved jars are copied into :func:`jars_dir`.
+Sessions then pass those files as ``spark.jars`` and never touch the network.
 """
 
 from __future__ import annotations
@@ -23,18 +24,20 @@ def jars_dir() -> Path:
     return Path(explicit) if explicit else Path(sys.prefix) / "jars"
 
 
-def delta_coordinate() -> str:
-    """Maven coordinate of the Delta artifact built for the installed Spark minor version."""
+def spark_packages() -> str:
+    """Maven coordinates (comma-separated) of the Delta connector built for the installed Spark minor
+    version and of the Kafka source of the installed Spark version."""
     import pyspark
 
     delta_version = importlib.metadata.version("delta-spark")
     spark_minor = ".".join(pyspark.__version__.split(".")[:2])
-    return f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"
+    return (f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version},"
+            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}")
 
 
 def stamp() -> str:
     """Identifies the jar set, so that a version change triggers a new fetch."""
-    return delta_coordinate()
+    return spark_packages()
 
 
 _VERSIONED_JAR = re.compile(r"^(?P<artifact>.+?)-\d[^-]*(-[^-]+)?\.jar$")
@@ -47,7 +50,7 @@ def _artifact(file_name: str) -> str:
 
 
 def _bundled_artifacts() -> set[str]:
-    """Artifacts pyspark already ships; Delta's copies of them (often older) must not shadow them."""
+    """Artifacts pyspark already ships; the packages' copies of them (often older) must not shadow them."""
     import pyspark
 
     return {_artifact(jar.name) for jar in Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar")}
@@ -63,7 +66,7 @@ def installed_jars() -> list[Path]:
 
 
 def fetch() -> list[Path]:
-    """Resolve and copy the Delta jars unless the current set is already present."""
+    """Resolve and copy the jars unless the current set is already present."""
     existing = installed_jars()
     if existing:
         return existing
@@ -73,8 +76,8 @@ def fetch() -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="cdc-ivy-") as ivy:
         session = (
             SparkSession.builder.master("local[1]")
-            .appName("cdc-fetch-delta-jars")
-            .config("spark.jars.packages", delta_coordinate())
+            .appName("cdc-fetch-spark-jars")
+            .config("spark.jars.packages", spark_packages())
             .config("spark.jars.ivy", ivy)
             .config("spark.ui.enabled", "false")
             .getOrCreate()
@@ -82,7 +85,7 @@ def fetch() -> list[Path]:
         session.stop()
         resolved = sorted(Path(ivy, "jars").glob("*.jar"))
         if not resolved:
-            raise RuntimeError(f"Spark resolved no jars for {delta_coordinate()}")
+            raise RuntimeError(f"Spark resolved no jars for {spark_packages()}")
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)

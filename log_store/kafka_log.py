@@ -1,0 +1,541 @@
+"""The log kept in Apache Kafka: the same topics, records, placement and watermarks as the embedded log.
+
+:class:`KafkaLog` offers the part of :class:`~log_store.store.LogStore`'s interface that capture and
+the log's readers use (topics, ``append_group``, ``read``, offsets, watermarks), so that the capture loop
+and its restart rules are the same code on both backends.
+
+**Placement.** Every record names its partition explicitly, chosen by :class:`Partitioner` exactly as
+the embedded log chooses it (murmur2 of the key, made positive, modulo the partition count: Kafka's
+default partitioner). Keys, values, headers and timestamps are produced as they are; a record read back
+from Kafka equals the embedded log's, byte for byte, but for its offset.
+
+**Topics.** ``ensure_topic`` creates a topic with ``cleanup.policy=compact`` (``delete`` for a keyless
+table), the replication factor the brokers default to, and ``delete.retention.ms``; an existing topic
+with another partition count or policy is refused (:class:`TopicConfigMismatchError`).
+
+**Whole groups, durable before they count (promises 1 and 2).** One :meth:`KafkaLog.append_group` is
+one Kafka transaction of a transactional producer (``transactional.id`` ``<prefix>.capture``): its
+records, then its watermark (the group's position and the end offset of every topic-partition, encoded
+as the embedded log encodes it) on the compacted topic ``<prefix>.__watermarks``, then the commit. It
+returns only once the commit returned, so the capture loop confirms the slot only for what Kafka
+committed, with ``acks=all``. A failure before the commit aborts the transaction: no read-committed
+reader ever sees any of the group, and the exception propagates.
+
+**After a crash.** Opening the log as writer calls ``init_transactions``, which aborts a transaction
+the previous writer left open and fences that writer (a zombie's next commit fails); the latest
+watermark is then the last committed record of ``<prefix>.__watermarks``. The capture loop skips what
+the slot resends up to that position, as on the embedded log.
+
+**Reading.** Every read is ``isolation.level=read_committed`` and stops at the end offset the latest
+watermark (or a given one) names for its partition. A transaction's commit marker takes an offset of
+its own, so a watermark's end offset is the group's last record offset plus one, and offsets are not
+contiguous across groups: readers move by offsets returned, never by counting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+
+from log_store.errors import (
+    InvalidRecordError,
+    LogStoreError,
+    ReadOnlyError,
+    TopicConfigMismatchError,
+    UnknownTopicError,
+)
+from log_store.partitioner import Partitioner
+from log_store.producer_columns import ProducerColumns
+from log_store.record import ProducerRecord, Record, TopicPartition
+from log_store.store import PartitionInfo
+from log_store.topic import validate_topic_name
+from log_store.watermark import Watermark
+
+log = logging.getLogger("log_store.kafka")
+
+#: The key of every watermark record: compaction keeps the latest one.
+WATERMARK_KEY = b"watermark"
+#: How many records a group produces before it waits for their deliveries (bounded memory).
+PRODUCE_WINDOW = 50_000
+#: The largest record a topic takes (Kafka's default is 1 MiB; a source row may be larger).
+MAX_RECORD_BYTES = 64 << 20
+
+
+class KafkaLogError(LogStoreError):
+    """Kafka refused or could not be reached; the message says what failed and what to do."""
+
+    exit_code = 5
+
+    def __init__(self, bootstrap: str, what: str, error: object) -> None:
+        self.bootstrap, self.error = bootstrap, error
+        super().__init__(
+            f"Kafka at {bootstrap}: {what} failed ({error}); check that the brokers are up and reachable and "
+            "that CDC_LOG and the CDC_KAFKA_* client settings are right: nothing of the failed group is "
+            "visible to readers, and capture confirms nothing past what Kafka committed")
+
+
+@dataclass(frozen=True)
+class KafkaSettings:
+    """Where the log lives in Kafka and how to reach it.
+
+    ``client`` holds librdkafka properties every client gets (``security.protocol``, ``sasl.*``,
+    ``ssl.*``); ``prefix`` names the watermark topic and the transactional id, so two pipelines with
+    different prefixes share a cluster without meeting.
+    """
+
+    bootstrap: str
+    prefix: str
+    client: Mapping[str, str] = field(default_factory=dict)
+    delete_retention_ms: int = 24 * 3600 * 1000
+    retention_ms: int = -1
+    retention_bytes: int = -1
+    timeout_s: float = 30.0
+    transaction_timeout_ms: int = 600_000
+
+    @property
+    def watermark_topic(self) -> str:
+        return f"{self.prefix}.__watermarks"
+
+    @property
+    def transactional_id(self) -> str:
+        return f"{self.prefix}.capture"
+
+    def describe(self) -> str:
+        return f"kafka://{self.bootstrap}"
+
+
+@dataclass
+class _Deliveries:
+    """The highest offset delivered per partition in the current group, and the first error."""
+
+    ends: dict[TopicPartition, int] = field(default_factory=dict)
+    error: KafkaError | None = None
+
+    def __call__(self, error: KafkaError | None, message: Message) -> None:
+        if error is not None:
+            self.error = self.error or error
+            return
+        tp = TopicPartition(message.topic(), message.partition())
+        offset = message.offset() + 1
+        if offset > self.ends.get(tp, 0):
+            self.ends[tp] = offset
+
+
+class KafkaLog:
+    """The log in Kafka (see the module docstring); one writer per prefix, any number of readers."""
+
+    def __init__(self, settings: KafkaSettings, writer: bool) -> None:
+        self.settings = settings
+        self.writer = writer
+        self.root = settings.describe()
+        # librdkafka's own log lines go to this module's logger, not to stderr
+        self._client: dict[str, Any] = {"bootstrap.servers": settings.bootstrap, **settings.client, "logger": log}
+        self._admin: AdminClient | None = AdminClient(self._client)
+        self._partitioner = Partitioner()
+        self._partition_counts: dict[str, int] = {}
+        self._compacted: dict[str, bool] = {}
+        self._producer: Producer | None = None
+        self._consumer: Consumer | None = None
+        self._current: Watermark | None = None
+        self._closed = False
+
+    @classmethod
+    def open(cls, settings: KafkaSettings, *, writer: bool = False) -> KafkaLog:
+        """Connect; a writer also fences any earlier writer of the prefix and aborts its open group."""
+        log_ = cls(settings, writer)
+        try:
+            log_._ensure_watermark_topic()
+            if writer:
+                log_._start_producer()
+            log_._current = log_._read_latest_watermark()
+        except BaseException:
+            log_.close()
+            raise
+        return log_
+
+    # --- topics ------------------------------------------------------------------------------
+
+    def _admin_client(self) -> AdminClient:
+        if self._admin is None:
+            raise ReadOnlyError(self.root, "an operation after close()")  # type: ignore[arg-type]
+        return self._admin
+
+    def _metadata(self) -> Any:
+        try:
+            return self._admin_client().list_topics(timeout=self.settings.timeout_s)
+        except KafkaException as exc:
+            raise KafkaLogError(self.settings.bootstrap, "reading the cluster's topics", exc.args[0]) from None
+
+    def _ensure_watermark_topic(self) -> None:
+        if self.settings.watermark_topic not in self._metadata().topics:
+            self._create(self.settings.watermark_topic, 1, True)
+
+    def _topic_settings(self, compacted: bool) -> dict[str, str]:
+        settings = {"cleanup.policy": "compact" if compacted else "delete",
+                    "max.message.bytes": str(MAX_RECORD_BYTES)}
+        if compacted:
+            settings["delete.retention.ms"] = str(self.settings.delete_retention_ms)
+        else:
+            settings["retention.ms"] = str(self.settings.retention_ms)
+            settings["retention.bytes"] = str(self.settings.retention_bytes)
+        return settings
+
+    def _create(self, name: str, partitions: int, compacted: bool) -> None:
+        futures = self._admin_client().create_topics(
+            [NewTopic(name, partitions, -1, config=self._topic_settings(compacted))],
+            operation_timeout=self.settings.timeout_s, request_timeout=self.settings.timeout_s)
+        try:
+            futures[name].result()
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise KafkaLogError(self.settings.bootstrap, f"creating topic {name!r}", exc.args[0]) from None
+        self._await_topic(name)
+
+    def _await_topic(self, name: str) -> None:
+        """Wait until every partition of a new topic has a leader (creation is asynchronous)."""
+        deadline = time.monotonic() + self.settings.timeout_s
+        while time.monotonic() < deadline:
+            topic = self._metadata().topics.get(name)
+            if topic is not None and topic.error is None and topic.partitions and all(
+                    p.leader >= 0 for p in topic.partitions.values()):
+                return
+            time.sleep(0.1)
+        raise KafkaLogError(self.settings.bootstrap, f"waiting for topic {name!r} to get leaders", "timed out")
+
+    def _policy(self, name: str) -> str:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+        try:
+            configs = self._admin_client().describe_configs([resource], request_timeout=self.settings.timeout_s)[resource].result()
+        except KafkaException as exc:
+            raise KafkaLogError(self.settings.bootstrap, f"reading topic {name!r}'s settings", exc.args[0]) from None
+        return str(configs["cleanup.policy"].value)
+
+    def ensure_topic(self, name: str, partitions: int, *, compacted: bool = True) -> None:
+        """Create the topic if it does not exist; an existing one must have the same partition count and policy."""
+        self._require_writer("ensure_topic")
+        validate_topic_name(name)
+        if not isinstance(partitions, int) or partitions < 1:
+            raise ValueError(f"a topic needs at least one partition, not {partitions!r}")
+        existing = self._metadata().topics.get(name)
+        if existing is None:
+            self._create(name, partitions, compacted)
+        else:
+            if len(existing.partitions) != partitions:
+                raise TopicConfigMismatchError(name, "partitions", len(existing.partitions), partitions)
+            policy = self._policy(name)
+            if ("compact" in policy.split(",")) != compacted:
+                raise TopicConfigMismatchError(name, "cleanup.policy", policy,
+                                               "compact" if compacted else "delete")
+        self._partition_counts[name] = partitions
+        self._compacted[name] = compacted
+
+    def topics(self) -> list[str]:
+        """The prefix's topics, sorted (not the watermark topic, nor other pipelines' or Kafka's own)."""
+        names = self._metadata().topics
+        return sorted(name for name in names
+                      if name.startswith(f"{self.settings.prefix}.") and name != self.settings.watermark_topic)
+
+    def partitions(self, topic: str) -> int:
+        """The partition count of ``topic`` (raises :class:`UnknownTopicError`)."""
+        count = self._partition_counts.get(topic)
+        if count is None:
+            found = self._metadata().topics.get(topic)
+            if found is None or found.error is not None:
+                raise UnknownTopicError(self.root, topic)
+            count = self._partition_counts[topic] = len(found.partitions)
+        return count
+
+    def _is_compacted(self, topic: str) -> bool:
+        compacted = self._compacted.get(topic)
+        if compacted is None:
+            compacted = self._compacted[topic] = "compact" in self._policy(topic).split(",")
+        return compacted
+
+    # --- appending ---------------------------------------------------------------------------
+
+    def _require_writer(self, operation: str) -> None:
+        if not self.writer:
+            raise ReadOnlyError(self.root, operation)  # type: ignore[arg-type]
+        if self._closed:
+            raise ReadOnlyError(self.root, f"{operation} after close()")  # type: ignore[arg-type]
+
+    def _start_producer(self) -> None:
+        self._producer = Producer({
+            **self._client,
+            "transactional.id": self.settings.transactional_id,
+            "transaction.timeout.ms": self.settings.transaction_timeout_ms,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.max.bytes": MAX_RECORD_BYTES + (1 << 20),
+            "queue.buffering.max.messages": PRODUCE_WINDOW * 2,
+        })
+        try:
+            self._producer.init_transactions(self.settings.timeout_s)
+        except KafkaException as exc:
+            raise KafkaLogError(self.settings.bootstrap, "starting the capture's transactional producer",
+                                exc.args[0]) from None
+
+    def append_group(
+        self, records: Iterable[ProducerRecord | ProducerColumns], position: str, *, chunk_records: int = 0,
+    ) -> Watermark:
+        """Append ``records`` and their watermark at ``position`` as one Kafka transaction (module docstring).
+
+        When this returns the group is committed; when it raises, the transaction was aborted and no
+        reader sees any of it. ``chunk_records`` is accepted for the embedded log's signature.
+        """
+        self._require_writer("append_group")
+        if not isinstance(position, str):
+            raise TypeError(f"position must be a str, not {type(position).__name__}")
+        producer = self._producer
+        assert producer is not None
+        deliveries = _Deliveries()
+        try:
+            producer.begin_transaction()
+            produced = 0
+            for item in records:
+                for topic, partition, key, value, timestamp_ms, headers in self._placed(item):
+                    self._produce(producer, topic, partition, key, value, timestamp_ms, headers, deliveries)
+                    produced += 1
+                    if produced % PRODUCE_WINDOW == 0:
+                        self._settle(producer, deliveries)
+            self._settle(producer, deliveries)
+            previous = self._current
+            ends = dict(previous.end_offsets) if previous is not None else {}
+            ends.update(deliveries.ends)
+            for topic, count in self._partition_counts.items():
+                for p in range(count):
+                    ends.setdefault(TopicPartition(topic, p), 0)
+            watermark = Watermark((previous.sequence + 1) if previous is not None else 1, position,
+                                  int(time.time() * 1000), ends)
+            self._produce(producer, self.settings.watermark_topic, 0, WATERMARK_KEY, watermark.encode(),
+                          watermark.timestamp_ms, (), deliveries)
+            self._commit(producer)
+        except BaseException:
+            self._abort(producer)
+            raise
+        self._current = watermark
+        return watermark
+
+    def _placed(self, item: ProducerRecord | ProducerColumns) -> Iterator[tuple[Any, ...]]:
+        """``(topic, partition, key, value, timestamp_ms, headers)`` of each record ``item`` holds."""
+        if isinstance(item, ProducerColumns):
+            count = self.partitions(item.topic)
+            if self._is_compacted(item.topic) and item.null_keys():
+                raise InvalidRecordError(item.topic, "a record has no key, and the topic is compacted",
+                                         "give every record of a compacted topic a key")
+            placed = self._partitioner.columns_array(item.topic, item.keys, len(item), count).tolist()
+            keys = [None] * len(item) if item.keys is None else item.keys.to_pylist()
+            for partition, key, value in zip(placed, keys, item.values.to_pylist(), strict=True):
+                yield (item.topic, partition, _as_bytes(key), _as_bytes(value), item.timestamp_ms, ())
+            return
+        topic, key, value, timestamp_ms, headers = item
+        count = self.partitions(topic)
+        if key is None and self._is_compacted(topic):
+            raise InvalidRecordError(topic, "a record has no key, and the topic is compacted",
+                                     "give every record of a compacted topic a key")
+        yield (topic, self._partitioner.partition(topic, key, count), key, value, timestamp_ms, headers)
+
+    def _produce(self, producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
+                 timestamp_ms: int, headers: Any, deliveries: _Deliveries) -> None:
+        while True:
+            try:
+                producer.produce(topic, value, key, partition=partition, timestamp=timestamp_ms,
+                                 headers=list(headers) if headers else None, on_delivery=deliveries)
+                return
+            except BufferError:
+                producer.poll(0.05)
+
+    def _settle(self, producer: Producer, deliveries: _Deliveries) -> None:
+        """Wait until every record produced so far is delivered (or failed)."""
+        remaining = producer.flush(self.settings.timeout_s)
+        if deliveries.error is not None:
+            raise KafkaLogError(self.settings.bootstrap, "appending a group", deliveries.error)
+        if remaining:
+            raise KafkaLogError(self.settings.bootstrap, "appending a group",
+                                f"{remaining} records not delivered within {self.settings.timeout_s:g} s")
+
+    def _commit(self, producer: Producer) -> None:
+        """Commit the group's transaction, retrying what Kafka calls retriable."""
+        deadline = time.monotonic() + self.settings.timeout_s
+        while True:
+            try:
+                producer.commit_transaction(self.settings.timeout_s)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.retriable() and time.monotonic() < deadline:
+                    log.warning("committing a group to Kafka at %s: %s; retrying", self.settings.bootstrap, error)
+                    continue
+                raise KafkaLogError(self.settings.bootstrap, "committing a group", error) from None
+
+    def _abort(self, producer: Producer) -> None:
+        try:
+            producer.abort_transaction(self.settings.timeout_s)
+        except KafkaException as exc:
+            log.warning("aborting a group's transaction in Kafka at %s failed (%s); the broker aborts it "
+                        "when it times out, or the next writer does", self.settings.bootstrap, exc.args[0])
+
+    # --- reading -----------------------------------------------------------------------------
+
+    def _reader(self) -> Consumer:
+        if self._consumer is None:
+            self._consumer = Consumer({
+                **self._client,
+                "group.id": f"{self.settings.prefix}.log-reader",
+                "enable.auto.commit": False,
+                "enable.auto.offset.store": False,
+                "isolation.level": "read_committed",
+                "enable.partition.eof": True,
+                "auto.offset.reset": "earliest",
+                # reads are bounded: a fetch at the end of the range should come back, not wait for more
+                "fetch.wait.max.ms": 10,
+            })
+        return self._consumer
+
+    def _bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        """``(low, high)`` of ``tp``: its first stored offset and its last stable offset."""
+        try:
+            low, high = self._reader().get_watermark_offsets(
+                KafkaPartition(tp.topic, tp.partition), timeout=self.settings.timeout_s, cached=False)
+        except KafkaException as exc:
+            raise KafkaLogError(self.settings.bootstrap, f"reading the offsets of {tp}", exc.args[0]) from None
+        return int(low), int(high)
+
+    def _fetch(self, tp: TopicPartition, start: int, end: int, limit: int) -> list[Message]:
+        """Committed records of ``tp`` with offsets in ``[start, end)``, at most ``limit`` of them."""
+        if start >= end:
+            return []
+        consumer = self._reader()
+        consumer.assign([KafkaPartition(tp.topic, tp.partition, start)])
+        out: list[Message] = []
+        deadline = time.monotonic() + self.settings.timeout_s
+        try:
+            while len(out) < limit:
+                # a short wait: the records are fetched in the background, and the partition's end arrives
+                # as an event (enable.partition.eof), so no call waits for a batch that cannot fill
+                batch = consumer.consume(min(limit - len(out), 10_000), 0.02)
+                done = False
+                for message in batch:
+                    error = message.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            done = True
+                            continue
+                        raise KafkaLogError(self.settings.bootstrap, f"reading {tp}", error)
+                    if message.offset() >= end:
+                        done = True
+                        continue
+                    out.append(message)
+                if done or len(out) >= limit:
+                    break
+                position = consumer.position([KafkaPartition(tp.topic, tp.partition)])[0].offset
+                if position >= end:
+                    break
+                if not batch and time.monotonic() > deadline:
+                    raise KafkaLogError(self.settings.bootstrap, f"reading {tp}",
+                                        f"no record arrived within {self.settings.timeout_s:g} s")
+        finally:
+            consumer.unassign()
+        return out[:limit]
+
+    def _read_latest_watermark(self) -> Watermark | None:
+        """The last committed watermark record, read backwards from the topic's end in widening windows."""
+        tp = TopicPartition(self.settings.watermark_topic, 0)
+        low, high = self._bounds(tp)
+        window, end = 16, high
+        while end > low:
+            start = max(low, end - window)
+            messages = self._fetch(tp, start, end, end - start)
+            values = [m.value() for m in messages if m.value() is not None]
+            if values:
+                return Watermark.decode(values[-1])
+            end, window = start, window * 4
+        return None
+
+    def latest_watermark(self) -> Watermark | None:
+        """The newest committed watermark (a reader asks Kafka each time; a writer knows its own)."""
+        if not self.writer:
+            self._current = self._read_latest_watermark()
+        return self._current
+
+    def read(
+        self, tp: TopicPartition, offset: int, *, max_records: int = 10_000, max_bytes: int = 16 << 20,
+        until: Watermark | None = None,
+    ) -> list[Record]:
+        """Committed records of ``tp`` from ``offset``, below the watermark's end offset for ``tp``."""
+        tp = TopicPartition(*tp)
+        self._check_partition(tp)
+        watermark = until if until is not None else self.latest_watermark()
+        if watermark is None:
+            return []
+        messages = self._fetch(tp, max(offset, 0), watermark.end_offset(tp), max_records)
+        return [Record(tp.topic, tp.partition, m.offset(), m.key(), m.value(), m.timestamp()[1],
+                       tuple(m.headers() or ())) for m in messages]
+
+    def _check_partition(self, tp: TopicPartition) -> None:
+        count = self.partitions(tp.topic)
+        if not 0 <= tp.partition < count:
+            raise UnknownTopicError(self.root, tp.topic, tp.partition, count)  # type: ignore[arg-type]
+
+    def end_offset(self, tp: TopicPartition) -> int:
+        """The end offset of ``tp`` at the latest watermark."""
+        tp = TopicPartition(*tp)
+        self._check_partition(tp)
+        watermark = self.latest_watermark()
+        return watermark.end_offset(tp) if watermark is not None else 0
+
+    def start_offset(self, tp: TopicPartition) -> int:
+        """The first offset Kafka still stores for ``tp`` (retention and compaction move it forward)."""
+        tp = TopicPartition(*tp)
+        self._check_partition(tp)
+        return min(self._bounds(tp)[0], self.end_offset(tp))
+
+    def describe(self, topic: str) -> list[PartitionInfo]:
+        """Per-partition start and end offsets of ``topic`` (Kafka keeps segments and sizes to itself)."""
+        compacted = self._is_compacted(topic)
+        rows = []
+        for p in range(self.partitions(topic)):
+            tp = TopicPartition(topic, p)
+            rows.append(PartitionInfo(tp, self.start_offset(tp), self.end_offset(tp), 0, 0,
+                                      None if not compacted else 0.0))
+        return rows
+
+    # --- closing -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the clients (an open transaction cannot exist: every group ends in commit or abort)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._admin = None
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+        if self._producer is not None:
+            self._producer.flush(self.settings.timeout_s)
+            self._producer = None
+
+    def __enter__(self) -> KafkaLog:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"KafkaLog({self.root!r}, writer={self.writer})"
+
+
+def _as_bytes(item: str | bytes | None) -> bytes | None:
+    return item.encode() if isinstance(item, str) else item
+
+
+__all__ = ["KafkaLog", "KafkaLogError", "KafkaSettings", "WATERMARK_KEY"]

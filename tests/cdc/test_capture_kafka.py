@@ -1,0 +1,80 @@
+"""Capture into a real Kafka broker: the same records as the embedded log, whole groups, exactly once."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from cdc.coordinator import Capture
+from cdc.log_backend import open_log
+from cdc.settings import Settings
+from log_store import Record
+from tests.cdc.helpers import execute, read_log_topic, replay, settings_for, source_table
+
+pytestmark = [pytest.mark.pg, pytest.mark.kafka]
+
+#: the envelope's own ``ts_ms`` (when capture wrote it) ends every value; the rest is the source's
+_WRITTEN_AT = re.compile(rb',"ts_ms":\d+}$')
+#: a snapshot read's position and time are its own slot's consistent point and start
+_SNAPSHOT_POINT = re.compile(rb'"lsn":\d+,"txId":\d+,"ts_ms":\d+,"snapshot":"(true|last)"')
+
+
+def _as_written(records: list[Record]) -> list[tuple[object, ...]]:
+    """Each record but for its offset (Kafka's commit markers take offsets), the moment capture wrote it and,
+    for a snapshot read, the point of the slot that capture made (each capture here has a slot of its own)."""
+    out: list[tuple[object, ...]] = []
+    for r in records:
+        value = None if r.value is None else _WRITTEN_AT.sub(b"}", r.value)
+        read = value is not None and _SNAPSHOT_POINT.search(value) is not None
+        if read:
+            value = _SNAPSHOT_POINT.sub(rb'"snapshot":"\1"', value)  # type: ignore[arg-type]
+        out.append((r.partition, r.key, value, r.headers, None if read else r.timestamp_ms))
+    return out
+
+
+def _kafka(url: str, data_dir: Path, bootstrap: str, prefix: str, **extra: object) -> Settings:
+    return settings_for(url, data_dir, log=f"kafka://{bootstrap}", topic_prefix=prefix, **extra)
+
+
+def test_kafka_holds_the_embedded_logs_records_byte_for_byte(
+        reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str) -> None:
+    embedded = settings_for(reference_db, tmp_path / "embedded", topic_prefix=kafka_prefix, slot="embedded_slot")
+    kafka = _kafka(reference_db, tmp_path / "kafka", kafka_bootstrap, kafka_prefix, slot="kafka_slot")
+    execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 300) g")
+    for settings in (embedded, kafka):
+        Capture(settings, once=True).run()
+    big = "(SELECT string_agg(md5(g::text || 'x'), '') FROM generate_series(1, 3200) g)"  # ~100 kB, stored out of line
+    execute(
+        reference_db,
+        "INSERT INTO categories (name) SELECT 'n' || g FROM generate_series(1, 200) g",
+        "UPDATE categories SET name = name || '!' WHERE id <= 40",
+        "DELETE FROM categories WHERE id BETWEEN 41 AND 60",
+        f"INSERT INTO products (category_id, name, description, price, attributes, tags) "
+        f"VALUES (1, 'p', {big}, 19.90, '{{\"w\": 1.5}}', ARRAY['a','b c'])",
+        "UPDATE products SET price = 21.00 WHERE id = 1",  # the TOAST description is left out: a partial row
+        "UPDATE categories SET id = 1000 WHERE id = 2",  # a key change: delete, tombstone, create
+        "TRUNCATE order_items",
+    )
+    for settings in (embedded, kafka):
+        Capture(settings, once=True).run()
+
+    with open_log(embedded) as local, open_log(kafka) as remote:
+        topics = local.topics()
+        assert remote.topics() == topics
+        data_topics = [t for t in topics if ".__" not in t]
+        assert len(data_topics) == 5
+        for topic in data_topics:
+            assert remote.partitions(topic) == local.partitions(topic) == 3
+            expected = _as_written(read_log_topic(local, topic))
+            assert _as_written(read_log_topic(remote, topic)) == expected, topic
+        counts = {t.rsplit(".", 1)[1]: len(read_log_topic(remote, t)) for t in data_topics}
+        assert counts["categories"] == 300 + 200 + 40 + 2 * 20 + 3 and counts["products"] == 2
+        assert counts["order_items"] == 3  # a truncate marker on each partition
+        partial = [r for r in read_log_topic(remote, f"{kafka_prefix}.public.products") if r.headers]
+        assert partial and partial[0].header("unchanged") == b'["description"]'
+        schemas = read_log_topic(remote, f"{kafka_prefix}.__schemas")
+        assert sorted(r.key for r in schemas) == sorted(r.key for r in read_log_topic(local, f"{kafka_prefix}.__schemas"))
+        assert remote.latest_watermark().position == local.latest_watermark().position  # type: ignore[union-attr]
+    assert replay(kafka, f"{kafka_prefix}.public.categories") == source_table(reference_db, "categories")
