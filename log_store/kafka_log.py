@@ -76,10 +76,23 @@ class KafkaLogError(LogStoreError):
 
     def __init__(self, bootstrap: str, what: str, error: object) -> None:
         self.bootstrap, self.error = bootstrap, error
-        super().__init__(
-            f"Kafka at {bootstrap}: {what} failed ({error}); check that the brokers are up and reachable and "
-            "that CDC_LOG and the CDC_KAFKA_* client settings are right: nothing of the failed group is "
-            "visible to readers, and capture confirms nothing past what Kafka committed")
+        if _fenced(error):
+            message = (f"Kafka at {bootstrap}: {what} failed: another writer of the same topic prefix started "
+                       "(a second capture with this CDC_TOPIC_PREFIX) and took over the log, so this one stops; "
+                       "nothing of its unfinished group is visible to readers; run one capture per prefix")
+        else:
+            message = (f"Kafka at {bootstrap}: {what} failed ({error}); check that the brokers are up and reachable "
+                       "and that CDC_LOG and the CDC_KAFKA_* client settings are right: nothing of the failed group "
+                       "is visible to readers, and capture confirms nothing past what Kafka committed")
+        super().__init__(message)
+
+
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+
+
+def _fenced(error: object) -> bool:
+    """Whether ``error`` says a newer writer with the same transactional id took over."""
+    return isinstance(error, KafkaError) and error.code() in _FENCED_CODES
 
 
 @dataclass(frozen=True)
@@ -121,7 +134,8 @@ class _Deliveries:
 
     def __call__(self, error: KafkaError | None, message: Message) -> None:
         if error is not None:
-            self.error = self.error or error
+            if self.error is None:
+                self.error = error
             return
         tp = TopicPartition(message.topic(), message.partition())
         offset = message.offset() + 1
@@ -145,6 +159,7 @@ class KafkaLog:
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
         self._current: Watermark | None = None
+        self._fatal: KafkaError | None = None
         self._closed = False
 
     @classmethod
@@ -296,6 +311,8 @@ class KafkaLog:
             raise TypeError(f"position must be a str, not {type(position).__name__}")
         producer = self._producer
         assert producer is not None
+        if self._fatal is not None:
+            raise KafkaLogError(self.settings.bootstrap, "appending a group", self._fatal)
         deliveries = _Deliveries()
         try:
             producer.begin_transaction()
@@ -318,8 +335,11 @@ class KafkaLog:
             self._produce(producer, self.settings.watermark_topic, 0, WATERMARK_KEY, watermark.encode(),
                           watermark.timestamp_ms, (), deliveries)
             self._commit(producer)
-        except BaseException:
-            self._abort(producer)
+        except BaseException as exc:
+            refused = self._abort(producer)
+            if refused is not None and isinstance(exc, KafkaLogError) and refused.fatal():
+                self._fatal = refused  # the producer is unusable: say why, now and for every later group
+                raise KafkaLogError(self.settings.bootstrap, "appending a group", refused) from None
             raise
         self._current = watermark
         return watermark
@@ -355,7 +375,11 @@ class KafkaLog:
 
     def _settle(self, producer: Producer, deliveries: _Deliveries) -> None:
         """Wait until every record produced so far is delivered (or failed)."""
-        remaining = producer.flush(self.settings.timeout_s)
+        try:
+            remaining = producer.flush(self.settings.timeout_s)
+        except (KafkaException, SystemError) as exc:
+            # a fatal producer error (fencing) surfaces from flush, sometimes wrapped by the delivery callback
+            raise KafkaLogError(self.settings.bootstrap, "appending a group", deliveries.error or exc) from None
         if deliveries.error is not None:
             raise KafkaLogError(self.settings.bootstrap, "appending a group", deliveries.error)
         if remaining:
@@ -376,12 +400,17 @@ class KafkaLog:
                     continue
                 raise KafkaLogError(self.settings.bootstrap, "committing a group", error) from None
 
-    def _abort(self, producer: Producer) -> None:
+    def _abort(self, producer: Producer) -> KafkaError | None:
+        """Abort the group's transaction; the error when Kafka refused (a fenced producer cannot abort)."""
         try:
             producer.abort_transaction(self.settings.timeout_s)
         except KafkaException as exc:
-            log.warning("aborting a group's transaction in Kafka at %s failed (%s); the broker aborts it "
-                        "when it times out, or the next writer does", self.settings.bootstrap, exc.args[0])
+            error: KafkaError = exc.args[0]
+            if not _fenced(error):
+                log.warning("aborting a group's transaction in Kafka at %s failed (%s); the broker aborts it "
+                            "when it times out, or the next writer does", self.settings.bootstrap, error)
+            return error
+        return None
 
     # --- reading -----------------------------------------------------------------------------
 

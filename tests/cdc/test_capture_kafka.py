@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import random
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,8 +15,11 @@ from cdc.log_backend import open_log
 from cdc.settings import Settings
 from log_store import Record
 from tests.cdc.helpers import execute, read_log_topic, replay, settings_for, source_table
+from tests.faults.harness import Running, cdc_env, compare_log, poll, run_cdc, seed, transaction_differences, watermark
 
 pytestmark = [pytest.mark.pg, pytest.mark.kafka]
+
+SEED = int(os.environ.get("FAULTS_SEED") or random.SystemRandom().randrange(1 << 32))
 
 #: the envelope's own ``ts_ms`` (when capture wrote it) ends every value; the rest is the source's
 _WRITTEN_AT = re.compile(rb',"ts_ms":\d+}$')
@@ -78,3 +84,42 @@ def test_kafka_holds_the_embedded_logs_records_byte_for_byte(
         assert sorted(r.key for r in schemas) == sorted(r.key for r in read_log_topic(local, f"{kafka_prefix}.__schemas"))
         assert remote.latest_watermark().position == local.latest_watermark().position  # type: ignore[union-attr]
     assert replay(kafka, f"{kafka_prefix}.public.categories") == source_table(reference_db, "categories")
+
+
+def test_kill_9_of_capture_into_kafka_under_load_loses_and_doubles_nothing(
+        reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str) -> None:
+    """``cdc capture`` into Kafka is killed 6 times at random moments (start-up, the writer's fencing and
+    abort of the open transaction, the slot's resend, streaming) under a write load with large
+    transactions; then the load stops and ``cdc capture --once`` drains. Replaying the topics from offset 0
+    equals the source, and every transaction of the load is there exactly once and whole."""
+    kafka = _kafka(reference_db, tmp_path, kafka_bootstrap, kafka_prefix)
+    env = cdc_env(reference_db, tmp_path, log=kafka.log, topic_prefix=kafka_prefix)
+    rng = random.Random(SEED)
+    seed(reference_db, products=500, orders=150)
+    running = Running()
+    try:
+        load = running.load(reference_db, SEED, big_every=120, pace=0.03)
+        moments = []
+        for kill in range(6):
+            before = watermark(kafka) or 0
+            capture = running.cdc(env, ["capture"], tmp_path / f"capture-{kill}.err")
+            if kill % 2:
+                poll(lambda: (watermark(kafka) or 0) > before or not capture.running(), 120, "capture progress")
+            moment = rng.uniform(0.0, 2.0)
+            try:
+                capture.process.wait(moment)
+            except subprocess.TimeoutExpired:
+                pass
+            assert capture.kill9(), f"seed {SEED}: capture {kill} exited by itself: {capture.stderr()}"
+            moments.append(f"{moment:.2f}s{'+' if (watermark(kafka) or 0) > before else ''}")
+        load.finish()
+    finally:
+        running.close()
+    drained = run_cdc(env, "capture", "--once")
+    context = f"seed {SEED}, kill moments {' '.join(moments)}; {load.line()}"
+    assert drained.returncode == 0, f"{context}: cdc capture --once exited {drained.returncode}: {drained.stderr}"
+    rows = compare_log(reference_db, kafka)
+    assert rows.compared > 1000 and not rows.differences, f"{context}; {rows.line()}: {rows.differences[:5]}"
+    transactions, wrong = transaction_differences(kafka, load)
+    assert transactions > 50 and load.big_transactions >= 1, context
+    assert not wrong, f"{context}; transactions compared {transactions}: {wrong[:5]}"

@@ -26,7 +26,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from cdc.log_backend import open_log
 from cdc.lsn import Lsn
+from cdc.settings import Settings
 from log_store import LogStore
 from tests.cdc.helpers import read_topic, replay
 
@@ -127,10 +129,18 @@ class Running:
             load.join(60)
 
 
-def watermark(data_dir: Path) -> int | None:
+#: Where a test's log is: the data directory of an embedded log, or settings naming a log of either backend.
+Where = Path | Settings
+
+
+def _prefix(where: Where) -> str:
+    return where.topic_prefix if isinstance(where, Settings) else "cdc"
+
+
+def watermark(where: Where) -> int | None:
     """The log's durable commit watermark as an LSN (None before the log has one)."""
     try:
-        with LogStore.open(data_dir / "log") as log:
+        with open_log(where) if isinstance(where, Settings) else LogStore.open(where / "log") as log:
             latest = log.latest_watermark()
     except Exception:  # noqa: BLE001 - no log yet (the first capture has not created it)
         return None
@@ -192,16 +202,17 @@ def source_rows(url: str) -> dict[str, dict[bytes, dict[str, Any]]]:
     return out
 
 
-def log_rows(data_dir: Path) -> dict[str, dict[bytes, dict[str, Any]]]:
+def log_rows(where: Where) -> dict[str, dict[bytes, dict[str, Any]]]:
     """Every reference table as replaying its topic from offset 0 makes it (strict: an impossible history fails)."""
-    return {table: replay(data_dir, f"cdc.public.{table}") for table in KEYS}  # type: ignore[misc]
+    return {table: replay(where, f"{_prefix(where)}.public.{table}") for table in KEYS}  # type: ignore[misc]
 
 
-def truncate_markers(data_dir: Path) -> dict[str, int]:
+def truncate_markers(where: Where) -> dict[str, int]:
     """Per reference table, the truncate markers a snapshot wrote into its topic (one per partition each time)."""
     counts = {}
     for table in KEYS:
-        values = (orjson.loads(r.value) for r in read_topic(data_dir, f"cdc.public.{table}") if r.value is not None)
+        values = (orjson.loads(r.value) for r in read_topic(where, f"{_prefix(where)}.public.{table}")
+                  if r.value is not None)
         counts[table] = sum(1 for v in values if v["op"] == "t" and v["source"]["snapshot"] == "true")
     return counts
 
@@ -217,10 +228,10 @@ class Comparison:
         return f"rows compared {self.compared}, differences {len(self.differences)}"
 
 
-def compare_log(url: str, data_dir: Path) -> Comparison:
+def compare_log(url: str, where: Where) -> Comparison:
     """Replay every topic of the log and compare it with the source, row by row."""
     result = Comparison()
-    source, log = source_rows(url), log_rows(data_dir)
+    source, log = source_rows(url), log_rows(where)
     for table in KEYS:
         expected, actual = source[table], log[table]
         result.compared += len(expected)
@@ -322,7 +333,7 @@ class Written:
     before: Lsn
 
 
-def transaction_differences(data_dir: Path, load: Load) -> tuple[int, list[str]]:
+def transaction_differences(where: Where, load: Load) -> tuple[int, list[str]]:
     """Check the log transaction by transaction against what the load committed: nothing lost, nothing
     doubled, nothing partial. Every streamed event belongs to a transaction of the load, which has in the
     log exactly as many change events as it wrote rows. A transaction that began after the latest
@@ -331,7 +342,7 @@ def transaction_differences(data_dir: Path, load: Load) -> tuple[int, list[str]]
     events: dict[int, int] = {}
     snapshot_point = 0
     for table in KEYS:
-        for record in read_topic(data_dir, f"cdc.public.{table}"):
+        for record in read_topic(where, f"{_prefix(where)}.public.{table}"):
             if record.value is None:
                 continue  # a delete's tombstone
             source = orjson.loads(record.value)["source"]
