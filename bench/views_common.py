@@ -143,7 +143,7 @@ def sync_current(ctx: ViewContext, table: str, replace: bool = False) -> TableRe
     watermark = runner.latest(ctx)
     assert watermark is not None
     schema = ctx.schema(watermark, table)
-    return apply_state(ctx, Range(ctx.log_path, watermark), schema, warehouse.current_path(ctx, table),
+    return apply_state(ctx, Range(ctx.log, watermark), schema, warehouse.current_path(ctx, table),
                        warehouse.dead_letter_path(ctx), replace=replace)
 
 

@@ -215,6 +215,7 @@ def main() -> None:
     from derived_views import runner
     from derived_views.context import ViewContext
     from derived_views.definitions import ViewDefinitions
+    from derived_views.log_location import LogLocation
     from derived_views.spark_session import build_spark
 
     directory = Path(tempfile.mkdtemp(prefix="cdc-bench-fanout-", dir=args.dir))
@@ -224,7 +225,7 @@ def main() -> None:
             writer.snapshot(args.roots, args.others)
         spark = build_spark("cdc-bench-views-fanout")
         definitions = ViewDefinitions.model_validate({**VIEWS, "source": "bench/views_fanout.py"})
-        ctx = ViewContext(spark, str(directory / "views"), str(directory / "log"), PREFIX, definitions=definitions,
+        ctx = ViewContext(spark, str(directory / "views"), LogLocation.of(directory / "log"), PREFIX, definitions=definitions,
                           deletion_vectors=args.deletion_vectors)
         tables = {name: ctx.path("search", "products", name) for name in ("documents", "terms")}
         versions = {name: -1 for name in tables}

@@ -207,13 +207,14 @@ def _source_free_disk(conn: psycopg.Connection[Any]) -> int | None:
 
 
 def measure_log(settings: Settings) -> LogLag:
-    """End offsets at the latest watermark (an absent log is an empty one)."""
-    from log_store import LogStore, TopicPartition
+    """End offsets at the latest watermark (an absent embedded log is an empty one)."""
+    from cdc.log_backend import open_log
+    from log_store import TopicPartition
 
     lag = LogLag()
-    if not settings.log_dir.exists():
+    if not settings.uses_kafka and not settings.log_dir.exists():
         return lag
-    with LogStore.open(settings.log_dir) as store:
+    with open_log(settings) as store:
         watermark = store.latest_watermark()
         if watermark is None:
             return lag

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from derived_views.apply import forget_tables
 from derived_views.definitions import ViewDefinitions
 from derived_views.errors import SourceSchemaError
+from derived_views.log_location import LogLocation
 from derived_views.log_source import LogWatermark, Offsets, plan_partitions, read_partition
 from derived_views.progress import Progress, read_progress
 from derived_views.schema import TableSchema, schemas_topic
@@ -53,7 +54,7 @@ class ViewContext:
 
     spark: SparkSession
     views_dir: str
-    log_path: str
+    log: LogLocation
     prefix: str
     _progress: dict[str, Progress] = field(default_factory=dict)
     definitions: ViewDefinitions = field(default_factory=ViewDefinitions)
@@ -90,7 +91,7 @@ class ViewContext:
 
     def _sibling(self) -> ViewContext:
         """A context in a session of its own that shares this one's progress, definitions and locks."""
-        sibling = ViewContext(new_session(self.spark), self.views_dir, self.log_path, self.prefix, self._progress,
+        sibling = ViewContext(new_session(self.spark), self.views_dir, self.log, self.prefix, self._progress,
                               self.definitions, deletion_vectors=self.deletion_vectors, writer=self.writer,
                               _applying=self._applying)
         self._siblings.append(sibling)
@@ -164,7 +165,7 @@ class ViewContext:
         ends = watermark.offsets.get(self.schemas_topic, {})
         if self._schemas_at == {self.schemas_topic: ends}:
             return self._schemas
-        schemas = read_schemas(self.log_path, self.schemas_topic, ends)
+        schemas = read_schemas(self.log, self.schemas_topic, ends)
         self._schemas = schemas
         self._schemas_at = {self.schemas_topic: dict(ends)}
         return schemas
@@ -181,12 +182,12 @@ class ViewContext:
         return schemas[name]
 
 
-def read_schemas(log_path: str, topic: str, ends: dict[str, int]) -> dict[str, TableSchema]:
+def read_schemas(location: LogLocation | str, topic: str, ends: dict[str, int]) -> dict[str, TableSchema]:
     """Every source table's latest schema record in ``topic`` up to ``ends`` (partition -> end offset),
     by log name: the schema topic is small (one record per table and change), read in the driver."""
     rows = [
         row
-        for part in plan_partitions(log_path, {}, {topic: dict(ends)})
+        for part in plan_partitions(location, {}, {topic: dict(ends)})
         for batch in read_partition(part)
         for row in batch.select(["partition", "offset", "key", "value"]).to_pylist()
     ]

@@ -16,6 +16,7 @@ from derived_views.column_names import stored_name
 from derived_views.composite import checked, source_tables
 from derived_views.context import read_schemas
 from derived_views.definitions import ViewDefinitions
+from derived_views.log_location import LogLocation
 from derived_views.log_source import read_watermark
 from derived_views.schema import TableSchema, schemas_topic
 from derived_views.status import readable_progress
@@ -42,13 +43,14 @@ def _table(view: str, holds: str, path: Path, columns: Iterable[str] = ()) -> Vi
     return ViewTable(view, holds, str(path), as_of, renamed)
 
 
-def captured_tables(log_path: str, prefix: str) -> list[TableSchema]:
+def captured_tables(location: LogLocation | str, prefix: str) -> list[TableSchema]:
     """Every table the log describes, by name (none before the first capture)."""
-    watermark = read_watermark(log_path) if Path(log_path).exists() else None
+    location = LogLocation.of(location)
+    watermark = read_watermark(location) if location.exists() else None
     if watermark is None:
         return []
     topic = schemas_topic(prefix)
-    return sorted(read_schemas(log_path, topic, watermark.offsets.get(topic, {})).values(), key=lambda s: s.dotted_name)
+    return sorted(read_schemas(location, topic, watermark.offsets.get(topic, {})).values(), key=lambda s: s.dotted_name)
 
 
 def view_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions) -> list[ViewTable]:

@@ -1,8 +1,11 @@
 """Spark data source ``cdclog``: batch and streaming reads of the change log, up to a commit watermark.
 
-This is the only module of the views that knows where the log lives; everything else sees a DataFrame
-with the columns of :data:`RAW_DDL` (the Kafka source's shape, so a deployment that moves the topics
-to Kafka swaps this reader for Spark's Kafka source and keeps the rest).
+With :mod:`derived_views.log_location`, this is the only module of the views that knows where the log
+lives; everything else sees rows with the columns of :data:`RAW_DDL`. The functions the driver uses
+(:func:`read_watermark`, :func:`plan_partitions`, :func:`read_partition`) read either backend: the
+embedded log's files, or Kafka (read-committed, up to a watermark's end offsets). Spark tasks read the
+embedded log through the ``cdclog`` source and Kafka through Spark's own Kafka source
+(:func:`derived_views.pending.read_log`).
 
 Offsets are plain dicts::
 
@@ -37,10 +40,11 @@ import json
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+
+from derived_views.log_location import LogLocation
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -86,12 +90,13 @@ class LogWatermark:
 
 
 class LogPartition(InputPartition):
-    """Offsets ``[start, end)`` of one topic-partition of the log at ``path``.
+    """Offsets ``[start, end)`` of one topic-partition of the log at ``location``.
 
     Parameters
     ----------
-    path : str
-        The log directory, opened read-only by the worker.
+    location : LogLocation
+        The log, opened read-only by whoever reads the partition (a worker of the ``cdclog`` source, or
+        the driver).
     topic, partition : str, int
         The topic-partition.
     start, end : int
@@ -102,26 +107,20 @@ class LogPartition(InputPartition):
     Must be picklable: it travels from the driver to the Python worker.
     """
 
-    def __init__(self, path: str, topic: str, partition: int, start: int, end: int) -> None:
+    def __init__(self, location: LogLocation, topic: str, partition: int, start: int, end: int) -> None:
         super().__init__((topic, partition, start, end))
-        self.path = path
+        self.location = location
         self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
 
 
-def _open(path: str) -> Any:
-    from log_store import LogStore
-
-    return LogStore.open(Path(path))
-
-
-def read_watermark(path: str, topics: Sequence[str] | None = None) -> LogWatermark | None:
+def read_watermark(location: LogLocation | str, topics: Sequence[str] | None = None) -> LogWatermark | None:
     """The log's latest commit watermark restricted to ``topics`` (all when ``None``); ``None`` before
     the first one. A topic the log does not hold (yet) reads as having no partitions.
     """
-    with _open(path) as log:
+    with LogLocation.of(location).open() as log:
         watermark = log.latest_watermark()
         if watermark is None:
             return None
@@ -133,14 +132,15 @@ def read_watermark(path: str, topics: Sequence[str] | None = None) -> LogWaterma
         return LogWatermark(str(watermark.position), int(watermark.timestamp_ms), offsets)
 
 
-def plan_partitions(path: str, start: Offsets, end: Offsets) -> list[LogPartition]:
+def plan_partitions(location: LogLocation | str, start: Offsets, end: Offsets) -> list[LogPartition]:
     """One input partition per topic-partition whose range ``[start, end)`` is not empty."""
+    location = LogLocation.of(location)
     planned = []
     for topic in sorted(end):
         for partition, end_offset in sorted(end[topic].items(), key=lambda item: int(item[0])):
             begin = int(start.get(topic, {}).get(partition, 0))
             if end_offset > begin:
-                planned.append(LogPartition(path, topic, int(partition), begin, int(end_offset)))
+                planned.append(LogPartition(location, topic, int(partition), begin, int(end_offset)))
     return planned
 
 
@@ -253,13 +253,57 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
 
     tp = TopicPartition(partition.topic, partition.partition)
     offset = partition.start
-    with _open(partition.path) as log:
+    if partition.location.kafka is not None:
+        yield from _read_kafka_partition(partition)
+        return
+    with partition.location.open() as log:
         while offset < partition.end:
             chunks = log.read_columns(tp, offset, max_records=_CHUNK, max_bytes=_CHUNK_BYTES, end=partition.end)
             if not chunks:
                 break
             offset = int(chunks[-1].offsets[-1]) + 1
             yield _arrow_batch(partition.topic, partition.partition, chunks)
+
+
+def _read_kafka_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
+    """:func:`read_partition` of a partition of a log in Kafka: its committed records, in :data:`RAW_DDL` order."""
+    import pyarrow as pa
+
+    from log_store import TopicPartition, first_header
+
+    tp = TopicPartition(partition.topic, partition.partition)
+    offset = partition.start
+    with partition.location.open() as log:
+        while offset < partition.end:
+            records = log.read(tp, offset, max_records=_CHUNK, end=partition.end)
+            if not records:
+                break
+            offset = records[-1].offset + 1
+            columns: dict[str, list[Any]] = {name: [] for name in _RAW_NAMES}
+            for record in records:
+                unchanged = first_header(record.headers, "unchanged")
+                tombstone = record.value is None
+                for name, item in (
+                    ("topic", record.topic), ("partition", record.partition), ("offset", record.offset),
+                    ("key", _utf8(record.key)), ("value", _utf8(record.value)), ("timestamp_ms", record.timestamp_ms),
+                    ("unchanged", _utf8(unchanged)),
+                    ("deleted_lsn", _header_int(first_header(record.headers, "lsn")) if tombstone else None),
+                    ("deleted_seq", _header_int(first_header(record.headers, "sequence")) if tombstone else None),
+                ):
+                    columns[name].append(item)
+            yield pa.RecordBatch.from_pydict(columns, schema=_raw_schema())
+
+
+def _utf8(data: bytes | None) -> str | None:
+    """Bytes as text, those that are not UTF-8 escaped (such a value is poison, see :func:`_arrow_batch`)."""
+    return None if data is None else data.decode(errors="backslashreplace")
+
+
+def _raw_schema() -> pa.Schema:
+    import pyarrow as pa
+
+    types = {"string": pa.string(), "int": pa.int32(), "bigint": pa.int64()}
+    return pa.schema([(part.split()[0], types[part.split()[1]]) for part in RAW_DDL.split(",")])
 
 
 def reduced_partition(partition: LogPartition, mode: str, row: Any | None = None) -> Iterator[pa.RecordBatch]:
@@ -344,7 +388,7 @@ class LogBatchReader(DataSourceReader):
         self._end = self._options.end()[2]
 
     def partitions(self) -> Sequence[InputPartition]:
-        return plan_partitions(self._options.path, self._options.starting, self._end)
+        return plan_partitions(LogLocation.of(self._options.path), self._options.starting, self._end)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Spark reads an empty plan through one placeholder partition: it yields nothing
@@ -386,7 +430,7 @@ class LogStreamReader(DataSourceStreamReader):
         return {"position": position, "timestamp_ms": timestamp_ms, "offsets": offsets}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return plan_partitions(self._options.path, start.get("offsets", {}), end.get("offsets", {}))
+        return plan_partitions(LogLocation.of(self._options.path), start.get("offsets", {}), end.get("offsets", {}))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Spark reads an empty plan through one placeholder partition: it yields nothing

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from derived_views.column_names import stored_names
 from derived_views.events import EVENT_DDL, reduce_table
+from derived_views.log_location import LogLocation
 from derived_views.log_source import (
     LogWatermark,
     Offsets,
@@ -45,9 +46,9 @@ APPEND_CHECK_KEYS = 20_000
 
 @dataclass(frozen=True)
 class Range:
-    """What one sync step reads: the log location, and the watermark every table moves to."""
+    """What one sync step reads: the log, and the watermark every table moves to."""
 
-    log_path: str
+    log: LogLocation
     watermark: LogWatermark
 
     def progress(self, topics: list[str], previous: Progress | None = None) -> Progress:
@@ -61,20 +62,25 @@ class Range:
 
 
 def read_log(
-    spark: SparkSession, log_path: str, topics: list[str], start: Offsets, end: Offsets, reduce: str | None = None,
-    columns: list[tuple[str, str]] | None = None,
+    spark: SparkSession, location: LogLocation | str, topics: list[str], start: Offsets, end: Offsets,
+    reduce: str | None = None, columns: list[tuple[str, str]] | None = None,
 ) -> DataFrame:
-    """Log rows of ``topics`` in ``[start, end)`` through the ``cdclog`` source: raw, or reduced per
-    partition (``reduce`` = ``latest``/``all``, rows of :data:`EVENT_DDL`) by the tasks that read them,
-    typed by Arrow as ``columns`` in the same parse when given (:mod:`derived_views.typed_rows`)."""
+    """Log rows of ``topics`` in ``[start, end)`` read by Spark tasks, one task per log partition: raw
+    (:data:`~derived_views.log_source.RAW_DDL`), or reduced per partition (``reduce`` = ``latest``/``all``,
+    rows of :data:`EVENT_DDL`) by the tasks that read them, typed by Arrow as ``columns`` in the same
+    parse when given (:mod:`derived_views.typed_rows`). The embedded log is read through the ``cdclog``
+    source, Kafka through Spark's Kafka source (:func:`read_kafka`)."""
     import json
 
     from derived_views.log_source import register
 
+    location = LogLocation.of(location)
+    if location.kafka is not None:
+        return read_kafka(spark, location, topics, start, end, reduce, columns)
     register(spark)
     reader = (
         spark.read.format("cdclog")
-        .option("path", log_path)
+        .option("path", location.path)
         .option("topics", ",".join(topics))
         .option("startingOffsets", offsets_json(start))
         .option("endingOffsets", offsets_json({t: end.get(t, {}) for t in topics}))
@@ -84,6 +90,70 @@ def read_log(
     if columns is not None:
         reader = reader.option("columns", json.dumps(columns))
     return reader.load()
+
+
+def read_kafka(
+    spark: SparkSession, location: LogLocation, topics: list[str], start: Offsets, end: Offsets,
+    reduce: str | None = None, columns: list[tuple[str, str]] | None = None,
+) -> DataFrame:
+    """:func:`read_log` of a log in Kafka, through Spark's Kafka source.
+
+    The source reads ``read_committed`` and makes one Spark partition per Kafka partition, in offset
+    order, which is what the per-partition reduction needs (every event of a key is in one partition);
+    its rows are mapped to :data:`~derived_views.log_source.RAW_DDL` and reduced by ``mapInArrow``, one
+    Python worker per partition, as the ``cdclog`` source reduces its partitions. ``failOnDataLoss`` is
+    off because compaction leaves gaps in a compacted topic's offsets (and commit markers take offsets
+    of their own): a gap is not a loss here.
+    """
+    import functools
+    import json
+
+    from pyspark.sql import functions as F
+
+    from derived_views.log_source import RAW_DDL
+    from derived_views.typed_rows import typed_ddl
+
+    ranges = {topic: {p: (int(start.get(topic, {}).get(p, 0)), int(e)) for p, e in end.get(topic, {}).items()}
+              for topic in topics}
+    ranges = {topic: {p: r for p, r in parts.items() if r[1] > r[0]} for topic, parts in ranges.items()}
+    ranges = {topic: parts for topic, parts in ranges.items() if parts}
+    out_ddl = RAW_DDL if reduce is None else EVENT_DDL if columns is None else f"{EVENT_DDL}, {typed_ddl(columns)}"
+    if not ranges:
+        return spark.createDataFrame([], schema=out_ddl)
+    def header(name: str, as_type: str) -> SparkColumn:
+        return F.expr(f"try_cast(cast(try_element_at(filter(headers, h -> h.key = '{name}'), 1).value AS STRING) "
+                      f"AS {as_type})")
+
+    tombstone = F.col("value").isNull()
+    raw = (
+        spark.read.format("kafka")
+        .options(**location.spark_options())
+        .option("assign", json.dumps({topic: sorted(int(p) for p in parts) for topic, parts in ranges.items()}))
+        .option("startingOffsets", json.dumps({t: {p: r[0] for p, r in parts.items()} for t, parts in ranges.items()}))
+        .option("endingOffsets", json.dumps({t: {p: r[1] for p, r in parts.items()} for t, parts in ranges.items()}))
+        .option("kafka.isolation.level", "read_committed")
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "false")
+        .load()
+        .select(
+            F.col("topic"), F.col("partition").cast("int"), F.col("offset"),
+            F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
+            F.unix_millis("timestamp").alias("timestamp_ms"),
+            header("unchanged", "STRING").alias("unchanged"),
+            F.when(tombstone, header("lsn", "BIGINT")).alias("deleted_lsn"),
+            F.when(tombstone, header("sequence", "BIGINT")).alias("deleted_seq"),
+        )
+    )
+    if reduce is None:
+        return raw
+    return raw.mapInArrow(functools.partial(_reduce_partition, reduce, columns), out_ddl)
+
+
+def _reduce_partition(mode: str, columns: list[tuple[str, str]] | None, batches: Any) -> Any:
+    """One Kafka partition's raw rows reduced per key (:func:`derived_views.events.reduce_table`), in a worker."""
+    from derived_views.typed_rows import row_type
+
+    yield from reduce_table(batches, mode, None if columns is None else row_type(columns)).to_batches()
 
 
 #: A pending range of at most this many log offsets is read and reduced in the driver process and
@@ -112,7 +182,7 @@ def pending_table(
     import pyarrow as pa
 
     end = {t: rng.watermark.offsets.get(t, {}) for t in topics}
-    parts = plan_partitions(rng.log_path, _start(progress, topics), end)
+    parts = plan_partitions(rng.log, _start(progress, topics), end)
     if not read_in_driver(sum(part.end - part.start for part in parts)):
         return None
     tables = [reduce_table(read_partition(part), mode, row) for part in parts]
@@ -160,7 +230,7 @@ def typed_events(
     """The pending events of ``topics`` read, reduced and typed by Spark tasks (:func:`typed`): each
     envelope parsed once, by Arrow in the task that reduces it when it can (:func:`arrow_typed`)."""
     typed_columns = columns if arrow_typed(columns, plan) else None
-    raw = read_log(spark, rng.log_path, topics, _start(progress, topics), rng.watermark.offsets, reduce=mode,
+    raw = read_log(spark, rng.log, topics, _start(progress, topics), rng.watermark.offsets, reduce=mode,
                    columns=typed_columns)
     return typed(raw, columns, table, plan)
 

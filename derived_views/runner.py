@@ -49,6 +49,7 @@ from derived_views.errors import (
 from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
 from derived_views.steps import TableResult
+from derived_views.log_location import location_from_settings
 from derived_views.log_source import LogWatermark, read_watermark
 from derived_views.pending import Range
 from derived_views.progress import is_local
@@ -97,7 +98,7 @@ def context_from_settings(settings: Settings, spark: SparkSession | None = None)
 
     definitions = load_definitions(settings.views_file)
     session = spark or build_spark("cdc-views")
-    return ViewContext(session, str(settings.views_dir.resolve()), str(settings.log_dir.resolve()), settings.topic_prefix,
+    return ViewContext(session, str(settings.views_dir.resolve()), location_from_settings(settings), settings.topic_prefix,
                        definitions=definitions, deletion_vectors=settings.deletion_vectors)
 
 
@@ -112,7 +113,7 @@ def latest(ctx: ViewContext) -> LogWatermark | None:
     :data:`SNAPSHOT_IN_PROGRESS`: those hold part of the tables and no source commit, so a view never
     syncs to them (promise 5: a view equals the source as of the commit it records).
     """
-    watermark = read_watermark(ctx.log_path)
+    watermark = read_watermark(ctx.log)
     if watermark is None or watermark.position == SNAPSHOT_IN_PROGRESS:
         return None
     return watermark
@@ -200,11 +201,11 @@ def _step_holding_locks(ctx: ViewContext, chosen: list[str], *, replace: bool) -
     if watermark is None:
         if replace:
             raise LogUnavailableError(
-                f"the log at {ctx.log_path} holds no complete snapshot yet: run `cdc capture` before a rebuild"
+                f"the log at {ctx.log} holds no complete snapshot yet: run `cdc capture` before a rebuild"
             )
         return StepReport(None, {})
     plans, broken = _plans(ctx, watermark, chosen)
-    rng = Range(ctx.log_path, watermark)
+    rng = Range(ctx.log, watermark)
     synced = _sync_all(ctx, rng, chosen, plans, broken, replace)
     events = {}
     failed: list[TableFailure] = []

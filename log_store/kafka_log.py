@@ -56,7 +56,7 @@ from log_store.partitioner import Partitioner
 from log_store.producer_columns import ProducerColumns
 from log_store.record import ProducerRecord, Record, TopicPartition
 from log_store.store import PartitionInfo
-from log_store.topic import validate_topic_name
+from log_store.topic import TopicConfig, validate_topic_name
 from log_store.watermark import Watermark
 
 log = logging.getLogger("log_store.kafka")
@@ -257,6 +257,10 @@ class KafkaLog:
         names = self._metadata().topics
         return sorted(name for name in names
                       if name.startswith(f"{self.settings.prefix}.") and name != self.settings.watermark_topic)
+
+    def topic_config(self, topic: str) -> TopicConfig:
+        """The settings of ``topic`` (raises :class:`UnknownTopicError`); Kafka keeps no creation time for us."""
+        return TopicConfig(topic, self.partitions(topic), self._is_compacted(topic), 0)
 
     def partitions(self, topic: str) -> int:
         """The partition count of ``topic`` (raises :class:`UnknownTopicError`)."""
@@ -497,15 +501,23 @@ class KafkaLog:
 
     def read(
         self, tp: TopicPartition, offset: int, *, max_records: int = 10_000, max_bytes: int = 16 << 20,
-        until: Watermark | None = None,
+        until: Watermark | None = None, end: int | None = None,
     ) -> list[Record]:
-        """Committed records of ``tp`` from ``offset``, below the watermark's end offset for ``tp``."""
+        """Committed records of ``tp`` from ``offset``, below the end offset for ``tp`` of ``until`` (default:
+        the latest watermark), or below ``end`` when given without ``until``.
+
+        ``end`` is for readers that took it from a watermark already: it saves asking Kafka for the latest
+        one, and is as safe, since every committed record is below a committed watermark (the two commit
+        in one transaction). ``max_bytes`` is accepted for the embedded log's signature.
+        """
         tp = TopicPartition(*tp)
         self._check_partition(tp)
-        watermark = until if until is not None else self.latest_watermark()
-        if watermark is None:
-            return []
-        messages = self._fetch(tp, max(offset, 0), watermark.end_offset(tp), max_records)
+        if end is None or until is not None:
+            watermark = until if until is not None else self.latest_watermark()
+            if watermark is None:
+                return []
+            end = watermark.end_offset(tp) if end is None else min(end, watermark.end_offset(tp))
+        messages = self._fetch(tp, max(offset, 0), end, max_records)
         return [Record(tp.topic, tp.partition, m.offset(), m.key(), m.value(), m.timestamp()[1],
                        tuple(m.headers() or ())) for m in messages]
 
@@ -526,6 +538,13 @@ class KafkaLog:
         tp = TopicPartition(*tp)
         self._check_partition(tp)
         return min(self._bounds(tp)[0], self.end_offset(tp))
+
+    def require_published_watermark(self) -> None:
+        """Nothing to check: the watermark topic is created with the log, and holds committed records only."""
+
+    def verify(self, tp: TopicPartition) -> None:
+        """Nothing to check here: Kafka checks every batch's CRC itself (brokers on write, clients on read)."""
+        self._check_partition(TopicPartition(*tp))
 
     def describe(self, topic: str) -> list[PartitionInfo]:
         """Per-partition start and end offsets of ``topic`` (Kafka keeps segments and sizes to itself)."""

@@ -1,8 +1,10 @@
-"""``cdc log``: list, describe, tail and compact the topics of the embedded log.
+"""``cdc log``: list, describe, tail and compact the topics of the log.
 
-The log lives in ``<CDC_DATA_DIR>/log``; segment rolling, tombstone and retention limits come from the
-``CDC_SEGMENT_*`` / ``CDC_*_RETENTION_*`` settings. Every command opens the log read-only, so it runs beside
-a running capture; ``compact --roll`` needs the writer lock (capture stopped).
+The embedded log lives in ``<CDC_DATA_DIR>/log``; segment rolling, tombstone and retention limits come from
+the ``CDC_SEGMENT_*`` / ``CDC_*_RETENTION_*`` settings. With ``CDC_LOG=kafka://...`` the topics are Kafka's:
+``topics``, ``describe`` and ``tail`` read them (read-committed, up to the latest watermark), and Kafka
+compacts them itself. Every command opens the log read-only, so it runs beside a running capture;
+``compact --roll`` needs the writer lock (capture stopped).
 """
 
 from __future__ import annotations
@@ -20,18 +22,20 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from cdc.errors import ConfigError
+from cdc.log_backend import Log
+from cdc.log_backend import open_log as open_settings_log
 from cdc.settings import load_settings
 from log_store import LogStore, Record, TopicPartition, Watermark
 from log_store.errors import CorruptSegmentError, UnknownTopicError
 
-log_group = click.Group("log", help="Inspect and maintain the embedded log (<CDC_DATA_DIR>/log).")
+log_group = click.Group("log", help="Inspect and maintain the log (<CDC_DATA_DIR>/log, or Kafka's topics).")
 
 
 @contextmanager
-def open_log(*, writer: bool = False) -> Iterator[LogStore]:
+def open_log(*, writer: bool = False) -> Iterator[Log]:
     """Open the log of the current settings (read-only unless ``writer``)."""
-    settings = load_settings()
-    log = LogStore.open(settings.log_dir, settings.log_config(), writer=writer)
+    log = open_settings_log(load_settings(), writer=writer)
     try:
         yield log
     finally:
@@ -105,12 +109,14 @@ def describe_cmd(topic: str) -> None:
                 checks.append("ok")
     table = Table(title=f"{topic}  ({config.partitions} partition(s), "
                         f"{'compacted' if config.compacted else 'retention'})")
-    for column in ("partition", "start offset", "end offset", "segments", "bytes", "dirty ratio", "check"):
+    kafka = isinstance(log.root, str)  # Kafka keeps segments, sizes and checks to itself
+    columns = ("partition", "start offset", "end offset") + (() if kafka else ("segments", "bytes", "dirty ratio", "check"))
+    for column in columns:
         table.add_column(column, justify="right")
     for row, check in zip(rows, checks, strict=True):
         ratio = "-" if row.dirty_ratio is None else f"{row.dirty_ratio:.2f}"
-        table.add_row(str(row.tp.partition), str(row.start_offset), str(row.end_offset),
-                      str(row.segments), f"{row.bytes:,}", ratio, check)
+        cells = [str(row.tp.partition), str(row.start_offset), str(row.end_offset)]
+        table.add_row(*cells if kafka else [*cells, str(row.segments), f"{row.bytes:,}", ratio, check])
     console = Console(width=140)
     console.print(table)
     if watermark is None:
@@ -190,7 +196,7 @@ def tail_cmd(topic: str, from_beginning: bool, follow: bool, partition: int | No
                 pass
 
 
-def _next_watermark(log: LogStore, current: Watermark | None, interval: float,
+def _next_watermark(log: Log, current: Watermark | None, interval: float,
                     stop: threading.Event) -> Watermark | None:
     """Poll the published watermark every ``interval`` seconds until it moves past ``current``."""
     while True:
@@ -207,7 +213,11 @@ def _next_watermark(log: LogStore, current: Watermark | None, interval: float,
                    "(needs the writer lock: stop capture first).")
 def compact_cmd(topic: str | None, roll: bool) -> None:
     """Compact TOPIC (or every topic); topics that are not compacted get their retention applied."""
+    if load_settings().uses_kafka:
+        raise ConfigError("the log is in Kafka (CDC_LOG), which compacts its topics itself (cleanup.policy=compact, "
+                          "the broker's log cleaner); `cdc log compact` applies to the embedded log only")
     with open_log(writer=roll) as log:
+        assert isinstance(log, LogStore)
         if roll:
             log.roll(topic)
         report = log.compact(topic)

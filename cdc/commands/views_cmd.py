@@ -50,7 +50,7 @@ def _context(ctx: object) -> ViewContext:
             "fields": {
                 "source": settings.database_url,
                 "data_dir": str(settings.data_dir),
-                "log": str(settings.log_dir),
+                "log": settings.log_location(),
                 "spark_master": master,
                 "spark_app_id": app_id,
             }
@@ -159,7 +159,7 @@ def verify(ctx: object, view: str, no_sync: bool) -> None:
         _fail_on(runner.step(view_ctx, names))
     watermark = runner.latest(view_ctx)
     if watermark is None:
-        raise LogUnavailableError(f"the log at {view_ctx.log_path} holds no complete snapshot yet: run `cdc capture`")
+        raise LogUnavailableError(f"the log at {view_ctx.log} holds no complete snapshot yet: run `cdc capture`")
     differing = []
     for name in names:
         report = run_verify(view_ctx, name, ctx.settings.database_url, watermark)  # type: ignore[attr-defined]
@@ -249,10 +249,11 @@ def views_cmd(ctx: object, as_json: bool) -> None:
 
     from derived_views.definitions import load
     from derived_views.listing import captured_tables, view_tables
+    from derived_views.log_location import location_from_settings
 
     settings = ctx.settings  # type: ignore[attr-defined]
     definitions = load(settings.views_file)
-    captured = captured_tables(str(settings.log_dir.resolve()), settings.topic_prefix)
+    captured = captured_tables(location_from_settings(settings), settings.topic_prefix)
     tables = view_tables(settings.views_dir.resolve(), captured, definitions)
     if as_json:
         click.echo(json.dumps({"definitions": definitions.source, "tables": [asdict(t) for t in tables]}, indent=2))

@@ -39,5 +39,6 @@ def ctx(spark: SparkSession, data_dir: Path) -> ViewContext:
     """A view context over ``data_dir`` with the reference schema's views (``views.example.toml``)."""
     from derived_views.context import ViewContext
     from derived_views.definitions import load
+    from derived_views.log_location import LogLocation
 
-    return ViewContext(spark, str(data_dir), str(data_dir / "log"), "cdc", definitions=load(EXAMPLE_VIEWS))
+    return ViewContext(spark, str(data_dir), LogLocation.of(data_dir / "log"), "cdc", definitions=load(EXAMPLE_VIEWS))

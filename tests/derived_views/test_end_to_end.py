@@ -200,7 +200,7 @@ def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_
             progress = ctx.progress(path)
             assert progress.position, path
             moved += progress.lsn > first_lsn
-            rng = Range(ctx.log_path, LogWatermark(progress.position, progress.watermark_ts_ms, progress.offsets))
+            rng = Range(ctx.log, LogWatermark(progress.position, progress.watermark_ts_ms, progress.offsets))
             replayed = str(scratch / "replayed" / kind / name)
             if kind == "current":
                 apply_state(ctx, rng, schema, replayed, str(scratch / "replayed" / "_dead_letter"), replace=True)

@@ -52,7 +52,7 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     columns = schema.view_columns(None, set())
     plan = schema.parse_plan(columns)
     assert pending.arrow_typed(columns, plan)
-    rng = pending.Range(ctx.log_path, watermark)
+    rng = pending.Range(ctx.log, watermark)
     frames = {}
     for mode in ("latest", "all"):
         untyped = pending.pending_table(rng, [schema.topic], None, mode)
@@ -61,11 +61,11 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
                                                       schema.qualified, plan)
         frames[f"driver/{mode}/arrow"] = pending.typed(
             spark.createDataFrame(by_arrow, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan)
-        raw = pending.read_log(spark, rng.log_path, [schema.topic], {}, watermark.offsets, reduce=mode)
+        raw = pending.read_log(spark, rng.log, [schema.topic], {}, watermark.offsets, reduce=mode)
         frames[f"tasks/{mode}/spark"] = pending.typed(raw, columns, schema.qualified, plan)
         frames[f"tasks/{mode}/arrow"] = pending.typed_events(spark, rng, [schema.topic], None, mode, columns,
                                                            schema.qualified, plan)
-        frames[f"parsed/{mode}"] = pending.read_log(spark, rng.log_path, [schema.topic], {}, watermark.offsets,
+        frames[f"parsed/{mode}"] = pending.read_log(spark, rng.log, [schema.topic], {}, watermark.offsets,
                                                   reduce=mode, columns=columns)
     return frames
 

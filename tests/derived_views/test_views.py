@@ -121,7 +121,7 @@ def test_views_of_two_processes_share_the_warehouse_tables_and_apply_each_change
 
     _seed(log)
     runner.step(ctx, ["warehouse"])
-    other = Context(ctx.spark, ctx.views_dir, ctx.log_path, ctx.prefix, definitions=ctx.definitions)
+    other = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix, definitions=ctx.definitions)
     with log.transaction() as tx:
         tx.insert("public.order_items", {"order_id": ORDER, "line_no": 2, "product_id": 3, "quantity": 1,
                                          "unit_price": "5.00"})
@@ -147,7 +147,7 @@ def test_views_side_by_side_bring_a_shared_copy_forward_once(ctx: ViewContext, l
     views = tmp_path / "views.toml"
     example = EXAMPLE_VIEWS.read_text()
     views.write_text(example[:example.index("[cache.order]")] + '[cache.product]\nroot = "public.products"\n')
-    both = Context(ctx.spark, ctx.views_dir, ctx.log_path, ctx.prefix, definitions=load(views))
+    both = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix, definitions=load(views))
     _seed(log)
     runner.step(both, ["search", "cache"])
     with log.transaction() as tx:
@@ -168,7 +168,7 @@ def test_a_table_the_warehouse_leaves_out_gets_a_copy_of_the_indexs_own(ctx: Vie
     from derived_views.context import ViewContext as Context
 
     kept = ctx.definitions.warehouse.model_copy(update={"tables": ["public.products"]})
-    narrow = Context(ctx.spark, ctx.views_dir, ctx.log_path, ctx.prefix,
+    narrow = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix,
                      definitions=ctx.definitions.model_copy(update={"warehouse": kept}))
     _seed(log)
     runner.step(narrow, ["search"])
@@ -192,7 +192,7 @@ def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: V
     from derived_views import cache, runner, search
     from derived_views.context import ViewContext as Context
 
-    marked = Context(ctx.spark, ctx.views_dir, ctx.log_path, ctx.prefix, definitions=ctx.definitions,
+    marked = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix, definitions=ctx.definitions,
                      deletion_vectors=True)
     _seed(log)
     runner.step(marked, [])
@@ -207,7 +207,7 @@ def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: V
     assert sorted(h.key["id"] for h in hits) == [1, 2] and hits[0].fields["category_name"] == "Illumination"
     order = cache.get(marked.views_dir, "order", ORDER)
     assert order is not None and order["status"] == "pending"
-    plain = Context(ctx.spark, ctx.views_dir + "-plain", ctx.log_path, ctx.prefix, definitions=ctx.definitions)
+    plain = Context(ctx.spark, ctx.views_dir + "-plain", ctx.log, ctx.prefix, definitions=ctx.definitions)
     runner.step(plain, ["search"])
     assert not DeltaTable(plain.path("search", "products", "documents")).protocol().reader_features
 
@@ -218,7 +218,7 @@ def _step(ctx: ViewContext, *, replace: bool = False) -> None:
 
     watermark = runner.latest(ctx)
     assert watermark is not None
-    rng = Range(ctx.log_path, watermark)
+    rng = Range(ctx.log, watermark)
     plans = runner.plans_at(ctx, watermark)
     warehouse.sync(ctx, rng, replace=replace, only=["public.products", "public.categories"])
     search.sync(ctx, rng, plans["search.products"], replace=replace)

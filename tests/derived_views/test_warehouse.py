@@ -79,16 +79,16 @@ def test_same_batch_twice_and_older_batch_after_newer_change_nothing(ctx: ViewCo
 
     with log.transaction() as tx:
         tx.insert("public.products", product(1))
-    first = read_watermark(ctx.log_path)
+    first = read_watermark(ctx.log)
     with log.transaction() as tx:
         tx.delete("public.products", {"id": 1})
-    second = read_watermark(ctx.log_path)
+    second = read_watermark(ctx.log)
     assert first is not None and second is not None
-    warehouse.sync(ctx, Range(ctx.log_path, second))
+    warehouse.sync(ctx, Range(ctx.log, second))
     version = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{warehouse.current_path(ctx, 'public.products')}`").count()
     ctx.forget()
-    warehouse.sync(ctx, Range(ctx.log_path, second))
-    warehouse.sync(ctx, Range(ctx.log_path, first))
+    warehouse.sync(ctx, Range(ctx.log, second))
+    warehouse.sync(ctx, Range(ctx.log, first))
     assert _current(ctx, "public.products") == {}
     after = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{warehouse.current_path(ctx, 'public.products')}`").count()
     assert after == version

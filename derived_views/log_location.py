@@ -1,0 +1,92 @@
+"""Where the views read the log: the embedded log's directory, or Kafka with its client settings.
+
+The views read a pending range two ways (:mod:`derived_views.pending`): in the driver when it is small,
+and by Spark tasks when it is large. On the embedded log the tasks read through the ``cdclog`` source
+(:mod:`derived_views.log_source`); on Kafka through Spark's own Kafka source, whose client settings
+:meth:`LogLocation.spark_options` translates from the librdkafka ones capture uses (the Java client
+names its TLS and SASL settings differently). Either way a range ends at a watermark's end offsets,
+and Kafka is read ``read_committed``, so a batch never holds part of a source transaction.
+
+``str()`` of a location is safe to print: a directory, or ``kafka://`` and the brokers (never a password).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from log_store.kafka_log import KafkaSettings
+
+#: SASL mechanisms and the Java login module each takes a user name and password with.
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+@dataclass(frozen=True)
+class LogLocation:
+    """The embedded log at ``path``, or the log in Kafka (``kafka`` set)."""
+
+    path: str = ""
+    kafka: KafkaSettings | None = None
+
+    @classmethod
+    def of(cls, where: LogLocation | str | Path) -> LogLocation:
+        """``where`` as a location: a location as it is, a path as the embedded log's directory."""
+        return where if isinstance(where, LogLocation) else cls(path=str(where))
+
+    def __str__(self) -> str:
+        return self.kafka.describe() if self.kafka is not None else self.path
+
+    def exists(self) -> bool:
+        """Whether there may be a log to read (an embedded log's directory exists; Kafka is asked when read)."""
+        return self.kafka is not None or Path(self.path).exists()
+
+    def open(self) -> Any:
+        """The log, opened read-only (a :class:`~log_store.LogStore` or a :class:`~log_store.kafka_log.KafkaLog`)."""
+        if self.kafka is not None:
+            from log_store.kafka_log import KafkaLog
+
+            return KafkaLog.open(self.kafka)
+        from log_store import LogStore
+
+        return LogStore.open(Path(self.path))
+
+    def spark_options(self) -> dict[str, str]:
+        """Options of Spark's Kafka source for this Kafka log: brokers, TLS and SASL as the Java client names them."""
+        assert self.kafka is not None
+        client = dict(self.kafka.client)
+        options = {"kafka.bootstrap.servers": self.kafka.bootstrap}
+        protocol = client.get("security.protocol")
+        if protocol:
+            options["kafka.security.protocol"] = protocol.upper()
+        mechanism = client.get("sasl.mechanism")
+        if mechanism:
+            options["kafka.sasl.mechanism"] = mechanism
+            module = _LOGIN_MODULES.get(mechanism)
+            if module is not None:
+                user, password = client.get("sasl.username", ""), client.get("sasl.password", "")
+                options["kafka.sasl.jaas.config"] = (
+                    f"{module} required username={json.dumps(user)} password={json.dumps(password)};")
+        if client.get("ssl.ca.location"):
+            options["kafka.ssl.truststore.type"] = "PEM"
+            options["kafka.ssl.truststore.location"] = client["ssl.ca.location"]
+        if client.get("ssl.certificate.location") and client.get("ssl.key.location"):
+            options["kafka.ssl.keystore.type"] = "PEM"
+            options["kafka.ssl.keystore.certificate.chain"] = Path(client["ssl.certificate.location"]).read_text()
+            options["kafka.ssl.keystore.key"] = Path(client["ssl.key.location"]).read_text()
+            if client.get("ssl.key.password"):
+                options["kafka.ssl.key.password"] = client["ssl.key.password"]
+        return options
+
+
+def location_from_settings(settings: Any) -> LogLocation:
+    """The log a :class:`~cdc.settings.Settings` names: Kafka with ``CDC_LOG``, else ``<CDC_DATA_DIR>/log``."""
+    if settings.uses_kafka:
+        return LogLocation(kafka=settings.kafka_settings())
+    return LogLocation(path=str(settings.log_dir.resolve()))
