@@ -223,9 +223,34 @@ class Capture:
         if problems:
             raise PrerequisiteError(problems)
         try:
-            return self._run()
+            return self._run_while_kafka_fails()
         except StorageIOError as exc:
             raise self._storage_error(exc) from exc
+
+    def _run_while_kafka_fails(self) -> CaptureStats:
+        """:meth:`_run`, run again after a pause each time the log's Kafka brokers fail (continuous capture only).
+
+        A failed group was aborted and nothing past the last committed one was confirmed, so a new run
+        (the log reopened, its watermark read, the slot streamed from its confirmed position) loses and
+        doubles nothing: it is a restart of capture in process. One warning line per attempt; the pause
+        doubles from 1 s to 30 s. ``once`` fails at once instead, as does a fenced writer (another capture
+        of the prefix took over).
+        """
+        from log_store.kafka_log import KafkaLogError
+
+        pause = 1.0
+        while True:
+            try:
+                return self._run()
+            except KafkaLogError as exc:
+                if self.once or exc.fenced:
+                    raise
+                self.metrics.errors.labels(kind="KafkaLogError").inc()
+                log.warning("%s; capture starts again in %.0f s (nothing is confirmed to the source past LSN %s)",
+                            exc, pause, Lsn(self.position + 1) if self.position else Lsn(0))
+                if self.stop.wait(pause):
+                    return self.stats
+                pause = min(pause * 2, 30.0)
 
     def _storage_error(self, exc: StorageIOError) -> StorageError:
         if self.log is None:

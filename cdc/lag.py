@@ -275,10 +275,18 @@ def _ms(iso: str | None) -> int:
 
 def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal_bytes: int | None = None) -> LagReport:
     """One report over every stage, with warnings and threshold violations filled in."""
+    from log_store.errors import LogStoreError
+
     source = measure_source(settings)
-    log = measure_log(settings)
+    unreadable = None
+    try:
+        log = measure_log(settings)
+    except LogStoreError as exc:  # Kafka down: the source's lag still shows, and says why capture is stuck
+        log, unreadable = LogLag(), exc
     views = measure_views(settings, log)
     report = LagReport(SCHEMA_VERSION, _iso(time.time() * 1000) or "", source, log, views)
+    if unreadable is not None:
+        report.violations.append(f"the log cannot be read: {unreadable}")
     _warn(report)
     from derived_views.failures import read_all
 

@@ -118,6 +118,7 @@ class LocalKafka:
 
     root: Path | None = None
     port: int = 0
+    controller_port: int = 0
     settings: dict[str, str] | None = None
     heap: str = "384m"
     _process: subprocess.Popen[bytes] | None = None
@@ -166,15 +167,16 @@ class LocalKafka:
                 "-cp", f"{jars_dir()}/*", *args]
 
     def start(self, timeout: float = 60.0) -> str:
-        """Format and start the broker; returns its bootstrap address once it accepts connections."""
+        """Format (the first time) and start the broker; returns its bootstrap address once it accepts
+        connections. After :meth:`kill` it starts again on the same ports with the data it had."""
         if self.root is None:
             self.root = Path(tempfile.mkdtemp(prefix="cdc-kafka-"))
             self._owned_root = True
         self.root.mkdir(parents=True, exist_ok=True)
         self.port = self.port or _free_port()
-        controller_port = _free_port()
+        self.controller_port = self.controller_port or _free_port()
         config = self.root / "server.properties"
-        config.write_text("".join(f"{key}={value}\n" for key, value in self._properties(controller_port).items()))
+        config.write_text("".join(f"{key}={value}\n" for key, value in self._properties(self.controller_port).items()))
         (self.root / "log4j2.yaml").write_text(_LOG4J2.format(log=self.log_file))
         if not (self.root / "data" / "meta.properties").exists():
             cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")

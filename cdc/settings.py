@@ -44,6 +44,7 @@ ACCEPTS: dict[str, str] = {
     "log": "empty (the embedded log under CDC_DATA_DIR) or kafka://host:port[,host:port...] (the log in Kafka)",
     "kafka_security_protocol": "plaintext, ssl, sasl_plaintext or sasl_ssl",
     "kafka_sasl_mechanism": "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
+    "kafka_timeout_ms": "how long one Kafka request may take, in milliseconds, from 100 to 600000",
 }
 
 #: librdkafka's names of the security settings that ``CDC_KAFKA_*`` settings give.
@@ -99,6 +100,7 @@ class Settings(BaseSettings):
     kafka_ssl_certificate_location: str = Field(default="")
     kafka_ssl_key_location: str = Field(default="")
     kafka_ssl_key_password: SecretStr = Field(default=SecretStr(""))
+    kafka_timeout_ms: int = Field(default=10_000, ge=100, le=600_000)
 
     @field_validator("tables", mode="before")
     @classmethod
@@ -198,7 +200,7 @@ class Settings(BaseSettings):
         return KafkaSettings(
             bootstrap=client.pop("bootstrap.servers"), prefix=self.topic_prefix, client=client,
             delete_retention_ms=self.delete_retention_ms, retention_ms=self.retention_ms,
-            retention_bytes=self.retention_bytes,
+            retention_bytes=self.retention_bytes, timeout_s=self.kafka_timeout_ms / 1000,
         )
 
     def log_location(self) -> str:

@@ -74,7 +74,52 @@ def run_checks(settings: Settings) -> list[Check]:
                       for problem in table_list_problems(conn, settings.publication, settings.tables))
         checks.extend(_table_checks(conn, settings))
         checks.append(_views_file_check(conn, settings))
+    if settings.uses_kafka:
+        checks.append(_kafka_check(settings))
     return checks
+
+
+def _kafka_check(settings: Settings) -> Check:
+    """The log's Kafka brokers answer within 5 s, and hold (or now hold) the prefix's watermark topic."""
+    import dataclasses
+
+    from log_store.errors import LogStoreError
+    from log_store.kafka_log import KafkaLog
+
+    try:
+        KafkaLog.open(dataclasses.replace(settings.kafka_settings(), timeout_s=5.0)).close()
+    except LogStoreError as exc:
+        return Check("kafka log", False, str(exc))
+    return Check("kafka log", True, "")
+
+
+#: Columns whose values PostgreSQL may store out of line (TOAST): varlena types whose storage is not plain.
+_OUT_OF_LINE = """
+    SELECT a.attname FROM pg_attribute a
+    WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attlen = -1 AND a.attstorage IN ('x', 'e')
+    ORDER BY a.attnum
+"""
+
+
+def _kafka_toast_check(conn: Connection, name: str, oid: int) -> Check | None:
+    """On Kafka, a table whose updates may leave TOAST values out should send whole old rows.
+
+    pgoutput leaves an unchanged out-of-line value out of an update; capture writes such an update as a
+    partial row. The embedded log's compaction folds it onto the key's earlier row, but Kafka's cannot,
+    so once Kafka compacts the earlier row away a rebuild would lack the value. Under ``REPLICA IDENTITY
+    FULL`` the server sends the whole old row, values included, and capture writes whole rows.
+    """
+    identity = conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s", (oid,)).fetchone()
+    if identity is None or identity[0] == "f":
+        return None
+    columns = [str(row[0]) for row in conn.execute(_OUT_OF_LINE, (oid,)).fetchall()]
+    if not columns:
+        return None
+    return Check(f"table {name} on Kafka", True,
+                 f"updates that leave {', '.join(columns)} unchanged omit their values when they are stored out of "
+                 "line (TOAST), and Kafka's compaction cannot fill them in from the row's earlier record as the "
+                 f"embedded log's does; run ALTER TABLE {name} REPLICA IDENTITY FULL so that every update carries "
+                 "them (it writes whole old rows to the WAL)", warning=True)
 
 
 def _views_file_check(conn: Connection, settings: Settings) -> Check:
@@ -223,6 +268,10 @@ def _table_checks(conn: Connection, settings: Settings) -> list[Check]:
                             "to the publication later needs the same grant before capture can snapshot it: ALTER "
                             "DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES TO the capture role covers new tables)"))
         checks.extend(_key_checks(conn, name, int(oid), covered.all_tables))  # type: ignore[call-overload]
+        if settings.uses_kafka:
+            toast = _kafka_toast_check(conn, name, int(oid))  # type: ignore[call-overload]
+            if toast is not None:
+                checks.append(toast)
     return checks
 
 

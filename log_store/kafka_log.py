@@ -54,12 +54,23 @@ from log_store.errors import (
 )
 from log_store.partitioner import Partitioner
 from log_store.producer_columns import ProducerColumns
-from log_store.record import ProducerRecord, Record, TopicPartition
+from log_store.record import UNCHANGED_HEADER, ProducerRecord, Record, TopicPartition, first_header
 from log_store.store import PartitionInfo
 from log_store.topic import TopicConfig, validate_topic_name
 from log_store.watermark import Watermark
 
 log = logging.getLogger("log_store.kafka")
+
+
+class _ClientLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """librdkafka's own lines (a failed connect each retry, say), at debug level: what they mean for the
+    log is said once, by the error the operation raises."""
+
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        super().log(logging.DEBUG, msg, *args, **kwargs)
+
+
+_client_log = _ClientLog(logging.getLogger("log_store.kafka.client"), {})
 
 #: The key of every watermark record: compaction keeps the latest one.
 WATERMARK_KEY = b"watermark"
@@ -76,14 +87,20 @@ class KafkaLogError(LogStoreError):
 
     def __init__(self, bootstrap: str, what: str, error: object) -> None:
         self.bootstrap, self.error = bootstrap, error
+        #: another writer of the prefix took over: retrying cannot help
+        self.fenced = _fenced(error)
+        text = error.str() if isinstance(error, KafkaError) else str(error)
+        writing = "group" in what
         if _fenced(error):
             message = (f"Kafka at {bootstrap}: {what} failed: another writer of the same topic prefix started "
                        "(a second capture with this CDC_TOPIC_PREFIX) and took over the log, so this one stops; "
                        "nothing of its unfinished group is visible to readers; run one capture per prefix")
         else:
-            message = (f"Kafka at {bootstrap}: {what} failed ({error}); check that the brokers are up and reachable "
-                       "and that CDC_LOG and the CDC_KAFKA_* client settings are right: nothing of the failed group "
-                       "is visible to readers, and capture confirms nothing past what Kafka committed")
+            message = (f"Kafka at {bootstrap}: {what} failed ({text}); check that the brokers are up and reachable "
+                       "and that CDC_LOG and the CDC_KAFKA_* client settings are right")
+            if writing:
+                message += ("; nothing of the failed group is visible to readers, and capture confirms nothing past "
+                            "what Kafka committed")
         super().__init__(message)
 
 
@@ -110,7 +127,8 @@ class KafkaSettings:
     delete_retention_ms: int = 24 * 3600 * 1000
     retention_ms: int = -1
     retention_bytes: int = -1
-    timeout_s: float = 30.0
+    #: how long one request (metadata, a group's deliveries, a commit, a read) may take before it fails
+    timeout_s: float = 10.0
     transaction_timeout_ms: int = 600_000
 
     @property
@@ -151,7 +169,8 @@ class KafkaLog:
         self.writer = writer
         self.root = settings.describe()
         # librdkafka's own log lines go to this module's logger, not to stderr
-        self._client: dict[str, Any] = {"bootstrap.servers": settings.bootstrap, **settings.client, "logger": log}
+        self._client: dict[str, Any] = {"bootstrap.servers": settings.bootstrap, **settings.client,
+                                         "logger": _client_log}
         self._admin: AdminClient | None = AdminClient(self._client)
         self._partitioner = Partitioner()
         self._partition_counts: dict[str, int] = {}
@@ -160,6 +179,7 @@ class KafkaLog:
         self._consumer: Consumer | None = None
         self._current: Watermark | None = None
         self._fatal: KafkaError | None = None
+        self._partial_topics: set[str] = set()
         self._closed = False
 
     @classmethod
@@ -293,6 +313,7 @@ class KafkaLog:
             "transaction.timeout.ms": self.settings.transaction_timeout_ms,
             "acks": "all",
             "linger.ms": 5,
+            "message.timeout.ms": int(self.settings.timeout_s * 1000),
             "message.max.bytes": MAX_RECORD_BYTES + (1 << 20),
             "queue.buffering.max.messages": PRODUCE_WINDOW * 2,
         })
@@ -361,6 +382,13 @@ class KafkaLog:
                 yield (item.topic, partition, _as_bytes(key), _as_bytes(value), item.timestamp_ms, ())
             return
         topic, key, value, timestamp_ms, headers = item
+        if headers and topic not in self._partial_topics and first_header(headers, UNCHANGED_HEADER) is not None:
+            self._partial_topics.add(topic)
+            log.warning(
+                "topic %s gets records that leave unchanged columns out (header %r): Kafka's compaction cannot "
+                "fold them onto the key's earlier record as the embedded log's does, so once it removes that "
+                "record a rebuild lacks those values; give the source table REPLICA IDENTITY FULL "
+                "(`cdc setup --check-only` names the tables)", topic, UNCHANGED_HEADER)
         count = self.partitions(topic)
         if key is None and self._is_compacted(topic):
             raise InvalidRecordError(topic, "a record has no key, and the topic is compacted",

@@ -8,6 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import orjson
 import pytest
 
 from cdc.coordinator import Capture
@@ -15,7 +16,17 @@ from cdc.log_backend import open_log
 from cdc.settings import Settings
 from log_store import Record
 from tests.cdc.helpers import execute, read_log_topic, replay, settings_for, source_table
-from tests.faults.harness import Running, cdc_env, compare_log, poll, run_cdc, seed, transaction_differences, watermark
+from tests.faults.harness import (
+    Running,
+    cdc_env,
+    compare_log,
+    poll,
+    run_cdc,
+    seed,
+    slot_confirmed,
+    transaction_differences,
+    watermark,
+)
 
 pytestmark = [pytest.mark.pg, pytest.mark.kafka]
 
@@ -85,6 +96,15 @@ def test_kafka_holds_the_embedded_logs_records_byte_for_byte(
         assert remote.latest_watermark().position == local.latest_watermark().position  # type: ignore[union-attr]
     assert replay(kafka, f"{kafka_prefix}.public.categories") == source_table(reference_db, "categories")
 
+    # under REPLICA IDENTITY FULL the server sends the whole old row: the update is a whole row, which
+    # Kafka's compaction may keep alone (it cannot fold partial rows as the embedded log does)
+    execute(reference_db, "ALTER TABLE products REPLICA IDENTITY FULL", "UPDATE products SET price = 22.00 WHERE id = 1")
+    Capture(kafka, once=True).run()
+    with open_log(kafka) as remote:
+        last = read_log_topic(remote, f"{kafka_prefix}.public.products")[-1]
+    after = orjson.loads(last.value or b"")["after"]
+    assert not last.headers and after["price"] == "22.00" and len(after["description"]) == 3200 * 32
+
 
 def test_kill_9_of_capture_into_kafka_under_load_loses_and_doubles_nothing(
         reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str) -> None:
@@ -123,3 +143,58 @@ def test_kill_9_of_capture_into_kafka_under_load_loses_and_doubles_nothing(
     transactions, wrong = transaction_differences(kafka, load)
     assert transactions > 50 and load.big_transactions >= 1, context
     assert not wrong, f"{context}; transactions compared {transactions}: {wrong[:5]}"
+
+
+def test_setup_checks_the_brokers_and_names_tables_whose_toast_values_kafka_cannot_fold(
+        reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str) -> None:
+    env = cdc_env(reference_db, tmp_path, log=f"kafka://{kafka_bootstrap}", topic_prefix=kafka_prefix)
+
+    def warned() -> dict[str, str]:
+        checked = run_cdc(env, "setup", "--check-only")
+        assert checked.returncode == 0, checked.stderr
+        assert "ok   kafka log" in checked.stdout.splitlines()
+        return {line.split()[2]: line for line in checked.stdout.splitlines() if line.endswith("(it writes whole old "
+                                                                                                "rows to the WAL)")}
+
+    before = warned()
+    assert "public.products" in before and "description" in before["public.products"]
+    assert "ALTER TABLE public.products REPLICA IDENTITY FULL" in before["public.products"]
+    execute(reference_db, "ALTER TABLE products REPLICA IDENTITY FULL")
+    assert set(before) - set(warned()) == {"public.products"}
+    unreachable = run_cdc(cdc_env(reference_db, tmp_path, log="kafka://127.0.0.1:9", topic_prefix=kafka_prefix),
+                          "setup", "--check-only")
+    assert unreachable.returncode != 0
+    assert "FAIL kafka log" in unreachable.stdout and "127.0.0.1:9" in unreachable.stderr
+
+
+def test_capture_waits_out_a_broker_that_is_down_and_loses_nothing(
+        reference_db: str, tmp_path: Path, kafka_prefix: str) -> None:
+    """The broker is killed while capture streams: capture says so once per attempt, confirms nothing more to
+    the source, ``cdc lag`` names the log as unreadable; once the broker is back the changes arrive, once."""
+    from cdc.local_kafka import LocalKafka
+
+    with LocalKafka(root=tmp_path / "broker") as broker:
+        kafka = _kafka(reference_db, tmp_path, broker.bootstrap, kafka_prefix)
+        env = cdc_env(reference_db, tmp_path, log=kafka.log, topic_prefix=kafka_prefix, kafka_timeout_ms="2000")
+        execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 50) g")
+        running = Running()
+        try:
+            capture = running.cdc(env, ["capture"], tmp_path / "capture.err")
+            poll(lambda: (watermark(kafka) or 0) > 0, 120, "the snapshot in Kafka")
+            held = watermark(kafka)
+            broker.kill()
+            execute(reference_db, "INSERT INTO categories (name) SELECT 'n' || g FROM generate_series(1, 30) g",
+                    "UPDATE categories SET name = name || '!' WHERE id <= 10", "DELETE FROM categories WHERE id > 75")
+            poll(lambda: capture.stderr().count("capture starts again in") >= 2 or not capture.running(), 120,
+                 "two attempts while the broker is down")
+            assert capture.running(), capture.stderr()
+            assert (slot_confirmed(reference_db) or 0) <= held + 1  # type: ignore[operator]
+            lag = run_cdc(env, "lag", "--json")
+            assert lag.returncode == 1 and "the log cannot be read: Kafka at" in lag.stdout
+            assert orjson.loads(lag.stdout)["source"]["wal_bytes_behind"] > 0
+            broker.start()
+            poll(lambda: replay(kafka, f"{kafka_prefix}.public.categories") == source_table(reference_db, "categories"),
+                 120, "the changes in Kafka once the broker is back")
+            assert capture.terminate() == 0, capture.stderr()
+        finally:
+            running.close()
