@@ -163,6 +163,7 @@ class Capture:
         self._shape_changed = False  # a table's columns changed in the stream since the last discovery
         self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
         self._slots_made = 0  # temporary slots, for unique names
+        self._read_back_warned: set[str] = set()  # tables whose partial updates capture read back (whole_rows)
 
     # -- set-up --------------------------------------------------------------------------------------
 
@@ -274,6 +275,8 @@ class Capture:
                 prefix=self.settings.topic_prefix, database=self._database_name(), partitions=self.settings.partitions,
                 partitions_of=self._partitions_of,
             )
+            # Kafka's compaction cannot fold a partial row onto the key's earlier one: write whole rows
+            self.builder.whole_rows = self.settings.uses_kafka
             self._warn_of_kept_partition_counts()
             self.ledger = SnapshotLedger.load(store, self.builder.ledger_topic)
             self.gate = TableGate(self.ledger)
@@ -297,6 +300,18 @@ class Capture:
         """The partition count of ``topic``: its own once it exists, ``CDC_PARTITIONS`` for a new one."""
         assert self.log is not None
         return self.log.partitions(topic) if topic in self.log.topics() else self.settings.partitions
+
+    def _warn_of_rows_read_back(self) -> None:
+        """Say once per table that its updates leave TOAST values out, which capture reads back from the log."""
+        builder = self.replayer.builder if self.replayer is not None else None
+        if builder is None or not builder.rows_read_back - self._read_back_warned:
+            return
+        for table in sorted(builder.rows_read_back - self._read_back_warned):
+            log.warning(
+                "updates of %s leave TOAST values out; the log (Kafka) cannot fold such partial rows, so capture reads "
+                "each such row back from the log to write it whole, which slows it down; run ALTER TABLE %s "
+                "REPLICA IDENTITY FULL so that updates carry those values", table, table)
+        self._read_back_warned |= builder.rows_read_back
 
     def _warn_of_kept_partition_counts(self) -> None:
         """Say which existing topics keep a partition count other than ``CDC_PARTITIONS``.
@@ -848,9 +863,10 @@ class Capture:
         # million-row transaction is never held in memory (its changes wait in a spill file until here).
         tally = [0, 0]
         changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(self.replayer.records(tx) for tx in pending)
-        wanted = self.replayer.key_changes(pending)
+        wanted = self.replayer.key_changes(pending, partial=self.replayer.builder.whole_rows)
         if wanted:
-            # key changes that leave TOAST values unchanged take them from the old key's row (cdc.key_changes)
+            # key changes that leave TOAST values unchanged take them from the old key's row, and so do, on a
+            # log that cannot fold partial rows, updates that keep their key (cdc.key_changes)
             values = KeyChangeValues(wanted, LogRows(self.log))
             self.replayer.builder.previous_values = values
             changes = values.watch(changes)
@@ -864,6 +880,7 @@ class Capture:
             raise
         finally:
             self.replayer.builder.previous_values = None
+        self._warn_of_rows_read_back()
         self.stats.events += tally[0]
         self.stats.groups += 1
         self.stats.transactions += len(pending)

@@ -44,7 +44,8 @@ new_record = partial(tuple.__new__, ProducerRecord)
 _SNAPSHOT_TRUE = b',"snapshot":"true","sequence":'
 _SNAPSHOT_LAST = b',"snapshot":"last","sequence":'
 #: ``(shape, old key, column names)`` -> those columns' JSON values in the old key's latest row.
-PreviousValues = Callable[[TableShape, bytes, list[str]], dict[str, bytes]]
+#: ``(shape, key, column names, same_key)`` -> the JSON values of those columns in the key's row as the log holds it
+PreviousValues = Callable[[TableShape, bytes, list[str], bool], dict[str, bytes]]
 
 
 @dataclass(slots=True)
@@ -117,14 +118,19 @@ def with_unchanged_key(shape: TableShape, old: Tuple | None, new: Tuple) -> Tupl
     return tuple(filled)
 
 
-def missing_message(shape: TableShape, old_key: bytes, names: list[str], why: str) -> str:
-    """The :class:`~cdc.errors.MissingValueError` text: what is missing, why, and how to fix it."""
-    return (
-        f"an update of {shape.qualified} changed the key {old_key.decode(errors='replace')} and left "
-        f"{', '.join(names)} unchanged (TOAST), but {why}, so the new key's row would lack that value; "
-        f"run ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL so the server sends the old row, then "
-        "recreate the capture (cdc setup) to snapshot the table again"
-    )
+def missing_message(shape: TableShape, old_key: bytes, names: list[str], why: str, same_key: bool = False) -> str:
+    """The :class:`~cdc.errors.MissingValueError` text: what is missing, why, and how to fix it.
+
+    ``same_key``: the update kept its key, and the log cannot fold a partial row (Kafka)."""
+    if same_key:
+        what = (f"an update of {shape.qualified} of the key {old_key.decode(errors='replace')} left "
+                f"{', '.join(names)} unchanged (TOAST), but {why}, and the log (Kafka) cannot fold a partial row "
+                "onto the key's earlier one")
+    else:
+        what = (f"an update of {shape.qualified} changed the key {old_key.decode(errors='replace')} and left "
+                f"{', '.join(names)} unchanged (TOAST), but {why}, so the new key's row would lack that value")
+    return (f"{what}; run ALTER TABLE {shape.qualified} REPLICA IDENTITY FULL so the server sends the old row, then "
+            "recreate the capture (cdc setup) to snapshot the table again")
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,6 +190,11 @@ class EventBuilder:
         self._partitions_of = partitions_of
         #: Where a key-changing update finds the old row's unchanged TOAST values (set per group by capture).
         self.previous_values: PreviousValues | None = None
+        #: Write updates that leave TOAST values unchanged as whole rows, their values taken from
+        #: :attr:`previous_values` (the key's row in the log), for a log whose compaction cannot fold
+        #: partial rows (Kafka); the tables that got such a row are kept in :attr:`rows_read_back`.
+        self.whole_rows = False
+        self.rows_read_back: set[str] = set()
         self._head_ident: tuple[int, int, int, str] | None = None
         self._heads: dict[int, tuple[TableShape, bytes]] = {}
         self._insert_templates: dict[int, tuple[TableShape, bytes]] = {}
@@ -290,15 +301,21 @@ class EventBuilder:
                 records.append(ProducerRecord(shape.topic, key, self._envelope(shape, tx, b"c", b"null", codec.obj(fragments)),
                                               tx.ts_ms))
                 return records
+        if unchanged and self.whole_rows and key is not None:
+            fragments = self._recovered(shape, key, fragments, unchanged, same_key=True)
+            unchanged = []
+            self.rows_read_back.add(shape.qualified)
         headers = _unchanged_headers([codec.names[i] for i in unchanged])
         return [ProducerRecord(shape.topic, key, self._envelope(shape, tx, b"u", before, codec.obj(fragments)), tx.ts_ms, headers)]
 
-    def _recovered(self, shape: TableShape, old_key: bytes, fragments: list[bytes | None], unchanged: list[int]) -> list[bytes | None]:
+    def _recovered(self, shape: TableShape, old_key: bytes, fragments: list[bytes | None], unchanged: list[int],
+                   same_key: bool = False) -> list[bytes | None]:
         """``fragments`` with the unchanged columns filled from the old key's row (:attr:`previous_values`)."""
         names = [shape.codec.names[i] for i in unchanged]
         if self.previous_values is None:
-            raise MissingValueError(missing_message(shape, old_key, names, "no earlier record of the row can be read"))
-        values = self.previous_values(shape, old_key, names)
+            raise MissingValueError(missing_message(shape, old_key, names, "no earlier record of the row can be read",
+                                                    same_key))
+        values = self.previous_values(shape, old_key, names, same_key)
         filled = list(fragments)
         for index, name in zip(unchanged, names, strict=True):
             filled[index] = values[name]

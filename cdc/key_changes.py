@@ -20,7 +20,10 @@ come from two places:
    :meth:`cdc.streaming.ChangeReplayer.key_changes`), the row that record leaves.
 
 The create of the new key is then written as a full row with those values and no ``unchanged``
-header. Only when neither place holds the row (the log was trimmed by retention, or holds a partial
+header. A log whose compaction cannot fold partial rows (Kafka) gets every update that leaves TOAST
+values unchanged the same way, its key's own row giving them (:attr:`cdc.events.EventBuilder.whole_rows`):
+a read back per group and partition, which ``REPLICA IDENTITY FULL`` on the table avoids (the server
+then sends the values with the update). Only when neither place holds the row (the log was trimmed by retention, or holds a partial
 row with nothing to fold it onto) does capture stop with :class:`~cdc.errors.MissingValueError`,
 naming the table and the fix, before anything of the transaction is appended or confirmed.
 
@@ -56,7 +59,7 @@ _WINDOW = 4096
 _Found = tuple["dict[str, Any] | None", tuple[tuple[str, bytes], ...]]
 
 
-def discarded_values(shape: TableShape, old_key: bytes, names: list[str]) -> dict[str, bytes]:
+def discarded_values(shape: TableShape, old_key: bytes, names: list[str], same_key: bool = False) -> dict[str, bytes]:
     """``previous_values`` for a replay whose records are thrown away (a transaction the log already
     holds, replayed only for its Relation messages): JSON null for every column, never written."""
     return dict.fromkeys(names, b"null")
@@ -250,16 +253,18 @@ class KeyChangeValues:
             merged[name] = row[name]
         return merged
 
-    def __call__(self, shape: TableShape, old_key: bytes, names: list[str]) -> dict[str, bytes]:
-        """The JSON values of ``names`` in the row of ``old_key`` (raises when it cannot be recovered)."""
+    def __call__(self, shape: TableShape, old_key: bytes, names: list[str], same_key: bool = False) -> dict[str, bytes]:
+        """The JSON values of ``names`` in the row of ``old_key`` (raises when it cannot be recovered);
+        ``same_key``: the update kept its key (a partial row written whole, see the module docstring)."""
         row = self.rows.get((shape.topic, old_key), _Incomplete("it was not looked up"))
+        whose = "the key's" if same_key else "the old key's"
         if row is None:
-            why = "the log holds no record of the old key"
+            why = f"the log holds no record of {whose[:-2]}"
         elif isinstance(row, _Incomplete):
-            why = f"the old key's row cannot be rebuilt from the log ({row.why})"
+            why = f"{whose} row cannot be rebuilt from the log ({row.why})"
         else:
             lacking = [name for name in names if name not in row]
             if not lacking:
                 return {name: row[name] for name in names}
-            why = f"the old key's row in the log lacks {', '.join(lacking)}"
-        raise MissingValueError(missing_message(shape, old_key, names, why))
+            why = f"{whose} row in the log lacks {', '.join(lacking)}"
+        raise MissingValueError(missing_message(shape, old_key, names, why, same_key))

@@ -80,7 +80,7 @@ def run_checks(settings: Settings) -> list[Check]:
 
 
 def _kafka_check(settings: Settings) -> Check:
-    """The log's Kafka brokers answer within 5 s, and hold (or now hold) the prefix's watermark topic."""
+    """The log's Kafka brokers answer within 5 s."""
     import dataclasses
 
     from log_store.errors import LogStoreError
@@ -102,12 +102,12 @@ _OUT_OF_LINE = """
 
 
 def _kafka_toast_check(conn: Connection, name: str, oid: int) -> Check | None:
-    """On Kafka, a table whose updates may leave TOAST values out should send whole old rows.
+    """On Kafka, a table whose updates may leave TOAST values out is better off sending whole old rows.
 
-    pgoutput leaves an unchanged out-of-line value out of an update; capture writes such an update as a
-    partial row. The embedded log's compaction folds it onto the key's earlier row, but Kafka's cannot,
-    so once Kafka compacts the earlier row away a rebuild would lack the value. Under ``REPLICA IDENTITY
-    FULL`` the server sends the whole old row, values included, and capture writes whole rows.
+    pgoutput leaves an unchanged out-of-line value out of an update. The embedded log keeps such an
+    update as a partial row that its compaction folds onto the key's earlier row; Kafka's compaction
+    cannot, so capture reads the key's row back from Kafka to write the update whole (exact, but a read
+    per such update). Under ``REPLICA IDENTITY FULL`` the server sends the whole old row, values included.
     """
     identity = conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s", (oid,)).fetchone()
     if identity is None or identity[0] == "f":
@@ -117,9 +117,10 @@ def _kafka_toast_check(conn: Connection, name: str, oid: int) -> Check | None:
         return None
     return Check(f"table {name} on Kafka", True,
                  f"updates that leave {', '.join(columns)} unchanged omit their values when they are stored out of "
-                 "line (TOAST), and Kafka's compaction cannot fill them in from the row's earlier record as the "
-                 f"embedded log's does; run ALTER TABLE {name} REPLICA IDENTITY FULL so that every update carries "
-                 "them (it writes whole old rows to the WAL)", warning=True)
+                 "line (TOAST); Kafka's compaction cannot fold such partial rows as the embedded log's does, so "
+                 "capture reads each such row back from Kafka to write it whole, which slows it down; run "
+                 f"ALTER TABLE {name} REPLICA IDENTITY FULL so that every update carries them (it writes whole old "
+                 "rows to the WAL)", warning=True)
 
 
 def _views_file_check(conn: Connection, settings: Settings) -> Check:

@@ -303,14 +303,16 @@ class ChangeReplayer:
             return None
         return self._schema_records(shape, commit_lsn, sequence)
 
-    def key_changes(self, txs: list[Transaction]) -> set[tuple[str, bytes]]:
+    def key_changes(self, txs: list[Transaction], *, partial: bool = False) -> set[tuple[str, bytes]]:
         """``(topic, old key)`` of every update in ``txs`` that changes a row's key and leaves TOAST
-        values unchanged (see :mod:`cdc.key_changes`); empty when no transaction holds an old-key update.
+        values unchanged (see :mod:`cdc.key_changes`); with ``partial``, also ``(topic, key)`` of every
+        update that keeps its key and leaves TOAST values unchanged (a log that cannot fold partial rows
+        gets whole ones). Empty when no transaction holds such an update.
 
         A first pass over the group without side effects on what is written: only Relation, Type and
         Update messages are decoded, the relation cache is followed on a copy.
         """
-        if not any(tx.key_changes for tx in txs):
+        if not partial and not any(tx.key_changes for tx in txs):
             return set()
         relations = dict(self.relations)
         wanted: set[tuple[str, bytes]] = set()
@@ -330,18 +332,20 @@ class ChangeReplayer:
                         relations.pop(message.relid, None)
                 elif isinstance(message, TypeInfo):
                     self.type_names[message.oid] = message.name
-                elif isinstance(message, Update) and message.old_kind == "K" and message.old is not None \
-                        and UNCHANGED in message.new:
+                elif isinstance(message, Update) and UNCHANGED in message.new and (
+                        partial or (message.old_kind == "K" and message.old is not None)):
                     shape = relations.get(message.relid)
                     if shape is None:
                         continue
                     codec = shape.codec
-                    new = with_unchanged_key(shape, message.old, message.new)
-                    old_key = codec.key([codec.fragment(i, v) if v is not UNCHANGED else None  # type: ignore[arg-type]
-                                         for i, v in enumerate(message.old[: codec.count])])
+                    old = message.old if message.old_kind == "K" else None
+                    new = with_unchanged_key(shape, old, message.new)
                     new_key = codec.key([codec.fragment(i, v) if v is not UNCHANGED else None  # type: ignore[arg-type]
                                          for i, v in enumerate(new[: codec.count])])
-                    if old_key is not None and old_key != new_key:
+                    old_key = new_key if old is None else codec.key(
+                        [codec.fragment(i, v) if v is not UNCHANGED else None  # type: ignore[arg-type]
+                         for i, v in enumerate(old[: codec.count])])
+                    if old_key is not None and (old_key != new_key or partial):
                         wanted.add((shape.topic, old_key))
         return wanted
 

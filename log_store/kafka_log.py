@@ -184,13 +184,17 @@ class KafkaLog:
 
     @classmethod
     def open(cls, settings: KafkaSettings, *, writer: bool = False) -> KafkaLog:
-        """Connect; a writer also fences any earlier writer of the prefix and aborts its open group."""
+        """Connect (one metadata request: the brokers answer). A writer also creates the watermark topic
+        when missing, fences any earlier writer of the prefix, aborts the group it left open and reads the
+        latest watermark; a reader reads it when asked."""
         log_ = cls(settings, writer)
         try:
-            log_._ensure_watermark_topic()
+            metadata = log_._metadata()
             if writer:
+                if settings.watermark_topic not in metadata.topics:
+                    log_._create(settings.watermark_topic, 1, True)
                 log_._start_producer()
-            log_._current = log_._read_latest_watermark()
+                log_._current = log_._read_latest_watermark()
         except BaseException:
             log_.close()
             raise
@@ -208,10 +212,6 @@ class KafkaLog:
             return self._admin_client().list_topics(timeout=self.settings.timeout_s)
         except KafkaException as exc:
             raise KafkaLogError(self.settings.bootstrap, "reading the cluster's topics", exc.args[0]) from None
-
-    def _ensure_watermark_topic(self) -> None:
-        if self.settings.watermark_topic not in self._metadata().topics:
-            self._create(self.settings.watermark_topic, 1, True)
 
     def _topic_settings(self, compacted: bool) -> dict[str, str]:
         settings = {"cleanup.policy": "compact" if compacted else "delete",
@@ -510,6 +510,8 @@ class KafkaLog:
     def _read_latest_watermark(self) -> Watermark | None:
         """The last committed watermark record, read backwards from the topic's end in widening windows."""
         tp = TopicPartition(self.settings.watermark_topic, 0)
+        if not self.writer and self.settings.watermark_topic not in self._metadata().topics:
+            return None  # no writer opened this log yet
         low, high = self._bounds(tp)
         window, end = 16, high
         while end > low:

@@ -60,6 +60,20 @@ def test_services_point_at_the_compose_database() -> None:
     assert services["capture"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
 
 
+def test_the_kafka_profile_captures_into_the_broker_and_syncs_from_it() -> None:
+    services = _compose()["services"]
+    broker, capture, sync = services["kafka"], services["capture-kafka"], services["sync-kafka"]
+    assert broker["profiles"] == capture["profiles"] == sync["profiles"] == ["kafka"]
+    assert broker["environment"]["KAFKA_ADVERTISED_LISTENERS"] == "PLAINTEXT://kafka:9092"
+    # one broker: the transaction log must fit it, or the capture's transactional producer never starts
+    assert broker["environment"]["KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR"] == "1"
+    assert capture["environment"]["CDC_LOG"] == sync["environment"]["CDC_LOG"] == "kafka://kafka:9092"
+    assert capture["depends_on"]["kafka"]["condition"] == "service_healthy"
+    # its own slot and views: the embedded pipeline's services may run beside it
+    assert capture["environment"]["CDC_SLOT"] != services["capture"]["environment"]["CDC_SLOT"]
+    assert capture["volumes"] == sync["volumes"] != services["sync"]["volumes"]
+
+
 def test_scheduled_sync_attaches_to_the_spark_server_over_the_same_data_volume() -> None:
     services = _compose()["services"]
     spark, sync_once = services["spark"], services["sync-once"]
