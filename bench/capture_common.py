@@ -57,6 +57,25 @@ def timed() -> Iterator[list[float]]:
     box.append(time.perf_counter() - start)
 
 
+def recvlogical_seconds(server: LocalPostgres, url: str, slot: str) -> float:
+    """Seconds ``pg_recvlogical`` takes to decode slot ``slot`` with pgoutput, up to the WAL position current
+    now, into /dev/null: the walsender's own ceiling, the capture benchmarks' anchor."""
+    import subprocess
+
+    from cdc.lsn import Lsn
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        end = Lsn.parse(str(conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]))  # type: ignore[index]
+        conn.execute("CHECKPOINT")
+    with timed() as anchor:
+        subprocess.run(
+            [str(server.bindir / "pg_recvlogical"), "-d", url, "--slot", slot, "--start", "--no-loop",
+             "-o", "proto_version=1", "-o", "publication_names=cdc_publication", "-E", str(end), "-f", "/dev/null"],
+            check=True, capture_output=True,
+        )
+    return anchor[0]
+
+
 def insert_rows(url: str, rows: int, per_transaction: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         for first in range(1, rows + 1, per_transaction):

@@ -7,14 +7,12 @@ range with pgoutput into /dev/null: the walsender's own ceiling. Target: ratio >
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import psycopg
 
-from bench.capture_common import bench_database, insert_rows, timed
+from bench.capture_common import bench_database, insert_rows, recvlogical_seconds, timed
 from cdc.coordinator import Capture
-from cdc.lsn import Lsn
 
 
 def main(rows: int) -> None:
@@ -23,22 +21,14 @@ def main(rows: int) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SELECT pg_create_logical_replication_slot('anchor', 'pgoutput')")
         insert_rows(url, rows, 1000)
-        with psycopg.connect(url, autocommit=True) as conn:
-            end = Lsn.parse(str(conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]))  # type: ignore[index]
-            conn.execute("CHECKPOINT")
-        with timed() as anchor:
-            subprocess.run(
-                [str(server.bindir / "pg_recvlogical"), "-d", url, "--slot", "anchor", "--start", "--no-loop",
-                 "-o", "proto_version=1", "-o", "publication_names=cdc_publication", "-E", str(end), "-f", "/dev/null"],
-                check=True, capture_output=True,
-            )
+        anchor = recvlogical_seconds(server, url, "anchor")
         with timed() as ours:
             stats = Capture(settings, once=True).run()
         ours_rate = stats.events / ours[0]
-        anchor_rate = rows / anchor[0]
+        anchor_rate = rows / anchor
         print(f"rows={rows} transactions={stats.transactions} events={stats.events}")
         print(f"capture into the log : {ours_rate:>12,.0f} events/s ({ours[0]:.1f} s)")
-        print(f"pg_recvlogical anchor: {anchor_rate:>12,.0f} rows/s   ({anchor[0]:.1f} s)")
+        print(f"pg_recvlogical anchor: {anchor_rate:>12,.0f} rows/s   ({anchor:.1f} s)")
         print(f"ratio                : {ours_rate / anchor_rate:.2f} (target >= 0.6)")
 
 

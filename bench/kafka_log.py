@@ -17,15 +17,13 @@ from Kafka (each run twice, in one process; the second figure is the steady one)
 
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import psycopg
 
-from bench.capture_common import bench_database, insert_rows, timed
+from bench.capture_common import bench_database, insert_rows, recvlogical_seconds, timed
 from cdc.coordinator import Capture
 from cdc.local_kafka import LocalKafka
-from cdc.lsn import Lsn
 from derived_views.log_location import location_from_settings
 from derived_views.log_source import read_watermark
 from derived_views.pending import read_log
@@ -40,24 +38,16 @@ def main(rows: int) -> None:
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SELECT pg_create_logical_replication_slot('anchor', 'pgoutput')")
         insert_rows(url, rows, 1000)
-        with psycopg.connect(url, autocommit=True) as conn:
-            end = Lsn.parse(str(conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]))  # type: ignore[index]
-            conn.execute("CHECKPOINT")
-        with timed() as anchor:
-            subprocess.run(
-                [str(server.bindir / "pg_recvlogical"), "-d", url, "--slot", "anchor", "--start", "--no-loop",
-                 "-o", "proto_version=1", "-o", "publication_names=cdc_publication", "-E", str(end), "-f", "/dev/null"],
-                check=True, capture_output=True,
-            )
+        anchor = recvlogical_seconds(server, url, "anchor")
         rates = {}
         for name, settings in (("embedded log", embedded), ("Kafka", kafka)):
             with timed() as took:
                 stats = Capture(settings, once=True).run()
             assert stats.events == rows, f"{name}: {stats.events} events for {rows} rows"
             rates[name] = (stats.events / took[0], took[0])
-        anchor_rate = rows / anchor[0]
+        anchor_rate = rows / anchor
         print(f"rows={rows} transactions={rows // 1000}")
-        print(f"pg_recvlogical anchor      : {anchor_rate:>12,.0f} rows/s   ({anchor[0]:.1f} s)")
+        print(f"pg_recvlogical anchor      : {anchor_rate:>12,.0f} rows/s   ({anchor:.1f} s)")
         for name, (rate, seconds) in rates.items():
             print(f"capture into {name:<14}: {rate:>12,.0f} events/s ({seconds:.1f} s)  "
                   f"{rate / anchor_rate:.2f} of the anchor")

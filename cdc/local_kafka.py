@@ -68,23 +68,14 @@ def fetch() -> list[Path]:
     if existing:
         return existing
     import pyspark
-    from pyspark.sql import SparkSession
+
+    from derived_views.spark_jars import resolved_jars
 
     directory = jars_dir()
-    with tempfile.TemporaryDirectory(prefix="cdc-kafka-ivy-") as ivy:
-        session = (
-            SparkSession.builder.master("local[1]")
-            .appName("cdc-fetch-kafka-jars")
-            .config("spark.jars.packages", KAFKA_COORDINATE)
-            .config("spark.jars.ivy", ivy)
-            .config("spark.ui.enabled", "false")
-            .getOrCreate()
-        )
-        session.stop()
-        resolved = sorted(Path(ivy, "jars").glob("*.jar"))
+    with resolved_jars(KAFKA_COORDINATE) as resolved:
         scala = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("scala-library-2.13.*.jar"))
-        if not resolved or not scala:
-            raise KafkaUnavailable(f"Spark's resolver found no jars for {KAFKA_COORDINATE}")
+        if not scala:
+            raise KafkaUnavailable("pyspark ships no scala-library 2.13 jar for the broker")
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)

@@ -15,6 +15,8 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -65,19 +67,17 @@ def installed_jars() -> list[Path]:
     return sorted(directory.glob("*.jar"))
 
 
-def fetch() -> list[Path]:
-    """Resolve and copy the jars unless the current set is already present."""
-    existing = installed_jars()
-    if existing:
-        return existing
+@contextmanager
+def resolved_jars(coordinates: str) -> Iterator[list[Path]]:
+    """The jar files of Maven ``coordinates`` (comma-separated) with their dependencies, as Spark's own
+    resolver downloads them from Maven Central into a throwaway Ivy cache (removed on exit)."""
     from pyspark.sql import SparkSession
 
-    directory = jars_dir()
     with tempfile.TemporaryDirectory(prefix="cdc-ivy-") as ivy:
         session = (
             SparkSession.builder.master("local[1]")
-            .appName("cdc-fetch-spark-jars")
-            .config("spark.jars.packages", spark_packages())
+            .appName("cdc-fetch-jars")
+            .config("spark.jars.packages", coordinates)
             .config("spark.jars.ivy", ivy)
             .config("spark.ui.enabled", "false")
             .getOrCreate()
@@ -85,7 +85,17 @@ def fetch() -> list[Path]:
         session.stop()
         resolved = sorted(Path(ivy, "jars").glob("*.jar"))
         if not resolved:
-            raise RuntimeError(f"Spark resolved no jars for {spark_packages()}")
+            raise RuntimeError(f"Spark resolved no jars for {coordinates}")
+        yield resolved
+
+
+def fetch() -> list[Path]:
+    """Resolve and copy the jars unless the current set is already present."""
+    existing = installed_jars()
+    if existing:
+        return existing
+    directory = jars_dir()
+    with resolved_jars(spark_packages()) as resolved:
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)

@@ -36,7 +36,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
+from itertools import islice
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -341,14 +342,21 @@ class KafkaLog:
         deliveries = _Deliveries()
         try:
             producer.begin_transaction()
-            produced = 0
-            for item in records:
-                for topic, partition, key, value, timestamp_ms, headers in self._placed(item):
-                    self._produce(producer, topic, partition, key, value, timestamp_ms, headers, deliveries)
-                    produced += 1
-                    if produced % PRODUCE_WINDOW == 0:
-                        self._settle(producer, deliveries)
-            self._settle(producer, deliveries)
+            iterator = iter(records)
+            while chunk := list(islice(iterator, PRODUCE_WINDOW)):
+                if ProducerColumns in set(map(type, chunk)):
+                    run: list[ProducerRecord] = []
+                    for item in chunk:  # in order: a block of columns between records keeps its place
+                        if isinstance(item, ProducerColumns):
+                            self._produce_records(producer, run, deliveries)
+                            run = []
+                            self._produce_columns(producer, item, deliveries)
+                        else:
+                            run.append(item)
+                    self._produce_records(producer, run, deliveries)
+                else:
+                    self._produce_records(producer, chunk, deliveries)  # type: ignore[arg-type]
+                self._settle(producer, deliveries)
             previous = self._current
             ends = dict(previous.end_offsets) if previous is not None else {}
             ends.update(deliveries.ends)
@@ -369,31 +377,54 @@ class KafkaLog:
         self._current = watermark
         return watermark
 
-    def _placed(self, item: ProducerRecord | ProducerColumns) -> Iterator[tuple[Any, ...]]:
-        """``(topic, partition, key, value, timestamp_ms, headers)`` of each record ``item`` holds."""
-        if isinstance(item, ProducerColumns):
-            count = self.partitions(item.topic)
-            if self._is_compacted(item.topic) and item.null_keys():
-                raise InvalidRecordError(item.topic, "a record has no key, and the topic is compacted",
-                                         "give every record of a compacted topic a key")
-            placed = self._partitioner.columns_array(item.topic, item.keys, len(item), count).tolist()
-            keys = [None] * len(item) if item.keys is None else item.keys.to_pylist()
-            for partition, key, value in zip(placed, keys, item.values.to_pylist(), strict=True):
-                yield (item.topic, partition, _as_bytes(key), _as_bytes(value), item.timestamp_ms, ())
-            return
-        topic, key, value, timestamp_ms, headers = item
-        if headers and topic not in self._partial_topics and first_header(headers, UNCHANGED_HEADER) is not None:
+    @staticmethod
+    def _keyless(topic: str) -> InvalidRecordError:
+        return InvalidRecordError(topic, "a record has no key, and the topic is compacted",
+                                  "give every record of a compacted topic a key")
+
+    def _produce_columns(self, producer: Producer, block: ProducerColumns, deliveries: _Deliveries) -> None:
+        """Produce a block of columns, placed as the embedded log places it (murmur2 over the Arrow keys)."""
+        count = self.partitions(block.topic)
+        if self._is_compacted(block.topic) and block.null_keys():
+            raise self._keyless(block.topic)
+        placed = self._partitioner.columns_array(block.topic, block.keys, len(block), count).tolist()
+        keys = [None] * len(block) if block.keys is None else block.keys.to_pylist()
+        for partition, key, value in zip(placed, keys, block.values.to_pylist(), strict=True):
+            self._produce(producer, block.topic, partition, _as_bytes(key), _as_bytes(value), block.timestamp_ms, (),
+                          deliveries)
+
+    def _produce_records(self, producer: Producer, records: list[ProducerRecord], deliveries: _Deliveries) -> None:
+        """Produce records of any topics in their order, each run of one topic placed at once (numpy murmur2)."""
+        start = 0
+        while start < len(records):
+            topic = records[start][0]
+            stop = start + 1
+            while stop < len(records) and records[stop][0] == topic:
+                stop += 1
+            run = records[start:stop]
+            count = self.partitions(topic)
+            keys = [record[1] for record in run]
+            if None in keys:
+                if self._is_compacted(topic):
+                    raise self._keyless(topic)
+                placed = self._partitioner.partitions(topic, keys, count)
+            else:
+                placed = [0] * len(run) if count == 1 else self._partitioner.keyed_array(keys, count).tolist()  # type: ignore[arg-type]
+            for partition, (_, key, value, timestamp_ms, headers) in zip(placed, run, strict=True):
+                if headers:
+                    self._note_partial(topic, headers)
+                self._produce(producer, topic, partition, key, value, timestamp_ms, headers, deliveries)
+            start = stop
+
+    def _note_partial(self, topic: str, headers: Any) -> None:
+        """Warn, once per topic, of a record that leaves unchanged columns out (capture writes whole rows here)."""
+        if topic not in self._partial_topics and first_header(headers, UNCHANGED_HEADER) is not None:
             self._partial_topics.add(topic)
             log.warning(
                 "topic %s gets records that leave unchanged columns out (header %r): Kafka's compaction cannot "
                 "fold them onto the key's earlier record as the embedded log's does, so once it removes that "
                 "record a rebuild lacks those values; give the source table REPLICA IDENTITY FULL "
                 "(`cdc setup --check-only` names the tables)", topic, UNCHANGED_HEADER)
-        count = self.partitions(topic)
-        if key is None and self._is_compacted(topic):
-            raise InvalidRecordError(topic, "a record has no key, and the topic is compacted",
-                                     "give every record of a compacted topic a key")
-        yield (topic, self._partitioner.partition(topic, key, count), key, value, timestamp_ms, headers)
 
     def _produce(self, producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
                  timestamp_ms: int, headers: Any, deliveries: _Deliveries) -> None:

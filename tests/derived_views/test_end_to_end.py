@@ -26,6 +26,21 @@ pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 
 ALL = ["warehouse", "search.products", "cache.order"]
 BIG = "(SELECT string_agg(md5(g::text || 'x'), '') FROM generate_series(1, 3200) g)"  # ~100 kB, incompressible
+#: Changes of every kind to the seeded tables: a TOAST value set and then left unchanged, updates, deletes,
+#: a truncate (with cascade), an insert, and a column added then set
+CHANGES = (
+    f"UPDATE products SET description = {BIG} WHERE id = 1",
+    "UPDATE products SET price = 99.50, name = 'Brass lamp' WHERE id = 2",
+    "DELETE FROM order_items WHERE line_no = 3",
+    "UPDATE orders SET status = 'paid' WHERE customer_id = 2",
+    "UPDATE categories SET name = 'Lights' WHERE id = 2",
+    "DELETE FROM products WHERE id = 20",
+    "TRUNCATE customers CASCADE",
+    "INSERT INTO customers (email, name) VALUES ('new@x', 'New')",
+    "ALTER TABLE products ADD COLUMN weight numeric(6, 2)",
+    "UPDATE products SET weight = 1.25 WHERE id = 3",
+    "UPDATE products SET price = 12.00 WHERE id = 1",  # leaves the 100 kB description unchanged (TOAST)
+)
 
 
 def _exec(url: str, *statements: str) -> None:
@@ -94,20 +109,7 @@ def test_changes_schema_change_toast_compaction_rebuild_and_verify(
     runner.step(ctx, ALL)
     _verify_all(ctx, reference_db)
 
-    _exec(
-        reference_db,
-        f"UPDATE products SET description = {BIG} WHERE id = 1",
-        "UPDATE products SET price = 99.50, name = 'Brass lamp' WHERE id = 2",
-        "DELETE FROM order_items WHERE line_no = 3",
-        "UPDATE orders SET status = 'paid' WHERE customer_id = 2",
-        "UPDATE categories SET name = 'Lights' WHERE id = 2",
-        "DELETE FROM products WHERE id = 20",
-        "TRUNCATE customers CASCADE",
-        "INSERT INTO customers (email, name) VALUES ('new@x', 'New')",
-        "ALTER TABLE products ADD COLUMN weight numeric(6, 2)",
-        "UPDATE products SET weight = 1.25 WHERE id = 3",
-        "UPDATE products SET price = 12.00 WHERE id = 1",  # leaves the 100 kB description unchanged (TOAST)
-    )
+    _exec(reference_db, *CHANGES)
     _capture(settings)
     runner.step(ctx, ALL)
     _verify_all(ctx, reference_db)

@@ -13,7 +13,7 @@ import pytest
 
 from log_store import ProducerColumns, ProducerRecord, TopicPartition
 from log_store.errors import InvalidRecordError, ReadOnlyError, TopicConfigMismatchError, UnknownTopicError
-from log_store.kafka_log import KafkaLog, KafkaLogError, KafkaSettings
+from log_store.kafka_log import PRODUCE_WINDOW, KafkaLog, KafkaLogError, KafkaSettings
 from log_store.partitioner import partition_for_key
 
 pytestmark = pytest.mark.kafka
@@ -71,13 +71,12 @@ def test_records_land_on_the_embedded_logs_partitions_and_read_back_whole(kafka_
 _KILLED_WRITER = """
 import sys, time
 from log_store import ProducerRecord
-from log_store.kafka_log import KafkaLog, KafkaSettings
+from log_store.kafka_log import PRODUCE_WINDOW, KafkaLog, KafkaSettings
 log = KafkaLog.open(KafkaSettings(sys.argv[1], sys.argv[2]), writer=True)
 def records():
-    for i in range(5000):
+    for i in range(PRODUCE_WINDOW):  # a whole chunk: produced and delivered before the next is asked for
         yield ProducerRecord(sys.argv[3], b'{"id":%d}' % i, b"torn", 1)
-    log._producer.flush(30)  # every record is in the broker, uncommitted
-    print("produced", flush=True)
+    print("produced", flush=True)  # every record of the chunk is in the broker, uncommitted
     time.sleep(600)
     yield from ()
 log.append_group(records(), "00000000000000FF")
@@ -105,9 +104,9 @@ def test_a_group_cut_by_kill_9_is_never_read_and_the_next_writer_follows_the_las
         log.append_group([ProducerRecord(topic, b'{"id":%d}' % i, b"next", 1) for i in range(10)], "0000000000000020")
     with KafkaLog.open(settings) as reader:
         values = [value for partition in _records(reader, topic, 2) for _, value in partition]
-        assert sorted(values) == [b"kept"] * 10 + [b"next"] * 10  # nothing of the 5000 torn records
+        assert sorted(values) == [b"kept"] * 10 + [b"next"] * 10  # nothing of the torn records
         ends = [reader.end_offset(TopicPartition(topic, p)) for p in range(2)]
-        assert sum(ends) > 5000 + 20  # the torn records took offsets: reads stepped over them
+        assert sum(ends) > PRODUCE_WINDOW + 20  # the torn records took offsets: reads stepped over them
 
 
 def test_a_second_writer_fences_the_first(kafka_bootstrap: str, kafka_prefix: str) -> None:
