@@ -171,7 +171,9 @@ class KafkaLog:
         self.root = settings.describe()
         # librdkafka's own log lines go to this module's logger, not to stderr
         self._client: dict[str, Any] = {"bootstrap.servers": settings.bootstrap, **settings.client,
-                                         "logger": _client_log}
+                                         "logger": _client_log, "error_cb": self._on_client_error}
+        #: the clients' last error of their own (a refused login, say), which a failed request only echoes
+        self._client_error: KafkaError | None = None
         self._admin: AdminClient | None = AdminClient(self._client)
         self._partitioner = Partitioner()
         self._partition_counts: dict[str, int] = {}
@@ -208,11 +210,17 @@ class KafkaLog:
             raise ReadOnlyError(self.root, "an operation after close()")  # type: ignore[arg-type]
         return self._admin
 
+    def _on_client_error(self, error: KafkaError) -> None:
+        if error.code() in (KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED):
+            self._client_error = error
+
     def _metadata(self) -> Any:
         try:
             return self._admin_client().list_topics(timeout=self.settings.timeout_s)
         except KafkaException as exc:
-            raise KafkaLogError(self.settings.bootstrap, "reading the cluster's topics", exc.args[0]) from None
+            self._admin_client().poll(0)  # serves the error callback: a refused login is said there
+            raise KafkaLogError(self.settings.bootstrap, "reading the cluster's topics",
+                                self._client_error or exc.args[0]) from None
 
     def _topic_settings(self, compacted: bool) -> dict[str, str]:
         settings = {"cleanup.policy": "compact" if compacted else "delete",

@@ -7,6 +7,7 @@ import random
 import re
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import pytest
@@ -27,6 +28,9 @@ from tests.faults.harness import (
     transaction_differences,
     watermark,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.pg, pytest.mark.kafka]
 
@@ -228,3 +232,65 @@ def test_capture_waits_out_a_broker_that_is_down_and_loses_nothing(
             assert capture.terminate() == 0, capture.stderr()
         finally:
             running.close()
+
+
+def test_log_commands_read_the_topics_in_kafka(
+        reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str) -> None:
+    execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 20) g")
+    env = cdc_env(reference_db, tmp_path, log=f"kafka://{kafka_bootstrap}", topic_prefix=kafka_prefix)
+    assert run_cdc(env, "capture", "--once").returncode == 0
+    topic = f"{kafka_prefix}.public.categories"
+    topics = run_cdc(env, "log", "topics")
+    assert topics.returncode == 0 and topic in topics.stdout.split()
+    assert f"{kafka_prefix}.__watermarks" not in topics.stdout  # the log's own bookkeeping, as in the embedded log
+    described = run_cdc(env, "log", "describe", topic)
+    assert described.returncode == 0, described.stderr
+    shown = " ".join(described.stdout.split())  # the table's title wraps
+    assert "(3 partition(s), compacted)" in shown and "end offset" in shown and "latest watermark: #" in shown
+    tail = run_cdc(env, "log", "tail", topic, "--from-beginning")
+    assert tail.returncode == 0, tail.stderr
+    names = sorted(orjson.loads(line)["value"]["after"]["name"] for line in tail.stdout.splitlines())
+    assert names == sorted(f"c{g}" for g in range(1, 21))
+    compact = run_cdc(env, "log", "compact")
+    assert compact.returncode == 2 and "Kafka" in compact.stderr and "compacts its topics itself" in compact.stderr
+
+
+_SASL_USERS = 'username="broker" password="b-secret" user_broker="b-secret" user_cdc="c-secret";'
+
+
+@pytest.mark.spark
+def test_sasl_credentials_reach_capture_and_spark_and_a_wrong_password_is_one_clear_error(
+        reference_db: str, tmp_path: Path, kafka_prefix: str, spark: SparkSession) -> None:
+    from cdc.local_kafka import LocalKafka, _free_port
+    from derived_views.log_location import location_from_settings
+    from derived_views.log_source import read_watermark
+    from derived_views.pending import read_log
+
+    port, controller = _free_port(), _free_port()
+    secured = {
+        "listeners": f"SASL_PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+        "advertised.listeners": f"SASL_PLAINTEXT://127.0.0.1:{port}",
+        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {_SASL_USERS}",
+    }
+    execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 30) g")
+    with LocalKafka(root=tmp_path / "broker", port=port, controller_port=controller, settings=secured) as broker:
+        sasl = {"kafka_security_protocol": "sasl_plaintext", "kafka_sasl_mechanism": "PLAIN",
+                "kafka_sasl_username": "cdc", "kafka_timeout_ms": "3000"}
+        refused = run_cdc(cdc_env(reference_db, tmp_path, log=f"kafka://{broker.bootstrap}", topic_prefix=kafka_prefix,
+                                  kafka_sasl_password="wrong", **sasl), "capture", "--once")
+        assert refused.returncode == 5, refused.stderr
+        assert refused.stderr.count("error: Kafka at") == 1 and "wrong" not in refused.stderr, refused.stderr
+        assert "Authentication failed" in refused.stderr, refused.stderr
+        kafka = _kafka(reference_db, tmp_path, broker.bootstrap, kafka_prefix, kafka_sasl_password="c-secret", **sasl)
+        Capture(kafka, once=True).run()
+        location = location_from_settings(kafka)
+        topic = f"{kafka_prefix}.public.categories"
+        watermark = read_watermark(location, [topic])
+        assert watermark is not None
+        rows = read_log(spark, location, [topic], {}, watermark.offsets).collect()  # Spark's Kafka source, with SASL
+        assert sorted(orjson.loads(row["value"])["after"]["name"] for row in rows) == sorted(f"c{g}" for g in range(1, 31))
