@@ -234,8 +234,8 @@ class Capture:
         A failed group was aborted and nothing past the last committed one was confirmed, so a new run
         (the log reopened, its watermark read, the slot streamed from its confirmed position) loses and
         doubles nothing: it is a restart of capture in process. One warning line per attempt; the pause
-        doubles from 1 s to 30 s. ``once`` fails at once instead, as does a fenced writer (another capture
-        of the prefix took over).
+        doubles from 1 s to 30 s. ``once`` fails at once instead, as does an error a restart cannot cure
+        (another capture of the prefix took over, a refused login or permission, a record too large).
         """
         from log_store.kafka_log import KafkaLogError
 
@@ -244,7 +244,7 @@ class Capture:
             try:
                 return self._run()
             except KafkaLogError as exc:
-                if self.once or exc.fenced:
+                if self.once or not exc.retriable:
                     raise
                 self.metrics.errors.labels(kind="KafkaLogError").inc()
                 log.warning("%s; capture starts again in %.0f s (nothing is confirmed to the source past LSN %s)",

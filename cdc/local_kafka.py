@@ -172,7 +172,8 @@ class LocalKafka:
         if not (self.root / "data" / "meta.properties").exists():
             cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             formatted = subprocess.run(
-                self._java("kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(config)),
+                # "=": a cluster id may start with "-", which the tool would read as an option
+                self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", f"--config={config}"),
                 capture_output=True, text=True, check=False)
             if formatted.returncode != 0:
                 raise KafkaUnavailable(f"formatting the broker's storage failed: {formatted.stderr.strip()[-500:]}")

@@ -43,7 +43,10 @@ ACCEPTS: dict[str, str] = {
     "deletion_vectors": "true or false",
     "log": "empty (the embedded log under CDC_DATA_DIR) or kafka://host:port[,host:port...] (the log in Kafka)",
     "kafka_security_protocol": "plaintext, ssl, sasl_plaintext or sasl_ssl",
-    "kafka_sasl_mechanism": "PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 or OAUTHBEARER",
+    "kafka_sasl_mechanism": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+    "kafka_ssl_ca_location": "the path of a PEM file that exists",
+    "kafka_ssl_certificate_location": "the path of a PEM file that exists",
+    "kafka_ssl_key_location": "the path of a PEM file that exists",
     "kafka_timeout_ms": "how long one Kafka request may take, in milliseconds, from 100 to 600000",
 }
 
@@ -173,9 +176,16 @@ class Settings(BaseSettings):
     @field_validator("kafka_sasl_mechanism")
     @classmethod
     def _check_sasl_mechanism(cls, value: str) -> str:
-        if value and value.upper() not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"):
-            raise ValueError(f"{value!r} is not a SASL mechanism Kafka clients offer")
+        if value and value.upper() not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
+            raise ValueError(f"{value!r} is not a SASL mechanism this pipeline's Kafka clients take")
         return value.upper()
+
+    @field_validator("kafka_ssl_ca_location", "kafka_ssl_certificate_location", "kafka_ssl_key_location")
+    @classmethod
+    def _check_pem_file(cls, value: str) -> str:
+        if value and not Path(value).is_file():
+            raise ValueError(f"{value!r} is not a file")
+        return value
 
     @property
     def uses_kafka(self) -> bool:

@@ -332,8 +332,9 @@ class ChangeReplayer:
                         relations.pop(message.relid, None)
                 elif isinstance(message, TypeInfo):
                     self.type_names[message.oid] = message.name
-                elif isinstance(message, Update) and UNCHANGED in message.new and (
+                elif isinstance(message, Update) and UNCHANGED in message.new and message.old_kind != "O" and (
                         partial or (message.old_kind == "K" and message.old is not None)):
+                    # (a whole old row, 'O', holds every unchanged value itself: nothing to read back)
                     shape = relations.get(message.relid)
                     if shape is None:
                         continue

@@ -12,7 +12,6 @@ and Kafka is read ``read_committed``, so a batch never holds part of a source tr
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,10 +71,10 @@ class LogLocation:
             if module is not None:
                 user, password = client.get("sasl.username", ""), client.get("sasl.password", "")
                 options["kafka.sasl.jaas.config"] = (
-                    f"{module} required username={json.dumps(user)} password={json.dumps(password)};")
-        if client.get("ssl.ca.location"):
+                    f"{module} required username={_jaas_quoted(user)} password={_jaas_quoted(password)};")
+        if client.get("ssl.ca.location"):  # inline, so that executors on other machines need no file
             options["kafka.ssl.truststore.type"] = "PEM"
-            options["kafka.ssl.truststore.location"] = client["ssl.ca.location"]
+            options["kafka.ssl.truststore.certificates"] = Path(client["ssl.ca.location"]).read_text()
         if client.get("ssl.certificate.location") and client.get("ssl.key.location"):
             options["kafka.ssl.keystore.type"] = "PEM"
             options["kafka.ssl.keystore.certificate.chain"] = Path(client["ssl.certificate.location"]).read_text()
@@ -83,6 +82,12 @@ class LogLocation:
             if client.get("ssl.key.password"):
                 options["kafka.ssl.key.password"] = client["ssl.key.password"]
         return options
+
+
+def _jaas_quoted(text: str) -> str:
+    """``text`` as a JAAS option value: in double quotes, with ``\\`` and ``"`` escaped (any other
+    character, non-ASCII ones included, as it is)."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def location_from_settings(settings: Any) -> LogLocation:

@@ -101,9 +101,10 @@ def read_kafka(
     The source reads ``read_committed`` and makes one Spark partition per Kafka partition, in offset
     order, which is what the per-partition reduction needs (every event of a key is in one partition);
     its rows are mapped to :data:`~derived_views.log_source.RAW_DDL` and reduced by ``mapInArrow``, one
-    Python worker per partition, as the ``cdclog`` source reduces its partitions. ``failOnDataLoss`` is
-    off because compaction leaves gaps in a compacted topic's offsets (and commit markers take offsets
-    of their own): a gap is not a loss here.
+    Python worker per partition, as the ``cdclog`` source reduces its partitions. ``failOnDataLoss`` stays
+    on: the source skips offsets it cannot see above the partition's earliest offset (compaction's gaps,
+    commit markers, aborted records) as it should, and fails only where records below a range's end are
+    gone from the partition's start (retention or a deleted topic), which a view must not skip.
     """
     import functools
     import json
@@ -133,7 +134,7 @@ def read_kafka(
         .option("endingOffsets", json.dumps({t: {p: r[1] for p, r in parts.items()} for t, parts in ranges.items()}))
         .option("kafka.isolation.level", "read_committed")
         .option("includeHeaders", "true")
-        .option("failOnDataLoss", "false")
+        .option("failOnDataLoss", "true")
         .load()
         .select(
             F.col("topic"), F.col("partition").cast("int"), F.col("offset"),

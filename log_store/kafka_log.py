@@ -86,10 +86,13 @@ class KafkaLogError(LogStoreError):
 
     exit_code = 5
 
-    def __init__(self, bootstrap: str, what: str, error: object) -> None:
+    def __init__(self, bootstrap: str, what: str, error: object, *, lasting: bool = False) -> None:
         self.bootstrap, self.error = bootstrap, error
         #: another writer of the prefix took over: retrying cannot help
         self.fenced = _fenced(error)
+        #: whether starting again may cure it (the brokers down or unreachable), rather than a refused login,
+        #: a missing permission, a setting the cluster refuses, fencing or a record too large for a topic
+        self.retriable = not (self.fenced or lasting or (isinstance(error, KafkaError) and error.code() in _LASTING_CODES))
         text = error.str() if isinstance(error, KafkaError) else str(error)
         writing = "group" in what
         if _fenced(error):
@@ -99,13 +102,25 @@ class KafkaLogError(LogStoreError):
         else:
             message = (f"Kafka at {bootstrap}: {what} failed ({text}); check that the brokers are up and reachable "
                        "and that CDC_LOG and the CDC_KAFKA_* client settings are right")
-            if writing:
+            if what == "committing a group":
+                message += ("; the group may or may not be committed, and capture confirms nothing past the "
+                            "watermark it reads from Kafka when it starts again, so nothing is lost or doubled")
+            elif writing:
                 message += ("; nothing of the failed group is visible to readers, and capture confirms nothing past "
                             "what Kafka committed")
         super().__init__(message)
 
 
-_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH}
+#: A newer producer with the same transactional id took over. (``INVALID_PRODUCER_EPOCH`` is not here: a
+#: transaction the broker aborted after ``transaction.timeout.ms`` bumps the epoch too, and a restart helps.)
+_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED}
+#: Errors a restart cannot cure: a refused login or permission, a setting the cluster refuses, a record too large.
+_LASTING_CODES = {
+    KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.INVALID_REPLICATION_FACTOR, KafkaError.POLICY_VIOLATION, KafkaError.INVALID_CONFIG,
+}
 
 
 def _fenced(error: object) -> bool:
@@ -124,7 +139,7 @@ class KafkaSettings:
 
     bootstrap: str
     prefix: str
-    client: Mapping[str, str] = field(default_factory=dict)
+    client: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold a password
     delete_retention_ms: int = 24 * 3600 * 1000
     retention_ms: int = -1
     retention_bytes: int = -1
@@ -215,6 +230,7 @@ class KafkaLog:
             self._client_error = error
 
     def _metadata(self) -> Any:
+        self._client_error = None
         try:
             return self._admin_client().list_topics(timeout=self.settings.timeout_s)
         except KafkaException as exc:
@@ -349,7 +365,10 @@ class KafkaLog:
             raise KafkaLogError(self.settings.bootstrap, "appending a group", self._fatal)
         deliveries = _Deliveries()
         try:
-            producer.begin_transaction()
+            try:
+                producer.begin_transaction()
+            except KafkaException as exc:
+                raise KafkaLogError(self.settings.bootstrap, "beginning a group", exc.args[0]) from None
             iterator = iter(records)
             while chunk := list(islice(iterator, PRODUCE_WINDOW)):
                 if ProducerColumns in set(map(type, chunk)):
@@ -443,6 +462,16 @@ class KafkaLog:
                 return
             except BufferError:
                 producer.poll(0.05)
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
+                    raise KafkaLogError(
+                        self.settings.bootstrap, f"appending a group to {topic}",
+                        f"a record of {len(value or b'') + len(key or b''):,} bytes is larger than the "
+                        f"{MAX_RECORD_BYTES:,} bytes a topic of this log takes (a row that large cannot go "
+                        "into this log: keep its table out of CDC_TABLES, or use the embedded log)",
+                        lasting=True) from None
+                raise KafkaLogError(self.settings.bootstrap, f"appending a group to {topic}", error) from None
 
     def _settle(self, producer: Producer, deliveries: _Deliveries) -> None:
         """Wait until every record produced so far is delivered (or failed)."""
@@ -510,38 +539,51 @@ class KafkaLog:
         return int(low), int(high)
 
     def _fetch(self, tp: TopicPartition, start: int, end: int, limit: int) -> list[Message]:
-        """Committed records of ``tp`` with offsets in ``[start, end)``, at most ``limit`` of them."""
+        """Committed records of ``tp`` with offsets in ``[start, end)``, at most ``limit`` of them.
+
+        Reads until ``end`` (or ``limit``), never stopping short at the partition's end: a broker answers a
+        commit before it has written the commit markers, so for a moment a partition's last stable offset
+        (where a read-committed read ends) may lie below the end offset a committed watermark names. The
+        read waits for it, and fails only when no record arrives and the end does not move for
+        ``timeout_s`` (a partition that lost committed records: an unclean leader election, a topic
+        deleted and made again).
+        """
         if start >= end:
             return []
         consumer = self._reader()
         consumer.assign([KafkaPartition(tp.topic, tp.partition, start)])
         out: list[Message] = []
         deadline = time.monotonic() + self.settings.timeout_s
+        reached = start
         try:
             while len(out) < limit:
                 # a short wait: the records are fetched in the background, and the partition's end arrives
                 # as an event (enable.partition.eof), so no call waits for a batch that cannot fill
                 batch = consumer.consume(min(limit - len(out), 10_000), 0.02)
-                done = False
+                past_end = False
                 for message in batch:
                     error = message.error()
                     if error is not None:
-                        if error.code() == KafkaError._PARTITION_EOF:
-                            done = True
-                            continue
-                        raise KafkaLogError(self.settings.bootstrap, f"reading {tp}", error)
+                        if error.code() != KafkaError._PARTITION_EOF:  # the end for now: read on until ``end``
+                            raise KafkaLogError(self.settings.bootstrap, f"reading {tp}", error)
+                        continue
                     if message.offset() >= end:
-                        done = True
+                        past_end = True
                         continue
                     out.append(message)
-                if done or len(out) >= limit:
+                if past_end or len(out) >= limit:
                     break
                 position = consumer.position([KafkaPartition(tp.topic, tp.partition)])[0].offset
                 if position >= end:
                     break
-                if not batch and time.monotonic() > deadline:
-                    raise KafkaLogError(self.settings.bootstrap, f"reading {tp}",
-                                        f"no record arrived within {self.settings.timeout_s:g} s")
+                if position > reached:  # the read moves: records (or markers, aborted ones) went by
+                    reached, deadline = position, time.monotonic() + self.settings.timeout_s
+                elif time.monotonic() > deadline:
+                    raise KafkaLogError(
+                        self.settings.bootstrap, f"reading {tp}",
+                        f"it holds committed records up to offset {reached} only, short of offset {end} that the "
+                        f"log's watermark names, and did not move for {self.settings.timeout_s:g} s (a topic that "
+                        "lost committed records: rebuild the log with a new snapshot)")
         finally:
             consumer.unassign()
         return out[:limit]
