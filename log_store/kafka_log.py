@@ -195,6 +195,7 @@ class KafkaLog:
         self._compacted: dict[str, bool] = {}
         self._producer: Producer | None = None
         self._consumer: Consumer | None = None
+        self._uncommitted: Consumer | None = None  # offsets only: never reads a record
         self._current: Watermark | None = None
         self._fatal: KafkaError | None = None
         self._partial_topics: set[str] = set()
@@ -588,12 +589,41 @@ class KafkaLog:
             consumer.unassign()
         return out[:limit]
 
+    def _settled_bounds(self, tp: TopicPartition) -> tuple[int, int]:
+        """:meth:`_bounds` of the watermark topic once no group's commit is under way on it.
+
+        A broker answers a commit before it writes the commit markers, so right after a capture's commit
+        returned the group's watermark may not be readable yet. A watermark is the last record of its
+        group, so the watermark partition holds records past its last stable offset only while a commit
+        is completing (or, after a crash inside one, until the next writer aborts it): the read waits
+        until the two meet, at most ``timeout_s``. So a reader that starts after a commit returned sees
+        that commit (read-your-writes, as with the embedded log).
+        """
+        deadline = time.monotonic() + self.settings.timeout_s
+        while True:
+            low, stable = self._bounds(tp)
+            high = self._end_of_log(tp)
+            if stable >= high or time.monotonic() > deadline:
+                return low, stable
+            time.sleep(0.01)
+
+    def _end_of_log(self, tp: TopicPartition) -> int:
+        """The end of ``tp`` counting records of transactions not committed (yet)."""
+        if self._uncommitted is None:
+            self._uncommitted = Consumer({**self._client, "group.id": f"{self.settings.prefix}.log-reader",
+                                          "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+        try:
+            return int(self._uncommitted.get_watermark_offsets(
+                KafkaPartition(tp.topic, tp.partition), timeout=self.settings.timeout_s, cached=False)[1])
+        except KafkaException as exc:
+            raise KafkaLogError(self.settings.bootstrap, f"reading the offsets of {tp}", exc.args[0]) from None
+
     def _read_latest_watermark(self) -> Watermark | None:
         """The last committed watermark record, read backwards from the topic's end in widening windows."""
         tp = TopicPartition(self.settings.watermark_topic, 0)
         if not self.writer and self.settings.watermark_topic not in self._metadata().topics:
             return None  # no writer opened this log yet
-        low, high = self._bounds(tp)
+        low, high = self._settled_bounds(tp)
         window, end = 16, high
         while end > low:
             start = max(low, end - window)
@@ -675,9 +705,10 @@ class KafkaLog:
             return
         self._closed = True
         self._admin = None
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
+        for consumer in (self._consumer, self._uncommitted):
+            if consumer is not None:
+                consumer.close()
+        self._consumer = self._uncommitted = None
         if self._producer is not None:
             self._producer.flush(self.settings.timeout_s)
             self._producer = None
