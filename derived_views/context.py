@@ -185,12 +185,16 @@ class ViewContext:
 def read_schemas(location: LogLocation | str, topic: str, ends: dict[str, int]) -> dict[str, TableSchema]:
     """Every source table's latest schema record in ``topic`` up to ``ends`` (partition -> end offset),
     by log name: the schema topic is small (one record per table and change), read in the driver."""
-    rows = [
-        row
-        for part in plan_partitions(location, {}, {topic: dict(ends)})
-        for batch in read_partition(part)
-        for row in batch.select(["partition", "offset", "key", "value"]).to_pylist()
-    ]
+    parts = plan_partitions(location, {}, {topic: dict(ends)})
+    if not parts:
+        return {}
+    with parts[0].location.open() as log:  # one connection for every partition
+        rows = [
+            row
+            for part in parts
+            for batch in read_partition(part, log)
+            for row in batch.select(["partition", "offset", "key", "value"]).to_pylist()
+        ]
     latest: dict[str, tuple[int, str | None]] = {}
     for row in rows:
         key = json.loads(row["key"]) if row["key"] else None

@@ -78,10 +78,32 @@ class LogLocation:
         if client.get("ssl.certificate.location") and client.get("ssl.key.location"):
             options["kafka.ssl.keystore.type"] = "PEM"
             options["kafka.ssl.keystore.certificate.chain"] = Path(client["ssl.certificate.location"]).read_text()
-            options["kafka.ssl.keystore.key"] = Path(client["ssl.key.location"]).read_text()
-            if client.get("ssl.key.password"):
-                options["kafka.ssl.key.password"] = client["ssl.key.password"]
+            options["kafka.ssl.keystore.key"] = _java_key(self.kafka.bootstrap, Path(client["ssl.key.location"]),
+                                                          client.get("ssl.key.password") or None)
         return options
+
+
+def _java_key(bootstrap: str, path: Path, password: str | None) -> str:
+    """The PEM private key at ``path`` (PKCS#1, SEC1 or PKCS#8, encrypted with ``password`` or not) as
+    unencrypted PKCS#8, the one form the Java client opens everywhere.
+
+    The Java client reads only PKCS#8, and on Java 17 it cannot open the scheme OpenSSL 3 encrypts keys with
+    by default (PBES2: "PBES2 SecretKeyFactory not available"), which librdkafka opens. The key is opened
+    here with its password instead; it travels in the source's options as the SASL password does, which
+    Spark's Kafka source never logs and :data:`~derived_views.spark_session.SESSION_DEFAULTS` redacts from
+    plans.
+    """
+    from cryptography.hazmat.primitives import serialization
+
+    from log_store.kafka_log import KafkaLogError
+
+    try:
+        key = serialization.load_pem_private_key(path.read_bytes(), password.encode() if password else None)
+    except (OSError, ValueError, TypeError) as exc:  # unreadable, not a PEM key, or the wrong password
+        raise KafkaLogError(bootstrap, "setting up a client", f"the key {path} cannot be opened: {exc}",
+                            lasting=True) from None
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption()).decode()
 
 
 def _jaas_quoted(text: str) -> str:

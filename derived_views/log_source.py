@@ -230,13 +230,16 @@ def _header_int(value: bytes | None) -> int | None:
     return number if -(1 << 63) <= number < (1 << 63) else None
 
 
-def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
+def read_partition(partition: LogPartition, log: Any | None = None) -> Iterator[pa.RecordBatch]:
     """Yield the records of one input partition as Arrow batches in :data:`RAW_DDL` order.
 
     Parameters
     ----------
     partition : LogPartition
         The range to read.
+    log : LogStore or KafkaLog, optional
+        The partition's log opened already (by a caller reading many partitions, so that it connects once);
+        by default one is opened and closed here.
 
     Yields
     ------
@@ -246,26 +249,29 @@ def read_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
 
     Notes
     -----
-    Stateless: opens its own read-only handle on the log and closes it, so a batch can be re-read
-    deterministically as long as the range has not been compacted away.
+    Stateless without ``log``: opens its own read-only handle on the log and closes it, so a batch can be
+    re-read deterministically as long as the range has not been compacted away.
     """
+    if log is None:
+        with partition.location.open() as opened:
+            yield from read_partition(partition, opened)
+        return
+    if partition.location.kafka is not None:
+        yield from _read_kafka_partition(partition, log)
+        return
     from log_store import TopicPartition
 
     tp = TopicPartition(partition.topic, partition.partition)
     offset = partition.start
-    if partition.location.kafka is not None:
-        yield from _read_kafka_partition(partition)
-        return
-    with partition.location.open() as log:
-        while offset < partition.end:
-            chunks = log.read_columns(tp, offset, max_records=_CHUNK, max_bytes=_CHUNK_BYTES, end=partition.end)
-            if not chunks:
-                break
-            offset = int(chunks[-1].offsets[-1]) + 1
-            yield _arrow_batch(partition.topic, partition.partition, chunks)
+    while offset < partition.end:
+        chunks = log.read_columns(tp, offset, max_records=_CHUNK, max_bytes=_CHUNK_BYTES, end=partition.end)
+        if not chunks:
+            break
+        offset = int(chunks[-1].offsets[-1]) + 1
+        yield _arrow_batch(partition.topic, partition.partition, chunks)
 
 
-def _read_kafka_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
+def _read_kafka_partition(partition: LogPartition, log: Any) -> Iterator[pa.RecordBatch]:
     """:func:`read_partition` of a partition of a log in Kafka: its committed records, in :data:`RAW_DDL` order."""
     import pyarrow as pa
 
@@ -273,25 +279,24 @@ def _read_kafka_partition(partition: LogPartition) -> Iterator[pa.RecordBatch]:
 
     tp = TopicPartition(partition.topic, partition.partition)
     offset = partition.start
-    with partition.location.open() as log:
-        while offset < partition.end:
-            records = log.read(tp, offset, max_records=_CHUNK, end=partition.end)
-            if not records:
-                break
-            offset = records[-1].offset + 1
-            columns: dict[str, list[Any]] = {name: [] for name in _RAW_NAMES}
-            for record in records:
-                unchanged = first_header(record.headers, "unchanged")
-                tombstone = record.value is None
-                for name, item in (
-                    ("topic", record.topic), ("partition", record.partition), ("offset", record.offset),
-                    ("key", _utf8(record.key)), ("value", _utf8(record.value)), ("timestamp_ms", record.timestamp_ms),
-                    ("unchanged", _utf8(unchanged)),
-                    ("deleted_lsn", _header_int(first_header(record.headers, "lsn")) if tombstone else None),
-                    ("deleted_seq", _header_int(first_header(record.headers, "sequence")) if tombstone else None),
-                ):
-                    columns[name].append(item)
-            yield pa.RecordBatch.from_pydict(columns, schema=_raw_schema())
+    while offset < partition.end:
+        records = log.read(tp, offset, max_records=_CHUNK, end=partition.end)
+        if not records:
+            break
+        offset = records[-1].offset + 1
+        columns: dict[str, list[Any]] = {name: [] for name in _RAW_NAMES}
+        for record in records:
+            unchanged = first_header(record.headers, "unchanged")
+            tombstone = record.value is None
+            for name, item in (
+                ("topic", record.topic), ("partition", record.partition), ("offset", record.offset),
+                ("key", _utf8(record.key)), ("value", _utf8(record.value)), ("timestamp_ms", record.timestamp_ms),
+                ("unchanged", _utf8(unchanged)),
+                ("deleted_lsn", _header_int(first_header(record.headers, "lsn")) if tombstone else None),
+                ("deleted_seq", _header_int(first_header(record.headers, "sequence")) if tombstone else None),
+            ):
+                columns[name].append(item)
+        yield pa.RecordBatch.from_pydict(columns, schema=_raw_schema())
 
 
 def _utf8(data: bytes | None) -> str | None:

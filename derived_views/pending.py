@@ -186,8 +186,10 @@ def pending_table(
     parts = plan_partitions(rng.log, _start(progress, topics), end)
     if not read_in_driver(sum(part.end - part.start for part in parts)):
         return None
-    tables = [reduce_table(read_partition(part), mode, row) for part in parts]
-    return pa.concat_tables(tables) if tables else reduce_table([], mode, row)
+    if not parts:
+        return reduce_table([], mode, row)
+    with rng.log.open() as log:  # one connection for every partition
+        return pa.concat_tables([reduce_table(read_partition(part, log), mode, row) for part in parts])
 
 
 def arrow_typed(columns: list[tuple[str, str]], plan: Plan | None) -> bool:

@@ -29,7 +29,7 @@ DEFAULT_PORT = 15002
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: Settings of every view session: Delta enabled, no UI, few shuffle partitions, UTC, a 2 GB driver.
+#: Settings of every view session: Delta enabled, no UI, few shuffle partitions, UTC, a 2 GB driver, secrets redacted.
 SESSION_DEFAULTS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -40,6 +40,8 @@ SESSION_DEFAULTS = {
     "spark.databricks.delta.snapshotPartitions": "2",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     "spark.driver.memory": "2g",
+    # secrets in data source options (Kafka's SASL login, a client key) never appear in a plan
+    "spark.sql.redaction.options.regex": "(?i)url|password|jaas|keystore\\.key",
 }
 
 

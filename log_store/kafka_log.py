@@ -95,7 +95,10 @@ class KafkaLogError(LogStoreError):
         self.retriable = not (self.fenced or lasting or (isinstance(error, KafkaError) and error.code() in _LASTING_CODES))
         text = error.str() if isinstance(error, KafkaError) else str(error)
         writing = "group" in what
-        if _fenced(error):
+        if what == "setting up a client":
+            message = (f"Kafka at {bootstrap}: {what} failed ({text}); check the CDC_KAFKA_* client settings: "
+                       "the CDC_KAFKA_SSL_* files must be PEM, and CDC_KAFKA_SSL_KEY_PASSWORD must open an encrypted key")
+        elif _fenced(error):
             message = (f"Kafka at {bootstrap}: {what} failed: another writer of the same topic prefix started "
                        "(a second capture with this CDC_TOPIC_PREFIX) and took over the log, so this one stops; "
                        "nothing of its unfinished group is visible to readers; run one capture per prefix")
@@ -189,7 +192,10 @@ class KafkaLog:
                                          "logger": _client_log, "error_cb": self._on_client_error}
         #: the clients' last error of their own (a refused login, say), which a failed request only echoes
         self._client_error: KafkaError | None = None
-        self._admin: AdminClient | None = AdminClient(self._client)
+        try:
+            self._admin: AdminClient | None = AdminClient(self._client)
+        except KafkaException as exc:  # a setting librdkafka refuses before connecting (a key it cannot open)
+            raise KafkaLogError(settings.bootstrap, "setting up a client", exc.args[0], lasting=True) from None
         self._partitioner = Partitioner()
         self._partition_counts: dict[str, int] = {}
         self._compacted: dict[str, bool] = {}
@@ -690,11 +696,12 @@ class KafkaLog:
     def describe(self, topic: str) -> list[PartitionInfo]:
         """Per-partition start and end offsets of ``topic`` (Kafka keeps segments and sizes to itself)."""
         compacted = self._is_compacted(topic)
+        watermark = self.latest_watermark()  # once for all partitions, so that they show one moment
         rows = []
         for p in range(self.partitions(topic)):
             tp = TopicPartition(topic, p)
-            rows.append(PartitionInfo(tp, self.start_offset(tp), self.end_offset(tp), 0, 0,
-                                      None if not compacted else 0.0))
+            end = watermark.end_offset(tp) if watermark is not None else 0
+            rows.append(PartitionInfo(tp, min(self._bounds(tp)[0], end), end, 0, 0, None if not compacted else 0.0))
         return rows
 
     # --- closing -----------------------------------------------------------------------------

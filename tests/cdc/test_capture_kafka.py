@@ -286,3 +286,51 @@ def test_sasl_credentials_reach_capture_and_spark_and_a_wrong_password_is_one_cl
         assert watermark is not None
         rows = read_log(spark, location, [topic], {}, watermark.offsets).collect()  # Spark's Kafka source, with SASL
         assert sorted(orjson.loads(row["value"])["after"]["name"] for row in rows) == sorted(f"c{g}" for g in range(1, 31))
+
+
+@pytest.mark.spark
+def test_tls_with_a_client_certificate_reaches_capture_and_spark_and_an_untrusted_broker_is_one_clear_error(
+        reference_db: str, tmp_path: Path, kafka_prefix: str, spark: SparkSession) -> None:
+    from cdc.local_kafka import LocalKafka, _free_port
+    from derived_views.log_location import location_from_settings
+    from derived_views.log_source import read_watermark
+    from derived_views.pending import read_log
+    from tests.fix_tls import make_tls_files
+
+    files = make_tls_files(tmp_path / "tls")
+    stranger = make_tls_files(tmp_path / "stranger", ca_name="stranger-ca")  # a CA that did not sign the broker
+    port, controller = _free_port(), _free_port()
+    secured = {  # TLS only, and the broker asks every client for a certificate its CA signed
+        "listeners": f"SSL://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+        "advertised.listeners": f"SSL://127.0.0.1:{port}",
+        "listener.security.protocol.map": "SSL:SSL,CONTROLLER:PLAINTEXT",
+        "inter.broker.listener.name": "SSL",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(files.server),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(files.ca),
+        "ssl.client.auth": "required",
+    }
+    execute(reference_db, "INSERT INTO categories (name) SELECT 't' || g FROM generate_series(1, 30) g")
+    with LocalKafka(root=tmp_path / "broker", port=port, controller_port=controller, settings=secured) as broker:
+        tls = {"kafka_security_protocol": "ssl", "kafka_ssl_certificate_location": str(files.client_certificate),
+               "kafka_ssl_key_location": str(files.client_key), "kafka_timeout_ms": "3000"}
+        env = cdc_env(reference_db, tmp_path, log=f"kafka://{broker.bootstrap}", topic_prefix=kafka_prefix, **tls)
+        untrusted = run_cdc({**env, "CDC_KAFKA_SSL_CA_LOCATION": str(stranger.ca),
+                             "CDC_KAFKA_SSL_KEY_PASSWORD": files.client_key_password}, "capture", "--once")
+        assert untrusted.returncode == 5, untrusted.stderr
+        assert untrusted.stderr.count("error: Kafka at") == 1, untrusted.stderr
+        assert "certificate verify failed" in untrusted.stderr, untrusted.stderr
+        locked = run_cdc({**env, "CDC_KAFKA_SSL_CA_LOCATION": str(files.ca), "CDC_KAFKA_SSL_KEY_PASSWORD": "wrong"},
+                         "capture", "--once")
+        assert locked.returncode == 5, locked.stderr
+        assert locked.stderr.count("error: Kafka at") == 1 and "Traceback" not in locked.stderr, locked.stderr
+        assert "CDC_KAFKA_SSL_KEY_PASSWORD" in locked.stderr and "wrong" not in locked.stderr, locked.stderr
+        kafka = _kafka(reference_db, tmp_path, broker.bootstrap, kafka_prefix, kafka_ssl_ca_location=str(files.ca),
+                       kafka_ssl_key_password=files.client_key_password, **tls)
+        Capture(kafka, once=True).run()
+        location = location_from_settings(kafka)
+        topic = f"{kafka_prefix}.public.categories"
+        watermark = read_watermark(location, [topic])
+        assert watermark is not None
+        rows = read_log(spark, location, [topic], {}, watermark.offsets).collect()  # Spark's Kafka source, over TLS
+        names = [orjson.loads(row["value"])["after"]["name"] for row in rows]
+        assert sorted(name for name in names if name.startswith("t")) == sorted(f"t{g}" for g in range(1, 31))

@@ -72,7 +72,7 @@ def test_unwatermarked_tail_is_cut_and_reported(tmp_path: Path) -> None:
         assert read_all(reader, "t")[-1].value == b"new"
 
 
-@pytest.mark.parametrize("garbage", [b"\x00" * 100, os.urandom(77), b"\xff" * 3])
+@pytest.mark.parametrize("garbage", [b"\x00" * 100, os.urandom(77), b"\xff" * 3], ids=["zeros", "random", "ones"])
 def test_garbage_past_the_watermark_is_truncated(tmp_path: Path, garbage: bytes) -> None:
     _write(tmp_path, 3)
     last = segment_files(tmp_path, "t", 0)[-1]
