@@ -10,7 +10,8 @@ COPY log_store log_store
 COPY derived_views derived_views
 COPY migrations migrations
 RUN pip install --no-cache-dir . \
- && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.spark_jars
+ && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.spark_jars \
+ && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.class_archive
 ENV CDC_SPARK_JARS_DIR=/opt/cdc/jars \
     CDC_DATA_DIR=/data
 VOLUME /data

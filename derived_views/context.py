@@ -188,7 +188,7 @@ def read_schemas(location: LogLocation | str, topic: str, ends: dict[str, int]) 
     parts = plan_partitions(location, {}, {topic: dict(ends)})
     if not parts:
         return {}
-    with parts[0].location.open() as log:  # one connection for every partition
+    with LogLocation.of(location).open() as log:  # one connection for every partition
         rows = [
             row
             for part in parts

@@ -100,8 +100,7 @@ def _java_key(bootstrap: str, path: Path, password: str | None) -> str:
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password.encode() if password else None)
     except (OSError, ValueError, TypeError) as exc:  # unreadable, not a PEM key, or the wrong password
-        raise KafkaLogError(bootstrap, "setting up a client", f"the key {path} cannot be opened: {exc}",
-                            lasting=True) from None
+        raise KafkaLogError.client_settings(bootstrap, f"the key {path} cannot be opened: {exc}") from None
     return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption()).decode()
 

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from derived_views.spark_jars import spark_packages, installed_jars
-from derived_views.jvm_output import DRIVER_JAVA_OPTIONS
+from derived_views.jvm_output import driver_java_options
 from derived_views.spark_session import DEFAULT_PORT, SESSION_DEFAULTS
 
 #: The server class in pyspark's ``spark-connect`` jar.
@@ -38,7 +38,7 @@ def server_command(port: int = DEFAULT_PORT, host: str = "127.0.0.1", master: st
         **SESSION_DEFAULTS,
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
-        "spark.driver.extraJavaOptions": DRIVER_JAVA_OPTIONS,
+        "spark.driver.extraJavaOptions": driver_java_options(),
         **(conf or {}),
     }
     command = [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--class", SERVER_CLASS,

@@ -21,7 +21,7 @@ import urllib.parse
 from typing import TYPE_CHECKING
 
 from derived_views.spark_jars import spark_packages, installed_jars
-from derived_views.jvm_output import DRIVER_JAVA_OPTIONS, launch_driver
+from derived_views.jvm_output import driver_java_options, launch_driver
 
 #: Spark Connect's default port.
 DEFAULT_PORT = 15002
@@ -72,7 +72,7 @@ def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str
     if not submitted and SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         # this process starts the driver JVM: its output becomes log lines (derived_views.jvm_output)
         settings["spark.driver.extraJavaOptions"] = " ".join(
-            filter(None, [settings.get("spark.driver.extraJavaOptions"), DRIVER_JAVA_OPTIONS]))
+            filter(None, [settings.get("spark.driver.extraJavaOptions"), driver_java_options()]))
         launch_driver(settings)
     builder = SparkSession.builder
     for key, value in settings.items():

@@ -86,7 +86,13 @@ class KafkaLogError(LogStoreError):
 
     exit_code = 5
 
-    def __init__(self, bootstrap: str, what: str, error: object, *, lasting: bool = False) -> None:
+    #: The fix of client settings a client cannot be made with (see :meth:`client_settings`).
+    CLIENT_SETTINGS_FIX = ("check the CDC_KAFKA_* client settings: the CDC_KAFKA_SSL_* files must be PEM, and "
+                           "CDC_KAFKA_SSL_KEY_PASSWORD must open an encrypted key")
+
+    def __init__(self, bootstrap: str, what: str, error: object, *, lasting: bool = False,
+                 fix: str | None = None) -> None:
+        """``fix`` replaces the default advice (brokers up, settings right) after the error's text."""
         self.bootstrap, self.error = bootstrap, error
         #: another writer of the prefix took over: retrying cannot help
         self.fenced = _fenced(error)
@@ -95,9 +101,8 @@ class KafkaLogError(LogStoreError):
         self.retriable = not (self.fenced or lasting or (isinstance(error, KafkaError) and error.code() in _LASTING_CODES))
         text = error.str() if isinstance(error, KafkaError) else str(error)
         writing = "group" in what
-        if what == "setting up a client":
-            message = (f"Kafka at {bootstrap}: {what} failed ({text}); check the CDC_KAFKA_* client settings: "
-                       "the CDC_KAFKA_SSL_* files must be PEM, and CDC_KAFKA_SSL_KEY_PASSWORD must open an encrypted key")
+        if fix is not None:
+            message = f"Kafka at {bootstrap}: {what} failed ({text}); {fix}"
         elif _fenced(error):
             message = (f"Kafka at {bootstrap}: {what} failed: another writer of the same topic prefix started "
                        "(a second capture with this CDC_TOPIC_PREFIX) and took over the log, so this one stops; "
@@ -112,6 +117,12 @@ class KafkaLogError(LogStoreError):
                 message += ("; nothing of the failed group is visible to readers, and capture confirms nothing past "
                             "what Kafka committed")
         super().__init__(message)
+
+    @classmethod
+    def client_settings(cls, bootstrap: str, error: object) -> KafkaLogError:
+        """A client cannot be made with the CDC_KAFKA_* settings (a key or certificate that does not open):
+        a lasting error whose fix is in those settings, not in the brokers."""
+        return cls(bootstrap, "setting up a client", error, lasting=True, fix=cls.CLIENT_SETTINGS_FIX)
 
 
 #: A newer producer with the same transactional id took over. (``INVALID_PRODUCER_EPOCH`` is not here: a
@@ -195,7 +206,7 @@ class KafkaLog:
         try:
             self._admin: AdminClient | None = AdminClient(self._client)
         except KafkaException as exc:  # a setting librdkafka refuses before connecting (a key it cannot open)
-            raise KafkaLogError(settings.bootstrap, "setting up a client", exc.args[0], lasting=True) from None
+            raise KafkaLogError.client_settings(settings.bootstrap, exc.args[0]) from None
         self._partitioner = Partitioner()
         self._partition_counts: dict[str, int] = {}
         self._compacted: dict[str, bool] = {}
@@ -609,7 +620,13 @@ class KafkaLog:
         while True:
             low, stable = self._bounds(tp)
             high = self._end_of_log(tp)
-            if stable >= high or time.monotonic() > deadline:
+            if stable >= high:
+                return low, stable
+            if time.monotonic() > deadline:
+                # a commit left open by a writer that died inside it: its next start aborts it; until then
+                # the reader reads what is committed, which is all it may read
+                log.debug("a commit on %s did not complete in %.0f s (last stable offset %d, end %d); "
+                          "reading up to the last stable offset", tp, self.settings.timeout_s, stable, high)
                 return low, stable
             time.sleep(0.01)
 

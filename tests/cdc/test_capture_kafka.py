@@ -78,6 +78,22 @@ def _kafka(url: str, data_dir: Path, bootstrap: str, prefix: str, **extra: objec
     return settings_for(url, data_dir, log=f"kafka://{bootstrap}", topic_prefix=prefix, **extra)
 
 
+def _captured_category_names(spark: SparkSession, kafka: Settings) -> list[str]:
+    """Capture once into Kafka, then read the categories topic up to its watermark with Spark's Kafka
+    source (so with the same client settings as capture): the names of the rows read."""
+    from derived_views.log_location import location_from_settings
+    from derived_views.log_source import read_watermark
+    from derived_views.pending import read_log
+
+    Capture(kafka, once=True).run()
+    location = location_from_settings(kafka)
+    topic = f"{kafka.topic_prefix}.public.categories"
+    watermark = read_watermark(location, [topic])
+    assert watermark is not None
+    rows = read_log(spark, location, [topic], {}, watermark.offsets).collect()
+    return [orjson.loads(row["value"])["after"]["name"] for row in rows]
+
+
 def test_kafka_holds_the_embedded_logs_records_byte_for_byte(
         reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str) -> None:
     embedded = settings_for(reference_db, tmp_path / "embedded", topic_prefix=kafka_prefix, slot="embedded_slot")
@@ -254,9 +270,6 @@ _SASL_USERS = 'username="broker" password="b-secret" user_broker="b-secret" user
 def test_sasl_credentials_reach_capture_and_spark_and_a_wrong_password_is_one_clear_error(
         reference_db: str, tmp_path: Path, kafka_prefix: str, spark: SparkSession) -> None:
     from cdc.local_kafka import LocalKafka, _free_port
-    from derived_views.log_location import location_from_settings
-    from derived_views.log_source import read_watermark
-    from derived_views.pending import read_log
 
     port, controller = _free_port(), _free_port()
     secured = {
@@ -279,22 +292,13 @@ def test_sasl_credentials_reach_capture_and_spark_and_a_wrong_password_is_one_cl
         assert refused.stderr.count("error: Kafka at") == 1 and "wrong" not in refused.stderr, refused.stderr
         assert "Authentication failed" in refused.stderr, refused.stderr
         kafka = _kafka(reference_db, tmp_path, broker.bootstrap, kafka_prefix, kafka_sasl_password="c-secret", **sasl)
-        Capture(kafka, once=True).run()
-        location = location_from_settings(kafka)
-        topic = f"{kafka_prefix}.public.categories"
-        watermark = read_watermark(location, [topic])
-        assert watermark is not None
-        rows = read_log(spark, location, [topic], {}, watermark.offsets).collect()  # Spark's Kafka source, with SASL
-        assert sorted(orjson.loads(row["value"])["after"]["name"] for row in rows) == sorted(f"c{g}" for g in range(1, 31))
+        assert sorted(_captured_category_names(spark, kafka)) == sorted(f"c{g}" for g in range(1, 31))
 
 
 @pytest.mark.spark
 def test_tls_with_a_client_certificate_reaches_capture_and_spark_and_an_untrusted_broker_is_one_clear_error(
         reference_db: str, tmp_path: Path, kafka_prefix: str, spark: SparkSession) -> None:
     from cdc.local_kafka import LocalKafka, _free_port
-    from derived_views.log_location import location_from_settings
-    from derived_views.log_source import read_watermark
-    from derived_views.pending import read_log
     from tests.fix_tls import make_tls_files
 
     files = make_tls_files(tmp_path / "tls")
@@ -326,11 +330,5 @@ def test_tls_with_a_client_certificate_reaches_capture_and_spark_and_an_untruste
         assert "CDC_KAFKA_SSL_KEY_PASSWORD" in locked.stderr and "wrong" not in locked.stderr, locked.stderr
         kafka = _kafka(reference_db, tmp_path, broker.bootstrap, kafka_prefix, kafka_ssl_ca_location=str(files.ca),
                        kafka_ssl_key_password=files.client_key_password, **tls)
-        Capture(kafka, once=True).run()
-        location = location_from_settings(kafka)
-        topic = f"{kafka_prefix}.public.categories"
-        watermark = read_watermark(location, [topic])
-        assert watermark is not None
-        rows = read_log(spark, location, [topic], {}, watermark.offsets).collect()  # Spark's Kafka source, over TLS
-        names = [orjson.loads(row["value"])["after"]["name"] for row in rows]
+        names = _captured_category_names(spark, kafka)
         assert sorted(name for name in names if name.startswith("t")) == sorted(f"t{g}" for g in range(1, 31))
