@@ -163,7 +163,8 @@ def delta_commits(spark: SparkSession, path: str, after_version: int) -> tuple[i
             rows += changed
             lines.append(f"MERGE {changed:,} rows changed, {metrics.get('numTargetRowsCopied', 0):,} copied, "
                          f"files -{metrics.get('numTargetFilesRemoved', 0)} +{metrics.get('numTargetFilesAdded', 0)}, "
-                         f"scan {metrics.get('scanTimeMs', 0) / 1000:.1f} s, rewrite {metrics.get('rewriteTimeMs', 0) / 1000:.1f} s")
+                         f"scan {metrics.get('scanTimeMs', 0) / 1000:.1f} s, "
+                         f"rewrite {metrics.get('rewriteTimeMs', 0) / 1000:.1f} s")
         elif "numOutputRows" in metrics:
             rows += metrics["numOutputRows"]
             lines.append(f"{commit['operation']} {metrics['numOutputRows']:,} rows, {metrics.get('numFiles', 0)} files")

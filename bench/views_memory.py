@@ -264,7 +264,8 @@ def main() -> None:
         print(f"  driver JVM heap used at any moment    : {f['heap_used_mb']:7.0f} MB (garbage included); old gen peak "
               f"{f['old_peak_mb']:.0f} MB; committed at most {f['committed_mb']:.0f} MB")
         full = f" (heap right after, at most {f['after_full_mb']:.0f} MB: the live data then)" if f["full"] else ""
-        print(f"  collections                           : {f['young']} young, {f['full']} full{full}, {f['gc_s']:.1f} s of pauses")
+        print(f"  collections                           : {f['young']} young, {f['full']} full{full}, "
+              f"{f['gc_s']:.1f} s of pauses")
         print(f"  driver JVM process, peak RSS          : {f['java_rss_mb']:7.0f} MB")
         print(f"  Python driver process, peak RSS       : {f['python_peak_mb']:7.0f} MB")
         print(f"  Python workers, peak RSS largest / sum: {f['workers_max_mb']:7.0f} MB / {f['workers_sum_mb']:.0f} MB")

@@ -60,9 +60,11 @@ def main(rows: int) -> None:
     cold, warm = incremental[0][0], incremental[1][0]
     print(f"incremental sync of 1%, first in process (cold JVM): {cold:8.2f} s   -> {refresh[0] / cold:.1f}x faster")
     print(f"incremental sync of 1%, next (warm, like the anchor): {warm:8.2f} s")
-    print(f"full refresh (JDBC+overwrite, after a warm-up run) : {refresh[0]:8.2f} s   -> incremental is {refresh[0] / warm:.1f}x faster (target >= 10x)")
+    print(f"full refresh (JDBC+overwrite, after a warm-up run) : {refresh[0]:8.2f} s   "
+          f"-> incremental is {refresh[0] / warm:.1f}x faster (target >= 10x)")
     print(f"rebuild by replay           : {rebuild[0]:8.2f} s")
-    print(f"full JDBC re-snapshot       : {refresh[0]:8.2f} s   -> rebuild/re-snapshot = {rebuild[0] / refresh[0]:.2f} (target <= 1.0)")
+    print(f"full JDBC re-snapshot       : {refresh[0]:8.2f} s   "
+          f"-> rebuild/re-snapshot = {rebuild[0] / refresh[0]:.2f} (target <= 1.0)")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,7 @@ import psycopg
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from cdc.catalog import Catalog, PublishedTable, steady
+from cdc.data_dir import secure_data_dir
 from cdc.errors import PrerequisiteError, PrivilegeError, SlotError, SourceError
 from cdc.events import EventBuilder, TxContext, mark_last_read
 from cdc.gc_tuning import relaxed_gc
@@ -76,12 +77,11 @@ from cdc.settings import Settings
 from cdc.slot_continuity import gap_after, slot_confirmed
 from cdc.snapshot import CHUNK_ROWS, SnapshotReader
 from cdc.source_checks import capture_problems
+from cdc.storage_errors import StorageError, capture_storage_error
 from cdc.streaming import ChangeReplayer, EmittedSchema, Transaction, TransactionAssembler
 from cdc.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.tables import TableShape, fingerprint_of
 from cdc.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
-from cdc.data_dir import secure_data_dir
-from cdc.storage_errors import StorageError, capture_storage_error
 from log_store import ProducerColumns, ProducerRecord, TopicPartition
 from log_store.errors import StorageIOError
 from log_store.topic_names import log_name

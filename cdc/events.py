@@ -6,7 +6,8 @@ Format: docs/event-format.md. Guarantees of this module:
   partition; a table without key columns gives a null key;
 * ``source.lsn`` is the commit LSN and ``source.sequence`` numbers the transaction's events 0, 1, 2...,
   so ``(lsn, sequence)`` orders every event of the database consistently with commit order;
-* a delete is followed by a tombstone carrying the delete's ``lsn`` and ``sequence`` as headers; a truncate is written once to every partition of the topic;
+* a delete is followed by a tombstone carrying the delete's ``lsn`` and ``sequence`` as headers; a
+  truncate is written once to every partition of the topic;
 * an update whose new row lacks an unchanged TOAST value never carries a placeholder: the value is
   taken from the old row when the server sent it (replica identity FULL), otherwise the column is
   left out of ``after`` and named in the ``unchanged`` header, and compaction folds it onto the key's
@@ -277,7 +278,9 @@ class EventBuilder:
         after = codec.obj(fragments)
         return [ProducerRecord(shape.topic, codec.key(fragments), self._envelope(shape, tx, b"c", b"null", after), tx.ts_ms)]
 
-    def update(self, shape: TableShape, old_kind: str | None, old: Tuple | None, new: Tuple, tx: TxContext) -> list[ProducerRecord]:
+    def update(
+        self, shape: TableShape, old_kind: str | None, old: Tuple | None, new: Tuple, tx: TxContext
+    ) -> list[ProducerRecord]:
         """``op=u``; when the key changed, a delete + tombstone of the old key, then a create.
 
         A key change that leaves TOAST values unchanged (the server sends only the old key, ``K``) gets
@@ -306,7 +309,8 @@ class EventBuilder:
             unchanged = []
             self.rows_read_back.add(shape.qualified)
         headers = _unchanged_headers([codec.names[i] for i in unchanged])
-        return [ProducerRecord(shape.topic, key, self._envelope(shape, tx, b"u", before, codec.obj(fragments)), tx.ts_ms, headers)]
+        envelope = self._envelope(shape, tx, b"u", before, codec.obj(fragments))
+        return [ProducerRecord(shape.topic, key, envelope, tx.ts_ms, headers)]
 
     def _recovered(self, shape: TableShape, old_key: bytes, fragments: list[bytes | None], unchanged: list[int],
                    same_key: bool = False) -> list[bytes | None]:

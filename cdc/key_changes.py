@@ -23,8 +23,8 @@ The create of the new key is then written as a full row with those values and no
 header. A log whose compaction cannot fold partial rows (Kafka) gets every update that leaves TOAST
 values unchanged the same way, its key's own row giving them (:attr:`cdc.events.EventBuilder.whole_rows`):
 a read back per group and partition, which ``REPLICA IDENTITY FULL`` on the table avoids (the server
-then sends the values with the update). Only when neither place holds the row (the log was trimmed by retention, or holds a partial
-row with nothing to fold it onto) does capture stop with :class:`~cdc.errors.MissingValueError`,
+then sends the values with the update). Only when neither place holds the row (the log was trimmed by
+retention, or holds a partial row with nothing to fold it onto) does capture stop with :class:`~cdc.errors.MissingValueError`,
 naming the table and the fix, before anything of the transaction is appended or confirmed.
 
 Costs: nothing for transactions without such an update (the assembler marks those that hold an

@@ -14,9 +14,9 @@ else goes through the converter.
 
 :meth:`RowCodec.insert_encoder` compiles, per table, one function that reads an Insert message's
 TupleData straight from the pgoutput payload and returns the record's key and envelope: the hot path
-of streaming, with no intermediate tuple of strings, dict or per-column call for most types. It returns ``None`` for anything it does not expect
-(a column count that differs from the shape's, a binary or unchanged column), and the caller then takes
-the general path through :class:`~cdc.pgoutput.Decoder`.
+of streaming, with no intermediate tuple of strings, dict or per-column call for most types. It returns
+``None`` for anything it does not expect (a column count that differs from the shape's, a binary or
+unchanged column), and the caller then takes the general path through :class:`~cdc.pgoutput.Decoder`.
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from cdc.errors import ConfigError
-from log_store import LogConfig
-from log_store.topic_names import topic_name
 from cdc.redact import redact_url
 from cdc.setting_names import warn_of_unknown_names
+from log_store import LogConfig
+from log_store.topic_names import topic_name
 
 if TYPE_CHECKING:
     from log_store.kafka_log import KafkaSettings

@@ -4,15 +4,15 @@
 the log holds complete (key: the table's log name as a JSON string, ``"<schema>.<table>"`` for plain
 names, see :mod:`log_store.topic_names`; value ``{"schema", "table", "topic",
 "relid", "lsn", "rows", "membership", "columns"}``, the last two as the catalog described the table when
-it was snapshotted, see :class:`~cdc.catalog.PublishedTable`). It is written in the same group as the snapshot's last rows, so after a
-crash either both are in the log or neither. A table's change events enter the log only once the
+it was snapshotted, see :class:`~cdc.catalog.PublishedTable`). It is written in the same group as the
+snapshot's last rows, so after a crash either both are in the log or neither. A table's change events enter the log only once the
 ledger names it (or its snapshot is under way, below): :class:`TableGate` is what the replayer asks.
 
 **A table added to the publication** (or recreated, or captured by a log without a ledger entry for it,
 or added back after it left the publication, or published via a root that gained or lost a partition,
 or given a column whose existing rows hold values no change event carried: ``ADD COLUMN`` with a
-default, an identity or a domain with a default, see :func:`cdc.catalog.columns_filled_since`) is snapshotted the way PostgreSQL's own logical replication
-synchronises a table added to a subscription:
+default, an identity or a domain with a default, see :func:`cdc.catalog.columns_filled_since`) is
+snapshotted the way PostgreSQL's own logical replication synchronises a table added to a subscription:
 
 1. Capture notices a published, included table the ledger does not cover: at the start of every
    replication session, every few seconds while idle, right after a batch in which a table's columns

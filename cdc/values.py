@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 Converter = Callable[[str], Any]
@@ -108,7 +108,7 @@ def to_timestamptz(text: str) -> str:
         moment = datetime.fromisoformat(base.replace(" ", "T", 1) + offset)
     except ValueError:
         return text
-    utc = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    utc = moment.astimezone(UTC).replace(tzinfo=None)
     fraction = base.partition(".")[2]
     shown = utc.isoformat(timespec="microseconds" if fraction else "seconds")
     if fraction:

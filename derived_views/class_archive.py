@@ -70,7 +70,8 @@ def java_options() -> str:
 def _workload(spark: object, directory: Path) -> None:
     """Delta work of the kind every view step does, so the archive holds the classes a step loads."""
     from delta.tables import DeltaTable
-    from pyspark.sql import SparkSession, functions as F
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
 
     assert isinstance(spark, SparkSession)
     table = str(directory / "table")

@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 _DIR = "_failures"
@@ -95,7 +95,7 @@ def record(views_dir: str, view: str, failed: dict[str, TableFailure]) -> None:
     if not failed:
         path.unlink(missing_ok=True)
         return
-    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    now = datetime.now(UTC).isoformat(timespec="seconds")
     current = {table: {"error": failure.error, "at": now, "watermark": failure.watermark}
                for table, failure in failed.items()}
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -160,9 +160,9 @@ def committing(spark: SparkSession, progress: Progress | None) -> Iterator[None]
     The setting is session-wide, so the blocks of one session that commit to view tables are
     serialized across threads: a commit can never pick up another table's progress (blocks of
     different sessions, see :meth:`~derived_views.context.ViewContext.beside`, run side by side).
-    Reading and reducing batches runs outside these blocks, concurrently, and so do writes through a ``DataFrameWriter`` that carry their
-    progress as the :data:`USER_METADATA_OPTION` write option (see :func:`with_progress`), which Delta
-    takes over the session setting.
+    Reading and reducing batches runs outside these blocks, concurrently, and so do writes through a
+    ``DataFrameWriter`` that carry their progress as the :data:`USER_METADATA_OPTION` write option (see
+    :func:`with_progress`), which Delta takes over the session setting.
     """
     with _session_lock(spark):
         if progress is None:

@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from derived_views import cache, search, warehouse
-from derived_views.context import ViewContext
 from derived_views.composite import Composite, checked, plan_for, source_tables
+from derived_views.context import ViewContext
 from derived_views.definitions import ViewDefinitions
 from derived_views.definitions import check as check_definitions
 from derived_views.definitions import load as load_definitions
@@ -48,11 +48,11 @@ from derived_views.errors import (
 )
 from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
-from derived_views.steps import TableResult
 from derived_views.log_location import location_from_settings
 from derived_views.log_source import LogWatermark, read_watermark
 from derived_views.pending import Range
 from derived_views.progress import is_local
+from derived_views.steps import TableResult
 from log_store.atomic_file import make_dirs, write_atomic
 from log_store.errors import LogLockedError
 from log_store.lock import FileLock, holder_pid
@@ -274,7 +274,9 @@ def plans_at(ctx: ViewContext, watermark: LogWatermark) -> dict[str, Composite]:
     return {plan.view: plan for plan in checked(ctx.definitions, source_tables(ctx.schemas(watermark).values()))}
 
 
-def _plans(ctx: ViewContext, watermark: LogWatermark, chosen: list[str]) -> tuple[dict[str, Composite], dict[str, ViewsFileError]]:
+def _plans(
+    ctx: ViewContext, watermark: LogWatermark, chosen: list[str]
+) -> tuple[dict[str, Composite], dict[str, ViewsFileError]]:
     """The plans of the ``chosen`` views, and the errors of those whose definition no longer fits the source.
 
     A mistake in the views file stops the step before anything is written (the warehouse section, or a

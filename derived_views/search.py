@@ -81,7 +81,8 @@ def _term_rows(plan: Composite, docs: DataFrame) -> DataFrame:
     parts = [F.array_join(F.col(quote(c)), " ") if isinstance(types[c], ArrayType) else F.col(quote(c)).cast("string")
              for c in plan.text]
     text = F.concat_ws(" ", *parts)
-    tokens = docs.select(F.col(KEY).alias("doc"), F.filter(F.split(F.lower(text), SPARK_SPLIT), lambda t: t != "").alias("tokens"))
+    words = F.filter(F.split(F.lower(text), SPARK_SPLIT), lambda t: t != "")
+    tokens = docs.select(F.col(KEY).alias("doc"), words.alias("tokens"))
     exploded = tokens.select("doc", F.size("tokens").alias("doc_len"), F.explode("tokens").alias("term"))
     return exploded.groupBy("doc", "term").agg(F.count(F.lit(1)).cast("int").alias("tf"),
                                                F.first("doc_len").cast("int").alias("doc_len"))

@@ -20,8 +20,8 @@ import os
 import sys
 from pathlib import Path
 
-from derived_views.spark_jars import spark_packages, installed_jars
 from derived_views.jvm_output import driver_java_options
+from derived_views.spark_jars import installed_jars, spark_packages
 from derived_views.spark_session import DEFAULT_PORT, SESSION_DEFAULTS
 
 #: The server class in pyspark's ``spark-connect`` jar.

@@ -20,8 +20,8 @@ import sys
 import urllib.parse
 from typing import TYPE_CHECKING
 
-from derived_views.spark_jars import spark_packages, installed_jars
 from derived_views.jvm_output import driver_java_options, launch_driver
+from derived_views.spark_jars import installed_jars, spark_packages
 
 #: Spark Connect's default port.
 DEFAULT_PORT = 15002

@@ -15,7 +15,7 @@ import json
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -92,7 +92,7 @@ def normalize(value: Any, type_name: str) -> Any:
         return json.loads(value) if isinstance(value, str) else value
     if isinstance(value, datetime):
         if base == "timestamptz":
-            return value.astimezone(timezone.utc)
+            return value.astimezone(UTC)
         return value.replace(tzinfo=None)
     if base == "numeric":
         return Decimal(str(value))
@@ -206,7 +206,9 @@ def _types(schema: TableSchema) -> dict[str, str]:
     return {c.name: c.type_name for c in schema.columns}
 
 
-def _expected(conn: psycopg.Connection, plan: Composite, schemas: dict[str, TableSchema]) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _expected(
+    conn: psycopg.Connection, plan: Composite, schemas: dict[str, TableSchema]
+) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The composite's rows computed from the source in this snapshot, by root key: the root's kept
     columns, each join's, and for a cache entity each child array (sorted by ``order_by``, then key)."""
     tables = {t.log_name: _rows_by_key(conn, schemas[t.log_name], t.key) for t in plan.tables}
@@ -290,7 +292,8 @@ def _compare(label: str, plan: Composite, schemas: dict[str, TableSchema], expec
         want, have = expected[key], actual[key]
         for column in plan.output_columns:
             if not _same(want[column], have.get(column), plan.source_type(column)):
-                report.differences.append(f"{label}: key {key} column {column}: source {want[column]!r} != view {have.get(column)!r}")
+                report.differences.append(
+                    f"{label}: key {key} column {column}: source {want[column]!r} != view {have.get(column)!r}")
         for child in plan.children:
             types = _types(schemas[child.table.log_name])
             rows, got = want[child.alias], have.get(child.alias) or []

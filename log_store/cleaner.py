@@ -36,7 +36,6 @@ from log_store.fold import FoldFunction, parse_unchanged
 from log_store.record import UNCHANGED_HEADER, Headers, Record
 from log_store.record_batch import BatchHeader, encode_records
 
-
 _OFFSET, _KEY, _VALUE, _HEADERS = itemgetter(2), itemgetter(3), itemgetter(4), itemgetter(6)
 
 
@@ -56,12 +55,12 @@ class OffsetMap:
         """Account for one batch's records given as columns (see :func:`decode_columns`)."""
         if not any(headers) and None not in keys:
             # the common batch (keyed, no headers) in C: later offsets overwrite earlier ones
-            self.latest.update(zip(keys, offsets))  # type: ignore[arg-type]
+            self.latest.update(zip(keys, offsets, strict=True))  # type: ignore[arg-type]
             if self.partial:
                 self.partial.difference_update(keys)
             return
         self.add([Record("", 0, offset, key, None, 0, header)
-                  for offset, key, header in zip(offsets, keys, headers)])
+                  for offset, key, header in zip(offsets, keys, headers, strict=True)])
 
     def add(self, records: Iterable[Record]) -> None:
         """Account for records, in offset order."""
@@ -70,7 +69,7 @@ class OffsetMap:
             keys = list(map(_KEY, records))
             if not any(map(_HEADERS, records)) and None not in keys:
                 # the common batch (keyed, no headers) in C: later offsets overwrite earlier ones
-                latest.update(zip(keys, map(_OFFSET, records)))
+                latest.update(zip(keys, map(_OFFSET, records), strict=True))
                 if partial:
                     partial.difference_update(keys)
                 return

@@ -297,7 +297,8 @@ def explain_os_error(path: Path, error: OSError) -> tuple[Path, str, str]:
     code = error.errno
     if code in (errno.ENOSPC, errno.EDQUOT):
         cause = "no space left on device" if code == errno.ENOSPC else "the user's disk quota is used up"
-        return path, cause, f"free space on the filesystem holding {path.parent} (see `df {path.parent}`) or move the data to a larger one"
+        return path, cause, (f"free space on the filesystem holding {path.parent} (see `df {path.parent}`) "
+                             "or move the data to a larger one")
     if code in (errno.EACCES, errno.EPERM):
         user = process_user()
         return path, f"permission denied for user {user}", (

@@ -37,8 +37,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Mapping
-from itertools import islice
 from dataclasses import dataclass, field
+from itertools import islice
 from types import TracebackType
 from typing import Any
 
@@ -291,7 +291,8 @@ class KafkaLog:
     def _policy(self, name: str) -> str:
         resource = ConfigResource(ConfigResource.Type.TOPIC, name)
         try:
-            configs = self._admin_client().describe_configs([resource], request_timeout=self.settings.timeout_s)[resource].result()
+            described = self._admin_client().describe_configs([resource], request_timeout=self.settings.timeout_s)
+            configs = described[resource].result()
         except KafkaException as exc:
             raise KafkaLogError(self.settings.bootstrap, f"reading topic {name!r}'s settings", exc.args[0]) from None
         return str(configs["cleanup.policy"].value)

@@ -24,14 +24,14 @@ import threading
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
+from itertools import accumulate, pairwise
 from operator import add, itemgetter, length_hint
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
 from log_store.config import LogConfig
-from log_store.record import ProducerRecord, Record, TopicPartition
 from log_store.producer_columns import ArrowColumns
+from log_store.record import ProducerRecord, Record, TopicPartition
 from log_store.record_batch import Columns, RecordColumns, decode_records
 from log_store.segment import ActiveSegment, SegmentFile, list_segments, log_name
 
@@ -252,7 +252,7 @@ class Partition:
         cuts = columns.cuts(self.config.max_batch_bytes)
         batches: list[EncodedBatch] = []
         base = self.next_offset + ahead
-        for start, stop in zip(cuts, cuts[1:]):
+        for start, stop in pairwise(cuts):
             pieces, length = columns.encode_pieces(base + start, start, stop, now_ms)
             batches.append(EncodedBatch(pieces, length, base + start, stop - start))
         return batches

@@ -38,6 +38,7 @@ from log_store.atomic_file import TMP_SUFFIX, fsync_dir, write_atomic
 from log_store.errors import CorruptSegmentError, IncompleteTailError
 from log_store.offset_index import OffsetIndex, index_path
 from log_store.record import TopicPartition
+from log_store.record_batch import crc_matches
 from log_store.segment import (
     FILE_HEADER_SIZE,
     ActiveSegment,
@@ -46,7 +47,6 @@ from log_store.segment import (
     list_segments,
     log_name,
 )
-from log_store.record_batch import crc_matches
 
 log = logging.getLogger("log_store")
 
@@ -283,7 +283,7 @@ def _walk(
 def _entries_before(index: OffsetIndex, position: int) -> OffsetIndex:
     """The entries of ``index`` up to and including ``position``."""
     kept = OffsetIndex()
-    for relative, entry_position in zip(index.offsets, index.positions):
+    for relative, entry_position in zip(index.offsets, index.positions, strict=True):
         if entry_position > position:
             break
         kept.offsets.append(relative)

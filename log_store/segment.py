@@ -287,7 +287,7 @@ class SegmentFile:
             try:
                 out += decode_records(buf, at, header, topic, partition, offset, limit)
             except (ValueError, UnicodeDecodeError, struct.error) as exc:
-                raise self.corrupt(position, header.base_offset, f"records do not parse: {exc}")
+                raise self.corrupt(position, header.base_offset, f"records do not parse: {exc}") from exc
             if len(out) >= max_records:
                 return out
         return out
@@ -303,7 +303,7 @@ class SegmentFile:
             try:
                 columns = decode_record_columns(buf, at, header, offset, limit)
             except (ValueError, UnicodeDecodeError, struct.error) as exc:
-                raise self.corrupt(position, header.base_offset, f"records do not parse: {exc}")
+                raise self.corrupt(position, header.base_offset, f"records do not parse: {exc}") from exc
             if len(columns):
                 out.append(columns)
                 count += len(columns)

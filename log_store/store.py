@@ -96,8 +96,8 @@ from log_store.partitioner import Partitioner
 from log_store.producer_columns import ArrowColumns, ProducerColumns
 from log_store.record import ProducerRecord, Record, TopicPartition
 from log_store.record_batch import Columns, RecordColumns
-from log_store.sync_pool import SyncPool
 from log_store.recovery import PartitionCut, RecoveryReport, recover_partition
+from log_store.sync_pool import SyncPool
 from log_store.topic import (
     META_NAME,
     TOPICS_DIR,
@@ -109,8 +109,7 @@ from log_store.topic import (
     write_topic,
 )
 from log_store.watermark import FILE_NAME as WATERMARK_FILE
-from log_store.watermark import PUBLISHED_NAME
-from log_store.watermark import Watermark, WatermarkLog
+from log_store.watermark import PUBLISHED_NAME, Watermark, WatermarkLog
 
 log = logging.getLogger("log_store")
 

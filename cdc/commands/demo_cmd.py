@@ -20,7 +20,6 @@ from rich.console import Console
 from cdc.errors import CdcError
 from cdc.settings import load_settings
 
-
 #: The reference schema's views (a search index of products, a cache of orders), which the demo syncs.
 EXAMPLE_VIEWS = Path(__file__).resolve().parents[2] / "views.example.toml"
 

@@ -17,7 +17,6 @@ from cdc.lsn import Lsn
 from cdc.settings import Settings, load_settings
 
 
-
 class WaitTimeoutError(CdcError):
     """The view did not reach the LSN in time."""
 
@@ -113,8 +112,10 @@ def _watch(settings: Settings, interval: float, max_lag_seconds: float | None, m
 @click.command("lag")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in cdc/lag.py).")
 @click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
-@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, help="Seconds between refreshes with --watch.")
-@click.option("--max-lag-seconds", type=click.FloatRange(min=0), default=None, help="Exit 1 when any stage is more seconds behind.")
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="Seconds between refreshes with --watch.")
+@click.option("--max-lag-seconds", type=click.FloatRange(min=0), default=None,
+              help="Exit 1 when any stage is more seconds behind.")
 @click.option("--max-wal-bytes", type=click.IntRange(min=0), default=None, help="Exit 1 when the slot is more WAL bytes behind.")
 def lag(as_json: bool, watch: bool, interval: float, max_lag_seconds: float | None, max_wal_bytes: int | None) -> None:
     """Show how far behind the slot, the log and each view are."""
@@ -136,7 +137,8 @@ def lag(as_json: bool, watch: bool, interval: float, max_lag_seconds: float | No
 @click.command("wait")
 @click.argument("view")
 @click.option("--lsn", "lsn_text", required=True, help="LSN to wait for, as pg_current_wal_lsn() prints it.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds before giving up (exit 4).")
+@click.option("--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True,
+              help="Seconds before giving up (exit 4).")
 @click.option("--poll", type=click.FloatRange(min=0.05), default=0.2, show_default=True, help="Seconds between checks.")
 def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
     """Block until VIEW is as of at least LSN: read-your-writes after a commit.

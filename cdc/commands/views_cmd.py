@@ -151,7 +151,8 @@ def verify(ctx: object, view: str, no_sync: bool) -> None:
     or ``cache`` compares every index or entity."""
     from derived_views import runner
     from derived_views.errors import LogUnavailableError, VerifyMismatchError
-    from derived_views.verify import shown, verify as run_verify
+    from derived_views.verify import shown
+    from derived_views.verify import verify as run_verify
 
     names = runner.resolve([view], _definitions(ctx))
     view_ctx = _context(ctx)

@@ -266,7 +266,8 @@ def _server_error(result: pq.abc.PGresult, command: str) -> SourceError:
     if sqlstate == "42704" or "does not exist" in line and "slot" in line:
         return SlotError(f"replication slot is gone ({line}); run `cdc setup` to create it, then capture takes a new snapshot")
     if "can no longer" in line or "invalidated" in line or "required WAL" in line or sqlstate == "55000" and "slot" in line:
-        return SlotError(f"replication slot is invalidated ({line}); drop it and run `cdc setup`, then capture takes a new snapshot")
+        return SlotError(f"replication slot is invalidated ({line}); drop it and run `cdc setup`, "
+                         "then capture takes a new snapshot")
     if sqlstate == "55006" or "is active for PID" in line:
         return SlotError(f"replication slot is in use ({line}); stop the other capture process first")
     if sqlstate == "42501":

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import orjson
 
-from cdc.settings import Settings, load_settings
 from cdc.log_backend import Log, open_log
+from cdc.settings import Settings, load_settings
 from log_store import LogStore, Record, TopicPartition
 
 #: The ``cdc`` command of the environment running the tests.

@@ -278,7 +278,8 @@ def test_slot_dropped_is_a_clear_error(reference_db: str, tmp_path: Path) -> Non
 
 def test_setup_checks_and_idempotent_creation(reference_db: str, tmp_path: Path) -> None:
     execute(reference_db, "CREATE TABLE nokey (a int)", "ALTER PUBLICATION cdc_publication ADD TABLE nokey",
-          "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'norepl') THEN CREATE ROLE norepl LOGIN; END IF; END $$")
+          "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'norepl') "
+          "THEN CREATE ROLE norepl LOGIN; END IF; END $$")
     settings = settings_for(reference_db, tmp_path, slot="setup_slot")
     failed = {c.name: c.message for c in run_checks(settings) if not c.ok}
     assert list(failed) == ["table public.nokey key"]

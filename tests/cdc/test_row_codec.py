@@ -57,7 +57,8 @@ def _tuple(values: list[str | None]) -> bytes:
 
 def _reference(shape: TableShape, values: list[str | None], tx: TxContext, now_ms: int) -> tuple[bytes | None, bytes]:
     """What the dict + orjson path writes for an insert of ``values``."""
-    after = {c.name: None if v is None else convert(v) for c, convert, v in zip(shape.columns, shape.converters, values, strict=True)}
+    after = {c.name: None if v is None else convert(v)
+             for c, convert, v in zip(shape.columns, shape.converters, values, strict=True)}
     keys = sorted(c.name for c in shape.columns if c.key)
     key = orjson.dumps({k: after[k] for k in keys}, option=orjson.OPT_SORT_KEYS) if keys else None
     value = orjson.dumps({
@@ -107,7 +108,8 @@ def test_delete_equals_the_dict_path(old_kind: str) -> None:
     shape = _shape(["i8", "t"])
     tx = TxContext(100, 5, 1000, sequence=3)
     delete, tombstone = EventBuilder(prefix="cdc", database="db", partitions=3).delete(shape, old_kind, tuple(values), tx)
-    before = {c.name: None if v is None else convert(v) for c, convert, v in zip(shape.columns, shape.converters, values, strict=True)}
+    before = {c.name: None if v is None else convert(v)
+             for c, convert, v in zip(shape.columns, shape.converters, values, strict=True)}
     if old_kind == "K":
         before = {c.name: before[c.name] for c in shape.columns if c.key}
     value = orjson.loads(delete.value or b"")

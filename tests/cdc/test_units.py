@@ -15,15 +15,31 @@ from cdc.events import EventBuilder, TxContext
 from cdc.lsn import Lsn
 from cdc.pgoutput import UNCHANGED, Decoder
 from cdc.pgoutput.messages import (
-    Begin, Commit, Delete, Insert, LogicalMessage, Origin, Relation, StreamAbort, StreamCommit,
-    StreamStart, Truncate, TypeInfo, Update,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    LogicalMessage,
+    Origin,
+    Relation,
+    StreamAbort,
+    StreamCommit,
+    StreamStart,
+    Truncate,
+    TypeInfo,
+    Update,
 )
 from cdc.spill import SpillBuffer
 from cdc.streaming import TransactionAssembler
 from cdc.table_snapshots import SnapshotLedger, TableGate
 from cdc.tables import TableShape
 from cdc.transport.framing import (
-    Keepalive, XLogData, decode_frame, encode_keepalive, encode_status, encode_xlogdata,
+    Keepalive,
+    XLogData,
+    decode_frame,
+    encode_keepalive,
+    encode_status,
+    encode_xlogdata,
 )
 from cdc.values import converter_for, parse_array, to_float, to_text, to_timestamptz
 

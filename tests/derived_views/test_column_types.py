@@ -39,7 +39,7 @@ def test_widest_never_narrows() -> None:
 
 def _schema(*versions: tuple[int, tuple[Column, ...]]) -> TableSchema:
     *earlier, (lsn, columns) = versions
-    return TableSchema("public", "t", "cdc.public.t", columns, lsn, tuple(SchemaVersion(l, c) for l, c in earlier))
+    return TableSchema("public", "t", "cdc.public.t", columns, lsn, tuple(SchemaVersion(at, c) for at, c in earlier))
 
 
 def test_a_table_whose_columns_never_changed_parses_with_one_entry() -> None:

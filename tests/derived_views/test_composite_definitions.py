@@ -175,7 +175,8 @@ def test_each_bad_definition_gets_one_error_naming_the_file_view_and_key(
         ('[search.posts]\nroot = "Blog Data.Posts"\ntext = ["title"]\n[search.posts.joins.a]\ntable = "Blog Data.teams"\n'
          'on = "author"\ncolumns = {}\ncolumn = 1\n',
          r"\[search.posts\] joins.a.column is not a key of \[search.posts.joins.a\] \(known: table, on, from, columns\)"),
-        ('[cache.post]\nroot = "Blog Data.Posts"\n[cache.post.children.c]\ntable = "Blog Data.comments"\non = "post_id"\nonn = 1\n',
+        ('[cache.post]\nroot = "Blog Data.Posts"\n[cache.post.children.c]\ntable = "Blog Data.comments"\n'
+         'on = "post_id"\nonn = 1\n',
          r"\[cache.post\] children.c.onn is not a key of \[cache.post.children.c\] \(known: table, on, order_by, columns\)"),
     ],
 )

@@ -56,7 +56,8 @@ def test_search_reindexes_exactly_the_renamed_categorys_products(ctx: ViewContex
     assert sorted(h.key["id"] for h in hits) == [1, 2] and hits[0].fields["category_name"] == "Illumination"
     assert search.query(ctx.views_dir, "products", "lighting") == []
     docs = ctx.spark.read.format("delta").load(ctx.path("search", "products", "documents"))
-    history = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{ctx.path('search', 'products', 'documents')}`").orderBy("version").collect()
+    documents = ctx.path("search", "products", "documents")
+    history = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{documents}`").orderBy("version").collect()
     metrics = history[-1]["operationMetrics"]
     assert metrics["numTargetRowsUpdated"] == "2"
     assert {r["id"]: r["category_name"] for r in docs.collect()}[3] == "Garden"
@@ -79,7 +80,8 @@ def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewCo
     with log.transaction() as tx:
         tx.update("public.categories", {"id": 1, "name": "Illumination"})
     runner.step(ctx, ["search"])
-    docs = {r["id"]: r["category_name"] for r in ctx.spark.read.format("delta").load(ctx.path("search", "products", "documents")).collect()}
+    documents = ctx.spark.read.format("delta").load(ctx.path("search", "products", "documents"))
+    docs = {r["id"]: r["category_name"] for r in documents.collect()}
     assert docs == {4: "Illumination"}
     assert [h.key["id"] for h in search.query(ctx.views_dir, "products", "lamp")] == [4]
     assert search.query(ctx.views_dir, "products", "hose") == []
@@ -381,6 +383,7 @@ def test_search_cache_get_and_views_answer_without_a_jvm(ctx: ViewContext, log: 
     synced = {t["path"].split("/data/", 1)[1] for t in json.loads(listed.stdout)["tables"] if t["as_of_lsn"]}
     assert synced >= {"search/products/terms", "search/products/documents", "cache/order/entries",
                       "warehouse/current/public.categories", "warehouse/current/public.order_items"}
-    reads = {t["holds"]: t["path"].split("/data/", 1)[1] for t in json.loads(listed.stdout)["tables"] if t["view"] == "cache.order"}
+    reads = {t["holds"]: t["path"].split("/data/", 1)[1]
+             for t in json.loads(listed.stdout)["tables"] if t["view"] == "cache.order"}
     assert reads["reads public.order_items (current)"] == "warehouse/current/public.order_items"
     assert not Path(ctx.path("cache", "order", "_state")).exists()  # the warehouse keeps every table: no copy of its own

@@ -44,7 +44,8 @@ SCHEMA = [
     'ARRAY[\'t\' || (g % 4)], g % 5 <> 0, g / 4.0 FROM generate_series(1, 30) g',
     'INSERT INTO "Blog Data".tags VALUES (1, \'spark\'), (2, \'delta\')',
     'INSERT INTO "Blog Data"."Post-Tags" SELECT g, 1 + g % 2, g FROM generate_series(1, 10) g',
-    'INSERT INTO "Blog Data".comments SELECT g, 1 + g % 6, \'nice \' || g, \'2026-11-24 10:00+00\'::timestamptz + g * interval \'1 minute\' '
+    'INSERT INTO "Blog Data".comments SELECT g, 1 + g % 6, \'nice \' || g, '
+    '\'2026-11-24 10:00+00\'::timestamptz + g * interval \'1 minute\' '
     'FROM generate_series(1, 20) g',
     f'UPDATE "Blog Data"."Posts" SET "Post Title" = {LONG_TITLE} WHERE id = 7',
 ]

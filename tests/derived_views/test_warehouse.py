@@ -73,9 +73,9 @@ def test_partial_row_keeps_unchanged_column_across_batches(ctx: ViewContext, log
 
 
 def test_same_batch_twice_and_older_batch_after_newer_change_nothing(ctx: ViewContext, log: LogBuilder) -> None:
-    from derived_views.pending import Range
     from derived_views import warehouse
     from derived_views.log_source import read_watermark
+    from derived_views.pending import Range
 
     with log.transaction() as tx:
         tx.insert("public.products", product(1))

@@ -9,7 +9,6 @@ import pytest
 from log_store import AtTime, LogStore, TopicPartition
 from log_store.consumer_offsets import ConsumerOffsets
 from log_store.errors import CorruptOffsetsError, InvalidGroupError, UnknownTopicError
-
 from tests.log_store.helpers import rec, small_config
 
 T0, T1 = TopicPartition("t", 0), TopicPartition("t", 1)

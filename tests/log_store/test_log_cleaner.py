@@ -11,7 +11,6 @@ import pytest
 from log_store import LogConfig, LogStore, TopicPartition
 from log_store.log_cleaner import read_checkpoint
 from log_store.segment import log_name
-
 from tests.log_store.helpers import FakeClock, latest_by_key, read_all, rec, segment_files
 
 DAY = 86_400_000

@@ -16,7 +16,6 @@ from cdc.cli import run
 from cdc.commands.log_cmd import log_group, render_bytes
 from log_store import LogConfig, LogStore, ProducerRecord
 from log_store.segment import FILE_HEADER_SIZE
-
 from tests.log_store.helpers import rec
 
 REPO = Path(__file__).parents[2]

@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from log_store import LogConfig, LogStore, ProducerRecord, Record, TopicPartition, Watermark
-
 from tests.log_store.helpers import FakeClock
 
 KEYS = [f"k{i}".encode() for i in range(6)]
@@ -88,7 +87,8 @@ def _check(root: Path, config: LogConfig, model: Model, inflight: list[ProducerR
     del inflight
 
 
-@settings(max_examples=int(os.environ.get("LOG_PROPERTY_EXAMPLES", "30")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("LOG_PROPERTY_EXAMPLES", "30")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(steps=st.lists(step_strategy, min_size=1, max_size=8), data=st.data())
 def test_appends_crashes_recovery_and_compaction_keep_the_invariants(
     steps: list[tuple[str, object]], data: st.DataObject,

@@ -8,7 +8,6 @@ import struct
 import pytest
 
 from log_store.record import ProducerRecord, Record
-from tests.log_store.helpers import encode_rows
 from log_store.record_batch import (
     HEADER_SIZE,
     MAGIC,
@@ -24,6 +23,7 @@ from log_store.record_batch import (
     header_problem,
     parse_header,
 )
+from tests.log_store.helpers import encode_rows
 
 
 def _records() -> list[ProducerRecord]:

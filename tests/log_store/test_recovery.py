@@ -12,7 +12,6 @@ from log_store.errors import CorruptSegmentError, RecoveryError
 from log_store.offset_index import index_path
 from log_store.segment import BatchWalker, log_name
 from log_store.watermark import FILE_NAME
-
 from tests.log_store.helpers import read_all, rec, segment_files, small_config
 
 TP = TopicPartition("t", 0)

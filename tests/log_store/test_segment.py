@@ -11,6 +11,8 @@ import pytest
 from log_store import LogStore, TopicPartition
 from log_store.errors import CorruptSegmentError
 from log_store.offset_index import OffsetIndex, index_path
+from log_store.record import ProducerRecord
+from log_store.record_batch import Columns
 from log_store.segment import (
     FILE_HEADER_SIZE,
     ActiveSegment,
@@ -19,9 +21,6 @@ from log_store.segment import (
     log_name,
     parse_log_name,
 )
-from log_store.record import ProducerRecord
-from log_store.record_batch import Columns
-
 from tests.log_store.helpers import read_all, rec, segment_files, small_config
 
 TP = TopicPartition("t", 0)

@@ -9,19 +9,18 @@ import pytest
 
 from log_store import LogConfig, LogStore, ProducerRecord, TopicPartition, Watermark
 from log_store.errors import (
-    StorageIOError,
-    LogFormatError,
     InvalidRecordError,
     InvalidTopicNameError,
+    LogFormatError,
     LogNotFoundError,
     ReadOnlyError,
+    StorageIOError,
     TopicConfigMismatchError,
     UnknownTopicError,
     WriterFailedError,
 )
 from log_store.partitioner import partition_for_key
 from log_store.segment import ActiveSegment
-
 from tests.log_store.helpers import FakeClock, read_all, rec, small_config
 
 

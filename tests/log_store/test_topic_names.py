@@ -6,7 +6,8 @@ import re
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from log_store.topic import validate_topic_name
 from log_store.topic_names import (

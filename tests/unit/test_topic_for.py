@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
-from hypothesis import given, settings as hypothesis_settings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 
 from cdc.errors import ConfigError
 from cdc.settings import Settings, load_settings
