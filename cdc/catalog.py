@@ -269,7 +269,8 @@ def column_marks(columns: str) -> dict[int, ColumnMark]:
             fields.append("")
         if len(fields) != len(ColumnMark._fields):
             return {}  # marks of another form judge nothing (as an entry without marks)
-        marks[int(leaf)] = ColumnMark(*map(int, fields[:4]), fields[4])
+        first, second, third, fourth = map(int, fields[:4])
+        marks[int(leaf)] = ColumnMark(first, second, third, fourth, fields[4])
     return marks
 
 

@@ -10,8 +10,6 @@ import importlib
 import re
 import sys
 import traceback
-from collections.abc import Callable
-from typing import Any
 
 import click
 
@@ -111,7 +109,7 @@ def _storage_error(exc: OSError) -> CdcError:
     return storage_error(exc, data_dir, f"cannot use the data directory {data_dir} (CDC_DATA_DIR)")
 
 
-def run(entry: Callable[..., Any], args: list[str] | None = None) -> int:
+def run(entry: click.Command, args: list[str] | None = None) -> int:
     """Run a click entry point, turning user errors into one line on stderr and an exit status."""
     from cdc.log_rebuild import with_rebuild_steps
     from cdc.redact import redact_url

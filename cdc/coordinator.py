@@ -150,7 +150,7 @@ class Capture:
         self.log: Log | None = None
         self.position = Lsn(0)
         self.confirmed = Lsn(0)
-        self._target: Lsn | None = None
+        self._target: int | None = None
         self._retarget_at = float("inf")
         self._topics: set[str] = set()
         # CDC_TABLES entries are plain identifiers with one dot between schema and table
@@ -615,7 +615,7 @@ class Capture:
             pending: list[Transaction] = []
             pending_changes = 0
             first_pending = 0.0
-            server_end = self.confirmed
+            server_end: int = self.confirmed
             last_status = time.monotonic()
             last_heartbeat = time.monotonic()
             asked = False

@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cdc.errors import SourceError
 
@@ -112,7 +113,7 @@ class LocalPostgres:
 
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
         account = _run_as()
-        kwargs: dict[str, object] = {}
+        kwargs: dict[str, Any] = {}
         if account is not None:
             kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
         result = subprocess.run(

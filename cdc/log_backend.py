@@ -8,6 +8,7 @@ restart (:mod:`cdc.coordinator`) is one piece of code for both.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 from types import TracebackType
 from typing import Protocol
 
@@ -24,6 +25,11 @@ class Log(Protocol):
     watermark are durable (fsync; a Kafka commit), a reader never sees past the latest watermark, and a
     writer's ``latest_watermark`` is the position capture resumes after.
     """
+
+    @property
+    def root(self) -> Path | str:
+        """Where the log is: the embedded log's directory, or a description of the Kafka cluster and prefix."""
+        ...
 
     def topics(self) -> list[str]: ...
     def partitions(self, topic: str) -> int: ...

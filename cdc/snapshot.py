@@ -208,7 +208,7 @@ class SnapshotReader:
     def __init__(self, url: str, snapshot_name: str, connections: int = 2) -> None:
         self._conn = self._open(url, snapshot_name)
         row = self._conn.execute("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint").fetchone()
-        self.xmin = int(row[0]) if row else 0
+        self.xmin = int(row[0]) if row else 0  # type: ignore[call-overload]
         self._helpers: list[psycopg.Connection[tuple[object, ...]]] = []
         for _ in range(connections - 1):
             try:
@@ -240,7 +240,7 @@ class SnapshotReader:
             "JOIN pg_class c ON c.oid = t.relid",
             (relid, relid, relid),
         ).fetchone()
-        return int(row[0]) if row else 0
+        return int(row[0]) if row else 0  # type: ignore[call-overload]
 
     def blocks(self, relid: int) -> tuple[int, float, float]:
         """(heap blocks of the largest leaf partition, estimated rows per block, stored bytes per heap block
@@ -253,7 +253,7 @@ class SnapshotReader:
             f"FROM ({_LEAVES}) t JOIN pg_class c ON c.oid = t.relid",
             (relid, relid, relid),
         ).fetchone()
-        return (int(row[0]), float(row[1]), float(row[2])) if row else (0, 0.0, 0.0)  # type: ignore[call-overload]
+        return (int(row[0]), float(row[1]), float(row[2])) if row else (0, 0.0, 0.0)  # type: ignore[call-overload, arg-type]
 
     def column_chunks(
         self, shape: TableShape, build: ChunkBuilder[T], chunk_rows: int = CHUNK_ROWS, chunk_bytes: int | None = None

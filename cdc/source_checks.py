@@ -51,8 +51,8 @@ def run_checks(settings: Settings) -> list[Check]:
     with _connect(settings.database_url) as conn:
         checks.append(_wal_level_check(conn))
         checks.append(_replication_check(conn))
-        slots_max = int(conn.execute("SHOW max_replication_slots").fetchone()[0])  # type: ignore[index, call-overload]
-        slots_used = int(conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0])  # type: ignore[index, call-overload]
+        slots_max = int(conn.execute("SHOW max_replication_slots").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
+        slots_used = int(conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
         slot = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone()
         # capture's own slot and WAL sender, plus a temporary pair while it snapshots a table that joins
         # the publication later (cdc.table_snapshots)
@@ -62,8 +62,8 @@ def run_checks(settings: Settings) -> list[Check]:
                             f"{max(0, slots_max - slots_used)} of {slots_max} replication slots are free, capture needs "
                             f"{slots_needed} ({temporary if slot is not None else 'its slot and ' + temporary}); "
                             "raise max_replication_slots or drop an unused slot"))
-        senders_max = int(conn.execute("SHOW max_wal_senders").fetchone()[0])  # type: ignore[index, call-overload]
-        senders_used = int(conn.execute("SELECT count(*) FROM pg_stat_replication").fetchone()[0])  # type: ignore[index, call-overload]
+        senders_max = int(conn.execute("SHOW max_wal_senders").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
+        senders_used = int(conn.execute("SELECT count(*) FROM pg_stat_replication").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
         senders_needed = 1 if slot is not None and slot[0] else 2  # a running capture already holds one
         checks.append(Check("max_wal_senders", senders_used + senders_needed <= senders_max,
                             f"{max(0, senders_max - senders_used)} of {senders_max} WAL senders are free, capture needs "
@@ -162,7 +162,8 @@ def _source_tables(conn: Connection, tables: list[tuple[str, str]]) -> dict[str,
         if not rows:
             continue  # not a table (yet): the CDC_TABLES check names it
         found[f"{schema}.{table}"] = SourceTable(f"{schema}.{table}", log_name(schema, table),
-                                                 {row[0]: row[1] for row in rows}, tuple(row[0] for row in rows if row[2]))
+                                                 {str(row[0]): str(row[1]) for row in rows},
+                                                 tuple(str(row[0]) for row in rows if row[2]))
     return found
 
 
@@ -326,7 +327,7 @@ def ensure_publication(settings: Settings) -> bool:
         if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone():
             return False
         if settings.tables:
-            targets = sql.SQL("FOR TABLE {}").format(
+            targets: sql.Composable = sql.SQL("FOR TABLE {}").format(
                 sql.SQL(", ").join(sql.Identifier(*entry_name(name)) for name in settings.tables)
             )
         else:

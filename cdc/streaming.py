@@ -173,17 +173,17 @@ class TransactionAssembler:
         elif isinstance(message, StreamStop):
             self._stream_xid = None
         elif isinstance(message, StreamCommit):
-            stream = self._streams.pop(message.xid, None)
-            if stream is None:
+            ended = self._streams.pop(message.xid, None)
+            if ended is None:
                 raise DecodeError(f"Stream Commit of unknown transaction {message.xid} at LSN {lsn:X}")
-            return Transaction(stream.xid, message.commit_lsn, message.end_lsn,
-                               message.commit_ts_us // 1000 + _PG_EPOCH_MS, stream.changes, True, stream.aborted_subxids,
-                               stream.key_changes)
+            return Transaction(ended.xid, message.commit_lsn, message.end_lsn,
+                               message.commit_ts_us // 1000 + _PG_EPOCH_MS, ended.changes, True, ended.aborted_subxids,
+                               ended.key_changes)
         elif isinstance(message, StreamAbort):
             if message.xid == message.subxid:
-                stream = self._streams.pop(message.xid, None)
-                if stream is not None:
-                    stream.changes.close()
+                aborted = self._streams.pop(message.xid, None)
+                if aborted is not None:
+                    aborted.changes.close()
             elif message.xid in self._streams:
                 self._streams[message.xid].aborted_subxids.add(message.subxid)
         # Origin and logical Message are skipped: they carry no row change.

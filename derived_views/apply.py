@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from derived_views.column_types import convert, supertype
 from derived_views.delta_sql import (
@@ -161,7 +161,7 @@ def ensure_table(spark: SparkSession, path: str, ddl: str) -> None:
     of both (:func:`_retype`); a column is never narrowed."""
     from pyspark.sql.types import StructType
 
-    wanted = StructType.fromDDL(ddl)
+    wanted = cast(StructType, StructType.fromDDL(ddl))
     wanted_types = {f.name: f.dataType.simpleString() for f in wanted.fields}
     existing = table_types(spark, path)
     if existing is not None and all(existing.get(n) == t for n, t in wanted_types.items()):

@@ -98,8 +98,8 @@ class Composite:
     def tables(self) -> tuple[SourceTable, ...]:
         """Every source table the plan reads, once each, root first."""
         seen: dict[str, SourceTable] = {self.root.log_name: self.root}
-        for part in (*self.links, *self.children):
-            seen.setdefault(part.table.log_name, part.table)
+        for table in [*(link.table for link in self.links), *(child.table for child in self.children)]:
+            seen.setdefault(table.log_name, table)
         return tuple(seen.values())
 
     @property

@@ -215,8 +215,9 @@ _SECTIONS = "[warehouse], [search.<index>], [cache.<entity>]"
 
 def _known_keys(loc: tuple[object, ...]) -> list[str]:
     """The keys the table at ``loc`` may hold, for messages."""
-    model: type[BaseModel] = {"warehouse": WarehouseDefinition, "search": SearchDefinition,
-                              "cache": CacheDefinition}.get(str(loc[0]), ViewDefinitions)
+    models: dict[str, type[BaseModel]] = {"warehouse": WarehouseDefinition, "search": SearchDefinition,
+                                          "cache": CacheDefinition}
+    model = models.get(str(loc[0]), ViewDefinitions)
     if len(loc) >= 4:
         model = ChildDefinition if loc[2] == "children" else JoinDefinition
     return [info.alias or name for name, info in model.model_fields.items()]

@@ -180,8 +180,9 @@ def fold_all(events: Iterable[Event]) -> list[Event]:
         if event.op == TRUNCATE:
             previous.clear()
         elif event.op != POISON and event.key is not None:
-            event = fold(previous.get(event.key), event)
-            previous[event.key] = event
+            key = event.key
+            event = fold(previous.get(key), event)
+            previous[key] = event
         out.append(event)
     return out
 

@@ -220,8 +220,11 @@ def _expected(
         for row in tables[child.table.log_name].values():
             grouped.setdefault(tuple(repr(normalize(row[c], types[c])) for c in child.on), []).append(row)
         order = (*child.order_by, *child.table.key)
+        def sort_key(row: dict[str, Any], ty: dict[str, str] = types, by: tuple[str, ...] = order) -> list[tuple[bool, Any]]:
+            return [(row[c] is not None, normalize(row[c], ty[c])) for c in by]
+
         for rows in grouped.values():
-            rows.sort(key=lambda r, ty=types, by=order: [(r[c] is not None, normalize(r[c], ty[c])) for c in by])
+            rows.sort(key=sort_key)
         children[child.alias] = grouped
     expected: dict[tuple[Any, ...], dict[str, Any]] = {}
     for key, row in tables[plan.root.log_name].items():

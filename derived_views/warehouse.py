@@ -85,7 +85,7 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str]
     A table whose batch fails is reported in its :class:`TableResult` (``error``) and the others go on
     (:mod:`derived_views.failures`): it commits nothing, so it stays exact as of its last watermark.
     """
-    results = []
+    results: list[TableResult] = []
     kept = ctx.definitions.warehouse
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
         for name, schema in sorted(ctx.schemas(rng.watermark).items()):

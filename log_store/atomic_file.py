@@ -71,7 +71,7 @@ def write_all(fd: int, data: bytes | memoryview) -> None:
 _IOV_MAX = 1024
 
 
-def writev_all(fd: int, buffers: Sequence[bytes], total: int) -> None:
+def writev_all(fd: int, buffers: Sequence[bytes | memoryview], total: int) -> None:
     """Write ``buffers`` back to back at the file's current position (``total`` bytes; short writes are
     finished with plain writes)."""
     for first in range(0, len(buffers), _IOV_MAX):

@@ -115,7 +115,7 @@ class InvalidTopicNameError(TopicError):
 class UnknownTopicError(TopicError):
     """The topic, or the partition of an existing topic, does not exist."""
 
-    def __init__(self, root: Path, topic: str, partition: int | None = None, partitions: int = 0) -> None:
+    def __init__(self, root: Path | str, topic: str, partition: int | None = None, partitions: int = 0) -> None:
         self.root, self.topic, self.partition = root, topic, partition
         if partition is None:
             msg = f"topic {topic!r} does not exist in the log at {root}: run `cdc log topics` to list them"

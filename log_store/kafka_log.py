@@ -40,7 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as KafkaPartition
@@ -185,8 +185,9 @@ class _Deliveries:
             if self.error is None:
                 self.error = error
             return
-        tp = TopicPartition(message.topic(), message.partition())
-        offset = message.offset() + 1
+        # a delivered message (no error) always has its topic, partition and offset
+        tp = TopicPartition(cast(str, message.topic()), cast(int, message.partition()))
+        offset = cast(int, message.offset()) + 1
         if offset > self.ends.get(tp, 0):
             self.ends[tp] = offset
 
@@ -586,7 +587,7 @@ class KafkaLog:
                         if error.code() != KafkaError._PARTITION_EOF:  # the end for now: read on until ``end``
                             raise KafkaLogError(self.settings.bootstrap, f"reading {tp}", error)
                         continue
-                    if message.offset() >= end:
+                    if cast(int, message.offset()) >= end:
                         past_end = True
                         continue
                     out.append(message)
@@ -652,7 +653,7 @@ class KafkaLog:
         while end > low:
             start = max(low, end - window)
             messages = self._fetch(tp, start, end, end - start)
-            values = [m.value() for m in messages if m.value() is not None]
+            values = [value for m in messages if (value := m.value()) is not None]
             if values:
                 return Watermark.decode(values[-1])
             end, window = start, window * 4
@@ -683,8 +684,8 @@ class KafkaLog:
                 return []
             end = watermark.end_offset(tp) if end is None else min(end, watermark.end_offset(tp))
         messages = self._fetch(tp, max(offset, 0), end, max_records)
-        return [Record(tp.topic, tp.partition, m.offset(), m.key(), m.value(), m.timestamp()[1],
-                       tuple(m.headers() or ())) for m in messages]
+        return [Record(tp.topic, tp.partition, cast(int, m.offset()), m.key(), m.value(), m.timestamp()[1],
+                       tuple(cast(list[tuple[str, bytes]], m.headers() or ()))) for m in messages]
 
     def _check_partition(self, tp: TopicPartition) -> None:
         count = self.partitions(tp.topic)

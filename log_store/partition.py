@@ -44,7 +44,7 @@ _T = TypeVar("_T")
 class EncodedBatch(NamedTuple):
     """One encoded batch waiting to be written: its buffers, bytes, base offset and record count."""
 
-    pieces: list[bytes | memoryview]
+    pieces: Sequence[bytes | memoryview]
     length: int
     base_offset: int
     records: int

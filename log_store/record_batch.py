@@ -160,7 +160,7 @@ def _zeros(count: int) -> bytes:
 
 
 def _header_piece(
-    base_offset: int, pieces: list[bytes], records_bytes: int, last_offset_delta: int, count: int,
+    base_offset: int, pieces: Sequence[bytes | memoryview], records_bytes: int, last_offset_delta: int, count: int,
     append_time_ms: int, max_ts: int, attributes: int, magic: int = MAGIC,
 ) -> bytes:
     """The batch header; its CRC covers the header tail and every piece, in order."""
@@ -176,7 +176,7 @@ def _header_piece(
 _NO_HEADERS: Sequence[Headers] = ()
 
 
-def batch_cuts(running: Sequence[int], budget: int) -> list[int]:
+def batch_cuts(running: Sequence[int] | np.ndarray, budget: int) -> list[int]:
     """Record indexes where batches of about ``budget`` bytes start, and the record count at the end;
     ``running``: the records' encoded sizes summed up to each record (a list or a numpy array). A batch
     holds at least one record."""

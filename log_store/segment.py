@@ -396,7 +396,7 @@ class ActiveSegment:
         return self.size <= FILE_HEADER_SIZE
 
     def append(
-        self, pieces: Sequence[bytes], length: int, base_offset: int, append_time_ms: int
+        self, pieces: Sequence[bytes | memoryview], length: int, base_offset: int, append_time_ms: int
     ) -> None:
         """Write one encoded batch, given as ``pieces`` of ``length`` bytes in all (one ``writev``
         call), adding an index entry when due."""

@@ -125,7 +125,7 @@ class Decoder:
                 raise DecodeError("binary tuple data received although binary mode was not requested")
             else:
                 raise DecodeError(f"unknown tuple column kind {chr(kind)!r}")
-        return tuple(values), pos  # type: ignore[return-value]
+        return tuple(values), pos  # type: ignore[arg-type]
 
     # -- one handler per message type ----------------------------------------------------------------
 
