@@ -3,11 +3,9 @@
 Root layout::
 
     store.json               {"format": 2, "created_ms": int}; written last when a log is created.
-                             Format 2 logs hold record batches of both layouts (columns, rows; see
-                             log_store.record_batch). Format 1 logs (rows only) are read as they are,
-                             and the first writer to open one declares it format 2 (atomically, after
-                             recovery, before its first append), so that a version that only knows
-                             format 1 refuses it with a clear message instead of calling it corrupt.
+                             The log holds record batches of both layouts (columns, rows; see
+                             log_store.record_batch); a log declaring another format is refused with
+                             a clear message instead of being read as corrupt.
     watermarks.log           commit watermarks, appended and fsynced by the writer (see log_store.watermark)
     watermark.pub            the latest durable watermark, in two slots, for readers
     writer.lock              flock held by the one writer process (its pid inside)
@@ -113,9 +111,8 @@ from log_store.watermark import PUBLISHED_NAME, Watermark, WatermarkLog
 
 log = logging.getLogger("log_store")
 
+#: The one format this version reads and writes.
 FORMAT = 2
-#: Formats this version opens (a writer upgrades a format 1 log to :data:`FORMAT`).
-READABLE_FORMATS = (1, 2)
 #: Records placed, encoded and written at a time by :meth:`LogStore.append_group`.
 APPEND_CHUNK = 10_000
 STORE_FILE = "store.json"
@@ -195,10 +192,8 @@ class LogStore:
         store._writer_lock = lock
         try:
             store._initialise()
-            declared = store._check_format()
+            store._check_format()
             store._recover()
-            if declared.get("format") != FORMAT:
-                write_atomic(root / STORE_FILE, orjson.dumps({**declared, "format": FORMAT}) + b"\n")
         except BaseException:
             try:
                 store._watermarks.close()
@@ -209,7 +204,8 @@ class LogStore:
             raise
         return store
 
-    def _check_format(self) -> dict[str, object]:
+    def _check_format(self) -> None:
+        """Refuse a log that does not declare :data:`FORMAT` (or declares nothing readable)."""
         path = self.root / STORE_FILE
         try:
             data = orjson.loads(path.read_bytes())
@@ -217,10 +213,9 @@ class LogStore:
             raise LogNotFoundError(self.root) from None
         except orjson.JSONDecodeError:
             raise LogFormatError(path, "unreadable", FORMAT) from None
-        if not isinstance(data, dict) or data.get("format") not in READABLE_FORMATS:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
             found = data.get("format") if isinstance(data, dict) else data
             raise LogFormatError(path, found, FORMAT)
-        return data
 
     def _initialise(self) -> None:
         if (self.root / STORE_FILE).exists():

@@ -303,25 +303,24 @@ def test_context_manager_and_repr(tmp_path: Path) -> None:
         log.ensure_topic("t", 1)
 
 
-def test_format_1_logs_are_read_and_upgraded_by_their_first_writer(tmp_path: Path) -> None:
-    """A log of an earlier version (format 1, row-layout batches) stays readable; its first writer
-    declares it format 2 before appending column-layout batches; unknown formats are refused."""
+def test_a_log_declaring_another_format_is_refused_by_readers_and_writers_alike(tmp_path: Path) -> None:
+    """Only format 2 is read: a log declaring any other format is one clear error, never read as corrupt
+    and never rewritten."""
     with LogStore.open(tmp_path, writer=True) as log:
         log.ensure_topic("t", 1)
         log.append_group([rec("t", "a", "1")], "01")
     store_file = tmp_path / "store.json"
     created = orjson.loads(store_file.read_bytes())["created_ms"]
-    store_file.write_bytes(orjson.dumps({"format": 1, "created_ms": created}))
+    for other in (1, 3):
+        declared = orjson.dumps({"format": other, "created_ms": created})
+        store_file.write_bytes(declared)
+        for writer in (False, True):
+            with pytest.raises(LogFormatError, match=f"declares log format {other} but this version reads format 2"):
+                LogStore.open(tmp_path, writer=writer)
+        assert store_file.read_bytes() == declared
+    store_file.write_bytes(orjson.dumps({"format": 2, "created_ms": created}))
     with LogStore.open(tmp_path) as reader:
         assert [r.value for r in read_all(reader, "t")] == [b"1"]
-    assert orjson.loads(store_file.read_bytes())["format"] == 1  # readers never write
-    with LogStore.open(tmp_path, writer=True) as log:
-        assert orjson.loads(store_file.read_bytes()) == {"format": 2, "created_ms": created}
-        log.append_group([rec("t", "b", "2")], "02")
-        assert [r.value for r in read_all(log, "t")] == [b"1", b"2"]
-    store_file.write_bytes(orjson.dumps({"format": 3, "created_ms": created}))
-    with pytest.raises(LogFormatError, match="format 3"):
-        LogStore.open(tmp_path)
 
 
 def test_groups_given_as_list_tuple_or_generator_append_alike(tmp_path: Path) -> None:
