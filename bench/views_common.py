@@ -137,13 +137,13 @@ def sync_current(ctx: ViewContext, table: str, replace: bool = False) -> TableRe
     """Bring the warehouse's current table of ``table`` (``schema.table``) to the log's latest watermark
     (:func:`derived_views.steps.apply_state` alone: no history table, no other view); ``replace``: rebuild it."""
     from derived_views import runner, warehouse
-    from derived_views.pending import Range
+    from derived_views.pending import LogAsOf
     from derived_views.steps import apply_state
 
     watermark = runner.latest(ctx)
     assert watermark is not None
     schema = ctx.schema(watermark, table)
-    return apply_state(ctx, Range(ctx.log, watermark), schema, warehouse.current_path(ctx, table),
+    return apply_state(ctx, LogAsOf(ctx.log, watermark), schema, warehouse.current_path(ctx, table),
                        warehouse.dead_letter_path(ctx), replace=replace)
 
 

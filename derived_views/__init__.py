@@ -4,7 +4,7 @@ Modules:
 
 - :mod:`~derived_views.log_source`: the ``cdclog`` Spark data source (batch and streaming), the only
   module that knows where the log lives.
-- :mod:`~derived_views.events`: decoding and per-key reductions of change events (pure Python).
+- :mod:`~derived_views.reduction`: change events decoded, and reduced per key for a batch (pure Python).
 - :mod:`~derived_views.schema`: source column lists and their faithful Spark types.
 - :mod:`~derived_views.pending`: a table's pending events, reduced and typed (by Arrow where
   :mod:`~derived_views.typed_rows` can), with their facts.

@@ -15,7 +15,7 @@ Every view table is written through :func:`merge_current` (one row per key, SCD 
    append or overwrite from its write option, so it runs beside other tables' commits.)
 3. **LSN guard.** A source row replaces a table row only if its ``(lsn, sequence)`` is newer.
 4. **Partial rows.** Columns an update left out (``unchanged`` header) are folded from the key's
-   earlier event in the batch (:mod:`derived_views.events`), else kept from the table row.
+   earlier event in the batch (:mod:`derived_views.reduction`), else kept from the table row.
 5. **Truncate** empties the rows older than the truncate's LSN in the same MERGE.
 6. **Poison events** (an unreadable envelope, or values that do not fit the column types) are written
    to the view's dead-letter Delta table first (idempotently, keyed by topic/partition/offset) and

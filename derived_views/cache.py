@@ -46,7 +46,7 @@ from derived_views.context import ViewContext
 from derived_views.delta_reads import read_query, sql_text
 from derived_views.errors import MissingTableError, UnknownEntityError
 from derived_views.evaluation import pending_events, sized_for
-from derived_views.pending import KEY, LSN, Range
+from derived_views.pending import KEY, LSN, LogAsOf
 from derived_views.schema import quote
 from derived_views.steps import TableResult, is_current, starting_point
 
@@ -73,21 +73,23 @@ def entries(ctx: ViewContext, plan: Composite, roots: DataFrame | None) -> DataF
     return rows.select(key.alias("entity_key"), value.alias("value"), KEY, LSN, children.alias(CHILDREN))
 
 
-def sync(ctx: ViewContext, rng: Range, plan: Composite, *, replace: bool = False) -> list[TableResult]:
+def sync(ctx: ViewContext, as_of: LogAsOf, plan: Composite, *, replace: bool = False) -> list[TableResult]:
     """Bring the entity's state copies, then its entries, to the range's watermark (rebuild them from
     the log when ``replace``)."""
-    schemas = source_schemas(ctx, rng, plan)
+    schemas = source_schemas(ctx, as_of, plan)
     table = path(ctx, plan, "entries")
     if not replace:
         check_definition(plan, table, ctx.progress(table))
-    results = sync_states(ctx, rng, plan, schemas, replace=replace)
+    results = sync_states(ctx, as_of, plan, schemas, replace=replace)
     topics = sorted({schema.topic for schema in schemas.values()})
     progress, replace = starting_point(ctx, table, replace)
-    if progress is not None and is_current(progress, rng, topics, ctx, table):
+    if progress is not None and is_current(progress, as_of, topics, ctx, table):
         return results
-    new_progress = with_fields(rng.progress(topics, progress), definition=plan.stamp)
-    with sized_for(ctx.spark, pending_events(rng.watermark, topics, progress), tables_read(ctx, plan, TABLES)):
-        roots = None if progress is None or reshaped(plan, progress) else affected_roots(ctx, rng, plan, schemas, progress, table)
+    new_progress = with_fields(as_of.progress(topics, progress), definition=plan.stamp)
+    with sized_for(ctx.spark, pending_events(as_of.watermark, topics, progress), tables_read(ctx, plan, TABLES)):
+        roots = None
+        if progress is not None and not reshaped(plan, progress):
+            roots = affected_roots(ctx, as_of, plan, schemas, progress, table)
         if roots is None:
             overwrite(entries(ctx, plan, None), table, new_progress)
             results.append(TableResult(table, 0, 0))

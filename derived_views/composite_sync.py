@@ -42,7 +42,7 @@ from derived_views.definitions import ViewDefinitions
 from derived_views.delta_sql import history, is_delta_table, merge_into
 from derived_views.errors import DefinitionChangedError
 from derived_views.evaluation import pending_events
-from derived_views.pending import KEY, LSN, OP, Range
+from derived_views.pending import KEY, LSN, OP, LogAsOf
 from derived_views.progress import Progress, committing, is_local, with_progress
 from derived_views.schema import TableSchema, quote
 from derived_views.steps import TableResult, apply_state, load_pending, mark_as_of
@@ -80,9 +80,9 @@ def tables_read(ctx: ViewContext, plan: Composite, outputs: Iterable[str]) -> li
     return [*(state_path(ctx, plan, table) for table in plan.tables), *(path(ctx, plan, name) for name in outputs)]
 
 
-def source_schemas(ctx: ViewContext, rng: Range, plan: Composite) -> dict[str, TableSchema]:
+def source_schemas(ctx: ViewContext, as_of: LogAsOf, plan: Composite) -> dict[str, TableSchema]:
     """The schema of every table the plan reads, by log name."""
-    return {table.log_name: ctx.schema(rng.watermark, table.log_name) for table in plan.tables}
+    return {table.log_name: ctx.schema(as_of.watermark, table.log_name) for table in plan.tables}
 
 
 def check_definition(plan: Composite, path: str, progress: Progress | None) -> None:
@@ -96,13 +96,13 @@ def reshaped(plan: Composite, progress: Progress) -> bool:
     return progress.definition != plan.stamp
 
 
-def sync_states(ctx: ViewContext, rng: Range, plan: Composite, schemas: Mapping[str, TableSchema], *,
+def sync_states(ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: Mapping[str, TableSchema], *,
                 replace: bool) -> list[TableResult]:
     """Bring the view's state copy of every table it reads to the range's watermark."""
     results = []
     for table in plan.tables:
         dead_letters = warehouse.dead_letter_path(ctx) if shared(ctx.definitions, table) else path(ctx, plan, "_dead_letter")
-        result = apply_state(ctx, rng, schemas[table.log_name], state_path(ctx, plan, table), dead_letters,
+        result = apply_state(ctx, as_of, schemas[table.log_name], state_path(ctx, plan, table), dead_letters,
                              replace=replace)
         if result is not None:
             results.append(result)
@@ -193,7 +193,7 @@ def _with_children(ctx: ViewContext, plan: Composite, frame: DataFrame,
     return frame, arrays, lsns, F.array_sort(F.concat(*members)).alias(CHILDREN)
 
 
-def affected_roots(ctx: ViewContext, rng: Range, plan: Composite, schemas: Mapping[str, TableSchema],
+def affected_roots(ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: Mapping[str, TableSchema],
                    progress: Progress, output: str) -> DataFrame | None:
     """``_cdc_key`` of every root the events after ``progress`` affect, checkpointed (see the module
     docstring); ``None`` when a truncate among them means every root."""
@@ -202,9 +202,9 @@ def affected_roots(ctx: ViewContext, rng: Range, plan: Composite, schemas: Mappi
     found: list[DataFrame] = []
     for table in plan.tables:
         topic = schemas[table.log_name].topic
-        if not pending_events(rng.watermark, [topic], progress):
+        if not pending_events(as_of.watermark, [topic], progress):
             continue  # no event of this table in the range
-        batch = load_pending(ctx, rng, schemas[table.log_name], progress, "latest",
+        batch = load_pending(ctx, as_of, schemas[table.log_name], progress, "latest",
                              dead_letter_path=path(ctx, plan, "_dead_letter"), target=state_path(ctx, plan, table))
         try:
             if batch.facts.truncates:

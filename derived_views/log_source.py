@@ -312,14 +312,14 @@ def _raw_schema() -> pa.Schema:
 
 
 def reduced_partition(partition: LogPartition, mode: str, row: Any | None = None) -> Iterator[pa.RecordBatch]:
-    """The events of one input partition reduced per key (:func:`derived_views.events.reduce_table`),
+    """The events of one input partition reduced per key (:func:`derived_views.reduction.reduce_table`),
     typed by Arrow as ``row`` when given (:mod:`derived_views.typed_rows`).
 
-    Rows match :data:`derived_views.events.EVENT_DDL` (and :func:`~derived_views.typed_rows.typed_ddl`)
+    Rows match :data:`derived_views.reduction.EVENT_DDL` (and :func:`~derived_views.typed_rows.typed_ddl`)
     by position. The whole partition is read before anything is yielded, since a key's latest event
     may come last.
     """
-    from derived_views.events import reduce_table
+    from derived_views.reduction import reduce_table
 
     yield from reduce_table(read_partition(partition), mode, row).to_batches(max_chunksize=_CHUNK)
 
@@ -384,7 +384,7 @@ class LogBatchReader(DataSourceReader):
         0) and ``endingOffsets`` (JSON offsets, default: the log's latest commit watermark, fixed when
         the reader is created). With ``reduce`` (``latest`` or ``all``) each partition's records are
         reduced per key in the same Python worker that reads them (:func:`reduced_partition`), and the
-        rows are those of :data:`derived_views.events.EVENT_DDL`; with ``columns`` too, typed by Arrow
+        rows are those of :data:`derived_views.reduction.EVENT_DDL`; with ``columns`` too, typed by Arrow
         in the same parse (:mod:`derived_views.typed_rows`).
     """
 
@@ -466,7 +466,7 @@ class LogDataSource(DataSource):
     def schema(self) -> str:
         options = _Options(dict(self.options))
         if options.reduce:
-            from derived_views.events import EVENT_DDL
+            from derived_views.reduction import EVENT_DDL
             from derived_views.typed_rows import typed_ddl
 
             return EVENT_DDL if options.columns is None else f"{EVENT_DDL}, {typed_ddl(options.columns)}"

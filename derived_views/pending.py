@@ -1,6 +1,6 @@
 """What one sync step reads for a table: its pending events, reduced per key and typed, with their facts.
 
-A table's pending range is read and reduced per log partition (:mod:`derived_views.events`): in the
+A table's pending range is read and reduced per log partition (:mod:`derived_views.reduction`): in the
 driver when it is small (:data:`DRIVER_READ_LIMIT`), else by the Spark tasks that read it through the
 ``cdclog`` source (read and reduce in one Python worker per log partition). Each envelope is parsed
 once: into typed columns by Arrow in the reduction when it can (:mod:`derived_views.typed_rows`), else
@@ -21,7 +21,6 @@ from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
 from derived_views.column_names import stored_names
-from derived_views.events import EVENT_DDL, reduce_table
 from derived_views.log_location import LogLocation
 from derived_views.log_source import (
     LogWatermark,
@@ -31,6 +30,7 @@ from derived_views.log_source import (
     read_partition,
 )
 from derived_views.progress import Progress
+from derived_views.reduction import EVENT_DDL, reduce_table
 from derived_views.schema import quote
 
 if TYPE_CHECKING:
@@ -45,8 +45,8 @@ APPEND_CHECK_KEYS = 20_000
 
 
 @dataclass(frozen=True)
-class Range:
-    """What one sync step reads: the log, and the watermark every table moves to."""
+class LogAsOf:
+    """The log as of a watermark: what one sync step reads, and the position every table moves to."""
 
     log: LogLocation
     watermark: LogWatermark
@@ -151,7 +151,7 @@ def read_kafka(
 
 
 def _reduce_partition(mode: str, columns: list[tuple[str, str]] | None, batches: Any) -> Any:
-    """One Kafka partition's raw rows reduced per key (:func:`derived_views.events.reduce_table`), in a worker."""
+    """One Kafka partition's raw rows reduced per key (:func:`derived_views.reduction.reduce_table`), in a worker."""
     from derived_views.typed_rows import row_type
 
     yield from reduce_table(batches, mode, None if columns is None else row_type(columns)).to_batches()
@@ -175,20 +175,20 @@ def _start(progress: Progress | None, topics: list[str]) -> Offsets:
 
 
 def pending_table(
-    rng: Range, topics: list[str], progress: Progress | None, mode: str, row: Any | None = None
+    as_of: LogAsOf, topics: list[str], progress: Progress | None, mode: str, row: Any | None = None
 ) -> Any | None:
     """The reduced events (an Arrow table of :data:`EVENT_DDL`, typed as ``row`` when given) of
     ``topics`` a table with ``progress`` has not applied, read in the driver; ``None`` when the range
     holds more than :data:`DRIVER_READ_LIMIT` offsets (then Spark tasks read it, see :func:`typed_batch`)."""
     import pyarrow as pa
 
-    end = {t: rng.watermark.offsets.get(t, {}) for t in topics}
-    parts = plan_partitions(rng.log, _start(progress, topics), end)
+    end = {t: as_of.watermark.offsets.get(t, {}) for t in topics}
+    parts = plan_partitions(as_of.log, _start(progress, topics), end)
     if not read_in_driver(sum(part.end - part.start for part in parts)):
         return None
     if not parts:
         return reduce_table([], mode, row)
-    with rng.log.open() as log:  # one connection for every partition
+    with as_of.log.open() as log:  # one connection for every partition
         return pa.concat_tables([reduce_table(read_partition(part, log), mode, row) for part in parts])
 
 
@@ -201,7 +201,7 @@ def arrow_typed(columns: list[tuple[str, str]], plan: Plan | None) -> bool:
 
 
 def typed_batch(
-    spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None, mode: str,
+    spark: SparkSession, as_of: LogAsOf, topics: list[str], progress: Progress | None, mode: str,
     columns: list[tuple[str, str]], table: str, plan: Plan | None = None,
 ) -> tuple[DataFrame, BatchFacts]:
     """The pending events typed (:func:`typed`), as a deterministic frame, with their :class:`BatchFacts`.
@@ -214,9 +214,9 @@ def typed_batch(
     from derived_views.typed_rows import row_type, typed_ddl
 
     typed_columns = columns if arrow_typed(columns, plan) else None
-    events = pending_table(rng, topics, progress, mode, row_type(typed_columns) if typed_columns else None)
+    events = pending_table(as_of, topics, progress, mode, row_type(typed_columns) if typed_columns else None)
     if events is None:
-        frame, facts = checkpointed(typed_events(spark, rng, topics, progress, mode, columns, table, plan))
+        frame, facts = checkpointed(typed_events(spark, as_of, topics, progress, mode, columns, table, plan))
         if facts.poison:
             facts = with_fields(facts, widen=_widened(frame))
         return frame, facts
@@ -227,13 +227,13 @@ def typed_batch(
 
 
 def typed_events(
-    spark: SparkSession, rng: Range, topics: list[str], progress: Progress | None, mode: str,
+    spark: SparkSession, as_of: LogAsOf, topics: list[str], progress: Progress | None, mode: str,
     columns: list[tuple[str, str]], table: str, plan: Plan | None = None,
 ) -> DataFrame:
     """The pending events of ``topics`` read, reduced and typed by Spark tasks (:func:`typed`): each
     envelope parsed once, by Arrow in the task that reduces it when it can (:func:`arrow_typed`)."""
     typed_columns = columns if arrow_typed(columns, plan) else None
-    raw = read_log(spark, rng.log, topics, _start(progress, topics), rng.watermark.offsets, reduce=mode,
+    raw = read_log(spark, as_of.log, topics, _start(progress, topics), as_of.watermark.offsets, reduce=mode,
                    columns=typed_columns)
     return typed(raw, columns, table, plan)
 

@@ -50,7 +50,7 @@ from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
 from derived_views.log_location import location_from_settings
 from derived_views.log_source import LogWatermark, read_watermark
-from derived_views.pending import Range
+from derived_views.pending import LogAsOf
 from derived_views.progress import is_local
 from derived_views.steps import TableResult
 from log_store.atomic_file import make_dirs, write_atomic
@@ -205,8 +205,8 @@ def _step_holding_locks(ctx: ViewContext, chosen: list[str], *, replace: bool) -
             )
         return StepReport(None, {})
     plans, broken = _plans(ctx, watermark, chosen)
-    rng = Range(ctx.log, watermark)
-    synced = _sync_all(ctx, rng, chosen, plans, broken, replace)
+    as_of = LogAsOf(ctx.log, watermark)
+    synced = _sync_all(ctx, as_of, chosen, plans, broken, replace)
     events = {}
     failed: list[TableFailure] = []
     for name in chosen:
@@ -224,19 +224,19 @@ def _step_holding_locks(ctx: ViewContext, chosen: list[str], *, replace: bool) -
 VIEWS_SIDE_BY_SIDE = 2
 
 
-def _sync_all(ctx: ViewContext, rng: Range, chosen: list[str], plans: dict[str, Composite],
+def _sync_all(ctx: ViewContext, as_of: LogAsOf, chosen: list[str], plans: dict[str, Composite],
               broken: dict[str, ViewsFileError], replace: bool) -> dict[str, list[TableResult]]:
     """Each chosen view's results: the warehouse first (the others read its current tables), then the
     search indexes and cache entities side by side, each in a session of its own
     (:meth:`~derived_views.context.ViewContext.lane`). A rebuild applies them one at a time."""
-    synced = {name: _sync_view(ctx, rng, name, plans, broken, replace) for name in chosen if name == warehouse.NAME}
+    synced = {name: _sync_view(ctx, as_of, name, plans, broken, replace) for name in chosen if name == warehouse.NAME}
     others = [name for name in chosen if name != warehouse.NAME]
     if replace or len(others) < 2:
-        synced.update({name: _sync_view(ctx, rng, name, plans, broken, replace) for name in others})
+        synced.update({name: _sync_view(ctx, as_of, name, plans, broken, replace) for name in others})
         return synced
     pool = ThreadPoolExecutor(max_workers=VIEWS_SIDE_BY_SIDE, thread_name_prefix="views")
     try:
-        futures = {name: pool.submit(_sync_view, ctx, rng, name, plans, broken, replace, in_lane=True)
+        futures = {name: pool.submit(_sync_view, ctx, as_of, name, plans, broken, replace, in_lane=True)
                    for name in others}
         synced.update({name: future.result() for name, future in futures.items()})
     except BaseException:
@@ -246,7 +246,7 @@ def _sync_all(ctx: ViewContext, rng: Range, chosen: list[str], plans: dict[str, 
     return synced
 
 
-def _sync_view(ctx: ViewContext, rng: Range, name: str, plans: dict[str, Composite],
+def _sync_view(ctx: ViewContext, as_of: LogAsOf, name: str, plans: dict[str, Composite],
                broken: dict[str, ViewsFileError], replace: bool, *, in_lane: bool = False) -> list[TableResult]:
     """The view's table results (``in_lane``: applied in a lane of ``ctx``, see :meth:`ViewContext.lane`); a
     failure of the view as a whole becomes one failed result, except a :class:`ViewError` the user must
@@ -256,8 +256,8 @@ def _sync_view(ctx: ViewContext, rng: Range, name: str, plans: dict[str, Composi
             raise broken[name]
         if in_lane:
             with ctx.lane() as lane:
-                return _sync(lane, rng, name, plans, replace)
-        return _sync(ctx, rng, name, plans, replace)
+                return _sync(lane, as_of, name, plans, replace)
+        return _sync(ctx, as_of, name, plans, replace)
     except (DefinitionChangedError, ViewsFileError) as exc:
         log.error("%s", exc)
         return [TableResult(ctx.path(*name.split(".", 1)), 0, 0, str(exc))]
@@ -301,13 +301,13 @@ def _plans(
     return plans, broken
 
 
-def _sync(ctx: ViewContext, rng: Range, name: str, plans: dict[str, Composite], replace: bool) -> list[TableResult]:
+def _sync(ctx: ViewContext, as_of: LogAsOf, name: str, plans: dict[str, Composite], replace: bool) -> list[TableResult]:
     """Bring the view ``name`` to the range's watermark."""
     if name == warehouse.NAME:
-        return warehouse.sync(ctx, rng, replace=replace)
+        return warehouse.sync(ctx, as_of, replace=replace)
     plan = plans[name]
     module = search if plan.kind == search.NAME else cache
-    return module.sync(ctx, rng, plan, replace=replace)
+    return module.sync(ctx, as_of, plan, replace=replace)
 
 
 def _table_name(ctx: ViewContext, path: str) -> str:

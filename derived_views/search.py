@@ -51,7 +51,7 @@ from derived_views.delta_reads import read_query, sql_text
 from derived_views.delta_sql import merge_into
 from derived_views.errors import MissingTableError
 from derived_views.evaluation import pending_events, sized_for
-from derived_views.pending import KEY, LSN, Range
+from derived_views.pending import KEY, LSN, LogAsOf
 from derived_views.progress import Progress
 from derived_views.schema import TableSchema, quote
 from derived_views.steps import TableResult, is_current, mark_as_of, starting_point
@@ -118,7 +118,7 @@ class _Step:
     """What one sync step of an index shares between its two output tables."""
 
     ctx: ViewContext
-    rng: Range
+    as_of: LogAsOf
     plan: Composite
     schemas: dict[str, TableSchema]
     topics: list[str]
@@ -128,15 +128,15 @@ class _Step:
     def affected(self, progress: Progress, output: str) -> DataFrame | None:
         key = json.dumps(progress.offsets, sort_keys=True)
         if key not in self.roots:
-            self.roots[key] = affected_roots(self.ctx, self.rng, self.plan, self.schemas, progress, output)
+            self.roots[key] = affected_roots(self.ctx, self.as_of, self.plan, self.schemas, progress, output)
         return self.roots[key]
 
     def pending(self, table: str, replace: bool) -> tuple[Progress | None, Progress] | None:
         """``(progress, new progress)`` of the table at ``table``; ``None`` when it is current."""
         progress, replace = starting_point(self.ctx, table, replace)
-        if progress is not None and is_current(progress, self.rng, self.topics, self.ctx, table):
+        if progress is not None and is_current(progress, self.as_of, self.topics, self.ctx, table):
             return None
-        return progress, with_fields(self.rng.progress(self.topics, progress), definition=self.plan.stamp)
+        return progress, with_fields(self.as_of.progress(self.topics, progress), definition=self.plan.stamp)
 
 
 def _documents(step: _Step, replace: bool) -> TableResult | None:
@@ -145,7 +145,7 @@ def _documents(step: _Step, replace: bool) -> TableResult | None:
     if pending is None:
         return None
     progress, new_progress = pending
-    with sized_for(step.ctx.spark, pending_events(step.rng.watermark, step.topics, progress),
+    with sized_for(step.ctx.spark, pending_events(step.as_of.watermark, step.topics, progress),
                    tables_read(step.ctx, step.plan, TABLES)):
         roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
         if roots is None:
@@ -162,7 +162,7 @@ def _terms(step: _Step, replace: bool) -> TableResult | None:
     if pending is None:
         return None
     progress, new_progress = pending
-    with sized_for(step.ctx.spark, pending_events(step.rng.watermark, step.topics, progress),
+    with sized_for(step.ctx.spark, pending_events(step.as_of.watermark, step.topics, progress),
                    tables_read(step.ctx, step.plan, TABLES)):
         roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
         docs = from_stored(step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")),
@@ -176,16 +176,16 @@ def _terms(step: _Step, replace: bool) -> TableResult | None:
     return TableResult(table, 0 if roots is None else roots.count(), 0)
 
 
-def sync(ctx: ViewContext, rng: Range, plan: Composite, *, replace: bool = False) -> list[TableResult]:
+def sync(ctx: ViewContext, as_of: LogAsOf, plan: Composite, *, replace: bool = False) -> list[TableResult]:
     """Bring the index's state copies, then its documents, then its terms to the range's watermark
     (rebuild them from the log when ``replace``)."""
-    schemas = source_schemas(ctx, rng, plan)
+    schemas = source_schemas(ctx, as_of, plan)
     if not replace:
         for name in TABLES:
             table = path(ctx, plan, name)
             check_definition(plan, table, ctx.progress(table))
-    step = _Step(ctx, rng, plan, schemas, sorted({schema.topic for schema in schemas.values()}))
-    results = sync_states(ctx, rng, plan, schemas, replace=replace)
+    step = _Step(ctx, as_of, plan, schemas, sorted({schema.topic for schema in schemas.values()}))
+    results = sync_states(ctx, as_of, plan, schemas, replace=replace)
     for apply in (_documents, _terms):
         result = apply(step, replace)
         if result is not None:

@@ -21,7 +21,7 @@ from derived_views.evaluation import pending_events, sized_for
 from derived_views.pending import (
     OP,
     BatchFacts,
-    Range,
+    LogAsOf,
     fact_columns,
     facts_of,
     read_in_driver,
@@ -69,7 +69,7 @@ class Pending:
 IDLE_MARK_MS = 5_000
 
 
-def is_current(progress: Progress, rng: Range, topics: list[str], ctx: ViewContext | None = None,
+def is_current(progress: Progress, as_of: LogAsOf, topics: list[str], ctx: ViewContext | None = None,
                path: str | None = None) -> bool:
     """Whether a table with ``progress`` has already applied everything of ``topics`` up to the range.
 
@@ -80,10 +80,10 @@ def is_current(progress: Progress, rng: Range, topics: list[str], ctx: ViewConte
     """
     if not progress.position:
         return False
-    current = pending_events(rng.watermark, topics, progress) == 0
-    if (current and ctx is not None and path is not None and progress.position < rng.watermark.position
-            and rng.watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS):
-        mark_as_of(ctx, path, rng.progress(topics, progress))
+    current = pending_events(as_of.watermark, topics, progress) == 0
+    if (current and ctx is not None and path is not None and progress.position < as_of.watermark.position
+            and as_of.watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS):
+        mark_as_of(ctx, path, as_of.progress(topics, progress))
     return current
 
 
@@ -110,7 +110,7 @@ def starting_point(ctx: ViewContext, path: str, replace: bool) -> tuple[Progress
 
 def load_pending(
     ctx: ViewContext,
-    rng: Range,
+    as_of: LogAsOf,
     schema: TableSchema,
     progress: Progress | None,
     mode: str,
@@ -129,7 +129,7 @@ def load_pending(
     text: set[str] = set()
     while True:
         columns = schema.view_columns(existing, text)
-        frame, batch = typed_batch(ctx.spark, rng, [schema.topic], progress, mode, columns, schema.qualified,
+        frame, batch = typed_batch(ctx.spark, as_of, [schema.topic], progress, mode, columns, schema.qualified,
                                    schema.parse_plan(columns))
         if not set(batch.widen) - text:
             break
@@ -137,7 +137,7 @@ def load_pending(
         frame.unpersist()
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target)
-    return Pending(frame, batch, rng.progress([schema.topic], progress),
+    return Pending(frame, batch, as_of.progress([schema.topic], progress),
                    [(stored_name(name), spark_type) for name, spark_type in columns])
 
 
@@ -160,12 +160,12 @@ def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, prog
 
 
 def apply_state(
-    ctx: ViewContext, rng: Range, schema: TableSchema, path: str, dead_letter_path: str, *, replace: bool
+    ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, path: str, dead_letter_path: str, *, replace: bool
 ) -> TableResult | None:
     """Bring the SCD1 state table of ``schema`` at ``path`` to the range's watermark (holding the table's
     lock in this process: :meth:`~derived_views.context.ViewContext.applying`)."""
     with ctx.applying(path):
-        return apply_table(ctx, rng, schema, path, dead_letter_path, "latest", merge_current, replace=replace)
+        return apply_table(ctx, as_of, schema, path, dead_letter_path, "latest", merge_current, replace=replace)
 
 
 #: Applies one batch to one table: :func:`~derived_views.apply.merge_current` or :func:`~derived_views.apply.merge_history`.
@@ -173,7 +173,7 @@ Merge = Callable[..., None]
 
 
 def apply_table(
-    ctx: ViewContext, rng: Range, schema: TableSchema, path: str, dead_letter_path: str, mode: str, merge: Merge,
+    ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, path: str, dead_letter_path: str, mode: str, merge: Merge,
     *, replace: bool,
 ) -> TableResult | None:
     """Bring the table of ``schema`` at ``path`` to the range's watermark: its pending events reduced by
@@ -181,13 +181,13 @@ def apply_table(
     commit, or, when it is rebuilt (``replace``, or it has no progress yet), written anew in one commit
     (:func:`rebuild_in_one_pass` when it can)."""
     progress, replace = starting_point(ctx, path, replace)
-    if progress is not None and is_current(progress, rng, [schema.topic], ctx, path):
+    if progress is not None and is_current(progress, as_of, [schema.topic], ctx, path):
         return None
-    with sized_for(ctx.spark, pending_events(rng.watermark, [schema.topic], progress), [path]):
+    with sized_for(ctx.spark, pending_events(as_of.watermark, [schema.topic], progress), [path]):
         follow_source_columns(ctx, schema, path, progress)
-        batch = rebuild_in_one_pass(ctx, rng, schema, path, mode, merge) if replace else None
+        batch = rebuild_in_one_pass(ctx, as_of, schema, path, mode, merge) if replace else None
         if batch is None:
-            batch = load_pending(ctx, rng, schema, progress, mode, dead_letter_path=dead_letter_path, target=path)
+            batch = load_pending(ctx, as_of, schema, progress, mode, dead_letter_path=dead_letter_path, target=path)
             merge(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
                   replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
                   whole_rows=not batch.facts.partial)
@@ -202,7 +202,7 @@ NEEDS_TWO_PASSES = "cdc: this rebuild needs its events checked before it is writ
 
 
 def rebuild_in_one_pass(
-    ctx: ViewContext, rng: Range, schema: TableSchema, path: str, mode: str, merge: Merge
+    ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, path: str, mode: str, merge: Merge
 ) -> Pending | None:
     """Rebuild the table at ``path`` from all of ``schema``'s events read, typed and written by one Spark
     job (no checkpoint of the batch, no second read); ``None`` when it wrote nothing and the caller
@@ -221,10 +221,10 @@ def rebuild_in_one_pass(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    if read_in_driver(pending_events(rng.watermark, [schema.topic], None)):
+    if read_in_driver(pending_events(as_of.watermark, [schema.topic], None)):
         return None
     columns = schema.view_columns(None, set())
-    events = typed_events(ctx.spark, rng, [schema.topic], None, mode, columns, schema.qualified,
+    events = typed_events(ctx.spark, as_of, [schema.topic], None, mode, columns, schema.qualified,
                           schema.parse_plan(columns))
     needs_facts = F.col("_cdc_error").isNotNull()
     if mode == "all":
@@ -232,7 +232,7 @@ def rebuild_in_one_pass(
     observation = Observation(f"cdc-facts-{uuid.uuid4().hex}")
     checked = events.withColumn("_cdc_check", F.when(needs_facts, F.raise_error(F.lit(NEEDS_TWO_PASSES)))).observe(
         observation, *fact_columns(), F.count("_cdc_check").alias("checked")).drop("_cdc_check")
-    progress = rng.progress([schema.topic], None)
+    progress = as_of.progress([schema.topic], None)
     stored_columns = [(stored_name(name), spark_type) for name, spark_type in columns]
     try:
         merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True)

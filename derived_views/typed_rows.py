@@ -1,6 +1,6 @@
 """Rows typed by Arrow in the same parse that reduces them: each envelope is parsed once.
 
-The vectorised reduction (:func:`derived_views.events.reduce_vectorised`) parses every envelope with
+The vectorised reduction (:func:`derived_views.reduction.reduce_vectorised`) parses every envelope with
 Arrow's JSON reader to learn its op and position (:func:`parse_envelopes`). Given the view's columns,
 that same parse also reads ``after`` and ``before`` into typed Arrow columns (:func:`row_type`,
 :func:`typed_images`), and the reduced rows carry them
@@ -101,7 +101,7 @@ def finish(parsed: Any, row: Any) -> Any:
 
 
 def typed_ddl(columns: Sequence[tuple[str, str]]) -> str:
-    """The Spark DDL of the columns typed rows add to :data:`derived_views.events.EVENT_DDL`."""
+    """The Spark DDL of the columns typed rows add to :data:`derived_views.reduction.EVENT_DDL`."""
     struct = ", ".join(f"{quote(name)}: {spark_type}" for name, spark_type in columns)
     return f"parsed boolean, after struct<{struct}>, before struct<{struct}>"
 

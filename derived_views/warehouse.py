@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 from derived_views.apply import merge_history
 from derived_views.context import ViewContext
 from derived_views.failures import summary
-from derived_views.pending import Range
+from derived_views.pending import LogAsOf
 from derived_views.schema import TableSchema
 from derived_views.steps import TableResult, apply_state, apply_table
 from log_store.topic_names import dir_name
@@ -73,12 +73,12 @@ def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
                   if ctx.definitions.warehouse.keeps(schema.dotted_name))
 
 
-def _apply_history(ctx: ViewContext, rng: Range, schema: TableSchema, replace: bool) -> TableResult | None:
-    return apply_table(ctx, rng, schema, history_path(ctx, schema.log_name), dead_letter_path(ctx), "all",
+def _apply_history(ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, replace: bool) -> TableResult | None:
+    return apply_table(ctx, as_of, schema, history_path(ctx, schema.log_name), dead_letter_path(ctx), "all",
                        merge_history, replace=replace)
 
 
-def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
+def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
     """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``); ``only``: log
     names of the tables to bring (``schema.table`` for plain names).
 
@@ -88,17 +88,17 @@ def sync(ctx: ViewContext, rng: Range, *, replace: bool = False, only: list[str]
     results: list[TableResult] = []
     kept = ctx.definitions.warehouse
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
-        for name, schema in sorted(ctx.schemas(rng.watermark).items()):
+        for name, schema in sorted(ctx.schemas(as_of.watermark).items()):
             if (only and name not in only) or not kept.keeps(schema.dotted_name):
                 continue
             # the two tables of one source table are independent: apply them side by side, each in a
             # session of its own so that their MERGEs do not wait for each other
             current_table = current_path(ctx, name)
-            current = pool.submit(apply_state, ctx.beside(), rng, schema, current_table,
+            current = pool.submit(apply_state, ctx.beside(), as_of, schema, current_table,
                                   dead_letter_path(ctx), replace=replace)
             history_table = history_path(ctx, name)
             try:
-                history = _apply_history(ctx, rng, schema, replace) if kept.keeps_history(schema.dotted_name) else None
+                history = _apply_history(ctx, as_of, schema, replace) if kept.keeps_history(schema.dotted_name) else None
             except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
                 log.error("warehouse table %s failed: %s", history_table, summary(exc))
                 history = TableResult(history_table, 0, 0, summary(exc))

@@ -191,7 +191,7 @@ def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_
     from derived_views import runner, warehouse
     from derived_views.apply import merge_history
     from derived_views.log_source import LogWatermark
-    from derived_views.pending import Range
+    from derived_views.pending import LogAsOf
     from derived_views.steps import apply_state, load_pending
 
     latest = runner.latest(ctx)
@@ -202,12 +202,12 @@ def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_
             progress = ctx.progress(path)
             assert progress.position, path
             moved += progress.lsn > first_lsn
-            rng = Range(ctx.log, LogWatermark(progress.position, progress.watermark_ts_ms, progress.offsets))
+            as_of = LogAsOf(ctx.log, LogWatermark(progress.position, progress.watermark_ts_ms, progress.offsets))
             replayed = str(scratch / "replayed" / kind / name)
             if kind == "current":
-                apply_state(ctx, rng, schema, replayed, str(scratch / "replayed" / "_dead_letter"), replace=True)
+                apply_state(ctx, as_of, schema, replayed, str(scratch / "replayed" / "_dead_letter"), replace=True)
             else:
-                batch = load_pending(ctx, rng, schema, None, "all", dead_letter_path=str(scratch / "replayed" / "_dead_letter"),
+                batch = load_pending(ctx, as_of, schema, None, "all", dead_letter_path=str(scratch / "replayed" / "_dead_letter"),
                                      target=replayed)
                 merge_history(ctx.spark, replayed, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
                               replace=True)

@@ -44,7 +44,7 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     """The table's pending events typed four ways: in the driver and by Spark tasks, each with and
     without Arrow's typing."""
     from derived_views import pending, runner
-    from derived_views.events import EVENT_DDL
+    from derived_views.reduction import EVENT_DDL
     from derived_views.typed_rows import row_type, typed_ddl
 
     watermark = runner.latest(ctx)
@@ -52,20 +52,20 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     columns = schema.view_columns(None, set())
     plan = schema.parse_plan(columns)
     assert pending.arrow_typed(columns, plan)
-    rng = pending.Range(ctx.log, watermark)
+    as_of = pending.LogAsOf(ctx.log, watermark)
     frames = {}
     for mode in ("latest", "all"):
-        untyped = pending.pending_table(rng, [schema.topic], None, mode)
-        by_arrow = pending.pending_table(rng, [schema.topic], None, mode, row_type(columns))
+        untyped = pending.pending_table(as_of, [schema.topic], None, mode)
+        by_arrow = pending.pending_table(as_of, [schema.topic], None, mode, row_type(columns))
         frames[f"driver/{mode}/spark"] = pending.typed(spark.createDataFrame(untyped, schema=EVENT_DDL), columns,
                                                       schema.qualified, plan)
         frames[f"driver/{mode}/arrow"] = pending.typed(
             spark.createDataFrame(by_arrow, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan)
-        raw = pending.read_log(spark, rng.log, [schema.topic], {}, watermark.offsets, reduce=mode)
+        raw = pending.read_log(spark, as_of.log, [schema.topic], {}, watermark.offsets, reduce=mode)
         frames[f"tasks/{mode}/spark"] = pending.typed(raw, columns, schema.qualified, plan)
-        frames[f"tasks/{mode}/arrow"] = pending.typed_events(spark, rng, [schema.topic], None, mode, columns,
+        frames[f"tasks/{mode}/arrow"] = pending.typed_events(spark, as_of, [schema.topic], None, mode, columns,
                                                            schema.qualified, plan)
-        frames[f"parsed/{mode}"] = pending.read_log(spark, rng.log, [schema.topic], {}, watermark.offsets,
+        frames[f"parsed/{mode}"] = pending.read_log(spark, as_of.log, [schema.topic], {}, watermark.offsets,
                                                   reduce=mode, columns=columns)
     return frames
 

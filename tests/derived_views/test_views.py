@@ -216,15 +216,15 @@ def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: V
 
 def _step(ctx: ViewContext, *, replace: bool = False) -> None:
     from derived_views import cache, runner, search, warehouse
-    from derived_views.pending import Range
+    from derived_views.pending import LogAsOf
 
     watermark = runner.latest(ctx)
     assert watermark is not None
-    rng = Range(ctx.log, watermark)
+    as_of = LogAsOf(ctx.log, watermark)
     plans = runner.plans_at(ctx, watermark)
-    warehouse.sync(ctx, rng, replace=replace, only=["public.products", "public.categories"])
-    search.sync(ctx, rng, plans["search.products"], replace=replace)
-    cache.sync(ctx, rng, plans["cache.order"], replace=replace)
+    warehouse.sync(ctx, as_of, replace=replace, only=["public.products", "public.categories"])
+    search.sync(ctx, as_of, plans["search.products"], replace=replace)
+    cache.sync(ctx, as_of, plans["cache.order"], replace=replace)
 
 
 def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch) -> None:

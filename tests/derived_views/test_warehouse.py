@@ -75,7 +75,7 @@ def test_partial_row_keeps_unchanged_column_across_batches(ctx: ViewContext, log
 def test_same_batch_twice_and_older_batch_after_newer_change_nothing(ctx: ViewContext, log: LogBuilder) -> None:
     from derived_views import warehouse
     from derived_views.log_source import read_watermark
-    from derived_views.pending import Range
+    from derived_views.pending import LogAsOf
 
     with log.transaction() as tx:
         tx.insert("public.products", product(1))
@@ -84,11 +84,11 @@ def test_same_batch_twice_and_older_batch_after_newer_change_nothing(ctx: ViewCo
         tx.delete("public.products", {"id": 1})
     second = read_watermark(ctx.log)
     assert first is not None and second is not None
-    warehouse.sync(ctx, Range(ctx.log, second))
+    warehouse.sync(ctx, LogAsOf(ctx.log, second))
     version = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{warehouse.current_path(ctx, 'public.products')}`").count()
     ctx.forget()
-    warehouse.sync(ctx, Range(ctx.log, second))
-    warehouse.sync(ctx, Range(ctx.log, first))
+    warehouse.sync(ctx, LogAsOf(ctx.log, second))
+    warehouse.sync(ctx, LogAsOf(ctx.log, first))
     assert _current(ctx, "public.products") == {}
     after = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{warehouse.current_path(ctx, 'public.products')}`").count()
     assert after == version
