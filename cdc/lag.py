@@ -36,9 +36,9 @@ from cdc.errors import SourceError
 from cdc.lsn import Lsn
 from cdc.redact import redact_url
 from cdc.settings import Settings
+from cdc.transport.framing import PG_EPOCH_OFFSET_US
 
 SCHEMA_VERSION = 1
-_PG_EPOCH_US = 946_684_800_000_000  # 2000-01-01 in microseconds since 1970-01-01
 _WARN_SAFE_FRACTION = 0.2
 
 
@@ -141,7 +141,7 @@ def _oldest_unconfirmed_age(conn: psycopg.Connection[Any], slot: str, publicatio
     if data[:1] != b"B" or len(data) < 21:
         return None
     _final_lsn, commit_us, _xid = struct.unpack_from(">QqI", data, 1)
-    return max(0.0, time.time() - (commit_us + _PG_EPOCH_US) / 1_000_000)
+    return max(0.0, time.time() - (commit_us + PG_EPOCH_OFFSET_US) / 1_000_000)
 
 
 def measure_source(settings: Settings) -> SourceLag:

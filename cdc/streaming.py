@@ -48,6 +48,7 @@ from cdc.pgoutput.messages import (
 from cdc.row_codec import InsertEncoder
 from cdc.spill import SpillBuffer
 from cdc.tables import TableShape
+from cdc.transport.framing import PG_EPOCH_OFFSET_US
 from log_store.record import ProducerRecord
 
 if TYPE_CHECKING:
@@ -60,7 +61,7 @@ _CLOCK_EVERY = 1024
 _DATA_TYPES = frozenset(b"RYIUDT")
 #: where an XLogData frame's payload starts: 'w', Int64 data start, Int64 WAL end, Int64 send time
 _PAYLOAD_AT = 25
-_PG_EPOCH_MS = 946_684_800_000
+_PG_EPOCH_MS = PG_EPOCH_OFFSET_US // 1000
 
 
 @dataclass
