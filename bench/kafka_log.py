@@ -24,7 +24,7 @@ import psycopg
 from bench.capture_common import bench_database, insert_rows, recvlogical_seconds, timed
 from cdc.coordinator import Capture
 from cdc.local_kafka import LocalKafka
-from derived_views.log_location import location_from_settings
+from cdc.view_context import location_from_settings
 from derived_views.log_source import read_watermark
 from derived_views.pending import read_log
 from derived_views.spark_session import build_spark

@@ -47,8 +47,9 @@ from bench.views_common import (
     sync_current,
     table_size,
 )
+from cdc import view_context
 from cdc.coordinator import Capture
-from derived_views import runner, steps, warehouse
+from derived_views import steps, warehouse
 
 SMALL, LARGE = "items_small", "items_large"
 PHASES = ("read events", "MERGE")
@@ -84,7 +85,7 @@ def main() -> None:
             Capture(settings, once=True, progress=False).run()
         print(f"source filled and snapshot captured ({sum(rows.values()):,} rows in {captured[0]:.1f} s); {load_average()}",
               flush=True)
-        ctx = runner.context_from_settings(settings, spark)
+        ctx = view_context.context_from_settings(settings, spark)
         paths = {table: warehouse.current_path(ctx, f"public.{table}") for table in rows}
         versions, first_sync = {}, {}
         for table in rows:

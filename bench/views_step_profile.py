@@ -88,6 +88,7 @@ def summarize(events: list[dict[str, Any]], wall_s: float) -> list[str]:
 
 
 def main(views: list[str], conf: dict[str, str]) -> None:
+    from cdc import view_context
     from cdc.settings import load_settings
     from derived_views import runner
     from derived_views.definitions import load
@@ -97,7 +98,7 @@ def main(views: list[str], conf: dict[str, str]) -> None:
     directory = Path(tempfile.mkdtemp(prefix="cdc-eventlog-"))
     spark = build_spark("cdc-profile", conf={**conf, "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(directory),
                                                    "spark.eventLog.compress": "false"})
-    ctx = runner.context_from_settings(settings, spark)
+    ctx = view_context.context_from_settings(settings, spark)
     names = runner.resolve(views, load(settings.views_file))
     started = time.monotonic()
     report = runner.step(ctx, names)

@@ -14,7 +14,6 @@ Modules:
   cache entities as checked plans; :mod:`~derived_views.composite_sync`: their incremental maintenance.
 - :mod:`~derived_views.warehouse`, :mod:`~derived_views.search`, :mod:`~derived_views.cache`: the views.
 - :mod:`~derived_views.runner`: sync steps, continuous mode, rebuild; :mod:`~derived_views.verify`.
-- :mod:`~derived_views.job`: ``spark-submit`` entry point.
 
 Every view table is a pure function of the log: ``cdc rebuild VIEW`` recreates it by replay.
 """

@@ -1,6 +1,6 @@
 """What a view needs to run one sync step: the session, where things live, source schemas, progress.
 
-:class:`ViewContext` is built once per process (:func:`derived_views.runner.context_from_settings`) and
+:class:`ViewContext` is built once per process (:func:`cdc.view_context.context_from_settings`) and
 caches what only this process changes: each table's progress after it commits, and the source schemas
 until the schema topic moves. The log is read only through :mod:`derived_views.log_source`.
 """

@@ -109,10 +109,3 @@ def _jaas_quoted(text: str) -> str:
     """``text`` as a JAAS option value: in double quotes, with ``\\`` and ``"`` escaped (any other
     character, non-ASCII ones included, as it is)."""
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def location_from_settings(settings: Any) -> LogLocation:
-    """The log a :class:`~cdc.settings.Settings` names: Kafka with ``CDC_LOG``, else ``<CDC_DATA_DIR>/log``."""
-    if settings.uses_kafka:
-        return LogLocation(kafka=settings.kafka_settings())
-    return LogLocation(path=str(settings.log_dir.resolve()))

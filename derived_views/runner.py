@@ -30,14 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from derived_views import cache, search, warehouse
 from derived_views.composite import Composite, checked, plan_for, source_tables
 from derived_views.context import ViewContext
 from derived_views.definitions import ViewDefinitions
 from derived_views.definitions import check as check_definitions
-from derived_views.definitions import load as load_definitions
 from derived_views.errors import (
     DefinitionChangedError,
     LogUnavailableError,
@@ -48,7 +46,6 @@ from derived_views.errors import (
 )
 from derived_views.failures import TableFailure, summary
 from derived_views.failures import record as record_failures
-from derived_views.log_location import location_from_settings
 from derived_views.log_source import LogWatermark, read_watermark
 from derived_views.pending import LogAsOf
 from derived_views.progress import is_local
@@ -56,11 +53,6 @@ from derived_views.steps import TableResult
 from log_store.atomic_file import make_dirs, write_atomic
 from log_store.errors import LogLockedError
 from log_store.lock import FileLock, holder_pid
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
-    from cdc.settings import Settings
 
 log = logging.getLogger("cdc.views")
 
@@ -90,16 +82,6 @@ def resolve(names: list[str] | tuple[str, ...], definitions: ViewDefinitions) ->
             raise UnknownViewError(name, known, definitions.source)
         chosen.extend(view for view in matching if view not in chosen)
     return chosen or known
-
-
-def context_from_settings(settings: Settings, spark: SparkSession | None = None) -> ViewContext:
-    """A :class:`ViewContext` for the configured data directory."""
-    from derived_views.spark_session import build_spark
-
-    definitions = load_definitions(settings.views_file)
-    session = spark or build_spark("cdc-views")
-    return ViewContext(session, str(settings.views_dir.resolve()), location_from_settings(settings), settings.topic_prefix,
-                       definitions=definitions, deletion_vectors=settings.deletion_vectors)
 
 
 #: Watermark position of groups written while capture's initial snapshot is still being copied.

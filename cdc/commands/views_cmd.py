@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 def _context(ctx: object) -> ViewContext:
     """The view context, after one log line stating the job's configuration (password redacted)."""
-    from derived_views.runner import context_from_settings
+    from cdc.view_context import context_from_settings
     from derived_views.spark_session import is_remote, remote_url
 
     settings = ctx.settings  # type: ignore[attr-defined]
@@ -248,9 +248,9 @@ def views_cmd(ctx: object, as_json: bool) -> None:
     """List the views' tables, what each holds, its Delta path and the LSN it is as of (no Spark)."""
     from dataclasses import asdict
 
+    from cdc.view_context import location_from_settings
     from derived_views.definitions import load
     from derived_views.listing import captured_tables, view_tables
-    from derived_views.log_location import location_from_settings
 
     settings = ctx.settings  # type: ignore[attr-defined]
     definitions = load(settings.views_file)

@@ -81,7 +81,7 @@ def _kafka(url: str, data_dir: Path, bootstrap: str, prefix: str, **extra: objec
 def _captured_category_names(spark: SparkSession, kafka: Settings) -> list[str]:
     """Capture once into Kafka, then read the categories topic up to its watermark with Spark's Kafka
     source (so with the same client settings as capture): the names of the rows read."""
-    from derived_views.log_location import location_from_settings
+    from cdc.view_context import location_from_settings
     from derived_views.log_source import read_watermark
     from derived_views.pending import read_log
 

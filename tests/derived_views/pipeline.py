@@ -26,7 +26,7 @@ def capture(settings: Settings) -> None:
 
 
 def context(spark: SparkSession, settings: Settings) -> ViewContext:
-    from derived_views.runner import context_from_settings
+    from cdc.view_context import context_from_settings
 
     return context_from_settings(settings, spark)
 

@@ -77,7 +77,7 @@ def _capture(settings: Settings) -> None:
 
 
 def _context(spark: SparkSession, settings: Settings) -> ViewContext:
-    from derived_views.runner import context_from_settings
+    from cdc.view_context import context_from_settings
 
     return context_from_settings(settings, spark)
 

@@ -52,9 +52,10 @@ def _lag(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
 
 
 def _sync(spark: SparkSession, settings: Settings) -> None:
+    from cdc import view_context
     from derived_views import runner
 
-    runner.step(runner.context_from_settings(settings, spark), [])  # every defined view
+    runner.step(view_context.context_from_settings(settings, spark), [])  # every defined view
 
 
 def _wait(settings: Settings, lsn: str, timeout: float) -> subprocess.CompletedProcess[str]:

@@ -3,7 +3,7 @@
 Example (on a cluster, with the Delta package matching the installed ``delta-spark``)::
 
     spark-submit --master yarn --packages io.delta:delta-spark_4.2_2.13:4.4.0 \\
-        derived_views/job.py sync warehouse --once
+        cdc/spark_job.py sync warehouse --once
 
 :func:`derived_views.spark_session.build_spark` then leaves the master and jars to ``spark-submit``.
 The project must be installed on the executors too (the ``cdclog`` source runs there).
