@@ -21,7 +21,7 @@ rounds' (the median of rounds 2..N), with the first printed too. Figures, side b
   at least 10.
 
 Each sync is split into reading the pending events (read, reduce, parse, checkpoint:
-:func:`derived_views.steps.load_pending`), the MERGE (:func:`derived_views.apply.merge_current`) and the
+:func:`derived_views.steps.load_pending`), the MERGE (:func:`derived_views.scd1.merge_current`) and the
 rest, and each MERGE's Delta commit metrics are printed (rows changed and copied, files replaced, scan and
 rewrite times), so a figure off target shows where its time went. The machine's load average is printed
 with each round: other work on the machine moves the figures a lot. Prints figures, asserts only row

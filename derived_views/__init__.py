@@ -8,7 +8,9 @@ Modules:
 - :mod:`~derived_views.schema`: source column lists and their faithful Spark types.
 - :mod:`~derived_views.pending`: a table's pending events, reduced and typed (by Arrow where
   :mod:`~derived_views.typed_rows` can), with their facts.
-- :mod:`~derived_views.apply`, :mod:`~derived_views.steps`: the shared MERGE machinery.
+- :mod:`~derived_views.apply` (the rules and table plumbing every table shares), :mod:`~derived_views.scd1`
+  (one row per key), :mod:`~derived_views.scd2` (one row per version), :mod:`~derived_views.dead_letter`,
+  :mod:`~derived_views.steps` (one table's batch, read, typed and applied).
 - :mod:`~derived_views.progress`: applied offsets and as-of watermark stored in each Delta commit.
 - :mod:`~derived_views.definitions`: the views file; :mod:`~derived_views.composite`: search indexes and
   cache entities as checked plans; :mod:`~derived_views.composite_sync`: their incremental maintenance.

@@ -1,10 +1,11 @@
-"""The MERGEs every view table is written through: one row per key (SCD1) or one row per version (SCD2).
+"""What every view table's writes share: the rules both MERGEs keep, and the table plumbing they use.
 
 Every table's batch comes from :mod:`derived_views.pending` (its pending events, reduced and typed,
 with their :class:`~derived_views.pending.BatchFacts`) and is written here.
 
-Every view table is written through :func:`merge_current` (one row per key, SCD type 1) or
-:func:`merge_history` (one row per version, SCD type 2). Both follow the same rules:
+Every view table is written through :func:`derived_views.scd1.merge_current` (one row per key, SCD type 1)
+or :func:`derived_views.scd2.merge_history` (one row per version, SCD type 2); poison events go to the
+view's dead-letter table (:mod:`derived_views.dead_letter`). Both MERGEs follow the same rules:
 
 1. **Exactly the pending events.** A table reads ``[its progress, watermark)`` of the topics it
    consumes (:mod:`derived_views.pending`), so an event is applied to a table at most once; re-applying the same
@@ -34,25 +35,6 @@ Every view table is written through :func:`merge_current` (one row per key, SCD 
    source: the current table's MERGE reads only the target's key and position, and the history table
    fills nothing from its current versions.
 
-:func:`merge_current` MERGE, target ``t`` on ``t._cdc_key = s._cdc_key``, clauses in this order:
-
-- ``WHEN MATCHED AND s is newer AND s._cdc_op = 'd' THEN DELETE``
-- ``WHEN MATCHED AND s is newer THEN UPDATE SET`` every column (an unchanged column keeps ``t``'s value;
-  a batch without partial rows sets every column from ``s``, so only ``t``'s key and position are read)
-- ``WHEN NOT MATCHED AND s._cdc_op <> 'd' THEN INSERT``
-- ``WHEN NOT MATCHED BY SOURCE AND t._cdc_lsn < truncate_lsn THEN DELETE`` (only when the batch
-  holds a truncate)
-
-:func:`merge_history` uses the staged-union form: each key that has events gets a *close* row
-(merge key = its key) and every event an *insert* row (merge key NULL); target ``t`` on
-``t._cdc_key = s._merge_key AND t._cdc_is_current``:
-
-- ``WHEN MATCHED AND s is newer than t's valid-from THEN UPDATE`` valid-to := s's first position,
-  ``_cdc_is_current := false``
-- ``WHEN NOT MATCHED AND s._merge_key IS NULL THEN INSERT`` the version row
-- ``WHEN NOT MATCHED BY SOURCE AND t._cdc_is_current AND t valid-from < truncate THEN UPDATE``
-  valid-to := the truncate, ``_cdc_is_current := false`` (only when the batch holds a truncate)
-
 A rebuild (``replace=True``) computes the same rows from an empty table and overwrites the table in one
 Delta commit (with ``overwriteSchema``), so readers see the old table until the new one is complete
 (a large rebuild of one row per key reads, types and writes in one Spark job:
@@ -61,7 +43,6 @@ Delta commit (with ``overwriteSchema``), so readers see the old table until the 
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
@@ -69,28 +50,15 @@ from derived_views.column_types import convert, supertype
 from derived_views.delta_sql import (
     create_if_missing,
     is_delta_table,
-    merge_into,
     table_ref,
 )
-from derived_views.pending import APPEND_CHECK_KEYS, KEY, LSN, OP, SEQ, TS, UNCHANGED
+from derived_views.pending import APPEND_CHECK_KEYS, KEY, LSN, SEQ
 from derived_views.progress import Progress, committing, with_progress
-from derived_views.schema import quote, sql_string
+from derived_views.schema import quote
 from derived_views.table_keys import holds_any
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column as SparkColumn
     from pyspark.sql import DataFrame, SparkSession
-
-CURRENT_META_DDL = f"{KEY} string, {LSN} bigint, {SEQ} bigint, {TS} timestamp, {OP} string"
-HISTORY_META_DDL = (
-    f"{KEY} string, _cdc_valid_from_lsn bigint, _cdc_valid_from_seq bigint, _cdc_valid_from_ts timestamp, "
-    "_cdc_valid_to_lsn bigint, _cdc_valid_to_seq bigint, _cdc_valid_to_ts timestamp, "
-    f"_cdc_is_current boolean, {OP} string"
-)
-DEAD_LETTER_DDL = (
-    "target string, topic string, partition int, offset bigint, key string, value string, error string, "
-    "lsn bigint, recorded_at timestamp"
-)
 
 
 def append(spark: SparkSession, path: str, frame: DataFrame, progress: Progress) -> None:
@@ -103,41 +71,6 @@ def append(spark: SparkSession, path: str, frame: DataFrame, progress: Progress)
         *[F.col(quote(f.name)) if f.name in present else F.lit(None).cast(f.dataType).alias(f.name) for f in target.fields]
     )
     with_progress(aligned.write.format("delta").mode("append"), progress).save(path)
-
-
-def dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
-    """Record the poison events of ``frame`` in the dead-letter table at ``path`` (idempotent).
-
-    The tables of a view share one dead-letter table and may be applied side by side in separate
-    sessions, so its creation and MERGEs are serialized in this process (:data:`_DEAD_LETTER_WRITES`)."""
-    with _DEAD_LETTER_WRITES:
-        _dead_letter(spark, path, frame, target)
-
-
-#: Held while a dead-letter table is written (poison events are rare; one lock for all of them).
-_DEAD_LETTER_WRITES = threading.Lock()
-
-
-def _dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
-    from pyspark.sql import functions as F
-
-    ensure_table(spark, path, DEAD_LETTER_DDL)
-    poison = frame.filter(F.col("_cdc_error").isNotNull()).select(
-        F.lit(target).alias("target"),
-        F.col("_cdc_topic").alias("topic"),
-        F.col("_cdc_partition").alias("partition"),
-        F.col("_cdc_offset").alias("offset"),
-        F.col(KEY).alias("key"),
-        F.col("_cdc_raw").alias("value"),
-        F.col("_cdc_error").alias("error"),
-        F.col(LSN).alias("lsn"),
-        F.current_timestamp().alias("recorded_at"),
-    )
-    with committing(spark, None):
-        merge_into(
-            spark, path, poison,
-            "t.target = s.target AND t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset",
-        ).when_not_matched_insert_all().execute()
 
 
 _KNOWN_TYPES: dict[str, dict[str, str]] = {}
@@ -225,213 +158,18 @@ def forget_tables() -> None:
     _KNOWN_TYPES.clear()
 
 
-def _newer(prefix_lsn: str = LSN, prefix_seq: str = SEQ) -> str:
+def newer(prefix_lsn: str = LSN, prefix_seq: str = SEQ) -> str:
+    """The LSN guard (rule 3) as a MERGE condition: the source row ``s`` is after the target row ``t``."""
     return f"(s.{LSN} > t.{prefix_lsn} OR (s.{LSN} = t.{prefix_lsn} AND s.{SEQ} > t.{prefix_seq}))"
 
 
-def _overwrite(frame: DataFrame, path: str, progress: Progress) -> None:
+def overwrite(frame: DataFrame, path: str, progress: Progress) -> None:
+    """Replace the table at ``path`` by ``frame`` in one commit carrying ``progress`` (a rebuild)."""
     with_progress(frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true"), progress).save(path)
     forget_table(path)
 
 
-def merge_current(
-    spark: SparkSession,
-    path: str,
-    source: DataFrame,
-    columns: list[tuple[str, str]],
-    progress: Progress,
-    truncates: tuple[int, ...] = (),
-    *,
-    replace: bool = False,
-    inserts_only: bool = False,
-    keys: Sequence[str] | None = None,
-    whole_rows: bool = False,
-) -> None:
-    """Apply latest-per-key typed rows to the SCD1 table at ``path`` in one commit (see module docstring).
-
-    ``inserts_only`` appends the rows when none of their keys (``keys`` when known, else collected from
-    ``source``) is in the table (rule 7). ``whole_rows`` says no row of ``source`` lacks a column
-    (``unchanged`` is empty everywhere): the update then takes every column from the source, so the
-    MERGE reads only the target's key and position columns instead of whole rows.
-    """
-    from pyspark.sql import functions as F
-
-    rows = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t"))
-    names = [n for n, _ in columns]
-    ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " + CURRENT_META_DDL
-    if replace:
-        kept = rows.filter(F.col(OP) != "d").select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP)
-        _overwrite(kept, path, progress)
-        return
-    ensure_table(spark, path, ddl)
-    if inserts_only and not _meets_table(spark, path, rows, keys):
-        append(spark, path, rows.select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP), progress)
-        return
-    update = {
-        quote(n): f"s.{quote(n)}" if whole_rows
-        else f"CASE WHEN array_contains(s.{UNCHANGED}, {sql_string(n)}) THEN t.{quote(n)} ELSE s.{quote(n)} END"
-        for n in names
-    }
-    meta = {c: f"s.{c}" for c in (KEY, LSN, SEQ, TS, OP)}
-    insert = {**{quote(n): f"s.{quote(n)}" for n in names}, **meta}
-    builder = (
-        merge_into(spark, path, rows, f"t.{KEY} = s.{KEY}")
-        .when_matched_delete(condition=f"{_newer()} AND s.{OP} = 'd'")
-        .when_matched_update({**update, **meta}, condition=_newer())
-        .when_not_matched_insert(insert, condition=f"s.{OP} <> 'd'")
-    )
-    if truncates:
-        builder = builder.when_not_matched_by_source_delete(condition=f"t.{LSN} < {max(truncates)}")
-    with committing(spark, progress):
-        builder.execute()
-
-
-def _close_at(truncates: tuple[int, ...], lsn: SparkColumn, next_lsn: SparkColumn) -> SparkColumn | None:
-    """The first truncate after ``lsn`` and before ``next_lsn`` (a version's end by truncation)."""
-    from pyspark.sql import functions as F
-
-    result = None
-    for truncate in truncates:
-        hit = (lsn < F.lit(truncate)) & (next_lsn.isNull() | (next_lsn > F.lit(truncate)))
-        result = F.when(hit, F.lit(truncate)) if result is None else result.when(hit, F.lit(truncate))
-    return result
-
-
-def merge_history(
-    spark: SparkSession,
-    path: str,
-    source: DataFrame,
-    columns: list[tuple[str, str]],
-    progress: Progress,
-    truncates: tuple[int, ...] = (),
-    *,
-    replace: bool = False,
-    inserts_only: bool = False,
-    keys: Sequence[str] | None = None,
-    whole_rows: bool = False,
-) -> None:
-    """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring).
-
-    ``whole_rows`` says no event of ``source`` lacks a column: nothing is then filled from the table's
-    current versions (which are not read). ``inserts_only`` appends the versions instead of merging
-    them when no key of the batch (``keys`` when known) is current in the table (rule 7).
-    """
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
-    names = [n for n, _ in columns]
-    ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " + HISTORY_META_DDL
-    events = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t") & F.col(KEY).isNotNull())
-    if not replace:
-        ensure_table(spark, path, ddl)
-        if not whole_rows:
-            events = _fill_from_current(spark, path, events, names)
-    by_key = Window.partitionBy(KEY).orderBy(LSN, SEQ)
-    nxt = events.select(
-        "*",
-        F.lead(LSN).over(by_key).alias("_next_lsn"),
-        F.lead(SEQ).over(by_key).alias("_next_seq"),
-        F.lead(TS).over(by_key).alias("_next_ts"),
-        F.row_number().over(by_key).alias("_rank"),
-    )
-    is_delete = F.col(OP) == "d"
-    truncated = _close_at(truncates, F.col(LSN), F.col("_next_lsn"))
-    to_lsn = F.when(is_delete, F.col(LSN)).otherwise(F.col("_next_lsn"))
-    to_seq = F.when(is_delete, F.col(SEQ)).otherwise(F.col("_next_seq"))
-    to_ts = F.when(is_delete, F.col(TS)).otherwise(F.col("_next_ts"))
-    if truncated is not None:
-        to_lsn = F.when(~is_delete & truncated.isNotNull(), truncated).otherwise(to_lsn)
-        to_seq = F.when(~is_delete & truncated.isNotNull(), F.lit(-1)).otherwise(to_seq)
-        to_ts = F.when(~is_delete & truncated.isNotNull(), F.lit(None).cast("timestamp")).otherwise(to_ts)
-    versions = nxt.select(
-        *[quote(n) for n in names],
-        KEY,
-        F.col(LSN).alias("_cdc_valid_from_lsn"),
-        F.col(SEQ).alias("_cdc_valid_from_seq"),
-        F.col(TS).alias("_cdc_valid_from_ts"),
-        to_lsn.cast("bigint").alias("_cdc_valid_to_lsn"),
-        to_seq.cast("bigint").alias("_cdc_valid_to_seq"),
-        to_ts.alias("_cdc_valid_to_ts"),
-        (to_lsn.isNull() & ~is_delete).alias("_cdc_is_current"),
-        OP,
-        F.col("_rank"),
-    )
-    if replace:
-        _overwrite(versions.drop("_rank"), path, progress)
-        return
-    if inserts_only and not _meets_table(spark, path, events, keys, current_only=True):
-        append(spark, path, versions.drop("_rank"), progress)
-        return
-    first = versions.filter(F.col("_rank") == 1)
-    first_truncate = _close_at(truncates, F.lit(-1), F.col("_cdc_valid_from_lsn"))
-    close_lsn = F.col("_cdc_valid_from_lsn")
-    close_seq = F.col("_cdc_valid_from_seq")
-    close_ts = F.col("_cdc_valid_from_ts")
-    if first_truncate is not None:
-        close_lsn = F.coalesce(first_truncate, close_lsn)
-        close_seq = F.when(first_truncate.isNotNull(), F.lit(-1)).otherwise(close_seq)
-        close_ts = F.when(first_truncate.isNotNull(), F.lit(None).cast("timestamp")).otherwise(close_ts)
-    close = first.select(
-        F.col(KEY).alias("_merge_key"),
-        *[F.lit(None).cast(t).alias(n) for n, t in columns],
-        KEY,
-        close_lsn.cast("bigint").alias("_close_lsn"),
-        close_seq.cast("bigint").alias("_close_seq"),
-        close_ts.alias("_close_ts"),
-    )
-    staged = versions.drop("_rank").select(F.lit(None).cast("string").alias("_merge_key"), "*")
-    close_full = close.select(
-        "_merge_key",
-        *[quote(n) for n in names],
-        KEY,
-        F.col("_close_lsn").alias("_cdc_valid_from_lsn"),
-        F.col("_close_seq").alias("_cdc_valid_from_seq"),
-        F.col("_close_ts").alias("_cdc_valid_from_ts"),
-        F.lit(None).cast("bigint").alias("_cdc_valid_to_lsn"),
-        F.lit(None).cast("bigint").alias("_cdc_valid_to_seq"),
-        F.lit(None).cast("timestamp").alias("_cdc_valid_to_ts"),
-        F.lit(False).alias("_cdc_is_current"),
-        F.lit("close").alias(OP),
-    )
-    merged = staged.unionByName(close_full)
-    newer = (
-        "(s._cdc_valid_from_lsn > t._cdc_valid_from_lsn OR "
-        "(s._cdc_valid_from_lsn = t._cdc_valid_from_lsn AND s._cdc_valid_from_seq > t._cdc_valid_from_seq))"
-    )
-    insert = {quote(n): f"s.{quote(n)}" for n in names}
-    insert.update(
-        {
-            c: f"s.{c}"
-            for c in (
-                KEY, "_cdc_valid_from_lsn", "_cdc_valid_from_seq", "_cdc_valid_from_ts", "_cdc_valid_to_lsn",
-                "_cdc_valid_to_seq", "_cdc_valid_to_ts", "_cdc_is_current", OP,
-            )
-        }
-    )
-    builder = (
-        merge_into(spark, path, merged, f"t.{KEY} = s._merge_key AND t._cdc_is_current")
-        .when_matched_update(
-            {
-                "_cdc_valid_to_lsn": "s._cdc_valid_from_lsn",
-                "_cdc_valid_to_seq": "s._cdc_valid_from_seq",
-                "_cdc_valid_to_ts": "s._cdc_valid_from_ts",
-                "_cdc_is_current": "false",
-            },
-            condition=newer,
-        )
-        .when_not_matched_insert(insert, condition="s._merge_key IS NULL")
-    )
-    if truncates:
-        first_t = min(truncates)
-        builder = builder.when_not_matched_by_source_update(
-            {"_cdc_valid_to_lsn": str(first_t), "_cdc_valid_to_seq": "-1", "_cdc_is_current": "false"},
-            condition=f"t._cdc_is_current AND t._cdc_valid_from_lsn < {first_t}",
-        )
-    with committing(spark, progress):
-        builder.execute()
-
-
-def _meets_table(
+def meets_table(
     spark: SparkSession, path: str, rows: DataFrame, known: Sequence[str] | None = None, *, current_only: bool = False
 ) -> bool:
     """Whether any key of ``rows`` may be in the table at ``path`` (``current_only``: among its current
@@ -457,25 +195,4 @@ def _meets_table(
         table = table.filter(F.col("_cdc_is_current"))
     return bool(table.select(KEY).limit(1).count())
 
-
-def _fill_from_current(spark: SparkSession, path: str, events: DataFrame, names: list[str]) -> DataFrame:
-    """Take the columns a batch's first partial event lacks from the key's current version in ``path``."""
-    from pyspark.sql import functions as F
-
-    current = (
-        spark.read.format("delta").load(path)
-        .filter(F.col("_cdc_is_current"))
-        .select(F.col(KEY).alias("_fill_key"), *[F.col(quote(n)).alias(f"_fill_{i}") for i, n in enumerate(names)])
-    )
-    partial_rows = events.filter(F.size(UNCHANGED) > 0)
-    whole = events.filter(F.size(UNCHANGED) == 0)
-    joined = partial_rows.join(current, partial_rows[KEY] == current["_fill_key"], "left")
-    filled = joined.select(
-        *[
-            F.when(F.array_contains(F.col(UNCHANGED), n), F.col(f"_fill_{i}")).otherwise(F.col(quote(n))).alias(n)
-            for i, n in enumerate(names)
-        ],
-        *[c for c in events.columns if c not in names],
-    )
-    return whole.unionByName(filled)
 

@@ -2,7 +2,7 @@
 
 A *state table* is an SCD1 copy of one source table that a view keeps for its own joins (each table a
 search index or cache entity reads, :mod:`derived_views.composite_sync`); it is written by the same MERGE as the
-warehouse's current tables (:func:`derived_views.apply.merge_current`).
+warehouse's current tables (:func:`derived_views.scd1.merge_current`).
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from derived_views.apply import dead_letter, merge_current, rename_columns, table_types
+from derived_views.apply import rename_columns, table_types
 from derived_views.column_names import stored_name
 from derived_views.context import ViewContext
+from derived_views.dead_letter import dead_letter
 from derived_views.delta_sql import table_ref
 from derived_views.evaluation import pending_events, sized_for
 from derived_views.pending import (
@@ -29,6 +30,7 @@ from derived_views.pending import (
     typed_events,
 )
 from derived_views.progress import Progress, committing
+from derived_views.scd1 import merge_current
 from derived_views.schema import TableSchema
 
 if TYPE_CHECKING:
@@ -168,7 +170,7 @@ def apply_state(
         return apply_table(ctx, as_of, schema, path, dead_letter_path, "latest", merge_current, replace=replace)
 
 
-#: Applies one batch to one table: :func:`~derived_views.apply.merge_current` or :func:`~derived_views.apply.merge_history`.
+#: Applies one batch to one table: :func:`~derived_views.scd1.merge_current` or :func:`~derived_views.scd2.merge_history`.
 Merge = Callable[..., None]
 
 

@@ -15,8 +15,8 @@ and without ``/``, so no table name reaches outside ``warehouse/current`` or ``w
   closes with sequence -1), ``_cdc_is_current`` and ``_cdc_op`` (``d`` rows mark deletions).
 - ``warehouse/_dead_letter``: poison events with their error.
 
-MERGE clauses and guarantees are those of :func:`derived_views.apply.merge_current` and
-:func:`derived_views.apply.merge_history`. Schema evolution, each change in a commit of its own before
+MERGE clauses and guarantees are those of :func:`derived_views.scd1.merge_current` and
+:func:`derived_views.scd2.merge_history`. Schema evolution, each change in a commit of its own before
 the batch that needs it (no progress moves with it, so a crash in between repeats it or finds it done):
 
 - a new column in the schema topic is added to both tables (``ALTER TABLE ADD COLUMNS``);
@@ -37,10 +37,10 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from derived_views.apply import merge_history
 from derived_views.context import ViewContext
 from derived_views.failures import summary
 from derived_views.pending import LogAsOf
+from derived_views.scd2 import merge_history
 from derived_views.schema import TableSchema
 from derived_views.steps import TableResult, apply_state, apply_table
 from log_store.topic_names import dir_name

@@ -189,9 +189,9 @@ def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_
     holds exactly what replaying the log up to the offsets its newest commit records gives, so no commit
     carried another table's progress; returns how many tables moved past ``first_lsn``."""
     from derived_views import runner, warehouse
-    from derived_views.apply import merge_history
     from derived_views.log_source import LogWatermark
     from derived_views.pending import LogAsOf
+    from derived_views.scd2 import merge_history
     from derived_views.steps import apply_state, load_pending
 
     latest = runner.latest(ctx)
