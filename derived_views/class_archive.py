@@ -28,11 +28,15 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from derived_views.spark_jars import installed_jars, jars_dir
 
-#: Silences the JVM's own report of an archive it cannot use (it then runs without it).
-_QUIET = "-Xlog:cds=off,cds+dynamic=off"
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+#: JVM options that silence the JVM's report of an archive it cannot use (it then runs without it).
+QUIET_CDS = "-Xlog:cds=off,cds+dynamic=off"
 
 
 def java_binary() -> Path | None:
@@ -64,16 +68,14 @@ def java_options() -> str:
     path = archive_path()
     if path is None or not path.is_file():
         return ""
-    return f"-XX:SharedArchiveFile={path} {_QUIET}"
+    return f"-XX:SharedArchiveFile={path} {QUIET_CDS}"
 
 
-def _workload(spark: object, directory: Path) -> None:
+def _workload(spark: SparkSession, directory: Path) -> None:
     """Delta work of the kind every view step does, so the archive holds the classes a step loads."""
     from delta.tables import DeltaTable
-    from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
-    assert isinstance(spark, SparkSession)
     table = str(directory / "table")
     rows = spark.range(0, 1000).select(F.col("id"), (F.col("id") * 2).alias("value"),
                                        F.lit("x").alias("name"), F.current_timestamp().alias("at"))
@@ -101,7 +103,7 @@ def make() -> Path | None:
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     with tempfile.TemporaryDirectory(prefix="cdc-classes-") as work:
         spark = build_spark("cdc-class-archive", master="local[2]",
-                            conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {_QUIET}"})
+                            conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {QUIET_CDS}"})
         _workload(spark, Path(work))
         spark.stop()
         _stop_driver()

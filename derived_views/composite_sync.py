@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from functools import reduce
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from derived_views import warehouse
 from derived_views.apply import ensure_table
@@ -195,11 +195,15 @@ def _with_children(ctx: ViewContext, plan: Composite, frame: DataFrame,
 
 def affected_roots(ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: Mapping[str, TableSchema],
                    progress: Progress, output: str) -> DataFrame | None:
-    """``_cdc_key`` of every root the events after ``progress`` affect, checkpointed (see the module
-    docstring); ``None`` when a truncate among them means every root."""
+    """``_cdc_key`` of every root the events after ``progress`` affect (see the module docstring), held
+    in the driver: one Spark job per table with events finds them, and the step's later jobs read them
+    as a local relation (deterministic, no checkpoint to write); ``None`` when a truncate among them
+    means every root."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
     from pyspark.sql import functions as F
 
-    found: list[DataFrame] = []
+    found: list[Any] = []  # each a pyarrow string array of keys
     for table in plan.tables:
         topic = schemas[table.log_name].topic
         if not pending_events(as_of.watermark, [topic], progress):
@@ -220,12 +224,12 @@ def affected_roots(ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: M
                 if child.table.log_name == table.log_name:
                     parts.append(_parents_of(ctx, plan, child, rows, output))
             if parts:
-                found.append(reduce(lambda a, b: a.unionByName(b), parts).distinct().localCheckpoint(eager=True))
+                found.append(reduce(lambda a, b: a.unionByName(b), parts).distinct().toArrow().column(KEY))
         finally:
             batch.release()
-    if not found:
-        return ctx.spark.createDataFrame([], f"{KEY} string")
-    return reduce(lambda a, b: a.unionByName(b), found).distinct().localCheckpoint(eager=True)
+    keys = pc.unique(pa.chunked_array([chunk for column in found for chunk in column.cast(pa.string()).chunks],
+                                      pa.string()))
+    return ctx.spark.createDataFrame(pa.table({KEY: keys}), f"{KEY} string")
 
 
 def _values(rows: DataFrame, columns: tuple[str, ...]) -> tuple[DataFrame, list[str]]:

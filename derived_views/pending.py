@@ -4,10 +4,11 @@ A table's pending range is read and reduced per log partition (:mod:`derived_vie
 driver when it is small (:data:`DRIVER_READ_LIMIT`), else by the Spark tasks that read it through the
 ``cdclog`` source (read and reduce in one Python worker per log partition). Each envelope is parsed
 once: into typed columns by Arrow in the reduction when it can (:mod:`derived_views.typed_rows`), else
-by Spark (:func:`typed`). A small batch is parsed in one Spark job whose
-rows come back to the driver as Arrow, where its :class:`BatchFacts` are computed, and it is applied
-from those rows (a local relation); a large one is checkpointed locally by one job that also observes
-its facts (:func:`typed_batch`). Either way the source of a MERGE is deterministic.
+by Spark (:func:`typed`). A small batch is typed in the driver, with no Spark job when Arrow typed every
+event (:mod:`derived_views.driver_typed`), else by one Spark job whose rows come back to the driver as
+Arrow; its :class:`BatchFacts` are computed there, and it is applied from those rows (a local relation);
+a large one is checkpointed locally by one job that also observes its facts (:func:`typed_batch`).
+Either way the source of a MERGE is deterministic.
 
 The typed rows' metadata columns (:data:`KEY`, :data:`LSN`, :data:`SEQ`, :data:`TS`, :data:`OP`,
 :data:`UNCHANGED`) are the ones the MERGEs of :mod:`derived_views.apply` read and write.
@@ -206,7 +207,8 @@ def typed_batch(
 ) -> tuple[DataFrame, BatchFacts]:
     """The pending events typed (:func:`typed`), as a deterministic frame, with their :class:`BatchFacts`.
 
-    A range small enough for the driver (:func:`pending_table`) is parsed by Spark in one job whose
+    A range small enough for the driver (:func:`pending_table`) is typed there when Arrow typed every
+    event (:func:`~derived_views.driver_typed.typed_in_driver`), else parsed by Spark in one job whose
     rows come back as Arrow: the facts are then computed in the driver and the frame is a local
     relation built from those rows. A larger range is read and parsed by Spark tasks and checkpointed
     locally, its facts observed by the same job (:func:`checkpointed`).
@@ -220,6 +222,12 @@ def typed_batch(
         if facts.poison:
             facts = with_fields(facts, widen=_widened(frame))
         return frame, facts
+    if typed_columns is not None:
+        from derived_views.driver_typed import typed_in_driver, typed_schema
+
+        rows = typed_in_driver(events, typed_columns, table)
+        if rows is not None:
+            return spark.createDataFrame(rows, schema=typed_schema(typed_columns, table)), arrow_facts(rows)
     ddl = EVENT_DDL if typed_columns is None else f"{EVENT_DDL}, {typed_ddl(typed_columns)}"
     parsed = typed(spark.createDataFrame(events, schema=ddl), columns, table, plan)
     rows = parsed.toArrow()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from derived_views.apply import rename_columns, table_types
 from derived_views.column_names import stored_name
@@ -34,7 +34,7 @@ from derived_views.scd1 import merge_current
 from derived_views.schema import TableSchema
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger("cdc.views")
 
@@ -170,8 +170,15 @@ def apply_state(
         return apply_table(ctx, as_of, schema, path, dead_letter_path, "latest", merge_current, replace=replace)
 
 
-#: Applies one batch to one table: :func:`~derived_views.scd1.merge_current` or :func:`~derived_views.scd2.merge_history`.
-Merge = Callable[..., None]
+class Merge(Protocol):
+    """Applies one batch to one table in one commit: :func:`~derived_views.scd1.merge_current` or
+    :func:`~derived_views.scd2.merge_history`."""
+
+    def __call__(
+        self, spark: SparkSession, path: str, source: DataFrame, columns: list[tuple[str, str]], progress: Progress,
+        truncates: tuple[int, ...] = (), *, replace: bool = False, inserts_only: bool = False,
+        keys: Sequence[str] | None = None, whole_rows: bool = False,
+    ) -> None: ...
 
 
 def apply_table(

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from derived_views.class_archive import _QUIET, archive_path, java_binary, java_options
+from derived_views.class_archive import QUIET_CDS, archive_path, java_binary, java_options
 
 pytestmark = pytest.mark.spark
 
@@ -19,7 +19,7 @@ def test_an_archive_the_jvm_cannot_use_is_ignored_silently(tmp_path: Path) -> No
     assert java is not None
     broken = tmp_path / "driver-classes.jsa"
     broken.write_bytes(b"not an archive" * 1000)  # what a Java upgrade or a torn copy leaves behind
-    ran = subprocess.run([str(java), f"-XX:SharedArchiveFile={broken}", *_QUIET.split(), "-version"],
+    ran = subprocess.run([str(java), f"-XX:SharedArchiveFile={broken}", *QUIET_CDS.split(), "-version"],
                          capture_output=True, text=True, check=False)
     assert ran.returncode == 0, ran.stderr
     assert [line for line in ran.stderr.splitlines() if "cds" in line.lower() or "archive" in line.lower()] == [], \

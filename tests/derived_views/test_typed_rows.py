@@ -43,7 +43,10 @@ EDGES = [
 def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     """The table's pending events typed four ways: in the driver and by Spark tasks, each with and
     without Arrow's typing."""
+    import pyarrow.compute as pc
+
     from derived_views import pending, runner
+    from derived_views.driver_typed import typed_in_driver, typed_schema
     from derived_views.reduction import EVENT_DDL
     from derived_views.typed_rows import row_type, typed_ddl
 
@@ -67,12 +70,20 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
                                                            schema.qualified, plan)
         frames[f"parsed/{mode}"] = pending.read_log(spark, as_of.log, [schema.topic], {}, watermark.offsets,
                                                   reduce=mode, columns=columns)
+        # a batch of typed events only: assembled in the driver without a Spark job, as Spark types it
+        assert typed_in_driver(by_arrow, columns, schema.qualified) is None  # some events need Spark
+        only_typed = by_arrow.filter(pc.fill_null(by_arrow.column("parsed"), False))
+        frames[f"typed/{mode}/spark"] = pending.typed(
+            spark.createDataFrame(only_typed, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan)
+        assembled = typed_in_driver(only_typed, columns, schema.qualified)
+        assert assembled is not None
+        frames[f"typed/{mode}/driver"] = spark.createDataFrame(assembled, schema=typed_schema(columns, schema.qualified))
     return frames
 
 
-def _rows(frame: DataFrame) -> list[tuple[Any, ...]]:
-    """Rows in a comparable form (NaN compared as text)."""
-    return sorted((tuple(repr(v) for v in row) for row in frame.drop("_cdc_raw").collect()), key=repr)
+def _rows(frame: DataFrame, *, raw: bool = False) -> list[tuple[Any, ...]]:
+    """Rows in a comparable form (NaN compared as text), ``_cdc_raw`` left out unless ``raw``."""
+    return sorted((tuple(repr(v) for v in row) for row in (frame if raw else frame.drop("_cdc_raw")).collect()), key=repr)
 
 
 def test_rows_typed_by_arrow_equal_the_rows_spark_parses(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
@@ -94,3 +105,8 @@ def test_rows_typed_by_arrow_equal_the_rows_spark_parses(spark: SparkSession, pg
         for way in ("driver", "tasks"):
             assert _rows(frames[f"{way}/{mode}/arrow"]) == expected, f"{way}/{mode}"
         assert _rows(frames[f"tasks/{mode}/spark"]) == expected
+        by_spark, in_driver = frames[f"typed/{mode}/spark"], frames[f"typed/{mode}/driver"]
+        assert [(f.name, f.dataType.simpleString()) for f in in_driver.schema] == \
+            [(f.name, f.dataType.simpleString()) for f in by_spark.schema]
+        assembled = _rows(in_driver, raw=True)
+        assert len(assembled) > 200 and assembled == _rows(by_spark, raw=True), mode
