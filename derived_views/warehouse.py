@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from derived_views.context import ViewContext
+from derived_views.evaluation import pending_events
 from derived_views.failures import summary
 from derived_views.pending import LogAsOf
 from derived_views.scd2 import merge_history
@@ -78,19 +79,33 @@ def _apply_history(ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, replac
                        merge_history, replace=replace)
 
 
+def _has_pending(ctx: ViewContext, as_of: LogAsOf, schema: TableSchema) -> bool:
+    """Whether the current-state table of ``schema`` has events to apply in the range (no progress yet counts)."""
+    try:
+        progress = ctx.progress(current_path(ctx, schema.log_name))
+    except Exception:  # noqa: BLE001 - a table that cannot be read fails in its own step, alone (see sync)
+        return True
+    return not progress.position or pending_events(as_of.watermark, [schema.topic], progress) > 0
+
+
 def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
     """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``); ``only``: log
     names of the tables to bring (``schema.table`` for plain names).
 
     A table whose batch fails is reported in its :class:`TableResult` (``error``) and the others go on
     (:mod:`derived_views.failures`): it commits nothing, so it stays exact as of its last watermark.
+
+    Tables with events in the range go first (in name order), then the idle ones, whose step is at most
+    a metadata commit recording the newer watermark (:func:`~derived_views.steps.is_current`): those
+    commits never delay a change becoming visible. Each table records its own progress, so the order
+    changes nothing else.
     """
     results: list[TableResult] = []
     kept = ctx.definitions.warehouse
+    chosen = [(name, schema) for name, schema in sorted(ctx.schemas(as_of.watermark).items())
+              if (not only or name in only) and kept.keeps(schema.dotted_name)]
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
-        for name, schema in sorted(ctx.schemas(as_of.watermark).items()):
-            if (only and name not in only) or not kept.keeps(schema.dotted_name):
-                continue
+        for name, schema in sorted(chosen, key=lambda item: not _has_pending(ctx, as_of, item[1])):
             # the two tables of one source table are independent: apply them side by side, each in a
             # session of its own so that their MERGEs do not wait for each other
             current_table = current_path(ctx, name)

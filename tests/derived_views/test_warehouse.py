@@ -267,3 +267,30 @@ def test_a_rebuild_writes_in_one_pass_unless_a_poison_event_or_a_truncate_needs_
         assert version(path) == versions[path] + 1, path
     dead = ctx.spark.read.format("delta").load(warehouse.dead_letter_path(ctx)).collect()
     assert sorted(r["target"] for r in dead) == sorted(paths[2:4])
+
+
+def test_tables_with_changes_commit_before_idle_tables_record_the_newer_watermark(
+        ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An idle table's metadata commit (its as-of moving on) never delays a change: it comes after the
+    commits of the tables with events, although its name sorts first."""
+    from derived_views import steps, warehouse
+
+    with log.transaction() as tx:
+        tx.insert("public.categories", {"id": 1, "name": "Home"})
+        tx.insert("public.products", product(1, "Lamp"))
+    _sync(ctx)
+    with log.transaction() as tx:
+        tx.update("public.products", product(1, "Desk lamp"))
+    monkeypatch.setattr(steps, "IDLE_MARK_MS", 0)  # every idle table records the newer watermark
+    _sync(ctx)
+
+    def last_commit(path: str) -> tuple[str, Any]:
+        row = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()
+        assert row is not None
+        return row["operation"], row["timestamp"]
+
+    idle = [last_commit(path(ctx, "public.categories")) for path in (warehouse.current_path, warehouse.history_path)]
+    changed = [last_commit(path(ctx, "public.products")) for path in (warehouse.current_path, warehouse.history_path)]
+    assert {operation for operation, _ in idle} == {"SET TBLPROPERTIES"}, idle
+    assert {operation for operation, _ in changed} == {"MERGE"}, changed
+    assert max(at for _, at in changed) <= min(at for _, at in idle), (changed, idle)
