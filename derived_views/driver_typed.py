@@ -19,25 +19,21 @@ from __future__ import annotations
 from typing import Any
 
 from derived_views.column_names import stored_names
-from derived_views.pending import KEY, LSN, OP, SEQ, TS, UNCHANGED
+from derived_views.pending import KEY, LSN, OP, SEQ, TS, TYPED_METADATA, UNCHANGED
 from derived_views.schema import quote
 
-#: The metadata columns of a typed batch after its data columns, as :func:`derived_views.pending.typed` gives them.
-METADATA_DDL = (f"{KEY} string, {LSN} bigint, {SEQ} bigint, {TS} timestamp, {OP} string, {UNCHANGED} array<string>, "
-                "_cdc_topic string, _cdc_partition int, _cdc_offset bigint, _cdc_raw string, _cdc_error string, "
-                "_cdc_widen array<string>")
+
+def batch_ddl(columns: list[tuple[str, str]], renamed: dict[str, str]) -> str:
+    """The Spark DDL of a typed batch of ``columns`` (source names, view types): its data columns under
+    their stored names (``renamed``: source -> stored), then :data:`~derived_views.pending.TYPED_METADATA`."""
+    return ", ".join(f"{quote(renamed.get(name, name))} {spark_type}" for name, spark_type in columns) + (
+        ", " if columns else "") + ", ".join(f"{name} {spark_type}" for name, spark_type in TYPED_METADATA)
 
 
-def typed_schema(columns: list[tuple[str, str]], table: str) -> str:
-    """The Spark DDL of a typed batch of ``columns`` (source names, view types), its data columns under their stored names."""
-    renamed = stored_names([name for name, _ in columns], table)
-    data = ", ".join(f"{quote(renamed.get(name, name))} {spark_type}" for name, spark_type in columns)
-    return f"{data}, {METADATA_DDL}" if data else METADATA_DDL
-
-
-def typed_in_driver(events: Any, columns: list[tuple[str, str]], table: str) -> Any | None:
+def typed_in_driver(events: Any, columns: list[tuple[str, str]], table: str) -> tuple[Any, str] | None:
     """The typed rows of ``events`` (reduced rows carrying Arrow-typed ``after`` and ``before`` images of
-    ``columns``) as an Arrow table of :func:`typed_ddl`; ``None`` when an event needs Spark (see the module)."""
+    ``columns``) as an Arrow table, with its Spark DDL (:func:`batch_ddl`); ``None`` when an event needs
+    Spark (see the module)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -71,4 +67,4 @@ def typed_in_driver(events: Any, columns: list[tuple[str, str]], table: str) -> 
         "_cdc_error": pa.nulls(n, pa.string()),
         "_cdc_widen": pa.nulls(n, pa.list_(pa.string())),
     }
-    return pa.table({**data, **metadata})
+    return pa.table({**data, **{name: metadata[name] for name, _ in TYPED_METADATA}}), batch_ddl(columns, renamed)

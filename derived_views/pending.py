@@ -40,6 +40,14 @@ if TYPE_CHECKING:
 
 KEY, LSN, SEQ, TS, OP, UNCHANGED = "_cdc_key", "_cdc_lsn", "_cdc_seq", "_cdc_commit_ts", "_cdc_op", "_cdc_unchanged"
 
+#: The metadata columns of typed rows, after their data columns, in order, with their Spark types: the
+#: one list :func:`typed` and :mod:`derived_views.driver_typed` both build their rows from.
+TYPED_METADATA: tuple[tuple[str, str], ...] = (
+    (KEY, "string"), (LSN, "bigint"), (SEQ, "bigint"), (TS, "timestamp"), (OP, "string"),
+    (UNCHANGED, "array<string>"), ("_cdc_topic", "string"), ("_cdc_partition", "int"), ("_cdc_offset", "bigint"),
+    ("_cdc_raw", "string"), ("_cdc_error", "string"), ("_cdc_widen", "array<string>"),
+)
+
 #: Most keys an insert-only batch may have for the append check (rule 7 of :mod:`derived_views.apply`);
 #: a larger batch is merged.
 APPEND_CHECK_KEYS = 20_000
@@ -223,11 +231,12 @@ def typed_batch(
             facts = with_fields(facts, widen=_widened(frame))
         return frame, facts
     if typed_columns is not None:
-        from derived_views.driver_typed import typed_in_driver, typed_schema
+        from derived_views.driver_typed import typed_in_driver
 
-        rows = typed_in_driver(events, typed_columns, table)
-        if rows is not None:
-            return spark.createDataFrame(rows, schema=typed_schema(typed_columns, table)), arrow_facts(rows)
+        assembled = typed_in_driver(events, typed_columns, table)
+        if assembled is not None:
+            rows, ddl = assembled
+            return spark.createDataFrame(rows, schema=ddl), arrow_facts(rows)
     ddl = EVENT_DDL if typed_columns is None else f"{EVENT_DDL}, {typed_ddl(typed_columns)}"
     parsed = typed(spark.createDataFrame(events, schema=ddl), columns, table, plan)
     rows = parsed.toArrow()
@@ -337,23 +346,25 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
         F.lit(f"values do not fit the columns of {table}: "),
         F.when(detail != "", detail).otherwise(F.lit(f"the key or the envelope does not fit ({ddl})"))))
     renamed = stored_names([name for name, _ in columns], table)
+    metadata = {
+        KEY: F.col("key"),
+        LSN: F.col("lsn"),
+        SEQ: F.col("seq"),
+        TS: F.timestamp_millis(F.col("commit_ts_ms")),
+        OP: F.col("op"),
+        UNCHANGED: _stored_unchanged(F.col("unchanged"), renamed),
+        "_cdc_topic": F.col("topic"),
+        "_cdc_partition": F.col("partition"),
+        "_cdc_offset": F.col("offset"),
+        "_cdc_raw": F.coalesce(F.col("value"), F.col("key")),
+        "_cdc_error": F.coalesce(F.col("error"), bad),
+        "_cdc_widen": F.when(corrupt, F.array_compact(F.array(*widen)) if widen else F.array().cast("array<string>")),
+    }
     return parsed.select(
         *[F.when(has_after, F.col("_cdc_env.after").getField(name))
           .when(has_before, F.col("_cdc_env.before").getField(name))
           .otherwise(F.col("_cdc_keyed").getField(name)).alias(renamed.get(name, name)) for name, _ in columns],
-        F.col("key").alias(KEY),
-        F.col("lsn").alias(LSN),
-        F.col("seq").alias(SEQ),
-        F.timestamp_millis(F.col("commit_ts_ms")).alias(TS),
-        F.col("op").alias(OP),
-        _stored_unchanged(F.col("unchanged"), renamed).alias(UNCHANGED),
-        F.col("topic").alias("_cdc_topic"),
-        F.col("partition").alias("_cdc_partition"),
-        F.col("offset").alias("_cdc_offset"),
-        F.coalesce(F.col("value"), F.col("key")).alias("_cdc_raw"),
-        F.coalesce(F.col("error"), bad).alias("_cdc_error"),
-        F.when(corrupt, F.array_compact(F.array(*widen)) if widen else F.array().cast("array<string>"))
-        .alias("_cdc_widen"),
+        *[metadata[name].alias(name) for name, _ in TYPED_METADATA],
     )
 
 

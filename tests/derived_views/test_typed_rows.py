@@ -46,7 +46,7 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     import pyarrow.compute as pc
 
     from derived_views import pending, runner
-    from derived_views.driver_typed import typed_in_driver, typed_schema
+    from derived_views.driver_typed import typed_in_driver
     from derived_views.reduction import EVENT_DDL
     from derived_views.typed_rows import row_type, typed_ddl
 
@@ -77,7 +77,8 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
             spark.createDataFrame(only_typed, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan)
         assembled = typed_in_driver(only_typed, columns, schema.qualified)
         assert assembled is not None
-        frames[f"typed/{mode}/driver"] = spark.createDataFrame(assembled, schema=typed_schema(columns, schema.qualified))
+        assembled_rows, assembled_ddl = assembled
+        frames[f"typed/{mode}/driver"] = spark.createDataFrame(assembled_rows, schema=assembled_ddl)
     return frames
 
 
