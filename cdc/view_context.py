@@ -22,12 +22,16 @@ def location_from_settings(settings: Settings) -> LogLocation:
     return LogLocation(path=str(settings.log_dir.resolve()))
 
 
-def context_from_settings(settings: Settings, spark: SparkSession | None = None) -> ViewContext:
+def context_from_settings(settings: Settings, spark: SparkSession | None = None, *, one_shot: bool = False) -> ViewContext:
     """A :class:`~derived_views.context.ViewContext` for the configured data directory, log and views file,
-    in ``spark`` or a session of its own."""
+    in ``spark`` or a session of its own. ``one_shot``: the process runs one step and ends, so a driver
+    it starts for a small step compiles with C1 alone (:mod:`derived_views.driver_jit`)."""
+    from derived_views.driver_jit import short_run
     from derived_views.spark_session import build_spark
 
     definitions = load_definitions(settings.views_file)
-    session = spark or build_spark("cdc-views")
-    return ViewContext(session, str(settings.views_dir.resolve()), location_from_settings(settings), settings.topic_prefix,
+    location = location_from_settings(settings)
+    if spark is None:
+        spark = build_spark("cdc-views", short_run=one_shot and short_run(location, settings.views_dir, settings.topic_prefix))
+    return ViewContext(spark, str(settings.views_dir.resolve()), location, settings.topic_prefix,
                        definitions=definitions, deletion_vectors=settings.deletion_vectors)

@@ -45,11 +45,13 @@ SESSION_DEFAULTS = {
 }
 
 
-def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str, str] | None = None) -> SparkSession:
+def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str, str] | None = None, *,
+                short_run: bool = False) -> SparkSession:
     """Return a Delta-enabled session, reusing the active one when this process already has it.
 
     Workers run this interpreter (``PYSPARK_PYTHON``), so the Python data source and the views'
-    modules import the same code as the driver.
+    modules import the same code as the driver. ``short_run``: a driver JVM this call starts compiles
+    with C1 alone (:mod:`derived_views.driver_jit`).
     """
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
@@ -71,8 +73,10 @@ def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str
         settings["spark.jars.packages"] = spark_packages()
     if not submitted and SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         # this process starts the driver JVM: its output becomes log lines (derived_views.jvm_output)
-        settings["spark.driver.extraJavaOptions"] = " ".join(
-            filter(None, [settings.get("spark.driver.extraJavaOptions"), driver_java_options()]))
+        from derived_views.driver_jit import C1_ONLY
+
+        settings["spark.driver.extraJavaOptions"] = " ".join(filter(None, [
+            settings.get("spark.driver.extraJavaOptions"), driver_java_options(), C1_ONLY if short_run else ""]))
         launch_driver(settings)
     builder = SparkSession.builder
     for key, value in settings.items():

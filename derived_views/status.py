@@ -23,7 +23,7 @@ class _HasDataDir(Protocol):
     def data_dir(self) -> Path: ...
 
 
-def _delta_tables(root: Path) -> list[Path]:
+def delta_tables(root: Path) -> list[Path]:
     """Delta tables below ``root`` (a directory with a ``_delta_log`` child), not nested in another."""
     found: list[Path] = []
     if not root.is_dir():
@@ -61,7 +61,7 @@ def view_progress(settings: _HasDataDir, views: tuple[str, ...] = ("warehouse", 
     of each of its tables that consumes the log (tables that cannot be read are left out, with a warning)."""
     out: dict[str, list[Progress]] = {}
     for view in views:
-        progresses = [p for p in (readable_progress(t) for t in _delta_tables(view_directory(settings.data_dir, view)))
+        progresses = [p for p in (readable_progress(t) for t in delta_tables(view_directory(settings.data_dir, view)))
                       if p]
         if progresses:
             out[view] = progresses

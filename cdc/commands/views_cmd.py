@@ -27,23 +27,26 @@ if TYPE_CHECKING:
     from derived_views.runner import StepReport
 
 
-def _context(ctx: object) -> ViewContext:
-    """The view context, after one log line stating the job's configuration (password redacted)."""
+def _context(ctx: object, *, one_shot: bool = False) -> ViewContext:
+    """The view context, after one log line stating the job's configuration (password redacted).
+    ``one_shot``: the command runs one step and ends (see :mod:`derived_views.driver_jit`)."""
     from cdc.view_context import context_from_settings
+    from derived_views.driver_jit import driver_compilers
     from derived_views.spark_session import is_remote, remote_url
 
     settings = ctx.settings  # type: ignore[attr-defined]
     if "://" not in str(settings.views_dir):
         secure_data_dir(settings.data_dir)  # Spark writes the tables by the umask: see cdc.data_dir
-    view_ctx = context_from_settings(settings)
+    view_ctx = context_from_settings(settings, one_shot=one_shot)
     # a failed task reaches the user as this command's one error line (cdc.cli.run); Spark's own log of
     # the same failure would repeat it as pages of stack traces
     if is_remote(view_ctx.spark):
-        master, app_id = remote_url(), None
+        master, app_id, compilers = remote_url(), None, None
     else:
         view_ctx.spark.sparkContext.setLogLevel("FATAL")
         conf = view_ctx.spark.sparkContext.getConf()
         master, app_id = conf.get("spark.master"), conf.get("spark.app.id")
+        compilers = driver_compilers(view_ctx.spark)
     log.info(
         "view job",
         extra={
@@ -53,6 +56,7 @@ def _context(ctx: object) -> ViewContext:
                 "log": settings.log_location(),
                 "spark_master": master,
                 "spark_app_id": app_id,
+                "driver_jit": compilers,
             }
         },
     )
@@ -93,7 +97,7 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
     from derived_views import runner
 
     names = runner.resolve(views, _definitions(ctx))
-    view_ctx = _context(ctx)
+    view_ctx = _context(ctx, one_shot=mode == "once")
     if mode == "once":
         report = runner.step(view_ctx, names)
         click.echo(_describe(report), err=True)
@@ -155,7 +159,7 @@ def verify(ctx: object, view: str, no_sync: bool) -> None:
     from derived_views.verify import verify as run_verify
 
     names = runner.resolve([view], _definitions(ctx))
-    view_ctx = _context(ctx)
+    view_ctx = _context(ctx, one_shot=True)
     if not no_sync:
         _fail_on(runner.step(view_ctx, names))
     watermark = runner.latest(view_ctx)

@@ -272,7 +272,7 @@ def verify_warehouse(url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch,
     :data:`~derived_views.steps.IDLE_MARK_MS`, so a sync soon after the last one leaves it as it was)."""
     from cdc.cli import cli, run
     from cdc.commands import register
-    from derived_views.status import _delta_tables, table_progress
+    from derived_views.status import delta_tables, table_progress
 
     monkeypatch.setenv("CDC_DATABASE_URL", url)
     monkeypatch.setenv("CDC_DATA_DIR", str(data_dir))
@@ -288,7 +288,7 @@ def verify_warehouse(url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch,
     assert latest is not None
     tables: dict[str, str] = {}
     behind: dict[str, str] = {}
-    for path in _delta_tables(data_dir / "warehouse"):
+    for path in delta_tables(data_dir / "warehouse"):
         progress = table_progress(path)
         if progress is not None:
             tables[str(path.relative_to(data_dir))] = progress.position
