@@ -76,7 +76,7 @@ def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str
         from derived_views.driver_jit import C1_ONLY
 
         settings["spark.driver.extraJavaOptions"] = " ".join(filter(None, [
-            settings.get("spark.driver.extraJavaOptions"), driver_java_options(), C1_ONLY if short_run else ""]))
+            settings.get("spark.driver.extraJavaOptions"), driver_java_options(), " ".join(C1_ONLY) if short_run else ""]))
         launch_driver(settings)
     builder = SparkSession.builder
     for key, value in settings.items():
