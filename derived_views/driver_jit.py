@@ -25,10 +25,10 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from derived_views.evaluation import SMALL_BATCH_EVENTS, small_tables
+from derived_views.evaluation import SMALL_BATCH_EVENTS, pending_events, small_tables
 from derived_views.log_location import LogLocation
 from derived_views.log_source import read_watermark
-from derived_views.progress import Progress
+from derived_views.progress import Progress, min_offsets
 from derived_views.status import delta_tables, table_progress
 
 if TYPE_CHECKING:
@@ -43,10 +43,10 @@ C1_ONLY = ("-XX:TieredStopAtLevel=1", "-XX:ReservedCodeCacheSize=240m")
 log = logging.getLogger("cdc.views")
 
 
-def pending_everywhere(location: LogLocation, views_dir: Path, prefix: str) -> int | None:
+def pending_everywhere(location: LogLocation, tables: list[Path], prefix: str) -> int | None:
     """Events of the source tables' topics (``prefix``) up to the log's latest watermark not yet applied
-    by the view table furthest behind on each log partition (every event of a partition no view table
-    has applied yet); ``None`` when the log cannot be read here (the run itself then says why)."""
+    by the view table furthest behind on each log partition, over the Delta ``tables`` (every event of a
+    topic no table has applied yet); ``None`` when the log cannot be read here (the run itself then says why)."""
     try:
         watermark = read_watermark(location)
     except Exception as exc:  # noqa: BLE001 - only a hint: the run reports what is wrong with the log
@@ -54,14 +54,13 @@ def pending_everywhere(location: LogLocation, views_dir: Path, prefix: str) -> i
         return None
     if watermark is None:
         return 0
-    progresses = [progress for progress in map(_quiet_progress, delta_tables(views_dir)) if progress is not None]
+    progresses = [progress for progress in map(_quiet_progress, tables) if progress is not None]
     pending = 0
-    for topic, partitions in watermark.offsets.items():
+    for topic in watermark.offsets:
         if topic.startswith(f"{prefix}.__"):
             continue  # the log's own topics (the schemas, the snapshot ledger): no view applies them
-        for partition, end in partitions.items():
-            applied = [p.next_offset(topic, partition) for p in progresses if topic in p.offsets]
-            pending += max(0, end - min(applied, default=0))
+        applying = [progress for progress in progresses if topic in progress.offsets]
+        pending += pending_events(watermark, [topic], Progress(min_offsets(applying, [topic])))
     return pending
 
 
@@ -78,9 +77,9 @@ def short_run(location: LogLocation, views_dir: Path, prefix: str) -> bool:
     under ``views_dir`` is small enough to compile with C1 alone (see the module docstring)."""
     if location.kafka is not None:
         return False
-    pending = pending_everywhere(location, views_dir, prefix)
-    return pending is not None and pending <= SMALL_BATCH_EVENTS and small_tables(
-        str(table) for table in delta_tables(views_dir))
+    tables = delta_tables(views_dir)
+    pending = pending_everywhere(location, tables, prefix)
+    return pending is not None and pending <= SMALL_BATCH_EVENTS and small_tables(str(table) for table in tables)
 
 
 def driver_compilers(spark: SparkSession) -> str:

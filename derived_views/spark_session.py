@@ -73,10 +73,12 @@ def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str
         settings["spark.jars.packages"] = spark_packages()
     if not submitted and SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         # this process starts the driver JVM: its output becomes log lines (derived_views.jvm_output)
-        from derived_views.driver_jit import C1_ONLY
+        java_options = [settings.get("spark.driver.extraJavaOptions", ""), driver_java_options()]
+        if short_run:
+            from derived_views.driver_jit import C1_ONLY
 
-        settings["spark.driver.extraJavaOptions"] = " ".join(filter(None, [
-            settings.get("spark.driver.extraJavaOptions"), driver_java_options(), " ".join(C1_ONLY) if short_run else ""]))
+            java_options.extend(C1_ONLY)
+        settings["spark.driver.extraJavaOptions"] = " ".join(filter(None, java_options))
         launch_driver(settings)
     builder = SparkSession.builder
     for key, value in settings.items():

@@ -16,6 +16,7 @@ from cdc.commands.demo_cmd import _change_one_product
 from derived_views import driver_jit, evaluation
 from derived_views.log_location import LogLocation
 from derived_views.log_source import read_watermark
+from derived_views.status import delta_tables
 from migrations.sample_data import insert_sample_data
 from tests.derived_views.conftest import EXAMPLE_VIEWS
 from tests.derived_views.pipeline import capture, context, settings_for, sync
@@ -29,13 +30,17 @@ CDC = str(Path(sys.executable).with_name("cdc"))
 VIEWS = ["warehouse", "search", "cache"]
 
 
+def _pending(location: LogLocation, data_dir: Path, prefix: str) -> int | None:
+    return driver_jit.pending_everywhere(location, delta_tables(data_dir), prefix)
+
+
 def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_estimate_follows_the_work(
     spark: SparkSession, reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     data_dir = tmp_path / "data"
     settings = settings_for(reference_db, data_dir, views_file=EXAMPLE_VIEWS)
     where = (LogLocation(path=str(settings.log_dir)), data_dir, settings.topic_prefix)
-    assert driver_jit.pending_everywhere(*where) is None  # no log yet: the run itself says why
+    assert _pending(*where) is None  # no log yet: the run itself says why
     assert not driver_jit.short_run(*where)
 
     insert_sample_data(reference_db, customers=20, products=40, orders=30)
@@ -45,17 +50,17 @@ def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_esti
     logged = sum(end for topic, partitions in watermark.offsets.items() if not topic.startswith(f"{settings.topic_prefix}.__")
                  for end in partitions.values())
     assert logged >= 90
-    assert driver_jit.pending_everywhere(*where) == logged  # no view table has applied any of it
+    assert _pending(*where) == logged  # no view table has applied any of it
     assert driver_jit.short_run(*where)
     monkeypatch.setattr(driver_jit, "SMALL_BATCH_EVENTS", logged - 1)
     assert not driver_jit.short_run(*where)  # one event too many
     monkeypatch.undo()
 
     sync(context(spark, settings), VIEWS)
-    assert driver_jit.pending_everywhere(*where) == 0
+    assert _pending(*where) == 0
     _change_one_product(reference_db)
     capture(settings)
-    assert driver_jit.pending_everywhere(*where) > 0
+    assert _pending(*where) > 0
     assert driver_jit.short_run(*where)
     monkeypatch.setattr(evaluation, "SMALL_TABLE_BYTES", 0)
     assert not driver_jit.short_run(*where)  # the view tables are not small
@@ -69,4 +74,4 @@ def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_esti
     assert result.returncode == 0, result.stderr
     assert re.findall(r"driver_jit=(\S+)", result.stderr) == ["C1"], result.stderr
     assert "CodeCache" not in result.stderr, result.stderr
-    assert driver_jit.pending_everywhere(*where) == 0
+    assert _pending(*where) == 0
