@@ -8,6 +8,7 @@ COPY pyproject.toml README.md ./
 COPY cdc cdc
 COPY log_store log_store
 COPY derived_views derived_views
+COPY event_format event_format
 COPY migrations migrations
 RUN pip install --no-cache-dir . \
  && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.spark_jars \

@@ -62,16 +62,32 @@ def recvlogical_seconds(server: LocalPostgres, url: str, slot: str) -> float:
     now, into /dev/null: the walsender's own ceiling, the capture benchmarks' anchor."""
     import subprocess
 
-    from cdc.lsn import Lsn
+    from cdc.capture.lsn import Lsn
 
     with psycopg.connect(url, autocommit=True) as conn:
         end = Lsn.parse(str(conn.execute("SELECT pg_current_wal_insert_lsn()").fetchone()[0]))  # type: ignore[index]
         conn.execute("CHECKPOINT")
     with timed() as anchor:
         subprocess.run(
-            [str(server.bindir / "pg_recvlogical"), "-d", url, "--slot", slot, "--start", "--no-loop",
-             "-o", "proto_version=1", "-o", "publication_names=cdc_publication", "-E", str(end), "-f", "/dev/null"],
-            check=True, capture_output=True,
+            [
+                str(server.bindir / "pg_recvlogical"),
+                "-d",
+                url,
+                "--slot",
+                slot,
+                "--start",
+                "--no-loop",
+                "-o",
+                "proto_version=1",
+                "-o",
+                "publication_names=cdc_publication",
+                "-E",
+                str(end),
+                "-f",
+                "/dev/null",
+            ],
+            check=True,
+            capture_output=True,
         )
     return anchor[0]
 

@@ -29,8 +29,9 @@ def main(rows: int) -> None:
             )
             conn.execute("VACUUM ANALYZE bench")
         with timed() as anchor, open("/dev/null", "wb") as sink:
-            subprocess.run([str(server.bindir / "psql"), url, "-c", "COPY (SELECT * FROM bench) TO STDOUT"],
-                           check=True, stdout=sink)
+            subprocess.run(
+                [str(server.bindir / "psql"), url, "-c", "COPY (SELECT * FROM bench) TO STDOUT"], check=True, stdout=sink
+            )
         time.sleep(0.3)  # the connections above have exited
         server_cpu = _children_cpu(server.data_dir)
         before_cpu = os.times()
@@ -47,8 +48,10 @@ def main(rows: int) -> None:
         print(f"COPY to /dev/null    : {anchor_rate:>12,.0f} rows/s ({anchor[0]:.1f} s)")
         print(f"ratio                : {ours_rate / anchor_rate:.2f} (target >= 0.5)")
         python_cpu = ours_cpu.user + ours_cpu.system - before_cpu.user - before_cpu.system
-        print(f"CPU seconds          : capture {python_cpu:.2f} (user {ours_cpu.user - before_cpu.user:.2f}), "
-              f"server backends {server_cpu:.2f}")
+        print(
+            f"CPU seconds          : capture {python_cpu:.2f} (user {ours_cpu.user - before_cpu.user:.2f}), "
+            f"server backends {server_cpu:.2f}"
+        )
 
 
 def _children_cpu(data_dir: Path) -> float:

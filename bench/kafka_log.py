@@ -49,8 +49,7 @@ def main(rows: int) -> None:
         print(f"rows={rows} transactions={rows // 1000}")
         print(f"pg_recvlogical anchor      : {anchor_rate:>12,.0f} rows/s   ({anchor:.1f} s)")
         for name, (rate, seconds) in rates.items():
-            print(f"capture into {name:<14}: {rate:>12,.0f} events/s ({seconds:.1f} s)  "
-                  f"{rate / anchor_rate:.2f} of the anchor")
+            print(f"capture into {name:<14}: {rate:>12,.0f} events/s ({seconds:.1f} s)  {rate / anchor_rate:.2f} of the anchor")
         print(f"Kafka / embedded log       : {rates['Kafka'][0] / rates['embedded log'][0]:.2f}")
 
         spark = build_spark("cdc-bench-kafka")

@@ -132,19 +132,24 @@ def main() -> None:
         for partitions in (1, 3):
             log_s, on_disk, anchor_s, log_cpu = bench_append(directory, args.groups, partitions)
             n = args.groups * GROUP
-            print(f"append {partitions} partition(s): {n / log_s:,.0f} records/s, "
-                  f"{on_disk / log_s / 1e6:,.1f} MB/s on disk, {args.groups / log_s:,.0f} groups/s, "
-                  f"{log_s / args.groups * 1e3:.3f} ms/group (CPU {log_cpu / args.groups * 1e3:.3f})")
-            print(f"  disk anchor (same {on_disk / 1e6:,.1f} MB, {args.groups} write+fdatasync rounds): "
-                  f"{on_disk / anchor_s / 1e6:,.1f} MB/s, {anchor_s / args.groups * 1e3:.3f} ms/group "
-                  f"-> ratio log/disk = {anchor_s / log_s:.2f} (target >= 0.5)")
+            print(
+                f"append {partitions} partition(s): {n / log_s:,.0f} records/s, "
+                f"{on_disk / log_s / 1e6:,.1f} MB/s on disk, {args.groups / log_s:,.0f} groups/s, "
+                f"{log_s / args.groups * 1e3:.3f} ms/group (CPU {log_cpu / args.groups * 1e3:.3f})"
+            )
+            print(
+                f"  disk anchor (same {on_disk / 1e6:,.1f} MB, {args.groups} write+fdatasync rounds): "
+                f"{on_disk / anchor_s / 1e6:,.1f} MB/s, {anchor_s / args.groups * 1e3:.3f} ms/group "
+                f"-> ratio log/disk = {anchor_s / log_s:.2f} (target >= 0.5)"
+            )
         scan_s, count = bench_scan(directory)
         print(f"sequential scan: {count:,} records in {scan_s:.2f} s = {count / scan_s:,.0f} records/s")
-        appended, compacted, read, kept = bench_compaction(
-            directory, args.compact_records, args.compact_keys)
-        print(f"compaction: {read:,} records over {args.compact_keys:,} keys -> {kept:,} kept in "
-              f"{compacted:.2f} s = {read / compacted:,.0f} records/s "
-              f"(appending them took {appended:.2f} s)")
+        appended, compacted, read, kept = bench_compaction(directory, args.compact_records, args.compact_keys)
+        print(
+            f"compaction: {read:,} records over {args.compact_keys:,} keys -> {kept:,} kept in "
+            f"{compacted:.2f} s = {read / compacted:,.0f} records/s "
+            f"(appending them took {appended:.2f} s)"
+        )
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

@@ -73,8 +73,7 @@ VIEWS = {
             "root": "public.products",
             "text": ["name", "description", "category_name"],
             "stored": ["name", "category_name"],
-            "joins": {"category": {"table": "public.categories", "on": "category_id",
-                                   "columns": {"category_name": "name"}}},
+            "joins": {"category": {"table": "public.categories", "on": "category_id", "columns": {"category_name": "name"}}},
         }
     }
 }
@@ -111,9 +110,11 @@ class LogWriter:
         return f"{PREFIX}.public.{table}"
 
     def _source(self, table: str, sequence: int | str, snapshot: str) -> str:
-        return (f'"source":{{"connector":"postgresql","db":"bench","lsn":{self.lsn},"name":"{PREFIX}",'
-                f'"schema":"public","sequence":{sequence},"snapshot":"{snapshot}","table":"{table}",'
-                f'"ts_ms":{BASE_TS_MS + self.lsn},"txId":{self.lsn // 16}}}')
+        return (
+            f'"source":{{"connector":"postgresql","db":"bench","lsn":{self.lsn},"name":"{PREFIX}",'
+            f'"schema":"public","sequence":{sequence},"snapshot":"{snapshot}","table":"{table}",'
+            f'"ts_ms":{BASE_TS_MS + self.lsn},"txId":{self.lsn // 16}}}'
+        )
 
     def snapshot(self, roots: int, others: int) -> None:
         """The initial snapshot of every table, in one group."""
@@ -121,16 +122,24 @@ class LogWriter:
 
         def blocks() -> Iterator[ProducerRecord | ProducerColumns]:
             for table, columns in TABLES.items():
-                value = {"schema": "public", "table": table, "topic": self.topic(table), "columns": columns,
-                         "lsn": self.lsn}
+                value = {"schema": "public", "table": table, "topic": self.topic(table), "columns": columns, "lsn": self.lsn}
                 yield ProducerRecord(f"{PREFIX}.__schemas", _canonical(f"public.{table}"), _canonical(value), BASE_TS_MS)
             names = [(UNUSED, "unused category"), (HOT, "hot category")] + [(i, f"category {i}") for i in range(2, others + 2)]
-            yield ProducerColumns(self.topic("categories"), pa.array([_canonical({"id": i}) for i, _ in names], pa.binary()),
-                                  pa.array([self._envelope("categories", "r", {"id": i, "name": n}, seq)
-                                            for seq, (i, n) in enumerate(names)], pa.binary()), BASE_TS_MS + self.lsn)
-            yield ProducerColumns(self.topic("customers"), pa.array([_canonical({"id": 1})], pa.binary()),
-                                  pa.array([self._envelope("customers", "r", {"id": 1, "name": "Ada"}, others + 2)], pa.binary()),
-                                  BASE_TS_MS + self.lsn)
+            yield ProducerColumns(
+                self.topic("categories"),
+                pa.array([_canonical({"id": i}) for i, _ in names], pa.binary()),
+                pa.array(
+                    [self._envelope("categories", "r", {"id": i, "name": n}, seq) for seq, (i, n) in enumerate(names)],
+                    pa.binary(),
+                ),
+                BASE_TS_MS + self.lsn,
+            )
+            yield ProducerColumns(
+                self.topic("customers"),
+                pa.array([_canonical({"id": 1})], pa.binary()),
+                pa.array([self._envelope("customers", "r", {"id": 1, "name": "Ada"}, others + 2)], pa.binary()),
+                BASE_TS_MS + self.lsn,
+            )
             for first in range(1, roots + 1, BLOCK):
                 yield self._products(np.arange(first, min(first + BLOCK, roots + 1), dtype=np.int64), others, words)
 
@@ -147,14 +156,27 @@ class LogWriter:
 
         name = pc.binary_join_element_wise(word(ids), word(ids // VOCABULARY + 7 * ids), id_text, " ")
         description = pc.binary_join_element_wise(
-            *[word(ids * (2 * i + 7919) + i * 104729 + (ids >> (i % 7))) for i in range(DESCRIPTION_WORDS)], " ")
+            *[word(ids * (2 * i + 7919) + i * 104729 + (ids >> (i % 7))) for i in range(DESCRIPTION_WORDS)], " "
+        )
         # each read's position in the snapshot transaction follows the categories' and the customer's
         sequence = pa.array(ids + others + 2).cast(pa.string())
         before, after = self._source("products", "\x00", "true").split("\x00")
         value = pc.binary_join_element_wise(
-            '{"after":{"category_id":', pa.array(category).cast(pa.string()), ',"description":"', description,
-            '","id":', id_text, ',"name":"', name, '"},"before":null,"op":"r",', before, sequence, after,
-            f',"ts_ms":{BASE_TS_MS + self.lsn + 5}}}', "")
+            '{"after":{"category_id":',
+            pa.array(category).cast(pa.string()),
+            ',"description":"',
+            description,
+            '","id":',
+            id_text,
+            ',"name":"',
+            name,
+            '"},"before":null,"op":"r",',
+            before,
+            sequence,
+            after,
+            f',"ts_ms":{BASE_TS_MS + self.lsn + 5}}}',
+            "",
+        )
         key = pc.binary_join_element_wise('{"id":', id_text, "}", "")
         return ProducerColumns(self.topic("products"), key.cast(pa.binary()), value.cast(pa.binary()), BASE_TS_MS + self.lsn)
 
@@ -165,8 +187,9 @@ class LogWriter:
     def update(self, table: str, row: dict[str, Any]) -> None:
         """One source transaction updating one row (every column sent)."""
         self.lsn += 0x100
-        record = ProducerRecord(self.topic(table), _canonical({"id": row["id"]}), self._envelope(table, "u", row, 0),
-                                BASE_TS_MS + self.lsn)
+        record = ProducerRecord(
+            self.topic(table), _canonical({"id": row["id"]}), self._envelope(table, "u", row, 0), BASE_TS_MS + self.lsn
+        )
         with self._open() as log:
             log.append_group([record], "%016X" % self.lsn)
 
@@ -182,8 +205,13 @@ class Phases:
 
         self.seconds: dict[str, float] = {}
         table = lambda frame, path, *rest: "documents" if path.endswith("/documents") else "terms"  # noqa: E731
-        for name, phase in (("sync_states", "state copies"), ("affected_roots", "affected roots"),
-                            ("merge_roots", "documents"), ("_merge_terms", "terms"), ("overwrite", table)):
+        for name, phase in (
+            ("sync_states", "state copies"),
+            ("affected_roots", "affected roots"),
+            ("merge_roots", "documents"),
+            ("_merge_terms", "terms"),
+            ("overwrite", table),
+        ):
             setattr(search, name, self._timed(getattr(search, name), phase))
 
     def _timed(self, function: Callable[..., Any], phase: str | Callable[..., str]) -> Callable[..., Any]:
@@ -194,6 +222,7 @@ class Phases:
             finally:
                 name = phase(*args) if callable(phase) else phase
                 self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
         return timed_call
 
     def take(self) -> dict[str, float]:
@@ -206,8 +235,9 @@ def main() -> None:
     parser.add_argument("--roots", type=int, default=1_000_000, help="products (documents), default 1,000,000")
     parser.add_argument("--others", type=int, default=1_000, help="categories besides the 1%% one, default 1,000")
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temp dir)")
-    parser.add_argument("--deletion-vectors", action="store_true",
-                        help="the view tables use deletion vectors (CDC_DELETION_VECTORS=true)")
+    parser.add_argument(
+        "--deletion-vectors", action="store_true", help="the view tables use deletion vectors (CDC_DELETION_VECTORS=true)"
+    )
     args = parser.parse_args()
     if args.roots < 100:
         parser.error("--roots must be at least 100 (1% of them reference the renamed category)")
@@ -225,8 +255,14 @@ def main() -> None:
             writer.snapshot(args.roots, args.others)
         spark = build_spark("cdc-bench-views-fanout")
         definitions = ViewDefinitions.model_validate({**VIEWS, "source": "bench/views_fanout.py"})
-        ctx = ViewContext(spark, str(directory / "views"), LogLocation.of(directory / "log"), PREFIX, definitions=definitions,
-                          deletion_vectors=args.deletion_vectors)
+        ctx = ViewContext(
+            spark,
+            str(directory / "views"),
+            LogLocation.of(directory / "log"),
+            PREFIX,
+            definitions=definitions,
+            deletion_vectors=args.deletion_vectors,
+        )
         tables = {name: ctx.path("search", "products", name) for name in ("documents", "terms")}
         versions = {name: -1 for name in tables}
         phases = Phases()
@@ -265,15 +301,22 @@ def main() -> None:
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 
-    print(f"roots={args.roots:,} (documents after the rebuild: {total:,}, terms rows: {terms:,}) "
-          f"categories={args.others + 2:,}; the renamed one is referenced by {hot:,} roots = 1%; "
-          f"log written in {written[0]:.1f} s")
-    print(f"{'step':<44} {'time s':>8} {'docs rewritten':>15} {'terms changed':>14} "
-          + " ".join(f"{n:>14}" for n in (*Phases.NAMES, "rest")))
+    print(
+        f"roots={args.roots:,} (documents after the rebuild: {total:,}, terms rows: {terms:,}) "
+        f"categories={args.others + 2:,}; the renamed one is referenced by {hot:,} roots = 1%; "
+        f"log written in {written[0]:.1f} s"
+    )
+    print(
+        f"{'step':<44} {'time s':>8} {'docs rewritten':>15} {'terms changed':>14} "
+        + " ".join(f"{n:>14}" for n in (*Phases.NAMES, "rest"))
+    )
     for label, seconds, docs_rows, terms_rows, spent, _ in results:
         rest = seconds - sum(spent.values())
-        print(f"{label:<44} {seconds:8.2f} {docs_rows:>15,} {terms_rows:>14,} "
-              + " ".join(f"{spent.get(n, 0.0):14.2f}" for n in Phases.NAMES) + f" {rest:14.2f}")
+        print(
+            f"{label:<44} {seconds:8.2f} {docs_rows:>15,} {terms_rows:>14,} "
+            + " ".join(f"{spent.get(n, 0.0):14.2f}" for n in Phases.NAMES)
+            + f" {rest:14.2f}"
+        )
     floor = results[1][1]
     _, warm, rewritten, _, warm_spent, _ = results[4]
     _, full, recomputed, _, full_spent, _ = results[5]
@@ -281,10 +324,14 @@ def main() -> None:
     def outputs(spent: dict[str, float]) -> float:
         return spent.get("documents", 0.0) + spent.get("terms", 0.0)
 
-    print(f"1% re-index (warm step): {warm:.2f} s, {rewritten:,} documents rewritten ({rewritten / max(total, 1):.2%}) "
-          f"| full recompute: {full:.2f} s, {recomputed:,} documents written -> full / incremental = {full / warm:.2f}")
-    print(f"documents + terms only: re-index {outputs(warm_spent):.2f} s vs recompute from the state copies "
-          f"{outputs(full_spent):.2f} s -> {outputs(full_spent) / max(outputs(warm_spent), 1e-9):.2f}")
+    print(
+        f"1% re-index (warm step): {warm:.2f} s, {rewritten:,} documents rewritten ({rewritten / max(total, 1):.2%}) "
+        f"| full recompute: {full:.2f} s, {recomputed:,} documents written -> full / incremental = {full / warm:.2f}"
+    )
+    print(
+        f"documents + terms only: re-index {outputs(warm_spent):.2f} s vs recompute from the state copies "
+        f"{outputs(full_spent):.2f} s -> {outputs(full_spent) / max(outputs(warm_spent), 1e-9):.2f}"
+    )
     print(f"floor (nothing of the index changed): {floor:.2f} s; the 1% re-index costs {warm - floor:.2f} s above it")
     print("commits of each step:")
     for label, *_, commits in results:

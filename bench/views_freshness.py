@@ -114,12 +114,18 @@ def main(seconds: float, rate: float, preload: int, workload: str = "insert", al
                         conn.execute("UPDATE products SET price = price + 1 WHERE id = ANY(%s)", (ids,))
                 written += per_tx
                 time.sleep(max(0.0, start + written / per_tx / rate - time.monotonic()))
-        paths = {"warehouse current": warehouse.current_path(ctx, "public.products"),
-                 "warehouse history": warehouse.history_path(ctx, "public.products")}
+        paths = {
+            "warehouse current": warehouse.current_path(ctx, "public.products"),
+            "warehouse history": warehouse.history_path(ctx, "public.products"),
+        }
         if all_views:
-            paths.update({"search documents": ctx.path("search", "products", "documents"),
-                          "search terms": ctx.path("search", "products", "terms"),
-                          "cache entries": ctx.path("cache", "product", "entries")})
+            paths.update(
+                {
+                    "search documents": ctx.path("search", "products", "documents"),
+                    "search terms": ctx.path("search", "products", "terms"),
+                    "cache entries": ctx.path("cache", "product", "entries"),
+                }
+            )
         deadline = time.monotonic() + 120
         current = paths["warehouse current"]
         while time.monotonic() < deadline:  # poll until the last transaction is in the warehouse
@@ -134,24 +140,38 @@ def main(seconds: float, rate: float, preload: int, workload: str = "insert", al
         stop.set()
         views.join(timeout=120)
         capture.join(timeout=60)
-        rows = (spark.read.format("delta").load(paths["warehouse current"]).filter(f"id > {preload}")
-                .groupBy("_cdc_lsn").agg({"_cdc_commit_ts": "max"}).collect())
+        rows = (
+            spark.read.format("delta")
+            .load(paths["warehouse current"])
+            .filter(f"id > {preload}")
+            .groupBy("_cdc_lsn")
+            .agg({"_cdc_commit_ts": "max"})
+            .collect()
+        )
         transactions = [(row["_cdc_lsn"], row["max(_cdc_commit_ts)"].timestamp()) for row in rows]
         visible = {label: _latencies(path, transactions) for label, path in paths.items()}
-    print(f"workload={workload} transactions={len(transactions)} products inserted={written} preloaded={preload} "
-          f"rate={rate:g} tx/s duration={seconds:g} s views={','.join(names)}")
+    print(
+        f"workload={workload} transactions={len(transactions)} products inserted={written} preloaded={preload} "
+        f"rate={rate:g} tx/s duration={seconds:g} s views={','.join(names)}"
+    )
     for label, latencies in visible.items():
         if len(latencies) < len(transactions):
             print(f"{label:<18} only {len(latencies)} of {len(transactions)} transactions visible")
             continue
         target = "targets p50 <= 3 s, p99 <= 6 s" if label == "warehouse current" else "target p99 <= 10 s"
-        print(f"{label:<18} commit-to-visible p50 {_percentile(latencies, 0.5):6.2f} s  p99 "
-              f"{_percentile(latencies, 0.99):6.2f} s  mean {statistics.mean(latencies):5.2f} s  max "
-              f"{max(latencies):5.2f} s   ({target})")
+        print(
+            f"{label:<18} commit-to-visible p50 {_percentile(latencies, 0.5):6.2f} s  p99 "
+            f"{_percentile(latencies, 0.99):6.2f} s  mean {statistics.mean(latencies):5.2f} s  max "
+            f"{max(latencies):5.2f} s   ({target})"
+        )
 
 
 if __name__ == "__main__":
     positional = [a for a in sys.argv[1:] if not a.startswith("--")]
-    main(float(positional[0]) if len(positional) > 0 else 60.0, float(positional[1]) if len(positional) > 1 else 2.0,
-         int(positional[2]) if len(positional) > 2 else 100_000, positional[3] if len(positional) > 3 else "insert",
-         "--all-views" in sys.argv[1:])
+    main(
+        float(positional[0]) if len(positional) > 0 else 60.0,
+        float(positional[1]) if len(positional) > 1 else 2.0,
+        int(positional[2]) if len(positional) > 2 else 100_000,
+        positional[3] if len(positional) > 3 else "insert",
+        "--all-views" in sys.argv[1:],
+    )

@@ -169,8 +169,7 @@ class DriverMemory:
             _reset_peak_rss(pid)
         self._worker_peak: dict[int, int] = {}
         self._before = self._collections()
-        self.figures = {"heap_used_mb": 0.0, "committed_mb": 0.0, "after_gc_mb": 0.0, "after_full_mb": 0.0,
-                        "workers_sum_mb": 0.0}
+        self.figures = {"heap_used_mb": 0.0, "committed_mb": 0.0, "after_gc_mb": 0.0, "after_full_mb": 0.0, "workers_sum_mb": 0.0}
         self._thread = threading.Thread(target=self._poll, name="heap-poll", daemon=True)
         self._thread.start()
         return self
@@ -211,8 +210,10 @@ def _step(ctx: ViewContext, label: str, rows: int, history_rows: int) -> tuple[s
         except Exception as exc:  # noqa: BLE001 - a figure: the step did not complete
             outcome = f"FAILED: {type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
     if outcome == "completed":
-        for path, expected in ((warehouse.current_path(ctx, "public.products"), rows),
-                               (warehouse.history_path(ctx, "public.products"), history_rows)):
+        for path, expected in (
+            (warehouse.current_path(ctx, "public.products"), rows),
+            (warehouse.history_path(ctx, "public.products"), history_rows),
+        ):
             count = ctx.spark.read.format("delta").load(path).count()
             assert count == expected, (path, count, expected)
     return label, elapsed[0], events, f"{outcome}; {load_average()}", {**memory.figures, "max_heap_mb": memory.max_heap_mb}
@@ -221,8 +222,9 @@ def _step(ctx: ViewContext, label: str, rows: int, history_rows: int) -> tuple[s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000, help="products (and events per step), default 1,000,000")
-    parser.add_argument("--driver-memory", default=None,
-                        help="spark.driver.memory instead of the project's default (2g), e.g. 1g")
+    parser.add_argument(
+        "--driver-memory", default=None, help="spark.driver.memory instead of the project's default (2g), e.g. 1g"
+    )
     args = parser.parse_args()
     from cdc import view_context
     from derived_views.spark_session import build_spark
@@ -250,22 +252,31 @@ def main() -> None:
         print(f"{results[-1][0]}: {results[-1][1]:.1f} s, {results[-1][3]}", flush=True)
         ctx.spark.stop()
 
-    print(f"rows={args.rows:,} products (warehouse: current + history tables); session: {session}; "
-          f"wall time {(time.perf_counter() - started) / 60:.1f} min")
+    print(
+        f"rows={args.rows:,} products (warehouse: current + history tables); session: {session}; "
+        f"wall time {(time.perf_counter() - started) / 60:.1f} min"
+    )
     for label, seconds, events, outcome, f in results:
-        print(f"{label}: {args.rows:,} pending events in one step ({events:,} applied: current + history), "
-              f"{seconds:.1f} s: {outcome}")
+        print(
+            f"{label}: {args.rows:,} pending events in one step ({events:,} applied: current + history), "
+            f"{seconds:.1f} s: {outcome}"
+        )
         if "young" not in f:
             print("  (the driver JVM did not answer after the step)")
             continue
         limit = f["max_heap_mb"]
-        print(f"  driver JVM heap after collections, peak: {f['after_gc_mb']:7.0f} MB of {limit:.0f} MB (-Xmx) "
-              f"-> {f['after_gc_mb'] / limit:.2f} of the limit")
-        print(f"  driver JVM heap used at any moment    : {f['heap_used_mb']:7.0f} MB (garbage included); old gen peak "
-              f"{f['old_peak_mb']:.0f} MB; committed at most {f['committed_mb']:.0f} MB")
+        print(
+            f"  driver JVM heap after collections, peak: {f['after_gc_mb']:7.0f} MB of {limit:.0f} MB (-Xmx) "
+            f"-> {f['after_gc_mb'] / limit:.2f} of the limit"
+        )
+        print(
+            f"  driver JVM heap used at any moment    : {f['heap_used_mb']:7.0f} MB (garbage included); old gen peak "
+            f"{f['old_peak_mb']:.0f} MB; committed at most {f['committed_mb']:.0f} MB"
+        )
         full = f" (heap right after, at most {f['after_full_mb']:.0f} MB: the live data then)" if f["full"] else ""
-        print(f"  collections                           : {f['young']} young, {f['full']} full{full}, "
-              f"{f['gc_s']:.1f} s of pauses")
+        print(
+            f"  collections                           : {f['young']} young, {f['full']} full{full}, {f['gc_s']:.1f} s of pauses"
+        )
         print(f"  driver JVM process, peak RSS          : {f['java_rss_mb']:7.0f} MB")
         print(f"  Python driver process, peak RSS       : {f['python_peak_mb']:7.0f} MB")
         print(f"  Python workers, peak RSS largest / sum: {f['workers_max_mb']:7.0f} MB / {f['workers_sum_mb']:.0f} MB")

@@ -61,8 +61,9 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=10_000_000, help="rows of the large table, default 10,000,000")
     parser.add_argument("--changed", type=int, default=10_000, help="rows each round changes in each table, default 10,000")
     parser.add_argument("--rounds", type=int, default=3, help="change rounds (the first is the cold one), default 3")
-    parser.add_argument("--deletion-vectors", action="store_true",
-                        help="the view tables use deletion vectors (CDC_DELETION_VECTORS=true)")
+    parser.add_argument(
+        "--deletion-vectors", action="store_true", help="the view tables use deletion vectors (CDC_DELETION_VECTORS=true)"
+    )
     args = parser.parse_args()
     if not 0 < args.changed <= min(args.small, args.large):
         parser.error("--changed must be between 1 and the smaller table's rows")
@@ -83,8 +84,10 @@ def main() -> None:
         settings = settings.model_copy(update={"deletion_vectors": args.deletion_vectors})
         with timed() as captured:
             Capture(settings, once=True, progress=False).run()
-        print(f"source filled and snapshot captured ({sum(rows.values()):,} rows in {captured[0]:.1f} s); {load_average()}",
-              flush=True)
+        print(
+            f"source filled and snapshot captured ({sum(rows.values()):,} rows in {captured[0]:.1f} s); {load_average()}",
+            flush=True,
+        )
         ctx = view_context.context_from_settings(settings, spark)
         paths = {table: warehouse.current_path(ctx, f"public.{table}") for table in rows}
         versions, first_sync = {}, {}
@@ -99,8 +102,9 @@ def main() -> None:
             changed = {}
             with psycopg.connect(url) as conn:  # one source transaction changes both tables
                 for table in rows:
-                    changed[table] = conn.execute(f"UPDATE {table} SET price = price + 1, name = name || '+' "
-                                                  f"WHERE id % {every[table]} = {round_}").rowcount
+                    changed[table] = conn.execute(
+                        f"UPDATE {table} SET price = price + 1, name = name || '+' WHERE id % {every[table]} = {round_}"
+                    ).rowcount
             Capture(settings, once=True, progress=False).run()
             results = {}
             for table in rows:
@@ -112,8 +116,10 @@ def main() -> None:
                 assert written == changed[table], (table, written, changed[table])
                 results[table] = (elapsed[0], spent, commits, load_average())
             rounds.append(results)
-            print(f"round {round_ + 1}: " + ", ".join(f"{t} {r[0]:.2f} s" for t, r in results.items())
-                  + f"; {load_average()}", flush=True)
+            print(
+                f"round {round_ + 1}: " + ", ".join(f"{t} {r[0]:.2f} s" for t, r in results.items()) + f"; {load_average()}",
+                flush=True,
+            )
         refresh_paths = {table: str(settings.data_dir / "full_refresh" / table) for table in rows}
         full_refresh(spark, url, f"public.{SMALL}", refresh_paths[SMALL], rows[SMALL])  # warm-up: the JDBC path's first run
         refresh = {}
@@ -129,29 +135,41 @@ def main() -> None:
     wall = time.perf_counter() - started
 
     layout = "deletion vectors" if args.deletion_vectors else "copy-on-write (default, no deletion vectors)"
-    print(f"rows: small={args.small:,} large={args.large:,}; changed per round and table: {args.changed:,} "
-          f"(every {every[SMALL]:,}th / {every[LARGE]:,}th id); layout: {layout}")
-    print(f"source filled in {filled:.0f} s, snapshot captured in {captured[0]:.1f} s; "
-          + "; ".join(f"first sync of {t}: {first_sync[t]:.1f} s, {sizes[t][0]} files, {sizes[t][1] / 1e6:,.1f} MB"
-                      for t in rows))
+    print(
+        f"rows: small={args.small:,} large={args.large:,}; changed per round and table: {args.changed:,} "
+        f"(every {every[SMALL]:,}th / {every[LARGE]:,}th id); layout: {layout}"
+    )
+    print(
+        f"source filled in {filled:.0f} s, snapshot captured in {captured[0]:.1f} s; "
+        + "; ".join(f"first sync of {t}: {first_sync[t]:.1f} s, {sizes[t][0]} files, {sizes[t][1] / 1e6:,.1f} MB" for t in rows)
+    )
     print(f"{'round':<12} {'table':<12} {'sync s':>8} " + " ".join(f"{p:>12}" for p in (*PHASES, "rest")) + "   load after")
     for number, results in enumerate(rounds, 1):
         for table, (seconds, spent, _, load) in results.items():
             label = f"{number} (cold)" if number == 1 else str(number)
-            print(f"{label:<12} {table:<12} {seconds:8.2f} " + " ".join(f"{spent.get(p, 0.0):12.2f}" for p in PHASES)
-                  + f" {seconds - sum(spent.values()):12.2f}   {load}")
+            print(
+                f"{label:<12} {table:<12} {seconds:8.2f} "
+                + " ".join(f"{spent.get(p, 0.0):12.2f}" for p in PHASES)
+                + f" {seconds - sum(spent.values()):12.2f}   {load}"
+            )
     print("MERGE commits of the last round:")
     for table, (_, _, commits, _) in rounds[-1].items():
         print(f"  {table}: {'; '.join(commits)}")
     warm = {table: statistics.median(r[table][0] for r in rounds[1:]) for table in rows}
     cold = {table: rounds[0][table][0] for table in rows}
     print(f"incremental sync, first change of each table: small {cold[SMALL]:.2f} s (cold JVM), large {cold[LARGE]:.2f} s")
-    print(f"incremental sync, warm (median of rounds 2-{args.rounds}): small {warm[SMALL]:.2f} s, large {warm[LARGE]:.2f} s"
-          f"   -> large/small = {warm[LARGE] / warm[SMALL]:.2f} (target <= 1.5)")
-    print(f"full refresh (JDBC read + Delta overwrite, JDBC warmed up): small {refresh[SMALL][0]:.2f} s, "
-          f"large {refresh[LARGE][0]:.2f} s")
-    print(f"at {args.large:,} rows: full refresh / warm incremental = {refresh[LARGE][0] / warm[LARGE]:.1f}x (target >= 10x); "
-          f"at {args.small:,} rows: {refresh[SMALL][0] / warm[SMALL]:.1f}x")
+    print(
+        f"incremental sync, warm (median of rounds 2-{args.rounds}): small {warm[SMALL]:.2f} s, large {warm[LARGE]:.2f} s"
+        f"   -> large/small = {warm[LARGE] / warm[SMALL]:.2f} (target <= 1.5)"
+    )
+    print(
+        f"full refresh (JDBC read + Delta overwrite, JDBC warmed up): small {refresh[SMALL][0]:.2f} s, "
+        f"large {refresh[LARGE][0]:.2f} s"
+    )
+    print(
+        f"at {args.large:,} rows: full refresh / warm incremental = {refresh[LARGE][0] / warm[LARGE]:.1f}x (target >= 10x); "
+        f"at {args.small:,} rows: {refresh[SMALL][0] / warm[SMALL]:.1f}x"
+    )
     print(f"wall time {wall / 60:.1f} min; end: {load_average()}")
 
 

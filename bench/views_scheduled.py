@@ -53,8 +53,9 @@ def _start_server(cdc: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes
     """``cdc spark-server`` on a free port; returns it, its URL and the seconds until it listened."""
     port = free_port()
     started = time.perf_counter()
-    server = subprocess.Popen([cdc, "spark-server", "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [cdc, "spark-server", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     while True:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -79,8 +80,14 @@ def main(keep: bool) -> None:
     url = server.start()
     local_dir = Path(tempfile.mkdtemp(prefix="cdc-bench-scheduled-"))
     remote_dir = Path(tempfile.mkdtemp(prefix="cdc-bench-scheduled-remote-"))
-    env = {**os.environ, "CDC_DATABASE_URL": url, "CDC_DATA_DIR": str(local_dir), "CDC_PARTITIONS": "3",
-           "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {
+        **os.environ,
+        "CDC_DATABASE_URL": url,
+        "CDC_DATA_DIR": str(local_dir),
+        "CDC_PARTITIONS": "3",
+        "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
     env.pop("CDC_SPARK_REMOTE", None)
     spark_server: subprocess.Popen[bytes] | None = None
     try:
@@ -120,8 +127,10 @@ def main(keep: bool) -> None:
         print(_line("  sync of the demo's change, next", changes_attached[1], anchor, "target <= 3x"))
         if keep:
             print(f"kept: CDC_DATABASE_URL={url} CDC_DATA_DIR={local_dir} CDC_PARTITIONS=3 CDC_VIEWS_FILE={EXAMPLE_VIEWS}")
-            print(f"  and CDC_DATA_DIR={remote_dir} CDC_SLOT=cdc_bench_attached (with CDC_SPARK_REMOTE=sc://127.0.0.1:PORT "
-                  f"of a `cdc spark-server --port PORT` you start)")
+            print(
+                f"  and CDC_DATA_DIR={remote_dir} CDC_SLOT=cdc_bench_attached (with CDC_SPARK_REMOTE=sc://127.0.0.1:PORT "
+                f"of a `cdc spark-server --port PORT` you start)"
+            )
             print(f"stop the server with: pg_ctl -D {server.data_dir} stop")
     finally:
         if spark_server is not None:

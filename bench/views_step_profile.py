@@ -65,8 +65,9 @@ def summarize(events: list[dict[str, Any]], wall_s: float) -> list[str]:
             run, deserialize = metrics.get("Executor Run Time", 0), metrics.get("Executor Deserialize Time", 0)
             run_ms += run
             deserialize_ms += deserialize
-            delay_ms += max(0, info["Finish Time"] - info["Launch Time"] - run - deserialize
-                            - metrics.get("Result Serialization Time", 0))
+            delay_ms += max(
+                0, info["Finish Time"] - info["Launch Time"] - run - deserialize - metrics.get("Result Serialization Time", 0)
+            )
         elif kind.endswith("SparkListenerSQLExecutionStart"):
             description = (event.get("description") or "").splitlines()[0][:60] or "(no description)"
             sql_start[event["executionId"]] = (event["time"], description)
@@ -96,8 +97,10 @@ def main(views: list[str], conf: dict[str, str]) -> None:
 
     settings = load_settings()
     directory = Path(tempfile.mkdtemp(prefix="cdc-eventlog-"))
-    spark = build_spark("cdc-profile", conf={**conf, "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(directory),
-                                                   "spark.eventLog.compress": "false"})
+    spark = build_spark(
+        "cdc-profile",
+        conf={**conf, "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(directory), "spark.eventLog.compress": "false"},
+    )
     ctx = view_context.context_from_settings(settings, spark)
     names = runner.resolve(views, load(settings.views_file))
     started = time.monotonic()

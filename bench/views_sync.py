@@ -49,7 +49,7 @@ def main(rows: int) -> None:
         full_refresh(spark, url, "public.products", refresh_path, rows)  # warm-up: the JDBC path's first run
         with timed() as refresh:
             full_refresh(spark, url, "public.products", refresh_path, rows)
-        with LogStore.open(settings.log_dir, writer=True) as log:
+        with LogStore.open(settings.log_dir, settings.log_config(), writer=True) as log:
             log.roll()
             log.compact()
         with timed() as rebuild:
@@ -61,11 +61,15 @@ def main(rows: int) -> None:
     cold, warm = incremental[0][0], incremental[1][0]
     print(f"incremental sync of 1%, first in process (cold JVM): {cold:8.2f} s   -> {refresh[0] / cold:.1f}x faster")
     print(f"incremental sync of 1%, next (warm, like the anchor): {warm:8.2f} s")
-    print(f"full refresh (JDBC+overwrite, after a warm-up run) : {refresh[0]:8.2f} s   "
-          f"-> incremental is {refresh[0] / warm:.1f}x faster (target >= 10x)")
+    print(
+        f"full refresh (JDBC+overwrite, after a warm-up run) : {refresh[0]:8.2f} s   "
+        f"-> incremental is {refresh[0] / warm:.1f}x faster (target >= 10x)"
+    )
     print(f"rebuild by replay           : {rebuild[0]:8.2f} s")
-    print(f"full JDBC re-snapshot       : {refresh[0]:8.2f} s   "
-          f"-> rebuild/re-snapshot = {rebuild[0] / refresh[0]:.2f} (target <= 1.0)")
+    print(
+        f"full JDBC re-snapshot       : {refresh[0]:8.2f} s   "
+        f"-> rebuild/re-snapshot = {rebuild[0] / refresh[0]:.2f} (target <= 1.0)"
+    )
 
 
 if __name__ == "__main__":

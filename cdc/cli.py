@@ -14,7 +14,7 @@ import traceback
 import click
 
 from cdc import structured_log
-from cdc.errors import CdcError, ConfigError
+from cdc.capture.errors import CdcError, ConfigError
 from cdc.settings import Settings, load_settings
 
 
@@ -73,8 +73,9 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
 #: A user error raised inside a Spark task reaches the driver as a Java/Python exception whose text holds
 #: the worker's traceback, ending with the original ``module.errors.ClassName: message`` line.
-_REMOTE_ERROR = re.compile(r"^\s*(?P<module>(?:cdc|log_store|derived_views)\.errors)\.(?P<name>\w+): (?P<message>.+)$",
-                           re.MULTILINE)
+_REMOTE_ERROR = re.compile(
+    r"^\s*(?P<module>(?:cdc|log_store|derived_views)\.errors)\.(?P<name>\w+): (?P<message>.+)$", re.MULTILINE
+)
 
 
 def remote_user_error(exc: BaseException) -> tuple[str, int] | None:

@@ -35,8 +35,9 @@ def secure_data_dir(data_dir: Path) -> None:
         mode = stat.S_IMODE(info.st_mode)
         if mode & ~DIR_MODE & 0o777:
             os.chmod(data_dir, mode & DIR_MODE)
-            log.warning("data directory %s was mode %o, others could read the rows under it: now %o",
-                        data_dir, mode, mode & DIR_MODE)
+            log.warning(
+                "data directory %s was mode %o, others could read the rows under it: now %o", data_dir, mode, mode & DIR_MODE
+            )
     except NotADirectoryError:
         return
     except OSError as exc:

@@ -32,11 +32,11 @@ from typing import Any
 
 import psycopg
 
-from cdc.errors import SourceError
-from cdc.lsn import Lsn
+from cdc.capture.errors import SourceError
+from cdc.capture.lsn import Lsn
+from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
 from cdc.redact import redact_url
 from cdc.settings import Settings
-from cdc.transport.framing import PG_EPOCH_OFFSET_US
 
 SCHEMA_VERSION = 1
 _WARN_SAFE_FRACTION = 0.2
@@ -116,9 +116,7 @@ def _iso(ms: int | float | None) -> str | None:
 
 def _size_setting(conn: psycopg.Connection[Any], name: str) -> int | None:
     """A size GUC in bytes (``-1`` -> None, meaning unlimited)."""
-    row = conn.execute(
-        "SELECT setting::bigint, unit FROM pg_settings WHERE name = %s", (name,)
-    ).fetchone()
+    row = conn.execute("SELECT setting::bigint, unit FROM pg_settings WHERE name = %s", (name,)).fetchone()
     if row is None or row[0] < 0:
         return None
     units = {"B": 1, "kB": 1024, "8kB": 8192, "MB": 1 << 20, "GB": 1 << 30}
@@ -225,9 +223,7 @@ def measure_log(settings: Settings) -> LogLag:
         }
         for topic in store.topics():
             for partition in range(store.partitions(topic)):
-                lag.partitions.append(
-                    PartitionEnd(topic, partition, watermark.end_offset(TopicPartition(topic, partition)))
-                )
+                lag.partitions.append(PartitionEnd(topic, partition, watermark.end_offset(TopicPartition(topic, partition))))
     return lag
 
 
@@ -293,18 +289,14 @@ def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal
     # a table whose batch failed falls behind while the rest of its view moves on: never ok
     report.violations.extend(failure.line() for failure in read_all(settings.views_dir))
     if max_wal_bytes is not None and source.wal_bytes_behind > max_wal_bytes:
-        report.violations.append(
-            f"slot {source.slot} is {source.wal_bytes_behind} WAL bytes behind (limit {max_wal_bytes})"
-        )
+        report.violations.append(f"slot {source.slot} is {source.wal_bytes_behind} WAL bytes behind (limit {max_wal_bytes})")
     if max_lag_seconds is not None:
         age = source.oldest_unconfirmed_age_seconds or 0.0
         if age > max_lag_seconds:
             report.violations.append(f"oldest unconfirmed change is {age:.1f}s old (limit {max_lag_seconds:g}s)")
         for view in views:
             if view.seconds_behind > max_lag_seconds:
-                report.violations.append(
-                    f"view {view.view} is {view.seconds_behind:.1f}s behind (limit {max_lag_seconds:g}s)"
-                )
+                report.violations.append(f"view {view.view} is {view.seconds_behind:.1f}s behind (limit {max_lag_seconds:g}s)")
     return report
 
 
@@ -350,9 +342,18 @@ JSON_SCHEMA: dict[str, Any] = {
         "source": {
             "type": "object",
             "required": [
-                "slot", "exists", "active", "wal_status", "safe_wal_size_bytes", "current_lsn",
-                "confirmed_flush_lsn", "wal_bytes_behind", "retained_wal_bytes",
-                "max_slot_wal_keep_size_bytes", "oldest_unconfirmed_age_seconds", "free_disk_bytes",
+                "slot",
+                "exists",
+                "active",
+                "wal_status",
+                "safe_wal_size_bytes",
+                "current_lsn",
+                "confirmed_flush_lsn",
+                "wal_bytes_behind",
+                "retained_wal_bytes",
+                "max_slot_wal_keep_size_bytes",
+                "oldest_unconfirmed_age_seconds",
+                "free_disk_bytes",
             ],
             "properties": {
                 "slot": {"type": "string"},
@@ -394,8 +395,13 @@ JSON_SCHEMA: dict[str, Any] = {
             "items": {
                 "type": "object",
                 "required": [
-                    "view", "tables", "as_of_lsn", "as_of_appended_at", "events_pending",
-                    "wal_bytes_behind", "seconds_behind",
+                    "view",
+                    "tables",
+                    "as_of_lsn",
+                    "as_of_appended_at",
+                    "events_pending",
+                    "wal_bytes_behind",
+                    "seconds_behind",
                 ],
                 "properties": {
                     "view": {"type": "string"},

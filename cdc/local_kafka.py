@@ -150,12 +150,17 @@ class LocalKafka:
     def _java(self, *args: str) -> list[str]:
         jars = installed_jars()
         if not jars:
-            raise KafkaUnavailable(
-                f"the Kafka broker's jars are not in {jars_dir()}; run ./scripts/setup (it fetches them once)")
+            raise KafkaUnavailable(f"the Kafka broker's jars are not in {jars_dir()}; run ./scripts/setup (it fetches them once)")
         assert self.root is not None
-        return ["java", f"-Xmx{self.heap}", "-XX:+UseSerialGC",
-                f"-Dlog4j2.configurationFile={self.root / 'log4j2.yaml'}",
-                "-cp", f"{jars_dir()}/*", *args]
+        return [
+            "java",
+            f"-Xmx{self.heap}",
+            "-XX:+UseSerialGC",
+            f"-Dlog4j2.configurationFile={self.root / 'log4j2.yaml'}",
+            "-cp",
+            f"{jars_dir()}/*",
+            *args,
+        ]
 
     def start(self, timeout: float = 60.0) -> str:
         """Format (the first time) and start the broker; returns its bootstrap address once it accepts
@@ -174,12 +179,16 @@ class LocalKafka:
             formatted = subprocess.run(
                 # "=": a cluster id may start with "-", which the tool would read as an option
                 self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster}", f"--config={config}"),
-                capture_output=True, text=True, check=False)
+                capture_output=True,
+                text=True,
+                check=False,
+            )
             if formatted.returncode != 0:
                 raise KafkaUnavailable(f"formatting the broker's storage failed: {formatted.stderr.strip()[-500:]}")
         with (self.root / "stdout.log").open("ab") as out:
-            self._process = subprocess.Popen(self._java("kafka.Kafka", str(config)), stdout=out,
-                                             stderr=subprocess.STDOUT, start_new_session=True)
+            self._process = subprocess.Popen(
+                self._java("kafka.Kafka", str(config)), stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
         deadline = time.monotonic() + timeout
         while not _answers(self.port):
             if self._process.poll() is not None or time.monotonic() > deadline:

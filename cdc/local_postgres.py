@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdc.errors import SourceError
+from cdc.capture.errors import SourceError
 
 _SERVER_SETTINGS = {
     "wal_level": "logical",
@@ -47,9 +47,7 @@ def find_server_bindir() -> Path:
     """
     explicit = os.environ.get("CDC_PG_BINDIR")
     candidates: list[Path] = [Path(explicit)] if explicit else []
-    debian = sorted(
-        glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name), reverse=True
-    )
+    debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name), reverse=True)
     candidates += [Path(p) for p in debian]
     on_path = shutil.which("initdb")
     if on_path:
@@ -147,11 +145,18 @@ class LocalPostgres:
             self.port = free_port()
         if not (self.data_dir / "PG_VERSION").exists():
             self._run(
-                "initdb", "-D", str(self.data_dir), "-U", self.superuser, "--auth=trust",
-                "-E", "UTF8", "--locale=C", "--no-sync",
+                "initdb",
+                "-D",
+                str(self.data_dir),
+                "-U",
+                self.superuser,
+                "--auth=trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
             )
-        settings = {**_SERVER_SETTINGS, **self.settings, "port": str(self.port),
-                    "unix_socket_directories": f"'{self.root}'"}
+        settings = {**_SERVER_SETTINGS, **self.settings, "port": str(self.port), "unix_socket_directories": f"'{self.root}'"}
         with (self.data_dir / "postgresql.auto.conf").open("a") as conf:
             conf.writelines(f"{key} = {value}\n" for key, value in settings.items())
         self._run("pg_ctl", "-D", str(self.data_dir), "-l", str(self.log_file), "-w", "-t", "60", "start")

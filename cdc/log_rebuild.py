@@ -14,15 +14,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdc.errors import ConfigError
+from cdc.capture.errors import ConfigError
 from cdc.settings import load_settings
 
 
 def rebuild_steps(log_dir: Path) -> str:
     """The procedure that replaces the log at ``log_dir`` with one rebuilt from the source."""
-    return (f"to rebuild it: stop `cdc capture`, move {log_dir} aside, run `cdc capture` (with no log it "
-            "recreates the slot and snapshots every published table into a new log), then run "
-            "`cdc rebuild VIEW` for every view")
+    return (
+        f"to rebuild it: stop `cdc capture`, move {log_dir} aside, run `cdc capture` (with no log it "
+        "recreates the slot and snapshots every published table into a new log), then run "
+        "`cdc rebuild VIEW` for every view"
+    )
 
 
 def with_rebuild_steps(message: str, error: type[BaseException] | BaseException) -> str:

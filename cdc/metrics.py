@@ -7,6 +7,7 @@ Scrape ``http://HOST:PORT/metrics``. Port 0 turns the endpoint off.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from threading import Thread
 from typing import Any
@@ -25,9 +26,7 @@ class CaptureMetrics:
         self.events = Counter("cdc_capture_events", "Records appended to the log", registry=r)
         self.bytes = Counter("cdc_capture_bytes", "Bytes of record values appended to the log", registry=r)
         self.transactions = Counter("cdc_capture_transactions", "Source transactions appended", registry=r)
-        self.confirmed_lsn = Gauge(
-            "cdc_capture_confirmed_lsn", "Last LSN confirmed to PostgreSQL as flushed", registry=r
-        )
+        self.confirmed_lsn = Gauge("cdc_capture_confirmed_lsn", "Last LSN confirmed to PostgreSQL as flushed", registry=r)
         self.wal_bytes_behind = Gauge(
             "cdc_capture_wal_bytes_behind", "Server WAL end minus the confirmed LSN, in bytes", registry=r
         )
@@ -38,6 +37,21 @@ class CaptureMetrics:
         )
         self.reconnects = Counter("cdc_capture_reconnects", "Reconnections to PostgreSQL", registry=r)
         self.errors = Counter("cdc_capture_errors", "Errors, by kind", ["kind"], registry=r)
+
+    def group_durable(self, events: int, value_bytes: int, transactions: int, confirmed: int, commit_ts_ms: int | None) -> None:
+        """A group became durable (snapshot groups have no commit time)."""
+        self.transactions.inc(transactions)
+        self.bytes.inc(value_bytes)
+        self.events.inc(events)
+        self.confirmed_lsn.set(confirmed)
+        if commit_ts_ms is not None:
+            self.seconds_behind.set(max(0.0, time.time() - commit_ts_ms / 1000))
+
+    def caught_up(self, confirmed: int) -> None:
+        """A heartbeat confirmed the server's WAL end: nothing is behind."""
+        self.confirmed_lsn.set(confirmed)
+        self.wal_bytes_behind.set(0)
+        self.seconds_behind.set(0)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from alembic.config import Config
 from sqlalchemy.exc import OperationalError
 
 import migrations
-from cdc.errors import SourceError
+from cdc.capture.errors import SourceError
 from cdc.redact import redact_url
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent

@@ -18,15 +18,17 @@ from typing import TextIO
 from dotenv import dotenv_values
 
 #: Variables read on purpose outside the settings class (README: "Tooling variables").
-TOOLING: frozenset[str] = frozenset({
-    "CDC_KAFKA_JARS_DIR",  # cdc.local_kafka: the test and demo broker's jars
-    "CDC_PG_BINDIR",  # cdc.local_postgres: PostgreSQL server binaries
-    "CDC_SPARK_JARS_DIR",  # derived_views.spark_jars: the Delta and Kafka source jars
-    "CDC_SPARK_MASTER",  # derived_views.spark_session: the Spark master
-    "CDC_SPARK_REMOTE",  # derived_views.spark_session: a Spark Connect server to attach to
-    "CDC_TEST_DATABASE_URL",  # tests: the PostgreSQL the test suite uses
-    "CDC_TEST_KAFKA",  # tests: a Kafka broker the test suite uses
-})
+TOOLING: frozenset[str] = frozenset(
+    {
+        "CDC_KAFKA_JARS_DIR",  # cdc.local_kafka: the test and demo broker's jars
+        "CDC_PG_BINDIR",  # cdc.local_postgres: PostgreSQL server binaries
+        "CDC_SPARK_JARS_DIR",  # derived_views.spark_jars: the Delta and Kafka source jars
+        "CDC_SPARK_MASTER",  # derived_views.spark_session: the Spark master
+        "CDC_SPARK_REMOTE",  # derived_views.spark_session: a Spark Connect server to attach to
+        "CDC_TEST_DATABASE_URL",  # tests: the PostgreSQL the test suite uses
+        "CDC_TEST_KAFKA",  # tests: a Kafka broker the test suite uses
+    }
+)
 
 PREFIX = "CDC_"
 
@@ -59,5 +61,4 @@ def warn_of_unknown_names(fields: Iterable[str], env_file: Path | None, stream: 
         _warned.add(name)
         (closest,) = difflib.get_close_matches(name.upper(), known, n=1, cutoff=0) or ("",)
         origin = f" (in {env_file})" if in_dotenv else ""
-        print(f"warning: {name}{origin} is not a setting and is ignored; did you mean {closest}?",
-              file=stream or sys.stderr)
+        print(f"warning: {name}{origin} is not a setting and is ignored; did you mean {closest}?", file=stream or sys.stderr)

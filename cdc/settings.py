@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from cdc.errors import ConfigError
+from cdc.capture.errors import ConfigError
 from cdc.redact import redact_url
 from cdc.setting_names import warn_of_unknown_names
+from event_format import fold_after
 from log_store import LogConfig
 from log_store.topic_names import topic_name
 
@@ -61,15 +62,15 @@ _KAFKA_CLIENT_NAMES = {
     "kafka_ssl_key_location": "ssl.key.location",
     "kafka_ssl_key_password": "ssl.key.password",
 }
-_KAFKA_URL = re.compile(r"^kafka://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):[0-9]{1,5}(,([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):[0-9]{1,5})*$")
+_KAFKA_URL = re.compile(
+    r"^kafka://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):[0-9]{1,5}(,([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):[0-9]{1,5})*$"
+)
 
 
 class Settings(BaseSettings):
     """Every setting of the pipeline; environment variables are ``CDC_<NAME>`` (upper case)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="CDC_", env_file=".env", env_file_encoding="utf-8", extra="ignore"
-    )
+    model_config = SettingsConfigDict(env_prefix="CDC_", env_file=".env", env_file_encoding="utf-8", extra="ignore")
 
     database_url: str = Field(
         default="postgresql://postgres@localhost:5432/postgres",
@@ -147,7 +148,7 @@ class Settings(BaseSettings):
             raise ValueError(
                 "its user name or password holds a character that must be percent-encoded, so PostgreSQL would "
                 "read another password (and show part of it in its errors); percent-encode the password "
-                "(@ as %40, / as %2F, % as %25, a space as %20; python3 -c \"import urllib.parse, getpass; "
+                '(@ as %40, / as %2F, % as %25, a space as %20; python3 -c "import urllib.parse, getpass; '
                 "print(urllib.parse.quote(getpass.getpass(), safe=''))\" prints it encoded)"
             )
         return value
@@ -208,9 +209,13 @@ class Settings(BaseSettings):
 
         client = self.kafka_client()
         return KafkaSettings(
-            bootstrap=client.pop("bootstrap.servers"), prefix=self.topic_prefix, client=client,
-            delete_retention_ms=self.delete_retention_ms, retention_ms=self.retention_ms,
-            retention_bytes=self.retention_bytes, timeout_s=self.kafka_timeout_ms / 1000,
+            bootstrap=client.pop("bootstrap.servers"),
+            prefix=self.topic_prefix,
+            client=client,
+            delete_retention_ms=self.delete_retention_ms,
+            retention_ms=self.retention_ms,
+            retention_bytes=self.retention_bytes,
+            timeout_s=self.kafka_timeout_ms / 1000,
         )
 
     def log_location(self) -> str:
@@ -235,6 +240,7 @@ class Settings(BaseSettings):
             delete_retention_ms=self.delete_retention_ms,
             retention_ms=self.retention_ms,
             retention_bytes=self.retention_bytes,
+            fold=fold_after,
         )
 
     def topic_for(self, schema: str, table: str) -> str:
@@ -294,6 +300,4 @@ def load_settings(**overrides: object) -> Settings:
         field = str(first["loc"][0]) if first["loc"] else "?"
         reason = str(first["msg"]).removeprefix("Value error, ")
         accepts = ACCEPTS.get(field, "see the README's configuration table")
-        raise ConfigError(
-            f"setting CDC_{field.upper()} is invalid: {reason}; it accepts {accepts}"
-        ) from None
+        raise ConfigError(f"setting CDC_{field.upper()} is invalid: {reason}; it accepts {accepts}") from None

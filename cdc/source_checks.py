@@ -4,7 +4,7 @@ Each failed check is one :class:`Check` whose ``message`` says what is wrong and
 set-up command prints one line per failure. Checks only read the catalog; :func:`ensure_publication`
 and :func:`ensure_slot` are the only writers and do nothing when their object already exists.
 
-Tables are judged as the publication covers them, or would cover them once created (:mod:`cdc.coverage`),
+Tables are judged as the publication covers them, or would cover them once created (:mod:`cdc.capture.coverage`),
 so that ``cdc setup`` never creates a publication that makes the application's updates or deletes fail.
 :func:`capture_problems` is the part of these checks ``cdc capture`` repeats before it makes a slot.
 """
@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import psycopg
 from psycopg import sql
 
-from cdc.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
-from cdc.errors import SourceError
+from cdc.capture.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
+from cdc.capture.errors import SourceError
 from cdc.settings import Settings
 
 if TYPE_CHECKING:
@@ -55,23 +55,34 @@ def run_checks(settings: Settings) -> list[Check]:
         slots_used = int(conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
         slot = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone()
         # capture's own slot and WAL sender, plus a temporary pair while it snapshots a table that joins
-        # the publication later (cdc.table_snapshots)
+        # the publication later (cdc.capture.table_snapshots)
         slots_needed = 1 if slot is not None else 2
         temporary = "a temporary one while it snapshots a table added to the publication"
-        checks.append(Check("max_replication_slots", slots_used + slots_needed <= slots_max,
-                            f"{max(0, slots_max - slots_used)} of {slots_max} replication slots are free, capture needs "
-                            f"{slots_needed} ({temporary if slot is not None else 'its slot and ' + temporary}); "
-                            "raise max_replication_slots or drop an unused slot"))
+        checks.append(
+            Check(
+                "max_replication_slots",
+                slots_used + slots_needed <= slots_max,
+                f"{max(0, slots_max - slots_used)} of {slots_max} replication slots are free, capture needs "
+                f"{slots_needed} ({temporary if slot is not None else 'its slot and ' + temporary}); "
+                "raise max_replication_slots or drop an unused slot",
+            )
+        )
         senders_max = int(conn.execute("SHOW max_wal_senders").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
         senders_used = int(conn.execute("SELECT count(*) FROM pg_stat_replication").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
         senders_needed = 1 if slot is not None and slot[0] else 2  # a running capture already holds one
-        checks.append(Check("max_wal_senders", senders_used + senders_needed <= senders_max,
-                            f"{max(0, senders_max - senders_used)} of {senders_max} WAL senders are free, capture needs "
-                            f"{senders_needed} (its stream and, for a moment, one to snapshot a table added to the "
-                            "publication); raise max_wal_senders and restart PostgreSQL"))
+        checks.append(
+            Check(
+                "max_wal_senders",
+                senders_used + senders_needed <= senders_max,
+                f"{max(0, senders_max - senders_used)} of {senders_max} WAL senders are free, capture needs "
+                f"{senders_needed} (its stream and, for a moment, one to snapshot a table added to the "
+                "publication); raise max_wal_senders and restart PostgreSQL",
+            )
+        )
         checks.extend(_publication_checks(conn, settings))
-        checks.extend(Check("CDC_TABLES", False, problem)
-                      for problem in table_list_problems(conn, settings.publication, settings.tables))
+        checks.extend(
+            Check("CDC_TABLES", False, problem) for problem in table_list_problems(conn, settings.publication, settings.tables)
+        )
         checks.extend(_table_checks(conn, settings))
         checks.append(_views_file_check(conn, settings))
     if settings.uses_kafka:
@@ -115,12 +126,16 @@ def _kafka_toast_check(conn: Connection, name: str, oid: int) -> Check | None:
     columns = [str(row[0]) for row in conn.execute(_OUT_OF_LINE, (oid,)).fetchall()]
     if not columns:
         return None
-    return Check(f"table {name} on Kafka", True,
-                 f"updates that leave {', '.join(columns)} unchanged omit their values when they are stored out of "
-                 "line (TOAST); Kafka's compaction cannot fold such partial rows as the embedded log's does, so "
-                 "capture reads each such row back from Kafka to write it whole, which slows it down; run "
-                 f"ALTER TABLE {name} REPLICA IDENTITY FULL so that every update carries them (it writes whole old "
-                 "rows to the WAL)", warning=True)
+    return Check(
+        f"table {name} on Kafka",
+        True,
+        f"updates that leave {', '.join(columns)} unchanged omit their values when they are stored out of "
+        "line (TOAST); Kafka's compaction cannot fold such partial rows as the embedded log's does, so "
+        "capture reads each such row back from Kafka to write it whole, which slows it down; run "
+        f"ALTER TABLE {name} REPLICA IDENTITY FULL so that every update carries them (it writes whole old "
+        "rows to the WAL)",
+        warning=True,
+    )
 
 
 def _views_file_check(conn: Connection, settings: Settings) -> Check:
@@ -161,9 +176,12 @@ def _source_tables(conn: Connection, tables: list[tuple[str, str]]) -> dict[str,
         rows = conn.execute(_COLUMNS_SQL, (name,)).fetchall()
         if not rows:
             continue  # not a table (yet): the CDC_TABLES check names it
-        found[f"{schema}.{table}"] = SourceTable(f"{schema}.{table}", log_name(schema, table),
-                                                 {str(row[0]): str(row[1]) for row in rows},
-                                                 tuple(str(row[0]) for row in rows if row[2]))
+        found[f"{schema}.{table}"] = SourceTable(
+            f"{schema}.{table}",
+            log_name(schema, table),
+            {str(row[0]): str(row[1]) for row in rows},
+            tuple(str(row[0]) for row in rows if row[2]),
+        )
     return found
 
 
@@ -179,30 +197,38 @@ def capture_problems(settings: Settings) -> list[str]:
     being silently empty.
     """
     with _connect(settings.database_url) as conn:
-        problems = [f"{check.message}; {_SEE_SETUP}"
-                    for check in (_wal_level_check(conn), _replication_check(conn)) if not check.ok]
+        problems = [
+            f"{check.message}; {_SEE_SETUP}" for check in (_wal_level_check(conn), _replication_check(conn)) if not check.ok
+        ]
         if not publication_exists(conn, settings.publication):
             problems.append(
                 f"publication {settings.publication} does not exist; run `cdc setup` to create it (it first checks "
                 "every table it would publish), or set CDC_PUBLICATION to the publication to capture"
             )
-        problems.extend(f"{problem}; {_SEE_SETUP}"
-                        for problem in table_list_problems(conn, settings.publication, settings.tables))
+        problems.extend(
+            f"{problem}; {_SEE_SETUP}" for problem in table_list_problems(conn, settings.publication, settings.tables)
+        )
     return problems
 
 
 def _wal_level_check(conn: Connection) -> Check:
     wal_level = str(conn.execute("SHOW wal_level").fetchone()[0])  # type: ignore[index]
-    return Check("wal_level", wal_level == "logical",
-                 f"wal_level is {wal_level}, logical decoding needs logical; set wal_level = logical "
-                 "in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL")
+    return Check(
+        "wal_level",
+        wal_level == "logical",
+        f"wal_level is {wal_level}, logical decoding needs logical; set wal_level = logical "
+        "in postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL",
+    )
 
 
 def _replication_check(conn: Connection) -> Check:
     role = conn.execute("SELECT current_user, rolreplication, rolsuper FROM pg_roles WHERE rolname = current_user").fetchone()
     assert role is not None
-    return Check("replication privilege", bool(role[1] or role[2]),
-                 f"role {role[0]} lacks the REPLICATION privilege; run ALTER ROLE {role[0]} REPLICATION as a superuser")
+    return Check(
+        "replication privilege",
+        bool(role[1] or role[2]),
+        f"role {role[0]} lacks the REPLICATION privilege; run ALTER ROLE {role[0]} REPLICATION as a superuser",
+    )
 
 
 _ACTIONS = ("insert", "update", "delete", "truncate")
@@ -223,34 +249,43 @@ def _publication_checks(conn: psycopg.Connection[tuple[object, ...]], settings: 
         return []  # cdc setup creates it with every action
     name = settings.publication
     missing = [action for action, published in zip(_ACTIONS, row[:4], strict=True) if not published]
-    checks = [Check(
-        "publication actions", not missing,
-        f"publication {name} does not publish {', '.join(missing)}: those changes would never reach the log "
-        f"and the views would keep removed or stale rows; run ALTER PUBLICATION {name} SET (publish = "
-        "'insert, update, delete, truncate')",
-    )]
-    roots = [str(r[0]) for r in conn.execute(
-        "SELECT t.schemaname || '.' || t.tablename FROM pg_publication_tables t "
-        "JOIN pg_namespace n ON n.nspname = t.schemaname "
-        "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
-        "WHERE t.pubname = %s AND c.relkind = 'p' ORDER BY 1",
-        (name,),
-    ).fetchall()]
+    checks = [
+        Check(
+            "publication actions",
+            not missing,
+            f"publication {name} does not publish {', '.join(missing)}: those changes would never reach the log "
+            f"and the views would keep removed or stale rows; run ALTER PUBLICATION {name} SET (publish = "
+            "'insert, update, delete, truncate')",
+        )
+    ]
+    roots = [
+        str(r[0])
+        for r in conn.execute(
+            "SELECT t.schemaname || '.' || t.tablename FROM pg_publication_tables t "
+            "JOIN pg_namespace n ON n.nspname = t.schemaname "
+            "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = t.tablename "
+            "WHERE t.pubname = %s AND c.relkind = 'p' ORDER BY 1",
+            (name,),
+        ).fetchall()
+    ]
     if roots and row[4]:
-        checks.append(Check(
-            "partition truncate", True,
-            f"PostgreSQL does not replicate a TRUNCATE run on a single partition of {', '.join(roots)} (the "
-            f"publication publishes through the root): truncate the root table or DELETE the partition's rows, "
-            "otherwise the views keep those rows (`cdc verify` shows them; a new snapshot removes them)",
-            warning=True,
-        ))
+        checks.append(
+            Check(
+                "partition truncate",
+                True,
+                f"PostgreSQL does not replicate a TRUNCATE run on a single partition of {', '.join(roots)} (the "
+                f"publication publishes through the root): truncate the root table or DELETE the partition's rows, "
+                "otherwise the views keep those rows (`cdc verify` shows them; a new snapshot removes them)",
+                warning=True,
+            )
+        )
     return checks
 
 
 def _table_checks(conn: Connection, settings: Settings) -> list[Check]:
     """Every table the publication covers or would cover is readable and has a primary key or a replica identity.
 
-    A ``CDC_TABLES`` entry that names no table is reported by :func:`cdc.coverage.table_list_problems`.
+    A ``CDC_TABLES`` entry that names no table is reported by :func:`cdc.capture.coverage.table_list_problems`.
     """
     checks: list[Check] = []
     covered = coverage(conn, settings.publication, list(settings.tables))
@@ -265,10 +300,15 @@ def _table_checks(conn: Connection, settings: Settings) -> list[Check]:
         if row is None:
             continue
         oid, readable = row
-        checks.append(Check(f"table {name} readable", bool(readable),
-                            f"the role cannot read {name}; GRANT SELECT ON {name} TO the capture role (a table added "
-                            "to the publication later needs the same grant before capture can snapshot it: ALTER "
-                            "DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES TO the capture role covers new tables)"))
+        checks.append(
+            Check(
+                f"table {name} readable",
+                bool(readable),
+                f"the role cannot read {name}; GRANT SELECT ON {name} TO the capture role (a table added "
+                "to the publication later needs the same grant before capture can snapshot it: ALTER "
+                "DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES TO the capture role covers new tables)",
+            )
+        )
         checks.extend(_key_checks(conn, name, int(oid), covered.all_tables))  # type: ignore[call-overload]
         if settings.uses_kafka:
             toast = _kafka_toast_check(conn, name, int(oid))  # type: ignore[call-overload]
@@ -302,23 +342,33 @@ def _key_checks(conn: Connection, name: str, oid: int, all_tables: bool) -> list
     judged = leaves or [(name, identity, has_key)]
     broken = [str(leaf) for leaf, leaf_identity, leaf_key in judged if not leaf_key and leaf_identity != "f"]
     if not broken:
-        return [Check(
-            f"table {name} key", True,
-            f"table {name} has no primary key: with REPLICA IDENTITY FULL its updates and deletes are captured, "
-            "but with a null key, so its topic is not compacted and the warehouse keeps it append-only (every "
-            "inserted or updated row is added, deletes are not applied); to mirror it row for row add a primary "
-            f"key, or ALTER TABLE {name} REPLICA IDENTITY USING INDEX on a unique index of NOT NULL columns",
-            warning=True,
-        )]
-    what = ("a publication FOR ALL TABLES would make the application's updates and deletes of it fail"
-            if all_tables else "inserts are captured with a null key but updates and deletes fail on the source")
+        return [
+            Check(
+                f"table {name} key",
+                True,
+                f"table {name} has no primary key: with REPLICA IDENTITY FULL its updates and deletes are captured, "
+                "but with a null key, so its topic is not compacted and the warehouse keeps it append-only (every "
+                "inserted or updated row is added, deletes are not applied); to mirror it row for row add a primary "
+                f"key, or ALTER TABLE {name} REPLICA IDENTITY USING INDEX on a unique index of NOT NULL columns",
+                warning=True,
+            )
+        ]
+    what = (
+        "a publication FOR ALL TABLES would make the application's updates and deletes of it fail"
+        if all_tables
+        else "inserts are captured with a null key but updates and deletes fail on the source"
+    )
     limit = "; or set CDC_TABLES to the tables to capture (setup then publishes only those)" if all_tables else ""
-    return [Check(
-        f"table {leaf} key", False,
-        f"table {leaf if leaf == name else f'{leaf} (a partition of {name})'} has no primary key or replica "
-        f"identity: {what}; add a primary key (or REPLICA IDENTITY USING INDEX on a unique index), or run "
-        f"ALTER TABLE {leaf} REPLICA IDENTITY FULL to capture it append-only{limit}",
-    ) for leaf in broken]
+    return [
+        Check(
+            f"table {leaf} key",
+            False,
+            f"table {leaf if leaf == name else f'{leaf} (a partition of {name})'} has no primary key or replica "
+            f"identity: {what}; add a primary key (or REPLICA IDENTITY USING INDEX on a unique index), or run "
+            f"ALTER TABLE {leaf} REPLICA IDENTITY FULL to capture it append-only{limit}",
+        )
+        for leaf in broken
+    ]
 
 
 def ensure_publication(settings: Settings) -> bool:
@@ -333,8 +383,11 @@ def ensure_publication(settings: Settings) -> bool:
         else:
             targets = sql.SQL("FOR ALL TABLES")
         try:
-            conn.execute(sql.SQL("CREATE PUBLICATION {} {} WITH (publish_via_partition_root = true)").format(
-                sql.Identifier(settings.publication), targets))
+            conn.execute(
+                sql.SQL("CREATE PUBLICATION {} {} WITH (publish_via_partition_root = true)").format(
+                    sql.Identifier(settings.publication), targets
+                )
+            )
         except psycopg.Error as exc:
             raise SourceError(
                 f"cannot create publication {settings.publication}: {str(exc).strip().splitlines()[0]}; "
@@ -350,9 +403,7 @@ def ensure_slot(settings: Settings) -> bool:
     exported snapshot, which is what gives the initial snapshot its consistent point.
     """
     with _connect(settings.database_url) as conn:
-        row = conn.execute(
-            "SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)
-        ).fetchone()
+        row = conn.execute("SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone()
         if row is not None:
             if row[0] != "pgoutput":
                 raise SourceError(

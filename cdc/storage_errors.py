@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdc.errors import CdcError
+from cdc.capture.errors import CdcError
+from cdc.capture.lsn import Lsn
 from log_store.errors import StorageIOError, process_user
 
 
@@ -29,8 +30,10 @@ def _fix(problem: StorageIOError, data_dir: Path) -> str:
         return f"point CDC_DATA_DIR at a directory (it is created if missing), or move {problem.path} away"
     if problem.cause.startswith("permission denied"):
         user = process_user()
-        return (f"make {data_dir} and everything below it writable by {user} (`chown -R {user} {data_dir}`), "
-                "or run cdc as the user that owns it")
+        return (
+            f"make {data_dir} and everything below it writable by {user} (`chown -R {user} {data_dir}`), "
+            "or run cdc as the user that owns it"
+        )
     return problem.fix
 
 
@@ -40,12 +43,25 @@ def storage_error(error: OSError | StorageIOError, data_dir: Path, doing: str) -
     return StorageError(f"{doing}: {problem.what}; {_fix(problem, data_dir)}")
 
 
-def capture_storage_error(error: StorageIOError, data_dir: Path, told: str, resume: str) -> StorageError:
-    """The :class:`StorageError` of a capture run stopped by ``error``.
+def capture_storage_error(error: StorageIOError, data_dir: Path, position: Lsn | None) -> StorageError:
+    """The :class:`StorageError` of a capture run stopped by ``error``, saying what the source was told.
 
-    ``told`` says what the source was (not) told, ``resume`` what the next run does; both come from the
-    capture loop, which knows how far the log got.
+    ``position``: the log's watermark position (every transaction committed at or before it is in the
+    log, see :mod:`cdc.coordinator`), ``Lsn(0)`` before a complete snapshot, ``None`` when the log was
+    never opened.
     """
+    if position is None:
+        told = "nothing was confirmed to the source (nothing was read from it)"
+        resume = "it starts from the log as it was"
+    elif position == 0:
+        told = "the initial snapshot did not complete and nothing was confirmed to the source"
+        resume = "it takes the snapshot again"
+    else:
+        told = (
+            f"nothing was confirmed to the source past LSN {Lsn(position + 1)}, the end of what the "
+            "log holds (the slot is confirmed only after the log fsyncs)"
+        )
+        resume = "the slot resends everything after that"
     return StorageError(
         f"capture stopped, the log cannot be written: {error.what}; {told}; "
         f"{_fix(error, data_dir)}, then run `cdc capture` again: {resume}"

@@ -33,5 +33,11 @@ def context_from_settings(settings: Settings, spark: SparkSession | None = None,
     location = location_from_settings(settings)
     if spark is None:
         spark = build_spark("cdc-views", short_run=one_shot and short_run(location, settings.views_dir, settings.topic_prefix))
-    return ViewContext(spark, str(settings.views_dir.resolve()), location, settings.topic_prefix,
-                       definitions=definitions, deletion_vectors=settings.deletion_vectors)
+    return ViewContext(
+        spark,
+        str(settings.views_dir.resolve()),
+        location,
+        settings.topic_prefix,
+        definitions=definitions,
+        deletion_vectors=settings.deletion_vectors,
+    )

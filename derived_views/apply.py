@@ -44,21 +44,17 @@ Delta commit (with ``overwriteSchema``), so readers see the old table until the 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from derived_views.column_types import convert, supertype
-from derived_views.delta_sql import (
-    create_if_missing,
-    is_delta_table,
-    table_ref,
-)
 from derived_views.pending import APPEND_CHECK_KEYS, KEY, LSN, SEQ
-from derived_views.progress import Progress, committing, with_progress
+from derived_views.progress import Progress, with_progress
 from derived_views.schema import quote
 from derived_views.table_keys import holds_any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from derived_views.table_evolution import TableTypes
 
 
 def append(spark: SparkSession, path: str, frame: DataFrame, progress: Progress) -> None:
@@ -73,100 +69,15 @@ def append(spark: SparkSession, path: str, frame: DataFrame, progress: Progress)
     with_progress(aligned.write.format("delta").mode("append"), progress).save(path)
 
 
-_KNOWN_TYPES: dict[str, dict[str, str]] = {}
-
-
-def table_types(spark: SparkSession, path: str) -> dict[str, str] | None:
-    """Column name -> Spark type (DDL form) of the Delta table at ``path``; ``None`` when there is none."""
-    known = _KNOWN_TYPES.get(path)
-    if known is not None:
-        return known
-    if not is_delta_table(spark, path):
-        return None
-    types = {f.name: f.dataType.simpleString() for f in spark.read.format("delta").load(path).schema.fields}
-    _KNOWN_TYPES[path] = types
-    return types
-
-
-def ensure_table(spark: SparkSession, path: str, ddl: str) -> None:
-    """Create the Delta table at ``path`` with ``ddl``, or bring it to ``ddl``: columns it lacks are
-    added, and a column whose type differs is converted to the :func:`~derived_views.column_types.supertype`
-    of both (:func:`_retype`); a column is never narrowed."""
-    from pyspark.sql.types import StructType
-
-    wanted = cast(StructType, StructType.fromDDL(ddl))
-    wanted_types = {f.name: f.dataType.simpleString() for f in wanted.fields}
-    existing = table_types(spark, path)
-    if existing is not None and all(existing.get(n) == t for n, t in wanted_types.items()):
-        return
-    if existing is None:
-        with committing(spark, None):
-            create_if_missing(spark, path, ddl)
-        _KNOWN_TYPES[path] = wanted_types
-        return
-    changed = {n: supertype(existing[n], t) for n, t in wanted_types.items() if n in existing and existing[n] != t}
-    changed = {n: t for n, t in changed.items() if t != existing[n]}
-    missing = [f for f in wanted.fields if f.name not in existing]
-    forget_table(path)  # read again after a failure part way: a conversion must start from the table's types
-    if changed:
-        _retype(spark, path, existing, changed)
-    if missing:
-        added = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in missing)
-        with committing(spark, None):
-            spark.sql(f"ALTER TABLE {table_ref(path)} ADD COLUMNS ({added})")
-    _KNOWN_TYPES[path] = {**existing, **changed, **{f.name: f.dataType.simpleString() for f in missing}}
-
-
-def _retype(spark: SparkSession, path: str, existing: dict[str, str], changed: dict[str, str]) -> None:
-    """Rewrite the table at ``path`` with the ``changed`` columns converted to their new (wider) types,
-    in one Delta commit that carries no progress (the table stays as of the watermark it recorded).
-
-    Readers see the old table until the commit; a sync killed before it converts again on its next run.
-    The conversion is exact (:func:`~derived_views.column_types.convert`): integer, float and decimal
-    widenings are casts, and a column that becomes ``string`` holds each value's JSON text.
-    """
-    from pyspark.sql import functions as F
-
-    frame = spark.read.format("delta").load(path)
-    converted = frame.select(*[
-        convert(F.col(quote(name)), existing[name], changed[name]).alias(name) if name in changed else F.col(quote(name))
-        for name in frame.columns
-    ])
-    with committing(spark, None):
-        converted.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
-
-
-def rename_columns(spark: SparkSession, path: str, renames: dict[str, str]) -> None:
-    """Rename columns of the table at ``path`` (``{old: new}``) in one commit that carries no progress,
-    by rewriting it: a rename in place needs Delta's column mapping, which not every reader supports."""
-    from pyspark.sql import functions as F
-
-    frame = spark.read.format("delta").load(path)
-    renamed = frame.select(*[F.col(quote(name)).alias(renames.get(name, name)) for name in frame.columns])
-    with committing(spark, None):
-        renamed.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
-    forget_table(path)
-
-
-def forget_table(path: str) -> None:
-    """Drop cached knowledge of ``path``'s columns (after a rebuild replaced its schema)."""
-    _KNOWN_TYPES.pop(path, None)
-
-
-def forget_tables() -> None:
-    """Drop cached knowledge of every table's columns (another process may have changed them)."""
-    _KNOWN_TYPES.clear()
-
-
 def newer(prefix_lsn: str = LSN, prefix_seq: str = SEQ) -> str:
     """The LSN guard (rule 3) as a MERGE condition: the source row ``s`` is after the target row ``t``."""
     return f"(s.{LSN} > t.{prefix_lsn} OR (s.{LSN} = t.{prefix_lsn} AND s.{SEQ} > t.{prefix_seq}))"
 
 
-def overwrite(frame: DataFrame, path: str, progress: Progress) -> None:
+def overwrite(frame: DataFrame, path: str, progress: Progress, types: TableTypes) -> None:
     """Replace the table at ``path`` by ``frame`` in one commit carrying ``progress`` (a rebuild)."""
     with_progress(frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true"), progress).save(path)
-    forget_table(path)
+    types.forget(path)
 
 
 def meets_table(
@@ -194,5 +105,3 @@ def meets_table(
     if current_only:
         table = table.filter(F.col("_cdc_is_current"))
     return bool(table.select(KEY).limit(1).count())
-
-

@@ -67,8 +67,9 @@ def entries(ctx: ViewContext, plan: Composite, roots: DataFrame | None) -> DataF
     rows = composed(ctx, plan, roots)
     fields = [*plan.output_columns, *(child.alias for child in plan.children)]
     key = F.col("_cdc_rootkey0").cast("string") if len(plan.root.key) == 1 else F.col(KEY)
-    value = F.to_json(F.struct(*[F.col(quote(c)) for c in fields]),
-                      {"timestampFormat": _MICROS, "timestampNTZFormat": _MICROS_NTZ})
+    value = F.to_json(
+        F.struct(*[F.col(quote(c)) for c in fields]), {"timestampFormat": _MICROS, "timestampNTZFormat": _MICROS_NTZ}
+    )
     children = F.col(CHILDREN) if plan.children else F.array().cast("array<string>")
     return rows.select(key.alias("entity_key"), value.alias("value"), KEY, LSN, children.alias(CHILDREN))
 

@@ -55,8 +55,9 @@ def archive_path() -> Path | None:
         return None
     libjvm = next(iter(sorted(java.parent.parent.glob("lib/server/libjvm.so"))), java)
     stat = libjvm.stat()
-    identity = "\n".join([str(java), str(stat.st_size), str(int(stat.st_mtime)), pyspark.__version__,
-                          *(jar.name for jar in installed_jars())])
+    identity = "\n".join(
+        [str(java), str(stat.st_size), str(int(stat.st_mtime)), pyspark.__version__, *(jar.name for jar in installed_jars())]
+    )
     key = hashlib.sha256(identity.encode()).hexdigest()[:16]
     return jars_dir() / f"driver-classes-{key}.jsa"
 
@@ -77,13 +78,21 @@ def _workload(spark: SparkSession, directory: Path) -> None:
     from pyspark.sql import functions as F
 
     table = str(directory / "table")
-    rows = spark.range(0, 1000).select(F.col("id"), (F.col("id") * 2).alias("value"),
-                                       F.lit("x").alias("name"), F.current_timestamp().alias("at"))
+    rows = spark.range(0, 1000).select(
+        F.col("id"), (F.col("id") * 2).alias("value"), F.lit("x").alias("name"), F.current_timestamp().alias("at")
+    )
     rows.write.format("delta").save(table)
-    changes = spark.range(995, 1005).select(F.col("id"), F.lit(0).cast("long").alias("value"),
-                                            F.lit("y").alias("name"), F.current_timestamp().alias("at"))
-    (DeltaTable.forPath(spark, table).alias("t").merge(changes.alias("s"), "t.id = s.id")
-     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+    changes = spark.range(995, 1005).select(
+        F.col("id"), F.lit(0).cast("long").alias("value"), F.lit("y").alias("name"), F.current_timestamp().alias("at")
+    )
+    (
+        DeltaTable.forPath(spark, table)
+        .alias("t")
+        .merge(changes.alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
     changes.write.format("delta").mode("append").save(table)
     spark.read.format("delta").load(table).where("value = 0").groupBy("name").count().toArrow()
     spark.sql(f"DESCRIBE HISTORY delta.`{table}`").collect()
@@ -102,8 +111,11 @@ def make() -> Path | None:
         stale.unlink(missing_ok=True)
     partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
     with tempfile.TemporaryDirectory(prefix="cdc-classes-") as work:
-        spark = build_spark("cdc-class-archive", master="local[2]",
-                            conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {QUIET_CDS}"})
+        spark = build_spark(
+            "cdc-class-archive",
+            master="local[2]",
+            conf={"spark.driver.extraJavaOptions": f"-XX:ArchiveClassesAtExit={partial} {QUIET_CDS}"},
+        )
         _workload(spark, Path(work))
         spark.stop()
         _stop_driver()

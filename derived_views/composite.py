@@ -133,8 +133,11 @@ class _Checker:
 
     def table(self, key: str, name: str) -> SourceTable:
         if name not in self.tables:
-            raise self.fail(key, f"{name} is not a captured table (captured: {', '.join(sorted(self.tables)) or 'none yet'}); "
-                                 "name a table of the publication as schema.table, or add it to the publication first")
+            raise self.fail(
+                key,
+                f"{name} is not a captured table (captured: {', '.join(sorted(self.tables)) or 'none yet'}); "
+                "name a table of the publication as schema.table, or add it to the publication first",
+            )
         return self.tables[name]
 
     def keyed(self, key: str, name: str, why: str) -> SourceTable:
@@ -149,8 +152,11 @@ class _Checker:
         for column in on:
             self.column(key, holder, column)
         if len(on) != len(target.key):
-            raise self.fail(key, f"{len(on)} column(s) cannot equal the primary key of {target.dotted_name} "
-                                 f"({', '.join(target.key)}): name one per key column")
+            raise self.fail(
+                key,
+                f"{len(on)} column(s) cannot equal the primary key of {target.dotted_name} "
+                f"({', '.join(target.key)}): name one per key column",
+            )
 
     def column(self, key: str, table: SourceTable, name: str) -> str:
         if name not in table.columns:
@@ -182,16 +188,20 @@ class _Checker:
             if not ready:
                 for alias, join in pending.items():
                     if join.from_ not in joins:
-                        raise self.fail(f"{key}.{alias}.from", f"{join.from_!r} is not one of the {key} "
-                                                               f"(defined: {', '.join(joins)})")
-                raise self.fail(key, f"the joins {', '.join(sorted(pending))} form a cycle through `from`; "
-                                     "each join must reach the root table")
+                        raise self.fail(
+                            f"{key}.{alias}.from", f"{join.from_!r} is not one of the {key} (defined: {', '.join(joins)})"
+                        )
+                raise self.fail(
+                    key,
+                    f"the joins {', '.join(sorted(pending))} form a cycle through `from`; each join must reach the root table",
+                )
             for alias in ready:
                 join = pending.pop(alias)
                 where = f"{key}.{alias}"
                 parent = root if join.from_ is None else placed[join.from_]
-                target = self.keyed(f"{where}.table", join.table, ", so `on` cannot find one row of it; add a "
-                                                                  "primary key or join another table")
+                target = self.keyed(
+                    f"{where}.table", join.table, ", so `on` cannot find one row of it; add a primary key or join another table"
+                )
                 self.reference(f"{where}.on", join.on, parent, target)
                 for name, column in join.columns.items():
                     self.column(f"{where}.columns.{name}", target, column)
@@ -205,8 +215,9 @@ class _Checker:
         for link in links:
             for name, _ in link.columns:
                 if name.casefold() in owner:
-                    raise self.fail(f"{self.joins}.{link.alias}.columns",
-                                    f"{name!r} is also {owner[name.casefold()]}: give it another name")
+                    raise self.fail(
+                        f"{self.joins}.{link.alias}.columns", f"{name!r} is also {owner[name.casefold()]}: give it another name"
+                    )
                 owner[name.casefold()] = f"contributed by {link.alias}"
         for alias in children:
             if alias.casefold() in owner:
@@ -239,13 +250,24 @@ def search_plan(source: str, name: str, definition: SearchDefinition, tables: Ma
     for column in definition.text:
         type_name = plan.source_type(column)
         if type_name.lstrip("_") not in TEXT_TYPES:
-            raise check.fail("text", f"{column!r} is {type_name}, not text: only text columns (and arrays of text) "
-                                     "are tokenized; list it under `stored` instead")
+            raise check.fail(
+                "text",
+                f"{column!r} is {type_name}, not text: only text columns (and arrays of text) "
+                "are tokenized; list it under `stored` instead",
+            )
     if definition.filter is not None:
         _check_filter(check, definition.filter, outputs)
-    return Composite("search", name, root, columns, links, text=tuple(definition.text),
-                     stored=tuple(definition.stored), filter=definition.filter,
-                     fingerprint=_fingerprint("search", definition.model_dump(exclude={"stored"})))
+    return Composite(
+        "search",
+        name,
+        root,
+        columns,
+        links,
+        text=tuple(definition.text),
+        stored=tuple(definition.stored),
+        filter=definition.filter,
+        fingerprint=_fingerprint("search", definition.model_dump(exclude={"stored"})),
+    )
 
 
 def _check_filter(check: _Checker, text: str, outputs: tuple[str, ...]) -> None:
@@ -262,8 +284,9 @@ def _check_filter(check: _Checker, text: str, outputs: tuple[str, ...]) -> None:
         raise check.fail("filter", f"{text!r} is a query: write a boolean over the document's columns")
     for column in parsed.find_all(exp.Column):
         if column.table or column.name not in outputs:
-            raise check.fail("filter", f"{column.sql(dialect='spark')} is not a column of the document "
-                                       f"(columns: {', '.join(outputs)})")
+            raise check.fail(
+                "filter", f"{column.sql(dialect='spark')} is not a column of the document (columns: {', '.join(outputs)})"
+            )
 
 
 def cache_plan(source: str, name: str, definition: CacheDefinition, tables: Mapping[str, SourceTable]) -> Composite:
@@ -273,23 +296,28 @@ def cache_plan(source: str, name: str, definition: CacheDefinition, tables: Mapp
     if not root.key:
         raise check.fail("root", f"{root.dotted_name} has no primary key: an entry is one row by its key")
     if definition.key is not None and tuple(definition.key) != root.key:
-        raise check.fail("key", f"{', '.join(definition.key)} is not the primary key of {root.dotted_name} "
-                                f"({', '.join(root.key)}): an entry is found by the primary key; leave `key` out or name it")
+        raise check.fail(
+            "key",
+            f"{', '.join(definition.key)} is not the primary key of {root.dotted_name} "
+            f"({', '.join(root.key)}): an entry is found by the primary key; leave `key` out or name it",
+        )
     columns = check.kept("columns", root, definition.columns)
     links = check.links("lookups", root, definition.lookups)
     nested = []
     for alias, child in definition.children.items():
         where = f"children.{alias}"
-        table = check.keyed(f"{where}.table", child.table, ": a child must be found again when it changes or "
-                                                           "moves to another parent")
+        table = check.keyed(
+            f"{where}.table", child.table, ": a child must be found again when it changes or moves to another parent"
+        )
         check.reference(f"{where}.on", child.on, table, root)
         order = tuple(child.order_by) if child.order_by is not None else table.key
         for column in order:
             check.column(f"{where}.order_by", table, column)
         nested.append(Nested(alias, table, tuple(child.on), order, check.kept(f"{where}.columns", table, child.columns)))
     check.no_duplicate_outputs(columns, links, tuple(n.alias for n in nested))
-    return Composite("cache", name, root, columns, links, tuple(nested),
-                     fingerprint=_fingerprint("cache", definition.model_dump()))
+    return Composite(
+        "cache", name, root, columns, links, tuple(nested), fingerprint=_fingerprint("cache", definition.model_dump())
+    )
 
 
 def plan_for(definitions: ViewDefinitions, view: str, tables: Mapping[str, SourceTable]) -> Composite:
@@ -308,9 +336,12 @@ def plans(definitions: ViewDefinitions, tables: Mapping[str, SourceTable]) -> li
 def source_tables(schemas: Iterable[TableSchema]) -> dict[str, SourceTable]:
     """What the plans need of each captured table, by ``schema.table``."""
     return {
-        schema.dotted_name: SourceTable(schema.dotted_name, schema.log_name,
-                                        {c.name: c.type_name for c in schema.columns},
-                                        tuple(c.name for c in schema.key_columns))
+        schema.dotted_name: SourceTable(
+            schema.dotted_name,
+            schema.log_name,
+            {c.name: c.type_name for c in schema.columns},
+            tuple(c.name for c in schema.key_columns),
+        )
         for schema in schemas
     }
 

@@ -34,7 +34,6 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from derived_views import warehouse
-from derived_views.apply import ensure_table
 from derived_views.column_names import from_stored, stored
 from derived_views.composite import Composite, Link, Nested, SourceTable
 from derived_views.context import ViewContext
@@ -96,14 +95,14 @@ def reshaped(plan: Composite, progress: Progress) -> bool:
     return progress.definition != plan.stamp
 
 
-def sync_states(ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: Mapping[str, TableSchema], *,
-                replace: bool) -> list[TableResult]:
+def sync_states(
+    ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: Mapping[str, TableSchema], *, replace: bool
+) -> list[TableResult]:
     """Bring the view's state copy of every table it reads to the range's watermark."""
     results = []
     for table in plan.tables:
         dead_letters = warehouse.dead_letter_path(ctx) if shared(ctx.definitions, table) else path(ctx, plan, "_dead_letter")
-        result = apply_state(ctx, as_of, schemas[table.log_name], state_path(ctx, plan, table), dead_letters,
-                             replace=replace)
+        result = apply_state(ctx, as_of, schemas[table.log_name], state_path(ctx, plan, table), dead_letters, replace=replace)
         if result is not None:
             results.append(result)
     return results
@@ -148,13 +147,14 @@ def composed(ctx: ViewContext, plan: Composite, roots: DataFrame | None) -> Data
         for column in columns:
             internal[(index, column)] = f"_cdc_c{index}_{len(internal)}"
         joined = _state(ctx, plan, link.table).select(
-            *[F.col(quote(c)).alias(internal[(index, c)]) for c in columns], F.col(LSN).alias(f"_cdc_lsn{index}"))
+            *[F.col(quote(c)).alias(internal[(index, c)]) for c in columns], F.col(LSN).alias(f"_cdc_lsn{index}")
+        )
         parent = owners[link.parent]
-        frame = frame.join(joined, _equal([internal[(parent, c)] for c in link.on],
-                                          [internal[(index, c)] for c in link.table.key]), "left")
+        frame = frame.join(
+            joined, _equal([internal[(parent, c)] for c in link.on], [internal[(index, c)] for c in link.table.key]), "left"
+        )
     outputs = [F.col(internal[(0, c)]).alias(c) for c in plan.columns]
-    outputs += [F.col(internal[(owners[link.alias], source)]).alias(name)
-                for link in plan.links for name, source in link.columns]
+    outputs += [F.col(internal[(owners[link.alias], source)]).alias(name) for link in plan.links for name, source in link.columns]
     lsns = [F.col(f"_cdc_lsn{i}") for i in range(len(plan.links) + 1)]
     if plan.children:
         frame, children, child_lsns, members = _with_children(ctx, plan, frame, [internal[(0, c)] for c in plan.root.key])
@@ -166,8 +166,9 @@ def composed(ctx: ViewContext, plan: Composite, roots: DataFrame | None) -> Data
     return frame.select(*outputs, *keys, F.col(KEY), greatest.alias(LSN))
 
 
-def _with_children(ctx: ViewContext, plan: Composite, frame: DataFrame,
-                   root_key: list[str]) -> tuple[DataFrame, list[Column], list[Column], Column]:
+def _with_children(
+    ctx: ViewContext, plan: Composite, frame: DataFrame, root_key: list[str]
+) -> tuple[DataFrame, list[Column], list[Column], Column]:
     """``frame`` joined with each child array (sorted by ``order_by``, then the child's key)."""
     from pyspark.sql import functions as F
 
@@ -181,8 +182,9 @@ def _with_children(ctx: ViewContext, plan: Composite, frame: DataFrame,
         order = F.struct(*[F.col(quote(c)) for c in (*child.order_by, *child.table.key)])
         value = F.struct(*[F.col(quote(c)) for c in child.columns])
         grouped = rows.groupBy(*on).agg(
-            F.transform(F.array_sort(F.collect_list(F.struct(order.alias("o"), value.alias("v")))),
-                        lambda pair: pair["v"]).alias(f"_cdc_rows{index}"),
+            F.transform(F.array_sort(F.collect_list(F.struct(order.alias("o"), value.alias("v")))), lambda pair: pair["v"]).alias(
+                f"_cdc_rows{index}"
+            ),
             F.max(LSN).alias(f"_cdc_child_lsn{index}"),
             F.collect_list(F.concat(F.lit(f"{child.alias}#"), F.col(KEY))).alias(f"_cdc_members{index}"),
         )
@@ -193,8 +195,9 @@ def _with_children(ctx: ViewContext, plan: Composite, frame: DataFrame,
     return frame, arrays, lsns, F.array_sort(F.concat(*members)).alias(CHILDREN)
 
 
-def affected_roots(ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: Mapping[str, TableSchema],
-                   progress: Progress, output: str) -> DataFrame | None:
+def affected_roots(
+    ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: Mapping[str, TableSchema], progress: Progress, output: str
+) -> DataFrame | None:
     """``_cdc_key`` of every root the events after ``progress`` affect (see the module docstring), held
     in the driver: one Spark job per table with events finds them, and the step's later jobs read them
     as a local relation (deterministic, no checkpoint to write); ``None`` when a truncate among them
@@ -208,8 +211,15 @@ def affected_roots(ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: M
         topic = schemas[table.log_name].topic
         if not pending_events(as_of.watermark, [topic], progress):
             continue  # no event of this table in the range
-        batch = load_pending(ctx, as_of, schemas[table.log_name], progress, "latest",
-                             dead_letter_path=path(ctx, plan, "_dead_letter"), target=state_path(ctx, plan, table))
+        batch = load_pending(
+            ctx,
+            as_of,
+            schemas[table.log_name],
+            progress,
+            "latest",
+            dead_letter_path=path(ctx, plan, "_dead_letter"),
+            target=state_path(ctx, plan, table),
+        )
         try:
             if batch.facts.truncates:
                 return None
@@ -227,8 +237,7 @@ def affected_roots(ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: M
                 found.append(reduce(lambda a, b: a.unionByName(b), parts).distinct().toArrow().column(KEY))
         finally:
             batch.release()
-    keys = pc.unique(pa.chunked_array([chunk for column in found for chunk in column.cast(pa.string()).chunks],
-                                      pa.string()))
+    keys = pc.unique(pa.chunked_array([chunk for column in found for chunk in column.cast(pa.string()).chunks], pa.string()))
     return ctx.spark.createDataFrame(pa.table({KEY: keys}), f"{KEY} string")
 
 
@@ -272,15 +281,16 @@ def _parents_of(ctx: ViewContext, plan: Composite, child: Nested, rows: DataFram
 
 
 def table_ddl(frame: DataFrame) -> str:
-    """The DDL of ``frame``'s columns (for :func:`derived_views.apply.ensure_table`)."""
+    """The DDL of ``frame``'s columns (for :meth:`derived_views.table_evolution.TableTypes.ensure`)."""
     return ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in frame.schema.fields)
 
 
 def overwrite(frame: DataFrame, table: str, progress: Progress) -> None:
     """Replace the table at ``table`` with ``frame`` in one commit carrying ``progress`` (promise 6); its
     columns are stored under their stored names (:mod:`derived_views.column_names`)."""
-    with_progress(stored(frame, table).write.format("delta").mode("overwrite").option("overwriteSchema", "true"),
-                  progress).save(table)
+    with_progress(stored(frame, table).write.format("delta").mode("overwrite").option("overwriteSchema", "true"), progress).save(
+        table
+    )
 
 
 def latest_version(ctx: ViewContext, table: str) -> int:
@@ -313,7 +323,7 @@ def merge_roots(ctx: ViewContext, table: str, roots: DataFrame, rows: DataFrame,
     from pyspark.sql import functions as F
 
     rows = stored(rows, table)
-    ensure_table(ctx.spark, table, table_ddl(rows))
+    ctx.types.ensure(ctx.spark, table, table_ddl(rows))
     if roots.isEmpty():
         mark_as_of(ctx, table, progress)
         return

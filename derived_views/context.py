@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from derived_views.apply import forget_tables
 from derived_views.definitions import ViewDefinitions
 from derived_views.errors import SourceSchemaError
 from derived_views.log_location import LogLocation
@@ -24,6 +23,7 @@ from derived_views.log_source import LogWatermark, Offsets, plan_partitions, rea
 from derived_views.progress import Progress, read_progress
 from derived_views.schema import TableSchema, schemas_topic
 from derived_views.spark_session import new_session
+from derived_views.table_evolution import TableTypes
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -70,6 +70,8 @@ class ViewContext:
     _applying: dict[str, threading.Lock] = field(default_factory=dict)
     _lanes: queue.SimpleQueue[ViewContext] = field(default_factory=queue.SimpleQueue)
     _siblings: list[ViewContext] = field(default_factory=list)
+    types: TableTypes = field(default_factory=TableTypes)
+    """The view tables' columns as this context and its siblings know them (:mod:`derived_views.table_evolution`)."""
 
     def __post_init__(self) -> None:
         for key, value in SESSION_CONF.items():
@@ -91,9 +93,18 @@ class ViewContext:
 
     def _sibling(self) -> ViewContext:
         """A context in a session of its own that shares this one's progress, definitions and locks."""
-        sibling = ViewContext(new_session(self.spark), self.views_dir, self.log, self.prefix, self._progress,
-                              self.definitions, deletion_vectors=self.deletion_vectors, writer=self.writer,
-                              _applying=self._applying)
+        sibling = ViewContext(
+            new_session(self.spark),
+            self.views_dir,
+            self.log,
+            self.prefix,
+            self._progress,
+            self.definitions,
+            deletion_vectors=self.deletion_vectors,
+            writer=self.writer,
+            _applying=self._applying,
+            types=self.types,
+        )
         self._siblings.append(sibling)
         return sibling
 
@@ -153,7 +164,7 @@ class ViewContext:
     def forget(self) -> None:
         """Drop cached progress and column types (another process may have written)."""
         self._progress.clear()
-        forget_tables()
+        self.types.forget()
 
     def schemas(self, watermark: LogWatermark) -> dict[str, TableSchema]:
         """Latest column list of every source table as of ``watermark``, by log name.

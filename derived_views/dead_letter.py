@@ -7,13 +7,14 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
-from derived_views.apply import ensure_table
 from derived_views.delta_sql import merge_into
 from derived_views.pending import KEY, LSN
 from derived_views.progress import committing
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from derived_views.table_evolution import TableTypes
 
 
 DEAD_LETTER_DDL = (
@@ -22,23 +23,23 @@ DEAD_LETTER_DDL = (
 )
 
 
-def dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
+def dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str, types: TableTypes) -> None:
     """Record the poison events of ``frame`` in the dead-letter table at ``path`` (idempotent).
 
     The tables of a view share one dead-letter table and may be applied side by side in separate
     sessions, so its creation and MERGEs are serialized in this process (:data:`_DEAD_LETTER_WRITES`)."""
     with _DEAD_LETTER_WRITES:
-        _dead_letter(spark, path, frame, target)
+        _dead_letter(spark, path, frame, target, types)
 
 
 #: Held while a dead-letter table is written (poison events are rare; one lock for all of them).
 _DEAD_LETTER_WRITES = threading.Lock()
 
 
-def _dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) -> None:
+def _dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str, types: TableTypes) -> None:
     from pyspark.sql import functions as F
 
-    ensure_table(spark, path, DEAD_LETTER_DDL)
+    types.ensure(spark, path, DEAD_LETTER_DDL)
     poison = frame.filter(F.col("_cdc_error").isNotNull()).select(
         F.lit(target).alias("target"),
         F.col("_cdc_topic").alias("topic"),
@@ -52,6 +53,8 @@ def _dead_letter(spark: SparkSession, path: str, frame: DataFrame, target: str) 
     )
     with committing(spark, None):
         merge_into(
-            spark, path, poison,
+            spark,
+            path,
+            poison,
             "t.target = s.target AND t.topic = s.topic AND t.partition = s.partition AND t.offset = s.offset",
         ).when_not_matched_insert_all().execute()

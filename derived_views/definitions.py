@@ -73,8 +73,10 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def _plain_name(name: str) -> str:
     if not _NAME.fullmatch(name):
-        raise ValueError(f"the name {name!r} must be letters, digits and _ (not starting with a digit): it becomes "
-                         "a view name, a directory and a JSON key")
+        raise ValueError(
+            f"the name {name!r} must be letters, digits and _ (not starting with a digit): it becomes "
+            "a view name, a directory and a JSON key"
+        )
     return name
 
 
@@ -108,7 +110,6 @@ class JoinDefinition(BaseModel):
     """The join whose table holds ``on`` (default: the root table): a chain of joins."""
     columns: dict[str, str]
     """Output name -> column of the joined table."""
-
 
 
 class ChildDefinition(BaseModel):
@@ -204,8 +205,9 @@ def load(path: Path) -> ViewDefinitions:
         if problem["type"] == "extra_forbidden":
             header, keys = _location(loc[:-1])
             where = f"[{header}{'.' + keys if keys else ''}]"
-            raise ViewsFileError(f"{path}: {_shown(loc)} is not a key of {where} (known: "
-                                 f"{', '.join(_known_keys(loc[:-1]))})") from None
+            raise ViewsFileError(
+                f"{path}: {_shown(loc)} is not a key of {where} (known: {', '.join(_known_keys(loc[:-1]))})"
+            ) from None
         message = str(problem["msg"]).removeprefix("Value error, ")
         raise ViewsFileError(f"{path}: {_shown(loc)}: {message}") from None
 
@@ -215,8 +217,7 @@ _SECTIONS = "[warehouse], [search.<index>], [cache.<entity>]"
 
 def _known_keys(loc: tuple[object, ...]) -> list[str]:
     """The keys the table at ``loc`` may hold, for messages."""
-    models: dict[str, type[BaseModel]] = {"warehouse": WarehouseDefinition, "search": SearchDefinition,
-                                          "cache": CacheDefinition}
+    models: dict[str, type[BaseModel]] = {"warehouse": WarehouseDefinition, "search": SearchDefinition, "cache": CacheDefinition}
     model = models.get(str(loc[0]), ViewDefinitions)
     if len(loc) >= 4:
         model = ChildDefinition if loc[2] == "children" else JoinDefinition

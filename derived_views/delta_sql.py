@@ -46,8 +46,13 @@ def is_delta_table(spark: SparkSession, path: str) -> bool:
 
 #: What ``DESCRIBE DETAIL`` of a path that holds no Delta table fails with (a missing path, or another
 #: format's files).
-_NO_TABLE = ("DELTA_FILE_NOT_FOUND", "FileNotFoundException", "PATH_NOT_FOUND", "DELTA_MISSING_DELTA_TABLE",
-             "is not a Delta table")
+_NO_TABLE = (
+    "DELTA_FILE_NOT_FOUND",
+    "FileNotFoundException",
+    "PATH_NOT_FOUND",
+    "DELTA_MISSING_DELTA_TABLE",
+    "is not a Delta table",
+)
 
 
 def history(spark: SparkSession, path: str, limit: int | None = None) -> DataFrame:
@@ -110,8 +115,7 @@ class Merge:
 
     def statement(self, source_name: str) -> str:
         """The SQL text, the source read from the temporary view ``source_name``."""
-        return (f"MERGE INTO {table_ref(self._path)} AS t USING {source_name} AS s ON {self._on} "
-                + " ".join(self._clauses))
+        return f"MERGE INTO {table_ref(self._path)} AS t USING {source_name} AS s ON {self._on} " + " ".join(self._clauses)
 
     def execute(self) -> None:
         """Run the MERGE: one Delta commit (none when the source is empty).

@@ -26,8 +26,11 @@ from derived_views.schema import quote
 def batch_ddl(columns: list[tuple[str, str]], renamed: dict[str, str]) -> str:
     """The Spark DDL of a typed batch of ``columns`` (source names, view types): its data columns under
     their stored names (``renamed``: source -> stored), then :data:`~derived_views.pending.TYPED_METADATA`."""
-    return ", ".join(f"{quote(renamed.get(name, name))} {spark_type}" for name, spark_type in columns) + (
-        ", " if columns else "") + ", ".join(f"{name} {spark_type}" for name, spark_type in TYPED_METADATA)
+    return (
+        ", ".join(f"{quote(renamed.get(name, name))} {spark_type}" for name, spark_type in columns)
+        + (", " if columns else "")
+        + ", ".join(f"{name} {spark_type}" for name, spark_type in TYPED_METADATA)
+    )
 
 
 def typed_in_driver(events: Any, columns: list[tuple[str, str]], table: str) -> tuple[Any, str] | None:
@@ -50,8 +53,10 @@ def typed_in_driver(events: Any, columns: list[tuple[str, str]], table: str) -> 
         return None  # values that only the key holds: Spark parses them from it
     renamed = stored_names([name for name, _ in columns], table)
     from_after, from_before = after.flatten(), before.flatten()
-    data = {renamed.get(name, name): pc.if_else(after.is_valid(), from_after[i], from_before[i])
-            for i, (name, _) in enumerate(columns)}
+    data = {
+        renamed.get(name, name): pc.if_else(after.is_valid(), from_after[i], from_before[i])
+        for i, (name, _) in enumerate(columns)
+    }
     n = events.num_rows
     metadata = {
         KEY: events.column("key"),

@@ -35,8 +35,10 @@ class UnknownViewError(ViewError):
 
     def __init__(self, name: str, known: list[str], source: str | None = None) -> None:
         defined = f" (as defined by {source})" if source else ""
-        super().__init__(f"unknown view {name!r}: choose one of {', '.join(sorted(known))}{defined}; "
-                         "search indexes and cache entities are defined in the views file (CDC_VIEWS_FILE)")
+        super().__init__(
+            f"unknown view {name!r}: choose one of {', '.join(sorted(known))}{defined}; "
+            "search indexes and cache entities are defined in the views file (CDC_VIEWS_FILE)"
+        )
         self.name = name
 
 

@@ -46,8 +46,11 @@ _WHOLE_STAGE = "spark.sql.codegen.wholeStage"
 
 def pending_events(watermark: LogWatermark, topics: list[str], progress: Progress | None) -> int:
     """Events of ``topics`` up to ``watermark`` after ``progress`` (all of them when ``None``), from offsets alone."""
-    return sum(max(0, end - (progress.next_offset(topic, partition) if progress else 0))
-               for topic in topics for partition, end in watermark.offsets.get(topic, {}).items())
+    return sum(
+        max(0, end - (progress.next_offset(topic, partition) if progress else 0))
+        for topic in topics
+        for partition, end in watermark.offsets.get(topic, {}).items()
+    )
 
 
 def small_tables(paths: Iterable[str]) -> bool:

@@ -37,16 +37,19 @@ class TableFailure:
 
     def line(self) -> str:
         """The failure as one line for logs and ``cdc lag``."""
-        return (f"view {self.view}: table {self.table} failed to apply up to watermark {self.watermark} "
-                f"({self.error}); it stays as of its last sync while the other tables move on")
+        return (
+            f"view {self.view}: table {self.table} failed to apply up to watermark {self.watermark} "
+            f"({self.error}); it stays as of its last sync while the other tables move on"
+        )
 
 
 def summary(error: BaseException) -> str:
     """One line of an error: a Spark/JVM error's own message, without its stack trace."""
     java = getattr(error, "java_exception", None)
     text = str(java.toString()) if java is not None else str(error)  # type: ignore[union-attr]
-    first = next((line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("at ")),
-                 type(error).__name__)
+    first = next(
+        (line.strip() for line in text.splitlines() if line.strip() and not line.strip().startswith("at ")), type(error).__name__
+    )
     return first[:_MESSAGE_CHARS]
 
 
@@ -81,8 +84,11 @@ def read_all(views_dir: str | Path) -> list[TableFailure]:
     out = []
     for path in sorted(directory.glob("*.json")):
         for table, info in sorted(read(views_dir, path.stem).items()):
-            out.append(TableFailure(path.stem, table, str(info.get("error", "")), str(info.get("at", "")),
-                                    str(info.get("watermark", ""))))
+            out.append(
+                TableFailure(
+                    path.stem, table, str(info.get("error", "")), str(info.get("at", "")), str(info.get("watermark", ""))
+                )
+            )
     return out
 
 
@@ -96,8 +102,7 @@ def record(views_dir: str, view: str, failed: dict[str, TableFailure]) -> None:
         path.unlink(missing_ok=True)
         return
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    current = {table: {"error": failure.error, "at": now, "watermark": failure.watermark}
-               for table, failure in failed.items()}
+    current = {table: {"error": failure.error, "at": now, "watermark": failure.watermark} for table, failure in failed.items()}
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
         json.dump(current, handle, sort_keys=True)

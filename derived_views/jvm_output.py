@@ -43,13 +43,24 @@ def driver_java_options() -> str:
 
     return " ".join(filter(None, [DRIVER_JAVA_OPTIONS, java_options()]))
 
+
 #: Lines dropped: the JVM's note on its command line, and the banner Spark prints for an interactive
 #: driver (as pyspark's is) about the shell's log level, which the commands set themselves.
-_DROPPED = ("WARNING: Using incubator modules:", "Setting default log level to ",
-            "To adjust logging level use sc.setLogLevel(", "Using Spark's default log4j profile:")
+_DROPPED = (
+    "WARNING: Using incubator modules:",
+    "Setting default log level to ",
+    "To adjust logging level use sc.setLogLevel(",
+    "Using Spark's default log4j profile:",
+)
 _LOG4J = re.compile(r"^(?P<level>FATAL|ERROR|WARN|INFO|DEBUG|TRACE) (?P<logger>[\w.$-]+): (?P<message>.*)$")
-_LEVELS = {"FATAL": logging.CRITICAL, "ERROR": logging.ERROR, "WARN": logging.WARNING, "INFO": logging.INFO,
-           "DEBUG": logging.DEBUG, "TRACE": logging.DEBUG}
+_LEVELS = {
+    "FATAL": logging.CRITICAL,
+    "ERROR": logging.ERROR,
+    "WARN": logging.WARNING,
+    "INFO": logging.INFO,
+    "DEBUG": logging.DEBUG,
+    "TRACE": logging.DEBUG,
+}
 
 
 def route(line: str) -> None:

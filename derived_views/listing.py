@@ -13,7 +13,7 @@ from pathlib import Path
 
 from derived_views import cache, search, warehouse
 from derived_views.column_names import stored_name
-from derived_views.composite import checked, source_tables
+from derived_views.composite import SourceTable, checked, source_tables
 from derived_views.context import read_schemas
 from derived_views.definitions import ViewDefinitions
 from derived_views.log_location import LogLocation
@@ -59,29 +59,48 @@ def view_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewD
     warehouse's current tables, once the log names those tables).
 
     The definitions are checked against the ``captured`` tables first (:func:`derived_views.composite.checked`)."""
-    tables = []
-    for schema in captured:
-        qualified = schema.dotted_name
-        if not definitions.warehouse.keeps(qualified):
-            continue
-        tables.append(_table(warehouse.NAME, f"{qualified} (current)",
-                             views_dir / warehouse.NAME / "current" / dir_name(schema.log_name), schema.names))
-        if definitions.warehouse.keeps_history(qualified):
-            tables.append(_table(warehouse.NAME, f"{qualified} (history)",
-                                 views_dir / warehouse.NAME / "history" / dir_name(schema.log_name), schema.names))
+    tables = _warehouse_tables(views_dir, captured, definitions)
     plans = {plan.view: plan for plan in checked(definitions, source_tables(captured))} if captured else {}
     for module, names in ((search, definitions.search), (cache, definitions.cache)):
         for name, definition in names.items():
             view = f"{module.NAME}.{name}"
             outputs = plans[view].output_columns if view in plans and module is search else ()
             for table, holds in module.TABLES.items():
-                tables.append(_table(view, holds.replace("root row", f"{definition.root} row"),
-                                     views_dir / module.NAME / name / table, outputs if table == "documents" else ()))
+                tables.append(
+                    _table(
+                        view,
+                        holds.replace("root row", f"{definition.root} row"),
+                        views_dir / module.NAME / name / table,
+                        outputs if table == "documents" else (),
+                    )
+                )
             for source in plans[view].tables if view in plans else ():
-                if definitions.warehouse.keeps(source.dotted_name):  # the warehouse's current table, read by the view
-                    tables.append(_table(view, f"reads {source.dotted_name} (current)",
-                                         views_dir / warehouse.NAME / "current" / dir_name(source.log_name), source.columns))
-                else:
-                    tables.append(_table(view, f"copy of {source.dotted_name}",
-                                         views_dir / module.NAME / name / "_state" / dir_name(source.log_name), source.columns))
+                tables.append(_read_table(views_dir, definitions, module.NAME, name, view, source))
     return tables
+
+
+def _warehouse_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions) -> list[ViewTable]:
+    """The warehouse's current (and, where kept, history) table of each captured table it keeps."""
+    tables = []
+    for schema in captured:
+        qualified = schema.dotted_name
+        if not definitions.warehouse.keeps(qualified):
+            continue
+        for kind in ("current", "history"):
+            if kind == "history" and not definitions.warehouse.keeps_history(qualified):
+                continue
+            path = views_dir / warehouse.NAME / kind / dir_name(schema.log_name)
+            tables.append(_table(warehouse.NAME, f"{qualified} ({kind})", path, schema.names))
+    return tables
+
+
+def _read_table(
+    views_dir: Path, definitions: ViewDefinitions, module: str, name: str, view: str, source: SourceTable
+) -> ViewTable:
+    """A source table a search index or cache entity reads: the warehouse's current table when the
+    warehouse keeps it, else the view's own copy."""
+    if definitions.warehouse.keeps(source.dotted_name):
+        path = views_dir / warehouse.NAME / "current" / dir_name(source.log_name)
+        return _table(view, f"reads {source.dotted_name} (current)", path, source.columns)
+    path = views_dir / module / name / "_state" / dir_name(source.log_name)
+    return _table(view, f"copy of {source.dotted_name}", path, source.columns)

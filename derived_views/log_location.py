@@ -71,15 +71,17 @@ class LogLocation:
             if module is not None:
                 user, password = client.get("sasl.username", ""), client.get("sasl.password", "")
                 options["kafka.sasl.jaas.config"] = (
-                    f"{module} required username={_jaas_quoted(user)} password={_jaas_quoted(password)};")
+                    f"{module} required username={_jaas_quoted(user)} password={_jaas_quoted(password)};"
+                )
         if client.get("ssl.ca.location"):  # inline, so that executors on other machines need no file
             options["kafka.ssl.truststore.type"] = "PEM"
             options["kafka.ssl.truststore.certificates"] = Path(client["ssl.ca.location"]).read_text()
         if client.get("ssl.certificate.location") and client.get("ssl.key.location"):
             options["kafka.ssl.keystore.type"] = "PEM"
             options["kafka.ssl.keystore.certificate.chain"] = Path(client["ssl.certificate.location"]).read_text()
-            options["kafka.ssl.keystore.key"] = _java_key(self.kafka.bootstrap, Path(client["ssl.key.location"]),
-                                                          client.get("ssl.key.password") or None)
+            options["kafka.ssl.keystore.key"] = _java_key(
+                self.kafka.bootstrap, Path(client["ssl.key.location"]), client.get("ssl.key.password") or None
+            )
         return options
 
 
@@ -101,8 +103,7 @@ def _java_key(bootstrap: str, path: Path, password: str | None) -> str:
         key = serialization.load_pem_private_key(path.read_bytes(), password.encode() if password else None)
     except (OSError, ValueError, TypeError) as exc:  # unreadable, not a PEM key, or the wrong password
         raise KafkaLogError.client_settings(bootstrap, f"the key {path} cannot be opened: {exc}") from None
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption()).decode()
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
 
 
 def _jaas_quoted(text: str) -> str:

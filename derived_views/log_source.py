@@ -12,15 +12,9 @@ Offsets are plain dicts::
     {"position": "00000000016B3A28",              # the watermark's commit LSN ("%016X")
      "offsets": {"cdc.public.products": {"0": 120, "1": 97}}}   # next offset per topic-partition
 
-Examples
---------
->>> from derived_views.log_source import LogDataSource, register
->>> register(spark)
->>> df = (spark.read.format("cdclog").option("path", "data/log")
-...       .option("topics", "cdc.public.products").load())
+Read it, once :func:`register` made it known to the session, as
+``spark.read.format("cdclog").option("path", "data/log").option("topics", "cdc.public.products").load()``.
 
-Notes
------
 - End offsets always come from one commit watermark of the log, so a batch never holds part of a
   source transaction (promise 2), and re-reading the same ``[start, end)`` yields the same records.
 - Every Spark input partition is one topic-partition's offset range, so all events of one key stay in
@@ -45,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from derived_views.log_location import LogLocation
+from event_format import LSN_HEADER, SEQUENCE_HEADER, UNCHANGED_HEADER
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -177,11 +172,11 @@ def _arrow_batch(topic: str, partition: int, chunks: Sequence[RecordColumns]) ->
                 for i, headers in enumerate(chunk.headers, at):
                     if not headers:
                         continue
-                    header = first_header(headers, "unchanged")
+                    header = first_header(headers, UNCHANGED_HEADER)
                     unchanged[i] = None if header is None else header.decode(errors="backslashreplace")
                     if value_lengths[i] < 0:
-                        deleted_lsn[i] = _header_int(first_header(headers, "lsn"))
-                        deleted_seq[i] = _header_int(first_header(headers, "sequence"))
+                        deleted_lsn[i] = _header_int(first_header(headers, LSN_HEADER))
+                        deleted_seq[i] = _header_int(first_header(headers, SEQUENCE_HEADER))
             at += len(chunk)
     arrays = [
         pa.array([topic] * n, pa.string()),
@@ -214,8 +209,9 @@ def _text(lengths: Any, pieces: Sequence[memoryview]) -> pa.Array:
     try:
         return raw.cast(pa.string())
     except pa.ArrowInvalid:
-        return pa.array([None if item is None else item.decode(errors="backslashreplace") for item in raw.to_pylist()],
-                        pa.string())
+        return pa.array(
+            [None if item is None else item.decode(errors="backslashreplace") for item in raw.to_pylist()], pa.string()
+        )
 
 
 def _header_int(value: bytes | None) -> int | None:
@@ -286,14 +282,18 @@ def _read_kafka_partition(partition: LogPartition, log: Any) -> Iterator[pa.Reco
         offset = records[-1].offset + 1
         columns: dict[str, list[Any]] = {name: [] for name in _RAW_NAMES}
         for record in records:
-            unchanged = first_header(record.headers, "unchanged")
+            unchanged = first_header(record.headers, UNCHANGED_HEADER)
             tombstone = record.value is None
             for name, item in (
-                ("topic", record.topic), ("partition", record.partition), ("offset", record.offset),
-                ("key", _utf8(record.key)), ("value", _utf8(record.value)), ("timestamp_ms", record.timestamp_ms),
+                ("topic", record.topic),
+                ("partition", record.partition),
+                ("offset", record.offset),
+                ("key", _utf8(record.key)),
+                ("value", _utf8(record.value)),
+                ("timestamp_ms", record.timestamp_ms),
                 ("unchanged", _utf8(unchanged)),
-                ("deleted_lsn", _header_int(first_header(record.headers, "lsn")) if tombstone else None),
-                ("deleted_seq", _header_int(first_header(record.headers, "sequence")) if tombstone else None),
+                ("deleted_lsn", _header_int(first_header(record.headers, LSN_HEADER)) if tombstone else None),
+                ("deleted_seq", _header_int(first_header(record.headers, SEQUENCE_HEADER)) if tombstone else None),
             ):
                 columns[name].append(item)
         yield pa.RecordBatch.from_pydict(columns, schema=_raw_schema())
@@ -365,8 +365,10 @@ class _Options:
     def end(self) -> tuple[str, int, Offsets]:
         if self.ending and self.ending != "watermark":
             parsed = json.loads(self.ending)
-            return str(parsed.get("position", "")), int(parsed.get("timestamp_ms", 0)), _parse_offsets(
-                json.dumps(parsed.get("offsets", parsed))
+            return (
+                str(parsed.get("position", "")),
+                int(parsed.get("timestamp_ms", 0)),
+                _parse_offsets(json.dumps(parsed.get("offsets", parsed))),
             )
         watermark = read_watermark(self.path, self.topics)
         if watermark is None:

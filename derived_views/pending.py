@@ -43,9 +43,18 @@ KEY, LSN, SEQ, TS, OP, UNCHANGED = "_cdc_key", "_cdc_lsn", "_cdc_seq", "_cdc_com
 #: The metadata columns of typed rows, after their data columns, in order, with their Spark types: the
 #: one list :func:`typed` and :mod:`derived_views.driver_typed` both build their rows from.
 TYPED_METADATA: tuple[tuple[str, str], ...] = (
-    (KEY, "string"), (LSN, "bigint"), (SEQ, "bigint"), (TS, "timestamp"), (OP, "string"),
-    (UNCHANGED, "array<string>"), ("_cdc_topic", "string"), ("_cdc_partition", "int"), ("_cdc_offset", "bigint"),
-    ("_cdc_raw", "string"), ("_cdc_error", "string"), ("_cdc_widen", "array<string>"),
+    (KEY, "string"),
+    (LSN, "bigint"),
+    (SEQ, "bigint"),
+    (TS, "timestamp"),
+    (OP, "string"),
+    (UNCHANGED, "array<string>"),
+    ("_cdc_topic", "string"),
+    ("_cdc_partition", "int"),
+    ("_cdc_offset", "bigint"),
+    ("_cdc_raw", "string"),
+    ("_cdc_error", "string"),
+    ("_cdc_widen", "array<string>"),
 )
 
 #: Most keys an insert-only batch may have for the append check (rule 7 of :mod:`derived_views.apply`);
@@ -66,25 +75,31 @@ class LogAsOf:
         offsets = {t: dict(parts) for t, parts in (previous.offsets if previous else {}).items()}
         for topic in topics:
             offsets[topic] = dict(self.watermark.offsets.get(topic, {}))
-        return Progress(offsets, self.watermark.position, self.watermark.timestamp_ms,
-                        previous.definition if previous else "")
+        return Progress(offsets, self.watermark.position, self.watermark.timestamp_ms, previous.definition if previous else "")
 
 
 def read_log(
-    spark: SparkSession, location: LogLocation | str, topics: list[str], start: Offsets, end: Offsets,
-    reduce: str | None = None, columns: list[tuple[str, str]] | None = None,
+    spark: SparkSession,
+    location: LogLocation | str,
+    topics: list[str],
+    start: Offsets,
+    end: Offsets,
+    reduce: str | None = None,
+    columns: list[tuple[str, str]] | None = None,
 ) -> DataFrame:
     """Log rows of ``topics`` in ``[start, end)`` read by Spark tasks, one task per log partition: raw
     (:data:`~derived_views.log_source.RAW_DDL`), or reduced per partition (``reduce`` = ``latest``/``all``,
     rows of :data:`EVENT_DDL`) by the tasks that read them, typed by Arrow as ``columns`` in the same
     parse when given (:mod:`derived_views.typed_rows`). The embedded log is read through the ``cdclog``
-    source, Kafka through Spark's Kafka source (:func:`read_kafka`)."""
+    source, Kafka through Spark's Kafka source (:func:`derived_views.kafka_read.read_kafka`)."""
     import json
 
     from derived_views.log_source import register
 
     location = LogLocation.of(location)
     if location.kafka is not None:
+        from derived_views.kafka_read import read_kafka
+
         return read_kafka(spark, location, topics, start, end, reduce, columns)
     register(spark)
     reader = (
@@ -99,71 +114,6 @@ def read_log(
     if columns is not None:
         reader = reader.option("columns", json.dumps(columns))
     return reader.load()
-
-
-def read_kafka(
-    spark: SparkSession, location: LogLocation, topics: list[str], start: Offsets, end: Offsets,
-    reduce: str | None = None, columns: list[tuple[str, str]] | None = None,
-) -> DataFrame:
-    """:func:`read_log` of a log in Kafka, through Spark's Kafka source.
-
-    The source reads ``read_committed`` and makes one Spark partition per Kafka partition, in offset
-    order, which is what the per-partition reduction needs (every event of a key is in one partition);
-    its rows are mapped to :data:`~derived_views.log_source.RAW_DDL` and reduced by ``mapInArrow``, one
-    Python worker per partition, as the ``cdclog`` source reduces its partitions. ``failOnDataLoss`` stays
-    on: the source skips offsets it cannot see above the partition's earliest offset (compaction's gaps,
-    commit markers, aborted records) as it should, and fails only where records below a range's end are
-    gone from the partition's start (retention or a deleted topic), which a view must not skip.
-    """
-    import functools
-    import json
-
-    from pyspark.sql import functions as F
-
-    from derived_views.log_source import RAW_DDL
-    from derived_views.typed_rows import typed_ddl
-
-    ranges = {topic: {p: (int(start.get(topic, {}).get(p, 0)), int(e)) for p, e in end.get(topic, {}).items()}
-              for topic in topics}
-    ranges = {topic: {p: r for p, r in parts.items() if r[1] > r[0]} for topic, parts in ranges.items()}
-    ranges = {topic: parts for topic, parts in ranges.items() if parts}
-    out_ddl = RAW_DDL if reduce is None else EVENT_DDL if columns is None else f"{EVENT_DDL}, {typed_ddl(columns)}"
-    if not ranges:
-        return spark.createDataFrame([], schema=out_ddl)
-    def header(name: str, as_type: str) -> SparkColumn:
-        return F.expr(f"try_cast(cast(try_element_at(filter(headers, h -> h.key = '{name}'), 1).value AS STRING) "
-                      f"AS {as_type})")
-
-    tombstone = F.col("value").isNull()
-    raw = (
-        spark.read.format("kafka")
-        .options(**location.spark_options())
-        .option("assign", json.dumps({topic: sorted(int(p) for p in parts) for topic, parts in ranges.items()}))
-        .option("startingOffsets", json.dumps({t: {p: r[0] for p, r in parts.items()} for t, parts in ranges.items()}))
-        .option("endingOffsets", json.dumps({t: {p: r[1] for p, r in parts.items()} for t, parts in ranges.items()}))
-        .option("kafka.isolation.level", "read_committed")
-        .option("includeHeaders", "true")
-        .option("failOnDataLoss", "true")
-        .load()
-        .select(
-            F.col("topic"), F.col("partition").cast("int"), F.col("offset"),
-            F.col("key").cast("string").alias("key"), F.col("value").cast("string").alias("value"),
-            F.unix_millis("timestamp").alias("timestamp_ms"),
-            header("unchanged", "STRING").alias("unchanged"),
-            F.when(tombstone, header("lsn", "BIGINT")).alias("deleted_lsn"),
-            F.when(tombstone, header("sequence", "BIGINT")).alias("deleted_seq"),
-        )
-    )
-    if reduce is None:
-        return raw
-    return raw.mapInArrow(functools.partial(_reduce_partition, reduce, columns), out_ddl)
-
-
-def _reduce_partition(mode: str, columns: list[tuple[str, str]] | None, batches: Any) -> Any:
-    """One Kafka partition's raw rows reduced per key (:func:`derived_views.reduction.reduce_table`), in a worker."""
-    from derived_views.typed_rows import row_type
-
-    yield from reduce_table(batches, mode, None if columns is None else row_type(columns)).to_batches()
 
 
 #: A pending range of at most this many log offsets is read and reduced in the driver process and
@@ -183,9 +133,7 @@ def _start(progress: Progress | None, topics: list[str]) -> Offsets:
     return {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
 
 
-def pending_table(
-    as_of: LogAsOf, topics: list[str], progress: Progress | None, mode: str, row: Any | None = None
-) -> Any | None:
+def pending_table(as_of: LogAsOf, topics: list[str], progress: Progress | None, mode: str, row: Any | None = None) -> Any | None:
     """The reduced events (an Arrow table of :data:`EVENT_DDL`, typed as ``row`` when given) of
     ``topics`` a table with ``progress`` has not applied, read in the driver; ``None`` when the range
     holds more than :data:`DRIVER_READ_LIMIT` offsets (then Spark tasks read it, see :func:`typed_batch`)."""
@@ -210,8 +158,14 @@ def arrow_typed(columns: list[tuple[str, str]], plan: Plan | None) -> bool:
 
 
 def typed_batch(
-    spark: SparkSession, as_of: LogAsOf, topics: list[str], progress: Progress | None, mode: str,
-    columns: list[tuple[str, str]], table: str, plan: Plan | None = None,
+    spark: SparkSession,
+    as_of: LogAsOf,
+    topics: list[str],
+    progress: Progress | None,
+    mode: str,
+    columns: list[tuple[str, str]],
+    table: str,
+    plan: Plan | None = None,
 ) -> tuple[DataFrame, BatchFacts]:
     """The pending events typed (:func:`typed`), as a deterministic frame, with their :class:`BatchFacts`.
 
@@ -244,14 +198,21 @@ def typed_batch(
 
 
 def typed_events(
-    spark: SparkSession, as_of: LogAsOf, topics: list[str], progress: Progress | None, mode: str,
-    columns: list[tuple[str, str]], table: str, plan: Plan | None = None,
+    spark: SparkSession,
+    as_of: LogAsOf,
+    topics: list[str],
+    progress: Progress | None,
+    mode: str,
+    columns: list[tuple[str, str]],
+    table: str,
+    plan: Plan | None = None,
 ) -> DataFrame:
     """The pending events of ``topics`` read, reduced and typed by Spark tasks (:func:`typed`): each
     envelope parsed once, by Arrow in the task that reduces it when it can (:func:`arrow_typed`)."""
     typed_columns = columns if arrow_typed(columns, plan) else None
-    raw = read_log(spark, as_of.log, topics, _start(progress, topics), as_of.watermark.offsets, reduce=mode,
-                   columns=typed_columns)
+    raw = read_log(
+        spark, as_of.log, topics, _start(progress, topics), as_of.watermark.offsets, reduce=mode, columns=typed_columns
+    )
     return typed(raw, columns, table, plan)
 
 
@@ -299,52 +260,11 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
     from pyspark.sql import functions as F
 
     plan = plan or [((0, 0), columns)]
-    ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
-    options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_cdc_corrupt"}
-    view_envelope = f"struct<after: struct<{_struct_ddl(columns)}>, before: struct<{_struct_ddl(columns)}>, _cdc_corrupt: string>"
-    view_key = f"struct<{_struct_ddl(columns)}, _cdc_corrupt: string>"
-
-    def envelope(types: list[tuple[str, str]]) -> SparkColumn:
-        parsed = F.from_json(F.col("value"), f"after struct<{_struct_ddl(types)}>, before struct<{_struct_ddl(types)}>, "
-                             "_cdc_corrupt string", options)
-        return parsed if types == columns else parsed.cast(view_envelope)
-
-    def keyed(types: list[tuple[str, str]]) -> SparkColumn:
-        parsed = F.from_json(F.col("key"), ", ".join(f"{quote(n)} {t}" for n, t in types) + ", _cdc_corrupt string",
-                             options)
-        return parsed if types == columns else parsed.cast(view_key)
-
-    env = _by_version(plan, envelope)
-    if "parsed" in events.columns:  # typed by Arrow where it could (see derived_views.typed_rows)
-        env = F.when(F.col("parsed"), F.struct(F.col("after").alias("after"), F.col("before").alias("before"),
-                                                 F.lit(None).cast("string").alias("_cdc_corrupt"))).otherwise(env)
-    # the two JSON parses (not compiled by Spark) get projections of their own, so that the one
-    # picking the columns, which refers to them many times, is compiled
+    parsed = _parsed(events, columns, plan)
     has_after = F.col("_cdc_env.after").isNotNull()
     has_before = F.col("_cdc_env.before").isNotNull()
-    parsed = events.select("*", env.alias("_cdc_env")).select(
-        "*", F.when(~has_after & ~has_before & F.col("key").isNotNull(), _by_version(plan, keyed)).alias("_cdc_keyed")
-    )
     corrupt = (F.col("op") != "t") & (F.col("_cdc_env._cdc_corrupt").isNotNull() | F.col("_cdc_keyed._cdc_corrupt").isNotNull())
-    misfits = []
-    widen = []
-    for index, (name, view_type) in enumerate(columns):
-        def single(types: list[tuple[str, str]], index: int = index) -> SparkColumn:
-            one = _struct_ddl([types[index]])
-            return F.from_json(F.col("value"), f"after struct<{one}>, before struct<{one}>, _cdc_corrupt string",
-                               options).getField("_cdc_corrupt").isNotNull()
-
-        text = F.coalesce(F.get_json_object(F.col("value"), _json_path("after", name)),
-                          F.get_json_object(F.col("value"), _json_path("before", name)))
-        bad = F.col("value").isNotNull() & _by_version(plan, single)
-        misfits.append(F.when(bad, F.concat(F.lit(f"column {quote(name)} ({view_type}) cannot hold "),
-                                            F.coalesce(F.substring(text, 1, 200), F.lit("its value")))))
-        if view_type.startswith("array<") and not view_type.startswith("array<array<"):
-            widen.append(F.when(bad & text.startswith("[["), F.lit(name)))
-    detail = F.concat_ws("; ", *misfits) if misfits else F.lit("")
-    bad = F.when(corrupt, F.concat(
-        F.lit(f"values do not fit the columns of {table}: "),
-        F.when(detail != "", detail).otherwise(F.lit(f"the key or the envelope does not fit ({ddl})"))))
+    bad, widen = _misfits(columns, plan, table, corrupt)
     renamed = stored_names([name for name, _ in columns], table)
     metadata = {
         KEY: F.col("key"),
@@ -361,11 +281,104 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
         "_cdc_widen": F.when(corrupt, F.array_compact(F.array(*widen)) if widen else F.array().cast("array<string>")),
     }
     return parsed.select(
-        *[F.when(has_after, F.col("_cdc_env.after").getField(name))
-          .when(has_before, F.col("_cdc_env.before").getField(name))
-          .otherwise(F.col("_cdc_keyed").getField(name)).alias(renamed.get(name, name)) for name, _ in columns],
+        *[
+            F.when(has_after, F.col("_cdc_env.after").getField(name))
+            .when(has_before, F.col("_cdc_env.before").getField(name))
+            .otherwise(F.col("_cdc_keyed").getField(name))
+            .alias(renamed.get(name, name))
+            for name, _ in columns
+        ],
         *[metadata[name].alias(name) for name, _ in TYPED_METADATA],
     )
+
+
+#: JSON parsing that keeps a row it cannot read, naming it in ``_cdc_corrupt``
+_PERMISSIVE = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": "_cdc_corrupt"}
+
+
+def _parsed(events: DataFrame, columns: list[tuple[str, str]], plan: Plan) -> DataFrame:
+    """``events`` with ``_cdc_env`` (the envelope's ``after`` and ``before``, as parsed by Arrow or else
+    by Spark with the types in force at each event's LSN, cast to ``columns``) and ``_cdc_keyed`` (the
+    key's columns, for an event with neither)."""
+    from pyspark.sql import functions as F
+
+    view_envelope = f"struct<after: struct<{_struct_ddl(columns)}>, before: struct<{_struct_ddl(columns)}>, _cdc_corrupt: string>"
+    view_key = f"struct<{_struct_ddl(columns)}, _cdc_corrupt: string>"
+
+    def envelope(types: list[tuple[str, str]]) -> SparkColumn:
+        parsed = F.from_json(
+            F.col("value"),
+            f"after struct<{_struct_ddl(types)}>, before struct<{_struct_ddl(types)}>, _cdc_corrupt string",
+            _PERMISSIVE,
+        )
+        return parsed if types == columns else parsed.cast(view_envelope)
+
+    def keyed(types: list[tuple[str, str]]) -> SparkColumn:
+        parsed = F.from_json(F.col("key"), ", ".join(f"{quote(n)} {t}" for n, t in types) + ", _cdc_corrupt string", _PERMISSIVE)
+        return parsed if types == columns else parsed.cast(view_key)
+
+    env = _by_version(plan, envelope)
+    if "parsed" in events.columns:  # typed by Arrow where it could (see derived_views.typed_rows)
+        env = F.when(
+            F.col("parsed"),
+            F.struct(
+                F.col("after").alias("after"), F.col("before").alias("before"), F.lit(None).cast("string").alias("_cdc_corrupt")
+            ),
+        ).otherwise(env)
+    # the two JSON parses (not compiled by Spark) get projections of their own, so that the one
+    # picking the columns, which refers to them many times, is compiled
+    has_after = F.col("_cdc_env.after").isNotNull()
+    has_before = F.col("_cdc_env.before").isNotNull()
+    return events.select("*", env.alias("_cdc_env")).select(
+        "*", F.when(~has_after & ~has_before & F.col("key").isNotNull(), _by_version(plan, keyed)).alias("_cdc_keyed")
+    )
+
+
+def _misfits(
+    columns: list[tuple[str, str]], plan: Plan, table: str, corrupt: SparkColumn
+) -> tuple[SparkColumn, list[SparkColumn]]:
+    """The error of a poison event (``corrupt``): each column whose value does not fit its type, with
+    the value; and, per array column, its name when the value is a multi-dimensional array."""
+    from pyspark.sql import functions as F
+
+    misfits = []
+    widen = []
+    for index, (name, view_type) in enumerate(columns):
+
+        def single(types: list[tuple[str, str]], index: int = index) -> SparkColumn:
+            one = _struct_ddl([types[index]])
+            return (
+                F.from_json(F.col("value"), f"after struct<{one}>, before struct<{one}>, _cdc_corrupt string", _PERMISSIVE)
+                .getField("_cdc_corrupt")
+                .isNotNull()
+            )
+
+        text = F.coalesce(
+            F.get_json_object(F.col("value"), _json_path("after", name)),
+            F.get_json_object(F.col("value"), _json_path("before", name)),
+        )
+        bad = F.col("value").isNotNull() & _by_version(plan, single)
+        misfits.append(
+            F.when(
+                bad,
+                F.concat(
+                    F.lit(f"column {quote(name)} ({view_type}) cannot hold "),
+                    F.coalesce(F.substring(text, 1, 200), F.lit("its value")),
+                ),
+            )
+        )
+        if view_type.startswith("array<") and not view_type.startswith("array<array<"):
+            widen.append(F.when(bad & text.startswith("[["), F.lit(name)))
+    detail = F.concat_ws("; ", *misfits) if misfits else F.lit("")
+    ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
+    error = F.when(
+        corrupt,
+        F.concat(
+            F.lit(f"values do not fit the columns of {table}: "),
+            F.when(detail != "", detail).otherwise(F.lit(f"the key or the envelope does not fit ({ddl})")),
+        ),
+    )
+    return error, widen
 
 
 def _stored_unchanged(unchanged: SparkColumn, renamed: dict[str, str]) -> SparkColumn:
@@ -432,8 +445,9 @@ def fact_columns() -> list[SparkColumn]:
 
 
 def facts_of(row: Any) -> BatchFacts:
-    return BatchFacts(int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])), int(row["other"]),
-                      int(row["partial"]))
+    return BatchFacts(
+        int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])), int(row["other"]), int(row["partial"])
+    )
 
 
 def checkpointed(frame: DataFrame) -> tuple[DataFrame, BatchFacts]:

@@ -54,8 +54,12 @@ class Progress:
 
     def to_json(self) -> str:
         """The ``userMetadata`` text."""
-        data: dict[str, Any] = {_MARK: 1, "position": self.position, "watermark_ts_ms": self.watermark_ts_ms,
-                                "offsets": self.offsets}
+        data: dict[str, Any] = {
+            _MARK: 1,
+            "position": self.position,
+            "watermark_ts_ms": self.watermark_ts_ms,
+            "offsets": self.offsets,
+        }
         if self.definition:
             data["definition"] = self.definition
         return json.dumps(

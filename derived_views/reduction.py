@@ -29,7 +29,8 @@ fold changed the event's ``after`` (then a re-serialized envelope), and Spark pa
 from it, so the row values are never decoded and re-encoded in Python. :func:`reduce_table` takes a
 vectorised path (Arrow compute, no Python object per event) whenever the partition's events need no
 fold and hold no truncate or unreadable envelope; it yields the same rows as the per-event path
-(:func:`reduce_events_python`), which handles every other partition. Given the view's columns, the
+(:func:`reduce_events_python`), which handles every other partition (:mod:`derived_views.arrow_reduction`).
+Given the view's columns, the
 vectorised path's one parse of each envelope also types its ``after`` and ``before``
 (:mod:`derived_views.typed_rows`), and those rows carry the typed columns instead of the text.
 """
@@ -41,8 +42,6 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
-
-from derived_views.typed_rows import parse_envelopes, typed_images
 
 #: Spark DDL of the rows :func:`reduce_table` returns (positions matter: Arrow batches match by position).
 EVENT_DDL = (
@@ -82,8 +81,7 @@ class Event:
 
 def tombstone_envelope(lsn: int, seq: int, ts_ms: int) -> str:
     """The envelope a tombstone stands for: a delete at ``(lsn, seq)`` whose row is its key."""
-    return ('{"before":null,"after":null,"op":"d","source":{"lsn":%d,"sequence":%d,"ts_ms":%d}}'
-            % (lsn, seq, ts_ms))
+    return '{"before":null,"after":null,"op":"d","source":{"lsn":%d,"sequence":%d,"ts_ms":%d}}' % (lsn, seq, ts_ms)
 
 
 def decode(
@@ -103,8 +101,18 @@ def decode(
         if key is None or deleted_lsn is None:
             return None
         seq = deleted_seq or 0
-        return Event(topic, partition, offset, key, DELETE, deleted_lsn, seq, timestamp_ms,
-                     raw=tombstone_envelope(deleted_lsn, seq, timestamp_ms), extra={"tombstone": True})
+        return Event(
+            topic,
+            partition,
+            offset,
+            key,
+            DELETE,
+            deleted_lsn,
+            seq,
+            timestamp_ms,
+            raw=tombstone_envelope(deleted_lsn, seq, timestamp_ms),
+            extra={"tombstone": True},
+        )
     try:
         envelope = orjson.loads(value)
         source = envelope["source"]
@@ -189,8 +197,12 @@ def fold_all(events: Iterable[Event]) -> list[Event]:
 
 def _repeats_delete(previous: Event | None, event: Event) -> bool:
     """Whether ``event`` is the tombstone of the delete event ``previous`` (same key and position)."""
-    return (event.extra.get("tombstone", False) and previous is not None and previous.op == DELETE
-            and previous.position == event.position)
+    return (
+        event.extra.get("tombstone", False)
+        and previous is not None
+        and previous.op == DELETE
+        and previous.position == event.position
+    )
 
 
 def envelope_text(event: Event) -> str | None:
@@ -239,17 +251,23 @@ def decode_all(columns: dict[str, list[Any]]) -> Iterator[Event]:
             yield event
 
 
-_OPS = ("r", "c", "u", "d")
-
-
-def _out_schema(row: Any | None = None) -> Any:
+def out_schema(row: Any | None = None) -> Any:
     """The Arrow schema of reduced rows: :data:`EVENT_DDL`, plus the typed columns when ``row`` is given."""
     import pyarrow as pa
 
     names = [part.strip().split(" ")[0] for part in EVENT_DDL.split(",")]
     types = [
-        pa.string(), pa.int32(), pa.int64(), pa.string(), pa.string(), pa.int64(), pa.int64(),
-        pa.int64(), pa.string(), pa.list_(pa.string()), pa.string(),
+        pa.string(),
+        pa.int32(),
+        pa.int64(),
+        pa.string(),
+        pa.string(),
+        pa.int64(),
+        pa.int64(),
+        pa.int64(),
+        pa.string(),
+        pa.list_(pa.string()),
+        pa.string(),
     ]
     fields = list(zip(names, types, strict=True))
     if row is not None:
@@ -266,187 +284,8 @@ def _untyped(table: Any, row: Any | None) -> Any:
     n = table.num_rows
     return pa.Table.from_arrays(
         [*table.columns, pa.array([False] * n, pa.bool_()), pa.nulls(n, row), pa.nulls(n, row)],
-        schema=_out_schema(row),
+        schema=out_schema(row),
     )
-
-
-def reduce_vectorised(table: Any, mode: str, row: Any | None = None) -> Any | None:
-    """The reduction of raw log rows (an Arrow table) with Arrow compute, or ``None`` when it cannot apply.
-
-    It applies when no row carries an ``unchanged`` header (nothing to fold), every value is a one-line
-    envelope with op ``r``/``c``/``u``/``d`` and a numeric LSN (no truncate, no unreadable event).
-    Tombstones are dropped. ``latest`` keeps per key the event with the greatest ``(lsn, sequence)``
-    (the later one in the log on a tie) and every keyless event; ``all`` keeps every event in order.
-
-    With ``row`` (:func:`derived_views.typed_rows.row_type`) the same parse types ``after`` and
-    ``before``: the rows then carry them (``parsed`` true) and no envelope text, or, when a value does
-    not parse exactly, their envelope text for Spark (``parsed`` false).
-    """
-    import numpy as np
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    table = _with_tombstone_envelopes(table)
-    schema = _out_schema(row)
-    if table.num_rows == 0:
-        return schema.empty_table()
-    if table.column("unchanged").null_count != table.num_rows:
-        return None
-    values = table.column("value")
-    texts = _envelope_lines(values)
-    if texts is None:
-        return None
-    parsed = parse_envelopes(texts, row)
-    images = None
-    if parsed is not None and row is not None:
-        images = typed_images(parsed, row)
-    elif parsed is None and row is not None:
-        parsed = parse_envelopes(texts, None)
-    if parsed is None or parsed.num_rows != table.num_rows:
-        return None
-    op = parsed.column("op").combine_chunks()
-    source = parsed.column("source").combine_chunks()
-    if op.null_count or source.null_count or not pc.all(pc.is_in(op, pa.array(_OPS))).as_py():
-        return None
-    lsn = source.field("lsn")
-    if lsn.null_count:
-        return None
-    seq = pc.fill_null(source.field("sequence"), 0)
-    ts = pc.fill_null(source.field("ts_ms"), 0)
-    n = table.num_rows
-    typed: list[Any] = []
-    if row is not None:
-        after, before = images if images is not None else (pa.nulls(n, row), pa.nulls(n, row))
-        typed = [pa.array(np.full(n, images is not None)), after, before]
-        if images is not None:  # Spark reads the typed columns; the text would only be carried along
-            values = pa.chunked_array([pa.nulls(n, pa.string())])
-    repeated = _tombstones_after_their_delete(table, op, lsn, seq)
-    if repeated is not None:
-        keep = pc.invert(repeated)
-        table, values, op, lsn, seq, ts = (x.filter(keep) for x in (table, values, op, lsn, seq, ts))
-        typed = [x.filter(keep) for x in typed]
-        n = table.num_rows
-    columns = {
-        "topic": table.column("topic").combine_chunks(),
-        "partition": table.column("partition").combine_chunks().cast(pa.int32()),
-        "offset": table.column("offset").combine_chunks(),
-        "key": table.column("key").combine_chunks(),
-        "op": op,
-        "lsn": lsn,
-        "seq": seq,
-        "commit_ts_ms": ts,
-        "value": values,
-        "unchanged": pa.ListArray.from_arrays(pa.Array.from_pandas(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string())),
-        "error": pa.nulls(n, pa.string()),
-    }
-    out = pa.Table.from_arrays([_chunked(column) for column in [*columns.values(), *typed]], schema=schema)
-    if mode != "latest":
-        return out
-    keyed = pc.is_valid(columns["key"])
-    row_number = pa.Array.from_pandas(np.arange(n, dtype=np.int64))
-    order = pa.table({"key": columns["key"], "lsn": lsn, "seq": seq, "row": row_number}).filter(keyed)
-    if not _in_position_order(order.column("lsn").combine_chunks(), order.column("seq").combine_chunks()):
-        order = order.take(pc.sort_indices(order, [("lsn", "ascending"), ("seq", "ascending"), ("row", "ascending")]))
-        order = pa.table({"key": order.column("key"), "row": order.column("row"),
-                          "rank": pa.Array.from_pandas(np.arange(order.num_rows, dtype=np.int64))})
-        last = order.group_by("key").aggregate([("rank", "max")]).column("rank_max")
-        rows = pc.take(order.column("row"), last)
-    else:
-        rows = order.group_by("key").aggregate([("row", "max")]).column("row_max")
-    # the chosen rows in log order: a mask over the rows (keyless ones and each key's latest)
-    chosen = pc.invert(keyed).to_numpy(zero_copy_only=False).copy()
-    chosen[(rows.combine_chunks() if isinstance(rows, pa.ChunkedArray) else rows).to_numpy()] = True
-    if chosen.all():
-        return out
-    return out.filter(pa.array(chosen))
-
-
-def _chunked(column: Any) -> Any:
-    import pyarrow as pa
-
-    return column if isinstance(column, pa.ChunkedArray) else pa.chunked_array([column])
-
-
-def _envelope_lines(values: Any) -> list[Any] | None:
-    """The envelopes of ``values`` (a chunked string column without nulls) as newline-delimited JSON
-    buffers, one per chunk and without copying the column first; ``None`` when a value holds a newline.
-    """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    texts = []
-    for chunk in values.chunks:
-        if len(chunk) == 0:
-            continue
-        chunk = chunk.cast(pa.large_string())
-        offsets = pa.Array.from_buffers(pa.int64(), len(chunk) + 1, [None, chunk.buffers()[1]], offset=chunk.offset)
-        first, last = offsets[0].as_py(), offsets[-1].as_py()
-        data = chunk.buffers()[2]
-        if data is not None and last > first and data.slice(first, last - first).to_pybytes().find(b"\n") >= 0:
-            return None
-        lines = pc.binary_join_element_wise(chunk, pa.scalar("", pa.large_string()), pa.scalar("\n", pa.large_string()))
-        bounds = pa.Array.from_buffers(pa.int64(), len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset)
-        texts.append(lines.buffers()[2][bounds[0].as_py() : bounds[-1].as_py()])
-    return texts
-
-
-def _with_tombstone_envelopes(table: Any) -> Any:
-    """Raw rows without tombstones, except positioned ones, whose value becomes :func:`tombstone_envelope`."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    valued = pc.is_valid(table.column("value"))
-    if "deleted_lsn" not in table.column_names:
-        return table.filter(valued)
-    tombstone = pc.and_(pc.and_(pc.invert(valued), pc.is_valid(table.column("deleted_lsn"))),
-                        pc.is_valid(table.column("key")))
-    table = table.filter(pc.or_(valued, tombstone))
-    if table.num_rows == 0 or not pc.any(pc.is_null(table.column("value"))).as_py():
-        return table
-
-    def text(name: str, fill: int = 0) -> Any:
-        return pc.fill_null(table.column(name), fill).cast(pa.string())
-
-    synthesized = pc.binary_join_element_wise(
-        '{"before":null,"after":null,"op":"d","source":{"lsn":', text("deleted_lsn"), ',"sequence":',
-        text("deleted_seq"), ',"ts_ms":', text("timestamp_ms"), "}}", "",
-    )
-    values = pc.coalesce(table.column("value"), synthesized)
-    return table.set_column(table.column_names.index("value"), "value", values)
-
-
-def _tombstones_after_their_delete(table: Any, op: Any, lsn: Any, seq: Any) -> Any | None:
-    """Mask of the tombstones whose delete event is the row right before them (same key and position)."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    if "deleted_lsn" not in table.column_names or table.num_rows < 2:
-        return None
-    tombstone = pc.is_valid(table.column("deleted_lsn").combine_chunks())
-    if not pc.any(tombstone).as_py():
-        return None
-    key = table.column("key").combine_chunks()
-    n = table.num_rows
-
-    def previous(array: Any) -> Any:
-        return pa.concat_arrays([pa.nulls(1, array.type), array.slice(0, n - 1)])
-
-    same = pc.and_(pc.equal(previous(key), key), pc.equal(previous(op), pa.scalar(DELETE)))
-    same = pc.and_(same, pc.and_(pc.equal(previous(lsn), lsn), pc.equal(previous(seq), seq)))
-    same = pc.and_(same, pc.invert(previous(tombstone)))
-    return pc.fill_null(pc.and_(tombstone, same), False)
-
-
-def _in_position_order(lsn: Any, seq: Any) -> bool:
-    """Whether ``(lsn, seq)`` never decreases from one row to the next."""
-    import pyarrow.compute as pc
-
-    if len(lsn) < 2:
-        return True
-    head_lsn, next_lsn = lsn.slice(0, len(lsn) - 1), lsn.slice(1)
-    head_seq, next_seq = seq.slice(0, len(seq) - 1), seq.slice(1)
-    later = pc.or_(pc.greater(next_lsn, head_lsn), pc.and_(pc.equal(next_lsn, head_lsn), pc.greater_equal(next_seq, head_seq)))
-    return bool(pc.all(later).as_py())
 
 
 def reduce_events_python(events: list[Event], mode: str, row: Any | None = None) -> Any:
@@ -455,7 +294,7 @@ def reduce_events_python(events: list[Event], mode: str, row: Any | None = None)
     import pyarrow as pa
 
     reduced = latest_per_key(events) if mode == "latest" else fold_all(events)
-    schema = _out_schema()
+    schema = out_schema()
     rows = [to_row(event) for event in reduced]
     arrays = [pa.array([row[i] for row in rows], type=column.type) for i, column in enumerate(schema)]
     return _untyped(pa.Table.from_arrays(arrays, schema=schema), row)
@@ -465,7 +304,7 @@ def reduce_table(batches: Iterable[Any], mode: str, row: Any | None = None) -> A
     """Reduce one log partition's raw rows (Arrow batches) to the events of :data:`EVENT_DDL` (an Arrow table).
 
     ``mode`` is ``"latest"`` (:func:`latest_per_key`) or ``"all"`` (:func:`fold_all`). The vectorised
-    path (:func:`reduce_vectorised`) is taken when it applies, else the per-event one. With ``row``
+    path (:func:`derived_views.arrow_reduction.reduce_vectorised`) is taken when it applies, else the per-event one. With ``row``
     (:func:`derived_views.typed_rows.row_type`) the rows also carry ``parsed``, ``after`` and
     ``before`` (:func:`derived_views.typed_rows.typed_ddl`), typed when the vectorised path could.
     """
@@ -473,8 +312,10 @@ def reduce_table(batches: Iterable[Any], mode: str, row: Any | None = None) -> A
 
     collected = list(batches)
     if not collected:
-        return _out_schema(row).empty_table()
+        return out_schema(row).empty_table()
     table = pa.Table.from_batches(collected)
+    from derived_views.arrow_reduction import reduce_vectorised
+
     out = reduce_vectorised(table, mode, row)
     if out is None:
         out = reduce_events_python(list(decode_all(table.to_pydict())), mode, row)

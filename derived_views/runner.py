@@ -50,6 +50,7 @@ from derived_views.log_source import LogWatermark, read_watermark
 from derived_views.pending import LogAsOf
 from derived_views.progress import is_local
 from derived_views.steps import TableResult
+from event_format import SNAPSHOT_POSITION
 from log_store.atomic_file import make_dirs, write_atomic
 from log_store.errors import LogLockedError
 from log_store.lock import FileLock, holder_pid
@@ -84,19 +85,15 @@ def resolve(names: list[str] | tuple[str, ...], definitions: ViewDefinitions) ->
     return chosen or known
 
 
-#: Watermark position of groups written while capture's initial snapshot is still being copied.
-SNAPSHOT_IN_PROGRESS = "0" * 16
-
-
 def latest(ctx: ViewContext) -> LogWatermark | None:
     """The log's latest commit watermark; ``None`` before capture wrote a complete initial snapshot.
 
     While the first snapshot is copied, capture publishes its groups at position
-    :data:`SNAPSHOT_IN_PROGRESS`: those hold part of the tables and no source commit, so a view never
+    :data:`event_format.SNAPSHOT_POSITION`: those hold part of the tables and no source commit, so a view never
     syncs to them (promise 5: a view equals the source as of the commit it records).
     """
     watermark = read_watermark(ctx.log)
-    if watermark is None or watermark.position == SNAPSHOT_IN_PROGRESS:
+    if watermark is None or watermark.position == SNAPSHOT_POSITION:
         return None
     return watermark
 
@@ -182,9 +179,7 @@ def _step_holding_locks(ctx: ViewContext, chosen: list[str], *, replace: bool) -
     watermark = latest(ctx)
     if watermark is None:
         if replace:
-            raise LogUnavailableError(
-                f"the log at {ctx.log} holds no complete snapshot yet: run `cdc capture` before a rebuild"
-            )
+            raise LogUnavailableError(f"the log at {ctx.log} holds no complete snapshot yet: run `cdc capture` before a rebuild")
         return StepReport(None, {})
     plans, broken = _plans(ctx, watermark, chosen)
     as_of = LogAsOf(ctx.log, watermark)
@@ -194,8 +189,11 @@ def _step_holding_locks(ctx: ViewContext, chosen: list[str], *, replace: bool) -
     for name in chosen:
         results = synced[name]
         events[name] = sum(r.events for r in results)
-        failures = {_table_name(ctx, r.path): TableFailure(name, _table_name(ctx, r.path), r.error, "", watermark.position)
-                    for r in results if r.error is not None}
+        failures = {
+            _table_name(ctx, r.path): TableFailure(name, _table_name(ctx, r.path), r.error, "", watermark.position)
+            for r in results
+            if r.error is not None
+        }
         record_failures(ctx.views_dir, name, failures)
         failed.extend(failures.values())
     return StepReport(watermark, events, tuple(failed))
@@ -206,8 +204,14 @@ def _step_holding_locks(ctx: ViewContext, chosen: list[str], *, replace: bool) -
 VIEWS_SIDE_BY_SIDE = 2
 
 
-def _sync_all(ctx: ViewContext, as_of: LogAsOf, chosen: list[str], plans: dict[str, Composite],
-              broken: dict[str, ViewsFileError], replace: bool) -> dict[str, list[TableResult]]:
+def _sync_all(
+    ctx: ViewContext,
+    as_of: LogAsOf,
+    chosen: list[str],
+    plans: dict[str, Composite],
+    broken: dict[str, ViewsFileError],
+    replace: bool,
+) -> dict[str, list[TableResult]]:
     """Each chosen view's results: the warehouse first (the others read its current tables), then the
     search indexes and cache entities side by side, each in a session of its own
     (:meth:`~derived_views.context.ViewContext.lane`). A rebuild applies them one at a time."""
@@ -218,8 +222,7 @@ def _sync_all(ctx: ViewContext, as_of: LogAsOf, chosen: list[str], plans: dict[s
         return synced
     pool = ThreadPoolExecutor(max_workers=VIEWS_SIDE_BY_SIDE, thread_name_prefix="views")
     try:
-        futures = {name: pool.submit(_sync_view, ctx, as_of, name, plans, broken, replace, in_lane=True)
-                   for name in others}
+        futures = {name: pool.submit(_sync_view, ctx, as_of, name, plans, broken, replace, in_lane=True) for name in others}
         synced.update({name: future.result() for name, future in futures.items()})
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)  # a view error stops the step: start no other view
@@ -228,8 +231,16 @@ def _sync_all(ctx: ViewContext, as_of: LogAsOf, chosen: list[str], plans: dict[s
     return synced
 
 
-def _sync_view(ctx: ViewContext, as_of: LogAsOf, name: str, plans: dict[str, Composite],
-               broken: dict[str, ViewsFileError], replace: bool, *, in_lane: bool = False) -> list[TableResult]:
+def _sync_view(
+    ctx: ViewContext,
+    as_of: LogAsOf,
+    name: str,
+    plans: dict[str, Composite],
+    broken: dict[str, ViewsFileError],
+    replace: bool,
+    *,
+    in_lane: bool = False,
+) -> list[TableResult]:
     """The view's table results (``in_lane``: applied in a lane of ``ctx``, see :meth:`ViewContext.lane`); a
     failure of the view as a whole becomes one failed result, except a :class:`ViewError` the user must
     act on, which stops the step."""
@@ -295,7 +306,7 @@ def _sync(ctx: ViewContext, as_of: LogAsOf, name: str, plans: dict[str, Composit
 def _table_name(ctx: ViewContext, path: str) -> str:
     """A table's path relative to the views directory (``warehouse/current/public.orders``)."""
     root = ctx.views_dir.rstrip("/") + "/"
-    return path[len(root):] if path.startswith(root) else path
+    return path[len(root) :] if path.startswith(root) else path
 
 
 #: Seconds a continuous sync may go without a request to its Spark sessions (a Spark Connect server drops

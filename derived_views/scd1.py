@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from derived_views.apply import append, ensure_table, meets_table, newer, overwrite
+from derived_views.apply import append, meets_table, newer, overwrite
 from derived_views.delta_sql import merge_into
 from derived_views.pending import KEY, LSN, OP, SEQ, TS, UNCHANGED
 from derived_views.progress import Progress, committing
@@ -25,6 +25,8 @@ from derived_views.schema import quote, sql_string
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from derived_views.table_evolution import TableTypes
 
 
 CURRENT_META_DDL = f"{KEY} string, {LSN} bigint, {SEQ} bigint, {TS} timestamp, {OP} string"
@@ -42,6 +44,7 @@ def merge_current(
     inserts_only: bool = False,
     keys: Sequence[str] | None = None,
     whole_rows: bool = False,
+    types: TableTypes,
 ) -> None:
     """Apply latest-per-key typed rows to the SCD1 table at ``path`` in one commit (see module docstring).
 
@@ -57,14 +60,15 @@ def merge_current(
     ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " + CURRENT_META_DDL
     if replace:
         kept = rows.filter(F.col(OP) != "d").select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP)
-        overwrite(kept, path, progress)
+        overwrite(kept, path, progress, types)
         return
-    ensure_table(spark, path, ddl)
+    types.ensure(spark, path, ddl)
     if inserts_only and not meets_table(spark, path, rows, keys):
         append(spark, path, rows.select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP), progress)
         return
     update = {
-        quote(n): f"s.{quote(n)}" if whole_rows
+        quote(n): f"s.{quote(n)}"
+        if whole_rows
         else f"CASE WHEN array_contains(s.{UNCHANGED}, {sql_string(n)}) THEN t.{quote(n)} ELSE s.{quote(n)} END"
         for n in names
     }

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from derived_views.apply import append, ensure_table, meets_table, overwrite
+from derived_views.apply import append, meets_table, overwrite
 from derived_views.delta_sql import merge_into
 from derived_views.pending import KEY, LSN, OP, SEQ, TS, UNCHANGED
 from derived_views.progress import Progress, committing
@@ -27,6 +27,8 @@ from derived_views.schema import quote
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
     from pyspark.sql import DataFrame, SparkSession
+
+    from derived_views.table_evolution import TableTypes
 
 
 HISTORY_META_DDL = (
@@ -59,6 +61,7 @@ def merge_history(
     inserts_only: bool = False,
     keys: Sequence[str] | None = None,
     whole_rows: bool = False,
+    types: TableTypes,
 ) -> None:
     """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring).
 
@@ -66,16 +69,31 @@ def merge_history(
     current versions (which are not read). ``inserts_only`` appends the versions instead of merging
     them when no key of the batch (``keys`` when known) is current in the table (rule 7).
     """
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     names = [n for n, _ in columns]
     ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " + HISTORY_META_DDL
     events = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t") & F.col(KEY).isNotNull())
     if not replace:
-        ensure_table(spark, path, ddl)
+        types.ensure(spark, path, ddl)
         if not whole_rows:
             events = _fill_from_current(spark, path, events, names)
+    versions = _versions(events, names, truncates)
+    if replace:
+        overwrite(versions.drop("_rank"), path, progress, types)
+        return
+    if inserts_only and not meets_table(spark, path, events, keys, current_only=True):
+        append(spark, path, versions.drop("_rank"), progress)
+        return
+    _merge_versions(spark, path, _with_closes(versions, columns, truncates), names, truncates, progress)
+
+
+def _versions(events: DataFrame, names: list[str], truncates: tuple[int, ...]) -> DataFrame:
+    """One version row per event: valid from the event, to the key's next event (a delete: to itself;
+    a truncate in between: to the truncate), with ``_rank`` the event's place among its key's."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     by_key = Window.partitionBy(KEY).orderBy(LSN, SEQ)
     nxt = events.select(
         "*",
@@ -106,12 +124,16 @@ def merge_history(
         OP,
         F.col("_rank"),
     )
-    if replace:
-        overwrite(versions.drop("_rank"), path, progress)
-        return
-    if inserts_only and not meets_table(spark, path, events, keys, current_only=True):
-        append(spark, path, versions.drop("_rank"), progress)
-        return
+    return versions
+
+
+def _with_closes(versions: DataFrame, columns: list[tuple[str, str]], truncates: tuple[int, ...]) -> DataFrame:
+    """The staged union: every version (``_merge_key`` NULL, inserted), and per key a *close* row keyed
+    ``_merge_key`` that ends the table's current version where the batch's first version (or an earlier
+    truncate) begins."""
+    from pyspark.sql import functions as F
+
+    names = [n for n, _ in columns]
     first = versions.filter(F.col("_rank") == 1)
     first_truncate = _close_at(truncates, F.lit(-1), F.col("_cdc_valid_from_lsn"))
     close_lsn = F.col("_cdc_valid_from_lsn")
@@ -143,7 +165,15 @@ def merge_history(
         F.lit(False).alias("_cdc_is_current"),
         F.lit("close").alias(OP),
     )
-    merged = staged.unionByName(close_full)
+    return staged.unionByName(close_full)
+
+
+def _merge_versions(
+    spark: SparkSession, path: str, merged: DataFrame, names: list[str], truncates: tuple[int, ...], progress: Progress
+) -> None:
+    """The MERGE of the staged union into the table at ``path``, in one commit carrying ``progress``: a
+    close row ends the key's current version when it is newer, a version row is inserted, and a
+    truncate ends every current version that began before it."""
     newer = (
         "(s._cdc_valid_from_lsn > t._cdc_valid_from_lsn OR "
         "(s._cdc_valid_from_lsn = t._cdc_valid_from_lsn AND s._cdc_valid_from_seq > t._cdc_valid_from_seq))"
@@ -153,8 +183,15 @@ def merge_history(
         {
             c: f"s.{c}"
             for c in (
-                KEY, "_cdc_valid_from_lsn", "_cdc_valid_from_seq", "_cdc_valid_from_ts", "_cdc_valid_to_lsn",
-                "_cdc_valid_to_seq", "_cdc_valid_to_ts", "_cdc_is_current", OP,
+                KEY,
+                "_cdc_valid_from_lsn",
+                "_cdc_valid_from_seq",
+                "_cdc_valid_from_ts",
+                "_cdc_valid_to_lsn",
+                "_cdc_valid_to_seq",
+                "_cdc_valid_to_ts",
+                "_cdc_is_current",
+                OP,
             )
         }
     )
@@ -186,7 +223,8 @@ def _fill_from_current(spark: SparkSession, path: str, events: DataFrame, names:
     from pyspark.sql import functions as F
 
     current = (
-        spark.read.format("delta").load(path)
+        spark.read.format("delta")
+        .load(path)
         .filter(F.col("_cdc_is_current"))
         .select(F.col(KEY).alias("_fill_key"), *[F.col(quote(n)).alias(f"_fill_{i}") for i, n in enumerate(names)])
     )

@@ -137,11 +137,9 @@ class TableSchema:
 
     def _history(self, column: Column) -> list[tuple[int, Column | None]]:
         """``(from LSN, the column as that version had it, or None)`` for every version, oldest first."""
-        return [(version.lsn, next((c for c in version.columns if column.same_column(c)), None))
-                for version in self._versions()]
+        return [(version.lsn, next((c for c in version.columns if column.same_column(c)), None)) for version in self._versions()]
 
-    def view_columns(self, existing: Mapping[str, str] | None = None,
-                     text: Collection[str] = ()) -> list[tuple[str, str]]:
+    def view_columns(self, existing: Mapping[str, str] | None = None, text: Collection[str] = ()) -> list[tuple[str, str]]:
         """``(name, Spark type)`` of every current column as a view stores it.
 
         The type holds every value the column has had (:func:`~derived_views.column_types.widest` over
@@ -192,8 +190,7 @@ class TableSchema:
             if stored_name(column.name) in existing:
                 continue
             for _, was in reversed(self._history(column)):
-                if (was is not None and was.name != column.name and stored_name(was.name) in existing
-                        and was.name not in out):
+                if was is not None and was.name != column.name and stored_name(was.name) in existing and was.name not in out:
                     out[was.name] = column.name
                     break
         return out
@@ -242,10 +239,19 @@ class TableSchema:
             for column in record["columns"]
         )
         versions = tuple(
-            SchemaVersion(int(version.get("lsn", 0)), tuple(
-                Column(name=str(c["name"]), type_name=str(c["type"]), typmod=int(c.get("typmod", -1)),
-                       attnum=int(c.get("attnum", 0)))
-                for c in version["columns"]), int(version.get("sequence", 0)))
+            SchemaVersion(
+                int(version.get("lsn", 0)),
+                tuple(
+                    Column(
+                        name=str(c["name"]),
+                        type_name=str(c["type"]),
+                        typmod=int(c.get("typmod", -1)),
+                        attnum=int(c.get("attnum", 0)),
+                    )
+                    for c in version["columns"]
+                ),
+                int(version.get("sequence", 0)),
+            )
             for version in record.get("versions", [])
         )
         return cls(

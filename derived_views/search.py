@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
-from derived_views.apply import ensure_table
 from derived_views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
 from derived_views.column_names import from_stored, stored_name
 from derived_views.composite import Composite
@@ -78,14 +77,17 @@ def _term_rows(plan: Composite, docs: DataFrame) -> DataFrame:
     from pyspark.sql.types import ArrayType
 
     types = {f.name: f.dataType for f in docs.schema.fields}
-    parts = [F.array_join(F.col(quote(c)), " ") if isinstance(types[c], ArrayType) else F.col(quote(c)).cast("string")
-             for c in plan.text]
+    parts = [
+        F.array_join(F.col(quote(c)), " ") if isinstance(types[c], ArrayType) else F.col(quote(c)).cast("string")
+        for c in plan.text
+    ]
     text = F.concat_ws(" ", *parts)
     words = F.filter(F.split(F.lower(text), SPARK_SPLIT), lambda t: t != "")
     tokens = docs.select(F.col(KEY).alias("doc"), words.alias("tokens"))
     exploded = tokens.select("doc", F.size("tokens").alias("doc_len"), F.explode("tokens").alias("term"))
-    return exploded.groupBy("doc", "term").agg(F.count(F.lit(1)).cast("int").alias("tf"),
-                                               F.first("doc_len").cast("int").alias("doc_len"))
+    return exploded.groupBy("doc", "term").agg(
+        F.count(F.lit(1)).cast("int").alias("tf"), F.first("doc_len").cast("int").alias("doc_len")
+    )
 
 
 def _merge_terms(ctx: ViewContext, table: str, roots: DataFrame, terms: DataFrame, progress: Progress) -> None:
@@ -93,22 +95,27 @@ def _merge_terms(ctx: ViewContext, table: str, roots: DataFrame, terms: DataFram
     longer has is deleted by the same MERGE (its row in the source carries ``_cdc_drop``)."""
     from pyspark.sql import functions as F
 
-    ensure_table(ctx.spark, table, TERMS_DDL)
+    ctx.types.ensure(ctx.spark, table, TERMS_DDL)
     if roots.isEmpty():
         mark_as_of(ctx, table, progress)
         return
     docs = roots.select(F.col(KEY).alias("doc"))
     old = ctx.spark.read.format("delta").load(table).join(docs, "doc", "left_semi").select("doc", "term")
     stale = old.join(terms.select("doc", "term"), ["doc", "term"], "left_anti").select(
-        "doc", "term", F.lit(None).cast("int").alias("tf"), F.lit(None).cast("int").alias("doc_len"),
-        F.lit(True).alias("_cdc_drop"))
+        "doc",
+        "term",
+        F.lit(None).cast("int").alias("tf"),
+        F.lit(None).cast("int").alias("doc_len"),
+        F.lit(True).alias("_cdc_drop"),
+    )
     source = terms.select("doc", "term", "tf", "doc_len", F.lit(False).alias("_cdc_drop")).unionByName(stale)
     builder = (
         merge_into(ctx.spark, table, source, "t.doc = s.doc AND t.term = s.term")
         .when_matched_delete(condition="s._cdc_drop")
         .when_matched_update({"tf": "s.tf", "doc_len": "s.doc_len"})
-        .when_not_matched_insert({"doc": "s.doc", "term": "s.term", "tf": "s.tf", "doc_len": "s.doc_len"},
-                                 condition="NOT s._cdc_drop")
+        .when_not_matched_insert(
+            {"doc": "s.doc", "term": "s.term", "tf": "s.tf", "doc_len": "s.doc_len"}, condition="NOT s._cdc_drop"
+        )
     )
     merge_with_progress(ctx, table, builder.execute, progress)
 
@@ -145,8 +152,9 @@ def _documents(step: _Step, replace: bool) -> TableResult | None:
     if pending is None:
         return None
     progress, new_progress = pending
-    with sized_for(step.ctx.spark, pending_events(step.as_of.watermark, step.topics, progress),
-                   tables_read(step.ctx, step.plan, TABLES)):
+    with sized_for(
+        step.ctx.spark, pending_events(step.as_of.watermark, step.topics, progress), tables_read(step.ctx, step.plan, TABLES)
+    ):
         roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
         if roots is None:
             overwrite(documents(step.ctx, step.plan, None), table, new_progress)
@@ -162,16 +170,17 @@ def _terms(step: _Step, replace: bool) -> TableResult | None:
     if pending is None:
         return None
     progress, new_progress = pending
-    with sized_for(step.ctx.spark, pending_events(step.as_of.watermark, step.topics, progress),
-                   tables_read(step.ctx, step.plan, TABLES)):
+    with sized_for(
+        step.ctx.spark, pending_events(step.as_of.watermark, step.topics, progress), tables_read(step.ctx, step.plan, TABLES)
+    ):
         roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
-        docs = from_stored(step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")),
-                           step.plan.output_columns)
+        docs = from_stored(
+            step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")), step.plan.output_columns
+        )
         if roots is None:
             overwrite(_term_rows(step.plan, docs), table, new_progress)
         else:
-            _merge_terms(step.ctx, table, roots, _term_rows(step.plan, docs.join(roots, KEY, "left_semi")),
-                         new_progress)
+            _merge_terms(step.ctx, table, roots, _term_rows(step.plan, docs.join(roots, KEY, "left_semi")), new_progress)
     step.ctx.set_progress(table, new_progress)
     return TableResult(table, 0 if roots is None else roots.count(), 0)
 
@@ -217,18 +226,22 @@ def query(views_dir: str, index: str, text: str, limit: int = 10, stored: Sequen
     words = sorted(set(tokenize(text)))
     if not words:
         return []
-    stats = read_query(terms_path, "SELECT count(*) AS n, avg(doc_len) AS avg_len FROM "
-                                   "(SELECT doc, max(doc_len) AS doc_len FROM t GROUP BY doc)").to_pylist()[0]
+    stats = read_query(
+        terms_path, "SELECT count(*) AS n, avg(doc_len) AS avg_len FROM (SELECT doc, max(doc_len) AS doc_len FROM t GROUP BY doc)"
+    ).to_pylist()[0]
     n_docs, avg_len = int(stats["n"] or 0), float(stats["avg_len"] or 0.0)
-    found = read_query(terms_path, "SELECT doc, term, tf, doc_len FROM t WHERE term IN ("
-                       + ", ".join(sql_text(word) for word in words) + ")").to_pylist()
+    found = read_query(
+        terms_path, "SELECT doc, term, tf, doc_len FROM t WHERE term IN (" + ", ".join(sql_text(word) for word in words) + ")"
+    ).to_pylist()
     best = rank([Posting(r["doc"], r["term"], r["tf"], r["doc_len"]) for r in found], n_docs, avg_len, limit)
     if not best:
         return []
     columns = ", ".join(['"' + stored_name(c).replace('"', '""') + '"' for c in stored] + [KEY])
-    docs = {r[KEY]: r for r in read_query(
-        f"{base}/documents",
-        f"SELECT {columns} FROM t WHERE {KEY} IN (" + ", ".join(sql_text(doc) for doc, _ in best) + ")",
-    ).to_pylist()}
-    return [Hit(json.loads(doc), score, {c: docs[doc][stored_name(c)] for c in stored}) for doc, score in best
-            if doc in docs]
+    docs = {
+        r[KEY]: r
+        for r in read_query(
+            f"{base}/documents",
+            f"SELECT {columns} FROM t WHERE {KEY} IN (" + ", ".join(sql_text(doc) for doc, _ in best) + ")",
+        ).to_pylist()
+    }
+    return [Hit(json.loads(doc), score, {c: docs[doc][stored_name(c)] for c in stored}) for doc, score in best if doc in docs]

@@ -33,8 +33,10 @@ def spark_packages() -> str:
 
     delta_version = importlib.metadata.version("delta-spark")
     spark_minor = ".".join(pyspark.__version__.split(".")[:2])
-    return (f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version},"
-            f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}")
+    return (
+        f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version},"
+        f"org.apache.spark:spark-sql-kafka-0-10_2.13:{pyspark.__version__}"
+    )
 
 
 def stamp() -> str:

@@ -28,9 +28,9 @@ from derived_views.spark_session import DEFAULT_PORT, SESSION_DEFAULTS
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
 
 
-
-def server_command(port: int = DEFAULT_PORT, host: str = "127.0.0.1", master: str | None = None,
-                   conf: dict[str, str] | None = None) -> list[str]:
+def server_command(
+    port: int = DEFAULT_PORT, host: str = "127.0.0.1", master: str | None = None, conf: dict[str, str] | None = None
+) -> list[str]:
     """The ``spark-submit`` command line of a Spark Connect server for the views."""
     import pyspark
 
@@ -41,8 +41,15 @@ def server_command(port: int = DEFAULT_PORT, host: str = "127.0.0.1", master: st
         "spark.driver.extraJavaOptions": driver_java_options(),
         **(conf or {}),
     }
-    command = [str(Path(pyspark.__file__).parent / "bin" / "spark-submit"), "--class", SERVER_CLASS,
-               "--name", "cdc-spark-server", "--master", master or os.environ.get("CDC_SPARK_MASTER", "local[2]")]
+    command = [
+        str(Path(pyspark.__file__).parent / "bin" / "spark-submit"),
+        "--class",
+        SERVER_CLASS,
+        "--name",
+        "cdc-spark-server",
+        "--master",
+        master or os.environ.get("CDC_SPARK_MASTER", "local[2]"),
+    ]
     jars = installed_jars()
     if jars:
         command += ["--jars", ",".join(str(jar) for jar in jars)]

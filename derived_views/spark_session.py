@@ -45,8 +45,9 @@ SESSION_DEFAULTS = {
 }
 
 
-def build_spark(app_name: str = "cdc", master: str | None = None, conf: dict[str, str] | None = None, *,
-                short_run: bool = False) -> SparkSession:
+def build_spark(
+    app_name: str = "cdc", master: str | None = None, conf: dict[str, str] | None = None, *, short_run: bool = False
+) -> SparkSession:
     """Return a Delta-enabled session, reusing the active one when this process already has it.
 
     Workers run this interpreter (``PYSPARK_PYTHON``), so the Python data source and the views'

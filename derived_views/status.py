@@ -61,8 +61,7 @@ def view_progress(settings: _HasDataDir, views: tuple[str, ...] = ("warehouse", 
     of each of its tables that consumes the log (tables that cannot be read are left out, with a warning)."""
     out: dict[str, list[Progress]] = {}
     for view in views:
-        progresses = [p for p in (readable_progress(t) for t in delta_tables(view_directory(settings.data_dir, view)))
-                      if p]
+        progresses = [p for p in (readable_progress(t) for t in delta_tables(view_directory(settings.data_dir, view))) if p]
         if progresses:
             out[view] = progresses
     return out

@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from derived_views.apply import rename_columns, table_types
 from derived_views.column_names import stored_name
 from derived_views.context import ViewContext
 from derived_views.dead_letter import dead_letter
@@ -35,6 +34,8 @@ from derived_views.schema import TableSchema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from derived_views.table_evolution import TableTypes
 
 log = logging.getLogger("cdc.views")
 
@@ -71,8 +72,9 @@ class Pending:
 IDLE_MARK_MS = 5_000
 
 
-def is_current(progress: Progress, as_of: LogAsOf, topics: list[str], ctx: ViewContext | None = None,
-               path: str | None = None) -> bool:
+def is_current(
+    progress: Progress, as_of: LogAsOf, topics: list[str], ctx: ViewContext | None = None, path: str | None = None
+) -> bool:
     """Whether a table with ``progress`` has already applied everything of ``topics`` up to the range.
 
     Such a table is also exact as of the range's newer watermark. When ``ctx`` and ``path`` are given
@@ -83,8 +85,13 @@ def is_current(progress: Progress, as_of: LogAsOf, topics: list[str], ctx: ViewC
     if not progress.position:
         return False
     current = pending_events(as_of.watermark, topics, progress) == 0
-    if (current and ctx is not None and path is not None and progress.position < as_of.watermark.position
-            and as_of.watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS):
+    if (
+        current
+        and ctx is not None
+        and path is not None
+        and progress.position < as_of.watermark.position
+        and as_of.watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS
+    ):
         mark_as_of(ctx, path, as_of.progress(topics, progress))
     return current
 
@@ -127,20 +134,22 @@ def load_pending(
     the target is rebuilt, so only the log decides). An array column that a poison event fills with
     a multi-dimensional array is typed as its JSON text and the batch parsed again, so the event lands.
     """
-    existing = table_types(ctx.spark, target) if progress is not None else None
+    existing = ctx.types.of(ctx.spark, target) if progress is not None else None
     text: set[str] = set()
     while True:
         columns = schema.view_columns(existing, text)
-        frame, batch = typed_batch(ctx.spark, as_of, [schema.topic], progress, mode, columns, schema.qualified,
-                                   schema.parse_plan(columns))
+        frame, batch = typed_batch(
+            ctx.spark, as_of, [schema.topic], progress, mode, columns, schema.qualified, schema.parse_plan(columns)
+        )
         if not set(batch.widen) - text:
             break
         text |= set(batch.widen)
         frame.unpersist()
     if batch.poison:
-        dead_letter(ctx.spark, dead_letter_path, frame, target)
-    return Pending(frame, batch, as_of.progress([schema.topic], progress),
-                   [(stored_name(name), spark_type) for name, spark_type in columns])
+        dead_letter(ctx.spark, dead_letter_path, frame, target, ctx.types)
+    return Pending(
+        frame, batch, as_of.progress([schema.topic], progress), [(stored_name(name), spark_type) for name, spark_type in columns]
+    )
 
 
 def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, progress: Progress | None) -> None:
@@ -150,15 +159,15 @@ def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, prog
     watermark; after a crash the next run finds it renamed).
 
     A column dropped and added again under the same name is another column: capture reads the table
-    again (:func:`cdc.catalog.columns_filled_since`), whose truncate marker and reads replace every
+    again (:func:`cdc.capture.catalog.columns_filled_since`), whose truncate marker and reads replace every
     current row; history versions from before keep the dropped column's values under the name.
     """
-    existing = table_types(ctx.spark, path) if progress is not None else None
+    existing = ctx.types.of(ctx.spark, path) if progress is not None else None
     if existing is None:
         return
     renames = schema.renames(existing)
     if renames:
-        rename_columns(ctx.spark, path, {stored_name(old): stored_name(new) for old, new in renames.items()})
+        ctx.types.rename(ctx.spark, path, {stored_name(old): stored_name(new) for old, new in renames.items()})
 
 
 def apply_state(
@@ -175,15 +184,32 @@ class Merge(Protocol):
     :func:`~derived_views.scd2.merge_history`."""
 
     def __call__(
-        self, spark: SparkSession, path: str, source: DataFrame, columns: list[tuple[str, str]], progress: Progress,
-        truncates: tuple[int, ...] = (), *, replace: bool = False, inserts_only: bool = False,
-        keys: Sequence[str] | None = None, whole_rows: bool = False,
+        self,
+        spark: SparkSession,
+        path: str,
+        source: DataFrame,
+        columns: list[tuple[str, str]],
+        progress: Progress,
+        truncates: tuple[int, ...] = (),
+        *,
+        replace: bool = False,
+        inserts_only: bool = False,
+        keys: Sequence[str] | None = None,
+        whole_rows: bool = False,
+        types: TableTypes,
     ) -> None: ...
 
 
 def apply_table(
-    ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, path: str, dead_letter_path: str, mode: str, merge: Merge,
-    *, replace: bool,
+    ctx: ViewContext,
+    as_of: LogAsOf,
+    schema: TableSchema,
+    path: str,
+    dead_letter_path: str,
+    mode: str,
+    merge: Merge,
+    *,
+    replace: bool,
 ) -> TableResult | None:
     """Bring the table of ``schema`` at ``path`` to the range's watermark: its pending events reduced by
     ``mode`` (``latest``: one row per key; ``all``: every version) and applied by ``merge`` in one
@@ -197,9 +223,19 @@ def apply_table(
         batch = rebuild_in_one_pass(ctx, as_of, schema, path, mode, merge) if replace else None
         if batch is None:
             batch = load_pending(ctx, as_of, schema, progress, mode, dead_letter_path=dead_letter_path, target=path)
-            merge(ctx.spark, path, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
-                  replace=replace, inserts_only=batch.facts.inserts_only, keys=batch.facts.keys,
-                  whole_rows=not batch.facts.partial)
+            merge(
+                ctx.spark,
+                path,
+                batch.frame,
+                batch.columns,
+                batch.progress,
+                batch.facts.truncates,
+                replace=replace,
+                inserts_only=batch.facts.inserts_only,
+                keys=batch.facts.keys,
+                whole_rows=not batch.facts.partial,
+                types=ctx.types,
+            )
     ctx.set_progress(path, batch.progress)
     batch.release()
     return TableResult(path, batch.facts.rows, batch.facts.poison)
@@ -233,22 +269,25 @@ def rebuild_in_one_pass(
     if read_in_driver(pending_events(as_of.watermark, [schema.topic], None)):
         return None
     columns = schema.view_columns(None, set())
-    events = typed_events(ctx.spark, as_of, [schema.topic], None, mode, columns, schema.qualified,
-                          schema.parse_plan(columns))
+    events = typed_events(ctx.spark, as_of, [schema.topic], None, mode, columns, schema.qualified, schema.parse_plan(columns))
     needs_facts = F.col("_cdc_error").isNotNull()
     if mode == "all":
         needs_facts = needs_facts | (F.col(OP) == "t")
     observation = Observation(f"cdc-facts-{uuid.uuid4().hex}")
-    checked = events.withColumn("_cdc_check", F.when(needs_facts, F.raise_error(F.lit(NEEDS_TWO_PASSES)))).observe(
-        observation, *fact_columns(), F.count("_cdc_check").alias("checked")).drop("_cdc_check")
+    checked = (
+        events.withColumn("_cdc_check", F.when(needs_facts, F.raise_error(F.lit(NEEDS_TWO_PASSES))))
+        .observe(observation, *fact_columns(), F.count("_cdc_check").alias("checked"))
+        .drop("_cdc_check")
+    )
     progress = as_of.progress([schema.topic], None)
     stored_columns = [(stored_name(name), spark_type) for name, spark_type in columns]
     try:
-        merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True)
+        merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True, types=ctx.types)
     except Exception as exc:  # noqa: BLE001 - only the check's own stop is caught; anything else is raised
         if NEEDS_TWO_PASSES not in str(exc):
             raise
-        log.warning("rebuilding %s: its events hold poison%s; checking them first", path,
-                    " or a truncate" if mode == "all" else "")
+        log.warning(
+            "rebuilding %s: its events hold poison%s; checking them first", path, " or a truncate" if mode == "all" else ""
+        )
         return None
     return Pending(checked, facts_of(observation.get), progress, stored_columns)

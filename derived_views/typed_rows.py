@@ -1,6 +1,6 @@
 """Rows typed by Arrow in the same parse that reduces them: each envelope is parsed once.
 
-The vectorised reduction (:func:`derived_views.reduction.reduce_vectorised`) parses every envelope with
+The vectorised reduction (:func:`derived_views.arrow_reduction.reduce_vectorised`) parses every envelope with
 Arrow's JSON reader to learn its op and position (:func:`parse_envelopes`). Given the view's columns,
 that same parse also reads ``after`` and ``before`` into typed Arrow columns (:func:`row_type`,
 :func:`typed_images`), and the reduced rows carry them
@@ -47,7 +47,7 @@ def arrow_type(spark_type: str, *, in_array: bool = False) -> Any | None:
     import pyarrow as pa
 
     if spark_type.startswith("array<") and spark_type.endswith(">"):
-        element = arrow_type(spark_type[len("array<"):-1], in_array=True)
+        element = arrow_type(spark_type[len("array<") : -1], in_array=True)
         return None if element is None else pa.list_(element)
     decimal = _DECIMAL.fullmatch(spark_type)
     if decimal:
@@ -95,8 +95,9 @@ def finish(parsed: Any, row: Any) -> Any:
     if parse_type(row) == row:
         return parsed
     parsed = parsed.combine_chunks() if isinstance(parsed, pa.ChunkedArray) else parsed
-    children = [child.cast(field.type) if child.type != field.type else child
-                for child, field in zip(parsed.flatten(), row, strict=True)]
+    children = [
+        child.cast(field.type) if child.type != field.type else child for child, field in zip(parsed.flatten(), row, strict=True)
+    ]
     return pa.StructArray.from_arrays(children, fields=list(row), mask=parsed.is_null())
 
 
@@ -112,19 +113,20 @@ def parse_envelopes(texts: list[Any], row: Any | None) -> Any | None:
     import pyarrow as pa
     import pyarrow.json as pj
 
-    fields = [("op", pa.string()),
-              ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.int64()), ("ts_ms", pa.int64())]))]
+    fields = [("op", pa.string()), ("source", pa.struct([("lsn", pa.int64()), ("sequence", pa.int64()), ("ts_ms", pa.int64())]))]
     if row is not None:
         fields += [("after", parse_type(row)), ("before", parse_type(row))]
     try:
-        return pa.concat_tables([
-            pj.read_json(
-                pa.BufferReader(text),
-                read_options=pj.ReadOptions(use_threads=False, block_size=1 << 24),
-                parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore"),
-            )
-            for text in texts
-        ])
+        return pa.concat_tables(
+            [
+                pj.read_json(
+                    pa.BufferReader(text),
+                    read_options=pj.ReadOptions(use_threads=False, block_size=1 << 24),
+                    parse_options=pj.ParseOptions(explicit_schema=pa.schema(fields), unexpected_field_behavior="ignore"),
+                )
+                for text in texts
+            ]
+        )
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
 
@@ -142,6 +144,5 @@ def typed_images(parsed: Any, row: Any) -> tuple[Any, Any] | None:
     except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
         return None
     if after.null_count < len(after):
-        before = pa.StructArray.from_arrays(before.flatten(), fields=list(row),
-                                            mask=pc.or_(before.is_null(), after.is_valid()))
+        before = pa.StructArray.from_arrays(before.flatten(), fields=list(row), mask=pc.or_(before.is_null(), after.is_valid()))
     return after, before

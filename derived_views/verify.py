@@ -34,8 +34,7 @@ if TYPE_CHECKING:
     from derived_views.context import ViewContext
 
 _TEXT_TYPES = {"text", "varchar", "bpchar", "name", "citext"}
-_NATIVE = {"int2", "int4", "int8", "oid", "float4", "float8", "bool", "bytea", "date", "timestamp", "timestamptz",
-           "numeric"}
+_NATIVE = {"int2", "int4", "int8", "oid", "float4", "float8", "bool", "bytea", "date", "timestamp", "timestamptz", "numeric"}
 _SHOWN = 20
 
 
@@ -148,7 +147,10 @@ def _key(row: dict[str, Any], schema: TableSchema) -> tuple[Any, ...]:
 
 
 def compare_rows(
-    label: str, schema: TableSchema, source: list[dict[str, Any]], view: list[dict[str, Any]],
+    label: str,
+    schema: TableSchema,
+    source: list[dict[str, Any]],
+    view: list[dict[str, Any]],
     extra: dict[str, str] | None = None,
 ) -> list[str]:
     """Differences between source and view rows of one table, one line each."""
@@ -191,8 +193,10 @@ def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Ta
         if not ctx.definitions.warehouse.keeps(schema.dotted_name):
             continue
         if not _exists(conn, schema):
-            report.notes.append(f"{schema.qualified} is no longer in the source (dropped or renamed): its warehouse "
-                                "tables keep the rows it had, and were not compared")
+            report.notes.append(
+                f"{schema.qualified} is no longer in the source (dropped or renamed): its warehouse "
+                "tables keep the rows it had, and were not compared"
+            )
             continue
         source = source_rows(conn, schema)
         view = _delta_rows(warehouse.current_path(ctx, name), warehouse.NAME, schema.names)
@@ -228,6 +232,7 @@ def _expected(
         for row in tables[child.table.log_name].values():
             grouped.setdefault(tuple(repr(normalize(row[c], types[c])) for c in child.on), []).append(row)
         order = (*child.order_by, *child.table.key)
+
         def sort_key(row: dict[str, Any], ty: dict[str, str] = types, by: tuple[str, ...] = order) -> list[tuple[bool, Any]]:
             return [(row[c] is not None, normalize(row[c], ty[c])) for c in by]
 
@@ -240,8 +245,11 @@ def _expected(
         document = {c: row[c] for c in plan.columns}
         for link in plan.links:
             parent, parent_types = found[link.parent], _types(schemas[owners[link.parent].log_name])
-            target = None if parent is None else tables[link.table.log_name].get(
-                tuple(repr(normalize(parent[c], parent_types[c])) for c in link.on))
+            target = (
+                None
+                if parent is None
+                else tables[link.table.log_name].get(tuple(repr(normalize(parent[c], parent_types[c])) for c in link.on))
+            )
             found[link.alias] = target
             document.update({name: None if target is None else target[source] for name, source in link.columns})
         for child in plan.children:
@@ -251,8 +259,9 @@ def _expected(
     return expected
 
 
-def _passing(ctx: ViewContext, plan: Composite, documents: dict[tuple[Any, ...], dict[str, Any]],
-             view_path: str) -> dict[tuple[Any, ...], dict[str, Any]]:
+def _passing(
+    ctx: ViewContext, plan: Composite, documents: dict[tuple[Any, ...], dict[str, Any]], view_path: str
+) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The expected documents for which the index's filter is true, as Spark evaluates it."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, StructField, StructType
@@ -292,8 +301,14 @@ def _same(a: Any, b: Any, type_name: str) -> bool:
     return bool(left == right)
 
 
-def _compare(label: str, plan: Composite, schemas: dict[str, TableSchema], expected: dict[tuple[Any, ...], dict[str, Any]],
-             actual: dict[tuple[Any, ...], dict[str, Any]], report: Report) -> None:
+def _compare(
+    label: str,
+    plan: Composite,
+    schemas: dict[str, TableSchema],
+    expected: dict[tuple[Any, ...], dict[str, Any]],
+    actual: dict[tuple[Any, ...], dict[str, Any]],
+    report: Report,
+) -> None:
     report.compared += len(expected)
     for key in sorted(expected.keys() - actual.keys()):
         report.differences.append(f"{label}: key {key} is in the source but not in the view")
@@ -304,7 +319,8 @@ def _compare(label: str, plan: Composite, schemas: dict[str, TableSchema], expec
         for column in plan.output_columns:
             if not _same(want[column], have.get(column), plan.source_type(column)):
                 report.differences.append(
-                    f"{label}: key {key} column {column}: source {want[column]!r} != view {have.get(column)!r}")
+                    f"{label}: key {key} column {column}: source {want[column]!r} != view {have.get(column)!r}"
+                )
         for child in plan.children:
             types = _types(schemas[child.table.log_name])
             rows, got = want[child.alias], have.get(child.alias) or []
@@ -314,8 +330,10 @@ def _compare(label: str, plan: Composite, schemas: dict[str, TableSchema], expec
             for position, (row, cached) in enumerate(zip(rows, got, strict=True)):
                 for column in child.columns:
                     if not _same(row[column], cached.get(column), types[column]):
-                        report.differences.append(f"{label}: key {key} {child.alias}[{position}] {column}: source "
-                                                  f"{row[column]!r} != view {cached.get(column)!r}")
+                        report.differences.append(
+                            f"{label}: key {key} {child.alias}[{position}] {column}: source "
+                            f"{row[column]!r} != view {cached.get(column)!r}"
+                        )
 
 
 def _search(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report, plan: Composite) -> None:
@@ -324,8 +342,7 @@ def _search(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Table
 
     documents = path(ctx, plan, "documents")
     expected = _passing(ctx, plan, _expected(conn, plan, schemas), documents)
-    actual = {_view_key(row["_cdc_key"], plan): row
-              for row in _delta_rows(documents, plan.view, plan.output_columns)}
+    actual = {_view_key(row["_cdc_key"], plan): row for row in _delta_rows(documents, plan.view, plan.output_columns)}
     _compare(f"{plan.view} documents", plan, schemas, expected, actual, report)
 
 
@@ -334,8 +351,10 @@ def _cache(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableS
     from derived_views.composite_sync import path
 
     expected = _expected(conn, plan, schemas)
-    actual = {_view_key(row["_cdc_key"], plan): json.loads(row["value"], parse_float=Decimal)
-              for row in _delta_rows(path(ctx, plan, "entries"), plan.view)}
+    actual = {
+        _view_key(row["_cdc_key"], plan): json.loads(row["value"], parse_float=Decimal)
+        for row in _delta_rows(path(ctx, plan, "entries"), plan.view)
+    }
     _compare(f"{plan.view} entries", plan, schemas, expected, actual, report)
 
 

@@ -21,7 +21,7 @@ the batch that needs it (no progress moves with it, so a crash in between repeat
 
 - a new column in the schema topic is added to both tables (``ALTER TABLE ADD COLUMNS``);
 - a column whose type changed is converted to a type that holds every version's values
-  (:mod:`derived_views.column_types`, :func:`derived_views.apply.ensure_table`), and each event is parsed
+  (:mod:`derived_views.column_types`, :mod:`derived_views.table_evolution`), and each event is parsed
   with the types in force at its position (:meth:`derived_views.schema.TableSchema.parse_plan`);
 - a renamed column is renamed in the tables (:func:`derived_views.steps.follow_source_columns`); a column
   dropped and added again under the same name makes capture read the table again;
@@ -70,13 +70,15 @@ def dead_letter_path(ctx: ViewContext) -> str:
 
 def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
     """The topics this view reads: those of the source tables it keeps (every captured one by default)."""
-    return sorted(schema.topic for schema in ctx.schemas(watermark).values()
-                  if ctx.definitions.warehouse.keeps(schema.dotted_name))
+    return sorted(
+        schema.topic for schema in ctx.schemas(watermark).values() if ctx.definitions.warehouse.keeps(schema.dotted_name)
+    )
 
 
 def _apply_history(ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, replace: bool) -> TableResult | None:
-    return apply_table(ctx, as_of, schema, history_path(ctx, schema.log_name), dead_letter_path(ctx), "all",
-                       merge_history, replace=replace)
+    return apply_table(
+        ctx, as_of, schema, history_path(ctx, schema.log_name), dead_letter_path(ctx), "all", merge_history, replace=replace
+    )
 
 
 def _has_pending(ctx: ViewContext, as_of: LogAsOf, schema: TableSchema) -> bool:
@@ -102,15 +104,17 @@ def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[
     """
     results: list[TableResult] = []
     kept = ctx.definitions.warehouse
-    chosen = [(name, schema) for name, schema in sorted(ctx.schemas(as_of.watermark).items())
-              if (not only or name in only) and kept.keeps(schema.dotted_name)]
+    chosen = [
+        (name, schema)
+        for name, schema in sorted(ctx.schemas(as_of.watermark).items())
+        if (not only or name in only) and kept.keeps(schema.dotted_name)
+    ]
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
         for name, schema in sorted(chosen, key=lambda item: not _has_pending(ctx, as_of, item[1])):
             # the two tables of one source table are independent: apply them side by side, each in a
             # session of its own so that their MERGEs do not wait for each other
             current_table = current_path(ctx, name)
-            current = pool.submit(apply_state, ctx.beside(), as_of, schema, current_table,
-                                  dead_letter_path(ctx), replace=replace)
+            current = pool.submit(apply_state, ctx.beside(), as_of, schema, current_table, dead_letter_path(ctx), replace=replace)
             history_table = history_path(ctx, name)
             try:
                 history = _apply_history(ctx, as_of, schema, replace) if kept.keeps_history(schema.dotted_name) else None

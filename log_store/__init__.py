@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from log_store.cleaner import CleanerStats
 from log_store.config import LogConfig
-from log_store.fold import fold_json_after
 from log_store.log_cleaner import CleanerReport, PartitionCleaning
 from log_store.partitioner import murmur2, partition_arrow, partition_for_key
 from log_store.producer_columns import ProducerColumns
@@ -47,7 +46,6 @@ __all__ = [
     "TopicPartition",
     "Watermark",
     "first_header",
-    "fold_json_after",
     "murmur2",
     "partition_arrow",
     "partition_for_key",

@@ -15,7 +15,8 @@ order, the cleaner works in two passes:
    * a latest partial record is *folded*: the columns it names as unchanged are copied from the key's
      previous value (full, or itself folded from earlier records), the header is dropped. When there is
      no previous value, or the fold function refuses (:class:`~log_store.errors.FoldError`), the record
-     is kept exactly as written, header included, so nothing is lost.
+     is kept exactly as written, header included. Without a fold function (:attr:`LogConfig.fold`) every
+     record of such a key is kept: the log cannot tell which of their fields still count.
 
 Records of other keys never affect each other. A batch whose records all survive unchanged is returned
 as its original bytes. Both passes decide a batch of keyed records none of whose keys is due a fold
@@ -50,8 +51,7 @@ class OffsetMap:
     latest: dict[bytes, int] = field(default_factory=dict)
     partial: set[bytes] = field(default_factory=set)
 
-    def add_columns(self, offsets: list[int], keys: list[bytes | None],
-                    headers: Sequence[Headers]) -> None:
+    def add_columns(self, offsets: list[int], keys: list[bytes | None], headers: Sequence[Headers]) -> None:
         """Account for one batch's records given as columns (see :func:`decode_columns`)."""
         if not any(headers) and None not in keys:
             # the common batch (keyed, no headers) in C: later offsets overwrite earlier ones
@@ -59,8 +59,9 @@ class OffsetMap:
             if self.partial:
                 self.partial.difference_update(keys)
             return
-        self.add([Record("", 0, offset, key, None, 0, header)
-                  for offset, key, header in zip(offsets, keys, headers, strict=True)])
+        self.add(
+            [Record("", 0, offset, key, None, 0, header) for offset, key, header in zip(offsets, keys, headers, strict=True)]
+        )
 
     def add(self, records: Iterable[Record]) -> None:
         """Account for records, in offset order."""
@@ -106,9 +107,7 @@ class CleanerStats:
 class Cleaner:
     """Rewrites batches against an :class:`OffsetMap` (second pass; records in offset order)."""
 
-    def __init__(
-        self, offset_map: OffsetMap, *, now_ms: int, delete_retention_ms: int, fold: FoldFunction
-    ) -> None:
+    def __init__(self, offset_map: OffsetMap, *, now_ms: int, delete_retention_ms: int, fold: FoldFunction | None) -> None:
         self.offset_map = offset_map
         self.now_ms = now_ms
         self.delete_retention_ms = delete_retention_ms
@@ -132,7 +131,7 @@ class Cleaner:
             self._running[key] = (record.value, False)
             return record
         header = record.header(UNCHANGED_HEADER)
-        assert header is not None
+        assert header is not None and self.fold is not None
         try:
             folded = self.fold(previous, record.value, parse_unchanged(header))
         except FoldError:
@@ -156,8 +155,7 @@ class Cleaner:
         if len(kept) == len(records):
             return raw
         self.stats.batches_rewritten += 1
-        return encode_records(header.base_offset, header.last_offset_delta, kept,
-                              header.append_time_ms)
+        return encode_records(header.base_offset, header.last_offset_delta, kept, header.append_time_ms)
 
     def _kept_without_folds(self, records: list[Record], expired: bool) -> list[Record] | None:
         """The records to keep, decided with C-level maps, for the common batch: every record keyed
@@ -178,9 +176,7 @@ class Cleaner:
                 self.stats.tombstones_removed += sum(latest_flags) - sum(keep)
         return list(compress(records, keep))
 
-    def _clean_records(
-        self, header: BatchHeader, raw: bytes, records: list[Record], expired: bool
-    ) -> bytes | None:
+    def _clean_records(self, header: BatchHeader, raw: bytes, records: list[Record], expired: bool) -> bytes | None:
         """:meth:`clean_batch` record by record (keyless records, folds)."""
         latest, partial = self.offset_map.latest, self.offset_map.partial
         kept: list[Record] = []
@@ -192,6 +188,9 @@ class Cleaner:
                 continue
             emitted = record
             if key in partial:
+                if self.fold is None:  # nothing can be folded, so nothing of the key may go
+                    kept.append(record)
+                    continue
                 emitted = self._track(record)
             if latest.get(key) != record.offset:
                 changed = True
@@ -211,5 +210,4 @@ class Cleaner:
         if not changed:
             return raw
         self.stats.batches_rewritten += 1
-        return encode_records(header.base_offset, header.last_offset_delta, kept,
-                              header.append_time_ms)
+        return encode_records(header.base_offset, header.last_offset_delta, kept, header.append_time_ms)

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from log_store.fold import FoldFunction, fold_json_after
+from log_store.fold import FoldFunction
 
 
 def wall_clock_ms() -> int:
@@ -27,7 +27,7 @@ class LogConfig:
     ``writeback_bytes``: bytes a partition writes between starts of its active segment's writeback
     inside a group (0: only at the group's end), so that a large group's closing fsync finds most of
     its data already on its way to the disk; durability is unchanged (see :meth:`Partition.write`).
-    ``fold``: how compaction folds records with unchanged columns. ``clock``: milliseconds now.
+    ``fold``: how compaction folds records with unchanged columns (none: they are kept as written). ``clock``: milliseconds now.
     """
 
     segment_bytes: int = 64 << 20
@@ -39,5 +39,5 @@ class LogConfig:
     max_batch_bytes: int = 1 << 20
     watermark_roll_bytes: int = 1 << 20
     writeback_bytes: int = 4 << 20
-    fold: FoldFunction = fold_json_after
+    fold: FoldFunction | None = None
     clock: Callable[[], int] = field(default=wall_clock_ms)

@@ -76,17 +76,16 @@ class ConsumerOffsets:
         except orjson.JSONDecodeError as exc:
             raise CorruptOffsetsError(path, f"not JSON ({exc})") from None
         try:
-            offsets = {TopicPartition(topic, int(partition)): int(offset)
-                       for topic, partitions in data["offsets"].items()
-                       for partition, offset in partitions.items()}
-            return GroupOffsets(group, offsets, str(data.get("metadata", "")),
-                                int(data.get("updated_ms", 0)))
+            offsets = {
+                TopicPartition(topic, int(partition)): int(offset)
+                for topic, partitions in data["offsets"].items()
+                for partition, offset in partitions.items()
+            }
+            return GroupOffsets(group, offsets, str(data.get("metadata", "")), int(data.get("updated_ms", 0)))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CorruptOffsetsError(path, f"missing or bad field ({exc})") from None
 
-    def commit(
-        self, group: str, offsets: Mapping[TopicPartition, int], now_ms: int, metadata: str = ""
-    ) -> GroupOffsets:
+    def commit(self, group: str, offsets: Mapping[TopicPartition, int], now_ms: int, metadata: str = "") -> GroupOffsets:
         """Merge ``offsets`` into the group's commit, atomically and durably."""
         for tp, offset in offsets.items():
             if not isinstance(offset, int) or offset < 0:

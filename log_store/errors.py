@@ -50,8 +50,7 @@ class LogNotFoundError(LogStoreError):
     def __init__(self, root: Path) -> None:
         self.root = root
         super().__init__(
-            f"no log at {root}: check CDC_DATA_DIR (the log lives in <data_dir>/log), "
-            "or start capture once to create it"
+            f"no log at {root}: check CDC_DATA_DIR (the log lives in <data_dir>/log), or start capture once to create it"
         )
 
 
@@ -107,8 +106,7 @@ class InvalidTopicNameError(TopicError):
     def __init__(self, name: str) -> None:
         self.name = name
         super().__init__(
-            f"topic name {name!r} is invalid: use 1-249 characters from letters, digits, '.', '_' "
-            "and '-' (not '.' or '..')"
+            f"topic name {name!r} is invalid: use 1-249 characters from letters, digits, '.', '_' and '-' (not '.' or '..')"
         )
 
 
@@ -152,10 +150,7 @@ class InvalidGroupError(LogStoreError):
 
     def __init__(self, group: str) -> None:
         self.group = group
-        super().__init__(
-            f"consumer group name {group!r} is invalid: use 1-200 characters from letters, digits, "
-            "'.', '_' and '-'"
-        )
+        super().__init__(f"consumer group name {group!r} is invalid: use 1-200 characters from letters, digits, '.', '_' and '-'")
 
 
 class CorruptionError(LogStoreError):
@@ -219,11 +214,15 @@ class MissingWatermarkError(CorruptionError):
         self.path, self.published = path, published
         self.needs_rebuild = not published
         if published:
-            fix = ("readers see nothing committed until the writer publishes again: open the log as its "
-                   "writer (start capture), whose recovery rewrites it from watermarks.log")
+            fix = (
+                "readers see nothing committed until the writer publishes again: open the log as its "
+                "writer (start capture), whose recovery rewrites it from watermarks.log"
+            )
         else:
-            fix = ("without it no record of the log counts as committed: restore it from a backup, or "
-                   "rebuild the log from its source")
+            fix = (
+                "without it no record of the log counts as committed: restore it from a backup, or "
+                "rebuild the log from its source"
+            )
         super().__init__(f"the log's watermark file {path} is missing; {fix}")
 
 
@@ -244,8 +243,7 @@ class CorruptTopicError(CorruptionError):
     def __init__(self, path: Path, detail: str) -> None:
         self.path, self.detail = path, detail
         super().__init__(
-            f"corrupt topic metadata {path}: {detail}; restore it from a backup "
-            '(it holds {"name", "partitions", "compacted"})'
+            f'corrupt topic metadata {path}: {detail}; restore it from a backup (it holds {{"name", "partitions", "compacted"}})'
         )
 
 
@@ -297,13 +295,21 @@ def explain_os_error(path: Path, error: OSError) -> tuple[Path, str, str]:
     code = error.errno
     if code in (errno.ENOSPC, errno.EDQUOT):
         cause = "no space left on device" if code == errno.ENOSPC else "the user's disk quota is used up"
-        return path, cause, (f"free space on the filesystem holding {path.parent} (see `df {path.parent}`) "
-                             "or move the data to a larger one")
+        return (
+            path,
+            cause,
+            (f"free space on the filesystem holding {path.parent} (see `df {path.parent}`) or move the data to a larger one"),
+        )
     if code in (errno.EACCES, errno.EPERM):
         user = process_user()
-        return path, f"permission denied for user {user}", (
-            f"make {path.parent} and everything below it writable by {user} "
-            f"(`chown -R {user} {path.parent}`), or run as the user that owns it")
+        return (
+            path,
+            f"permission denied for user {user}",
+            (
+                f"make {path.parent} and everything below it writable by {user} "
+                f"(`chown -R {user} {path.parent}`), or run as the user that owns it"
+            ),
+        )
     if code == errno.EROFS:
         return path, "the filesystem is mounted read-only", "remount it read-write or move the data to a writable directory"
     if code in (errno.ENOTDIR, errno.EEXIST):

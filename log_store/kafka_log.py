@@ -30,13 +30,17 @@ the slot resends up to that position, as on the embedded log.
 watermark (or a given one) names for its partition. A transaction's commit marker takes an offset of
 its own, so a watermark's end offset is the group's last record offset plus one, and offsets are not
 contiguous across groups: readers move by offsets returned, never by counting.
+
+Reaching Kafka (settings, errors, librdkafka's log lines) is :mod:`log_store.kafka_client`. This module
+runs past 500 lines because a group's transaction, the topics it needs and the read-committed reads
+that stop at its watermark share one producer, one consumer and one set of partition counts.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from itertools import islice
 from types import TracebackType
@@ -48,11 +52,11 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from log_store.errors import (
     InvalidRecordError,
-    LogStoreError,
     ReadOnlyError,
     TopicConfigMismatchError,
     UnknownTopicError,
 )
+from log_store.kafka_client import KafkaLogError, KafkaSettings, client_log, fenced
 from log_store.partitioner import Partitioner
 from log_store.producer_columns import ProducerColumns
 from log_store.record import UNCHANGED_HEADER, ProducerRecord, Record, TopicPartition, first_header
@@ -63,114 +67,12 @@ from log_store.watermark import Watermark
 log = logging.getLogger("log_store.kafka")
 
 
-class _ClientLog(logging.LoggerAdapter):  # type: ignore[type-arg]
-    """librdkafka's own lines (a failed connect each retry, say), at debug level: what they mean for the
-    log is said once, by the error the operation raises."""
-
-    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
-        super().log(logging.DEBUG, msg, *args, **kwargs)
-
-
-_client_log = _ClientLog(logging.getLogger("log_store.kafka.client"), {})
-
 #: The key of every watermark record: compaction keeps the latest one.
 WATERMARK_KEY = b"watermark"
 #: How many records a group produces before it waits for their deliveries (bounded memory).
 PRODUCE_WINDOW = 50_000
 #: The largest record a topic takes (Kafka's default is 1 MiB; a source row may be larger).
 MAX_RECORD_BYTES = 64 << 20
-
-
-class KafkaLogError(LogStoreError):
-    """Kafka refused or could not be reached; the message says what failed and what to do."""
-
-    exit_code = 5
-
-    #: The fix of client settings a client cannot be made with (see :meth:`client_settings`).
-    CLIENT_SETTINGS_FIX = ("check the CDC_KAFKA_* client settings: the CDC_KAFKA_SSL_* files must be PEM, and "
-                           "CDC_KAFKA_SSL_KEY_PASSWORD must open an encrypted key")
-
-    def __init__(self, bootstrap: str, what: str, error: object, *, lasting: bool = False,
-                 fix: str | None = None) -> None:
-        """``fix`` replaces the default advice (brokers up, settings right) after the error's text."""
-        self.bootstrap, self.error = bootstrap, error
-        #: another writer of the prefix took over: retrying cannot help
-        self.fenced = _fenced(error)
-        #: whether starting again may cure it (the brokers down or unreachable), rather than a refused login,
-        #: a missing permission, a setting the cluster refuses, fencing or a record too large for a topic
-        self.retriable = not (self.fenced or lasting or (isinstance(error, KafkaError) and error.code() in _LASTING_CODES))
-        text = error.str() if isinstance(error, KafkaError) else str(error)
-        writing = "group" in what
-        if fix is not None:
-            message = f"Kafka at {bootstrap}: {what} failed ({text}); {fix}"
-        elif _fenced(error):
-            message = (f"Kafka at {bootstrap}: {what} failed: another writer of the same topic prefix started "
-                       "(a second capture with this CDC_TOPIC_PREFIX) and took over the log, so this one stops; "
-                       "nothing of its unfinished group is visible to readers; run one capture per prefix")
-        else:
-            message = (f"Kafka at {bootstrap}: {what} failed ({text}); check that the brokers are up and reachable "
-                       "and that CDC_LOG and the CDC_KAFKA_* client settings are right")
-            if what == "committing a group":
-                message += ("; the group may or may not be committed, and capture confirms nothing past the "
-                            "watermark it reads from Kafka when it starts again, so nothing is lost or doubled")
-            elif writing:
-                message += ("; nothing of the failed group is visible to readers, and capture confirms nothing past "
-                            "what Kafka committed")
-        super().__init__(message)
-
-    @classmethod
-    def client_settings(cls, bootstrap: str, error: object) -> KafkaLogError:
-        """A client cannot be made with the CDC_KAFKA_* settings (a key or certificate that does not open):
-        a lasting error whose fix is in those settings, not in the brokers."""
-        return cls(bootstrap, "setting up a client", error, lasting=True, fix=cls.CLIENT_SETTINGS_FIX)
-
-
-#: A newer producer with the same transactional id took over. (``INVALID_PRODUCER_EPOCH`` is not here: a
-#: transaction the broker aborted after ``transaction.timeout.ms`` bumps the epoch too, and a restart helps.)
-_FENCED_CODES = {KafkaError._FENCED, KafkaError.PRODUCER_FENCED}
-#: Errors a restart cannot cure: a refused login or permission, a setting the cluster refuses, a record too large.
-_LASTING_CODES = {
-    KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._SSL,
-    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-    KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
-    KafkaError.INVALID_REPLICATION_FACTOR, KafkaError.POLICY_VIOLATION, KafkaError.INVALID_CONFIG,
-}
-
-
-def _fenced(error: object) -> bool:
-    """Whether ``error`` says a newer writer with the same transactional id took over."""
-    return isinstance(error, KafkaError) and error.code() in _FENCED_CODES
-
-
-@dataclass(frozen=True)
-class KafkaSettings:
-    """Where the log lives in Kafka and how to reach it.
-
-    ``client`` holds librdkafka properties every client gets (``security.protocol``, ``sasl.*``,
-    ``ssl.*``); ``prefix`` names the watermark topic and the transactional id, so two pipelines with
-    different prefixes share a cluster without meeting.
-    """
-
-    bootstrap: str
-    prefix: str
-    client: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold a password
-    delete_retention_ms: int = 24 * 3600 * 1000
-    retention_ms: int = -1
-    retention_bytes: int = -1
-    #: how long one request (metadata, a group's deliveries, a commit, a read) may take before it fails
-    timeout_s: float = 10.0
-    transaction_timeout_ms: int = 600_000
-
-    @property
-    def watermark_topic(self) -> str:
-        return f"{self.prefix}.__watermarks"
-
-    @property
-    def transactional_id(self) -> str:
-        return f"{self.prefix}.capture"
-
-    def describe(self) -> str:
-        return f"kafka://{self.bootstrap}"
 
 
 @dataclass
@@ -200,8 +102,12 @@ class KafkaLog:
         self.writer = writer
         self.root = settings.describe()
         # librdkafka's own log lines go to this module's logger, not to stderr
-        self._client: dict[str, Any] = {"bootstrap.servers": settings.bootstrap, **settings.client,
-                                         "logger": _client_log, "error_cb": self._on_client_error}
+        self._client: dict[str, Any] = {
+            "bootstrap.servers": settings.bootstrap,
+            **settings.client,
+            "logger": client_log,
+            "error_cb": self._on_client_error,
+        }
         #: the clients' last error of their own (a refused login, say), which a failed request only echoes
         self._client_error: KafkaError | None = None
         try:
@@ -254,12 +160,12 @@ class KafkaLog:
             return self._admin_client().list_topics(timeout=self.settings.timeout_s)
         except KafkaException as exc:
             self._admin_client().poll(0)  # serves the error callback: a refused login is said there
-            raise KafkaLogError(self.settings.bootstrap, "reading the cluster's topics",
-                                self._client_error or exc.args[0]) from None
+            raise KafkaLogError(
+                self.settings.bootstrap, "reading the cluster's topics", self._client_error or exc.args[0]
+            ) from None
 
     def _topic_settings(self, compacted: bool) -> dict[str, str]:
-        settings = {"cleanup.policy": "compact" if compacted else "delete",
-                    "max.message.bytes": str(MAX_RECORD_BYTES)}
+        settings = {"cleanup.policy": "compact" if compacted else "delete", "max.message.bytes": str(MAX_RECORD_BYTES)}
         if compacted:
             settings["delete.retention.ms"] = str(self.settings.delete_retention_ms)
         else:
@@ -270,7 +176,9 @@ class KafkaLog:
     def _create(self, name: str, partitions: int, compacted: bool) -> None:
         futures = self._admin_client().create_topics(
             [NewTopic(name, partitions, -1, config=self._topic_settings(compacted))],
-            operation_timeout=self.settings.timeout_s, request_timeout=self.settings.timeout_s)
+            operation_timeout=self.settings.timeout_s,
+            request_timeout=self.settings.timeout_s,
+        )
         try:
             futures[name].result()
         except KafkaException as exc:
@@ -283,8 +191,12 @@ class KafkaLog:
         deadline = time.monotonic() + self.settings.timeout_s
         while time.monotonic() < deadline:
             topic = self._metadata().topics.get(name)
-            if topic is not None and topic.error is None and topic.partitions and all(
-                    p.leader >= 0 for p in topic.partitions.values()):
+            if (
+                topic is not None
+                and topic.error is None
+                and topic.partitions
+                and all(p.leader >= 0 for p in topic.partitions.values())
+            ):
                 return
             time.sleep(0.1)
         raise KafkaLogError(self.settings.bootstrap, f"waiting for topic {name!r} to get leaders", "timed out")
@@ -312,16 +224,16 @@ class KafkaLog:
                 raise TopicConfigMismatchError(name, "partitions", len(existing.partitions), partitions)
             policy = self._policy(name)
             if ("compact" in policy.split(",")) != compacted:
-                raise TopicConfigMismatchError(name, "cleanup.policy", policy,
-                                               "compact" if compacted else "delete")
+                raise TopicConfigMismatchError(name, "cleanup.policy", policy, "compact" if compacted else "delete")
         self._partition_counts[name] = partitions
         self._compacted[name] = compacted
 
     def topics(self) -> list[str]:
         """The prefix's topics, sorted (not the watermark topic, nor other pipelines' or Kafka's own)."""
         names = self._metadata().topics
-        return sorted(name for name in names
-                      if name.startswith(f"{self.settings.prefix}.") and name != self.settings.watermark_topic)
+        return sorted(
+            name for name in names if name.startswith(f"{self.settings.prefix}.") and name != self.settings.watermark_topic
+        )
 
     def topic_config(self, topic: str) -> TopicConfig:
         """The settings of ``topic`` (raises :class:`UnknownTopicError`); Kafka keeps no creation time for us."""
@@ -352,24 +264,29 @@ class KafkaLog:
             raise ReadOnlyError(self.root, f"{operation} after close()")  # type: ignore[arg-type]
 
     def _start_producer(self) -> None:
-        self._producer = Producer({
-            **self._client,
-            "transactional.id": self.settings.transactional_id,
-            "transaction.timeout.ms": self.settings.transaction_timeout_ms,
-            "acks": "all",
-            "linger.ms": 5,
-            "message.timeout.ms": int(self.settings.timeout_s * 1000),
-            "message.max.bytes": MAX_RECORD_BYTES + (1 << 20),
-            "queue.buffering.max.messages": PRODUCE_WINDOW * 2,
-        })
+        self._producer = Producer(
+            {
+                **self._client,
+                "transactional.id": self.settings.transactional_id,
+                "transaction.timeout.ms": self.settings.transaction_timeout_ms,
+                "acks": "all",
+                "linger.ms": 5,
+                "message.timeout.ms": int(self.settings.timeout_s * 1000),
+                "message.max.bytes": MAX_RECORD_BYTES + (1 << 20),
+                "queue.buffering.max.messages": PRODUCE_WINDOW * 2,
+            }
+        )
         try:
             self._producer.init_transactions(self.settings.timeout_s)
         except KafkaException as exc:
-            raise KafkaLogError(self.settings.bootstrap, "starting the capture's transactional producer",
-                                exc.args[0]) from None
+            raise KafkaLogError(self.settings.bootstrap, "starting the capture's transactional producer", exc.args[0]) from None
 
     def append_group(
-        self, records: Iterable[ProducerRecord | ProducerColumns], position: str, *, chunk_records: int = 0,
+        self,
+        records: Iterable[ProducerRecord | ProducerColumns],
+        position: str,
+        *,
+        chunk_records: int = 0,
     ) -> Watermark:
         """Append ``records`` and their watermark at ``position`` as one Kafka transaction (module docstring).
 
@@ -391,29 +308,19 @@ class KafkaLog:
                 raise KafkaLogError(self.settings.bootstrap, "beginning a group", exc.args[0]) from None
             iterator = iter(records)
             while chunk := list(islice(iterator, PRODUCE_WINDOW)):
-                if ProducerColumns in set(map(type, chunk)):
-                    run: list[ProducerRecord] = []
-                    for item in chunk:  # in order: a block of columns between records keeps its place
-                        if isinstance(item, ProducerColumns):
-                            self._produce_records(producer, run, deliveries)
-                            run = []
-                            self._produce_columns(producer, item, deliveries)
-                        else:
-                            run.append(item)
-                    self._produce_records(producer, run, deliveries)
-                else:
-                    self._produce_records(producer, chunk, deliveries)  # type: ignore[arg-type]
+                self._produce_chunk(producer, chunk, deliveries)
                 self._settle(producer, deliveries)
-            previous = self._current
-            ends = dict(previous.end_offsets) if previous is not None else {}
-            ends.update(deliveries.ends)
-            for topic, count in self._partition_counts.items():
-                for p in range(count):
-                    ends.setdefault(TopicPartition(topic, p), 0)
-            watermark = Watermark((previous.sequence + 1) if previous is not None else 1, position,
-                                  int(time.time() * 1000), ends)
-            self._produce(producer, self.settings.watermark_topic, 0, WATERMARK_KEY, watermark.encode(),
-                          watermark.timestamp_ms, (), deliveries)
+            watermark = self._next_watermark(position, deliveries)
+            self._produce(
+                producer,
+                self.settings.watermark_topic,
+                0,
+                WATERMARK_KEY,
+                watermark.encode(),
+                watermark.timestamp_ms,
+                (),
+                deliveries,
+            )
             self._commit(producer)
         except BaseException as exc:
             refused = self._abort(producer)
@@ -424,10 +331,37 @@ class KafkaLog:
         self._current = watermark
         return watermark
 
+    def _produce_chunk(self, producer: Producer, chunk: list[ProducerRecord | ProducerColumns], deliveries: _Deliveries) -> None:
+        """Produce one window of the group, in order: a block of columns between records keeps its place."""
+        if ProducerColumns not in set(map(type, chunk)):
+            self._produce_records(producer, chunk, deliveries)  # type: ignore[arg-type]
+            return
+        run: list[ProducerRecord] = []
+        for item in chunk:
+            if isinstance(item, ProducerColumns):
+                self._produce_records(producer, run, deliveries)
+                run = []
+                self._produce_columns(producer, item, deliveries)
+            else:
+                run.append(item)
+        self._produce_records(producer, run, deliveries)
+
+    def _next_watermark(self, position: str, deliveries: _Deliveries) -> Watermark:
+        """The group's watermark: the end offset of every partition once ``deliveries`` are in."""
+        previous = self._current
+        ends = dict(previous.end_offsets) if previous is not None else {}
+        ends.update(deliveries.ends)
+        for topic, count in self._partition_counts.items():
+            for p in range(count):
+                ends.setdefault(TopicPartition(topic, p), 0)
+        sequence = (previous.sequence + 1) if previous is not None else 1
+        return Watermark(sequence, position, int(time.time() * 1000), ends)
+
     @staticmethod
     def _keyless(topic: str) -> InvalidRecordError:
-        return InvalidRecordError(topic, "a record has no key, and the topic is compacted",
-                                  "give every record of a compacted topic a key")
+        return InvalidRecordError(
+            topic, "a record has no key, and the topic is compacted", "give every record of a compacted topic a key"
+        )
 
     def _produce_columns(self, producer: Producer, block: ProducerColumns, deliveries: _Deliveries) -> None:
         """Produce a block of columns, placed as the embedded log places it (murmur2 over the Arrow keys)."""
@@ -437,8 +371,7 @@ class KafkaLog:
         placed = self._partitioner.columns_array(block.topic, block.keys, len(block), count).tolist()
         keys = [None] * len(block) if block.keys is None else block.keys.to_pylist()
         for partition, key, value in zip(placed, keys, block.values.to_pylist(), strict=True):
-            self._produce(producer, block.topic, partition, _as_bytes(key), _as_bytes(value), block.timestamp_ms, (),
-                          deliveries)
+            self._produce(producer, block.topic, partition, _as_bytes(key), _as_bytes(value), block.timestamp_ms, (), deliveries)
 
     def _produce_records(self, producer: Producer, records: list[ProducerRecord], deliveries: _Deliveries) -> None:
         """Produce records of any topics in their order, each run of one topic placed at once (numpy murmur2)."""
@@ -471,14 +404,33 @@ class KafkaLog:
                 "topic %s gets records that leave unchanged columns out (header %r): Kafka's compaction cannot "
                 "fold them onto the key's earlier record as the embedded log's does, so once it removes that "
                 "record a rebuild lacks those values; give the source table REPLICA IDENTITY FULL "
-                "(`cdc setup --check-only` names the tables)", topic, UNCHANGED_HEADER)
+                "(`cdc setup --check-only` names the tables)",
+                topic,
+                UNCHANGED_HEADER,
+            )
 
-    def _produce(self, producer: Producer, topic: str, partition: int, key: bytes | None, value: bytes | None,
-                 timestamp_ms: int, headers: Any, deliveries: _Deliveries) -> None:
+    def _produce(
+        self,
+        producer: Producer,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        timestamp_ms: int,
+        headers: Any,
+        deliveries: _Deliveries,
+    ) -> None:
         while True:
             try:
-                producer.produce(topic, value, key, partition=partition, timestamp=timestamp_ms,
-                                 headers=list(headers) if headers else None, on_delivery=deliveries)
+                producer.produce(
+                    topic,
+                    value,
+                    key,
+                    partition=partition,
+                    timestamp=timestamp_ms,
+                    headers=list(headers) if headers else None,
+                    on_delivery=deliveries,
+                )
                 return
             except BufferError:
                 producer.poll(0.05)
@@ -486,11 +438,13 @@ class KafkaLog:
                 error: KafkaError = exc.args[0]
                 if error.code() == KafkaError.MSG_SIZE_TOO_LARGE:
                     raise KafkaLogError(
-                        self.settings.bootstrap, f"appending a group to {topic}",
+                        self.settings.bootstrap,
+                        f"appending a group to {topic}",
                         f"a record of {len(value or b'') + len(key or b''):,} bytes is larger than the "
                         f"{MAX_RECORD_BYTES:,} bytes a topic of this log takes (a row that large cannot go "
                         "into this log: keep its table out of CDC_TABLES, or use the embedded log)",
-                        lasting=True) from None
+                        lasting=True,
+                    ) from None
                 raise KafkaLogError(self.settings.bootstrap, f"appending a group to {topic}", error) from None
 
     def _settle(self, producer: Producer, deliveries: _Deliveries) -> None:
@@ -503,8 +457,11 @@ class KafkaLog:
         if deliveries.error is not None:
             raise KafkaLogError(self.settings.bootstrap, "appending a group", deliveries.error)
         if remaining:
-            raise KafkaLogError(self.settings.bootstrap, "appending a group",
-                                f"{remaining} records not delivered within {self.settings.timeout_s:g} s")
+            raise KafkaLogError(
+                self.settings.bootstrap,
+                "appending a group",
+                f"{remaining} records not delivered within {self.settings.timeout_s:g} s",
+            )
 
     def _commit(self, producer: Producer) -> None:
         """Commit the group's transaction, retrying what Kafka calls retriable."""
@@ -526,9 +483,13 @@ class KafkaLog:
             producer.abort_transaction(self.settings.timeout_s)
         except KafkaException as exc:
             error: KafkaError = exc.args[0]
-            if not _fenced(error):
-                log.warning("aborting a group's transaction in Kafka at %s failed (%s); the broker aborts it "
-                            "when it times out, or the next writer does", self.settings.bootstrap, error)
+            if not fenced(error):
+                log.warning(
+                    "aborting a group's transaction in Kafka at %s failed (%s); the broker aborts it "
+                    "when it times out, or the next writer does",
+                    self.settings.bootstrap,
+                    error,
+                )
             return error
         return None
 
@@ -536,24 +497,27 @@ class KafkaLog:
 
     def _reader(self) -> Consumer:
         if self._consumer is None:
-            self._consumer = Consumer({
-                **self._client,
-                "group.id": f"{self.settings.prefix}.log-reader",
-                "enable.auto.commit": False,
-                "enable.auto.offset.store": False,
-                "isolation.level": "read_committed",
-                "enable.partition.eof": True,
-                "auto.offset.reset": "earliest",
-                # reads are bounded: a fetch at the end of the range should come back, not wait for more
-                "fetch.wait.max.ms": 10,
-            })
+            self._consumer = Consumer(
+                {
+                    **self._client,
+                    "group.id": f"{self.settings.prefix}.log-reader",
+                    "enable.auto.commit": False,
+                    "enable.auto.offset.store": False,
+                    "isolation.level": "read_committed",
+                    "enable.partition.eof": True,
+                    "auto.offset.reset": "earliest",
+                    # reads are bounded: a fetch at the end of the range should come back, not wait for more
+                    "fetch.wait.max.ms": 10,
+                }
+            )
         return self._consumer
 
     def _bounds(self, tp: TopicPartition) -> tuple[int, int]:
         """``(low, high)`` of ``tp``: its first stored offset and its last stable offset."""
         try:
             low, high = self._reader().get_watermark_offsets(
-                KafkaPartition(tp.topic, tp.partition), timeout=self.settings.timeout_s, cached=False)
+                KafkaPartition(tp.topic, tp.partition), timeout=self.settings.timeout_s, cached=False
+            )
         except KafkaException as exc:
             raise KafkaLogError(self.settings.bootstrap, f"reading the offsets of {tp}", exc.args[0]) from None
         return int(low), int(high)
@@ -600,10 +564,12 @@ class KafkaLog:
                     reached, deadline = position, time.monotonic() + self.settings.timeout_s
                 elif time.monotonic() > deadline:
                     raise KafkaLogError(
-                        self.settings.bootstrap, f"reading {tp}",
+                        self.settings.bootstrap,
+                        f"reading {tp}",
                         f"it holds committed records up to offset {reached} only, short of offset {end} that the "
                         f"log's watermark names, and did not move for {self.settings.timeout_s:g} s (a topic that "
-                        "lost committed records: rebuild the log with a new snapshot)")
+                        "lost committed records: rebuild the log with a new snapshot)",
+                    )
         finally:
             consumer.unassign()
         return out[:limit]
@@ -627,19 +593,34 @@ class KafkaLog:
             if time.monotonic() > deadline:
                 # a commit left open by a writer that died inside it: its next start aborts it; until then
                 # the reader reads what is committed, which is all it may read
-                log.debug("a commit on %s did not complete in %.0f s (last stable offset %d, end %d); "
-                          "reading up to the last stable offset", tp, self.settings.timeout_s, stable, high)
+                log.debug(
+                    "a commit on %s did not complete in %.0f s (last stable offset %d, end %d); "
+                    "reading up to the last stable offset",
+                    tp,
+                    self.settings.timeout_s,
+                    stable,
+                    high,
+                )
                 return low, stable
             time.sleep(0.01)
 
     def _end_of_log(self, tp: TopicPartition) -> int:
         """The end of ``tp`` counting records of transactions not committed (yet)."""
         if self._uncommitted is None:
-            self._uncommitted = Consumer({**self._client, "group.id": f"{self.settings.prefix}.log-reader",
-                                          "enable.auto.commit": False, "isolation.level": "read_uncommitted"})
+            self._uncommitted = Consumer(
+                {
+                    **self._client,
+                    "group.id": f"{self.settings.prefix}.log-reader",
+                    "enable.auto.commit": False,
+                    "isolation.level": "read_uncommitted",
+                }
+            )
         try:
-            return int(self._uncommitted.get_watermark_offsets(
-                KafkaPartition(tp.topic, tp.partition), timeout=self.settings.timeout_s, cached=False)[1])
+            return int(
+                self._uncommitted.get_watermark_offsets(
+                    KafkaPartition(tp.topic, tp.partition), timeout=self.settings.timeout_s, cached=False
+                )[1]
+            )
         except KafkaException as exc:
             raise KafkaLogError(self.settings.bootstrap, f"reading the offsets of {tp}", exc.args[0]) from None
 
@@ -666,8 +647,14 @@ class KafkaLog:
         return self._current
 
     def read(
-        self, tp: TopicPartition, offset: int, *, max_records: int = 10_000, max_bytes: int = 16 << 20,
-        until: Watermark | None = None, end: int | None = None,
+        self,
+        tp: TopicPartition,
+        offset: int,
+        *,
+        max_records: int = 10_000,
+        max_bytes: int = 16 << 20,
+        until: Watermark | None = None,
+        end: int | None = None,
     ) -> list[Record]:
         """Committed records of ``tp`` from ``offset``, below the end offset for ``tp`` of ``until`` (default:
         the latest watermark), or below ``end`` when given without ``until``.
@@ -684,8 +671,18 @@ class KafkaLog:
                 return []
             end = watermark.end_offset(tp) if end is None else min(end, watermark.end_offset(tp))
         messages = self._fetch(tp, max(offset, 0), end, max_records)
-        return [Record(tp.topic, tp.partition, cast(int, m.offset()), m.key(), m.value(), m.timestamp()[1],
-                       tuple(cast(list[tuple[str, bytes]], m.headers() or ()))) for m in messages]
+        return [
+            Record(
+                tp.topic,
+                tp.partition,
+                cast(int, m.offset()),
+                m.key(),
+                m.value(),
+                m.timestamp()[1],
+                tuple(cast(list[tuple[str, bytes]], m.headers() or ())),
+            )
+            for m in messages
+        ]
 
     def _check_partition(self, tp: TopicPartition) -> None:
         count = self.partitions(tp.topic)
@@ -742,8 +739,7 @@ class KafkaLog:
     def __enter__(self) -> KafkaLog:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -107,7 +107,10 @@ class LogCleaner:
     """Compacts compacted topics and applies retention to the others."""
 
     def __init__(
-        self, root: Path, config: LogConfig, topics: Callable[[], list[TopicConfig]],
+        self,
+        root: Path,
+        config: LogConfig,
+        topics: Callable[[], list[TopicConfig]],
         watermark: Callable[[], Watermark | None],
     ) -> None:
         self.root = root
@@ -156,9 +159,7 @@ class LogCleaner:
 
     # --- compaction --------------------------------------------------------------------------
 
-    def compact_partition(
-        self, tp: TopicPartition, directory: Path, end: int, now_ms: int
-    ) -> PartitionCleaning | None:
+    def compact_partition(self, tp: TopicPartition, directory: Path, end: int, now_ms: int) -> PartitionCleaning | None:
         """Compact the cleanable segments of one partition (see the module docstring)."""
         ranges = _cleanable(list_segments(directory), end)
         if not ranges:
@@ -169,13 +170,11 @@ class LogCleaner:
             segment = SegmentFile(directory / log_name(base), base)
             try:
                 for _pos, header, buf, at in segment.batches(next_base):
-                    offsets, keys, _values, _ts, headers = decode_columns(buf, at, header, 0,
-                                                                          next_base, values=False)
+                    offsets, keys, _values, _ts, headers = decode_columns(buf, at, header, 0, next_base, values=False)
                     offset_map.add_columns(offsets, keys, headers)
             finally:
                 segment.close()
-        cleaner = Cleaner(offset_map, now_ms=now_ms,
-                          delete_retention_ms=self.config.delete_retention_ms, fold=self.config.fold)
+        cleaner = Cleaner(offset_map, now_ms=now_ms, delete_retention_ms=self.config.delete_retention_ms, fold=self.config.fold)
         rewritten = deleted = bytes_before = bytes_after = 0
         for base, next_base in ranges:
             before, after = self._rewrite(directory, base, next_base, cleaner, topic, partition)
@@ -189,36 +188,39 @@ class LogCleaner:
                 rewritten += 1
             bytes_after += after
         cleaned_offset = ranges[-1][1]
-        write_atomic(directory / CHECKPOINT_NAME,
-                     orjson.dumps({"cleaned_offset": cleaned_offset}) + b"\n")
+        write_atomic(directory / CHECKPOINT_NAME, orjson.dumps({"cleaned_offset": cleaned_offset}) + b"\n")
         stats = cleaner.stats
-        return PartitionCleaning(tp, rewritten, deleted, stats.records_read, stats.records_kept,
-                                 stats.tombstones_removed, stats.folded, stats.fold_failures,
-                                 bytes_before, bytes_after, cleaned_offset)
+        return PartitionCleaning(
+            tp,
+            rewritten,
+            deleted,
+            stats.records_read,
+            stats.records_kept,
+            stats.tombstones_removed,
+            stats.folded,
+            stats.fold_failures,
+            bytes_before,
+            bytes_after,
+            cleaned_offset,
+        )
 
     def _rewrite(
         self, directory: Path, base: int, next_base: int, cleaner: Cleaner, topic: str, partition: int
     ) -> tuple[int, int | None]:
-        """Clean one segment; returns (bytes before, bytes after or ``None`` when unchanged)."""
+        """Clean one segment; returns (bytes before, bytes after or ``None`` when unchanged).
+
+        The cleaned segment and its index are written and fsynced beside the originals, then renamed
+        over them (index first) and the directory fsynced: a crash leaves either segment whole, and
+        the side files a crash leaves are removed by the next recovery.
+        """
         path = directory / log_name(base)
         segment = SegmentFile(path, base)
         side_log = path.with_name(path.name + CLEANED_SUFFIX)
         side_index = index_path(path).with_name(index_path(path).name + CLEANED_SUFFIX)
-        nonce = secrets.randbits(64)
-        fd = -1
         done = False
         try:
             before = segment.size()
-            outputs: list[tuple[int, bytes]] = []
-            changed = False
-            for _pos, header, buf, at in segment.batches(next_base):
-                raw = buf[at : at + header.length]
-                records = decode_records(buf, at, header, topic, partition, 0, next_base)
-                cleaned = cleaner.clean_batch(header, raw, records)
-                if cleaned is not raw:
-                    changed = True
-                if cleaned is not None:
-                    outputs.append((header.base_offset, cleaned))
+            outputs, changed = _cleaned_batches(segment, next_base, cleaner, topic, partition)
             if not changed:
                 done = True
                 return before, None
@@ -231,37 +233,14 @@ class LogCleaner:
                 fsync_dir(directory)
                 done = True
                 return before, 0
-            fd = create_file(side_log, os.O_WRONLY | os.O_EXCL)
-            index = OffsetIndex()
-            position = FILE_HEADER_SIZE
-            since_entry = 0
-            chunks = [encode_file_header(base, nonce)]
-            for batch_base, data in outputs:
-                if since_entry >= self.config.index_interval_bytes:
-                    index.append(batch_base - base, position)
-                    since_entry = 0
-                chunks.append(data)
-                position += len(data)
-                since_entry += len(data)
-            write_all(fd, b"".join(chunks))
-            os.fsync(fd)
-            os.close(fd)
-            fd = -1
-            index_fd = create_file(side_index, os.O_WRONLY | os.O_EXCL)
-            try:
-                write_all(index_fd, index.to_bytes(nonce))
-                os.fsync(index_fd)
-            finally:
-                os.close(index_fd)
+            after = self._write_cleaned(side_log, side_index, base, outputs)
             os.replace(side_index, index_path(path))
             os.replace(side_log, path)
             fsync_dir(directory)
             done = True
-            return before, position
+            return before, after
         finally:
             segment.close()
-            if fd >= 0:
-                os.close(fd)
             if not done:
                 for leftover in (side_log, side_index):
                     try:
@@ -269,11 +248,33 @@ class LogCleaner:
                     except FileNotFoundError:
                         pass
 
+    def _write_cleaned(self, side_log: Path, side_index: Path, base: int, outputs: list[tuple[int, bytes]]) -> int:
+        """Write and fsync a segment of ``outputs`` (``(base offset, batch bytes)``) at ``side_log`` and
+        its index at ``side_index``, under a new nonce; returns the segment's size."""
+        nonce = secrets.randbits(64)
+        index = OffsetIndex()
+        position = FILE_HEADER_SIZE
+        since_entry = 0
+        chunks = [encode_file_header(base, nonce)]
+        for batch_base, data in outputs:
+            if since_entry >= self.config.index_interval_bytes:
+                index.append(batch_base - base, position)
+                since_entry = 0
+            chunks.append(data)
+            position += len(data)
+            since_entry += len(data)
+        for file, data in ((side_log, b"".join(chunks)), (side_index, index.to_bytes(nonce))):
+            fd = create_file(file, os.O_WRONLY | os.O_EXCL)
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        return position
+
     # --- retention ---------------------------------------------------------------------------
 
-    def retain_partition(
-        self, tp: TopicPartition, directory: Path, end: int, now_ms: int
-    ) -> PartitionCleaning | None:
+    def retain_partition(self, tp: TopicPartition, directory: Path, end: int, now_ms: int) -> PartitionCleaning | None:
         """Delete the segments retention no longer keeps (topics that are not compacted)."""
         if self.config.retention_ms < 0 and self.config.retention_bytes < 0:
             return None
@@ -289,9 +290,13 @@ class LogCleaner:
             finally:
                 segment.close()
             candidates.append(SegmentInfo(base, sizes[base], last_append))
-        doomed = segments_to_delete(candidates, total_bytes=sum(sizes.values()), now_ms=now_ms,
-                                    retention_ms=self.config.retention_ms,
-                                    retention_bytes=self.config.retention_bytes)
+        doomed = segments_to_delete(
+            candidates,
+            total_bytes=sum(sizes.values()),
+            now_ms=now_ms,
+            retention_ms=self.config.retention_ms,
+            retention_bytes=self.config.retention_bytes,
+        )
         for base in doomed:
             os.unlink(directory / log_name(base))
             try:
@@ -303,3 +308,21 @@ class LogCleaner:
         freed = sum(sizes[base] for base in doomed)
         total = sum(sizes.values())
         return PartitionCleaning(tp, 0, len(doomed), 0, 0, 0, 0, 0, total, total - freed, 0)
+
+
+def _cleaned_batches(
+    segment: SegmentFile, next_base: int, cleaner: Cleaner, topic: str, partition: int
+) -> tuple[list[tuple[int, bytes]], bool]:
+    """The batches of ``segment`` (below ``next_base``) as ``cleaner`` leaves them, as ``(base offset,
+    bytes)``, and whether any of them changed."""
+    outputs: list[tuple[int, bytes]] = []
+    changed = False
+    for _pos, header, buf, at in segment.batches(next_base):
+        raw = buf[at : at + header.length]
+        records = decode_records(buf, at, header, topic, partition, 0, next_base)
+        cleaned = cleaner.clean_batch(header, raw, records)
+        if cleaned is not raw:
+            changed = True
+        if cleaned is not None:
+            outputs.append((header.base_offset, cleaned))
+    return outputs, changed

@@ -60,8 +60,7 @@ class OffsetIndex:
         """Add an entry (both columns must grow) and return its on-disk bytes."""
         if self.offsets and (relative_offset <= self.offsets[-1] or position <= self.positions[-1]):
             raise ValueError(
-                f"index entry ({relative_offset}, {position}) does not follow "
-                f"({self.offsets[-1]}, {self.positions[-1]})"
+                f"index entry ({relative_offset}, {position}) does not follow ({self.offsets[-1]}, {self.positions[-1]})"
             )
         self.offsets.append(relative_offset)
         self.positions.append(position)

@@ -111,10 +111,9 @@ class Partition:
         records = self._on_current_segments(read)
         del records[max_records:]
         # bytes of keys and values so far, record by record (length_hint: 0 for a None key or value)
-        running = list(accumulate(map(add, map(length_hint, map(_KEY, records)),
-                                      map(length_hint, map(_VALUE, records)))))
+        running = list(accumulate(map(add, map(length_hint, map(_KEY, records)), map(length_hint, map(_VALUE, records)))))
         if running and running[-1] > max_bytes:
-            del records[max(bisect_right(running, max_bytes), 1):]
+            del records[max(bisect_right(running, max_bytes), 1) :]
         return records
 
     def read_columns(self, offset: int, limit: int, max_records: int, max_bytes: int) -> list[RecordColumns]:
@@ -270,8 +269,7 @@ class Partition:
         """
         for batch in batches:
             if batch.base_offset != self.next_offset:
-                raise ValueError(f"batch encoded for offset {batch.base_offset}, but {self.tp} is at "
-                                 f"{self.next_offset}")
+                raise ValueError(f"batch encoded for offset {batch.base_offset}, but {self.tp} is at {self.next_offset}")
             active = self._active_for(batch.length, batch.records, now_ms)
             active.append(batch.pieces, batch.length, batch.base_offset, now_ms)
             self.next_offset += batch.records
@@ -283,14 +281,12 @@ class Partition:
     def _active_for(self, batch_bytes: int, count: int, now_ms: int) -> ActiveSegment:
         active = self.active
         if active is None:
-            self.active = ActiveSegment.create(self.directory, self.next_offset,
-                                               self.config.index_interval_bytes)
+            self.active = ActiveSegment.create(self.directory, self.next_offset, self.config.index_interval_bytes)
             return self.active
         if active.empty:
             return active
         full = active.size + batch_bytes > self.config.segment_bytes
-        old = (active.first_append_ms is not None
-               and now_ms - active.first_append_ms >= self.config.segment_ms)
+        old = active.first_append_ms is not None and now_ms - active.first_append_ms >= self.config.segment_ms
         wide = self.next_offset + count - active.base_offset >= _MAX_RELATIVE
         if full or old or wide:
             self.roll()
@@ -305,8 +301,7 @@ class Partition:
         active.seal()
         active.close()
         self._unstarted = 0  # sealing made it durable
-        self.active = ActiveSegment.create(self.directory, self.next_offset,
-                                           self.config.index_interval_bytes)
+        self.active = ActiveSegment.create(self.directory, self.next_offset, self.config.index_interval_bytes)
         return True
 
     def start_writeback(self) -> None:

@@ -91,8 +91,7 @@ def partition_array(keys: Sequence[bytes], partitions: int) -> Any:
             lengths = np.fromiter(map(len, keys), dtype=np.int64, count=count)
             for length in sorted(distinct):
                 positions = np.flatnonzero(lengths == length)
-                picked = (itemgetter(*positions.tolist())(keys) if len(positions) > 1
-                          else (keys[int(positions[0])],))
+                picked = itemgetter(*positions.tolist())(keys) if len(positions) > 1 else (keys[int(positions[0])],)
                 out[positions] = _murmur2_same_length(b"".join(picked), len(positions), length)
     out &= 0x7FFFFFFF
     out %= partitions

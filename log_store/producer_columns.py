@@ -22,8 +22,7 @@ import pyarrow.compute as pc
 from log_store.record import ProducerRecord
 from log_store.record_batch import RECORD_SIZE, _consecutive, _header_piece, _zeros, batch_cuts
 
-_OFFSET_TYPES = {pa.binary(): np.int32, pa.string(): np.int32, pa.large_binary(): np.int64,
-                 pa.large_string(): np.int64}
+_OFFSET_TYPES = {pa.binary(): np.int32, pa.string(): np.int32, pa.large_binary(): np.int64, pa.large_string(): np.int64}
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,8 +45,9 @@ class ProducerColumns:
             if array is None and name == "keys":
                 continue
             if not isinstance(array, pa.Array) or array.type not in _OFFSET_TYPES:
-                raise TypeError(f"{name} must be an Arrow binary or string array, not "
-                                f"{getattr(array, 'type', type(array).__name__)}")
+                raise TypeError(
+                    f"{name} must be an Arrow binary or string array, not {getattr(array, 'type', type(array).__name__)}"
+                )
         if self.keys is not None and len(self.keys) != len(self.values):
             raise ValueError(f"{len(self.keys)} keys but {len(self.values)} values")
         if not isinstance(self.timestamp_ms, int) or not -(1 << 63) <= self.timestamp_ms < 1 << 63:
@@ -97,8 +97,10 @@ class _Column:
         nulls = np.asarray(array.is_null(), dtype=bool) if array.null_count else None
         if nulls is not None:
             # a null slot may span bytes in Arrow; the log stores none for it
-            array = pc.fill_null(array, pa.scalar(b"" if pa.types.is_binary(array.type)
-                                                  or pa.types.is_large_binary(array.type) else "", array.type))
+            array = pc.fill_null(
+                array,
+                pa.scalar(b"" if pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type) else "", array.type),
+            )
         self.offsets = arrow_offsets(array).astype(np.int64)
         data_buffer = array.buffers()[2]
         lengths = np.diff(self.offsets)
@@ -127,8 +129,7 @@ class ArrowColumns:
         """Record indexes where batches of about ``budget`` bytes start, and the count at the end."""
         if self.payload_bytes <= budget:
             return [0, self.count]
-        return batch_cuts(np.cumsum(RECORD_SIZE + np.maximum(self.keys.lengths, 0)
-                                    + np.maximum(self.values.lengths, 0)), budget)
+        return batch_cuts(np.cumsum(RECORD_SIZE + np.maximum(self.keys.lengths, 0) + np.maximum(self.values.lengths, 0)), budget)
 
     def encode_pieces(self, base_offset: int, start: int, stop: int, append_time_ms: int) -> tuple[list[bytes | memoryview], int]:
         """One batch of records ``[start, stop)`` at consecutive offsets: what
@@ -144,6 +145,7 @@ class ArrowColumns:
             self.values.piece(start, stop),
         ]
         records_bytes = sum(map(len, pieces))
-        head = _header_piece(base_offset, pieces, records_bytes, count - 1, count, append_time_ms,
-                             self.timestamp_ms if count else -1, 0)
+        head = _header_piece(
+            base_offset, pieces, records_bytes, count - 1, count, append_time_ms, self.timestamp_ms if count else -1, 0
+        )
         return [head, *pieces], len(head) + records_bytes

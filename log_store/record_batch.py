@@ -6,8 +6,7 @@ Batch layout (big-endian, 42-byte header then the records)::
          0     4  crc                 uint32  CRC32C (Castagnoli) of bytes [4, length) of this batch
          4     4  length              int32   total bytes of the batch, this header included
          8     8  base_offset         int64   offset of the batch's first offset slot
-        16     1  magic               int8    record layout: 2 (columns, written by this version) or
-                                              1 (rows, written by earlier versions; still read)
+        16     1  magic               int8    record layout: 2 (columns, below; the only one)
         17     1  attributes          int8    bit 0: written by the compactor; other bits 0
         18     4  last_offset_delta   int32   last offset slot - base_offset (kept when compaction
                                               removes records, so the batch still spans its slots)
@@ -28,10 +27,6 @@ variable-width ones, each in record order::
          .  values          the values back to back (a null value takes no bytes)
          .  header blocks   the header blocks back to back
 
-Records, magic 1 (rows; read only): per record a 24-byte header ``offset_delta int32, timestamp_ms
-int64, key_length int32, value_length int32, headers_length int32`` followed by its key, value and header
-block. Both layouts take exactly ``24 * n`` bytes besides the keys, values and header blocks.
-
 Header block: repeated ``name_length u16, name (UTF-8), value_length u32, value``.
 
 The CRC covers everything but itself, so a flipped bit anywhere in a batch (its length and base offset
@@ -40,6 +35,10 @@ up to exactly its length. The column layout exists for speed: encoding is a hand
 per batch whatever its record count (each fixed-width column is one ``struct`` pack, each byte column
 one ``bytes.join``), the pieces are CRCed in turn and handed to one ``writev`` without being joined;
 decoding unpacks each fixed-width column with one ``struct`` call.
+
+This module runs past 500 lines because it is the layout's one definition: the encoder, and the three
+decoders (to records, to lists of columns, to buffer views) the writer, the compactor and the readers
+use, next to the format they implement.
 """
 
 from __future__ import annotations
@@ -57,10 +56,9 @@ from crc32c import crc32c
 
 from log_store.record import Headers, ProducerRecord, Record
 
-#: The record layout this version writes (columns); :data:`MAGIC_ROWS` batches are still read.
+#: The record layout (columns).
 MAGIC = 2
-MAGIC_ROWS = 1
-MAGICS = (MAGIC_ROWS, MAGIC)
+MAGICS = (MAGIC,)
 ATTR_COMPACTED = 0x01
 
 CRC = struct.Struct(">I")
@@ -71,10 +69,8 @@ HEADER_SIZE = HEADER.size  # 42
 #: The bytes needed to know a batch's length and base offset.
 PREFIX = struct.Struct(">Iiq")
 PREFIX_SIZE = PREFIX.size  # 16
-#: Fixed bytes per record (in either layout): the five fixed-width fields.
+#: Fixed bytes per record: the five fixed-width fields.
 RECORD_SIZE = 24
-#: One record's fixed fields in the row layout (magic 1).
-RECORD = struct.Struct(">iqiii")
 _HNAME = struct.Struct(">H")
 _HVALUE = struct.Struct(">I")
 
@@ -160,12 +156,20 @@ def _zeros(count: int) -> bytes:
 
 
 def _header_piece(
-    base_offset: int, pieces: Sequence[bytes | memoryview], records_bytes: int, last_offset_delta: int, count: int,
-    append_time_ms: int, max_ts: int, attributes: int, magic: int = MAGIC,
+    base_offset: int,
+    pieces: Sequence[bytes | memoryview],
+    records_bytes: int,
+    last_offset_delta: int,
+    count: int,
+    append_time_ms: int,
+    max_ts: int,
+    attributes: int,
+    magic: int = MAGIC,
 ) -> bytes:
     """The batch header; its CRC covers the header tail and every piece, in order."""
-    tail = HEADER_TAIL.pack(HEADER_SIZE + records_bytes, base_offset, magic, attributes,
-                            last_offset_delta, count, append_time_ms, max_ts)
+    tail = HEADER_TAIL.pack(
+        HEADER_SIZE + records_bytes, base_offset, magic, attributes, last_offset_delta, count, append_time_ms, max_ts
+    )
     crc = crc32c(tail)
     for piece in pieces:
         crc = crc32c(piece, crc)
@@ -196,24 +200,41 @@ class Columns:
     calls (pieces of about :data:`PIECE_BYTES`).
     """
 
-    __slots__ = ("count", "keys", "key_lengths", "key_bytes", "null_keys", "values", "value_lengths",
-                 "value_bytes", "timestamps", "blocks", "block_lengths", "payload_bytes")
+    __slots__ = (
+        "count",
+        "keys",
+        "key_lengths",
+        "key_bytes",
+        "null_keys",
+        "values",
+        "value_lengths",
+        "value_bytes",
+        "timestamps",
+        "blocks",
+        "block_lengths",
+        "payload_bytes",
+    )
 
     def __init__(self, records: Sequence[ProducerRecord]) -> None:
         headers = list(map(_HEADERS, records)) if any(map(_HEADERS, records)) else _NO_HEADERS
-        self._fill(list(map(_KEY, records)), list(map(_VALUE, records)),
-                   list(map(_TIMESTAMP, records)), headers)
+        self._fill(list(map(_KEY, records)), list(map(_VALUE, records)), list(map(_TIMESTAMP, records)), headers)
 
     @classmethod
     def from_fields(cls, fields: Sequence[Sequence[object]]) -> Columns:
         """Columns of records already transposed by the caller (``list(zip(*records))``)."""
-        return cls.from_columns(cast("Sequence[bytes | None]", fields[1]),
-                                cast("Sequence[bytes | None]", fields[2]),
-                                cast("Sequence[int]", fields[3]), cast("Sequence[Headers]", fields[4]))
+        return cls.from_columns(
+            cast("Sequence[bytes | None]", fields[1]),
+            cast("Sequence[bytes | None]", fields[2]),
+            cast("Sequence[int]", fields[3]),
+            cast("Sequence[Headers]", fields[4]),
+        )
 
     @classmethod
     def from_columns(
-        cls, keys: Sequence[bytes | None], values: Sequence[bytes | None], timestamps: Sequence[int],
+        cls,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
         headers: Sequence[Headers],
     ) -> Columns:
         """Columns from the records' keys, values, timestamps and headers (equal lengths)."""
@@ -222,7 +243,10 @@ class Columns:
         return columns
 
     def _fill(
-        self, keys: Sequence[bytes | None], values: Sequence[bytes | None], timestamps: Sequence[int],
+        self,
+        keys: Sequence[bytes | None],
+        values: Sequence[bytes | None],
+        timestamps: Sequence[int],
         headers: Sequence[Headers],
     ) -> None:
         self.count = len(keys)
@@ -238,8 +262,7 @@ class Columns:
             self.blocks = None
             self.block_lengths = None
             blocks_bytes = 0
-        self.payload_bytes = (RECORD_SIZE * self.count + self.key_bytes + self.value_bytes
-                              + blocks_bytes)
+        self.payload_bytes = RECORD_SIZE * self.count + self.key_bytes + self.value_bytes + blocks_bytes
 
     def _block_lengths(self, start: int, stop: int) -> Iterable[int]:
         if self.block_lengths is None:
@@ -248,9 +271,13 @@ class Columns:
 
     def sizes(self) -> list[int]:
         """Encoded bytes of each record (only needed to split a group into several batches)."""
-        return list(map(add, map(add, map(len, self.keys), map(len, self.values)),
-                        map(add, self._block_lengths(0, self.count),
-                            repeat(RECORD_SIZE, self.count))))
+        return list(
+            map(
+                add,
+                map(add, map(len, self.keys), map(len, self.values)),
+                map(add, self._block_lengths(0, self.count), repeat(RECORD_SIZE, self.count)),
+            )
+        )
 
     def cuts(self, budget: int) -> list[int]:
         """Record indexes where batches of about ``budget`` bytes start, and the count at the end."""
@@ -259,8 +286,13 @@ class Columns:
         return batch_cuts(list(accumulate(self.sizes())), budget)
 
     def encode_pieces(
-        self, base_offset: int, start: int, stop: int, append_time_ms: int,
-        deltas: Sequence[int] | None = None, last_offset_delta: int | None = None,
+        self,
+        base_offset: int,
+        start: int,
+        stop: int,
+        append_time_ms: int,
+        deltas: Sequence[int] | None = None,
+        last_offset_delta: int | None = None,
         attributes: int = 0,
     ) -> tuple[list[bytes], int]:
         """One batch of records ``[start, stop)`` as a list of buffers to write back to back (the
@@ -286,8 +318,7 @@ class Columns:
             last = deltas[-1] if count else 0
         if last_offset_delta is not None:
             last = last_offset_delta
-        pieces = [delta_column, _int64s(count).pack(*timestamps), int32s.pack(*key_lengths),
-                  int32s.pack(*value_lengths)]
+        pieces = [delta_column, _int64s(count).pack(*timestamps), int32s.pack(*key_lengths), int32s.pack(*value_lengths)]
         if self.blocks is None or self.block_lengths is None:
             pieces.append(_zeros(count))
             blocks = b""
@@ -307,8 +338,7 @@ class Columns:
             pieces.append(blocks)
         records_bytes = sum(map(len, pieces))
         max_ts = max(timestamps) if count else -1
-        head = _header_piece(base_offset, pieces, records_bytes, last, count, append_time_ms, max_ts,
-                             attributes)
+        head = _header_piece(base_offset, pieces, records_bytes, last, count, append_time_ms, max_ts, attributes)
         return [head, *pieces], HEADER_SIZE + records_bytes
 
     def encode(self, base_offset: int, start: int, stop: int, append_time_ms: int) -> bytes:
@@ -349,16 +379,19 @@ def _lengths(items: Sequence[bytes | None]) -> tuple[list[int], Sequence[bytes],
 
 
 def encode_records(
-    base_offset: int, last_offset_delta: int, records: Iterable[Record], append_time_ms: int,
+    base_offset: int,
+    last_offset_delta: int,
+    records: Iterable[Record],
+    append_time_ms: int,
     attributes: int = ATTR_COMPACTED,
 ) -> bytes:
     """One batch of already-placed records (their offsets kept), spanning ``last_offset_delta``."""
     rows = records if isinstance(records, list) else list(records)
-    columns = Columns.from_columns(list(map(_R_KEY, rows)), list(map(_R_VALUE, rows)),
-                                   list(map(_R_TIMESTAMP, rows)), list(map(_R_HEADERS, rows)))
+    columns = Columns.from_columns(
+        list(map(_R_KEY, rows)), list(map(_R_VALUE, rows)), list(map(_R_TIMESTAMP, rows)), list(map(_R_HEADERS, rows))
+    )
     deltas = list(map(sub, map(_R_OFFSET, rows), repeat(base_offset)))
-    pieces, _length = columns.encode_pieces(base_offset, 0, len(rows), append_time_ms, deltas,
-                                            last_offset_delta, attributes)
+    pieces, _length = columns.encode_pieces(base_offset, 0, len(rows), append_time_ms, deltas, last_offset_delta, attributes)
     return b"".join(pieces)
 
 
@@ -386,16 +419,19 @@ def crc_matches(buf: bytes | memoryview, pos: int, header: BatchHeader) -> bool:
 
 
 def decode_records(
-    buf: bytes, pos: int, header: BatchHeader, topic: str, partition: int,
-    min_offset: int = 0, max_offset: int = 1 << 62,
+    buf: bytes,
+    pos: int,
+    header: BatchHeader,
+    topic: str,
+    partition: int,
+    min_offset: int = 0,
+    max_offset: int = 1 << 62,
 ) -> list[Record]:
     """The records of the (CRC-checked) batch at ``pos`` with ``min_offset <= offset < max_offset``.
 
     Raises ``ValueError`` when the records do not fit the batch (only possible after a CRC collision
     or a writer bug); callers turn it into a corruption error naming the file.
     """
-    if header.magic == MAGIC_ROWS:
-        return _decode_rows(buf, pos, header, topic, partition, min_offset, max_offset)
     return _decode_columns(buf, pos, header, topic, partition, min_offset, max_offset)
 
 
@@ -447,23 +483,22 @@ def _column_region(pos: int, header: BatchHeader) -> tuple[int, int, int, int]:
     p = pos + HEADER_SIZE
     end = pos + header.length
     if p + RECORD_SIZE * count > end:
-        raise ValueError(f"{count} records need {RECORD_SIZE * count} bytes of columns; the batch "
-                         f"has {end - p}")
+        raise ValueError(f"{count} records need {RECORD_SIZE * count} bytes of columns; the batch has {end - p}")
     return count, header.base_offset, p, end
 
 
 def decode_columns(
-    buf: bytes, pos: int, header: BatchHeader, min_offset: int = 0, max_offset: int = 1 << 62,
-    *, values: bool = True,
+    buf: bytes,
+    pos: int,
+    header: BatchHeader,
+    min_offset: int = 0,
+    max_offset: int = 1 << 62,
+    *,
+    values: bool = True,
 ) -> DecodedColumns:
     """:func:`decode_records` as columns, without building a :class:`Record` per record; with
     ``values=False`` the values are not even copied out (the compactor's first pass needs only keys,
     offsets and headers). Same checks and errors as :func:`decode_records`."""
-    if header.magic == MAGIC_ROWS:
-        rows = _decode_rows(buf, pos, header, "", 0, min_offset, max_offset)
-        return DecodedColumns(list(map(_R_OFFSET, rows)), list(map(_R_KEY, rows)),
-                              list(map(_R_VALUE, rows)) if values else None,
-                              list(map(_R_TIMESTAMP, rows)), list(map(_R_HEADERS, rows)))
     count, base, p, end = _column_region(pos, header)
     int32s = _int32s(count)
     deltas = int32s.unpack_from(buf, p)
@@ -473,16 +508,16 @@ def decode_columns(
     block_lengths = int32s.unpack_from(buf, p + 20 * count)
     p += RECORD_SIZE * count
     if count:
-        if (deltas[0] < 0 or deltas[-1] > header.last_offset_delta
-                or not all(map(lt, deltas, deltas[1:]))):
+        if deltas[0] < 0 or deltas[-1] > header.last_offset_delta or not all(map(lt, deltas, deltas[1:])):
             raise ValueError("offset deltas are not increasing inside the batch's span")
         if min(key_lengths) < -1 or min(value_lengths) < -1 or min(block_lengths) < 0:
             raise ValueError("negative key, value or header length")
     keys_bytes = sum(key_lengths) + key_lengths.count(-1)
     values_bytes = sum(value_lengths) + value_lengths.count(-1)
     if p + keys_bytes + values_bytes + sum(block_lengths) != end:
-        raise ValueError(f"records end at byte {p + keys_bytes + values_bytes + sum(block_lengths)}"
-                         f" - {pos} of a {header.length}-byte batch")
+        raise ValueError(
+            f"records end at byte {p + keys_bytes + values_bytes + sum(block_lengths)} - {pos} of a {header.length}-byte batch"
+        )
     lo = bisect_left(deltas, min_offset - base)
     hi = bisect_left(deltas, max_offset - base)
     if lo >= hi:
@@ -492,11 +527,14 @@ def decode_columns(
         blocks = _slices(buf, block_lengths, p + keys_bytes + values_bytes, lo, hi)
         headers = [decode_headers(block) if block else () for block in cast("list[bytes]", blocks)]
     else:
-        headers = (((),) * (hi - lo))
+        headers = ((),) * (hi - lo)
     return DecodedColumns(
-        list(map(add, deltas[lo:hi], repeat(base))), _slices(buf, key_lengths, p, lo, hi),
+        list(map(add, deltas[lo:hi], repeat(base))),
+        _slices(buf, key_lengths, p, lo, hi),
         _slices(buf, value_lengths, p + keys_bytes, lo, hi) if values else None,
-        timestamps[lo:hi], headers)
+        timestamps[lo:hi],
+        headers,
+    )
 
 
 class RecordColumns(NamedTuple):
@@ -531,13 +569,14 @@ def _starts(lengths: np.ndarray) -> np.ndarray:
 
 
 def decode_record_columns(
-    buf: bytes, pos: int, header: BatchHeader, min_offset: int = 0, max_offset: int = 1 << 62,
+    buf: bytes,
+    pos: int,
+    header: BatchHeader,
+    min_offset: int = 0,
+    max_offset: int = 1 << 62,
 ) -> RecordColumns:
     """:func:`decode_records` as :class:`RecordColumns`: numpy views of the fixed-width columns and
-    buffer views of the keys and values, with no Python object per record (magic-1 batches are
-    decoded row by row first). Same checks and errors as :func:`decode_records`."""
-    if header.magic == MAGIC_ROWS:
-        return _rows_as_columns(decode_columns(buf, pos, header, min_offset, max_offset))
+    buffer views of the keys and values, with no Python object per record. Same checks and errors as :func:`decode_records`."""
     count, base, p, end = _column_region(pos, header)
     deltas = np.frombuffer(buf, _BE32, count, p)
     timestamps = np.frombuffer(buf, _BE64, count, p + 4 * count)
@@ -554,79 +593,43 @@ def decode_record_columns(
     keys_at, values_at = p, p + int(key_starts[-1])
     blocks_at = values_at + int(value_starts[-1])
     if blocks_at + int(block_starts[-1]) != end:
-        raise ValueError(f"records end at byte {blocks_at + int(block_starts[-1]) - pos} of a "
-                         f"{header.length}-byte batch")
+        raise ValueError(f"records end at byte {blocks_at + int(block_starts[-1]) - pos} of a {header.length}-byte batch")
     lo = int(np.searchsorted(deltas, min_offset - base, "left"))
     hi = int(np.searchsorted(deltas, max_offset - base, "left"))
     hi = max(lo, hi)
     view = memoryview(buf)
     headers: Sequence[Headers] | None = None
     if block_lengths[lo:hi].any():
-        headers = [decode_headers(bytes(view[blocks_at + int(block_starts[i]): blocks_at + int(block_starts[i + 1])]))
-                   if block_lengths[i] else () for i in range(lo, hi)]
+        headers = [
+            decode_headers(bytes(view[blocks_at + int(block_starts[i]) : blocks_at + int(block_starts[i + 1])]))
+            if block_lengths[i]
+            else ()
+            for i in range(lo, hi)
+        ]
     return RecordColumns(
-        deltas[lo:hi].astype(np.int64) + base, timestamps[lo:hi].astype(np.int64),
-        key_lengths[lo:hi].astype(np.int32), view[keys_at + int(key_starts[lo]): keys_at + int(key_starts[hi])],
+        deltas[lo:hi].astype(np.int64) + base,
+        timestamps[lo:hi].astype(np.int64),
+        key_lengths[lo:hi].astype(np.int32),
+        view[keys_at + int(key_starts[lo]) : keys_at + int(key_starts[hi])],
         value_lengths[lo:hi].astype(np.int32),
-        view[values_at + int(value_starts[lo]): values_at + int(value_starts[hi])], headers)
-
-
-def _rows_as_columns(rows: DecodedColumns) -> RecordColumns:
-    """Decoded row-layout records as :class:`RecordColumns`."""
-    values = cast("list[bytes | None]", rows.values)
-
-    def lengths(items: list[bytes | None]) -> np.ndarray:
-        return np.array([-1 if item is None else len(item) for item in items], dtype=np.int32)
-
-    return RecordColumns(
-        np.array(rows.offsets, dtype=np.int64), np.array(rows.timestamps, dtype=np.int64),
-        lengths(rows.keys), memoryview(b"".join(k for k in rows.keys if k is not None)),
-        lengths(values), memoryview(b"".join(v for v in values if v is not None)),
-        list(rows.headers) if any(rows.headers) else None)
+        view[values_at + int(value_starts[lo]) : values_at + int(value_starts[hi])],
+        headers,
+    )
 
 
 def _decode_columns(
-    buf: bytes, pos: int, header: BatchHeader, topic: str, partition: int, min_offset: int,
+    buf: bytes,
+    pos: int,
+    header: BatchHeader,
+    topic: str,
+    partition: int,
+    min_offset: int,
     max_offset: int,
 ) -> list[Record]:
-    offsets, keys, values, timestamps, headers = decode_columns(buf, pos, header, min_offset,
-                                                                max_offset)
-    return list(map(_new_record, zip(repeat(topic), repeat(partition), offsets, keys,
-                                     cast("list[bytes | None]", values), timestamps, headers)))
-
-
-def _decode_rows(
-    buf: bytes, pos: int, header: BatchHeader, topic: str, partition: int, min_offset: int,
-    max_offset: int,
-) -> list[Record]:
-    """Records of a row-layout (magic 1) batch."""
-    out: list[Record] = []
-    append = out.append
-    unpack = RECORD.unpack_from
-    base = header.base_offset
-    p = pos + HEADER_SIZE
-    end = pos + header.length
-    for _ in range(header.record_count):
-        delta, ts, klen, vlen, hlen = unpack(buf, p)
-        p += RECORD_SIZE
-        if klen >= 0:
-            key: bytes | None = buf[p : p + klen]
-            p += klen
-        else:
-            key = None
-        if vlen >= 0:
-            value: bytes | None = buf[p : p + vlen]
-            p += vlen
-        else:
-            value = None
-        if hlen:
-            headers = decode_headers(buf[p : p + hlen])
-            p += hlen
-        else:
-            headers = ()
-        offset = base + delta
-        if min_offset <= offset < max_offset:
-            append(Record(topic, partition, offset, key, value, ts, headers))
-    if p != end:
-        raise ValueError(f"records end at byte {p - pos} of a {header.length}-byte batch")
-    return out
+    offsets, keys, values, timestamps, headers = decode_columns(buf, pos, header, min_offset, max_offset)
+    return list(
+        map(
+            _new_record,
+            zip(repeat(topic), repeat(partition), offsets, keys, cast("list[bytes | None]", values), timestamps, headers),
+        )
+    )

@@ -79,16 +79,17 @@ class RecoveryReport:
     @property
     def cut_anything(self) -> bool:
         """Whether recovery removed any data or file."""
-        return bool(self.watermark_torn_bytes or self.partitions or self.removed_files
-                    or self.watermark_dropped)
+        return bool(self.watermark_torn_bytes or self.partitions or self.removed_files or self.watermark_dropped)
 
     def summary(self) -> str:
         """One line describing what was cut."""
         if not self.cut_anything:
             return f"log recovered to watermark {self.watermark_sequence}: nothing cut"
-        parts = [f"{cut.tp}: {cut.truncated_records} record(s), {cut.truncated_bytes} byte(s), "
-                 f"{len(cut.removed_segments)} segment(s) past offset {cut.end_offset}"
-                 for cut in self.partitions]
+        parts = [
+            f"{cut.tp}: {cut.truncated_records} record(s), {cut.truncated_bytes} byte(s), "
+            f"{len(cut.removed_segments)} segment(s) past offset {cut.end_offset}"
+            for cut in self.partitions
+        ]
         if self.watermark_dropped:
             parts.append("the last watermark (its data was incomplete)")
         if self.watermark_torn_bytes:
@@ -146,8 +147,14 @@ def _count_records(fd: int, start: int) -> int:
 
 
 def recover_partition(
-    tp: TopicPartition, directory: Path, end: int, *, clean: bool, index_interval_bytes: int,
-    remove_leftovers: bool, fallback_end: int | None = None,
+    tp: TopicPartition,
+    directory: Path,
+    end: int,
+    *,
+    clean: bool,
+    index_interval_bytes: int,
+    remove_leftovers: bool,
+    fallback_end: int | None = None,
 ) -> PartitionRecovery:
     """Truncate one partition to ``end`` and return its active segment (see the module docstring).
 
@@ -157,80 +164,108 @@ def recover_partition(
     of an earlier group and raises :class:`CorruptSegmentError`, which no fallback may paper over.
     """
     removed_files = remove_side_files(directory) if remove_leftovers else []
-    bases = list_segments(directory)
-    removed = [log_name(base) for base in bases if base > end]
-    cut_records = 0
-    for base in bases:
-        if base > end:
-            cut_records += _records_in(directory / log_name(base), base)
-            _remove_segment(directory, base)
-    if removed:
-        fsync_dir(directory)
-    kept = [base for base in bases if base <= end]
+    removed, cut_records = _remove_segments_past(directory, end)
+    kept = [base for base in list_segments(directory) if base <= end]
     if not kept:
         cut = PartitionCut(tp, end, tuple(removed), 0, cut_records) if removed else None
         return PartitionRecovery(None, cut, False, removed_files)
-
     base = kept[-1]
     path = directory / log_name(base)
-    try:
-        segment = SegmentFile(path, base)
-    except CorruptSegmentError as exc:
-        if base != end:
-            # A segment's header becomes durable with the first group appended to it: torn, it was
-            # created by a group whose fsyncs the crash cut short. For the latest watermark that is
-            # its group's data missing (the store falls back to the previous watermark); for an
-            # earlier one it is lost durable data, reported as such.
-            detail = f"the file header is torn ({exc.detail}) but the watermark says offsets below {end} are durable"
-            if _latest_group_only(base, fallback_end):
-                raise IncompleteTailError(path, 0, base, end, detail) from exc
-            raise CorruptSegmentError(path, 0, base, detail) from exc
-        # created for the first batch of a group the crash cut short: its header never became durable
+    segment = _open_last_segment(path, base, end, fallback_end)
+    if segment is None:  # created for the first batch of a group the crash cut short: its header never became durable
         _remove_segment(directory, base)
         fsync_dir(directory)
         cut = PartitionCut(tp, end, (*removed, log_name(base)), 0, cut_records)
         return PartitionRecovery(None, cut, False, removed_files)
     try:
-        walk = None
-        if clean:
-            index = OffsetIndex.load(index_path(path), segment.nonce)
-            if index is not None and len(index):
-                start = segment.last_index_position()
-                walk = _walk(segment, start, end, _entries_before(index, start), index_interval_bytes,
-                             fallback_end)
-                if walk.batches == 0:
-                    walk = None
-        if walk is None:
-            walk = _walk(segment, FILE_HEADER_SIZE, end, OffsetIndex(), index_interval_bytes, fallback_end)
-        if walk.reached != end:
-            detail = (f"the watermark says offsets below {end} are durable but this segment's valid "
-                      f"batches end at offset {walk.reached} ({walk.stop} at byte {walk.cut_at})")
-            if _latest_group_only(walk.reached, fallback_end):
-                raise IncompleteTailError(path, walk.cut_at, walk.reached, end, detail)
-            raise CorruptSegmentError(path, walk.cut_at, walk.reached, detail)
+        walk = _walk_to(segment, path, end, clean, index_interval_bytes, fallback_end)
         first = next(iter(segment.headers()), None)
         first_append = first[1].append_time_ms if first is not None else None
         truncated = segment.size() - walk.cut_at
         if truncated:
             cut_records += _count_records(segment.fd, walk.cut_at)
-            fd = os.open(path, os.O_WRONLY)
-            try:
-                os.ftruncate(fd, walk.cut_at)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            _truncate(path, walk.cut_at)
         rebuilt = not clean or truncated > 0
         if rebuilt:
             write_atomic(index_path(path), walk.index.to_bytes(segment.nonce))
         nonce = segment.nonce
     finally:
         segment.close()
-    active = ActiveSegment(path, base, nonce, walk.cut_at, walk.index, first_append,
-                           index_interval_bytes)
+    active = ActiveSegment(path, base, nonce, walk.cut_at, walk.index, first_append, index_interval_bytes)
     active.bytes_since_index = walk.since_entry
-    cut = (PartitionCut(tp, end, tuple(removed), truncated, cut_records)
-           if removed or truncated else None)
+    cut = PartitionCut(tp, end, tuple(removed), truncated, cut_records) if removed or truncated else None
     return PartitionRecovery(active, cut, rebuilt, removed_files)
+
+
+def _remove_segments_past(directory: Path, end: int) -> tuple[list[str], int]:
+    """Remove the segments that start past ``end`` (written by a group that never committed): their
+    names, and how many records they held."""
+    removed: list[str] = []
+    cut_records = 0
+    for base in list_segments(directory):
+        if base > end:
+            removed.append(log_name(base))
+            cut_records += _records_in(directory / log_name(base), base)
+            _remove_segment(directory, base)
+    if removed:
+        fsync_dir(directory)
+    return removed, cut_records
+
+
+def _open_last_segment(path: Path, base: int, end: int, fallback_end: int | None) -> SegmentFile | None:
+    """The partition's last segment at or below ``end``; ``None`` when its header is torn and it starts
+    at ``end`` (made for a group the crash cut short, nothing durable in it).
+
+    A segment's header becomes durable with the first group appended to it: torn below ``end``, it was
+    created by a group whose fsyncs the crash cut short. For the latest watermark that is its group's
+    data missing (the store falls back to the previous watermark); for an earlier one it is lost durable
+    data, reported as such.
+    """
+    try:
+        return SegmentFile(path, base)
+    except CorruptSegmentError as exc:
+        if base == end:
+            return None
+        detail = f"the file header is torn ({exc.detail}) but the watermark says offsets below {end} are durable"
+        if _latest_group_only(base, fallback_end):
+            raise IncompleteTailError(path, 0, base, end, detail) from exc
+        raise CorruptSegmentError(path, 0, base, detail) from exc
+
+
+def _walk_to(
+    segment: SegmentFile, path: Path, end: int, clean: bool, index_interval_bytes: int, fallback_end: int | None
+) -> _Walk:
+    """Walk ``segment``'s batches up to offset ``end`` (from its last index entry after a clean shutdown),
+    raising when its valid batches end short of it."""
+    walk = None
+    if clean:
+        index = OffsetIndex.load(index_path(path), segment.nonce)
+        if index is not None and len(index):
+            start = segment.last_index_position()
+            walk = _walk(segment, start, end, _entries_before(index, start), index_interval_bytes, fallback_end)
+            if walk.batches == 0:
+                walk = None
+    if walk is None:
+        walk = _walk(segment, FILE_HEADER_SIZE, end, OffsetIndex(), index_interval_bytes, fallback_end)
+    if walk.reached != end:
+        detail = (
+            f"the watermark says offsets below {end} are durable but this segment's valid "
+            f"batches end at offset {walk.reached} ({walk.stop} at byte {walk.cut_at})"
+        )
+        if _latest_group_only(walk.reached, fallback_end):
+            raise IncompleteTailError(path, walk.cut_at, walk.reached, end, detail)
+        raise CorruptSegmentError(path, walk.cut_at, walk.reached, detail)
+    return walk
+
+
+def _truncate(path: Path, size: int) -> None:
+    """Cut the file at ``path`` to ``size`` bytes, durably."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 @dataclass
@@ -263,13 +298,16 @@ def _walk(
     for position, header, buf, at in walker:
         if not crc_matches(buf, at, header):
             if _latest_group_only(header.base_offset, fallback_end):
-                raise IncompleteTailError(segment.path, position, header.base_offset, end,
-                                          "a batch of the latest group fails its CRC32C check")
-            raise CorruptSegmentError(segment.path, position, header.base_offset,
-                                      "batch below the watermark fails its CRC32C check")
+                raise IncompleteTailError(
+                    segment.path, position, header.base_offset, end, "a batch of the latest group fails its CRC32C check"
+                )
+            raise CorruptSegmentError(
+                segment.path, position, header.base_offset, "batch below the watermark fails its CRC32C check"
+            )
         if header.next_offset > end:
-            raise CorruptSegmentError(segment.path, position, header.base_offset,
-                                      f"batch spans past the watermark end offset {end}")
+            raise CorruptSegmentError(
+                segment.path, position, header.base_offset, f"batch spans past the watermark end offset {end}"
+            )
         last = index.last()
         if since_entry >= interval and (last is None or position > last[1]):
             index.append(header.base_offset - base, position)

@@ -25,7 +25,11 @@ class SegmentInfo:
 
 
 def segments_to_delete(
-    candidates: Sequence[SegmentInfo], *, total_bytes: int, now_ms: int, retention_ms: int,
+    candidates: Sequence[SegmentInfo],
+    *,
+    total_bytes: int,
+    now_ms: int,
+    retention_ms: int,
     retention_bytes: int,
 ) -> list[int]:
     """Base offsets of the oldest candidates to delete, in order."""

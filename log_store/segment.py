@@ -137,9 +137,7 @@ class BatchWalker:
       (:attr:`problem` says why, ``stop_offset`` is what the header claims).
     """
 
-    def __init__(
-        self, fd: int, start: int, limit_offset: int = NO_LIMIT, min_base: int = 0, chunk: int = CHUNK
-    ) -> None:
+    def __init__(self, fd: int, start: int, limit_offset: int = NO_LIMIT, min_base: int = 0, chunk: int = CHUNK) -> None:
         self._fd = fd
         self._chunk = chunk
         self.start = start
@@ -262,20 +260,18 @@ class SegmentFile:
         the file must then end exactly after its last batch.
         """
         if sealed and walker.stop == "limit":
-            raise self.corrupt(walker.stop_position, walker.next_expected,
-                               f"{walker.file_size - walker.stop_position} byte(s) after the last "
-                               "batch of a sealed segment")
+            raise self.corrupt(
+                walker.stop_position,
+                walker.next_expected,
+                f"{walker.file_size - walker.stop_position} byte(s) after the last batch of a sealed segment",
+            )
         if walker.stop == "bad_header":
-            raise self.corrupt(walker.stop_position, walker.next_expected,
-                               walker.problem or "bad batch header")
+            raise self.corrupt(walker.stop_position, walker.next_expected, walker.problem or "bad batch header")
         if walker.stop == "torn" and (sealed or walker.stop_offset is not None):
             offset = walker.stop_offset if walker.stop_offset is not None else self.base_offset
-            raise self.corrupt(walker.stop_position, offset,
-                               f"the file ends inside a batch ({walker.file_size} bytes)")
+            raise self.corrupt(walker.stop_position, offset, f"the file ends inside a batch ({walker.file_size} bytes)")
 
-    def read(
-        self, topic: str, partition: int, offset: int, limit: int, max_records: int, *, sealed: bool
-    ) -> list[Record]:
+    def read(self, topic: str, partition: int, offset: int, limit: int, max_records: int, *, sealed: bool) -> list[Record]:
         """Records with ``offset <= o < limit`` from this file, at most about ``max_records``.
 
         Every batch decoded is CRC-checked first; batches entirely before ``offset`` are skipped
@@ -292,9 +288,7 @@ class SegmentFile:
                 return out
         return out
 
-    def read_columns(
-        self, offset: int, limit: int, max_records: int, max_bytes: int, *, sealed: bool
-    ) -> list[RecordColumns]:
+    def read_columns(self, offset: int, limit: int, max_records: int, max_bytes: int, *, sealed: bool) -> list[RecordColumns]:
         """:meth:`read` as one :class:`RecordColumns` per batch (empty ones left out), stopping after the
         batch that reaches ``max_records`` records or ``max_bytes`` of keys and values; same checks."""
         out: list[RecordColumns] = []
@@ -324,9 +318,7 @@ class SegmentFile:
             yield position, header, buf, at
         self.check_stop(walker, sealed)
 
-    def batches(self, limit: int = NO_LIMIT, *, sealed: bool = True) -> Iterator[
-        tuple[int, BatchHeader, bytes, int]
-    ]:
+    def batches(self, limit: int = NO_LIMIT, *, sealed: bool = True) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
         """Every CRC-checked batch below ``limit`` from the start of the file."""
         walker = BatchWalker(self.fd, FILE_HEADER_SIZE, limit, self.base_offset)
         for position, header, buf, at in walker:
@@ -335,9 +327,7 @@ class SegmentFile:
             yield position, header, buf, at
         self.check_stop(walker, sealed)
 
-    def headers(self, start: int = FILE_HEADER_SIZE, limit: int = NO_LIMIT) -> Iterator[
-        tuple[int, BatchHeader]
-    ]:
+    def headers(self, start: int = FILE_HEADER_SIZE, limit: int = NO_LIMIT) -> Iterator[tuple[int, BatchHeader]]:
         """Batch headers (not CRC-checked) from byte ``start``, for cheap walks."""
         walker = BatchWalker(self.fd, start, limit, self.base_offset)
         for position, header, _buf, _at in walker:
@@ -359,8 +349,14 @@ class ActiveSegment:
     """
 
     def __init__(
-        self, path: Path, base_offset: int, nonce: int, size: int, index: OffsetIndex,
-        first_append_ms: int | None, index_interval_bytes: int,
+        self,
+        path: Path,
+        base_offset: int,
+        nonce: int,
+        size: int,
+        index: OffsetIndex,
+        first_append_ms: int | None,
+        index_interval_bytes: int,
     ) -> None:
         self.path = path
         self.base_offset = base_offset
@@ -380,8 +376,7 @@ class ActiveSegment:
         path = directory / log_name(base_offset)
         nonce = secrets.randbits(64)
         index = OffsetIndex()
-        for target, data in ((index_path(path), index.to_bytes(nonce)),
-                             (path, encode_file_header(base_offset, nonce))):
+        for target, data in ((index_path(path), index.to_bytes(nonce)), (path, encode_file_header(base_offset, nonce))):
             fd = create_file(target, os.O_WRONLY | os.O_TRUNC)
             try:
                 write_all(fd, data)
@@ -395,9 +390,7 @@ class ActiveSegment:
         """Whether no batch was written yet."""
         return self.size <= FILE_HEADER_SIZE
 
-    def append(
-        self, pieces: Sequence[bytes | memoryview], length: int, base_offset: int, append_time_ms: int
-    ) -> None:
+    def append(self, pieces: Sequence[bytes | memoryview], length: int, base_offset: int, append_time_ms: int) -> None:
         """Write one encoded batch, given as ``pieces`` of ``length`` bytes in all (one ``writev``
         call), adding an index entry when due."""
         if self.bytes_since_index >= self.index_interval_bytes:

@@ -3,9 +3,9 @@
 Root layout::
 
     store.json               {"format": 2, "created_ms": int}; written last when a log is created.
-                             The log holds record batches of both layouts (columns, rows; see
-                             log_store.record_batch); a log declaring another format is refused with
-                             a clear message instead of being read as corrupt.
+                             Its record batches are laid out as log_store.record_batch says; a log
+                             declaring another format is refused with a clear message instead of
+                             being read as corrupt.
     watermarks.log           commit watermarks, appended and fsynced by the writer (see log_store.watermark)
     watermark.pub            the latest durable watermark, in two slots, for readers
     writer.lock              flock held by the one writer process (its pid inside)
@@ -42,6 +42,11 @@ Read path (any process): :meth:`LogStore.read` never returns a record at or past
 offset for its partition (the latest watermark, re-read from disk, unless ``until`` is given), and never
 returns bytes that failed their CRC.
 
+Where the parts live: placing and encoding a chunk is :mod:`log_store.placement`, opening and
+recovering the log is :mod:`log_store.log_loader`, a partition's files are :mod:`log_store.partition`.
+This module keeps the public face of the log (the calls of ``API.md``) and the group commit, which is
+why it runs past 500 lines: each call is short, and splitting them would scatter one API.
+
 Thread/process safety: one writer process (``writer.lock``; a second gets
 :class:`~log_store.errors.LogLockedError` naming the holder's pid) and any number of reader processes.
 A ``LogStore`` object may be shared by threads (an internal lock serialises appends and metadata), but
@@ -51,54 +56,38 @@ not across ``fork``: open one per process.
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import struct
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import islice
-from operator import itemgetter
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, cast
+from typing import Literal
 
-import numpy as np
-import orjson
-import pyarrow as pa
-
-from log_store.atomic_file import fsync_dir, make_dirs, write_atomic
+from log_store.atomic_file import make_dirs, write_atomic
 from log_store.config import LogConfig
 from log_store.consumer_offsets import DIR_NAME as OFFSETS_DIR
 from log_store.consumer_offsets import ConsumerOffsets, GroupOffsets
 from log_store.errors import (
-    CleanerLockedError,
-    IncompleteTailError,
-    InvalidRecordError,
-    LogFormatError,
-    LogNotFoundError,
     MissingWatermarkError,
     ReadOnlyError,
-    RecoveryError,
     StorageIOError,
     TopicConfigMismatchError,
     UnknownTopicError,
     WriterFailedError,
 )
 from log_store.lock import FileLock
-from log_store.log_cleaner import LOCK_NAME as CLEANER_LOCK
 from log_store.log_cleaner import CleanerReport, LogCleaner, read_checkpoint
-from log_store.partition import EncodedBatch, Partition
-from log_store.partitioner import Partitioner
-from log_store.producer_columns import ArrowColumns, ProducerColumns
+from log_store.log_loader import CLEAN_MARKER, LogLoader, check_format, initialise
+from log_store.partition import Partition
+from log_store.placement import ChunkEncoder
+from log_store.producer_columns import ProducerColumns
 from log_store.record import ProducerRecord, Record, TopicPartition
-from log_store.record_batch import Columns, RecordColumns
-from log_store.recovery import PartitionCut, RecoveryReport, recover_partition
+from log_store.record_batch import RecordColumns
+from log_store.recovery import PartitionCut, RecoveryReport
 from log_store.sync_pool import SyncPool
 from log_store.topic import (
-    META_NAME,
-    TOPICS_DIR,
     TopicConfig,
     list_topics,
     partition_dir,
@@ -111,14 +100,9 @@ from log_store.watermark import PUBLISHED_NAME, Watermark, WatermarkLog
 
 log = logging.getLogger("log_store")
 
-#: The one format this version reads and writes.
-FORMAT = 2
 #: Records placed, encoded and written at a time by :meth:`LogStore.append_group`.
 APPEND_CHUNK = 10_000
-STORE_FILE = "store.json"
-_TOPIC, _KEY = itemgetter(0), itemgetter(1)
 WRITER_LOCK = "writer.lock"
-CLEAN_MARKER = "clean_shutdown"
 
 
 @dataclass(frozen=True)
@@ -157,12 +141,12 @@ class LogStore:
         self._topics: dict[str, TopicConfig] = {}
         self._partitions: dict[TopicPartition, Partition] = {}
         self._watermarks = WatermarkLog(root / WATERMARK_FILE, config.watermark_roll_bytes)
-        self._partitioner = Partitioner()
         self._offsets = ConsumerOffsets(root / OFFSETS_DIR)
         self._writer_lock: FileLock | None = None
         self._failed: BaseException | None = None
         self._closed = False
         self._sync_pool: SyncPool | None = None
+        self._encoder = ChunkEncoder(root, self._topics, self._partitions)
 
     # --- opening -----------------------------------------------------------------------------
 
@@ -181,7 +165,7 @@ class LogStore:
     def _open(cls, root: Path, config: LogConfig, writer: bool) -> LogStore:
         store = cls(root, config, writer)
         if not writer:
-            store._check_format()
+            check_format(root)
             # created before store.json and only ever replaced by a rename: an existing log always has one
             if not (root / WATERMARK_FILE).exists():
                 raise MissingWatermarkError(root / WATERMARK_FILE, published=False)
@@ -191,9 +175,9 @@ class LogStore:
         lock.acquire()
         store._writer_lock = lock
         try:
-            store._initialise()
-            store._check_format()
-            store._recover()
+            initialise(root, config)
+            check_format(root)
+            store.recovery = store._loader().recover()
         except BaseException:
             try:
                 store._watermarks.close()
@@ -204,116 +188,8 @@ class LogStore:
             raise
         return store
 
-    def _check_format(self) -> None:
-        """Refuse a log that does not declare :data:`FORMAT` (or declares nothing readable)."""
-        path = self.root / STORE_FILE
-        try:
-            data = orjson.loads(path.read_bytes())
-        except FileNotFoundError:
-            raise LogNotFoundError(self.root) from None
-        except orjson.JSONDecodeError:
-            raise LogFormatError(path, "unreadable", FORMAT) from None
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            found = data.get("format") if isinstance(data, dict) else data
-            raise LogFormatError(path, found, FORMAT)
-
-    def _initialise(self) -> None:
-        if (self.root / STORE_FILE).exists():
-            if not (self.root / WATERMARK_FILE).exists():
-                raise RecoveryError(
-                    self.root, f"{WATERMARK_FILE} is missing",
-                    "restore it from a backup (without it every record would count as uncommitted)")
-            return
-        if (self.root / TOPICS_DIR).exists():
-            raise RecoveryError(self.root, f"{STORE_FILE} is missing but topics exist",
-                                "restore it from a backup, or move the directory away")
-        make_dirs(self.root / TOPICS_DIR)
-        WatermarkLog.create(self.root / WATERMARK_FILE)
-        write_atomic(self.root / STORE_FILE,
-                     orjson.dumps({"format": FORMAT, "created_ms": self.config.clock()}) + b"\n")
-
-    def _recover(self) -> None:
-        marker = self.root / CLEAN_MARKER
-        clean = marker.exists()
-        scan = self._watermarks.open_for_append()
-        cleaner_lock = FileLock(self.root / CLEANER_LOCK, CleanerLockedError)
-        may_remove = cleaner_lock.try_acquire()
-        cuts: list[PartitionCut] = []
-        removed: list[str] = []
-        dropped = False
-        try:
-            removed += self._remove_unfinished_topics()
-            try:
-                rebuilt = self._recover_partitions(scan.latest, clean, may_remove, cuts, removed,
-                                                   fallback=scan.previous if scan.latest is not None else None,
-                                                   has_fallback=scan.latest is not None and not clean)
-            except IncompleteTailError as exc:
-                if scan.latest is None or clean:
-                    raise
-                log.warning("the latest watermark %d is ahead of its data (%s): falling back to %s",
-                            scan.latest.sequence, exc,
-                            scan.previous.sequence if scan.previous is not None else "empty")
-                for partition in self._partitions.values():
-                    partition.close()
-                self._partitions.clear()
-                # the partitions first: should that fail, the watermark file is still as it was
-                rebuilt = self._recover_partitions(scan.previous, clean, may_remove, cuts, removed)
-                self._watermarks.drop_latest(scan)
-                dropped = True
-        finally:
-            cleaner_lock.release()
-        watermark = self._watermarks.current
-        self._watermarks.publish(watermark)
-        if clean:
-            os.unlink(marker)
-            fsync_dir(self.root)
-        self.recovery = RecoveryReport(
-            clean_shutdown=clean,
-            watermark_sequence=watermark.sequence if watermark is not None else None,
-            watermark_torn_bytes=scan.torn_bytes, partitions=tuple(cuts),
-            removed_files=tuple(removed), rebuilt_indexes=rebuilt, watermark_dropped=dropped)
-        if self.recovery.cut_anything:
-            log.warning(self.recovery.summary())
-
-    def _remove_unfinished_topics(self) -> list[str]:
-        removed: list[str] = []
-        base = self.root / TOPICS_DIR
-        for entry in sorted(base.iterdir()):
-            if entry.is_dir() and not (entry / META_NAME).is_file():
-                shutil.rmtree(entry)
-                fsync_dir(base)
-                removed.append(str(entry))
-        return removed
-
-    def _recover_partitions(
-        self, watermark: Watermark | None, clean: bool, may_remove: bool, cuts: list[PartitionCut],
-        removed: list[str], *, fallback: Watermark | None = None, has_fallback: bool = False,
-    ) -> int:
-        """Recover every partition to ``watermark``; with ``has_fallback``, ``fallback`` (``None``: the
-        empty log) is the previous watermark the store falls back to when the latest group is incomplete."""
-        rebuilt = 0
-        for name in list_topics(self.root):
-            config = read_topic(self.root, name)
-            assert config is not None
-            self._topics[config.name] = config
-            for p in range(config.partitions):
-                tp = TopicPartition(config.name, p)
-                directory = partition_dir(self.root, config.name, p)
-                make_dirs(directory)
-                end = watermark.end_offset(tp) if watermark is not None else 0
-                fallback_end = (fallback.end_offset(tp) if fallback is not None else 0) if has_fallback else None
-                result = recover_partition(
-                    tp, directory, end, clean=clean,
-                    index_interval_bytes=self.config.index_interval_bytes,
-                    remove_leftovers=may_remove, fallback_end=fallback_end)
-                partition = Partition(tp, directory, self.config)
-                partition.attach(result.active, end)
-                self._partitions[tp] = partition
-                if result.cut is not None:
-                    cuts.append(result.cut)
-                removed += result.removed_files
-                rebuilt += int(result.rebuilt_index)
-        return rebuilt
+    def _loader(self) -> LogLoader:
+        return LogLoader(self.root, self.config, self._topics, self._partitions, self._watermarks)
 
     # --- topics ------------------------------------------------------------------------------
 
@@ -383,15 +259,17 @@ class LogStore:
         with self._lock:
             partition = self._partitions.get(tp)
             if partition is None:
-                partition = Partition(tp, partition_dir(self.root, tp.topic, tp.partition),
-                                      self.config)
+                partition = Partition(tp, partition_dir(self.root, tp.topic, tp.partition), self.config)
                 self._partitions[tp] = partition
         return partition
 
     # --- appending ---------------------------------------------------------------------------
 
     def append_group(
-        self, records: Iterable[ProducerRecord | ProducerColumns], position: str, *,
+        self,
+        records: Iterable[ProducerRecord | ProducerColumns],
+        position: str,
+        *,
         chunk_records: int = APPEND_CHUNK,
     ) -> Watermark:
         """Append ``records`` and commit them with a durable watermark at ``position``.
@@ -417,48 +295,63 @@ class LogStore:
             if self._failed is not None:
                 raise WriterFailedError(self.root, self._failed)
             now = self.config.clock()
-            # a list or tuple that fits one chunk is used as it is (no copy); anything else is read
-            # chunk by chunk
-            whole: Sequence[ProducerRecord | ProducerColumns] | None = None
-            if isinstance(records, (list, tuple)) and len(records) <= chunk_records:
-                whole = records
-            iterator = iter(() if whole is not None else records)
-            touched: dict[TopicPartition, None] = {}
-            while True:
-                try:
-                    if whole is not None:
-                        chunk, whole = whole, ()
-                    else:
-                        chunk = list(islice(iterator, chunk_records))
-                    encoded = self._encode_chunk(chunk, now) if chunk else []
-                except BaseException:
-                    # The records themselves failed (a bad record, or the producer's iterator
-                    # raised): written chunks are cut back to the last watermark, the log stays usable.
-                    if touched:
-                        self._undo_partial_group()
-                    raise
-                if not chunk:
-                    break
-                del chunk
-                try:
-                    for partition, batches in encoded:
-                        partition.write(batches, now)
-                        touched[partition.tp] = None
-                except BaseException as exc:
-                    self._failed = exc
-                    raise
-                del encoded
+            touched = self._write_chunks(records, chunk_records, now)
+            return self._commit(position, now, touched)
+
+    def _write_chunks(
+        self, records: Iterable[ProducerRecord | ProducerColumns], chunk_records: int, now: int
+    ) -> dict[TopicPartition, None]:
+        """Write ``records`` a chunk at a time, each chunk placed and encoded whole before any of it is
+        written; the partitions written to, in order. Nothing of it is visible yet."""
+        # a list or tuple that fits one chunk is used as it is (no copy); anything else is read
+        # chunk by chunk
+        whole: Sequence[ProducerRecord | ProducerColumns] | None = None
+        if isinstance(records, (list, tuple)) and len(records) <= chunk_records:
+            whole = records
+        iterator = iter(() if whole is not None else records)
+        touched: dict[TopicPartition, None] = {}
+        while True:
             try:
-                previous = self._watermarks.current
-                watermark = Watermark(
-                    (previous.sequence + 1) if previous is not None else 1, position, now,
-                    {tp: partition.next_offset for tp, partition in self._partitions.items()})
-                self._make_durable([self._partitions[tp] for tp in touched], watermark)
-                self._watermarks.publish(watermark)
+                if whole is not None:
+                    chunk, whole = whole, ()
+                else:
+                    chunk = list(islice(iterator, chunk_records))
+                encoded = self._encoder.encode_chunk(chunk, now) if chunk else []
+            except BaseException:
+                # The records themselves failed (a bad record, or the producer's iterator
+                # raised): written chunks are cut back to the last watermark, the log stays usable.
+                if touched:
+                    self._undo_partial_group()
+                raise
+            if not chunk:
+                return touched
+            del chunk
+            try:
+                for partition, batches in encoded:
+                    partition.write(batches, now)
+                    touched[partition.tp] = None
             except BaseException as exc:
                 self._failed = exc
                 raise
-            return watermark
+            del encoded
+
+    def _commit(self, position: str, now: int, touched: dict[TopicPartition, None]) -> Watermark:
+        """The group's watermark at ``position``, made durable with the ``touched`` segments, then
+        published to readers; a failure fails the writer."""
+        try:
+            previous = self._watermarks.current
+            watermark = Watermark(
+                (previous.sequence + 1) if previous is not None else 1,
+                position,
+                now,
+                {tp: partition.next_offset for tp, partition in self._partitions.items()},
+            )
+            self._make_durable([self._partitions[tp] for tp in touched], watermark)
+            self._watermarks.publish(watermark)
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        return watermark
 
     def _make_durable(self, touched: list[Partition], watermark: Watermark) -> None:
         """Write ``watermark``'s record and make it and the ``touched`` segments durable.
@@ -501,9 +394,11 @@ class LogStore:
                 partition.close()
             self._partitions.clear()
             cuts: list[PartitionCut] = []
-            self._recover_partitions(self._watermarks.current, False, False, cuts, [])
-            log.warning("an append group failed part-way; cut back to the last watermark: %s",
-                        ", ".join(f"{cut.tp} ({cut.truncated_records} records)" for cut in cuts))
+            self._loader().recover_partitions(self._watermarks.current, False, False, cuts, [])
+            log.warning(
+                "an append group failed part-way; cut back to the last watermark: %s",
+                ", ".join(f"{cut.tp} ({cut.truncated_records} records)" for cut in cuts),
+            )
         except BaseException as exc:
             self._failed = exc
             raise
@@ -513,160 +408,11 @@ class LogStore:
             self._sync_pool = SyncPool(workers=4)
         return self._sync_pool
 
-    def _encode_chunk(
-        self, chunk: Sequence[ProducerRecord | ProducerColumns], now_ms: int
-    ) -> list[tuple[Partition, list[EncodedBatch]]]:
-        """:meth:`_encode` of a chunk, where each :class:`ProducerColumns` is a run of its own.
-
-        A partition touched by several runs gets their batches in the runs' order (each run encoded
-        at the offsets the runs before it leave), and nothing is written before every run encoded.
-        """
-        if ProducerColumns not in set(map(type, chunk)):
-            return self._encode(cast("Sequence[ProducerRecord]", chunk), now_ms)
-        runs: list[Sequence[ProducerRecord] | ProducerColumns] = []
-        records: list[ProducerRecord] = []
-        for item in chunk:
-            if isinstance(item, ProducerColumns):
-                if records:
-                    runs.append(records)
-                    records = []
-                runs.append(item)
-            else:
-                records.append(item)
-        if records:
-            runs.append(records)
-        out: list[tuple[Partition, list[EncodedBatch]]] = []
-        ahead: dict[TopicPartition, int] = {}  # records encoded for a partition by earlier runs
-        for run in runs:
-            encoded = (self._encode_columns(run, now_ms, ahead) if isinstance(run, ProducerColumns)
-                       else self._encode(run, now_ms, ahead))
-            for partition, batches in encoded:
-                ahead[partition.tp] = ahead.get(partition.tp, 0) + sum(batch.records for batch in batches)
-            out += encoded
-        return out
-
-    def _encode_columns(
-        self, block: ProducerColumns, now_ms: int, ahead: Mapping[TopicPartition, int]
-    ) -> list[tuple[Partition, list[EncodedBatch]]]:
-        """:meth:`_encode` of a :class:`ProducerColumns`, after ``ahead`` records per partition."""
-        groups = self._place_columns(block)
-        try:
-            return [(self._partitions[tp], self._partitions[tp].encode(columns, now_ms, ahead.get(tp, 0)))
-                    for tp, columns in groups.items()]
-        except (TypeError, ValueError, OverflowError, struct.error) as exc:
-            raise InvalidRecordError(block.topic, f"a record cannot be encoded ({exc})",
-                                     "give keys and values as Arrow binary arrays") from exc
-
-    def _place_columns(self, block: ProducerColumns) -> dict[TopicPartition, ArrowColumns]:
-        """:meth:`_place` of a :class:`ProducerColumns`: partitions chosen from the Arrow keys."""
-        config = self._topics.get(block.topic)
-        if config is None:
-            raise UnknownTopicError(self.root, block.topic)
-        if config.compacted and block.null_keys():
-            raise _keyless(block.topic)
-        groups: dict[TopicPartition, ArrowColumns] = {}
-        if not len(block):
-            return groups
-        if config.partitions == 1:
-            groups[TopicPartition(block.topic, 0)] = ArrowColumns(block.keys, block.values, block.timestamp_ms)
-            return groups
-        placed = self._partitioner.columns_array(block.topic, block.keys, len(block), config.partitions)
-        counts = np.bincount(placed, minlength=config.partitions).tolist()
-        if max(counts) == len(block):
-            groups[TopicPartition(block.topic, counts.index(len(block)))] = ArrowColumns(
-                block.keys, block.values, block.timestamp_ms)
-            return groups
-        keys, values = block.keys, block.values
-        if np.any(placed[1:] < placed[:-1]):  # rows a producer already put in partition order stay where they are
-            order = pa.array(np.argsort(placed, kind="stable"))
-            keys = None if keys is None else keys.take(order)
-            values = values.take(order)
-        start = 0
-        for partition, size in enumerate(counts):
-            if size:
-                groups[TopicPartition(block.topic, partition)] = ArrowColumns(
-                    None if keys is None else keys.slice(start, size), values.slice(start, size),
-                    block.timestamp_ms)
-                start += size
-        return groups
-
-    def _encode(
-        self, records: Sequence[ProducerRecord], now_ms: int, ahead: Mapping[TopicPartition, int] | None = None
-    ) -> list[tuple[Partition, list[EncodedBatch]]]:
-        """Place and encode one chunk for every partition it touches (after ``ahead`` records encoded
-        for it and not written yet), writing nothing.
-
-        Every way the records themselves can be wrong (an unknown topic, a missing key in a compacted
-        topic, a field of the wrong type) raises here, before any of the chunk is written: a type
-        that the encoding refuses (``TypeError``, ``struct.error``...) becomes an
-        :class:`InvalidRecordError` naming the field.
-        """
-        try:
-            groups = self._place(records)
-            return [(self._partitions[tp],
-                     self._partitions[tp].encode(columns, now_ms, ahead.get(tp, 0) if ahead else 0))
-                    for tp, columns in groups.items()]
-        except (TypeError, ValueError, AttributeError, OverflowError, struct.error) as exc:
-            raise _invalid_record(records, exc) from exc
-
-    def _place(self, records: Sequence[ProducerRecord]) -> dict[TopicPartition, Columns]:
-        """Group records by partition, checking topics and keys before anything is written.
-
-        Works on runs of records of one topic taken apart into columns with C-level ``map`` calls
-        (``map(itemgetter(i), run)``: unlike ``zip(*run)`` it allocates no per-record iterator, so a
-        group does not set off the garbage collector). Field types are not checked record by record:
-        encoding refuses what it cannot store (see :meth:`_encode`), and keys and values may be any
-        bytes-like objects. Records of a multi-partition topic are grouped by partition with numpy
-        over the partition numbers and one ``itemgetter`` per partition: no per-record Python code.
-        """
-        groups: dict[TopicPartition, Columns] = {}
-        if not records:
-            return groups
-        topic_names = set(map(_TOPIC, records))
-        runs: list[tuple[str, Sequence[ProducerRecord]]] = []
-        if len(topic_names) == 1:
-            runs.append((next(iter(topic_names)), records))
-        else:
-            by_topic: dict[str, list[ProducerRecord]] = {}
-            for record in records:
-                by_topic.setdefault(record[0], []).append(record)
-            runs += by_topic.items()
-        for topic, run in runs:
-            config = self._topics.get(topic)
-            if config is None:
-                raise UnknownTopicError(self.root, topic)
-            if config.partitions == 1:
-                columns = Columns(run)
-                if columns.null_keys and config.compacted:
-                    raise _keyless(topic)
-                groups[TopicPartition(topic, 0)] = columns
-                continue
-            keys: list[bytes | None] = list(map(_KEY, run))
-            try:
-                placed = self._partitioner.keyed_array(cast("list[bytes]", keys), config.partitions)
-            except TypeError:
-                if None not in keys:
-                    raise  # a key that is not bytes: _encode names it
-                if config.compacted:
-                    raise _keyless(topic) from None
-                placed = np.asarray(self._partitioner.partitions(topic, keys, config.partitions),
-                                    dtype=np.int64)
-            for partition, picked in _by_partition(placed, config.partitions):
-                if picked is None:  # the whole run
-                    share: Sequence[ProducerRecord] = run
-                elif len(picked) == 1:
-                    share = (run[picked[0]],)
-                else:
-                    share = itemgetter(*picked)(run)
-                groups[TopicPartition(topic, partition)] = Columns(share)
-        return groups
-
     def roll(self, topic: str | None = None) -> int:
         """Seal every non-empty active segment (of ``topic`` or all); returns how many rolled."""
         self._require_writer("roll")
         with _storage(self.root), self._lock:
-            return sum(p.roll() for tp, p in self._partitions.items()
-                       if topic is None or tp.topic == topic)
+            return sum(p.roll() for tp, p in self._partitions.items() if topic is None or tp.topic == topic)
 
     # --- reading -----------------------------------------------------------------------------
 
@@ -693,7 +439,12 @@ class LogStore:
         self._partition(tp).verify(self.start_offset(tp), end)
 
     def read(
-        self, tp: TopicPartition, offset: int, *, max_records: int = 10_000, max_bytes: int = 16 << 20,
+        self,
+        tp: TopicPartition,
+        offset: int,
+        *,
+        max_records: int = 10_000,
+        max_bytes: int = 16 << 20,
         until: Watermark | None = None,
     ) -> list[Record]:
         """Records of ``tp`` from ``offset`` below the watermark's end offset for ``tp``."""
@@ -703,8 +454,14 @@ class LogStore:
         return partition.read(max(offset, 0), limit, max_records, max_bytes) if limit is not None else []
 
     def read_columns(
-        self, tp: TopicPartition, offset: int, *, max_records: int = 50_000, max_bytes: int = 64 << 20,
-        end: int | None = None, until: Watermark | None = None,
+        self,
+        tp: TopicPartition,
+        offset: int,
+        *,
+        max_records: int = 50_000,
+        max_bytes: int = 64 << 20,
+        end: int | None = None,
+        until: Watermark | None = None,
     ) -> list[RecordColumns]:
         """:meth:`read` as whole batches of columns (:class:`RecordColumns`), for readers that hand
         records on in bulk: no object per record. Offsets stay below the watermark's end offset for
@@ -744,9 +501,7 @@ class LogStore:
 
     # --- consumer offsets --------------------------------------------------------------------
 
-    def commit_offsets(
-        self, group: str, offsets: Mapping[TopicPartition, int], *, metadata: str = ""
-    ) -> None:
+    def commit_offsets(self, group: str, offsets: Mapping[TopicPartition, int], *, metadata: str = "") -> None:
         """Store ``group``'s next offsets to read (atomically; merged with its other partitions)."""
         for tp in offsets:
             self._partition(TopicPartition(*tp))
@@ -779,8 +534,7 @@ class LogStore:
             elif isinstance(to, AtTime):
                 targets[tp] = self.offset_for_time(tp, to.timestamp_ms)
             else:
-                raise ValueError(f"cannot reset offsets to {to!r}: use 'earliest', 'latest', a "
-                                 "Watermark or AtTime(timestamp_ms)")
+                raise ValueError(f"cannot reset offsets to {to!r}: use 'earliest', 'latest', a Watermark or AtTime(timestamp_ms)")
         self.commit_offsets(group, targets, metadata=f"reset to {to!r}")
         return targets
 
@@ -788,9 +542,9 @@ class LogStore:
 
     def cleaner(self) -> LogCleaner:
         """A :class:`LogCleaner` over this log (compaction and retention, under the cleaner lock)."""
-        return LogCleaner(self.root, self.config,
-                          lambda: [self.topic_config(name) for name in self.topics()],
-                          self.latest_watermark)
+        return LogCleaner(
+            self.root, self.config, lambda: [self.topic_config(name) for name in self.topics()], self.latest_watermark
+        )
 
     def compact(self, topic: str | None = None, *, now_ms: int | None = None) -> CleanerReport:
         """Compact compacted topics and apply retention to the others (sealed segments only).
@@ -815,8 +569,7 @@ class LogStore:
             ratio = None
             if config.compacted:
                 ratio = stats.dirty_bytes / stats.bytes if stats.bytes else 0.0
-            rows.append(PartitionInfo(tp, partition.start_offset(end), end, stats.segments,
-                                      stats.bytes, ratio))
+            rows.append(PartitionInfo(tp, partition.start_offset(end), end, stats.segments, stats.bytes, ratio))
         return rows
 
     # --- closing -----------------------------------------------------------------------------
@@ -846,9 +599,7 @@ class LogStore:
     def __enter__(self) -> LogStore:
         return self
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
 
     def __repr__(self) -> str:
@@ -863,64 +614,3 @@ def _storage(path: Path) -> Iterator[None]:
         yield
     except OSError as exc:
         raise StorageIOError(path, exc) from exc
-
-
-def _keyless(topic: str) -> InvalidRecordError:
-    return InvalidRecordError(topic, "a compacted topic needs a key on every record",
-                              "give the record a key or use a non-compacted topic")
-
-
-def _by_partition(placed: Any, partitions: int) -> list[tuple[int, list[int] | None]]:
-    """``(partition, positions of its records)`` in partition order for a numpy array of partition
-    numbers; positions keep their order, and are ``None`` when one partition has every record."""
-    count = len(placed)
-    if partitions <= 8:
-        out: list[tuple[int, list[int] | None]] = []
-        for partition in range(partitions):
-            positions = np.flatnonzero(placed == partition)
-            if len(positions) == count:
-                return [(partition, None)]
-            if len(positions):
-                out.append((partition, positions.tolist()))
-        return out
-    counts = np.bincount(placed, minlength=partitions).tolist()
-    order = np.argsort(placed, kind="stable")
-    out = []
-    start = 0
-    for partition, size in enumerate(counts):
-        if size == count:
-            return [(partition, None)]
-        if size:
-            out.append((partition, order[start : start + size].tolist()))
-            start += size
-    return out
-
-
-def _multibyte(item: object) -> bool:
-    return isinstance(item, memoryview) and (item.itemsize != 1 or item.ndim > 1)
-
-
-def _kind(item: object) -> str:
-    return f"a memoryview of {item.format!r} items" if isinstance(item, memoryview) else type(item).__name__
-
-
-def _invalid_record(records: Sequence[ProducerRecord], exc: BaseException) -> InvalidRecordError:
-    """The :class:`InvalidRecordError` for records whose encoding raised ``exc``, naming the field."""
-    for record in records:
-        topic, key, value, timestamp, headers = record[:5]
-        if not isinstance(key, (bytes, bytearray, memoryview, type(None))) or _multibyte(key):
-            return InvalidRecordError(topic, f"key is {_kind(key)}, not bytes", "encode keys to bytes")
-        if not isinstance(value, (bytes, bytearray, memoryview, type(None))) or _multibyte(value):
-            return InvalidRecordError(topic, f"value is {_kind(value)}, not bytes",
-                                      "encode values to bytes (None is a tombstone)")
-        if not isinstance(timestamp, int) or not -(1 << 63) <= timestamp < 1 << 63:
-            return InvalidRecordError(topic, f"timestamp_ms is {timestamp!r}, not a 64-bit int",
-                                      "give milliseconds since the epoch as an int")
-        if not isinstance(headers, tuple) or not all(
-                isinstance(h, tuple) and len(h) == 2 and isinstance(h[0], str)
-                and isinstance(h[1], (bytes, bytearray, memoryview)) for h in headers):
-            return InvalidRecordError(topic, "headers must be a tuple of (str, bytes) pairs",
-                                      "build headers as ((name, value_bytes), ...)")
-    topic = records[0][0] if records else "?"
-    return InvalidRecordError(topic, f"a record cannot be encoded ({exc})",
-                              "check the types of the records' fields")

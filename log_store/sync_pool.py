@@ -65,8 +65,7 @@ class SyncPool:
             else:
                 spawn = len(self._threads) < self._workers
         if spawn:
-            thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}",
-                                      daemon=True)
+            thread = threading.Thread(target=self._work, name=f"{self._name}-{len(self._threads)}", daemon=True)
             self._threads.append(thread)
             thread.start()
         self._jobs.put((call, pending))

@@ -46,9 +46,13 @@ class TopicConfig:
 
     def encode(self) -> bytes:
         """The content of ``topic.json``."""
-        return orjson.dumps({"name": self.name, "partitions": self.partitions,
-                             "compacted": self.compacted, "created_ms": self.created_ms},
-                            option=orjson.OPT_INDENT_2) + b"\n"
+        return (
+            orjson.dumps(
+                {"name": self.name, "partitions": self.partitions, "compacted": self.compacted, "created_ms": self.created_ms},
+                option=orjson.OPT_INDENT_2,
+            )
+            + b"\n"
+        )
 
 
 def topic_dir(root: Path, name: str) -> Path:
@@ -71,8 +75,7 @@ def read_topic(root: Path, name: str) -> TopicConfig | None:
     except orjson.JSONDecodeError as exc:
         raise CorruptTopicError(path, f"not JSON ({exc})") from None
     try:
-        config = TopicConfig(str(data["name"]), int(data["partitions"]), bool(data["compacted"]),
-                             int(data.get("created_ms", 0)))
+        config = TopicConfig(str(data["name"]), int(data["partitions"]), bool(data["compacted"]), int(data.get("created_ms", 0)))
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptTopicError(path, f"missing or bad field {exc}") from None
     if config.name != name or config.partitions < 1:

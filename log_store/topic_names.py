@@ -110,7 +110,7 @@ def fit(name: str) -> str:
     if len(name) <= KEPT:
         return name
     digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:_HASH_DIGITS]
-    return f"{name[:MAX_LENGTH - _HASH_DIGITS - 1]}-{digest}"
+    return f"{name[: MAX_LENGTH - _HASH_DIGITS - 1]}-{digest}"
 
 
 def topic_name(prefix: str, schema: str, table: str) -> str:

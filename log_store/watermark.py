@@ -98,17 +98,18 @@ class Watermark:
         ends: dict[str, list[int]] = {}
         for tp in sorted(self.end_offsets):
             ends.setdefault(tp.topic, []).append(self.end_offsets[tp])
-        return orjson.dumps({"seq": self.sequence, "pos": self.position, "ts": self.timestamp_ms,
-                             "ends": ends})
+        return orjson.dumps({"seq": self.sequence, "pos": self.position, "ts": self.timestamp_ms, "ends": ends})
 
     @classmethod
     def decode(cls, payload: bytes) -> Watermark:
         """Inverse of :meth:`encode`; raises ``ValueError`` on a malformed payload."""
         data = orjson.loads(payload)
         try:
-            ends = {TopicPartition(topic, partition): int(end)
-                    for topic, offsets in data["ends"].items()
-                    for partition, end in enumerate(offsets)}
+            ends = {
+                TopicPartition(topic, partition): int(end)
+                for topic, offsets in data["ends"].items()
+                for partition, end in enumerate(offsets)
+            }
             return cls(int(data["seq"]), str(data["pos"]), int(data["ts"]), ends)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"watermark payload lacks a field: {exc}") from None
@@ -147,8 +148,7 @@ def _parse(data: bytes, start: int, path: Path) -> ScanResult:
         watermark = _decode_framed(data, pos, crc, stop)
         if watermark is None:
             if _valid_record_at(data, stop):
-                raise CorruptWatermarkError(path, pos,
-                                            "a record fails its CRC32C but later records are valid")
+                raise CorruptWatermarkError(path, pos, "a record fails its CRC32C but later records are valid")
             break
         previous, latest, latest_start = latest, watermark, pos
         pos = stop

@@ -10,8 +10,26 @@ import psycopg
 
 CATEGORY_NAMES = ("books", "garden", "kitchen", "music", "toys")
 WORDS = (
-    "oak", "linen", "copper", "walnut", "steel", "wool", "glass", "cedar", "clay", "bamboo",
-    "lamp", "chair", "kettle", "vase", "rug", "shelf", "bowl", "clock", "stool", "basket",
+    "oak",
+    "linen",
+    "copper",
+    "walnut",
+    "steel",
+    "wool",
+    "glass",
+    "cedar",
+    "clay",
+    "bamboo",
+    "lamp",
+    "chair",
+    "kettle",
+    "vase",
+    "rug",
+    "shelf",
+    "bowl",
+    "clock",
+    "stool",
+    "basket",
 )
 
 

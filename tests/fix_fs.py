@@ -50,11 +50,14 @@ def small_filesystem(tmp_path: Path) -> Iterator[SmallFilesystem]:
     path.mkdir()
     if shutil.which("mount") is None:
         pytest.skip("no mount command: a size-limited filesystem cannot be made")
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(path)],
-                            capture_output=True, text=True)
+    result = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(path)], capture_output=True, text=True
+    )
     if result.returncode != 0:
-        pytest.skip(f"mounting a tmpfs is not permitted here ({result.stderr.strip()}): run the tests as root "
-                    "with CAP_SYS_ADMIN to test a full disk")
+        pytest.skip(
+            f"mounting a tmpfs is not permitted here ({result.stderr.strip()}): run the tests as root "
+            "with CAP_SYS_ADMIN to test a full disk"
+        )
     try:
         yield SmallFilesystem(path)
     finally:
@@ -73,8 +76,20 @@ class Unprivileged:
         """``args`` run as the user. It keeps one capability, reading and searching any directory, only
         because the interpreter lives under root's private home here; writing still needs the permission
         bits, which is what the tests exercise."""
-        return ["setpriv", "--reuid", str(self.uid), "--regid", str(self.gid), "--clear-groups",
-                "--inh-caps", "+dac_read_search", "--ambient-caps", "+dac_read_search", "--", *args]
+        return [
+            "setpriv",
+            "--reuid",
+            str(self.uid),
+            "--regid",
+            str(self.gid),
+            "--clear-groups",
+            "--inh-caps",
+            "+dac_read_search",
+            "--ambient-caps",
+            "+dac_read_search",
+            "--",
+            *args,
+        ]
 
     def own(self, path: Path) -> None:
         """Give ``path`` and everything below it to the user."""

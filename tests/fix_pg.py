@@ -75,13 +75,10 @@ def pg_server() -> Iterator[PgServer]:
 def _drop_database(admin_url: str, database: str) -> None:
     with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(
-            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots "
-            "WHERE database = %s AND active_pid IS NOT NULL",
+            "SELECT pg_terminate_backend(active_pid) FROM pg_replication_slots WHERE database = %s AND active_pid IS NOT NULL",
             (database,),
         )
-        for (slot,) in admin.execute(
-            "SELECT slot_name FROM pg_replication_slots WHERE database = %s", (database,)
-        ).fetchall():
+        for (slot,) in admin.execute("SELECT slot_name FROM pg_replication_slots WHERE database = %s", (database,)).fetchall():
             try:
                 admin.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
             except psycopg.errors.ObjectInUse:

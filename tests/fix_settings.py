@@ -14,9 +14,13 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> It
     import os
 
     for name in list(os.environ):
-        if name.startswith("CDC_") and name not in ("CDC_TEST_DATABASE_URL", "CDC_PG_BINDIR", "CDC_SPARK_JARS_DIR",
-                                                    "CDC_KAFKA_JARS_DIR",
-                                                    "CDC_TEST_KAFKA"):
+        if name.startswith("CDC_") and name not in (
+            "CDC_TEST_DATABASE_URL",
+            "CDC_PG_BINDIR",
+            "CDC_SPARK_JARS_DIR",
+            "CDC_KAFKA_JARS_DIR",
+            "CDC_TEST_KAFKA",
+        ):
             monkeypatch.delenv(name)
     work = tmp_path / "cwd"
     work.mkdir()

@@ -30,20 +30,30 @@ def _name(common: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
 
 
-def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str, signer: ec.EllipticCurvePrivateKey,
-                 extensions: list[x509.ExtensionType]) -> bytes:
+def _certificate(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: str,
+    signer: ec.EllipticCurvePrivateKey,
+    extensions: list[x509.ExtensionType],
+) -> bytes:
     now = datetime.datetime.now(datetime.UTC)
-    builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
-               .public_key(key.public_key()).serial_number(x509.random_serial_number())
-               .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=2)))
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(issuer))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=2))
+    )
     for extension in extensions:
         builder = builder.add_extension(extension, critical=isinstance(extension, x509.BasicConstraints))
     return builder.sign(signer, hashes.SHA256()).public_bytes(serialization.Encoding.PEM)
 
 
 def _plain(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                             serialization.NoEncryption())
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
 
 
 def make_tls_files(directory: Path, *, ca_name: str = "ca") -> TlsFiles:
@@ -51,16 +61,30 @@ def make_tls_files(directory: Path, *, ca_name: str = "ca") -> TlsFiles:
     directory.mkdir(parents=True, exist_ok=True)
     ca_key, server_key, client_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
     ca = _certificate(ca_name, ca_key, ca_name, ca_key, [x509.BasicConstraints(ca=True, path_length=None)])
-    server = _certificate("127.0.0.1", server_key, ca_name, ca_key,
-                          [x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])])
+    server = _certificate(
+        "127.0.0.1",
+        server_key,
+        ca_name,
+        ca_key,
+        [x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])],
+    )
     client = _certificate("cdc", client_key, ca_name, ca_key, [x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])])
     password = "k-secret"
-    files = TlsFiles(directory / f"{ca_name}.pem", directory / "server-keystore.pem", directory / "client.pem",
-                     directory / "client-encrypted.key", password)
+    files = TlsFiles(
+        directory / f"{ca_name}.pem",
+        directory / "server-keystore.pem",
+        directory / "client.pem",
+        directory / "client-encrypted.key",
+        password,
+    )
     files.ca.write_bytes(ca)
     files.server.write_bytes(_plain(server_key) + server)  # the broker's PEM keystore: key, then certificate
     files.client_certificate.write_bytes(client)
-    files.client_key.write_bytes(client_key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-        serialization.BestAvailableEncryption(password.encode())))
+    files.client_key.write_bytes(
+        client_key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(password.encode()),
+        )
+    )
     return files

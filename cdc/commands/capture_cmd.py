@@ -14,8 +14,13 @@ from cdc.metrics import CaptureMetrics, serve
 
 @click.command("capture")
 @click.option("--once", is_flag=True, help="Drain up to the WAL position current at start, then exit.")
-@click.option("--snapshot-chunk-rows", type=click.IntRange(min=1), default=None, hidden=True,
-              help="Rows per snapshot chunk; with this option each chunk of the initial snapshot is one group in the log.")
+@click.option(
+    "--snapshot-chunk-rows",
+    type=click.IntRange(min=1),
+    default=None,
+    hidden=True,
+    help="Rows per snapshot chunk; with this option each chunk of the initial snapshot is one group in the log.",
+)
 @pass_context
 def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
     """Capture changes exactly once into the log. SIGTERM/SIGINT: finish the batch, confirm, exit 0."""
@@ -44,5 +49,8 @@ def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
         err=True,
     )
     if stats.resnapshots:
-        click.echo("the replication slot did not continue the log (recreated or advanced elsewhere): a new snapshot "
-                   "superseded the log's rows", err=True)
+        click.echo(
+            "the replication slot did not continue the log (recreated or advanced elsewhere): a new snapshot "
+            "superseded the log's rows",
+            err=True,
+        )

@@ -17,7 +17,7 @@ import click
 import psycopg
 from rich.console import Console
 
-from cdc.errors import CdcError
+from cdc.capture.errors import CdcError
 from cdc.settings import load_settings
 
 #: The reference schema's views (a search index of products, a cache of orders), which the demo syncs.
@@ -64,8 +64,7 @@ def _change_one_product(url: str) -> tuple[int, str]:
     """Rename a category, reprice one of its products and add a line to an order holding it."""
     with psycopg.connect(url) as conn:
         product_id, category_id = conn.execute(
-            "SELECT p.id, p.category_id FROM products p JOIN order_items i ON i.product_id = p.id "
-            "ORDER BY p.id LIMIT 1"
+            "SELECT p.id, p.category_id FROM products p JOIN order_items i ON i.product_id = p.id ORDER BY p.id LIMIT 1"
         ).fetchone()  # type: ignore[misc]
         conn.execute("UPDATE categories SET name = 'vintage lamps' WHERE id = %s", (category_id,))
         conn.execute("UPDATE products SET price = 12.34, name = 'brass lantern' WHERE id = %s", (product_id,))
@@ -107,8 +106,12 @@ def demo(data_dir: Path | None, keep_postgres: bool) -> None:
         migrations.upgrade(url)
         counts = insert_sample_data(url)
         console.print(", ".join(f"{table}: {rows} rows" for table, rows in counts.items()))
-        environment = {"CDC_DATABASE_URL": url, "CDC_DATA_DIR": str(data_dir), "CDC_PARTITIONS": "3",
-                       "CDC_VIEWS_FILE": os.environ.get("CDC_VIEWS_FILE", str(EXAMPLE_VIEWS))}
+        environment = {
+            "CDC_DATABASE_URL": url,
+            "CDC_DATA_DIR": str(data_dir),
+            "CDC_PARTITIONS": "3",
+            "CDC_VIEWS_FILE": os.environ.get("CDC_VIEWS_FILE", str(EXAMPLE_VIEWS)),
+        }
         with _environment(environment):
             console.rule("3. check the source and create the slot")
             _cdc(console, "setup")

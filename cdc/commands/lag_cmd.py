@@ -11,9 +11,9 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from cdc.errors import CdcError, ConfigError
+from cdc.capture.errors import CdcError, ConfigError
+from cdc.capture.lsn import Lsn
 from cdc.lag import LagReport, measure
-from cdc.lsn import Lsn
 from cdc.settings import Settings, load_settings
 
 
@@ -78,8 +78,12 @@ def render(report: LagReport) -> Group:
         views.add_column(column)
     for view in report.views:
         views.add_row(
-            view.view, str(view.tables), view.as_of_lsn or "-", str(view.events_pending),
-            _human_bytes(view.wal_bytes_behind), _seconds(view.seconds_behind),
+            view.view,
+            str(view.tables),
+            view.as_of_lsn or "-",
+            str(view.events_pending),
+            _human_bytes(view.wal_bytes_behind),
+            _seconds(view.seconds_behind),
         )
     if not report.views:
         views.caption = "no view has synced yet"
@@ -112,10 +116,12 @@ def _watch(settings: Settings, interval: float, max_lag_seconds: float | None, m
 @click.command("lag")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in cdc/lag.py).")
 @click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
-@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
-              help="Seconds between refreshes with --watch.")
-@click.option("--max-lag-seconds", type=click.FloatRange(min=0), default=None,
-              help="Exit 1 when any stage is more seconds behind.")
+@click.option(
+    "--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, help="Seconds between refreshes with --watch."
+)
+@click.option(
+    "--max-lag-seconds", type=click.FloatRange(min=0), default=None, help="Exit 1 when any stage is more seconds behind."
+)
 @click.option("--max-wal-bytes", type=click.IntRange(min=0), default=None, help="Exit 1 when the slot is more WAL bytes behind.")
 def lag(as_json: bool, watch: bool, interval: float, max_lag_seconds: float | None, max_wal_bytes: int | None) -> None:
     """Show how far behind the slot, the log and each view are."""
@@ -137,8 +143,9 @@ def lag(as_json: bool, watch: bool, interval: float, max_lag_seconds: float | No
 @click.command("wait")
 @click.argument("view")
 @click.option("--lsn", "lsn_text", required=True, help="LSN to wait for, as pg_current_wal_lsn() prints it.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True,
-              help="Seconds before giving up (exit 4).")
+@click.option(
+    "--timeout", type=click.FloatRange(min=0), default=30.0, show_default=True, help="Seconds before giving up (exit 4)."
+)
 @click.option("--poll", type=click.FloatRange(min=0.05), default=0.2, show_default=True, help="Seconds between checks.")
 def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
     """Block until VIEW is as of at least LSN: read-your-writes after a commit.

@@ -22,8 +22,8 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from cdc.errors import ConfigError
-from cdc.log_backend import Log
+from cdc.capture.errors import ConfigError
+from cdc.capture.log import Log
 from cdc.log_backend import open_log as open_settings_log
 from cdc.settings import load_settings
 from log_store import LogStore, Record, TopicPartition, Watermark
@@ -107,8 +107,7 @@ def describe_cmd(topic: str) -> None:
                 checks.append(f"corrupt at offset {exc.offset}")
             else:
                 checks.append("ok")
-    table = Table(title=f"{topic}  ({config.partitions} partition(s), "
-                        f"{'compacted' if config.compacted else 'retention'})")
+    table = Table(title=f"{topic}  ({config.partitions} partition(s), {'compacted' if config.compacted else 'retention'})")
     kafka = isinstance(log.root, str)  # Kafka keeps segments, sizes and checks to itself
     columns = ("partition", "start offset", "end offset") + (() if kafka else ("segments", "bytes", "dirty ratio", "check"))
     for column in columns:
@@ -122,8 +121,9 @@ def describe_cmd(topic: str) -> None:
     if watermark is None:
         console.print("latest watermark: none (nothing committed yet)")
     else:
-        console.print(f"latest watermark: #{watermark.sequence} at position {watermark.position} "
-                      f"({_format_time(watermark.timestamp_ms)})")
+        console.print(
+            f"latest watermark: #{watermark.sequence} at position {watermark.position} ({_format_time(watermark.timestamp_ms)})"
+        )
     if damaged:
         raise damaged[0]
 
@@ -132,14 +132,18 @@ def describe_cmd(topic: str) -> None:
 @click.argument("topic")
 @click.option("--from-beginning", is_flag=True, help="Start at the first stored offset, not the end.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new records until Ctrl-C.")
-@click.option("--partition", "-p", "partition", type=int, default=None,
-              help="Only this partition (default: all).")
-@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=0.25, show_default=True,
-              help="Seconds between checks of the watermark with --follow.")
-@click.option("--max-records", type=click.IntRange(min=1), default=None,
-              help="Stop after printing this many records.")
-def tail_cmd(topic: str, from_beginning: bool, follow: bool, partition: int | None,
-             poll_interval: float, max_records: int | None) -> None:
+@click.option("--partition", "-p", "partition", type=int, default=None, help="Only this partition (default: all).")
+@click.option(
+    "--poll-interval",
+    type=click.FloatRange(min=0.01),
+    default=0.25,
+    show_default=True,
+    help="Seconds between checks of the watermark with --follow.",
+)
+@click.option("--max-records", type=click.IntRange(min=1), default=None, help="Stop after printing this many records.")
+def tail_cmd(
+    topic: str, from_beginning: bool, follow: bool, partition: int | None, poll_interval: float, max_records: int | None
+) -> None:
     """Print TOPIC's committed records as JSON lines (topic, partition, offset, key, value, timestamp).
 
     Without --from-beginning it starts at the current end; with --follow it waits for new commit
@@ -153,14 +157,14 @@ def tail_cmd(topic: str, from_beginning: bool, follow: bool, partition: int | No
             count = log.partitions(topic)
             if partition is not None and not 0 <= partition < count:
                 raise UnknownTopicError(log.root, topic, partition, count)
-            tps = [TopicPartition(topic, p) for p in range(count)
-                   if partition is None or p == partition]
+            tps = [TopicPartition(topic, p) for p in range(count) if partition is None or p == partition]
             watermark = log.latest_watermark()
             if watermark is None:
                 log.require_published_watermark()
-            positions = {tp: (log.start_offset(tp) if from_beginning else
-                              (watermark.end_offset(tp) if watermark is not None else 0))
-                         for tp in tps}
+            positions = {
+                tp: (log.start_offset(tp) if from_beginning else (watermark.end_offset(tp) if watermark is not None else 0))
+                for tp in tps
+            }
             while True:
                 if watermark is not None:
                     for tp in tps:
@@ -196,8 +200,7 @@ def tail_cmd(topic: str, from_beginning: bool, follow: bool, partition: int | No
                 pass
 
 
-def _next_watermark(log: Log, current: Watermark | None, interval: float,
-                    stop: threading.Event) -> Watermark | None:
+def _next_watermark(log: Log, current: Watermark | None, interval: float, stop: threading.Event) -> Watermark | None:
     """Poll the published watermark every ``interval`` seconds until it moves past ``current``."""
     while True:
         latest = log.latest_watermark()
@@ -208,30 +211,40 @@ def _next_watermark(log: Log, current: Watermark | None, interval: float,
 
 @log_group.command("compact")
 @click.argument("topic", required=False)
-@click.option("--roll", is_flag=True,
-              help="First seal the active segments so that everything committed is compacted "
-                   "(needs the writer lock: stop capture first).")
+@click.option(
+    "--roll",
+    is_flag=True,
+    help="First seal the active segments so that everything committed is compacted (needs the writer lock: stop capture first).",
+)
 def compact_cmd(topic: str | None, roll: bool) -> None:
     """Compact TOPIC (or every topic); topics that are not compacted get their retention applied."""
     if load_settings().uses_kafka:
-        raise ConfigError("the log is in Kafka (CDC_LOG), which compacts its topics itself (cleanup.policy=compact, "
-                          "the broker's log cleaner); `cdc log compact` applies to the embedded log only")
+        raise ConfigError(
+            "the log is in Kafka (CDC_LOG), which compacts its topics itself (cleanup.policy=compact, "
+            "the broker's log cleaner); `cdc log compact` applies to the embedded log only"
+        )
     with open_log(writer=roll) as log:
         assert isinstance(log, LogStore)
         if roll:
             log.roll(topic)
         report = log.compact(topic)
     if not report.partitions:
-        click.echo("nothing to compact: no sealed segment below the watermark "
-                   "(use --roll with capture stopped to include the active segments)")
+        click.echo(
+            "nothing to compact: no sealed segment below the watermark "
+            "(use --roll with capture stopped to include the active segments)"
+        )
         return
     for part in report.partitions:
         if not part.changed:
-            click.echo(f"{part.tp.topic}[{part.tp.partition}]: unchanged ({part.records_read} record(s) read, "
-                       f"{part.bytes_before:,} bytes)")
+            click.echo(
+                f"{part.tp.topic}[{part.tp.partition}]: unchanged ({part.records_read} record(s) read, "
+                f"{part.bytes_before:,} bytes)"
+            )
             continue
-        click.echo(f"{part.tp.topic}[{part.tp.partition}]: {part.records_read} record(s) read, "
-                   f"{part.records_kept} kept, {part.tombstones_removed} tombstone(s) removed, "
-                   f"{part.folded} folded, {part.segments_rewritten} segment(s) rewritten, "
-                   f"{part.segments_deleted} deleted, {part.bytes_before:,} -> {part.bytes_after:,} "
-                   "bytes")
+        click.echo(
+            f"{part.tp.topic}[{part.tp.partition}]: {part.records_read} record(s) read, "
+            f"{part.records_kept} kept, {part.tombstones_removed} tombstone(s) removed, "
+            f"{part.folded} folded, {part.segments_rewritten} segment(s) rewritten, "
+            f"{part.segments_deleted} deleted, {part.bytes_before:,} -> {part.bytes_after:,} "
+            "bytes"
+        )

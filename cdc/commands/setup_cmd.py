@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import click
 
+from cdc.capture.errors import PrerequisiteError
 from cdc.cli import pass_context
-from cdc.errors import PrerequisiteError
 from cdc.source_checks import ensure_publication, ensure_slot, run_checks
 
 

@@ -89,8 +89,13 @@ def _fail_on(report: StepReport) -> None:
 @click.argument("views", nargs=-1)
 @click.option("--once", "mode", flag_value="once", default=True, help="Drain to the latest watermark, then exit.")
 @click.option("--continuous", "mode", flag_value="continuous", help="Keep syncing as the log grows.")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=0.25, show_default=True,
-              help="Seconds between watermark polls in --continuous mode.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.05),
+    default=0.25,
+    show_default=True,
+    help="Seconds between watermark polls in --continuous mode.",
+)
 @pass_context
 def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> None:
     """Apply the log to VIEWS (default: all) up to the latest commit watermark."""
@@ -196,17 +201,17 @@ def search_cmd(ctx: object, words: tuple[str, ...], limit: int, as_json: bool) -
     definitions = load(settings.views_file)
     indexes = sorted(definitions.search)
     if len(words) > 2:
-        raise click.UsageError("give the index and the query as two arguments: cdc search INDEX \"QUERY\"")
+        raise click.UsageError('give the index and the query as two arguments: cdc search INDEX "QUERY"')
     if len(words) == 2:
         index, query = words
     elif len(indexes) == 1:
         index, query = indexes[0], words[0]
     elif not indexes:
-        raise click.UsageError(f"{definitions.source} defines no search index: define one as [search.<index>] "
-                               "(views.example.toml shows how)")
+        raise click.UsageError(
+            f"{definitions.source} defines no search index: define one as [search.<index>] (views.example.toml shows how)"
+        )
     else:
-        raise click.UsageError(f"several search indexes are defined ({', '.join(indexes)}): name one, "
-                               "cdc search INDEX \"QUERY\"")
+        raise click.UsageError(f'several search indexes are defined ({", ".join(indexes)}): name one, cdc search INDEX "QUERY"')
     if index not in definitions.search:
         raise UnknownEntityError(index, indexes, "search index")
     stored = definitions.search[index].stored
@@ -267,15 +272,23 @@ def views_cmd(ctx: object, as_json: bool) -> None:
     for table in tables:
         click.echo(f"{table.view:<16} {table.holds:<40} {table.as_of_lsn or 'not synced':<14} {table.path}")
         if table.stored_columns:
-            click.echo(" " * 17 + "columns stored under another name: "
-                       + ", ".join(f"{json.dumps(source)} as {stored}" for source, stored in table.stored_columns.items()))
+            click.echo(
+                " " * 17
+                + "columns stored under another name: "
+                + ", ".join(f"{json.dumps(source)} as {stored}" for source, stored in table.stored_columns.items())
+            )
 
 
 @click.command("spark-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=15002, show_default=True, help="Port to listen on.")
-@click.option("--conf", "confs", multiple=True, metavar="KEY=VALUE",
-              help="A Spark setting of the server (repeatable), e.g. spark.driver.memory=4g.")
+@click.option(
+    "--conf",
+    "confs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="A Spark setting of the server (repeatable), e.g. spark.driver.memory=4g.",
+)
 def spark_server(host: str, port: int, confs: tuple[str, ...]) -> None:
     """Run a Spark Connect server that view commands attach to (CDC_SPARK_REMOTE=sc://HOST:PORT).
 

@@ -43,10 +43,7 @@ def upgrade() -> None:
     )
     op.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
     op.execute(f"GRANT SELECT ON {', '.join(TABLES)} TO {role}")
-    op.execute(
-        f"CREATE PUBLICATION {publication} FOR TABLE {', '.join(TABLES)} "
-        "WITH (publish_via_partition_root = true)"
-    )
+    op.execute(f"CREATE PUBLICATION {publication} FOR TABLE {', '.join(TABLES)} WITH (publish_via_partition_root = true)")
 
 
 def downgrade() -> None:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import orjson
 
-from cdc.log_backend import Log, open_log
+from cdc.capture.log import Log
+from cdc.log_backend import open_log
 from cdc.settings import Settings, load_settings
 from log_store import LogStore, Record, TopicPartition
 
@@ -133,5 +134,6 @@ def slot_names(url: str) -> list[str]:
 
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database() ORDER BY 1").fetchall()
+            "SELECT slot_name FROM pg_replication_slots WHERE database = current_database() ORDER BY 1"
+        ).fetchall()
     return [str(row[0]) for row in rows]

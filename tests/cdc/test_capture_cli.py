@@ -14,7 +14,8 @@ import psycopg
 import pytest
 
 from cdc.local_postgres import LocalPostgres
-from log_store import LogStore, TopicPartition
+from event_format import fold_after
+from log_store import LogConfig, LogStore, TopicPartition
 from tests.cdc.helpers import read_topic, replay, source_table, wait_for
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
@@ -53,7 +54,8 @@ def test_setup_reports_wal_level_replica_then_too_few_slots_in_one_line(tmp_path
         assert result.returncode == 3, result.stderr
         assert result.stderr.strip().splitlines() == [
             "error: wal_level is replica, logical decoding needs logical; set wal_level = logical in "
-            "postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"]
+            "postgresql.conf (or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL"
+        ]
         assert "FAIL wal_level" in result.stdout and "slot cdc_slot" not in result.stdout
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("ALTER SYSTEM SET wal_level = logical")
@@ -65,7 +67,8 @@ def test_setup_reports_wal_level_replica_then_too_few_slots_in_one_line(tmp_path
     assert result.returncode == 3, result.stderr
     assert result.stderr.strip().splitlines() == [
         "error: 1 of 1 replication slots are free, capture needs 2 (its slot and a temporary one while it "
-        "snapshots a table added to the publication); raise max_replication_slots or drop an unused slot"]
+        "snapshots a table added to the publication); raise max_replication_slots or drop an unused slot"
+    ]
 
 
 def test_kill_9_during_a_workload_loses_and_doubles_nothing(reference_db: str, tmp_path: Path) -> None:
@@ -106,8 +109,13 @@ def test_kill_9_during_a_workload_loses_and_doubles_nothing(reference_db: str, t
     final = subprocess.Popen([CDC, "capture"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         expected_updates = sum(counters.values())
-        wait_for(lambda: len([r for r in read_topic(tmp_path, "cdc.public.categories")
-                              if r.value and b'"op":"u"' in r.value]) >= expected_updates, what="all updates")
+        wait_for(
+            lambda: (
+                len([r for r in read_topic(tmp_path, "cdc.public.categories") if r.value and b'"op":"u"' in r.value])
+                >= expected_updates
+            ),
+            what="all updates",
+        )
     finally:
         final.send_signal(signal.SIGTERM)
         _, stderr = final.communicate(timeout=60)
@@ -128,8 +136,7 @@ def _snapshot_progress(data_dir: Path, topic: str) -> tuple[str, int] | None:
             watermark = log.latest_watermark()
             if watermark is None:
                 return None
-            return watermark.position, sum(
-                watermark.end_offset(TopicPartition(topic, p)) for p in range(log.partitions(topic)))
+            return watermark.position, sum(watermark.end_offset(TopicPartition(topic, p)) for p in range(log.partitions(topic)))
     except Exception:  # noqa: BLE001 - the writer has not created the log or topic yet
         return None
 
@@ -141,8 +148,9 @@ def test_kill_9_mid_snapshot_then_deletes_leave_no_stale_row(reference_db: str, 
         conn.execute("INSERT INTO categories (name) SELECT repeat('x', 500) || g FROM generate_series(1, %s) g", (rows,))
         conn.execute("ANALYZE categories")
     env = _env(reference_db, tmp_path)
-    first = subprocess.Popen([CDC, "capture", "--once", "--snapshot-chunk-rows", "1"], env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first = subprocess.Popen(
+        [CDC, "capture", "--once", "--snapshot-chunk-rows", "1"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
     try:
         wait_for(lambda: (_snapshot_progress(tmp_path, topic) or ("", 0))[1] >= 150, what="the first snapshot rows")
         first.send_signal(signal.SIGSTOP)
@@ -168,7 +176,7 @@ def test_kill_9_mid_snapshot_then_deletes_leave_no_stale_row(reference_db: str, 
     subprocess.run([CDC, "capture", "--once"], env=env, check=True, capture_output=True, timeout=120)
     expected = source_table(reference_db, "categories")
     assert replay(tmp_path, topic) == expected
-    with LogStore.open(tmp_path / "log", writer=True) as log:
+    with LogStore.open(tmp_path / "log", LogConfig(fold=fold_after), writer=True) as log:
         log.roll()
         log.compact()
     assert replay(tmp_path, topic, strict=False) == expected

@@ -27,10 +27,11 @@ def test_cdc_tables_that_would_capture_nothing_are_refused(reference_db: str, tm
 
 
 def test_missing_replication_privilege_gets_setups_hint(reference_db: str, tmp_path: Path) -> None:
-    execute(reference_db,
-            "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'plain') THEN "
-            "CREATE ROLE plain LOGIN; END IF; END $$",
-            "GRANT SELECT ON ALL TABLES IN SCHEMA public TO plain")
+    execute(
+        reference_db,
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'plain') THEN CREATE ROLE plain LOGIN; END IF; END $$",
+        "GRANT SELECT ON ALL TABLES IN SCHEMA public TO plain",
+    )
     result = run_cdc(reference_db.replace("postgres@", "plain@", 1), tmp_path, "capture", "--once")
     assert result.returncode == 3, result.stderr
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -60,4 +61,5 @@ def test_wal_level_replica_gets_setups_hint(tmp_path: Path) -> None:
     assert [line for line in result.stderr.splitlines() if line.startswith("error:")] == [
         "error: wal_level is replica, logical decoding needs logical; set wal_level = logical in postgresql.conf "
         "(or ALTER SYSTEM SET wal_level = logical) and restart PostgreSQL; `cdc setup --check-only` checks every "
-        "prerequisite of capture"]
+        "prerequisite of capture"
+    ]

@@ -15,7 +15,8 @@ import pytest
 from cdc.coordinator import Capture
 from cdc.log_backend import open_log
 from cdc.settings import Settings
-from log_store import Record, fold_json_after
+from event_format import fold_after
+from log_store import Record
 from tests.cdc.helpers import execute, read_log_topic, replay, settings_for, source_table
 from tests.faults.harness import (
     Running,
@@ -59,7 +60,7 @@ def _as_written(records: list[Record], *, folded: bool = False) -> list[tuple[ob
         headers: object = r.headers
         unchanged = r.header("unchanged")
         if folded and unchanged is not None and value is not None:
-            value = fold_json_after(rows[r.key], value, orjson.loads(unchanged))
+            value = fold_after(rows[r.key], value, orjson.loads(unchanged))
             headers = ()
         if value is not None and orjson.loads(value)["op"] in ("c", "r", "u"):
             rows[r.key] = value
@@ -71,8 +72,10 @@ def _same_records(kafka: list[tuple[object, ...]], embedded: list[tuple[object, 
     """Equal record for record: the values byte for byte, or equal as JSON where the embedded log's was folded."""
     if len(kafka) != len(embedded):
         return False
-    return all(k == e or (k[:2] == e[:2] and k[3:] == e[3:] and orjson.loads(k[2]) == orjson.loads(e[2]))  # type: ignore[arg-type]
-               for k, e in zip(kafka, embedded, strict=True))
+    return all(
+        k == e or (k[:2] == e[:2] and k[3:] == e[3:] and orjson.loads(k[2]) == orjson.loads(e[2]))  # type: ignore[arg-type]
+        for k, e in zip(kafka, embedded, strict=True)
+    )
 
 
 def _kafka(url: str, data_dir: Path, bootstrap: str, prefix: str, **extra: object) -> Settings:
@@ -96,7 +99,8 @@ def _captured_category_names(spark: SparkSession, kafka: Settings) -> list[str]:
 
 
 def test_kafka_holds_the_embedded_logs_records_byte_for_byte(
-        reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str) -> None:
+    reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str
+) -> None:
     embedded = settings_for(reference_db, tmp_path / "embedded", topic_prefix=kafka_prefix, slot="embedded_slot")
     kafka = _kafka(reference_db, tmp_path / "kafka", kafka_bootstrap, kafka_prefix, slot="kafka_slot")
     execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 300) g")
@@ -175,7 +179,8 @@ def test_kafka_holds_the_embedded_logs_records_byte_for_byte(
 
 
 def test_kill_9_of_capture_into_kafka_under_load_loses_and_doubles_nothing(
-        reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str) -> None:
+    reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str
+) -> None:
     """``cdc capture`` into Kafka is killed 4 times at random moments (start-up, the writer's fencing and
     abort of the open transaction, the slot's resend, streaming) under a write load with large
     transactions; then the load stops and ``cdc capture --once`` drains. Replaying the topics from offset 0
@@ -214,29 +219,33 @@ def test_kill_9_of_capture_into_kafka_under_load_loses_and_doubles_nothing(
 
 
 def test_setup_checks_the_brokers_and_names_tables_whose_toast_values_kafka_cannot_fold(
-        reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str) -> None:
+    reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str
+) -> None:
     env = cdc_env(reference_db, tmp_path, log=f"kafka://{kafka_bootstrap}", topic_prefix=kafka_prefix)
 
     def warned() -> dict[str, str]:
         checked = run_cdc(env, "setup", "--check-only")
         assert checked.returncode == 0, checked.stderr
         assert "ok   kafka log" in checked.stdout.splitlines()
-        return {line.split()[2]: line for line in checked.stdout.splitlines() if line.endswith("(it writes whole old "
-                                                                                                "rows to the WAL)")}
+        return {
+            line.split()[2]: line
+            for line in checked.stdout.splitlines()
+            if line.endswith("(it writes whole old rows to the WAL)")
+        }
 
     before = warned()
     assert "public.products" in before and "description" in before["public.products"]
     assert "ALTER TABLE public.products REPLICA IDENTITY FULL" in before["public.products"]
     execute(reference_db, "ALTER TABLE products REPLICA IDENTITY FULL")
     assert set(before) - set(warned()) == {"public.products"}
-    unreachable = run_cdc(cdc_env(reference_db, tmp_path, log="kafka://127.0.0.1:9", topic_prefix=kafka_prefix),
-                          "setup", "--check-only")
+    unreachable = run_cdc(
+        cdc_env(reference_db, tmp_path, log="kafka://127.0.0.1:9", topic_prefix=kafka_prefix), "setup", "--check-only"
+    )
     assert unreachable.returncode != 0
     assert "FAIL kafka log" in unreachable.stdout and "127.0.0.1:9" in unreachable.stderr
 
 
-def test_capture_waits_out_a_broker_that_is_down_and_loses_nothing(
-        reference_db: str, tmp_path: Path, kafka_prefix: str) -> None:
+def test_capture_waits_out_a_broker_that_is_down_and_loses_nothing(reference_db: str, tmp_path: Path, kafka_prefix: str) -> None:
     """The broker is killed while capture streams: capture says so once per attempt, confirms nothing more to
     the source, ``cdc lag`` names the log as unreadable; once the broker is back the changes arrive, once."""
     from cdc.local_kafka import LocalKafka
@@ -250,35 +259,50 @@ def test_capture_waits_out_a_broker_that_is_down_and_loses_nothing(
             capture = running.cdc(env, ["capture"], tmp_path / "capture.err")
             poll(lambda: (watermark(kafka) or 0) > 0, 120, "the snapshot in Kafka")
             broker.kill()
-            execute(reference_db, "INSERT INTO categories (name) SELECT 'n' || g FROM generate_series(1, 30) g",
-                    "UPDATE categories SET name = name || '!' WHERE id <= 10", "DELETE FROM categories WHERE id > 75")
-            poll(lambda: "capture starts again in" in capture.stderr() or not capture.running(), 120,
-                 "a first attempt while the broker is down")
+            execute(
+                reference_db,
+                "INSERT INTO categories (name) SELECT 'n' || g FROM generate_series(1, 30) g",
+                "UPDATE categories SET name = name || '!' WHERE id <= 10",
+                "DELETE FROM categories WHERE id > 75",
+            )
+            poll(
+                lambda: "capture starts again in" in capture.stderr() or not capture.running(),
+                120,
+                "a first attempt while the broker is down",
+            )
             # a group Kafka committed just before the kill (a heartbeat, when other writes move the WAL) may
             # have been confirmed since the watermark was last read; from the first failed attempt on,
             # nothing more may be
             confirmed = slot_confirmed(reference_db)
-            poll(lambda: capture.stderr().count("capture starts again in") >= 2 or not capture.running(), 120,
-                 "two attempts while the broker is down")
+            poll(
+                lambda: capture.stderr().count("capture starts again in") >= 2 or not capture.running(),
+                120,
+                "two attempts while the broker is down",
+            )
             assert capture.running(), capture.stderr()
             lag = run_cdc(env, "lag", "--json")
             assert lag.returncode == 1 and "the log cannot be read: Kafka at" in lag.stdout
             assert orjson.loads(lag.stdout)["source"]["wal_bytes_behind"] > 0
             assert slot_confirmed(reference_db) == confirmed, "the slot was confirmed while the broker was down"
             broker.start()
-            poll(lambda: replay(kafka, f"{kafka_prefix}.public.categories") == source_table(reference_db, "categories"),
-                 120, "the changes in Kafka once the broker is back")
+            poll(
+                lambda: replay(kafka, f"{kafka_prefix}.public.categories") == source_table(reference_db, "categories"),
+                120,
+                "the changes in Kafka once the broker is back",
+            )
             assert capture.terminate() == 0, capture.stderr()
         finally:
             running.close()
 
 
+_PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SASL_USERS = 'username="broker" password="b-secret" user_broker="b-secret" user_cdc="c-secret";'
 
 
 @pytest.mark.spark
 def test_sasl_credentials_reach_capture_and_spark_and_a_wrong_password_is_one_clear_error(
-        reference_db: str, tmp_path: Path, kafka_prefix: str, spark: SparkSession) -> None:
+    reference_db: str, tmp_path: Path, kafka_prefix: str, spark: SparkSession
+) -> None:
     from cdc.local_kafka import LocalKafka, _free_port
 
     port, controller = _free_port(), _free_port()
@@ -289,15 +313,28 @@ def test_sasl_credentials_reach_capture_and_spark_and_a_wrong_password_is_one_cl
         "inter.broker.listener.name": "SASL_PLAINTEXT",
         "sasl.enabled.mechanisms": "PLAIN",
         "sasl.mechanism.inter.broker.protocol": "PLAIN",
-        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
-            f"org.apache.kafka.common.security.plain.PlainLoginModule required {_SASL_USERS}",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": f"{_PLAIN_LOGIN} required {_SASL_USERS}",
     }
     execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 30) g")
     with LocalKafka(root=tmp_path / "broker", port=port, controller_port=controller, settings=secured) as broker:
-        sasl = {"kafka_security_protocol": "sasl_plaintext", "kafka_sasl_mechanism": "PLAIN",
-                "kafka_sasl_username": "cdc", "kafka_timeout_ms": "3000"}
-        refused = run_cdc(cdc_env(reference_db, tmp_path, log=f"kafka://{broker.bootstrap}", topic_prefix=kafka_prefix,
-                                  kafka_sasl_password="wrong", **sasl), "capture", "--once")
+        sasl = {
+            "kafka_security_protocol": "sasl_plaintext",
+            "kafka_sasl_mechanism": "PLAIN",
+            "kafka_sasl_username": "cdc",
+            "kafka_timeout_ms": "3000",
+        }
+        refused = run_cdc(
+            cdc_env(
+                reference_db,
+                tmp_path,
+                log=f"kafka://{broker.bootstrap}",
+                topic_prefix=kafka_prefix,
+                kafka_sasl_password="wrong",
+                **sasl,
+            ),
+            "capture",
+            "--once",
+        )
         assert refused.returncode == 5, refused.stderr
         assert refused.stderr.count("error: Kafka at") == 1 and "wrong" not in refused.stderr, refused.stderr
         assert "Authentication failed" in refused.stderr, refused.stderr
@@ -307,7 +344,8 @@ def test_sasl_credentials_reach_capture_and_spark_and_a_wrong_password_is_one_cl
 
 @pytest.mark.spark
 def test_tls_with_a_client_certificate_reaches_capture_and_spark_and_an_untrusted_broker_is_one_clear_error(
-        reference_db: str, tmp_path: Path, kafka_prefix: str, spark: SparkSession) -> None:
+    reference_db: str, tmp_path: Path, kafka_prefix: str, spark: SparkSession
+) -> None:
     from cdc.local_kafka import LocalKafka, _free_port
     from tests.fix_tls import make_tls_files
 
@@ -319,26 +357,43 @@ def test_tls_with_a_client_certificate_reaches_capture_and_spark_and_an_untruste
         "advertised.listeners": f"SSL://127.0.0.1:{port}",
         "listener.security.protocol.map": "SSL:SSL,CONTROLLER:PLAINTEXT",
         "inter.broker.listener.name": "SSL",
-        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(files.server),
-        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(files.ca),
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.location": str(files.server),
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.location": str(files.ca),
         "ssl.client.auth": "required",
     }
     execute(reference_db, "INSERT INTO categories (name) SELECT 't' || g FROM generate_series(1, 30) g")
     with LocalKafka(root=tmp_path / "broker", port=port, controller_port=controller, settings=secured) as broker:
-        tls = {"kafka_security_protocol": "ssl", "kafka_ssl_certificate_location": str(files.client_certificate),
-               "kafka_ssl_key_location": str(files.client_key), "kafka_timeout_ms": "3000"}
+        tls = {
+            "kafka_security_protocol": "ssl",
+            "kafka_ssl_certificate_location": str(files.client_certificate),
+            "kafka_ssl_key_location": str(files.client_key),
+            "kafka_timeout_ms": "3000",
+        }
         env = cdc_env(reference_db, tmp_path, log=f"kafka://{broker.bootstrap}", topic_prefix=kafka_prefix, **tls)
-        untrusted = run_cdc({**env, "CDC_KAFKA_SSL_CA_LOCATION": str(stranger.ca),
-                             "CDC_KAFKA_SSL_KEY_PASSWORD": files.client_key_password}, "capture", "--once")
+        untrusted = run_cdc(
+            {**env, "CDC_KAFKA_SSL_CA_LOCATION": str(stranger.ca), "CDC_KAFKA_SSL_KEY_PASSWORD": files.client_key_password},
+            "capture",
+            "--once",
+        )
         assert untrusted.returncode == 5, untrusted.stderr
         assert untrusted.stderr.count("error: Kafka at") == 1, untrusted.stderr
         assert "certificate verify failed" in untrusted.stderr, untrusted.stderr
-        locked = run_cdc({**env, "CDC_KAFKA_SSL_CA_LOCATION": str(files.ca), "CDC_KAFKA_SSL_KEY_PASSWORD": "wrong"},
-                         "capture", "--once")
+        locked = run_cdc(
+            {**env, "CDC_KAFKA_SSL_CA_LOCATION": str(files.ca), "CDC_KAFKA_SSL_KEY_PASSWORD": "wrong"}, "capture", "--once"
+        )
         assert locked.returncode == 5, locked.stderr
         assert locked.stderr.count("error: Kafka at") == 1 and "Traceback" not in locked.stderr, locked.stderr
         assert "CDC_KAFKA_SSL_KEY_PASSWORD" in locked.stderr and "wrong" not in locked.stderr, locked.stderr
-        kafka = _kafka(reference_db, tmp_path, broker.bootstrap, kafka_prefix, kafka_ssl_ca_location=str(files.ca),
-                       kafka_ssl_key_password=files.client_key_password, **tls)
+        kafka = _kafka(
+            reference_db,
+            tmp_path,
+            broker.bootstrap,
+            kafka_prefix,
+            kafka_ssl_ca_location=str(files.ca),
+            kafka_ssl_key_password=files.client_key_password,
+            **tls,
+        )
         names = _captured_category_names(spark, kafka)
         assert sorted(name for name in names if name.startswith("t")) == sorted(f"t{g}" for g in range(1, 31))

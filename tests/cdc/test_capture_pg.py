@@ -10,10 +10,11 @@ import orjson
 import psycopg
 import pytest
 
+from cdc.capture.errors import PrivilegeError, SlotError, SourceError
 from cdc.coordinator import Capture, Tuning
-from cdc.errors import PrivilegeError, SlotError, SourceError
 from cdc.source_checks import ensure_publication, ensure_slot, run_checks
-from log_store import LogStore
+from event_format import fold_after
+from log_store import LogConfig, LogStore
 from tests.cdc.helpers import events, execute, read_topic, replay, settings_for, source_table, wait_for
 
 pytestmark = pytest.mark.pg
@@ -42,7 +43,12 @@ def test_snapshot_then_stream_without_gap_or_duplicate(reference_db: str, tmp_pa
     assert len(tombstones) == 10
     schemas = read_topic(tmp_path, "cdc.__schemas")
     assert {orjson.loads(r.key or b"") for r in schemas} == {
-        "public.customers", "public.categories", "public.products", "public.orders", "public.order_items"}
+        "public.customers",
+        "public.categories",
+        "public.products",
+        "public.orders",
+        "public.order_items",
+    }
     # a third run has nothing new and appends no event
     Capture(settings, once=True).run()
     assert len(events(tmp_path, "cdc.public.categories")) == len(got)
@@ -73,7 +79,7 @@ def test_types_truncate_toast_and_compaction(reference_db: str, tmp_path: Path) 
     truncates = [r for r in read_topic(tmp_path, "cdc.public.order_items") if r.value]
     assert sorted(r.partition for r in truncates) == [0, 1, 2]
     # compaction folds the partial row onto the full one: the latest record holds every column
-    with LogStore.open(tmp_path / "log", writer=True) as log:
+    with LogStore.open(tmp_path / "log", LogConfig(fold=fold_after), writer=True) as log:
         log.roll()
         log.compact()
     latest = [orjson.loads(r.value or b"") for r in read_topic(tmp_path, "cdc.public.products")]
@@ -179,7 +185,7 @@ def test_tables_added_mid_stream_are_snapshotted_consistently(reference_db: str,
     # applied in (lsn, sequence) order: each key read or created once, updated and deleted only when present
     assert replay(tmp_path, "cdc.public.added") == source_table(reference_db, "added")
     assert replay(tmp_path, "cdc.public.quiet") == source_table(reference_db, "quiet")
-    with LogStore.open(tmp_path / "log", writer=True) as log:
+    with LogStore.open(tmp_path / "log", LogConfig(fold=fold_after), writer=True) as log:
         log.roll()
         log.compact()
     assert replay(tmp_path, "cdc.public.added", strict=False) == source_table(reference_db, "added")
@@ -190,9 +196,14 @@ def test_an_unreadable_added_table_stops_capture_with_the_grant(reference_db: st
     reader_url = reference_db.replace("postgres@", "cdc_reader@", 1)
     settings = settings_for(reader_url, tmp_path)
     Capture(settings, once=True).run()  # the least-privilege role takes the initial snapshot
-    execute(reference_db, "CREATE TABLE secret (id int PRIMARY KEY)", "INSERT INTO secret VALUES (1)",
-          "REVOKE SELECT ON secret FROM cdc_reader",  # undo the migration's default grant
-          "ALTER PUBLICATION cdc_publication ADD TABLE secret", "INSERT INTO secret VALUES (2)")
+    execute(
+        reference_db,
+        "CREATE TABLE secret (id int PRIMARY KEY)",
+        "INSERT INTO secret VALUES (1)",
+        "REVOKE SELECT ON secret FROM cdc_reader",  # undo the migration's default grant
+        "ALTER PUBLICATION cdc_publication ADD TABLE secret",
+        "INSERT INTO secret VALUES (2)",
+    )
     with pytest.raises(PrivilegeError, match=r"cannot read public\.secret.*GRANT SELECT ON public\.secret"):
         Capture(settings, once=True).run()
     execute(reference_db, "GRANT SELECT ON secret TO cdc_reader")
@@ -223,7 +234,7 @@ def test_restart_skips_what_the_log_holds(reference_db: str, tmp_path: Path, mon
     settings = settings_for(reference_db, tmp_path)
     Capture(settings, once=True).run()
     execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 50) g")
-    from cdc.transport.connection import ReplicationConnection
+    from cdc.capture.transport.connection import ReplicationConnection
 
     original = ReplicationConnection.send_status
     monkeypatch.setattr(ReplicationConnection, "send_status", lambda self, *a, **k: None)  # crash before confirming
@@ -277,9 +288,12 @@ def test_slot_dropped_is_a_clear_error(reference_db: str, tmp_path: Path) -> Non
 
 
 def test_setup_checks_and_idempotent_creation(reference_db: str, tmp_path: Path) -> None:
-    execute(reference_db, "CREATE TABLE nokey (a int)", "ALTER PUBLICATION cdc_publication ADD TABLE nokey",
-          "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'norepl') "
-          "THEN CREATE ROLE norepl LOGIN; END IF; END $$")
+    execute(
+        reference_db,
+        "CREATE TABLE nokey (a int)",
+        "ALTER PUBLICATION cdc_publication ADD TABLE nokey",
+        "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'norepl') THEN CREATE ROLE norepl LOGIN; END IF; END $$",
+    )
     settings = settings_for(reference_db, tmp_path, slot="setup_slot")
     failed = {c.name: c.message for c in run_checks(settings) if not c.ok}
     assert list(failed) == ["table public.nokey key"]
@@ -301,15 +315,19 @@ def test_setup_refuses_a_publication_that_leaves_out_deletes_and_warns_of_partit
 ) -> None:
     settings = settings_for(reference_db, tmp_path)
     assert [c.name for c in run_checks(settings) if not c.ok or c.warning] == []
-    execute(reference_db,
-            "CREATE TABLE readings (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
-            "ALTER PUBLICATION cdc_publication ADD TABLE readings",
-            "ALTER PUBLICATION cdc_publication SET (publish = 'insert, update')")
+    execute(
+        reference_db,
+        "CREATE TABLE readings (id bigint, at date, PRIMARY KEY (id, at)) PARTITION BY RANGE (at)",
+        "ALTER PUBLICATION cdc_publication ADD TABLE readings",
+        "ALTER PUBLICATION cdc_publication SET (publish = 'insert, update')",
+    )
     checks = {c.name: c for c in run_checks(settings)}
     assert not checks["publication actions"].ok
     assert "does not publish delete, truncate" in checks["publication actions"].message
-    assert "ALTER PUBLICATION cdc_publication SET (publish = 'insert, update, delete, truncate')" in checks[
-        "publication actions"].message
+    assert (
+        "ALTER PUBLICATION cdc_publication SET (publish = 'insert, update, delete, truncate')"
+        in checks["publication actions"].message
+    )
     warning = checks["partition truncate"]
     assert warning.ok and warning.warning and "public.readings" in warning.message
     execute(reference_db, "ALTER PUBLICATION cdc_publication SET (publish = 'insert, update, delete, truncate')")

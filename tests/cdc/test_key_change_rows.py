@@ -6,7 +6,7 @@ from pathlib import Path
 
 import orjson
 
-from cdc.key_changes import LogRows, _Incomplete
+from cdc.capture.key_changes import LogRows, _Incomplete
 from log_store import LogStore, ProducerRecord
 
 
@@ -18,15 +18,19 @@ def test_rows_of_many_keys_fold_partials_and_see_deletes(tmp_path: Path) -> None
     topic = "cdc.public.t"
     with LogStore.open(tmp_path, writer=True) as log:
         log.ensure_topic(topic, 2)
-        records = [ProducerRecord(topic, b'{"id":%d}' % i, _value("r", {"id": i, "doc": f"long {i}", "n": 0}), 1)
-                   for i in range(1, 2001)]
+        records = [
+            ProducerRecord(topic, b'{"id":%d}' % i, _value("r", {"id": i, "doc": f"long {i}", "n": 0}), 1) for i in range(1, 2001)
+        ]
         log.append_group(records, "%016X" % 7)
-        log.append_group([
-            ProducerRecord(topic, b'{"id":1}', _value("u", {"id": 1, "n": 1}), 2, (("unchanged", b'["doc"]'),)),
-            ProducerRecord(topic, b'{"id":2}', _value("d", None), 2),
-            ProducerRecord(topic, b'{"id":2}', None, 2),
-            ProducerRecord(topic, b'{"id":5000}', _value("c", {"id": 5000, "n": 1}), 2, (("unchanged", b'["doc"]'),)),
-        ], "%016X" % 15)
+        log.append_group(
+            [
+                ProducerRecord(topic, b'{"id":1}', _value("u", {"id": 1, "n": 1}), 2, (("unchanged", b'["doc"]'),)),
+                ProducerRecord(topic, b'{"id":2}', _value("d", None), 2),
+                ProducerRecord(topic, b'{"id":2}', None, 2),
+                ProducerRecord(topic, b'{"id":5000}', _value("c", {"id": 5000, "n": 1}), 2, (("unchanged", b'["doc"]'),)),
+            ],
+            "%016X" % 15,
+        )
         wanted = {b'{"id":1}', b'{"id":2}', b'{"id":3}', b'{"id":1999}', b'{"id":4000}', b'{"id":5000}'}
         rows = LogRows(log).rows(topic, wanted)
     assert rows[b'{"id":1}'] == {"id": b"1", "doc": b'"long 1"', "n": b"1"}  # the partial folded onto the read

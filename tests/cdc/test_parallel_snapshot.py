@@ -11,15 +11,16 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cdc import snapshot
+from cdc.capture import snapshot
 from cdc.coordinator import Capture, Tuning
 from tests.cdc.helpers import replay, settings_for, snapshot_threads, source_table
 
 pytestmark = pytest.mark.pg
 
 
-def test_changes_after_the_export_are_streamed_not_read(reference_db: str, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_changes_after_the_export_are_streamed_not_read(
+    reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with psycopg.connect(reference_db, autocommit=True) as conn:
         conn.execute("CREATE TABLE spread (id int PRIMARY KEY, v text)")
         conn.execute("ALTER PUBLICATION cdc_publication ADD TABLE spread")
@@ -46,14 +47,17 @@ def test_changes_after_the_export_are_streamed_not_read(reference_db: str, tmp_p
     assert replay(tmp_path, "cdc.public.spread") == source_table(reference_db, "spread")
 
 
-def test_long_rows_are_read_in_chunks_of_bounded_bytes(reference_db: str, tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_long_rows_are_read_in_chunks_of_bounded_bytes(
+    reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with psycopg.connect(reference_db, autocommit=True) as conn:
         conn.execute("CREATE TABLE wide (id int PRIMARY KEY, body text)")
         conn.execute("ALTER PUBLICATION cdc_publication ADD TABLE wide")
         # 10 kB of hex per row, stored out of line (TOAST): the heap holds about a hundred rows per block
-        conn.execute("INSERT INTO wide SELECT g, (SELECT string_agg(md5(g::text || '.' || i), '') "
-                     "FROM generate_series(1, 320) i) FROM generate_series(1, 1000) g")
+        conn.execute(
+            "INSERT INTO wide SELECT g, (SELECT string_agg(md5(g::text || '.' || i), '') "
+            "FROM generate_series(1, 320) i) FROM generate_series(1, 1000) g"
+        )
         conn.execute("ANALYZE wide")
     monkeypatch.setattr(snapshot, "CHUNK_BYTES", 1 << 20)
     chunks = _watch_chunks(monkeypatch)
@@ -84,13 +88,15 @@ def _table_of_many_chunks(url: str, table: str, rows: int) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text)").format(sql.Identifier(table)))
         conn.execute(sql.SQL("ALTER PUBLICATION cdc_publication ADD TABLE {}").format(sql.Identifier(table)))
-        conn.execute(sql.SQL("INSERT INTO {} SELECT g, 'v' || g FROM generate_series(1, %s) g")
-                     .format(sql.Identifier(table)), (rows,))
+        conn.execute(
+            sql.SQL("INSERT INTO {} SELECT g, 'v' || g FROM generate_series(1, %s) g").format(sql.Identifier(table)), (rows,)
+        )
         conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(table)))
 
 
 def test_a_snapshot_stopped_after_a_few_chunks_ends_its_threads_and_the_next_run_reads_it_all(
-        reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _table_of_many_chunks(reference_db, "stopped", 20_000)
     stop = threading.Event()
 
@@ -110,7 +116,8 @@ def test_a_snapshot_stopped_after_a_few_chunks_ends_its_threads_and_the_next_run
 
 
 def test_a_chunk_that_cannot_be_converted_fails_the_snapshot_with_its_error(
-        reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _table_of_many_chunks(reference_db, "failing", 20_000)
 
     def fail_the_fourth(seen: int) -> None:

@@ -25,6 +25,9 @@ def test_changed_partition_count_is_named_and_truncates_reach_every_partition(
         Capture(settings_for(reference_db, tmp_path, partitions=2), once=True).run()
     (warning,) = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert "cdc.public.categories (3 partitions)" in warning and "CDC_PARTITIONS=2" in warning
-    markers = {r.partition for r in read_topic(tmp_path, "cdc.public.categories")
-               if r.value is not None and orjson.loads(r.value)["op"] == "t"}
+    markers = {
+        r.partition
+        for r in read_topic(tmp_path, "cdc.public.categories")
+        if r.value is not None and orjson.loads(r.value)["op"] == "t"
+    }
     assert markers == {0, 1, 2}, "a truncate must reach every partition of the topic"

@@ -18,11 +18,13 @@ pytestmark = pytest.mark.pg
 def _captured_readings(url: str, data_dir: Path) -> Settings:
     """A table ``readings`` partitioned by range of ``id`` (partition 1: ids below 100, ten rows),
     added to the publication and captured once."""
-    execute(url,
-            "CREATE TABLE readings (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)",
-            "CREATE TABLE readings_1 PARTITION OF readings FOR VALUES FROM (0) TO (100)",
-            "INSERT INTO readings SELECT g, 'a' || g FROM generate_series(1, 10) g",
-            "ALTER PUBLICATION cdc_publication ADD TABLE readings")
+    execute(
+        url,
+        "CREATE TABLE readings (id int PRIMARY KEY, v text) PARTITION BY RANGE (id)",
+        "CREATE TABLE readings_1 PARTITION OF readings FOR VALUES FROM (0) TO (100)",
+        "INSERT INTO readings SELECT g, 'a' || g FROM generate_series(1, 10) g",
+        "ALTER PUBLICATION cdc_publication ADD TABLE readings",
+    )
     settings = settings_for(url, data_dir)
     Capture(settings, once=True).run()
     return settings
@@ -31,24 +33,34 @@ def _captured_readings(url: str, data_dir: Path) -> Settings:
 def _attach(url: str, n: int) -> None:
     """Attach a partition ``readings_<n>`` holding ten rows with ids from ``100 * (n - 1)``."""
     low = 100 * (n - 1)
-    execute(url, f"CREATE TABLE readings_{n} (id int PRIMARY KEY, v text)",
-            f"INSERT INTO readings_{n} SELECT g, 'p' || g FROM generate_series({low}, {low + 9}) g",
-            f"ALTER TABLE readings ATTACH PARTITION readings_{n} FOR VALUES FROM ({low}) TO ({low + 100})")
+    execute(
+        url,
+        f"CREATE TABLE readings_{n} (id int PRIMARY KEY, v text)",
+        f"INSERT INTO readings_{n} SELECT g, 'p' || g FROM generate_series({low}, {low + 9}) g",
+        f"ALTER TABLE readings ATTACH PARTITION readings_{n} FOR VALUES FROM ({low}) TO ({low + 100})",
+    )
 
 
 def test_table_added_back_to_the_publication_is_snapshotted_again(reference_db: str, tmp_path: Path) -> None:
-    execute(reference_db, "CREATE TABLE flaky (id int PRIMARY KEY, v text)",
-          "INSERT INTO flaky SELECT g, 'v' || g FROM generate_series(1, 20) g",
-          "ALTER PUBLICATION cdc_publication ADD TABLE flaky")
+    execute(
+        reference_db,
+        "CREATE TABLE flaky (id int PRIMARY KEY, v text)",
+        "INSERT INTO flaky SELECT g, 'v' || g FROM generate_series(1, 20) g",
+        "ALTER PUBLICATION cdc_publication ADD TABLE flaky",
+    )
     settings = settings_for(reference_db, tmp_path)
     Capture(settings, once=True).run()
     assert replay(tmp_path, "cdc.public.flaky") == source_table(reference_db, "flaky")
     # changes while the table is out of the publication are never sent by the server
-    execute(reference_db, "ALTER PUBLICATION cdc_publication DROP TABLE flaky",
-          "UPDATE flaky SET v = 'changed' WHERE id <= 5", "DELETE FROM flaky WHERE id > 15",
-          "INSERT INTO flaky VALUES (100, 'new')",
-          "ALTER PUBLICATION cdc_publication ADD TABLE flaky",
-          "UPDATE flaky SET v = 'after' WHERE id = 6")
+    execute(
+        reference_db,
+        "ALTER PUBLICATION cdc_publication DROP TABLE flaky",
+        "UPDATE flaky SET v = 'changed' WHERE id <= 5",
+        "DELETE FROM flaky WHERE id > 15",
+        "INSERT INTO flaky VALUES (100, 'new')",
+        "ALTER PUBLICATION cdc_publication ADD TABLE flaky",
+        "UPDATE flaky SET v = 'after' WHERE id = 6",
+    )
     Capture(settings, once=True).run()
     assert replay(tmp_path, "cdc.public.flaky") == source_table(reference_db, "flaky")
     # and once snapshotted again, it is not snapshotted on every start
@@ -98,13 +110,15 @@ def test_partition_attached_while_a_table_snapshot_waits_is_not_lost(
 def test_membership_names_the_publication_entry_of_a_leaf_published_without_its_root(reference_db: str) -> None:
     """A publication without publish_via_partition_root publishes the leaves; removing and adding back
     their root changes each leaf's membership."""
-    from cdc.catalog import Catalog
+    from cdc.capture.catalog import Catalog
 
-    execute(reference_db,
-            "CREATE TABLE parts (id int PRIMARY KEY) PARTITION BY RANGE (id)",
-            "CREATE TABLE parts_1 PARTITION OF parts FOR VALUES FROM (0) TO (10)",
-            "CREATE TABLE plain (id int PRIMARY KEY)",
-            "CREATE PUBLICATION leaves FOR TABLE parts, plain")
+    execute(
+        reference_db,
+        "CREATE TABLE parts (id int PRIMARY KEY) PARTITION BY RANGE (id)",
+        "CREATE TABLE parts_1 PARTITION OF parts FOR VALUES FROM (0) TO (10)",
+        "CREATE TABLE plain (id int PRIMARY KEY)",
+        "CREATE PUBLICATION leaves FOR TABLE parts, plain",
+    )
     catalog = Catalog(reference_db)
     try:
         before = {t.qualified: t.membership for t in catalog.published_tables("leaves")}
@@ -119,21 +133,27 @@ def test_membership_names_the_publication_entry_of_a_leaf_published_without_its_
 def test_membership_names_the_schema_entry_of_a_partition_living_in_another_schema(reference_db: str) -> None:
     """``TABLES IN SCHEMA`` of a partitioned root's schema publishes its partitions in other schemas too;
     removing that schema and adding it back changes their membership like the root's schema tables'."""
-    from cdc.catalog import Catalog
+    from cdc.capture.catalog import Catalog
 
     catalog = Catalog(reference_db)
     try:
         if catalog._server_version() < 150000:
             pytest.skip("TABLES IN SCHEMA needs PostgreSQL 15")
-        execute(reference_db,
-                "CREATE SCHEMA home", "CREATE SCHEMA away",
-                "CREATE TABLE home.logs (id int PRIMARY KEY) PARTITION BY RANGE (id)",
-                "CREATE TABLE away.logs_1 PARTITION OF home.logs FOR VALUES FROM (0) TO (10)",
-                "CREATE PUBLICATION by_schema FOR TABLES IN SCHEMA home")
+        execute(
+            reference_db,
+            "CREATE SCHEMA home",
+            "CREATE SCHEMA away",
+            "CREATE TABLE home.logs (id int PRIMARY KEY) PARTITION BY RANGE (id)",
+            "CREATE TABLE away.logs_1 PARTITION OF home.logs FOR VALUES FROM (0) TO (10)",
+            "CREATE PUBLICATION by_schema FOR TABLES IN SCHEMA home",
+        )
         before = {t.qualified: t.membership for t in catalog.published_tables("by_schema")}
         assert set(before) == {"away.logs_1"} and not before["away.logs_1"].startswith("0:"), before
-        execute(reference_db, "ALTER PUBLICATION by_schema DROP TABLES IN SCHEMA home",
-                "ALTER PUBLICATION by_schema ADD TABLES IN SCHEMA home")
+        execute(
+            reference_db,
+            "ALTER PUBLICATION by_schema DROP TABLES IN SCHEMA home",
+            "ALTER PUBLICATION by_schema ADD TABLES IN SCHEMA home",
+        )
         after = {t.qualified: t.membership for t in catalog.published_tables("by_schema")}
         assert after["away.logs_1"] != before["away.logs_1"], (before, after)
     finally:
@@ -143,7 +163,7 @@ def test_membership_names_the_schema_entry_of_a_partition_living_in_another_sche
 def test_catalog_queries_are_not_compiled(reference_db: str) -> None:
     """The publication query's estimates (partition-tree functions) would otherwise have it JIT-compiled
     on every discovery: half a second of server CPU for a query of milliseconds."""
-    from cdc.catalog import Catalog
+    from cdc.capture.catalog import Catalog
 
     catalog = Catalog(reference_db)
     try:

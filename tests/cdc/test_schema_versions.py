@@ -5,12 +5,12 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from cdc.catalog import TableInfo
-from cdc.errors import MissingValueError
-from cdc.events import EventBuilder, TxContext
-from cdc.pgoutput.messages import UNCHANGED
-from cdc.streaming import _attribute_numbers
-from cdc.tables import TableShape
+from cdc.capture.catalog import TableInfo
+from cdc.capture.errors import MissingValueError
+from cdc.capture.events import EventBuilder, TxContext
+from cdc.capture.pgoutput.messages import UNCHANGED
+from cdc.capture.streaming import _attribute_numbers
+from cdc.capture.tables import TableShape
 
 
 def _shape(columns: list[tuple[str, int, int]], attnums: tuple[tuple[str, int], ...]) -> TableShape:
@@ -25,23 +25,33 @@ def test_a_record_carries_the_versions_whose_columns_changed_type_were_renamed_o
     assert "versions" not in orjson.loads(added.schema_value(200, record))  # an added column changes no old event
     retyped = _shape([("id", 23, -1), ("n", 20, -1), ("m", 25, -1)], (("id", 1), ("n", 2), ("m", 3)))
     second = retyped.schema_value(300, added.schema_value(200, record))
-    assert orjson.loads(second)["versions"] == [{"lsn": 200, "sequence": 0, "columns": [
-        {"name": "id", "type": "int4", "typmod": -1, "attnum": 1}, {"name": "n", "type": "int4", "typmod": -1, "attnum": 2},
-        {"name": "m", "type": "text", "typmod": -1, "attnum": 3}]}]
+    assert orjson.loads(second)["versions"] == [
+        {
+            "lsn": 200,
+            "sequence": 0,
+            "columns": [
+                {"name": "id", "type": "int4", "typmod": -1, "attnum": 1},
+                {"name": "n", "type": "int4", "typmod": -1, "attnum": 2},
+                {"name": "m", "type": "text", "typmod": -1, "attnum": 3},
+            ],
+        }
+    ]
     renamed = _shape([("id", 23, -1), ("n", 20, -1), ("remark", 25, -1)], (("id", 1), ("n", 2), ("remark", 3)))
     third = orjson.loads(renamed.schema_value(400, second))
     assert [v["lsn"] for v in third["versions"]] == [200, 300]  # carried on, oldest first
     # once there are versions every record becomes one, even when it only adds a column: no gap
-    grown = _shape([("id", 23, -1), ("n", 20, -1), ("remark", 25, -1), ("z", 23, -1)],
-                   (("id", 1), ("n", 2), ("remark", 3), ("z", 4)))
+    grown = _shape(
+        [("id", 23, -1), ("n", 20, -1), ("remark", 25, -1), ("z", 23, -1)], (("id", 1), ("n", 2), ("remark", 3), ("z", 4))
+    )
     fourth = orjson.loads(grown.schema_value(500, renamed.schema_value(400, second, sequence=7), sequence=3))
     assert [(v["lsn"], v["sequence"]) for v in fourth["versions"]] == [(200, 0), (300, 0), (400, 7)]
     assert (fourth["lsn"], fourth["sequence"]) == (500, 3)
 
 
 def test_attribute_numbers_follow_a_rename_the_catalog_already_holds() -> None:
-    info = TableInfo(7, "public", "t", (("id", 23, -1), ("remark", 25, -1)), ("id",), (), "default", frozenset(),
-                     (("id", 1), ("remark", 3)))
+    info = TableInfo(
+        7, "public", "t", (("id", 23, -1), ("remark", 25, -1)), ("id",), (), "default", frozenset(), (("id", 1), ("remark", 3))
+    )
     # the Relation message still says "note": the same place and type in the catalog is the same column
     assert _attribute_numbers([("id", 23, -1), ("note", 25, -1)], info) == (("id", 1), ("note", 3))
     # a column the catalog lacks at another count is unknown

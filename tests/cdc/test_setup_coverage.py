@@ -17,16 +17,20 @@ def _publication(url: str) -> list[str] | None:
     with psycopg.connect(url, autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = 'cdc_publication'").fetchone() is None:
             return None
-        rows = conn.execute("SELECT schemaname || '.' || tablename FROM pg_publication_tables "
-                            "WHERE pubname = 'cdc_publication' ORDER BY 1").fetchall()
+        rows = conn.execute(
+            "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = 'cdc_publication' ORDER BY 1"
+        ).fetchall()
     return [str(row[0]) for row in rows]
 
 
-def test_a_new_publication_for_all_tables_is_judged_before_it_breaks_the_applications_writes(
-    pg_url: str, tmp_path: Path
-) -> None:
-    execute(pg_url, "CREATE TABLE keyed (id int PRIMARY KEY, v text)", "CREATE TABLE nokey (a int)",
-            "CREATE TABLE lines (line text)", "INSERT INTO nokey VALUES (1)")
+def test_a_new_publication_for_all_tables_is_judged_before_it_breaks_the_applications_writes(pg_url: str, tmp_path: Path) -> None:
+    execute(
+        pg_url,
+        "CREATE TABLE keyed (id int PRIMARY KEY, v text)",
+        "CREATE TABLE nokey (a int)",
+        "CREATE TABLE lines (line text)",
+        "INSERT INTO nokey VALUES (1)",
+    )
     for args in (("setup", "--check-only"), ("setup",)):
         result = run_cdc(pg_url, tmp_path, *args)
         assert result.returncode == 3, result.stdout + result.stderr
@@ -46,8 +50,13 @@ def test_a_new_publication_for_all_tables_is_judged_before_it_breaks_the_applica
 
 
 def test_a_table_without_a_key_passes_once_it_has_replica_identity_full(pg_url: str, tmp_path: Path) -> None:
-    execute(pg_url, "CREATE TABLE keyed (id int PRIMARY KEY)", "CREATE TABLE nokey (a int)",
-            "INSERT INTO nokey VALUES (1)", "ALTER TABLE nokey REPLICA IDENTITY FULL")
+    execute(
+        pg_url,
+        "CREATE TABLE keyed (id int PRIMARY KEY)",
+        "CREATE TABLE nokey (a int)",
+        "INSERT INTO nokey VALUES (1)",
+        "ALTER TABLE nokey REPLICA IDENTITY FULL",
+    )
     result = run_cdc(pg_url, tmp_path, "setup")
     assert result.returncode == 0, result.stderr
     assert "warn table public.nokey key" in result.stdout
@@ -56,9 +65,12 @@ def test_a_table_without_a_key_passes_once_it_has_replica_identity_full(pg_url: 
 
 
 def test_a_partition_without_a_key_is_judged_through_its_root(pg_url: str, tmp_path: Path) -> None:
-    execute(pg_url, "CREATE TABLE readings (at date, v int) PARTITION BY RANGE (at)",
-            "ALTER TABLE readings REPLICA IDENTITY FULL",
-            "CREATE TABLE readings_2026 PARTITION OF readings FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')")
+    execute(
+        pg_url,
+        "CREATE TABLE readings (at date, v int) PARTITION BY RANGE (at)",
+        "ALTER TABLE readings REPLICA IDENTITY FULL",
+        "CREATE TABLE readings_2026 PARTITION OF readings FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')",
+    )
     result = run_cdc(pg_url, tmp_path, "setup", "--check-only")
     assert result.returncode == 3, result.stdout + result.stderr
     (error,) = result.stderr.strip().splitlines()
@@ -66,9 +78,7 @@ def test_a_partition_without_a_key_is_judged_through_its_root(pg_url: str, tmp_p
     assert "ALTER TABLE public.readings_2026 REPLICA IDENTITY FULL" in error
 
 
-def test_cdc_tables_that_would_capture_nothing_are_refused_before_a_slot_exists(
-    reference_db: str, tmp_path: Path
-) -> None:
+def test_cdc_tables_that_would_capture_nothing_are_refused_before_a_slot_exists(reference_db: str, tmp_path: Path) -> None:
     execute(reference_db, "CREATE TABLE extra (id int PRIMARY KEY)")
     result = run_cdc(reference_db, tmp_path, "setup", tables="public.orders,public.extra,public.nosuch")
     assert result.returncode == 3, result.stdout + result.stderr

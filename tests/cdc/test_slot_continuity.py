@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from cdc.capture.lsn import Lsn
+from cdc.capture.slot_continuity import gap_after, slot_confirmed
 from cdc.coordinator import Capture
-from cdc.lsn import Lsn
-from cdc.slot_continuity import gap_after, slot_confirmed
 from cdc.source_checks import ensure_slot
 from log_store import LogStore
 from tests.cdc.helpers import execute, replay, settings_for, source_table
@@ -35,13 +35,17 @@ def test_restart_continues_and_a_recreated_slot_is_snapshotted_again(reference_d
         watermark = log.latest_watermark()
         assert watermark is not None
         position = Lsn.from_hex16(watermark.position)
-    assert position % 8 == 7  # one below a record boundary (cdc.slot_continuity)
+    assert position % 8 == 7  # one below a record boundary (cdc.capture.slot_continuity)
     assert not gap_after(position, slot_confirmed(reference_db, settings.slot))
 
     # the slot is lost; changes committed meanwhile never reach any slot
-    execute(reference_db, f"SELECT pg_drop_replication_slot('{settings.slot}')",
-          "DELETE FROM categories WHERE id > 40", "UPDATE categories SET name = 'while gone' WHERE id = 11",
-          "INSERT INTO categories (name) VALUES ('added while gone')")
+    execute(
+        reference_db,
+        f"SELECT pg_drop_replication_slot('{settings.slot}')",
+        "DELETE FROM categories WHERE id > 40",
+        "UPDATE categories SET name = 'while gone' WHERE id = 11",
+        "INSERT INTO categories (name) VALUES ('added while gone')",
+    )
     assert ensure_slot(settings) is True  # `cdc setup` creates a new slot at the current WAL position
     assert gap_after(position, slot_confirmed(reference_db, settings.slot))
     execute(reference_db, "UPDATE categories SET name = 'after setup' WHERE id = 12")

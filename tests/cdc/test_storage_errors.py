@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cdc.lsn import Lsn
+from cdc.capture.lsn import Lsn
 from log_store import LogStore
 from tests.cdc.helpers import replay, source_table
 from tests.fix_fs import SmallFilesystem, Unprivileged
@@ -32,14 +32,14 @@ def _env(url: str, data_dir: Path) -> dict[str, str]:
 
 
 def _capture(url: str, data_dir: Path, prefix: list[str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*(prefix or []), CDC, "capture", "--once"], env=_env(url, data_dir),
-                          capture_output=True, text=True, timeout=300, cwd="/")
+    return subprocess.run(
+        [*(prefix or []), CDC, "capture", "--once"], env=_env(url, data_dir), capture_output=True, text=True, timeout=300, cwd="/"
+    )
 
 
 def _insert(url: str, rows: int, width: int = 10) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("INSERT INTO categories (name) SELECT repeat('x', %s) || g FROM generate_series(1, %s) g",
-                     (width, rows))
+        conn.execute("INSERT INTO categories (name) SELECT repeat('x', %s) || g FROM generate_series(1, %s) g", (width, rows))
 
 
 def _one_error(result: subprocess.CompletedProcess[str]) -> str:

@@ -10,7 +10,8 @@ import pytest
 from cdc.coordinator import Capture
 from cdc.settings import Settings
 from cdc.source_checks import ensure_publication, run_checks
-from log_store import LogStore
+from event_format import fold_after
+from log_store import LogConfig, LogStore
 from log_store.topic_names import log_name
 from tests.cdc.helpers import events, execute, read_topic, replay, settings_for
 
@@ -36,8 +37,11 @@ def _quoted(name: str) -> str:
 
 def _create(url: str, tables: list[tuple[str, str]]) -> None:
     schemas = sorted({schema for schema, _ in tables} - {"public"})
-    execute(url, *[f"CREATE SCHEMA {_quoted(s)}" for s in schemas],
-            *[f"CREATE TABLE {_quoted(s)}.{_quoted(t)} (id int PRIMARY KEY, v text)" for s, t in tables])
+    execute(
+        url,
+        *[f"CREATE SCHEMA {_quoted(s)}" for s in schemas],
+        *[f"CREATE TABLE {_quoted(s)}.{_quoted(t)} (id int PRIMARY KEY, v text)" for s, t in tables],
+    )
 
 
 def _insert(url: str, schema: str, table: str, *ids: int) -> None:
@@ -73,7 +77,7 @@ def test_a_dot_in_the_schema_and_one_in_the_table_name_two_topics(pg_url: str, t
     assert replay(tmp_path, topics[0]) == _rows("public.x", "y", 3)
     assert replay(tmp_path, topics[1]) == _rows("public", "x.y", 1, 2, 3)
     # compaction keeps every row of the table that was not truncated
-    with LogStore.open(tmp_path / "log", writer=True) as log:
+    with LogStore.open(tmp_path / "log", LogConfig(fold=fold_after), writer=True) as log:
         log.roll()
         log.compact()
     assert replay(tmp_path, topics[1], strict=False) == _rows("public", "x.y", 1, 2, 3)
@@ -114,8 +118,12 @@ def test_tables_with_any_names_are_captured_each_into_its_own_topic(pg_url: str,
 
 def test_setup_judges_each_table_of_the_pair_by_its_own_names(pg_url: str, tmp_path: Path) -> None:
     """``"public.x".y`` without a key beside ``public."x.y"`` with one: setup names the right table."""
-    execute(pg_url, 'CREATE SCHEMA "public.x"', 'CREATE TABLE "public.x".y (id int, v text)',
-            'CREATE TABLE public."x.y" (id int PRIMARY KEY, v text)')
+    execute(
+        pg_url,
+        'CREATE SCHEMA "public.x"',
+        'CREATE TABLE "public.x".y (id int, v text)',
+        'CREATE TABLE public."x.y" (id int PRIMARY KEY, v text)',
+    )
     settings = settings_for(pg_url, tmp_path)
     checks = {check.name: check for check in run_checks(settings)}
     assert checks['table public."x.y" key'].ok

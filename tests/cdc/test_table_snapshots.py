@@ -1,12 +1,12 @@
-"""cdc.table_snapshots: the ledger and the gate of tables snapshotted while capture streams."""
+"""cdc.capture.table_snapshots: the ledger and the gate of tables snapshotted while capture streams."""
 
 from __future__ import annotations
 
 import orjson
 
-from cdc.catalog import PublishedTable
-from cdc.table_snapshots import SnapshotLedger, TableGate
-from cdc.tables import TableShape
+from cdc.capture.catalog import PublishedTable
+from cdc.capture.table_snapshots import SnapshotLedger, TableGate
+from cdc.capture.tables import TableShape
 from tests.cdc.wire import sample_shape
 
 
@@ -20,8 +20,14 @@ def test_gate_admits_a_table_only_after_its_snapshot() -> None:
     assert not gate.admits(shape, 992) and gate.admits(shape, 1000) and not gate.wanted
     record = ledger.record(shape, 999, 42, 0)
     assert orjson.loads(record.key or b"") == "public.t"
-    assert orjson.loads(record.value or b"") == {"schema": "public", "table": "t", "topic": "cdc.public.t",
-                                                 "relid": 1, "lsn": 999, "rows": 42}
+    assert orjson.loads(record.value or b"") == {
+        "schema": "public",
+        "table": "t",
+        "topic": "cdc.public.t",
+        "relid": 1,
+        "lsn": 999,
+        "rows": 42,
+    }
     ledger.add([shape], 999)
     gate.holds.clear()
     assert gate.admits(shape, 10)

@@ -9,13 +9,13 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from cdc.errors import ConfigError
+from cdc.capture.errors import ConfigError
 from cdc.settings import Settings, load_settings
 
 _KAFKA = re.compile(r"[A-Za-z0-9._-]{1,249}")
 
 #: Characters that break a naive mapping: dots, quotes, spaces, escapes, non-ASCII letters, case.
-_AWKWARD = st.sampled_from(list('aZ09_-." \'$/\\%é€ß日😀') + ["_2e", "__", ".."])
+_AWKWARD = st.sampled_from(list("aZ09_-.\" '$/\\%é€ß日😀") + ["_2e", "__", ".."])
 #: PostgreSQL identifiers: any characters but NUL, 1 to 63 bytes of UTF-8.
 IDENTIFIERS = st.one_of(
     st.lists(_AWKWARD, min_size=1, max_size=12).map("".join),
@@ -31,10 +31,17 @@ def legal(topic: str) -> bool:
     return _KAFKA.fullmatch(topic) is not None and topic not in (".", "..")
 
 
-@pytest.mark.parametrize(("schema", "table"), [
-    ("public", "products"), ("public", "order_items"), ("public", "categories"), ("Sales", "Order-Lines"),
-    ("s_1", "t_2"), ("_", "-"),
-])
+@pytest.mark.parametrize(
+    ("schema", "table"),
+    [
+        ("public", "products"),
+        ("public", "order_items"),
+        ("public", "categories"),
+        ("Sales", "Order-Lines"),
+        ("s_1", "t_2"),
+        ("_", "-"),
+    ],
+)
 def test_plain_names_keep_their_topic(schema: str, table: str) -> None:
     assert _settings().topic_for(schema, table) == f"cdc.{schema}.{table}"
     assert _settings("shop_prod").topic_for(schema, table) == f"shop_prod.{schema}.{table}"
@@ -47,16 +54,19 @@ def test_a_dot_in_a_schema_and_a_dot_in_a_table_give_two_topics() -> None:
     assert s.topic_for("public", "x.y") == "cdc.public..x_2ey"
 
 
-@pytest.mark.parametrize(("schema", "table", "topic"), [
-    ("public", "Order Items", "cdc.public..Order_20Items"),
-    ("public", 'say "hi"', "cdc.public..say_20_22hi_22"),
-    ("public", "naïve", "cdc.public..na_c3_afve"),
-    ("public", "a_b.c", "cdc.public..a__b_2ec"),
-    ("public", "a__b_2ec", "cdc.public.a__b_2ec"),
-    ("my schema", "t", "cdc.my_20schema..t"),
-    ("public", "../etc", "cdc.public.._2e_2e_2fetc"),
-    ("public", "日本", "cdc.public.._e6_97_a5_e6_9c_ac"),
-])
+@pytest.mark.parametrize(
+    ("schema", "table", "topic"),
+    [
+        ("public", "Order Items", "cdc.public..Order_20Items"),
+        ("public", 'say "hi"', "cdc.public..say_20_22hi_22"),
+        ("public", "naïve", "cdc.public..na_c3_afve"),
+        ("public", "a_b.c", "cdc.public..a__b_2ec"),
+        ("public", "a__b_2ec", "cdc.public.a__b_2ec"),
+        ("my schema", "t", "cdc.my_20schema..t"),
+        ("public", "../etc", "cdc.public.._2e_2e_2fetc"),
+        ("public", "日本", "cdc.public.._e6_97_a5_e6_9c_ac"),
+    ],
+)
 def test_other_names_are_escaped_as_documented(schema: str, table: str, topic: str) -> None:
     assert _settings().topic_for(schema, table) == topic
     assert legal(topic)

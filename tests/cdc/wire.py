@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from cdc.tables import TableShape
+from cdc.capture.tables import TableShape
 
 RECORDED = Path(__file__).parent / "data" / "pgoutput_v2.jsonl"
 

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from log_store import LogStore, ProducerRecord
+from event_format import fold_after
+from log_store import LogConfig, LogStore, ProducerRecord
 from log_store.partitioner import partition_for_key
 
 BASE_TS_MS = 1_763_700_000_000
@@ -31,21 +32,35 @@ def col(name: str, type_name: str, *, key: bool = False, typmod: int = -1) -> di
 
 REFERENCE: dict[str, list[dict[str, Any]]] = {
     "public.customers": [
-        col("id", "int8", key=True), col("email", "text"), col("name", "text"), col("created_at", "timestamptz"),
+        col("id", "int8", key=True),
+        col("email", "text"),
+        col("name", "text"),
+        col("created_at", "timestamptz"),
     ],
     "public.categories": [col("id", "int4", key=True), col("name", "text")],
     "public.products": [
-        col("id", "int8", key=True), col("category_id", "int4"), col("name", "text"), col("description", "text"),
-        col("price", "numeric", typmod=numeric_typmod(12, 2)), col("attributes", "jsonb"), col("tags", "_text"),
+        col("id", "int8", key=True),
+        col("category_id", "int4"),
+        col("name", "text"),
+        col("description", "text"),
+        col("price", "numeric", typmod=numeric_typmod(12, 2)),
+        col("attributes", "jsonb"),
+        col("tags", "_text"),
         col("updated_at", "timestamptz"),
     ],
     "public.orders": [
-        col("id", "uuid", key=True), col("customer_id", "int8"), col("status", "order_status"),
-        col("placed_at", "timestamptz"), col("total", "numeric", typmod=numeric_typmod(14, 2)),
+        col("id", "uuid", key=True),
+        col("customer_id", "int8"),
+        col("status", "order_status"),
+        col("placed_at", "timestamptz"),
+        col("total", "numeric", typmod=numeric_typmod(14, 2)),
     ],
     "public.order_items": [
-        col("order_id", "uuid", key=True), col("line_no", "int4", key=True), col("product_id", "int8"),
-        col("quantity", "int4"), col("unit_price", "numeric", typmod=numeric_typmod(12, 2)),
+        col("order_id", "uuid", key=True),
+        col("line_no", "int4", key=True),
+        col("product_id", "int8"),
+        col("quantity", "int4"),
+        col("unit_price", "numeric", typmod=numeric_typmod(12, 2)),
     ],
 }
 
@@ -71,9 +86,16 @@ class Transaction:
             "after": after,
             "op": op,
             "source": {
-                "connector": "postgresql", "name": self.builder.prefix, "db": "shop", "schema": schema,
-                "table": name, "lsn": self.lsn, "txId": self.lsn // 16, "ts_ms": BASE_TS_MS + self.lsn,
-                "snapshot": "true" if op == "r" else "false", "sequence": self.sequence,
+                "connector": "postgresql",
+                "name": self.builder.prefix,
+                "db": "shop",
+                "schema": schema,
+                "table": name,
+                "lsn": self.lsn,
+                "txId": self.lsn // 16,
+                "ts_ms": BASE_TS_MS + self.lsn,
+                "snapshot": "true" if op == "r" else "false",
+                "sequence": self.sequence,
             },
             "ts_ms": BASE_TS_MS + self.lsn + 5,
         }
@@ -126,14 +148,15 @@ class Transaction:
 class LogBuilder:
     """Writes schema records and transactions into a log at ``root``."""
 
-    def __init__(self, root: Path, prefix: str = "cdc", partitions: int = 2,
-                 tables: Mapping[str, list[dict[str, Any]]] = REFERENCE) -> None:
+    def __init__(
+        self, root: Path, prefix: str = "cdc", partitions: int = 2, tables: Mapping[str, list[dict[str, Any]]] = REFERENCE
+    ) -> None:
         self.root = root
         self.prefix = prefix
         self.partitions = partitions
         self.columns = {name: list(cols) for name, cols in tables.items()}
         self.lsn = 0x1000
-        self.log = LogStore.open(root, writer=True)
+        self.log = LogStore.open(root, LogConfig(fold=fold_after), writer=True)
         self.log.ensure_topic(f"{prefix}.__schemas", 1)
         for name in self.columns:
             self.log.ensure_topic(self.topic(name), partitions)
@@ -154,8 +177,7 @@ class LogBuilder:
         out = []
         for table in dict.fromkeys(self._pending_schemas):
             schema, name = table.split(".")
-            value = {"schema": schema, "table": name, "topic": self.topic(table), "columns": self.columns[table],
-                     "lsn": self.lsn}
+            value = {"schema": schema, "table": name, "topic": self.topic(table), "columns": self.columns[table], "lsn": self.lsn}
             out.append(ProducerRecord(f"{self.prefix}.__schemas", canonical(table), canonical(value), BASE_TS_MS))
         self._pending_schemas = []
         return out
@@ -179,11 +201,23 @@ class LogBuilder:
         self.log.close()
 
 
-def product(pid: int, name: str = "Lamp", *, category: int | None = 1, price: str = "19.90",
-            description: str | None = "a lamp", tags: list[str] | None = None) -> dict[str, Any]:
+def product(
+    pid: int,
+    name: str = "Lamp",
+    *,
+    category: int | None = 1,
+    price: str = "19.90",
+    description: str | None = "a lamp",
+    tags: list[str] | None = None,
+) -> dict[str, Any]:
     """A products row in event JSON form."""
     return {
-        "id": pid, "category_id": category, "name": name, "description": description, "price": price,
-        "attributes": '{"color":"red"}', "tags": tags if tags is not None else ["home"],
+        "id": pid,
+        "category_id": category,
+        "name": name,
+        "description": description,
+        "price": price,
+        "attributes": '{"color":"red"}',
+        "tags": tags if tags is not None else ["home"],
         "updated_at": "2026-11-21T12:45:00.123456Z",
     }

@@ -7,8 +7,18 @@ from typing import TYPE_CHECKING, Any
 
 from tests.cdc.helpers import execute, settings_for
 
-__all__ = ["capture", "context", "dead_letters", "execute", "read_every_view_table", "rows", "settings_for", "sync",
-           "through", "verify_views"]
+__all__ = [
+    "capture",
+    "context",
+    "dead_letters",
+    "execute",
+    "read_every_view_table",
+    "rows",
+    "settings_for",
+    "sync",
+    "through",
+    "verify_views",
+]
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -16,15 +16,18 @@ def test_a_name_delta_accepts_is_stored_as_it_is(name: str) -> None:
     assert stored_name(name) == name
 
 
-@pytest.mark.parametrize(("name", "stored"), [
-    ("order date", "order%20date"),
-    ("a=b (%)", "a%3Db%20%28%25%29"),
-    ("sort, order", "sort%2C%20order"),
-    ("x;{y}", "x%3B%7By%7D"),
-    ("tab\there", "tab%09here"),
-    ("new\nline", "new%0Aline"),
-    ("Ünï côde", "Ünï%20côde"),
-])
+@pytest.mark.parametrize(
+    ("name", "stored"),
+    [
+        ("order date", "order%20date"),
+        ("a=b (%)", "a%3Db%20%28%25%29"),
+        ("sort, order", "sort%2C%20order"),
+        ("x;{y}", "x%3B%7By%7D"),
+        ("tab\there", "tab%09here"),
+        ("new\nline", "new%0Aline"),
+        ("Ünï côde", "Ünï%20côde"),
+    ],
+)
 def test_a_refused_name_is_percent_encoded_and_decodes_back(name: str, stored: str) -> None:
     assert stored_name(name) == stored
     assert not any(ch in REFUSED for ch in stored)
@@ -39,9 +42,14 @@ def test_two_names_stored_alike_are_refused_with_both_named() -> None:
 
 def test_existing_types_and_renames_are_matched_by_stored_name() -> None:
     old = (Column("id", "int4", key=True, attnum=1), Column("due date", "int4", attnum=2))
-    schema = TableSchema("public", "t", "cdc.public.t", (Column("id", "int4", key=True, attnum=1),
-                                                         Column("due at", "int8", attnum=2)),
-                         lsn=20, versions=(SchemaVersion(10, old),))
+    schema = TableSchema(
+        "public",
+        "t",
+        "cdc.public.t",
+        (Column("id", "int4", key=True, attnum=1), Column("due at", "int8", attnum=2)),
+        lsn=20,
+        versions=(SchemaVersion(10, old),),
+    )
     existing = {"id": "int", "due%20date": "int"}
     assert schema.renames(existing) == {"due date": "due at"}
     assert schema.view_columns(existing) == [("id", "int"), ("due at", "bigint")]

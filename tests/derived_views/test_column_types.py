@@ -84,6 +84,13 @@ def test_a_renamed_column_reads_its_old_name_and_a_re_added_one_is_another_colum
 def test_a_version_that_starts_inside_a_transaction_is_bounded_by_the_sequence() -> None:
     """A shape changed inside a transaction holds from that transaction's next event: events of the same
     commit LSN before it keep the earlier version."""
-    schema = TableSchema("public", "t", "cdc.public.t", (Column("id", "int4", attnum=1), Column("n", "int8", attnum=2)),
-                         200, (SchemaVersion(100, (Column("id", "int4", attnum=1), Column("n", "int4", attnum=2))),), 5)
+    schema = TableSchema(
+        "public",
+        "t",
+        "cdc.public.t",
+        (Column("id", "int4", attnum=1), Column("n", "int8", attnum=2)),
+        200,
+        (SchemaVersion(100, (Column("id", "int4", attnum=1), Column("n", "int4", attnum=2))),),
+        5,
+    )
     assert [position for position, _ in schema.parse_plan(schema.view_columns())] == [(100, 0), (200, 5)]

@@ -33,16 +33,18 @@ def test_a_file_chooses_tables_and_their_history(tmp_path: Path) -> None:
 
 def test_the_example_file_is_valid_for_the_reference_schema() -> None:
     definitions = load(REPOSITORY / "views.example.toml")
-    check(definitions, ["public.customers", "public.categories", "public.products", "public.orders",
-                        "public.order_items"])
+    check(definitions, ["public.customers", "public.categories", "public.products", "public.orders", "public.order_items"])
 
 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
         ("[warehouse\n", r"views.toml: not valid TOML: .*line 1"),
-        ("[warehous]\n", r"views.toml: \[warehous\] is not a section of the views file \(known: \[warehouse\], "
-                          r"\[search.<index>\], \[cache.<entity>\]\)"),
+        (
+            "[warehous]\n",
+            r"views.toml: \[warehous\] is not a section of the views file \(known: \[warehouse\], "
+            r"\[search.<index>\], \[cache.<entity>\]\)",
+        ),
         ("[warehouse]\ntable = []\n", r"\[warehouse\] table is not a key of \[warehouse\] \(known: tables, without_history\)"),
         ('[warehouse]\ntables = "public.a"\n', r"\[warehouse\] tables: Input should be a valid list"),
         ('[warehouse]\ntables = ["public.a", "public.a"]\n', r"\[warehouse\] tables: 'public.a' is listed twice"),
@@ -57,8 +59,11 @@ def test_a_malformed_file_gets_one_error_naming_the_file_section_and_key(tmp_pat
 
 def test_a_table_that_is_not_captured_is_refused_with_the_fix(tmp_path: Path) -> None:
     definitions = _load(tmp_path, '[warehouse]\ntables = ["public.a"]\nwithout_history = ["public.nope"]\n')
-    with pytest.raises(ViewsFileError, match=r"\[warehouse\] without_history: public.nope is not a captured table "
-                                             r"\(captured: public.a\); name a table of the publication"):
+    with pytest.raises(
+        ViewsFileError,
+        match=r"\[warehouse\] without_history: public.nope is not a captured table "
+        r"\(captured: public.a\); name a table of the publication",
+    ):
         check(definitions, ["public.a"])
 
 
@@ -78,29 +83,42 @@ def test_the_warehouse_keeps_the_tables_the_file_names_and_cdc_views_lists_them(
     from tests.derived_views.pipeline import capture, context, execute, settings_for, verify_views
 
     views_file = tmp_path / "views.toml"
-    views_file.write_text('[warehouse]\ntables = ["public.categories", "public.products"]\n'
-                          'without_history = ["public.categories"]\n')
-    execute(reference_db, "INSERT INTO categories (name) VALUES ('Lighting')",
-            "INSERT INTO products (category_id, name, price) VALUES (1, 'Lamp', 10)")
+    views_file.write_text(
+        '[warehouse]\ntables = ["public.categories", "public.products"]\nwithout_history = ["public.categories"]\n'
+    )
+    execute(
+        reference_db,
+        "INSERT INTO categories (name) VALUES ('Lighting')",
+        "INSERT INTO products (category_id, name, price) VALUES (1, 'Lamp', 10)",
+    )
     settings = settings_for(reference_db, tmp_path / "data", views_file=str(views_file))
     capture(settings)
     ctx = context(spark, settings)  # type: ignore[arg-type]
     runner.step(ctx, ["warehouse"])
     assert verify_views(ctx, reference_db, ["warehouse"]) == 2
     made = sorted(str(p.parent.relative_to(tmp_path / "data")) for p in (tmp_path / "data").rglob("_delta_log"))
-    assert made == ["warehouse/current/public.categories", "warehouse/current/public.products",
-                    "warehouse/history/public.products"]
+    assert made == [
+        "warehouse/current/public.categories",
+        "warehouse/current/public.products",
+        "warehouse/history/public.products",
+    ]
 
     register(cli)
-    for name, value in {"CDC_DATABASE_URL": reference_db, "CDC_DATA_DIR": str(tmp_path / "data"),
-                        "CDC_VIEWS_FILE": str(views_file)}.items():
+    for name, value in {
+        "CDC_DATABASE_URL": reference_db,
+        "CDC_DATA_DIR": str(tmp_path / "data"),
+        "CDC_VIEWS_FILE": str(views_file),
+    }.items():
         monkeypatch.setenv(name, value)
     capsys.readouterr()
     assert run(cli, ["views", "--json"]) == 0
     listed = json.loads(capsys.readouterr().out)
     warehouse = [t for t in listed["tables"] if t["view"] == "warehouse"]
-    assert [t["holds"] for t in warehouse] == ["public.categories (current)", "public.products (current)",
-                                               "public.products (history)"]
+    assert [t["holds"] for t in warehouse] == [
+        "public.categories (current)",
+        "public.products (current)",
+        "public.products (history)",
+    ]
     assert all(t["as_of_lsn"] for t in warehouse) and listed["definitions"] == str(views_file)
 
     views_file.write_text('[warehouse]\ntables = ["public.nope"]\n')

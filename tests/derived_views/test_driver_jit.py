@@ -35,7 +35,10 @@ def _pending(location: LogLocation, data_dir: Path, prefix: str) -> int | None:
 
 
 def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_estimate_follows_the_work(
-    spark: SparkSession, reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    spark: SparkSession,
+    reference_db: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     data_dir = tmp_path / "data"
     settings = settings_for(reference_db, data_dir, views_file=EXAMPLE_VIEWS)
@@ -47,8 +50,12 @@ def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_esti
     capture(settings)
     watermark = read_watermark(where[0])
     assert watermark is not None
-    logged = sum(end for topic, partitions in watermark.offsets.items() if not topic.startswith(f"{settings.topic_prefix}.__")
-                 for end in partitions.values())
+    logged = sum(
+        end
+        for topic, partitions in watermark.offsets.items()
+        if not topic.startswith(f"{settings.topic_prefix}.__")
+        for end in partitions.values()
+    )
     assert logged >= 90
     assert _pending(*where) == logged  # no view table has applied any of it
     assert driver_jit.short_run(*where)
@@ -68,8 +75,7 @@ def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_esti
 
     # the change into every view in a fresh process, as a scheduled run makes it: C1 alone, and no
     # warning that the JVM ran out of room for compiled code (see driver_jit.C1_ONLY)
-    env = {**os.environ, "CDC_DATABASE_URL": reference_db, "CDC_DATA_DIR": str(data_dir),
-           "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS)}
+    env = {**os.environ, "CDC_DATABASE_URL": reference_db, "CDC_DATA_DIR": str(data_dir), "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS)}
     result = subprocess.run([CDC, "sync", "--once"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert re.findall(r"driver_jit=(\S+)", result.stderr) == ["C1"], result.stderr

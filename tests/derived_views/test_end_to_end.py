@@ -120,7 +120,7 @@ def test_changes_schema_change_toast_compaction_rebuild_and_verify(
     row = spark.read.format("delta").load(warehouse.current_path(ctx, "public.products")).filter("id = 1").first()
     assert row is not None and len(row["description"]) == 3200 * 32 and str(row["price"]) == "12.00"
 
-    with LogStore.open(Path(settings.log_dir), writer=True) as log:
+    with LogStore.open(Path(settings.log_dir), settings.log_config(), writer=True) as log:
         log.roll()
         log.compact()
     runner.step(ctx, ["warehouse"], replace=True)  # search and cache rebuilds: see test_views
@@ -136,9 +136,7 @@ def test_changes_schema_change_toast_compaction_rebuild_and_verify(
     assert run(cli, ["verify", "search", "--no-sync"]) == 0
 
 
-def test_kill_minus_9_during_sync_then_resume_is_exact(
-    spark: SparkSession, reference_db: str, tmp_path: Path
-) -> None:
+def test_kill_minus_9_during_sync_then_resume_is_exact(spark: SparkSession, reference_db: str, tmp_path: Path) -> None:
     from derived_views import runner
     from derived_views.verify import verify
 
@@ -149,13 +147,20 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
     runner.step(ctx, ["warehouse"])
     first = runner.latest(ctx)
     assert first is not None
-    _exec(reference_db, "UPDATE categories SET name = name || '!'",
-          "UPDATE products SET price = price + 1 WHERE id % 7 = 0", "DELETE FROM products WHERE id % 11 = 0")
+    _exec(
+        reference_db,
+        "UPDATE categories SET name = name || '!'",
+        "UPDATE products SET price = price + 1 WHERE id % 7 = 0",
+        "DELETE FROM products WHERE id % 11 = 0",
+    )
     _capture(settings)
     env = {**os.environ, "CDC_DATABASE_URL": reference_db, "CDC_DATA_DIR": str(tmp_path), "CDC_SPARK_MASTER": "local[1]"}
     process = subprocess.Popen(
         [sys.executable, "-c", "from cdc.cli import main; main()", "sync", "warehouse", "--once"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     # tables are synced source table by source table (categories first, products last): kill after the
     # first commit of categories, while products' tables are still behind
@@ -180,8 +185,7 @@ def test_kill_minus_9_during_sync_then_resume_is_exact(
     report = verify(ctx, "warehouse", reference_db, watermark)
     assert report.ok, report.differences[:10]
     history = spark.read.format("delta").load(str(history_log.parent))
-    assert history.filter("_cdc_is_current").count() == spark.read.format("delta").load(
-        str(current_log.parent)).count()
+    assert history.filter("_cdc_is_current").count() == spark.read.format("delta").load(str(current_log.parent)).count()
 
 
 def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_lsn: int) -> int:
@@ -207,10 +211,19 @@ def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_
             if kind == "current":
                 apply_state(ctx, as_of, schema, replayed, str(scratch / "replayed" / "_dead_letter"), replace=True)
             else:
-                batch = load_pending(ctx, as_of, schema, None, "all", dead_letter_path=str(scratch / "replayed" / "_dead_letter"),
-                                     target=replayed)
-                merge_history(ctx.spark, replayed, batch.frame, batch.columns, batch.progress, batch.facts.truncates,
-                              replace=True)
+                batch = load_pending(
+                    ctx, as_of, schema, None, "all", dead_letter_path=str(scratch / "replayed" / "_dead_letter"), target=replayed
+                )
+                merge_history(
+                    ctx.spark,
+                    replayed,
+                    batch.frame,
+                    batch.columns,
+                    batch.progress,
+                    batch.facts.truncates,
+                    replace=True,
+                    types=ctx.types,
+                )
                 batch.release()
             have = sorted(repr(sorted(r.asDict().items())) for r in ctx.spark.read.format("delta").load(path).collect())
             want = sorted(repr(sorted(r.asDict().items())) for r in ctx.spark.read.format("delta").load(replayed).collect())
@@ -231,8 +244,11 @@ def test_a_column_added_with_a_default_reaches_the_existing_rows_of_every_view(
     _capture(settings)
     ctx = _context(spark, settings)
     runner.step(ctx, ALL)
-    _exec(reference_db, "ALTER TABLE categories ADD COLUMN slug text NOT NULL DEFAULT 'none'",
-          "UPDATE categories SET name = 'Lights' WHERE id = 2")
+    _exec(
+        reference_db,
+        "ALTER TABLE categories ADD COLUMN slug text NOT NULL DEFAULT 'none'",
+        "UPDATE categories SET name = 'Lights' WHERE id = 2",
+    )
     _capture(settings)
     runner.step(ctx, ALL)
     _verify_all(ctx, reference_db)

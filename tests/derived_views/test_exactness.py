@@ -169,11 +169,14 @@ def test_old_events_are_typed_with_the_schema_of_their_position_also_in_a_rebuil
         "UPDATE somenums SET remark = 'd' WHERE id = 2",
     )
     through(settings, ctx)  # old and new events in one batch
-    history = sorted((row["id"], row["somenum"], row["remark"], row["_cdc_valid_from_lsn"])
-                     for row in rows(spark, warehouse.history_path(ctx, "public.somenums")))
+    history = sorted(
+        (row["id"], row["somenum"], row["remark"], row["_cdc_valid_from_lsn"])
+        for row in rows(spark, warehouse.history_path(ctx, "public.somenums"))
+    )
     assert [(i, n) for i, n, _, _ in history].count((2, "x2")) == 1 and (1, "10") in [(i, n) for i, n, _, _ in history]
     assert not dead_letters(spark, ctx)
     assert {r for _, _, r, _ in history} >= {"a", "c", "d"}  # the renamed column keeps its old values
+
     def table(path: str) -> list[str]:
         return sorted(repr(sorted(row.items())) for row in rows(spark, path))
 
@@ -190,9 +193,7 @@ EDGE_VALUES = (
 )
 
 
-def test_edge_values_land_exactly_and_a_misfit_names_its_column(
-    spark: SparkSession, pg_url: str, tmp_path: Path
-) -> None:
+def test_edge_values_land_exactly_and_a_misfit_names_its_column(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     """Valid values at the edges of their types land in both warehouse tables; a multi-dimensional
     array in an ``int[]`` column turns that column into the arrays' JSON text, so every row lands."""
     from derived_views import warehouse
@@ -216,9 +217,6 @@ def test_edge_values_land_exactly_and_a_misfit_names_its_column(
         assert orjson.loads(frame.filter("id = 2").first()["a"]) == [[1, 2], [3, 4]]
     shutil.rmtree(warehouse.current_path(ctx, "public.typed"))
     ctx.forget()
-    from derived_views.apply import forget_table
-
-    forget_table(warehouse.current_path(ctx, "public.typed"))
     sync(ctx, ["warehouse"])  # built anew from the log: the same type
     assert dict(spark.read.format("delta").load(warehouse.current_path(ctx, "public.typed")).dtypes)["a"] == "string"
     verify_views(ctx, pg_url, ["warehouse"])

@@ -16,8 +16,12 @@ pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.kafka, pytest.mark.
 
 
 def test_views_build_and_sync_from_kafka_exactly(
-    spark: SparkSession, reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    kafka_bootstrap: str, kafka_prefix: str,
+    spark: SparkSession,
+    reference_db: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    kafka_bootstrap: str,
+    kafka_prefix: str,
 ) -> None:
     """The first sync builds every view table from Kafka's offset 0 through Spark's Kafka source; the next step
     reads from offsets past commit markers through the Kafka client in the driver; every view then equals the
@@ -30,8 +34,13 @@ def test_views_build_and_sync_from_kafka_exactly(
     from derived_views import pending, runner, warehouse
     from tests.derived_views.conftest import EXAMPLE_VIEWS
 
-    settings = load_settings(database_url=reference_db, data_dir=str(tmp_path), views_file=str(EXAMPLE_VIEWS),
-                             log=f"kafka://{kafka_bootstrap}", topic_prefix=kafka_prefix)
+    settings = load_settings(
+        database_url=reference_db,
+        data_dir=str(tmp_path),
+        views_file=str(EXAMPLE_VIEWS),
+        log=f"kafka://{kafka_bootstrap}",
+        topic_prefix=kafka_prefix,
+    )
     _seed(reference_db)
     _capture(settings)
     ctx = _context(spark, settings)
@@ -57,8 +66,13 @@ def test_views_build_and_sync_from_kafka_exactly(
     # `cdc rebuild` replays Kafka from offset 0 (here in the driver) into the rows verified above, through the CLI
     # (same process, same Spark session)
     before = spark.read.format("delta").load(warehouse.current_path(ctx, "public.products")).collect()
-    for name, value in {"DATABASE_URL": reference_db, "DATA_DIR": str(tmp_path), "VIEWS_FILE": str(EXAMPLE_VIEWS),
-                        "LOG": f"kafka://{kafka_bootstrap}", "TOPIC_PREFIX": kafka_prefix}.items():
+    for name, value in {
+        "DATABASE_URL": reference_db,
+        "DATA_DIR": str(tmp_path),
+        "VIEWS_FILE": str(EXAMPLE_VIEWS),
+        "LOG": f"kafka://{kafka_bootstrap}",
+        "TOPIC_PREFIX": kafka_prefix,
+    }.items():
         monkeypatch.setenv(f"CDC_{name}", value)
     register(cli)
     versions = len(spark.sql(f"DESCRIBE HISTORY delta.`{warehouse.current_path(ctx, 'public.products')}`").collect())

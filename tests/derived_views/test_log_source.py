@@ -41,12 +41,20 @@ def test_batch_and_streaming_reads_stop_at_the_watermark(spark: SparkSession, lo
     batch = spark.read.format("cdclog").options(**options).load()
     assert batch.rdd.getNumPartitions() == 2
     assert sorted(r["offset"] for r in batch.collect() if r["partition"] == 0) == list(
-        range(sum(1 for r in batch.collect() if r["partition"] == 0)))
+        range(sum(1 for r in batch.collect() if r["partition"] == 0))
+    )
     target, checkpoint = str(tmp_path / "stream"), str(tmp_path / "checkpoint")
 
     def drain() -> int:
-        query = (spark.readStream.format("cdclog").options(**options).load().writeStream.format("delta")
-                 .option("checkpointLocation", checkpoint).trigger(availableNow=True).start(target))
+        query = (
+            spark.readStream.format("cdclog")
+            .options(**options)
+            .load()
+            .writeStream.format("delta")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start(target)
+        )
         query.awaitTermination()
         return spark.read.format("delta").load(target).count()
 

@@ -18,8 +18,14 @@ def _merge_one_row(spark: object, path: str) -> None:
     from delta.tables import DeltaTable
 
     source = spark.createDataFrame([(1, "b")], "id long, v string")  # type: ignore[attr-defined]
-    (DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), "t.id = s.id")
-     .whenMatchedUpdateAll().whenNotMatchedInsertAll().execute())
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(source.alias("s"), "t.id = s.id")
+        .whenMatchedUpdateAll()
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
 
 
 def test_a_merge_beside_another_sessions_open_commit_carries_its_own_progress(ctx: ViewContext, tmp_path: Path) -> None:

@@ -15,12 +15,23 @@ from tests.derived_views.log_builder import REFERENCE, numeric_typmod
 @pytest.mark.parametrize(
     ("type_name", "typmod", "expected"),
     [
-        ("int2", -1, "smallint"), ("int4", -1, "int"), ("int8", -1, "bigint"), ("float8", -1, "double"),
-        ("numeric", numeric_typmod(12, 2), "decimal(12,2)"), ("numeric", -1, "string"),
-        ("numeric", numeric_typmod(60, 4), "string"), ("timestamptz", -1, "timestamp"),
-        ("timestamp", 6, "timestamp_ntz"), ("jsonb", -1, "string"), ("_text", -1, "array<string>"),
-        ("_numeric", numeric_typmod(10, 3), "array<decimal(10,3)>"), ("uuid", -1, "string"),
-        ("bytea", -1, "binary"), ("date", -1, "date"), ("order_status", -1, "string"), ("bool", -1, "boolean"),
+        ("int2", -1, "smallint"),
+        ("int4", -1, "int"),
+        ("int8", -1, "bigint"),
+        ("float8", -1, "double"),
+        ("numeric", numeric_typmod(12, 2), "decimal(12,2)"),
+        ("numeric", -1, "string"),
+        ("numeric", numeric_typmod(60, 4), "string"),
+        ("timestamptz", -1, "timestamp"),
+        ("timestamp", 6, "timestamp_ntz"),
+        ("jsonb", -1, "string"),
+        ("_text", -1, "array<string>"),
+        ("_numeric", numeric_typmod(10, 3), "array<decimal(10,3)>"),
+        ("uuid", -1, "string"),
+        ("bytea", -1, "binary"),
+        ("date", -1, "date"),
+        ("order_status", -1, "string"),
+        ("bool", -1, "boolean"),
     ],
 )
 def test_spark_type_is_faithful(type_name: str, typmod: int, expected: str) -> None:
@@ -33,8 +44,13 @@ def test_numeric_typmod_decodes_precision_and_scale() -> None:
 
 
 def test_schema_record_parses_keys_and_ddl() -> None:
-    record = {"schema": "public", "table": "order_items", "topic": "cdc.public.order_items",
-              "columns": REFERENCE["public.order_items"], "lsn": 5}
+    record = {
+        "schema": "public",
+        "table": "order_items",
+        "topic": "cdc.public.order_items",
+        "columns": REFERENCE["public.order_items"],
+        "lsn": 5,
+    }
     schema = TableSchema.from_record(record)
     assert [c.name for c in schema.key_columns] == ["order_id", "line_no"]
     assert "`unit_price` decimal(12,2)" in schema.ddl()

@@ -19,8 +19,15 @@ def test_sync_prints_no_jvm_or_log4j_lines(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDC_")}
     env.update(CDC_DATA_DIR=str(data_dir))
-    result = subprocess.run([CDC, "sync", "--once"], env=env, capture_output=True, text=True, timeout=300,
-                            cwd=tmp_path, preexec_fn=lambda: os.umask(0o022))
+    result = subprocess.run(
+        [CDC, "sync", "--once"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+        preexec_fn=lambda: os.umask(0o022),
+    )
     lines = result.stderr.splitlines()
     # the run starts Spark, then finds no log: the project's log lines and its one error, nothing else
     assert any("logger=cdc.views" in line and "spark_app_id=" in line for line in lines), result.stderr
@@ -28,7 +35,8 @@ def test_sync_prints_no_jvm_or_log4j_lines(tmp_path: Path) -> None:
     assert any("driver_jit=C1+C2" in line for line in lines), result.stderr
     assert [line for line in lines if not line.startswith("ts=")] == [
         f"error: no log at {data_dir / 'log'}: check CDC_DATA_DIR (the log lives in <data_dir>/log), "
-        "or start capture once to create it"], result.stderr
+        "or start capture once to create it"
+    ], result.stderr
     assert (data_dir.stat().st_mode & 0o777) == 0o700
 
 
@@ -39,4 +47,5 @@ def test_jvm_lines_become_log_lines(caplog: pytest.LogCaptureFixture) -> None:
         route("some worker output\n")
     assert [(r.levelname, r.getMessage(), getattr(r, "fields", None)) for r in caplog.records] == [
         ("ERROR", "Task 0 in stage 1.0 failed 1 times; aborting job", {"source": "TaskSetManager"}),
-        ("WARNING", "some worker output", None)]
+        ("WARNING", "some worker output", None),
+    ]

@@ -39,8 +39,13 @@ def _running_server(workdir: Path, *settings: str) -> Iterator[str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CDC_") or k == "CDC_SPARK_JARS_DIR"}
     confs = [arg for setting in settings for arg in ("--conf", setting)]
-    server = subprocess.Popen([CDC, "spark-server", "--port", str(port), *confs], cwd=workdir, env=env,
-                              stdout=subprocess.DEVNULL, stderr=(workdir / "server.log").open("w"))
+    server = subprocess.Popen(
+        [CDC, "spark-server", "--port", str(port), *confs],
+        cwd=workdir,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(workdir / "server.log").open("w"),
+    )
     try:
         deadline = time.monotonic() + 180
         while not _answers(port):
@@ -95,9 +100,14 @@ def _cdc(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_sync_attached_to_a_spark_server_is_exact(spark_server: str, reference_db: str, tmp_path: Path) -> None:
     insert_sample_data(reference_db)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CDC_")},
-           "CDC_DATABASE_URL": reference_db, "CDC_DATA_DIR": str(tmp_path / "data"), "CDC_PARTITIONS": "3",
-           "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS), "CDC_SPARK_REMOTE": spark_server}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CDC_")},
+        "CDC_DATABASE_URL": reference_db,
+        "CDC_DATA_DIR": str(tmp_path / "data"),
+        "CDC_PARTITIONS": "3",
+        "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS),
+        "CDC_SPARK_REMOTE": spark_server,
+    }
     _cdc(env, "setup")
     _cdc(env, "capture", "--once")
     first = _cdc(env, "sync", "--once")
@@ -125,8 +135,9 @@ def test_sync_attached_to_a_spark_server_is_exact(spark_server: str, reference_d
     assert prices[product_id] == Decimal("12.34")
 
     # --continuous over the server: a later change arrives without another command, and SIGTERM ends it
-    syncing = subprocess.Popen([CDC, "sync", "--continuous", "--interval", "0.2"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    syncing = subprocess.Popen(
+        [CDC, "sync", "--continuous", "--interval", "0.2"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     try:
         with psycopg.connect(reference_db, autocommit=True) as conn:
             conn.execute("UPDATE products SET price = 56.78 WHERE id = %s", (product_id,))
@@ -148,26 +159,31 @@ def test_sync_attached_to_a_spark_server_is_exact(spark_server: str, reference_d
 
 def test_an_unreachable_spark_server_is_one_clear_error(tmp_path: Path) -> None:
     port = free_port()
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("CDC_")},
-           "CDC_DATA_DIR": str(tmp_path / "data"), "CDC_SPARK_REMOTE": f"sc://127.0.0.1:{port}"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("CDC_")},
+        "CDC_DATA_DIR": str(tmp_path / "data"),
+        "CDC_SPARK_REMOTE": f"sc://127.0.0.1:{port}",
+    }
     started = time.monotonic()
     result = subprocess.run([CDC, "sync", "--once"], env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1, result.stderr
     errors = [line for line in result.stderr.splitlines() if not line.startswith("ts=")]
-    assert errors == [f"error: no Spark Connect server answers at sc://127.0.0.1:{port} (CDC_SPARK_REMOTE): "
-                      "Connection refused; start one with `cdc spark-server`, or unset CDC_SPARK_REMOTE to run "
-                      "Spark in this process"], result.stderr
+    assert errors == [
+        f"error: no Spark Connect server answers at sc://127.0.0.1:{port} (CDC_SPARK_REMOTE): "
+        "Connection refused; start one with `cdc spark-server`, or unset CDC_SPARK_REMOTE to run "
+        "Spark in this process"
+    ], result.stderr
     assert time.monotonic() - started < 60
 
 
 def test_keep_alive_holds_sessions_the_server_drops_when_idle(tmp_path: Path) -> None:
     """A server that drops a session after 8 s without a request: the context that keeps its sessions alive
     (its own and its sibling's) still queries after 20 s, an idle session does not."""
-    timeout = ("spark.connect.session.manager.defaultSessionTimeout=8s",
-               "spark.connect.session.manager.maintenanceInterval=1s")
+    timeout = ("spark.connect.session.manager.defaultSessionTimeout=8s", "spark.connect.session.manager.maintenanceInterval=1s")
     with _running_server(tmp_path, *timeout) as url:
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("CDC_")}, "CDC_SPARK_REMOTE": url}
-        result = subprocess.run([sys.executable, "-c", _KEEP_ALIVE_CHECK, str(tmp_path)], env=env,
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-c", _KEEP_ALIVE_CHECK, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
+        )
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[-2:] == ["kept 3 2", "idle dropped"], result.stdout + result.stderr

@@ -16,9 +16,7 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 
 
-def test_tables_with_any_names_reach_warehouse_tables_of_their_own(
-    spark: SparkSession, pg_url: str, tmp_path: Path
-) -> None:
+def test_tables_with_any_names_reach_warehouse_tables_of_their_own(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     from cdc.coordinator import Capture
     from cdc.view_context import context_from_settings
     from derived_views import runner, warehouse
@@ -59,8 +57,7 @@ def test_tables_with_any_names_reach_warehouse_tables_of_their_own(
         paths.add(path)
         ids = [1, 2] if (schema, table) != ("public.x", "y") else []
         rows = spark.read.format("delta").load(path).select("id", "v").orderBy("id").collect()
-        assert [(r["id"], r["v"]) for r in rows] == [
-            *((i, f"{schema}/{table}#{i}") for i in ids), (3, f"{schema}/{table}#3!")]
+        assert [(r["id"], r["v"]) for r in rows] == [*((i, f"{schema}/{table}#{i}") for i in ids), (3, f"{schema}/{table}#3!")]
         history = spark.read.format("delta").load(warehouse.history_path(ctx, name))
         assert history.filter("_cdc_is_current").count() == len(rows)
     assert len(paths) == len(AWKWARD)

@@ -34,8 +34,10 @@ ROW = (
     "FROM generate_series(%s, %s) g"
 )
 EDGES = [
-    ("INSERT INTO typed (id, s, b, n, dt, ts, tz) VALUES (1001, 32767, -9223372036854775808, -999999999.999, "
-     "'0001-01-01', '0001-01-01 00:00:00', '9999-12-31 23:59:59.999999+00')"),
+    (
+        "INSERT INTO typed (id, s, b, n, dt, ts, tz) VALUES (1001, 32767, -9223372036854775808, -999999999.999, "
+        "'0001-01-01', '0001-01-01 00:00:00', '9999-12-31 23:59:59.999999+00')"
+    ),
     "INSERT INTO typed (id, r, d, dt) VALUES (1002, 'NaN', '-Infinity', 'infinity')",  # only Spark parses these
 ]
 
@@ -60,21 +62,26 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     for mode in ("latest", "all"):
         untyped = pending.pending_table(as_of, [schema.topic], None, mode)
         by_arrow = pending.pending_table(as_of, [schema.topic], None, mode, row_type(columns))
-        frames[f"driver/{mode}/spark"] = pending.typed(spark.createDataFrame(untyped, schema=EVENT_DDL), columns,
-                                                      schema.qualified, plan)
+        frames[f"driver/{mode}/spark"] = pending.typed(
+            spark.createDataFrame(untyped, schema=EVENT_DDL), columns, schema.qualified, plan
+        )
         frames[f"driver/{mode}/arrow"] = pending.typed(
-            spark.createDataFrame(by_arrow, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan)
+            spark.createDataFrame(by_arrow, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan
+        )
         raw = pending.read_log(spark, as_of.log, [schema.topic], {}, watermark.offsets, reduce=mode)
         frames[f"tasks/{mode}/spark"] = pending.typed(raw, columns, schema.qualified, plan)
-        frames[f"tasks/{mode}/arrow"] = pending.typed_events(spark, as_of, [schema.topic], None, mode, columns,
-                                                           schema.qualified, plan)
-        frames[f"parsed/{mode}"] = pending.read_log(spark, as_of.log, [schema.topic], {}, watermark.offsets,
-                                                  reduce=mode, columns=columns)
+        frames[f"tasks/{mode}/arrow"] = pending.typed_events(
+            spark, as_of, [schema.topic], None, mode, columns, schema.qualified, plan
+        )
+        frames[f"parsed/{mode}"] = pending.read_log(
+            spark, as_of.log, [schema.topic], {}, watermark.offsets, reduce=mode, columns=columns
+        )
         # a batch of typed events only: assembled in the driver without a Spark job, as Spark types it
         assert typed_in_driver(by_arrow, columns, schema.qualified) is None  # some events need Spark
         only_typed = by_arrow.filter(pc.fill_null(by_arrow.column("parsed"), False))
         frames[f"typed/{mode}/spark"] = pending.typed(
-            spark.createDataFrame(only_typed, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan)
+            spark.createDataFrame(only_typed, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan
+        )
         assembled = typed_in_driver(only_typed, columns, schema.qualified)
         assert assembled is not None
         assembled_rows, assembled_ddl = assembled
@@ -107,7 +114,8 @@ def test_rows_typed_by_arrow_equal_the_rows_spark_parses(spark: SparkSession, pg
             assert _rows(frames[f"{way}/{mode}/arrow"]) == expected, f"{way}/{mode}"
         assert _rows(frames[f"tasks/{mode}/spark"]) == expected
         by_spark, in_driver = frames[f"typed/{mode}/spark"], frames[f"typed/{mode}/driver"]
-        assert [(f.name, f.dataType.simpleString()) for f in in_driver.schema] == \
-            [(f.name, f.dataType.simpleString()) for f in by_spark.schema]
+        assert [(f.name, f.dataType.simpleString()) for f in in_driver.schema] == [
+            (f.name, f.dataType.simpleString()) for f in by_spark.schema
+        ]
         assembled = _rows(in_driver, raw=True)
         assert len(assembled) > 200 and assembled == _rows(by_spark, raw=True), mode

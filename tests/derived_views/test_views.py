@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from event_format import SNAPSHOT_POSITION
 from tests.derived_views.conftest import EXAMPLE_VIEWS
 from tests.derived_views.log_builder import LogBuilder, product
 
@@ -31,15 +32,18 @@ def _seed(log: LogBuilder) -> None:
     with log.transaction() as tx:
         tx.insert("public.categories", {"id": 1, "name": "Lighting"}, op="r")
         tx.insert("public.categories", {"id": 2, "name": "Garden"}, op="r")
-        tx.insert("public.customers", {"id": 1, "email": "a@x", "name": "Ada",
-                                       "created_at": "2026-11-21T10:00:00Z"}, op="r")
+        tx.insert("public.customers", {"id": 1, "email": "a@x", "name": "Ada", "created_at": "2026-11-21T10:00:00Z"}, op="r")
         tx.insert("public.products", product(1, "Brass desk lamp", category=1, description="warm light"), op="r")
         tx.insert("public.products", product(2, "Floor lamp", category=1), op="r")
         tx.insert("public.products", product(3, "Hose", category=2, description="green garden hose"), op="r")
-        tx.insert("public.orders", {"id": ORDER, "customer_id": 1, "status": "pending",
-                                    "placed_at": "2026-11-21T11:00:00Z", "total": "39.80"}, op="r")
-        tx.insert("public.order_items", {"order_id": ORDER, "line_no": 1, "product_id": 1, "quantity": 2,
-                                         "unit_price": "19.90"}, op="r")
+        tx.insert(
+            "public.orders",
+            {"id": ORDER, "customer_id": 1, "status": "pending", "placed_at": "2026-11-21T11:00:00Z", "total": "39.80"},
+            op="r",
+        )
+        tx.insert(
+            "public.order_items", {"order_id": ORDER, "line_no": 1, "product_id": 1, "quantity": 2, "unit_price": "19.90"}, op="r"
+        )
 
 
 def test_search_reindexes_exactly_the_renamed_categorys_products(ctx: ViewContext, log: LogBuilder) -> None:
@@ -95,10 +99,11 @@ def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBu
     value = cache.get(ctx.views_dir, "order", ORDER)
     assert value is not None and value["status"] == "pending" and value["items"][0]["quantity"] == 2
     with log.transaction() as tx:
-        tx.insert("public.order_items", {"order_id": ORDER, "line_no": 2, "product_id": 3, "quantity": 1,
-                                         "unit_price": "5.00"})
-        tx.update("public.orders", {"id": ORDER, "customer_id": 1, "status": "paid",
-                                    "placed_at": "2026-11-21T11:00:00Z", "total": "44.80"})
+        tx.insert("public.order_items", {"order_id": ORDER, "line_no": 2, "product_id": 3, "quantity": 1, "unit_price": "5.00"})
+        tx.update(
+            "public.orders",
+            {"id": ORDER, "customer_id": 1, "status": "paid", "placed_at": "2026-11-21T11:00:00Z", "total": "44.80"},
+        )
     runner.step(ctx, ["cache"])
     value = cache.get(ctx.views_dir, "order", ORDER)
     assert value is not None and value["status"] == "paid" and [i["line_no"] for i in value["items"]] == [1, 2]
@@ -110,9 +115,7 @@ def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBu
     assert cache.get(ctx.views_dir, "order", ORDER) is None
 
 
-def test_views_of_two_processes_share_the_warehouse_tables_and_apply_each_change_once(
-    ctx: ViewContext, log: LogBuilder
-) -> None:
+def test_views_of_two_processes_share_the_warehouse_tables_and_apply_each_change_once(ctx: ViewContext, log: LogBuilder) -> None:
     """The cache entity brings the warehouse's current tables it reads to its watermark; a process that
     synced the warehouse before then finds them there (its cached progress is dropped) and applies
     nothing to them again, only to the history tables, and both views stay exact."""
@@ -125,8 +128,7 @@ def test_views_of_two_processes_share_the_warehouse_tables_and_apply_each_change
     runner.step(ctx, ["warehouse"])
     other = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix, definitions=ctx.definitions)
     with log.transaction() as tx:
-        tx.insert("public.order_items", {"order_id": ORDER, "line_no": 2, "product_id": 3, "quantity": 1,
-                                         "unit_price": "5.00"})
+        tx.insert("public.order_items", {"order_id": ORDER, "line_no": 2, "product_id": 3, "quantity": 1, "unit_price": "5.00"})
     runner.step(other, ["cache"])
     items = warehouse.current_path(ctx, "public.order_items")
     version = DeltaTable(items).version()
@@ -148,7 +150,7 @@ def test_views_side_by_side_bring_a_shared_copy_forward_once(ctx: ViewContext, l
 
     views = tmp_path / "views.toml"
     example = EXAMPLE_VIEWS.read_text()
-    views.write_text(example[:example.index("[cache.order]")] + '[cache.product]\nroot = "public.products"\n')
+    views.write_text(example[: example.index("[cache.order]")] + '[cache.product]\nroot = "public.products"\n')
     both = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix, definitions=load(views))
     _seed(log)
     runner.step(both, ["search", "cache"])
@@ -170,8 +172,9 @@ def test_a_table_the_warehouse_leaves_out_gets_a_copy_of_the_indexs_own(ctx: Vie
     from derived_views.context import ViewContext as Context
 
     kept = ctx.definitions.warehouse.model_copy(update={"tables": ["public.products"]})
-    narrow = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix,
-                     definitions=ctx.definitions.model_copy(update={"warehouse": kept}))
+    narrow = Context(
+        ctx.spark, ctx.views_dir, ctx.log, ctx.prefix, definitions=ctx.definitions.model_copy(update={"warehouse": kept})
+    )
     _seed(log)
     runner.step(narrow, ["search"])
     with log.transaction() as tx:
@@ -194,8 +197,7 @@ def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: V
     from derived_views import cache, runner, search
     from derived_views.context import ViewContext as Context
 
-    marked = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix, definitions=ctx.definitions,
-                     deletion_vectors=True)
+    marked = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix, definitions=ctx.definitions, deletion_vectors=True)
     _seed(log)
     runner.step(marked, [])
     with log.transaction() as tx:
@@ -237,12 +239,16 @@ def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder, monkeypat
         tx.update("public.products", product(2, "Floor lamp XL", category=2), unchanged=("description",))
         tx.update("public.categories", {"id": 2, "name": "Outdoor"})
         tx.delete("public.products", {"id": 3})
-        tx.insert("public.order_items", {"order_id": ORDER, "line_no": 2, "product_id": 2, "quantity": 1,
-                                         "unit_price": "5.00"})
+        tx.insert("public.order_items", {"order_id": ORDER, "line_no": 2, "product_id": 2, "quantity": 1, "unit_price": "5.00"})
     _step(ctx)
-    paths = [warehouse.current_path(ctx, "public.products"), warehouse.history_path(ctx, "public.products"),
-             warehouse.current_path(ctx, "public.categories"), ctx.path("search", "products", "documents"),
-             ctx.path("search", "products", "terms"), ctx.path("cache", "order", "entries")]
+    paths = [
+        warehouse.current_path(ctx, "public.products"),
+        warehouse.history_path(ctx, "public.products"),
+        warehouse.current_path(ctx, "public.categories"),
+        ctx.path("search", "products", "documents"),
+        ctx.path("search", "products", "terms"),
+        ctx.path("cache", "order", "entries"),
+    ]
     incremental = {p: _table(ctx, p) for p in paths}
     monkeypatch.setattr(pending, "DRIVER_READ_LIMIT", 0)
     _step(ctx, replace=True)
@@ -285,7 +291,7 @@ def test_no_view_syncs_to_a_snapshot_still_being_copied(ctx: ViewContext, log: L
 
     with log.transaction() as tx:
         tx.insert("public.categories", {"id": 1, "name": "books"})
-    log.log.append_group([], runner.SNAPSHOT_IN_PROGRESS)
+    log.log.append_group([], SNAPSHOT_POSITION)
     report = runner.step(ctx, ["warehouse"])
     assert report.watermark is None and report.events == {}
     assert runner.latest(ctx) is None
@@ -309,16 +315,21 @@ def test_a_second_process_cannot_sync_a_view_being_synced(
         tx.insert("public.products", product(1))
     released = False
     holder = subprocess.Popen(
-        [sys.executable, "-c",
-         "import sys, types\n"
-         "from pathlib import Path\n"
-         "from derived_views.runner import TABLES_LOCK, view_locks\n"
-         "from log_store.lock import FileLock\n"
-         f"ctx = types.SimpleNamespace(views_dir={ctx.views_dir!r})\n"
-         "with view_locks(ctx, ['warehouse']), FileLock(Path(ctx.views_dir) / '_locks' / f'{TABLES_LOCK}.lock'):\n"
-         "    print('locked', flush=True)\n"
-         "    sys.stdin.readline()\n"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys, types\n"
+            "from pathlib import Path\n"
+            "from derived_views.runner import TABLES_LOCK, view_locks\n"
+            "from log_store.lock import FileLock\n"
+            f"ctx = types.SimpleNamespace(views_dir={ctx.views_dir!r})\n"
+            "with view_locks(ctx, ['warehouse']), FileLock(Path(ctx.views_dir) / '_locks' / f'{TABLES_LOCK}.lock'):\n"
+            "    print('locked', flush=True)\n"
+            "    sys.stdin.readline()\n",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
@@ -362,13 +373,24 @@ def test_search_cache_get_and_views_answer_without_a_jvm(ctx: ViewContext, log: 
 
     _seed(log)
     runner.step(ctx, ["search", "cache"])
-    no_java = {**{k: v for k, v in os.environ.items() if k != "JAVA_HOME"}, "JAVA_HOME": "/nonexistent",
-               "PATH": os.path.dirname(sys.executable), "CDC_DATA_DIR": ctx.views_dir, "SPARK_HOME": "/nonexistent",
-               "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS)}
+    no_java = {
+        **{k: v for k, v in os.environ.items() if k != "JAVA_HOME"},
+        "JAVA_HOME": "/nonexistent",
+        "PATH": os.path.dirname(sys.executable),
+        "CDC_DATA_DIR": ctx.views_dir,
+        "SPARK_HOME": "/nonexistent",
+        "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS),
+    }
 
     def cdc(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", "from cdc.cli import main; main()", *args], env=no_java,
-                              capture_output=True, text=True, timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-c", "from cdc.cli import main; main()", *args],
+            env=no_java,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     found = cdc("search", "brass lamp", "--limit", "2")
     assert found.returncode == 0, found.stderr
@@ -381,9 +403,15 @@ def test_search_cache_get_and_views_answer_without_a_jvm(ctx: ViewContext, log: 
     listed = cdc("views", "--json")
     assert listed.returncode == 0, listed.stderr
     synced = {t["path"].split("/data/", 1)[1] for t in json.loads(listed.stdout)["tables"] if t["as_of_lsn"]}
-    assert synced >= {"search/products/terms", "search/products/documents", "cache/order/entries",
-                      "warehouse/current/public.categories", "warehouse/current/public.order_items"}
-    reads = {t["holds"]: t["path"].split("/data/", 1)[1]
-             for t in json.loads(listed.stdout)["tables"] if t["view"] == "cache.order"}
+    assert synced >= {
+        "search/products/terms",
+        "search/products/documents",
+        "cache/order/entries",
+        "warehouse/current/public.categories",
+        "warehouse/current/public.order_items",
+    }
+    reads = {
+        t["holds"]: t["path"].split("/data/", 1)[1] for t in json.loads(listed.stdout)["tables"] if t["view"] == "cache.order"
+    }
     assert reads["reads public.order_items (current)"] == "warehouse/current/public.order_items"
     assert not Path(ctx.path("cache", "order", "_state")).exists()  # the warehouse keeps every table: no copy of its own

@@ -38,19 +38,19 @@ SCHEMA = [
     'CREATE TABLE "Blog Data"."Post-Tags" (post_id bigint, "tag id" int, "sort, order" int, PRIMARY KEY (post_id, "tag id"))',
     'CREATE TABLE "Blog Data".comments (id bigint PRIMARY KEY, post_id bigint, "Body\ttext" text, "posted\nat" timestamptz)',
     "CREATE PUBLICATION cdc_publication FOR ALL TABLES",
-    'INSERT INTO "Blog Data".teams VALUES (1, \'Core\'), (2, \'Docs\')',
-    'INSERT INTO "Blog Data"."Authors" VALUES (1, \'Ada\', 1, \'ada@x\'), (2, \'Brian\', 2, \'b@x\'), (3, \'Cleo\', 1, NULL)',
-    'INSERT INTO "Blog Data"."Posts" SELECT g, 1 + g % 3, \'Post \' || g, \'about lamps and \' || (g * 7), '
-    'ARRAY[\'t\' || (g % 4)], g % 5 <> 0, g / 4.0 FROM generate_series(1, 30) g',
-    'INSERT INTO "Blog Data".tags VALUES (1, \'spark\'), (2, \'delta\')',
+    "INSERT INTO \"Blog Data\".teams VALUES (1, 'Core'), (2, 'Docs')",
+    "INSERT INTO \"Blog Data\".\"Authors\" VALUES (1, 'Ada', 1, 'ada@x'), (2, 'Brian', 2, 'b@x'), (3, 'Cleo', 1, NULL)",
+    "INSERT INTO \"Blog Data\".\"Posts\" SELECT g, 1 + g % 3, 'Post ' || g, 'about lamps and ' || (g * 7), "
+    "ARRAY['t' || (g % 4)], g % 5 <> 0, g / 4.0 FROM generate_series(1, 30) g",
+    "INSERT INTO \"Blog Data\".tags VALUES (1, 'spark'), (2, 'delta')",
     'INSERT INTO "Blog Data"."Post-Tags" SELECT g, 1 + g % 2, g FROM generate_series(1, 10) g',
-    'INSERT INTO "Blog Data".comments SELECT g, 1 + g % 6, \'nice \' || g, '
-    '\'2026-11-24 10:00+00\'::timestamptz + g * interval \'1 minute\' '
-    'FROM generate_series(1, 20) g',
+    "INSERT INTO \"Blog Data\".comments SELECT g, 1 + g % 6, 'nice ' || g, "
+    "'2026-11-24 10:00+00'::timestamptz + g * interval '1 minute' "
+    "FROM generate_series(1, 20) g",
     f'UPDATE "Blog Data"."Posts" SET "Post Title" = {LONG_TITLE} WHERE id = 7',
 ]
 
-VIEWS = '''
+VIEWS = """
 [search.posts]
 root = "Blog Data.Posts"
 text = ["Post Title", "body", "tags", "author", "Team-Name"]
@@ -87,7 +87,7 @@ table = "Blog Data.Post-Tags"
 on = "post_id"
 order_by = "sort, order"
 columns = ["tag id", "sort, order"]
-'''
+"""
 
 VIEW_NAMES = ["search.posts", "cache.post"]
 
@@ -154,8 +154,11 @@ def test_a_blog_search_index_and_cache_entity_stay_exact_through_every_change(
     # does not read teams, and no post references the new author: no entry is rewritten, yet the
     # entries record the new watermark (a MERGE that changes nothing would commit nothing)
     merges = _merges(ctx, entries)
-    execute(pg_url, 'UPDATE "Blog Data".teams SET "Team Name (=)" = \'Platform\' WHERE id = 1',
-            'INSERT INTO "Blog Data"."Authors" VALUES (5, \'Dora\', 2, NULL)')
+    execute(
+        pg_url,
+        'UPDATE "Blog Data".teams SET "Team Name (=)" = \'Platform\' WHERE id = 1',
+        'INSERT INTO "Blog Data"."Authors" VALUES (5, \'Dora\', 2, NULL)',
+    )
     _step(settings, ctx, pg_url)
     assert _rewritten(ctx, docs) == 16  # the published posts of authors 1 and 3 (20 posts, 4 unpublished)
     assert _merges(ctx, entries) == merges
@@ -163,16 +166,22 @@ def test_a_blog_search_index_and_cache_entity_stay_exact_through_every_change(
     assert recorded is not None and recorded.position == runner.latest(ctx).position  # type: ignore[union-attr]
 
     # the filter flips for one post through its own row; a post is inserted, another deleted
-    execute(pg_url, 'UPDATE "Blog Data"."Posts" SET published = true WHERE id = 5',
-            'INSERT INTO "Blog Data"."Posts" VALUES (31, 3, \'Fresh\', \'new lamps\', \'{}\', true, 1.5)',
-            'DELETE FROM "Blog Data"."Posts" WHERE id = 2')
+    execute(
+        pg_url,
+        'UPDATE "Blog Data"."Posts" SET published = true WHERE id = 5',
+        "INSERT INTO \"Blog Data\".\"Posts\" VALUES (31, 3, 'Fresh', 'new lamps', '{}', true, 1.5)",
+        'DELETE FROM "Blog Data"."Posts" WHERE id = 2',
+    )
     _step(settings, ctx, pg_url)
     assert _rewritten(ctx, docs) == 3
 
     # a child moves from one post to another; a child is deleted; a link row is inserted
-    execute(pg_url, 'UPDATE "Blog Data".comments SET post_id = 3 WHERE id = 6',
-            'DELETE FROM "Blog Data".comments WHERE id = 7',
-            'INSERT INTO "Blog Data"."Post-Tags" VALUES (3, 1, 0)')
+    execute(
+        pg_url,
+        'UPDATE "Blog Data".comments SET post_id = 3 WHERE id = 6',
+        'DELETE FROM "Blog Data".comments WHERE id = 7',
+        'INSERT INTO "Blog Data"."Post-Tags" VALUES (3, 1, 0)',
+    )
     _step(settings, ctx, pg_url)
     assert _rewritten(ctx, entries) == 2  # post 1 lost comment 6, post 3 gained it and a tag (post 2 is gone)
     moved_to = cache.get(ctx.views_dir, "post", "3")
@@ -187,9 +196,12 @@ def test_a_blog_search_index_and_cache_entity_stay_exact_through_every_change(
     assert len((cache.get(ctx.views_dir, "post", "7") or {}).get("Post Title", "")) == 2240
 
     # a joined row's key changes, a child table is truncated, a post's key changes
-    execute(pg_url, 'UPDATE "Blog Data"."Authors" SET "AuthorId" = 4 WHERE "AuthorId" = 3',
-            'TRUNCATE "Blog Data".comments',
-            'UPDATE "Blog Data"."Posts" SET id = 100 WHERE id = 4')
+    execute(
+        pg_url,
+        'UPDATE "Blog Data"."Authors" SET "AuthorId" = 4 WHERE "AuthorId" = 3',
+        'TRUNCATE "Blog Data".comments',
+        'UPDATE "Blog Data"."Posts" SET id = 100 WHERE id = 4',
+    )
     _step(settings, ctx, pg_url)
     assert all(not r["comments"] for r in (cache.get(ctx.views_dir, "post", str(i)) for i in (1, 3)) if r)
 
@@ -266,8 +278,11 @@ def _source_changes(spark: SparkSession, settings: Any, url: str, ctx: ViewConte
     _step(settings, ctx, url)
     assert _last_merge(ctx, docs)["operation"] in ("WRITE", "CREATE OR REPLACE TABLE AS SELECT")
     assert {r["id"]: r["extra"] for r in rows(spark, docs, "id IN (8, 9)")} == {8: None, 9: 1}
-    execute(url, 'ALTER TABLE "Blog Data"."Posts" RENAME COLUMN body TO content',
-            'UPDATE "Blog Data"."Posts" SET "Post Title" = \'Again\' WHERE id = 9')
+    execute(
+        url,
+        'ALTER TABLE "Blog Data"."Posts" RENAME COLUMN body TO content',
+        'UPDATE "Blog Data"."Posts" SET "Post Title" = \'Again\' WHERE id = 9',
+    )
     capture(settings)
     report = runner.step(ctx, ["warehouse", *VIEW_NAMES])
     assert [failure.view for failure in report.failures] == ["search.posts"]

@@ -44,8 +44,11 @@ def test_insert_update_delete_with_faithful_types(ctx: ViewContext, log: LogBuil
     assert rows[1]["tags"] == ["home"]
     assert rows[1]["attributes"] == '{"color":"red"}'
     assert rows[1]["updated_at"].isoformat() == "2026-11-21T12:45:00.123456"
-    schema = dict(ctx.spark.read.format("delta").load(
-        __import__("derived_views.warehouse").warehouse.current_path(ctx, "public.products")).dtypes)
+    schema = dict(
+        ctx.spark.read.format("delta")
+        .load(__import__("derived_views.warehouse").warehouse.current_path(ctx, "public.products"))
+        .dtypes
+    )
     assert schema["price"] == "decimal(12,2)" and schema["updated_at"] == "timestamp"
     assert schema["tags"] == "array<string>" and schema["id"] == "bigint"
 
@@ -115,12 +118,16 @@ def test_truncate_poison_and_schema_change(ctx: ViewContext, log: LogBuilder) ->
     assert sorted(cats) == [3, 4]
     assert cats[4]["slug"] == "tools" and cats[3]["slug"] is None
     assert sorted(_current(ctx, "public.products")) == [2]
-    dead = [r for r in ctx.spark.read.format("delta").load(warehouse.dead_letter_path(ctx)).collect()
-            if r["target"] == warehouse.current_path(ctx, "public.products")]
+    dead = [
+        r
+        for r in ctx.spark.read.format("delta").load(warehouse.dead_letter_path(ctx)).collect()
+        if r["target"] == warehouse.current_path(ctx, "public.products")
+    ]
     assert len(dead) == 1 and '"not a number"' in dead[0]["value"]
     # the error names the column, the type it did not fit and the value, and no column that fits
-    assert dead[0]["error"] == ("values do not fit the columns of public.products: "
-                                "column `price` (decimal(12,2)) cannot hold not a number")
+    assert dead[0]["error"] == (
+        "values do not fit the columns of public.products: column `price` (decimal(12,2)) cannot hold not a number"
+    )
     history = ctx.spark.read.format("delta").load(warehouse.history_path(ctx, "public.categories")).collect()
     closed = {r["id"]: r for r in history if r["id"] in (1, 2)}
     assert all(not r["_cdc_is_current"] and r["_cdc_valid_to_seq"] == -1 for r in closed.values())
@@ -149,8 +156,11 @@ def test_delete_compacted_to_its_tombstone_still_deletes(ctx: ViewContext, log: 
     log.heartbeat()
     log.log.roll()
     log.log.compact()
-    kept = [r for p in range(log.partitions)
-            for r in log.log.read(__import__("log_store").TopicPartition(log.topic("public.products"), p), 0)]
+    kept = [
+        r
+        for p in range(log.partitions)
+        for r in log.log.read(__import__("log_store").TopicPartition(log.topic("public.products"), p), 0)
+    ]
     assert not any(r.value is not None and b'"op":"d"' in r.value for r in kept), "compaction kept a delete event"
     _sync(ctx)
     rows = _current(ctx, "public.products")
@@ -214,8 +224,9 @@ def test_a_value_that_is_not_utf8_goes_to_the_dead_letter_table(ctx: ViewContext
     assert _ids(ctx, warehouse.current_path(ctx, "public.products")) == [1]
     dead = ctx.spark.read.format("delta").load(warehouse.dead_letter_path(ctx)).collect()
     # once per table that read it: the current-state and the history table
-    assert sorted(r["target"] for r in dead) == sorted([warehouse.current_path(ctx, "public.products"),
-                                                        warehouse.history_path(ctx, "public.products")])
+    assert sorted(r["target"] for r in dead) == sorted(
+        [warehouse.current_path(ctx, "public.products"), warehouse.history_path(ctx, "public.products")]
+    )
     assert all(r["key"] == '{"id":2}' and "\\xff" in r["value"] for r in dead)
 
 
@@ -236,9 +247,14 @@ def test_a_rebuild_writes_in_one_pass_unless_a_poison_event_or_a_truncate_needs_
     with log.transaction() as tx:
         tx.update("public.customers", {**customer, "name": "Anna"})
     _sync(ctx)
-    paths = [warehouse.current_path(ctx, "public.categories"), warehouse.history_path(ctx, "public.categories"),
-             warehouse.current_path(ctx, "public.products"), warehouse.history_path(ctx, "public.products"),
-             warehouse.current_path(ctx, "public.customers"), warehouse.history_path(ctx, "public.customers")]
+    paths = [
+        warehouse.current_path(ctx, "public.categories"),
+        warehouse.history_path(ctx, "public.categories"),
+        warehouse.current_path(ctx, "public.products"),
+        warehouse.history_path(ctx, "public.products"),
+        warehouse.current_path(ctx, "public.customers"),
+        warehouse.history_path(ctx, "public.customers"),
+    ]
 
     def table(path: str) -> list[str]:  # a rebuild may order the columns otherwise
         return sorted(repr(sorted(row.asDict().items())) for row in ctx.spark.read.format("delta").load(path).collect())
@@ -270,7 +286,8 @@ def test_a_rebuild_writes_in_one_pass_unless_a_poison_event_or_a_truncate_needs_
 
 
 def test_tables_with_changes_commit_before_idle_tables_record_the_newer_watermark(
-        ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """An idle table's metadata commit (its as-of moving on) never delays a change: it comes after the
     commits of the tables with events, although its name sorts first."""
     from derived_views import steps, warehouse

@@ -26,8 +26,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
+from cdc.capture.lsn import Lsn
 from cdc.log_backend import open_log
-from cdc.lsn import Lsn
 from cdc.settings import Settings
 from log_store import LogStore
 from tests.cdc.helpers import read_topic, replay
@@ -48,8 +48,11 @@ KEYS: dict[str, tuple[str, ...]] = {
 def cdc_env(url: str, data_dir: Path, **settings: str) -> dict[str, str]:
     """The environment of a ``cdc`` subprocess: this one's (``PYTHONPATH`` included) with only the given
     settings among ``CDC_*``."""
-    env = {name: value for name, value in os.environ.items()
-           if not name.startswith("CDC_") or name in ("CDC_PG_BINDIR", "CDC_SPARK_JARS_DIR")}
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith("CDC_") or name in ("CDC_PG_BINDIR", "CDC_SPARK_JARS_DIR")
+    }
     env.update(CDC_DATABASE_URL=url, CDC_DATA_DIR=str(data_dir))
     env.update({f"CDC_{name.upper()}": value for name, value in settings.items()})
     return env
@@ -68,8 +71,9 @@ class CdcProcess:
         self.stderr_path = stderr
         self._stderr: IO[bytes] = open(stderr, "wb")  # noqa: SIM115 - closed in wait()
         self.started = time.monotonic()
-        self.process = subprocess.Popen([CDC, *args], env=env, stdout=subprocess.DEVNULL, stderr=self._stderr,
-                                        start_new_session=True, cwd="/")
+        self.process = subprocess.Popen(
+            [CDC, *args], env=env, stdout=subprocess.DEVNULL, stderr=self._stderr, start_new_session=True, cwd="/"
+        )
 
     @property
     def pid(self) -> int:
@@ -158,8 +162,7 @@ def wal_lsn(url: str) -> Lsn:
 def slot_confirmed(url: str, slot: str = "cdc_slot") -> Lsn | None:
     """The slot's confirmed_flush_lsn (None when the slot does not exist)."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s",
-                           (slot,)).fetchone()
+        row = conn.execute("SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
     return Lsn.parse(row[0]) if row and row[0] else None
 
 
@@ -193,9 +196,12 @@ def source_rows(url: str) -> dict[str, dict[bytes, dict[str, Any]]]:
         for table, key in KEYS.items():
             columns = conn.execute(
                 "SELECT column_name, udt_name FROM information_schema.columns WHERE table_schema = 'public' "
-                "AND table_name = %s ORDER BY ordinal_position", (table,)).fetchall()
-            pairs = sql.SQL(", ").join(sql.SQL("{}, {}").format(sql.Literal(name), _column_expression(name, udt))
-                                       for name, udt in columns)
+                "AND table_name = %s ORDER BY ordinal_position",
+                (table,),
+            ).fetchall()
+            pairs = sql.SQL(", ").join(
+                sql.SQL("{}, {}").format(sql.Literal(name), _column_expression(name, udt)) for name, udt in columns
+            )
             query = sql.SQL("SELECT jsonb_build_object({}) FROM {}").format(pairs, sql.Identifier(table))
             rows = [row[0] for row in conn.execute(query).fetchall()]
             out[table] = {orjson.dumps({k: row[k] for k in key}, option=orjson.OPT_SORT_KEYS): row for row in rows}
@@ -211,8 +217,7 @@ def truncate_markers(where: Where) -> dict[str, int]:
     """Per reference table, the truncate markers a snapshot wrote into its topic (one per partition each time)."""
     counts = {}
     for table in KEYS:
-        values = (orjson.loads(r.value) for r in read_topic(where, f"{_prefix(where)}.public.{table}")
-                  if r.value is not None)
+        values = (orjson.loads(r.value) for r in read_topic(where, f"{_prefix(where)}.public.{table}") if r.value is not None)
         counts[table] = sum(1 for v in values if v["op"] == "t" and v["source"]["snapshot"] == "true")
     return counts
 
@@ -263,8 +268,7 @@ class Verified:
         return f"cdc verify warehouse: {self.compared} rows compared, 0 differences, as of {self.as_of}"
 
 
-def verify_warehouse(url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch,
-                     capsys: pytest.CaptureFixture[str]) -> Verified:
+def verify_warehouse(url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Verified:
     """``cdc verify warehouse`` (which syncs first), run in this process so that it uses the test session's
     Spark (one Spark run, without starting another JVM): exit 0, and then every warehouse table is as of
     the log's latest watermark: it records that watermark, or it applied every event of its topic up to
@@ -294,7 +298,9 @@ def verify_warehouse(url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch,
             tables[str(path.relative_to(data_dir))] = progress.position
             applied = bool(progress.offsets) and all(
                 progress.next_offset(tp.topic, str(tp.partition)) >= end
-                for tp, end in latest.end_offsets.items() if tp.topic in progress.offsets)
+                for tp, end in latest.end_offsets.items()
+                if tp.topic in progress.offsets
+            )
             if progress.position != latest.position and not applied:
                 behind[str(path.relative_to(data_dir))] = progress.position
     assert len(tables) == 2 * len(KEYS), f"warehouse tables with progress: {sorted(tables)}"
@@ -309,18 +315,26 @@ def seed(url: str, products: int = 1000, orders: int = 300) -> None:
     """Categories, customers, products, orders with three items each."""
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("INSERT INTO categories (name) VALUES ('Lighting'), ('Garden'), ('Kitchen'), ('Tools')")
-        conn.execute("INSERT INTO customers (email, name) SELECT 'c' || g || '@example.com', 'Customer ' || g "
-                     "FROM generate_series(1, 20) g")
+        conn.execute(
+            "INSERT INTO customers (email, name) SELECT 'c' || g || '@example.com', 'Customer ' || g "
+            "FROM generate_series(1, 20) g"
+        )
         conn.execute(
             "INSERT INTO products (category_id, name, description, price, attributes, tags) "
             "SELECT 1 + g %% 4, 'Product ' || g, 'about product ' || g, 10 + g * 0.25, "
             "jsonb_build_object('n', g, 'ok', g %% 2 = 0), ARRAY['t' || g %% 5, 'all'] FROM generate_series(1, %s) g",
-            (products,))
-        conn.execute("INSERT INTO orders (customer_id, status, total) "
-                     "SELECT 1 + g %% 20, 'pending', g FROM generate_series(1, %s) g", (orders,))
-        conn.execute("INSERT INTO order_items (order_id, line_no, product_id, quantity, unit_price) "
-                     "SELECT o.id, l, 1 + (l * 37 + o.customer_id) %% %s, l, 9.95 "
-                     "FROM orders o, generate_series(1, 3) l", (products,))
+            (products,),
+        )
+        conn.execute(
+            "INSERT INTO orders (customer_id, status, total) SELECT 1 + g %% 20, 'pending', g FROM generate_series(1, %s) g",
+            (orders,),
+        )
+        conn.execute(
+            "INSERT INTO order_items (order_id, line_no, product_id, quantity, unit_price) "
+            "SELECT o.id, l, 1 + (l * 37 + o.customer_id) %% %s, l, 9.95 "
+            "FROM orders o, generate_series(1, 3) l",
+            (products,),
+        )
 
 
 @dataclass(frozen=True)
@@ -356,8 +370,7 @@ def transaction_differences(where: Where, load: Load) -> tuple[int, list[str]]:
     for xid, count in sorted(events.items()):
         tx = known.get(xid) or uncertain.get(xid)
         if tx is None:
-            differences.append(f"transaction {xid}: {count} events in the log, but the load committed no such "
-                               "transaction")
+            differences.append(f"transaction {xid}: {count} events in the log, but the load committed no such transaction")
         elif count != tx.rows:
             differences.append(f"transaction {xid}: {count} events in the log for {tx.rows} rows written")
     for tx in load.committed:
@@ -408,8 +421,7 @@ class Load(threading.Thread):
         assert self.error is None, f"the write load failed: {self.error!r}"
 
     def line(self) -> str:
-        return (f"rows written {self.rows} in {self.transactions} transactions "
-                f"({self.big_transactions} of {self.big_rows}+ rows)")
+        return f"rows written {self.rows} in {self.transactions} transactions ({self.big_transactions} of {self.big_rows}+ rows)"
 
     def _connect(self) -> psycopg.Connection[Any]:
         deadline = time.monotonic() + 120
@@ -432,11 +444,11 @@ class Load(threading.Thread):
                 try:
                     with conn.transaction():
                         xid, before = conn.execute(  # type: ignore[misc]
-                            "SELECT txid_current() % 4294967296, pg_current_wal_lsn()::text").fetchone()
+                            "SELECT txid_current() % 4294967296, pg_current_wal_lsn()::text"
+                        ).fetchone()
                         rows = self._big(conn) if big else sum(self._small(conn) for _ in range(self.rng.randint(1, 4)))
                         written = Written(int(xid), rows, Lsn.parse(before))
-                    self.last_commit = Lsn.parse(
-                        conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])  # type: ignore[index]
+                    self.last_commit = Lsn.parse(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])  # type: ignore[index]
                 except psycopg.OperationalError:
                     if written is not None:
                         self.uncertain.append(written)  # the connection was lost at the commit: it may have happened
@@ -466,46 +478,62 @@ class Load(threading.Thread):
             row = conn.execute(
                 "INSERT INTO products (category_id, name, description, price, attributes, tags) "
                 "VALUES (%s, %s, %s, %s, jsonb_build_object('batch', %s), ARRAY['new']) RETURNING id",
-                (self.rng.randint(1, 4), f"New {self.transactions}", "fresh",
-                 f"{self.rng.randint(100, 99999) / 100:.2f}", self.transactions)).fetchone()
+                (
+                    self.rng.randint(1, 4),
+                    f"New {self.transactions}",
+                    "fresh",
+                    f"{self.rng.randint(100, 99999) / 100:.2f}",
+                    self.transactions,
+                ),
+            ).fetchone()
             self._max_product = max(self._max_product, int(row[0]))  # type: ignore[index]
             return 1
         if kind < 0.35:
-            return conn.execute("UPDATE products SET price = price + 0.01, updated_at = now(), "
-                                "tags = tags || %s::text WHERE id = %s",
-                                (f"u{self.transactions % 7}", self._product())).rowcount
+            return conn.execute(
+                "UPDATE products SET price = price + 0.01, updated_at = now(), tags = tags || %s::text WHERE id = %s",
+                (f"u{self.transactions % 7}", self._product()),
+            ).rowcount
         if kind < 0.42:
-            return conn.execute("DELETE FROM products p WHERE id = %s AND NOT EXISTS "
-                                "(SELECT 1 FROM order_items i WHERE i.product_id = p.id)", (self._product(),)).rowcount
+            return conn.execute(
+                "DELETE FROM products p WHERE id = %s AND NOT EXISTS (SELECT 1 FROM order_items i WHERE i.product_id = p.id)",
+                (self._product(),),
+            ).rowcount
         if kind < 0.57:
-            row = conn.execute("INSERT INTO orders (customer_id, total) VALUES (%s, %s) RETURNING id",
-                               (self.rng.randint(1, 20), self.rng.randint(1, 500))).fetchone()
+            row = conn.execute(
+                "INSERT INTO orders (customer_id, total) VALUES (%s, %s) RETURNING id",
+                (self.rng.randint(1, 20), self.rng.randint(1, 500)),
+            ).fetchone()
             order = str(row[0])  # type: ignore[index]
             lines = self.rng.randint(1, 3)
             written = conn.execute(
                 "INSERT INTO order_items (order_id, line_no, product_id, quantity, unit_price) "
                 "SELECT %s, l, p.id, l, p.price FROM generate_series(1, %s) l "
                 "JOIN LATERAL (SELECT id, price FROM products WHERE id >= %s ORDER BY id LIMIT 1) p ON true",
-                (order, lines, self._product())).rowcount
+                (order, lines, self._product()),
+            ).rowcount
             self._orders.append(order)
             return 1 + written
         if kind < 0.72:
-            return conn.execute("UPDATE orders SET status = %s, total = total + 1 WHERE id = %s",
-                                (self.rng.choice(["pending", "paid", "shipped", "cancelled"]), self._order())).rowcount
+            return conn.execute(
+                "UPDATE orders SET status = %s, total = total + 1 WHERE id = %s",
+                (self.rng.choice(["pending", "paid", "shipped", "cancelled"]), self._order()),
+            ).rowcount
         if kind < 0.80:
             order = self._order()
             if order is None:
                 return 0
             self._orders.remove(order)
             # its items go too (ON DELETE CASCADE): their deletes are in the same transaction
-            items = conn.execute("SELECT count(*) FROM order_items WHERE order_id = %s",
-                                 (order,)).fetchone()[0]  # type: ignore[index]
+            items = conn.execute("SELECT count(*) FROM order_items WHERE order_id = %s", (order,)).fetchone()[0]  # type: ignore[index]
             return conn.execute("DELETE FROM orders WHERE id = %s", (order,)).rowcount + int(items)
         if kind < 0.93:
-            return conn.execute("UPDATE order_items SET quantity = quantity + 1 WHERE order_id = %s AND line_no = %s",
-                                (self._order(), self.rng.randint(1, 3))).rowcount
-        return conn.execute("DELETE FROM order_items WHERE order_id = %s AND line_no = %s",
-                            (self._order(), self.rng.randint(1, 3))).rowcount
+            return conn.execute(
+                "UPDATE order_items SET quantity = quantity + 1 WHERE order_id = %s AND line_no = %s",
+                (self._order(), self.rng.randint(1, 3)),
+            ).rowcount
+        return conn.execute(
+            "DELETE FROM order_items WHERE order_id = %s AND line_no = %s", (self._order(), self.rng.randint(1, 3))
+        ).rowcount
 
     def _big(self, conn: psycopg.Connection[Any]) -> int:
         """One large transaction: by turns, a burst of new orders with items, a price change over many
@@ -513,17 +541,27 @@ class Load(threading.Thread):
         turn = self.big_transactions % 3
         n = self.big_rows
         if turn == 0:
-            ids = [str(row[0]) for row in conn.execute(
-                "INSERT INTO orders (customer_id, total) SELECT 1 + g %% 20, g FROM generate_series(1, %s) g "
-                "RETURNING id", (n // 2,)).fetchall()]
+            ids = [
+                str(row[0])
+                for row in conn.execute(
+                    "INSERT INTO orders (customer_id, total) SELECT 1 + g %% 20, g FROM generate_series(1, %s) g RETURNING id",
+                    (n // 2,),
+                ).fetchall()
+            ]
             items = conn.execute(
                 "INSERT INTO order_items (order_id, line_no, product_id, quantity, unit_price) "
                 "SELECT o, l, p.id, l, p.price FROM unnest(%s::uuid[]) o, generate_series(1, 2) l "
-                "JOIN LATERAL (SELECT id, price FROM products ORDER BY id LIMIT 1) p ON true", (ids,)).rowcount
+                "JOIN LATERAL (SELECT id, price FROM products ORDER BY id LIMIT 1) p ON true",
+                (ids,),
+            ).rowcount
             self._orders.extend(ids)
             return len(ids) + items
         if turn == 1:
-            return conn.execute("UPDATE products SET price = price * 1.01, updated_at = now() WHERE id IN "
-                                "(SELECT id FROM products ORDER BY id DESC LIMIT %s)", (n,)).rowcount
-        return conn.execute("DELETE FROM order_items WHERE ctid IN (SELECT ctid FROM order_items "
-                            "WHERE line_no = 2 LIMIT %s)", (n,)).rowcount
+            return conn.execute(
+                "UPDATE products SET price = price * 1.01, updated_at = now() WHERE id IN "
+                "(SELECT id FROM products ORDER BY id DESC LIMIT %s)",
+                (n,),
+            ).rowcount
+        return conn.execute(
+            "DELETE FROM order_items WHERE ctid IN (SELECT ctid FROM order_items WHERE line_no = 2 LIMIT %s)", (n,)
+        ).rowcount

@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, TypeVar
 import psycopg
 import pytest
 
+from cdc.capture.lsn import Lsn
 from cdc.local_postgres import LocalPostgres
-from cdc.lsn import Lsn
 from tests.faults.harness import (
     CdcProcess,
     Load,
@@ -87,17 +87,29 @@ def _stop_when_caught_up(capture: CdcProcess, data_dir: Path, load: Load, contex
     phases.lap("faults")
     load.finish()
     last = load.last_commit
-    poll(lambda: (watermark(data_dir) or 0) + 1 >= last or not capture.running(), 120,
-         f"capture to hold the load's last commit {last} ({context})")
+    poll(
+        lambda: (watermark(data_dir) or 0) + 1 >= last or not capture.running(),
+        120,
+        f"capture to hold the load's last commit {last} ({context})",
+    )
     assert capture.running(), f"{context}: capture exited {capture.process.returncode}: {capture.stderr()}"
     status = capture.terminate()
     assert status == 0, f"{context}: capture exited {status} on SIGTERM: {capture.stderr()}"
     phases.lap("catch-up")
 
 
-def _drain_check_and_report(case: str, context: str, env: dict[str, str], url: str, data_dir: Path, load: Load,
-                            phases: Phases, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-                            **counts: object) -> None:
+def _drain_check_and_report(
+    case: str,
+    context: str,
+    env: dict[str, str],
+    url: str,
+    data_dir: Path,
+    load: Load,
+    phases: Phases,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    **counts: object,
+) -> None:
     """The end of every case, once the load stopped: ``cdc capture --once`` drains; the log replayed from
     offset 0 equals the source row for row and holds every transaction of the load exactly once and
     whole; ``cdc verify warehouse`` passes with every table as of the log's watermark. Prints the counts
@@ -114,9 +126,16 @@ def _drain_check_and_report(case: str, context: str, env: dict[str, str], url: s
     verified = verify_warehouse(url, data_dir, monkeypatch, capsys)
     assert verified.compared == rows.compared, f"{context}; {rows.line()}; {verified.line()}"
     phases.lap("verify")
-    counts.update(rows_written=load.rows, transactions=load.transactions, large_transactions=load.big_transactions,
-                  rows_compared=rows.compared, transactions_compared=transactions,
-                  differences=len(rows.differences) + len(wrong), verify=verified.line(), seconds=phases.line())
+    counts.update(
+        rows_written=load.rows,
+        transactions=load.transactions,
+        large_transactions=load.big_transactions,
+        rows_compared=rows.compared,
+        transactions_compared=transactions,
+        differences=len(rows.differences) + len(wrong),
+        verify=verified.line(),
+        seconds=phases.line(),
+    )
     shown = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in counts.items())
     line = f"[faults seed={SEED}] {case}: {shown}"
     with capsys.disabled():  # verify's output was read through capsys
@@ -134,8 +153,7 @@ def _fill(filesystem: SmallFilesystem, capture: CdcProcess) -> Path | None:
             return None
         usage = subprocess.run(["df", "-h", str(filesystem.path)], capture_output=True, text=True).stdout
         files = subprocess.run(["du", "-a", str(filesystem.path)], capture_output=True, text=True).stdout
-        raise AssertionError(
-            f"could not fill {filesystem.path}: {exc}\n{usage}{files[-2000:]}{capture.stderr()}") from exc
+        raise AssertionError(f"could not fill {filesystem.path}: {exc}\n{usage}{files[-2000:]}{capture.stderr()}") from exc
 
 
 @pytest.fixture
@@ -150,8 +168,13 @@ def running() -> Iterator[Running]:
 
 
 def test_kill_9_of_capture_and_of_sync_under_load_loses_and_doubles_nothing(
-        reference_db: str, tmp_path: Path, running: Running, spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    reference_db: str,
+    tmp_path: Path,
+    running: Running,
+    spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """Capture is killed 20 times while it starts, recovers and streams; meanwhile, once the snapshot is in
     the log, ``cdc sync warehouse --once`` is killed 10 times at random moments after its Spark session
     is up, each kill followed by another sync. The two share one database, one load and one log."""
@@ -194,8 +217,7 @@ def test_kill_9_of_capture_and_of_sync_under_load_loses_and_doubles_nothing(
             # the first sync writes the snapshot; the second, like every later one, what came since: how
             # long it works once its session is up is the range of the kill moments
             complete = running.cdc(env, ["sync", "warehouse", "--once"], tmp_path / f"sync-{name}.err")
-            poll(lambda: "view job" in complete.stderr() or not complete.running(), 180,
-                 f"the {name} sync's Spark session")
+            poll(lambda: "view job" in complete.stderr() or not complete.running(), 180, f"the {name} sync's Spark session")
             working = time.monotonic()
             assert complete.wait(300) == 0, f"{context}: the {name} sync failed: {complete.stderr()}"
             work = time.monotonic() - working
@@ -225,23 +247,33 @@ def test_kill_9_of_capture_and_of_sync_under_load_loses_and_doubles_nothing(
             except BaseException:
                 failed.set()
                 raise
+
         return run
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         captures, syncs = pool.submit(failing(kill_captures)), pool.submit(failing(kill_syncs))
     last, sync_runs = captures.result(), syncs.result()
     with capsys.disabled():
-        print(f"\n[faults seed={SEED}] capture kill moments (+: the log moved in that run): "
-              f"{' '.join(moments['capture'])}")
+        print(f"\n[faults seed={SEED}] capture kill moments (+: the log moved in that run): {' '.join(moments['capture'])}")
         print(f"[faults seed={SEED}] sync kill moments after its Spark session was up: {' '.join(moments['sync'])}")
     context = f"seed {SEED}, capture kills {CAPTURE_KILLS}, sync kills {SYNC_KILLS} in {sync_runs} runs"
     position = watermark(data_dir) or 0
-    poll(lambda: _progress_past(data_dir, position) or not last.running(), 120,
-         "capture progress after the last restart")
+    poll(lambda: _progress_past(data_dir, position) or not last.running(), 120, "capture progress after the last restart")
     _stop_when_caught_up(last, data_dir, load, context, phases)
-    _drain_check_and_report("kill -9 of capture and of sync", context, env, reference_db, data_dir, load, phases,
-                            capsys, monkeypatch, capture_kills=CAPTURE_KILLS, sync_kills=SYNC_KILLS,
-                            sync_runs=sync_runs)
+    _drain_check_and_report(
+        "kill -9 of capture and of sync",
+        context,
+        env,
+        reference_db,
+        data_dir,
+        load,
+        phases,
+        capsys,
+        monkeypatch,
+        capture_kills=CAPTURE_KILLS,
+        sync_kills=SYNC_KILLS,
+        sync_runs=sync_runs,
+    )
 
 
 # -- 3: PostgreSQL restarted while capture streams ---------------------------------------------------------
@@ -269,8 +301,13 @@ def restartable(pg_server: PgServer, reference_db: str) -> Iterator[tuple[str, L
 
 
 def test_a_postgresql_restart_mid_stream_loses_nothing(
-        restartable: tuple[str, LocalPostgres], tmp_path: Path, running: Running, spark: SparkSession,
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    restartable: tuple[str, LocalPostgres],
+    tmp_path: Path,
+    running: Running,
+    spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """``pg_ctl restart`` twice while capture streams under load: a clean (fast) shutdown, then an
     immediate one (a crash: the server recovers from its WAL and the slot may have to resend). Capture
     keeps running, reconnects and goes on."""
@@ -289,23 +326,43 @@ def test_a_postgresql_restart_mid_stream_loses_nothing(
         server.restart(mode)
         after = wal_lsn(url)
         # capture reconnects by itself: commits made after the restart reach the log
-        poll(lambda: _progress_past(data_dir, after) or not capture.running(), 180,
-             f"capture to stream past {after} after a {mode} restart")
+        poll(
+            lambda: _progress_past(data_dir, after) or not capture.running(),
+            180,
+            f"capture to stream past {after} after a {mode} restart",
+        )
         assert capture.running(), f"{context}: capture exited after a {mode} restart: {capture.stderr()}"
     _stop_when_caught_up(capture, data_dir, load, context, phases)
     reconnects = capture.stderr().count("reconnecting after")
     assert reconnects >= 2, f"{context}: {capture.stderr()}"
-    _drain_check_and_report("PostgreSQL restarted mid-stream", context, env, url, data_dir, load, phases, capsys,
-                            monkeypatch, restarts="fast + immediate", capture_reconnects=reconnects,
-                            load_reconnects=load.reconnects)
+    _drain_check_and_report(
+        "PostgreSQL restarted mid-stream",
+        context,
+        env,
+        url,
+        data_dir,
+        load,
+        phases,
+        capsys,
+        monkeypatch,
+        restarts="fast + immediate",
+        capture_reconnects=reconnects,
+        load_reconnects=load.reconnects,
+    )
 
 
 # -- 4: a full disk while capture streams ------------------------------------------------------------------
 
 
 def test_a_full_disk_while_streaming_under_load_loses_nothing(
-        reference_db: str, small_filesystem: SmallFilesystem, tmp_path: Path, running: Running, spark: SparkSession,
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    reference_db: str,
+    small_filesystem: SmallFilesystem,
+    tmp_path: Path,
+    running: Running,
+    spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """``CDC_DATA_DIR`` on a tmpfs that fills up while capture streams under load: capture exits 5 with
     one error line, the slot confirmed no further than the log holds; with the filler file deleted,
     capture goes on from there."""
@@ -329,7 +386,8 @@ def test_a_full_disk_while_streaming_under_load_loses_nothing(
     assert "nothing was confirmed to the source past LSN" in lines[0], lines[0]
     confirmed, held = slot_confirmed(reference_db), watermark(data_dir)
     assert confirmed is not None and held is not None and confirmed <= held + 1, (
-        f"{context}: the slot is confirmed at {confirmed}, past what the log holds ({Lsn(held or 0)})")
+        f"{context}: the slot is confirmed at {confirmed}, past what the log holds ({Lsn(held or 0)})"
+    )
     if filler is not None:
         filler.unlink()
     else:
@@ -339,16 +397,22 @@ def test_a_full_disk_while_streaming_under_load_loses_nothing(
     poll(lambda: _progress_past(data_dir, position) or not capture.running(), 120, "capture after the disk got room")
     _stop_when_caught_up(capture, data_dir, load, context, phases)
     small_filesystem.resize("512m")  # room for the warehouse's tables
-    _drain_check_and_report("full disk while streaming", context, env, reference_db, data_dir, load, phases, capsys,
-                            monkeypatch, capture_exit=status)
+    _drain_check_and_report(
+        "full disk while streaming", context, env, reference_db, data_dir, load, phases, capsys, monkeypatch, capture_exit=status
+    )
 
 
 # -- 5: the slot dropped while capture is stopped ----------------------------------------------------------
 
 
 def test_a_slot_dropped_behind_captures_back_is_superseded_by_a_new_snapshot(
-        reference_db: str, tmp_path: Path, running: Running, spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+    reference_db: str,
+    tmp_path: Path,
+    running: Running,
+    spark: SparkSession,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The slot is dropped while capture is stopped and the load goes on; ``cdc setup`` makes a new one.
     What committed in between is in no slot's stream: capture takes a new snapshot whose truncate markers
     supersede the log's rows."""
@@ -376,5 +440,16 @@ def test_a_slot_dropped_behind_captures_back_is_superseded_by_a_new_snapshot(
     assert "taking a new snapshot that supersedes the log's rows" in capture.stderr(), capture.stderr()
     markers = truncate_markers(data_dir)
     assert all(markers.values()), f"{context}: no truncate marker superseding the topics' rows: {markers}"
-    _drain_check_and_report("slot dropped while capture was stopped", context, env, reference_db, data_dir, load,
-                            phases, capsys, monkeypatch, resnapshots=1, truncate_markers=sum(markers.values()))
+    _drain_check_and_report(
+        "slot dropped while capture was stopped",
+        context,
+        env,
+        reference_db,
+        data_dir,
+        load,
+        phases,
+        capsys,
+        monkeypatch,
+        resnapshots=1,
+        truncate_markers=sum(markers.values()),
+    )

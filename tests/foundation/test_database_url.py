@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc.errors import ConfigError
+from cdc.capture.errors import ConfigError
 from cdc.settings import load_settings
 
 CDC = Path(sys.executable).with_name("cdc")
@@ -28,13 +28,16 @@ def test_an_unencoded_password_is_refused_without_showing_it(password: str, tmp_
     assert line.startswith("error: setting CDC_DATABASE_URL is invalid") and "percent-encode" in line
 
 
-@pytest.mark.parametrize("url", [
-    "postgresql://app:Xy7%40Qz9@db:5432/shop",
-    "postgresql://app:p:w?#x@db/shop",  # libpq reads ':', '?' and '#' in a password as they are
-    "postgresql://app@db/shop",
-    "postgresql:///shop?host=/var/run/postgresql",
-    "postgresql://db/shop?user=app&password=a@b",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://app:Xy7%40Qz9@db:5432/shop",
+        "postgresql://app:p:w?#x@db/shop",  # libpq reads ':', '?' and '#' in a password as they are
+        "postgresql://app@db/shop",
+        "postgresql:///shop?host=/var/run/postgresql",
+        "postgresql://db/shop?user=app&password=a@b",
+    ],
+)
 def test_urls_libpq_reads_as_meant_pass(url: str) -> None:
     assert load_settings(database_url=url).database_url == url
 

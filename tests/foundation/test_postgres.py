@@ -23,29 +23,19 @@ def test_each_test_gets_its_own_database(pg_url: str, pg_server: object) -> None
 def test_reference_schema_and_bootstrap(reference_db: str) -> None:
     with psycopg.connect(reference_db) as conn:
         published = {
-            row[0]
-            for row in conn.execute(
-                "SELECT tablename FROM pg_publication_tables WHERE pubname = 'cdc_publication'"
-            )
+            row[0] for row in conn.execute("SELECT tablename FROM pg_publication_tables WHERE pubname = 'cdc_publication'")
         }
         assert published == {"customers", "categories", "products", "orders", "order_items"}
-        assert conn.execute(
-            "SELECT pubviaroot FROM pg_publication WHERE pubname = 'cdc_publication'"
-        ).fetchone() == (True,)
-        role = conn.execute(
-            "SELECT rolreplication, rolcanlogin, rolsuper FROM pg_roles WHERE rolname = 'cdc_reader'"
-        ).fetchone()
+        assert conn.execute("SELECT pubviaroot FROM pg_publication WHERE pubname = 'cdc_publication'").fetchone() == (True,)
+        role = conn.execute("SELECT rolreplication, rolcanlogin, rolsuper FROM pg_roles WHERE rolname = 'cdc_reader'").fetchone()
         assert role == (True, True, False)
         for table in published:
             assert conn.execute(
-                "SELECT has_table_privilege('cdc_reader', %s, 'SELECT'), "
-                "has_table_privilege('cdc_reader', %s, 'INSERT')",
+                "SELECT has_table_privilege('cdc_reader', %s, 'SELECT'), has_table_privilege('cdc_reader', %s, 'INSERT')",
                 (f"public.{table}", f"public.{table}"),
             ).fetchone() == (True, False)
         types = dict(
-            conn.execute(
-                "SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'products'"
-            ).fetchall()
+            conn.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'products'").fetchall()
         )
         assert types["price"] == "numeric"
         assert types["attributes"] == "jsonb"
@@ -80,6 +70,4 @@ def test_migrations_are_idempotent_and_reversible(pg_url: str) -> None:
 def test_tables_created_later_are_readable_by_the_capture_role(reference_db: str) -> None:
     with psycopg.connect(reference_db, autocommit=True) as admin:
         admin.execute("CREATE TABLE later (id int PRIMARY KEY)")
-        assert admin.execute(
-            "SELECT has_table_privilege('cdc_reader', 'public.later', 'SELECT')"
-        ).fetchone() == (True,)
+        assert admin.execute("SELECT has_table_privilege('cdc_reader', 'public.later', 'SELECT')").fetchone() == (True,)

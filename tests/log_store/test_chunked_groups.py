@@ -68,8 +68,9 @@ log.append_group(records(), "02", chunk_records=10)
 
 def test_a_crash_mid_group_is_cut_whole_by_recovery(tmp_path: Path) -> None:
     _first_group(tmp_path)
-    crashed = subprocess.run([sys.executable, "-c", _CRASH_MID_GROUP, str(tmp_path)],
-                             cwd=Path(__file__).parents[2], capture_output=True, check=False)
+    crashed = subprocess.run(
+        [sys.executable, "-c", _CRASH_MID_GROUP, str(tmp_path)], cwd=Path(__file__).parents[2], capture_output=True, check=False
+    )
     assert crashed.returncode == 9, crashed.stderr.decode()
     assert _committed(tmp_path) == [b"first"] * 5
     with LogStore.open(tmp_path, small_config(), writer=True) as log:

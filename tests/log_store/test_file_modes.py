@@ -50,8 +50,14 @@ def test_the_log_is_its_owners_only(tmp_path: Path, umask: int) -> None:
     modes = _modes(data_dir)
     files = {path: mode for path, mode in modes.items() if (tmp_path / path).is_file()}
     dirs = {path: mode for path, mode in modes.items() if (tmp_path / path).is_dir()}
-    assert {"data/log/writer.lock", "data/log/watermarks.log", "data/log/watermark.pub", "data/log/store.json",
-            "data/log/consumer_offsets/group.json", "data/log/topics/t/0/cleaner.checkpoint"} <= set(files)
+    assert {
+        "data/log/writer.lock",
+        "data/log/watermarks.log",
+        "data/log/watermark.pub",
+        "data/log/store.json",
+        "data/log/consumer_offsets/group.json",
+        "data/log/topics/t/0/cleaner.checkpoint",
+    } <= set(files)
     assert any(path.endswith(".log") and "/topics/" in path for path in files)
     assert any(path.endswith(".index") for path in files)
     assert {path: mode for path, mode in files.items() if mode != 0o600} == {}

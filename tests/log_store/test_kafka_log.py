@@ -38,18 +38,19 @@ def test_records_land_on_the_embedded_logs_partitions_and_read_back_whole(kafka_
         assert log.latest_watermark() is None
         log.ensure_topic(topic, 3)
         log.ensure_topic(topic, 3)  # the same settings again: nothing to do
-        first = log.append_group([ProducerRecord(topic, k, b"v" + k, 7, (("unchanged", b'["a"]'),)) for k in keys[:200]],
-                                 "00000000000000AA")
-        second = log.append_group([ProducerColumns(topic, pa.array(keys[200:]), pa.array([b"w"] * 100), 8)],
-                                  "00000000000000BB")
+        first = log.append_group(
+            [ProducerRecord(topic, k, b"v" + k, 7, (("unchanged", b'["a"]'),)) for k in keys[:200]], "00000000000000AA"
+        )
+        second = log.append_group([ProducerColumns(topic, pa.array(keys[200:]), pa.array([b"w"] * 100), 8)], "00000000000000BB")
         assert second.sequence == first.sequence + 1
         with pytest.raises(TopicConfigMismatchError, match="partitions=3, not 4"):
             log.ensure_topic(topic, 4)
         with pytest.raises(TopicConfigMismatchError, match="cleanup.policy='compact', not 'delete'"):
             log.ensure_topic(topic, 3, compacted=False)
         with pytest.raises(InvalidRecordError, match="no key"):
-            log.append_group([ProducerRecord(topic, b'{"id":1}', b"x", 1), ProducerRecord(topic, None, b"x", 1)],
-                             "00000000000000CC")
+            log.append_group(
+                [ProducerRecord(topic, b'{"id":1}', b"x", 1), ProducerRecord(topic, None, b"x", 1)], "00000000000000CC"
+            )
         with pytest.raises(UnknownTopicError):
             log.append_group([ProducerRecord(f"{kafka_prefix}.nope", b"k", b"x", 1)], "00000000000000CC")
     with KafkaLog.open(settings) as reader:
@@ -84,7 +85,8 @@ log.append_group(records(), "00000000000000FF")
 
 
 def test_a_group_cut_by_kill_9_is_never_read_and_the_next_writer_follows_the_last_watermark(
-        kafka_bootstrap: str, kafka_prefix: str, tmp_path: Path) -> None:
+    kafka_bootstrap: str, kafka_prefix: str, tmp_path: Path
+) -> None:
     settings = KafkaSettings(kafka_bootstrap, kafka_prefix)
     topic = f"{kafka_prefix}.public.t"
     with KafkaLog.open(settings, writer=True) as log:
@@ -92,8 +94,12 @@ def test_a_group_cut_by_kill_9_is_never_read_and_the_next_writer_follows_the_las
         log.append_group([ProducerRecord(topic, b'{"id":%d}' % i, b"kept", 1) for i in range(10)], "0000000000000010")
     script = tmp_path / "writer.py"
     script.write_text(textwrap.dedent(_KILLED_WRITER))
-    writer = subprocess.Popen([sys.executable, str(script), kafka_bootstrap, kafka_prefix, topic],
-                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    writer = subprocess.Popen(
+        [sys.executable, str(script), kafka_bootstrap, kafka_prefix, topic],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
     try:
         assert writer.stdout is not None and writer.stdout.readline().strip() == "produced"
     finally:

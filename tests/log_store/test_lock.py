@@ -36,8 +36,13 @@ def test_second_writer_in_the_same_process(tmp_path: Path) -> None:
 
 
 def test_second_writer_in_another_process(tmp_path: Path) -> None:
-    holder = subprocess.Popen([sys.executable, "-c", _HOLD, str(tmp_path)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2])
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLD, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
     try:
         assert holder.stdout is not None and holder.stdin is not None
         assert holder.stdout.readline().strip() == "locked"
@@ -55,10 +60,11 @@ def test_second_writer_in_another_process(tmp_path: Path) -> None:
 
 
 def test_lock_of_a_dead_process_is_free(tmp_path: Path) -> None:
-    code = "import sys; from pathlib import Path; from log_store import LogStore; " \
-           "LogStore.open(Path(sys.argv[1]), writer=True); sys.exit(0)"
-    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True,
-                   cwd=Path(__file__).parents[2])
+    code = (
+        "import sys; from pathlib import Path; from log_store import LogStore; "
+        "LogStore.open(Path(sys.argv[1]), writer=True); sys.exit(0)"
+    )
+    subprocess.run([sys.executable, "-c", code, str(tmp_path)], check=True, cwd=Path(__file__).parents[2])
     LogStore.open(tmp_path, writer=True).close()
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from event_format import fold_after
 from log_store import LogConfig, LogStore, TopicPartition
 from log_store.log_cleaner import read_checkpoint
 from log_store.segment import log_name
@@ -17,8 +18,7 @@ DAY = 86_400_000
 
 
 def _config(clock: FakeClock, **overrides: object) -> LogConfig:
-    values: dict[str, object] = {"segment_bytes": 1024, "index_interval_bytes": 128, "clock": clock,
-                                 "delete_retention_ms": DAY}
+    values: dict[str, object] = {"segment_bytes": 1024, "index_interval_bytes": 128, "clock": clock, "delete_retention_ms": DAY}
     values.update(overrides)
     return LogConfig(**values)  # type: ignore[arg-type]
 
@@ -83,20 +83,34 @@ def test_tombstones_outlive_compaction_for_the_retention(tmp_path: Path) -> None
         assert report.partitions[0].tombstones_removed == 1
 
 
+def _partial_rows(log: LogStore) -> None:
+    """A full row, then 28 updates of it that leave ``doc`` out."""
+    log.ensure_topic("t", 1)
+    full = orjson.dumps({"after": {"id": 1, "doc": "x" * 50, "n": 1}, "op": "c"})
+    log.append_group([rec("t", "1", full.decode())], "01")
+    for n in range(2, 30):
+        partial = orjson.dumps({"after": {"id": 1, "n": n}, "op": "u"}).decode()
+        log.append_group([rec("t", "1", partial, headers=(("unchanged", b'["doc"]'),))], f"{n:02X}")
+    log.roll()
+
+
 def test_compaction_folds_unchanged_columns(tmp_path: Path) -> None:
-    clock = FakeClock()
-    with LogStore.open(tmp_path, _config(clock), writer=True) as log:
-        log.ensure_topic("t", 1)
-        full = orjson.dumps({"after": {"id": 1, "doc": "x" * 50, "n": 1}, "op": "c"})
-        log.append_group([rec("t", "1", full.decode())], "01")
-        for n in range(2, 30):
-            partial = orjson.dumps({"after": {"id": 1, "n": n}, "op": "u"}).decode()
-            log.append_group([rec("t", "1", partial, headers=(("unchanged", b'["doc"]'),))], f"{n:02X}")
-        log.roll()
+    with LogStore.open(tmp_path, _config(FakeClock(), fold=fold_after), writer=True) as log:
+        _partial_rows(log)
         log.compact()
         (only,) = read_all(log, "t")
         assert orjson.loads(only.value or b"")["after"] == {"id": 1, "doc": "x" * 50, "n": 29}
         assert only.headers == () and only.offset == 28
+
+
+def test_without_a_fold_compaction_keeps_every_record_of_a_partial_row(tmp_path: Path) -> None:
+    """The log does not know what a value holds: without the fold it was given, dropping the full row
+    under the partial ones would lose ``doc``."""
+    with LogStore.open(tmp_path, _config(FakeClock()), writer=True) as log:
+        _partial_rows(log)
+        log.compact()
+        records = read_all(log, "t")
+        assert len(records) == 29 and orjson.loads(records[0].value or b"")["after"]["doc"] == "x" * 50
 
 
 def test_crash_during_compaction_leaves_valid_segments(tmp_path: Path) -> None:
@@ -167,8 +181,7 @@ def test_compaction_from_a_reader_beside_the_writer(tmp_path: Path, topic: str |
         more = _fill(log, 5)  # the writer carries on appending
         expected.update(more)
         assert latest_by_key(read_all(log, "t")) == expected
-        assert not [p for p in (tmp_path / "topics" / "t" / "0").iterdir()
-                    if p.name.endswith((".cleaned", ".tmp"))]
+        assert not [p for p in (tmp_path / "topics" / "t" / "0").iterdir() if p.name.endswith((".cleaned", ".tmp"))]
         assert os.path.exists(tmp_path / "topics" / "t" / "0" / "cleaner.checkpoint")
 
 

@@ -29,10 +29,11 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         log.ensure_topic("cdc.public.users", 2)
         log.ensure_topic("events", 1, compacted=False)
         for g in range(12):
-            log.append_group([rec("cdc.public.users", f'{{"id":{i}}}', f'{{"after":{{"id":{i},"g":{g}}}}}',
-                                  ts=1000 + g) for i in range(4)], f"{g:016X}")
-        log.append_group([rec("events", None, "plain text"),
-                          ProducerRecord("events", b"k", b"\xed\xb3\xbf", 0)], "FF")
+            log.append_group(
+                [rec("cdc.public.users", f'{{"id":{i}}}', f'{{"after":{{"id":{i},"g":{g}}}}}', ts=1000 + g) for i in range(4)],
+                f"{g:016X}",
+            )
+        log.append_group([rec("events", None, "plain text"), ProducerRecord("events", b"k", b"\xed\xb3\xbf", 0)], "FF")
     return tmp_path
 
 
@@ -67,8 +68,9 @@ def test_tail_from_beginning(data_dir: Path) -> None:
 
 def test_tail_partition_and_limits(data_dir: Path) -> None:
     runner = CliRunner()
-    one = _lines(runner.invoke(log_group, ["tail", "cdc.public.users", "--from-beginning",
-                                           "-p", "1", "--max-records", "3"]).output)
+    one = _lines(
+        runner.invoke(log_group, ["tail", "cdc.public.users", "--from-beginning", "-p", "1", "--max-records", "3"]).output
+    )
     assert [line["partition"] for line in one] == [1, 1, 1]
     assert [line["offset"] for line in one] == [0, 1, 2]
     assert runner.invoke(log_group, ["tail", "cdc.public.users"]).output == ""  # starts at the end
@@ -90,8 +92,7 @@ def test_compact(data_dir: Path) -> None:
     assert "cdc.public.users[0]:" in result.output and "kept" in result.output
     rolled = CliRunner().invoke(log_group, ["compact", "--roll"])
     assert rolled.exit_code == 0, rolled.output
-    tail = _lines(CliRunner().invoke(log_group, ["tail", "cdc.public.users",
-                                                 "--from-beginning"]).output)
+    tail = _lines(CliRunner().invoke(log_group, ["tail", "cdc.public.users", "--from-beginning"]).output)
     assert len(tail) == 4
     assert {line["value"]["after"]["g"] for line in tail} == {11}  # type: ignore[index]
 
@@ -101,8 +102,7 @@ def test_errors_are_one_line(data_dir: Path, capsys: pytest.CaptureFixture[str])
     assert run(log_group, ["tail", "events", "-p", "3"]) == 1
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        f"error: topic 'nope' does not exist in the log at {data_dir / 'log'}: run `cdc log topics` "
-        "to list them",
+        f"error: topic 'nope' does not exist in the log at {data_dir / 'log'}: run `cdc log topics` to list them",
         "error: partition 3 of topic 'events' does not exist (it has 1): use a partition from 0 to 0",
     ]
 
@@ -116,17 +116,20 @@ def test_compact_roll_needs_the_writer(data_dir: Path, capsys: pytest.CaptureFix
 def test_tail_follow_in_a_process(data_dir: Path) -> None:
     env = {**os.environ, "CDC_DATA_DIR": str(data_dir)}
     code = "from cdc.commands.log_cmd import log_group; log_group(prog_name='cdc log')"
-    tail = subprocess.Popen([sys.executable, "-c", code, "tail", "cdc.public.users", "--follow",
-                             "--from-beginning", "--poll-interval", "0.05"], stdout=subprocess.PIPE,
-                            text=True, cwd=REPO, env=env)
+    tail = subprocess.Popen(
+        [sys.executable, "-c", code, "tail", "cdc.public.users", "--follow", "--from-beginning", "--poll-interval", "0.05"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     assert tail.stdout is not None
     try:
         for _ in range(48):  # what was there already; then the process is surely following
             assert orjson.loads(tail.stdout.readline())["topic"] == "cdc.public.users"
         with LogStore.open(data_dir / "log", LogConfig(segment_bytes=1024), writer=True) as log:
             for g in range(3):
-                log.append_group([rec("cdc.public.users", f'{{"id":{g}}}', f'{{"new":{g}}}')],
-                                 f"{100 + g:016X}")
+                log.append_group([rec("cdc.public.users", f'{{"id":{g}}}', f'{{"new":{g}}}')], f"{100 + g:016X}")
                 line = orjson.loads(tail.stdout.readline())
                 assert line["value"] == {"new": g}
         tail.send_signal(signal.SIGINT)
@@ -158,9 +161,11 @@ def test_describe_reports_a_corrupt_segment_as_tail_does(data_dir: Path, capsys:
     assert tail_error == error
     # the message says how to rebuild the log, not just that it could be
     log_dir = data_dir / "log"
-    assert error.endswith(f"to rebuild it: stop `cdc capture`, move {log_dir} aside, run `cdc capture` (with no "
-                          "log it recreates the slot and snapshots every published table into a new log), then "
-                          "run `cdc rebuild VIEW` for every view")
+    assert error.endswith(
+        f"to rebuild it: stop `cdc capture`, move {log_dir} aside, run `cdc capture` (with no "
+        "log it recreates the slot and snapshots every published table into a new log), then "
+        "run `cdc rebuild VIEW` for every view"
+    )
 
 
 def test_describe_of_a_whole_log_checks_every_partition(data_dir: Path) -> None:
@@ -172,8 +177,9 @@ def test_describe_of_a_whole_log_checks_every_partition(data_dir: Path) -> None:
 
 
 @pytest.mark.parametrize("deleted", [("watermarks.log", "watermark.pub"), ("watermark.pub",)])
-def test_tail_without_watermark_files_is_an_error(data_dir: Path, capsys: pytest.CaptureFixture[str],
-                                                  deleted: tuple[str, ...]) -> None:
+def test_tail_without_watermark_files_is_an_error(
+    data_dir: Path, capsys: pytest.CaptureFixture[str], deleted: tuple[str, ...]
+) -> None:
     for name in deleted:
         (data_dir / "log" / name).unlink()
     assert run(log_group, ["tail", "cdc.public.users", "--from-beginning"]) == 4

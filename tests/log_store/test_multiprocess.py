@@ -50,8 +50,9 @@ def _drain(log: LogStore, positions: dict[TopicPartition, int], seen: list[Recor
 
 
 def test_reader_process_follows_a_writer_process(tmp_path: Path) -> None:
-    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE,
-                              text=True, cwd=Path(__file__).parents[2])
+    writer = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parents[2]
+    )
     assert writer.stdout is not None
     try:
         assert writer.stdout.readline().strip() == "ready"

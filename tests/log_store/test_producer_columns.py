@@ -27,8 +27,9 @@ def _segments(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes()[FILE_HEADER_SIZE:] for p in sorted(root.rglob("*.log"))}
 
 
-def _block(topic: str, keys: list[bytes | None] | None, values: list[bytes | None], ts: int,
-           large: bool = False) -> ProducerColumns:
+def _block(
+    topic: str, keys: list[bytes | None] | None, values: list[bytes | None], ts: int, large: bool = False
+) -> ProducerColumns:
     kind = pa.large_binary() if large else pa.binary()
     return ProducerColumns(topic, None if keys is None else pa.array(keys, kind), pa.array(values, kind), ts)
 
@@ -37,12 +38,25 @@ _keys = st.lists(st.binary(max_size=12), min_size=1, max_size=60)
 
 
 @settings(max_examples=40, deadline=None)
-@given(keys=_keys, partitions=st.integers(1, 5), budget=st.sampled_from([64, 512, 1 << 20]),
-       tombstones=st.lists(st.booleans(), min_size=60, max_size=60), large=st.booleans(),
-       cut=st.integers(0, 60), presorted=st.booleans())
-def test_columns_store_the_bytes_records_store(tmp_path_factory: pytest.TempPathFactory, keys: list[bytes],
-                                               partitions: int, budget: int, tombstones: list[bool],
-                                               large: bool, cut: int, presorted: bool) -> None:
+@given(
+    keys=_keys,
+    partitions=st.integers(1, 5),
+    budget=st.sampled_from([64, 512, 1 << 20]),
+    tombstones=st.lists(st.booleans(), min_size=60, max_size=60),
+    large=st.booleans(),
+    cut=st.integers(0, 60),
+    presorted=st.booleans(),
+)
+def test_columns_store_the_bytes_records_store(
+    tmp_path_factory: pytest.TempPathFactory,
+    keys: list[bytes],
+    partitions: int,
+    budget: int,
+    tombstones: list[bool],
+    large: bool,
+    cut: int,
+    presorted: bool,
+) -> None:
     if presorted:  # as a producer that orders its rows by partition hands them over (placed without a take)
         keys = sorted(keys, key=lambda key: partition_for_key(key, partitions))
     values: list[bytes | None] = [None if tombstones[i] else b"v" * (i % 7) + key for i, key in enumerate(keys)]
@@ -51,8 +65,11 @@ def test_columns_store_the_bytes_records_store(tmp_path_factory: pytest.TempPath
     block = _block("t", list(keys), values, 7, large)
     head = ProducerRecord("t", b"first", b"1", 5)
     logs = {name: tmp_path_factory.mktemp(name) for name in ("records", "columns", "mixed")}
-    for name, group in (("records", [records, [head, *records]]), ("columns", [[block], [head, *records]]),
-                        ("mixed", [records, [head, block.slice(0, cut), block.slice(cut, len(keys))]])):
+    for name, group in (
+        ("records", [records, [head, *records]]),
+        ("columns", [[block], [head, *records]]),
+        ("mixed", [records, [head, block.slice(0, cut), block.slice(cut, len(keys))]]),
+    ):
         with LogStore.open(logs[name], _config(budget), writer=True) as log:
             log.ensure_topic("t", partitions)
             for position, items in enumerate(group):

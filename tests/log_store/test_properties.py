@@ -87,15 +87,16 @@ def _check(root: Path, config: LogConfig, model: Model, inflight: list[ProducerR
     del inflight
 
 
-@settings(max_examples=int(os.environ.get("LOG_PROPERTY_EXAMPLES", "30")), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("LOG_PROPERTY_EXAMPLES", "30")), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 @given(steps=st.lists(step_strategy, min_size=1, max_size=8), data=st.data())
 def test_appends_crashes_recovery_and_compaction_keep_the_invariants(
-    steps: list[tuple[str, object]], data: st.DataObject,
+    steps: list[tuple[str, object]],
+    data: st.DataObject,
 ) -> None:
     clock = FakeClock()
-    config = LogConfig(segment_bytes=600, index_interval_bytes=100, clock=clock,
-                       delete_retention_ms=10**12)
+    config = LogConfig(segment_bytes=600, index_interval_bytes=100, clock=clock, delete_retention_ms=10**12)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         model = Model()
@@ -126,19 +127,28 @@ def test_appends_crashes_recovery_and_compaction_keep_the_invariants(
 
 
 def _crash_and_recover(
-    log: LogStore, root: Path, config: LogConfig, inflight: list[ProducerRecord], model: Model,
+    log: LogStore,
+    root: Path,
+    config: LogConfig,
+    inflight: list[ProducerRecord],
+    model: Model,
     data: st.DataObject,
 ) -> LogStore:
     acknowledged = log.latest_watermark()
     before = _files(root)
-    groups = log._place(inflight)
+    groups = log._encoder.place(inflight)
     for tp, batch in groups.items():
         log._partitions[tp].append(batch, config.clock())
     if data.draw(st.booleans(), label="watermark written"):
         previous = log._watermarks.current
-        log._watermarks.append(Watermark(
-            (previous.sequence + 1) if previous is not None else 1, "inflight", 0,
-            {tp: p.next_offset for tp, p in log._partitions.items()}))
+        log._watermarks.append(
+            Watermark(
+                (previous.sequence + 1) if previous is not None else 1,
+                "inflight",
+                0,
+                {tp: p.next_offset for tp, p in log._partitions.items()},
+            )
+        )
     _abandon(log)
     for path, size in _files(root).items():  # the crash keeps a random prefix of unsynced bytes
         cut = data.draw(st.integers(before.get(path, 0), size), label=f"cut {path.name}")

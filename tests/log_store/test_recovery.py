@@ -160,7 +160,8 @@ def test_missing_watermark_file_is_not_treated_as_empty(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("header_bytes", [0, 10])
 def test_torn_header_of_a_segment_the_last_group_created_drops_that_group(
-    tmp_path: Path, header_bytes: int,
+    tmp_path: Path,
+    header_bytes: int,
 ) -> None:
     """A segment's header becomes durable with its first group's fdatasync. A crash after the
     group's watermark record (synced concurrently) but before the segment's data leaves a watermark

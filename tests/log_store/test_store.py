@@ -84,10 +84,8 @@ def test_keyless_records_among_many_keyed_ones(tmp_path: Path) -> None:
         log.ensure_topic("plain", 3, compacted=False)
         keyed = [rec("plain", f"k{i}", "v") for i in range(100)]
         with pytest.raises(InvalidRecordError, match="needs a key"):
-            log.append_group([*[rec("compacted", f"k{i}", "v") for i in range(100)],
-                              rec("compacted", None, "x")], "01")
-        log.append_group([*keyed[:50], rec("plain", None, "a"), *keyed[50:], rec("plain", None, "b")],
-                         "02")
+            log.append_group([*[rec("compacted", f"k{i}", "v") for i in range(100)], rec("compacted", None, "x")], "01")
+        log.append_group([*keyed[:50], rec("plain", None, "a"), *keyed[50:], rec("plain", None, "b")], "02")
         records = read_all(log, "plain")
         keyless = sorted((r.value, r.partition) for r in records if r.key is None)
         assert keyless == [(b"a", 0), (b"b", 1)]  # the round-robin starts at 0: nothing advanced it
@@ -102,13 +100,14 @@ def test_bad_records_are_rejected_before_anything_is_written(tmp_path: Path, par
         log.ensure_topic("t", partitions)
         good = [rec("t", f"k{i}", "v") for i in range(100)]
         for bad, field in (
-                (ProducerRecord("t", "str-key", b"v", 0), "key is str"),  # type: ignore[arg-type]
-                (ProducerRecord("t", 7, b"v", 0), "key is int"),  # type: ignore[arg-type]
-                (ProducerRecord("t", b"k", "str-value", 0), "value is str"),  # type: ignore[arg-type]
-                (ProducerRecord("t", b"k", b"v", 1.5), "timestamp_ms"),  # type: ignore[arg-type]
-                (ProducerRecord("t", b"k", b"v", 1 << 63), "timestamp_ms"),
-                (ProducerRecord("t", b"k", b"v", 0, (("h", "str"),)), "headers"),  # type: ignore[arg-type]
-                (ProducerRecord("t", b"k", b"v", 0, ("h",)), "headers")):  # type: ignore[arg-type]
+            (ProducerRecord("t", "str-key", b"v", 0), "key is str"),  # type: ignore[arg-type]
+            (ProducerRecord("t", 7, b"v", 0), "key is int"),  # type: ignore[arg-type]
+            (ProducerRecord("t", b"k", "str-value", 0), "value is str"),  # type: ignore[arg-type]
+            (ProducerRecord("t", b"k", b"v", 1.5), "timestamp_ms"),  # type: ignore[arg-type]
+            (ProducerRecord("t", b"k", b"v", 1 << 63), "timestamp_ms"),
+            (ProducerRecord("t", b"k", b"v", 0, (("h", "str"),)), "headers"),  # type: ignore[arg-type]
+            (ProducerRecord("t", b"k", b"v", 0, ("h",)), "headers"),
+        ):  # type: ignore[arg-type]
             with pytest.raises(InvalidRecordError, match=field):
                 log.append_group([*good, bad], "01")
         with pytest.raises(UnknownTopicError):
@@ -122,8 +121,13 @@ def test_bad_records_are_rejected_before_anything_is_written(tmp_path: Path, par
 def test_bytes_like_keys_and_values_are_stored_as_bytes(tmp_path: Path) -> None:
     with LogStore.open(tmp_path, writer=True) as log:
         log.ensure_topic("t", 3)
-        log.append_group([ProducerRecord("t", bytearray(b"k1"), memoryview(b"v1"), 1),  # type: ignore[arg-type]
-                          ProducerRecord("t", b"k2", bytearray(b"v2"), 2)], "01")  # type: ignore[arg-type]
+        log.append_group(
+            [
+                ProducerRecord("t", bytearray(b"k1"), memoryview(b"v1"), 1),  # type: ignore[arg-type]
+                ProducerRecord("t", b"k2", bytearray(b"v2"), 2),
+            ],
+            "01",
+        )  # type: ignore[arg-type]
         records = sorted(read_all(log, "t"), key=lambda r: r.key or b"")
         assert [(r.key, r.value) for r in records] == [(b"k1", b"v1"), (b"k2", b"v2")]
         assert all(type(r.key) is bytes and type(r.value) is bytes for r in records)
@@ -152,8 +156,7 @@ def test_watermark_lists_every_partition(tmp_path: Path) -> None:
         log.ensure_topic("a", 2)
         log.ensure_topic("b", 1)
         watermark = log.append_group([rec("a", "k", "v")], "01")
-        assert set(watermark.end_offsets) == {TopicPartition("a", 0), TopicPartition("a", 1),
-                                              TopicPartition("b", 0)}
+        assert set(watermark.end_offsets) == {TopicPartition("a", 0), TopicPartition("a", 1), TopicPartition("b", 0)}
         assert sum(watermark.end_offsets.values()) == 1
         empty = log.append_group([], "02")
         assert empty.end_offsets == watermark.end_offsets and empty.sequence == 2
@@ -255,8 +258,9 @@ def _writeback_starts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 
 
 @pytest.mark.parametrize("writeback_bytes", [0, 64 << 10])
-def test_a_large_group_starts_its_writeback_as_it_goes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       writeback_bytes: int) -> None:
+def test_a_large_group_starts_its_writeback_as_it_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, writeback_bytes: int
+) -> None:
     """Every ``writeback_bytes`` a partition writes, its segment's writeback starts (0: only at the end)."""
     started = _writeback_starts(monkeypatch)
     with LogStore.open(tmp_path, LogConfig(writeback_bytes=writeback_bytes), writer=True) as log:
@@ -362,8 +366,15 @@ def test_read_columns_gives_the_records_read_gives(tmp_path: Path) -> None:
         log.ensure_topic("t", 1)
         for round_ in range(6):
             log.append_group(
-                [rec("t", f"k{i % 7}", None if i % 5 == 0 else f"v{round_}-{i}",
-                     headers=(("unchanged", b'["a"]'),) if i % 3 == 0 else ()) for i in range(12)],
+                [
+                    rec(
+                        "t",
+                        f"k{i % 7}",
+                        None if i % 5 == 0 else f"v{round_}-{i}",
+                        headers=(("unchanged", b'["a"]'),) if i % 3 == 0 else (),
+                    )
+                    for i in range(12)
+                ],
                 f"{round_ + 1:016x}",
             )
         log.roll()

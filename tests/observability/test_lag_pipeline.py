@@ -42,9 +42,7 @@ def _env(settings: Settings) -> dict[str, str]:
 
 
 def _lag(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
-    result = subprocess.run(
-        [str(CDC), "lag", "--json", *args], env=_env(settings), capture_output=True, text=True, timeout=120
-    )
+    result = subprocess.run([str(CDC), "lag", "--json", *args], env=_env(settings), capture_output=True, text=True, timeout=120)
     assert result.stdout, result.stderr
     report = orjson.loads(result.stdout)
     jsonschema.validate(report, JSON_SCHEMA)
@@ -61,15 +59,15 @@ def _sync(spark: SparkSession, settings: Settings) -> None:
 def _wait(settings: Settings, lsn: str, timeout: float) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(CDC), "wait", "warehouse", "--lsn", lsn, "--timeout", str(timeout), "--poll", "0.1"],
-        env=_env(settings), capture_output=True, text=True, timeout=timeout + 60,
+        env=_env(settings),
+        capture_output=True,
+        text=True,
+        timeout=timeout + 60,
     )
 
 
-def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(
-    spark: SparkSession, reference_db: str, tmp_path: Path
-) -> None:
-    settings = load_settings(database_url=reference_db, data_dir=tmp_path / "data", slot="lag_e2e",
-                             views_file=EXAMPLE_VIEWS)
+def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(spark: SparkSession, reference_db: str, tmp_path: Path) -> None:
+    settings = load_settings(database_url=reference_db, data_dir=tmp_path / "data", slot="lag_e2e", views_file=EXAMPLE_VIEWS)
     insert_sample_data(reference_db, customers=5, products=10, orders=5)
     Capture(settings, once=True).run()
     _sync(spark, settings)

@@ -21,9 +21,7 @@ def slot_settings(reference_db: str, tmp_path: Path):  # type: ignore[no-untyped
 
 def _write(url: str, rows: int) -> None:
     with psycopg.connect(url) as conn:
-        conn.execute(
-            "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, %s) g", (rows,)
-        )
+        conn.execute("INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, %s) g", (rows,))
 
 
 def test_missing_slot_is_reported(reference_db: str, tmp_path: Path) -> None:
@@ -53,7 +51,7 @@ def test_lag_grows_with_writes_and_falls_when_confirmed(slot_settings) -> None: 
 
 
 def test_unreachable_source_is_one_clear_error(tmp_path: Path) -> None:
-    from cdc.errors import SourceError
+    from cdc.capture.errors import SourceError
 
     settings = load_settings(database_url="postgresql://app:s3cret@127.0.0.1:1/shop", data_dir=tmp_path)
     with pytest.raises(SourceError) as info:
@@ -71,10 +69,16 @@ def test_watch_refreshes_until_interrupted(slot_settings) -> None:  # type: igno
     import threading
 
     cdc = Path(sys.executable).with_name("cdc")
-    env = {**os.environ, "CDC_DATABASE_URL": slot_settings.database_url, "CDC_SLOT": "lag_slot",
-           "CDC_DATA_DIR": str(slot_settings.data_dir), "COLUMNS": "120"}
-    process = subprocess.Popen([str(cdc), "lag", "--watch", "--interval", "0.2"], env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = {
+        **os.environ,
+        "CDC_DATABASE_URL": slot_settings.database_url,
+        "CDC_SLOT": "lag_slot",
+        "CDC_DATA_DIR": str(slot_settings.data_dir),
+        "COLUMNS": "120",
+    }
+    process = subprocess.Popen(
+        [str(cdc), "lag", "--watch", "--interval", "0.2"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     lines: queue.Queue[str] = queue.Queue()
     assert process.stdout is not None
     threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()  # type: ignore[union-attr]

@@ -35,8 +35,7 @@ def test_corrupt_segment_read_by_a_spark_task_is_one_error_line(
     segment.write_bytes(bytes(data))
 
     register(spark)
-    frame = (spark.read.format("cdclog").option("path", str(tmp_path / "log"))
-             .option("topics", "cdc.public.categories").load())
+    frame = spark.read.format("cdclog").option("path", str(tmp_path / "log")).option("topics", "cdc.public.categories").load()
 
     @click.command()
     def read() -> None:

@@ -38,12 +38,15 @@ def test_sync_metrics_endpoint(reference_db: str, tmp_path: Path) -> None:
     env = {**os.environ, "CDC_DATABASE_URL": reference_db, "CDC_DATA_DIR": str(data_dir), "CDC_METRICS_PORT": str(port)}
     process = subprocess.Popen(
         [str(CDC), "sync", "warehouse", "--continuous", "--interval", "0.2"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     try:
         wait_for(
             lambda: _scrape_or_empty(port).get("cdc_view_batches_total", 0) >= 1,
-            timeout=240, what="a finished sync step",
+            timeout=240,
+            what="a finished sync step",
         )
         metrics = _scrape(port)
         assert metrics["cdc_view_events_total"] >= 3 + 5 + 3

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psycopg
 
-from cdc.transport import ReplicationConnection, XLogData
+from cdc.capture.transport import ReplicationConnection, XLogData
 
 WORKLOAD = [
     "CREATE TYPE mood AS ENUM ('sad', 'happy')",

@@ -1,0 +1,101 @@
+"""Which published tables capture must snapshot, and whether the capture role may read them.
+
+A table joins the log through a snapshot (:mod:`cdc.capture.table_snapshots`) when the publication covers it,
+``CDC_TABLES`` includes it, the ledger does not cover it (see :meth:`SnapshotLedger.covers`: also a
+table added back, whose partitions changed or that was given a column its existing rows hold values
+in), and no snapshot of it already waits for the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from cdc.capture.catalog import Catalog, PublishedTable, steady
+from cdc.capture.errors import PrivilegeError, SourceError
+from cdc.capture.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
+
+log = logging.getLogger("cdc.capture")
+
+
+def captured_tables(catalog: Catalog, publication: str, include: Callable[[str, str], bool]) -> list[PublishedTable]:
+    """The published tables ``include`` takes, for the initial snapshot, once the role may read each."""
+    tables = catalog.published_tables(publication)
+    if not tables:
+        raise SourceError(f"publication {publication} does not exist or publishes no table; run `cdc setup`")
+    tables = [t for t in tables if include(t.schema, t.table)]
+    require_readable(catalog, tables, publication)
+    return tables
+
+
+def tables_to_snapshot(
+    catalog: Catalog,
+    publication: str,
+    include: Callable[[str, str], bool],
+    ledger: SnapshotLedger,
+    gate: TableGate,
+) -> list[PublishedTable]:
+    """The published, included tables that need a snapshot now; clears ``gate.wanted`` (a wanted table
+    no longer published is no longer captured).
+
+    The publication is read twice: a table whose publication entry or columns change while they are
+    read (its listing and its entry rows are read with different catalog snapshots) waits for the next
+    discovery rather than recording a state it was never in.
+    """
+    tables: list[PublishedTable] = []
+    for table in catalog.published_tables(publication):
+        if not include(table.schema, table.table):
+            continue
+        if ledger.covers(table.log_name, table.relid, table.membership, table.columns):
+            ledger.note_columns(table.log_name, table.columns)
+        elif table.relid not in gate.holds:
+            tables.append(table)
+    gate.wanted.clear()
+    if not tables:
+        return tables
+    again = {t.relid: steady(t) for t in catalog.published_tables(publication)}
+    unsteady = [t for t in tables if again.get(t.relid) != steady(t)]
+    if unsteady:
+        log.info(
+            "publication of %s changed while it was read; its snapshot waits for the next discovery",
+            ", ".join(t.qualified for t in unsteady),
+        )
+    return [t for t in tables if t not in unsteady]
+
+
+def snapshot_new_tables(
+    catalog: Catalog,
+    url: str,
+    publication: str,
+    include: Callable[[str, str], bool],
+    ledger: SnapshotLedger,
+    gate: TableGate,
+    slot: str,
+) -> PendingSnapshot | None:
+    """A snapshot of the tables that need one (:func:`tables_to_snapshot`), taken at the consistent point
+    of a temporary slot named ``slot``; their events wait in ``gate`` until it is written."""
+    tables = tables_to_snapshot(catalog, publication, include, ledger, gate)
+    if not tables:
+        return None
+    require_readable(catalog, tables, publication)
+    pending = take_snapshot(url, slot, tables)
+    for table in tables:
+        gate.holds[table.relid] = pending.boundary
+    log.info(
+        "snapshot of %s at %s, written when the stream reaches it",
+        ", ".join(t.qualified for t in tables),
+        pending.boundary,
+    )
+    return pending
+
+
+def require_readable(catalog: Catalog, tables: list[PublishedTable], publication: str) -> None:
+    """Refuse to snapshot ``tables`` (before any slot is made for it) when the role cannot read one."""
+    unreadable = set(catalog.unreadable([t.relid for t in tables]))
+    if unreadable:
+        names = ", ".join(t.qualified for t in tables if t.relid in unreadable)
+        raise PrivilegeError(
+            f"the capture role cannot read {names}, published by {publication}, so it cannot "
+            f"snapshot it; run GRANT SELECT ON {names} TO the capture role (ALTER DEFAULT PRIVILEGES "
+            "... GRANT SELECT ON TABLES covers tables created later)"
+        )

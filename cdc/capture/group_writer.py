@@ -1,0 +1,95 @@
+"""Committed transactions into the log as one group: the records of every transaction, in commit order.
+
+The group is handed to the log as a generator: the log writes it in bounded chunks, so a million-row
+transaction is never held in memory (its changes wait in a spill file until here). The caller confirms
+the group to the server only after :meth:`GroupWriter.append` returned (the log fsynced, or Kafka
+committed), and it never retries a group this raised for: the log kept nothing of it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+
+from cdc.capture.key_changes import KeyChangeValues, LogRows
+from cdc.capture.log import Log
+from cdc.capture.stream_core import group_position
+from cdc.capture.streaming import ChangeReplayer, Transaction
+from log_store import ProducerRecord
+
+log = logging.getLogger("cdc.capture")
+
+
+@dataclass
+class GroupWritten:
+    """What one group put in the log."""
+
+    events: int = 0
+    value_bytes: int = 0
+
+
+@dataclass
+class GroupWriter:
+    """Appends groups of transactions to ``log``, their records built by ``replayer``.
+
+    ``read_back_warned`` names the tables already warned of (:meth:`append`); the caller keeps it across
+    the writers of one process, so a capture that starts again after a Kafka failure does not warn again.
+    """
+
+    log: Log
+    replayer: ChangeReplayer
+    read_back_warned: set[str] = field(default_factory=set)
+
+    def append(self, group: list[Transaction]) -> GroupWritten:
+        """Append ``group`` at its last commit's position (:func:`~cdc.capture.stream_core.group_position`), then close it.
+
+        An update that changes a row's key and leaves TOAST values unchanged takes them from the old key's
+        row, and so does, on a log that cannot fold partial rows, an update that keeps its key
+        (:mod:`cdc.capture.key_changes`). Schema records of a group the log did not take are written again with the next.
+        """
+        replayer = self.replayer
+        written = GroupWritten()
+        changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(replayer.records(tx) for tx in group)
+        wanted = replayer.key_changes(group, partial=replayer.builder.whole_rows)
+        values = KeyChangeValues(wanted, LogRows(self.log)) if wanted else None
+        try:
+            previous = replayer.builder.previous_values_from(values) if values else nullcontext()
+            with replayer.tentative_schemas(), previous:
+                records = _counted(values.watch(changes) if values else changes, written)
+                self.log.append_group(records, group_position(group[-1]).hex16())
+        finally:
+            for tx in group:
+                tx.close()
+        self._warn_of_rows_read_back()
+        return written
+
+    def _warn_of_rows_read_back(self) -> None:
+        """Say once per table that its updates leave TOAST values out, which capture reads back from the log."""
+        read_back = self.replayer.builder.rows_read_back
+        for table in sorted(read_back - self.read_back_warned):
+            log.warning(
+                "updates of %s leave TOAST values out; the log (Kafka) cannot fold such partial rows, so capture reads "
+                "each such row back from the log to write it whole, which slows it down; run ALTER TABLE %s "
+                "REPLICA IDENTITY FULL so that updates carry those values",
+                table,
+                table,
+            )
+        self.read_back_warned |= read_back
+
+
+def _counted(records: Iterator[ProducerRecord], written: GroupWritten) -> Iterator[ProducerRecord]:
+    """Pass ``records`` through, adding their number and value bytes to ``written`` as they go."""
+    events = size = 0
+    try:
+        for record in records:
+            events += 1
+            value = record[2]
+            if value is not None:
+                size += len(value)
+            yield record
+    finally:
+        written.events += events
+        written.value_bytes += size

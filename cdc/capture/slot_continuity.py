@@ -1,0 +1,117 @@
+"""Whether the replication slot still continues the log, or changes were lost between them.
+
+Capture confirms a position to the slot only after the log holds every transaction before it, and
+the log's watermark position P then is the end of the last transaction's commit record minus one
+(or the server's WAL end minus one, for a heartbeat), so the slot's ``confirmed_flush_lsn`` never
+exceeds P + 1 for the slot this log was written from. A slot confirmed further was not: it was
+created anew (``cdc setup`` after the slot was lost or dropped) or advanced by another client, and the
+transactions committed between P and its position were never streamed into the log. Streaming from
+it would leave that gap for good; capture takes a new snapshot instead (its truncate markers supersede
+what the log holds, see :mod:`cdc.coordinator`).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import psycopg
+
+from cdc.capture.errors import SlotError, SourceError
+from cdc.capture.lsn import Lsn
+
+log = logging.getLogger("cdc.capture")
+
+
+def slot_confirmed(url: str, slot: str) -> Lsn | None:
+    """The slot's ``confirmed_flush_lsn``; ``None`` when there is no such slot (or it has none yet)."""
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+            ).fetchone()
+    except psycopg.OperationalError as exc:
+        raise SourceError(
+            f"cannot connect to the source database: {str(exc).strip().splitlines()[0]}; check CDC_DATABASE_URL"
+        ) from None
+    if row is None or row[0] is None:
+        return None
+    return Lsn.parse(str(row[0]))
+
+
+def gap_after(position: Lsn, confirmed: Lsn | None) -> bool:
+    """Whether a slot confirmed at ``confirmed`` skipped transactions after the log's ``position``.
+
+    Positions capture writes are one below a record boundary (WAL records start 8-byte aligned), so they
+    end in 7 modulo 8. A position on a boundary is a commit LSN written by an earlier capture version,
+    which confirmed the slot at the end of that commit record, somewhere past the position: no gap can
+    be told from that, so none is assumed (the next group writes a position of the current form).
+    """
+    if position == 0 or confirmed is None or position % 8 == 0:
+        return False
+    return confirmed > position + 1
+
+
+def slot_skipped_ahead(url: str, slot: str, position: Lsn) -> bool:
+    """Whether ``slot`` does not continue a log at ``position`` (said in a warning): a new snapshot is due."""
+    confirmed = slot_confirmed(url, slot)
+    if not gap_after(position, confirmed):
+        return False
+    log.warning(
+        "replication slot %s is confirmed at %s but the log holds transactions only up to %s: the slot was "
+        "recreated or advanced by another client, and what committed in between never reached the log; "
+        "taking a new snapshot that supersedes the log's rows",
+        slot,
+        confirmed,
+        Lsn(position + 1),
+    )
+    return True
+
+
+def require_continuity(url: str, slot: str, position: Lsn) -> None:
+    """Refuse to stream from a slot recreated or advanced elsewhere while capture reconnected."""
+    confirmed = slot_confirmed(url, slot)
+    if gap_after(position, confirmed):
+        raise SlotError(
+            f"replication slot {slot} was recreated or advanced elsewhere while capture "
+            f"reconnected (confirmed at {confirmed}, the log holds transactions up to {position}); "
+            "start capture again: it takes a new snapshot that supersedes the log's rows"
+        )
+
+
+def drop_idle_slot(url: str, slot: str) -> None:
+    """Drop ``slot`` before a first snapshot makes it anew; a slot another process streams from is an error."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT active_pid FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+        if row is None:
+            return
+        if row[0] is not None:
+            raise SlotError(f"replication slot {slot} is in use by PID {row[0]}; stop the other capture first")
+        conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def drop_unfinished_slot(url: str, slot: str, consistent_point: Lsn) -> None:
+    """Drop the slot made for a first snapshot that did not complete.
+
+    The log then has no complete snapshot, so the next run drops the slot anyway and creates one with
+    a new exported snapshot: left in place it would only hold WAL for nobody. Only a slot nobody uses
+    whose confirmed position is still ``consistent_point`` (the one this run made) is dropped. A failure
+    to drop is logged, never raised over the error that ended the snapshot.
+    """
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            dropped = conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+                "WHERE slot_name = %s AND active_pid IS NULL AND confirmed_flush_lsn = %s::pg_lsn",
+                (slot, str(consistent_point)),
+            ).fetchall()
+    except psycopg.Error as exc:
+        log.warning(
+            "could not drop replication slot %s, created for a snapshot that did not complete (%s); "
+            "it holds WAL until capture runs again or SELECT pg_drop_replication_slot('%s') drops it",
+            slot,
+            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
+            slot,
+        )
+        return
+    if dropped:
+        log.info("dropped replication slot %s: its snapshot did not complete, the next run takes a new one", slot)

@@ -1,0 +1,235 @@
+"""One writer for both kinds of snapshot: the initial one, and tables that join later (:mod:`cdc.capture.table_snapshots`).
+
+What a snapshot puts in the log, in this order per table:
+
+* truncate markers (``op=t``, ``source.snapshot`` "true", sequence 0, on every partition) when the
+  table's topic already holds records, left by an interrupted attempt (its groups were durable, and a
+  row deleted since would otherwise never be deleted downstream): a consumer applying events in
+  ``(lsn, sequence)`` order empties the table there and then sees exactly the new reads (compaction
+  keeps the marker, the latest record of its key, after any stale row it keeps). The initial snapshot
+  also writes the markers alone on the topic of a table an earlier attempt read but this one no longer
+  captures;
+* its schema record, when the table's columns differ from the last one written;
+* its reads, a block of columns per chunk.
+
+The very last read is marked "last", and the ledger's records (``<prefix>.__snapshots``) follow it.
+They form the final part, which always goes into the group at the snapshot's position ``as_of``, so a
+snapshot that was cut short never looks complete. The initial snapshot writes the parts before it in
+groups at position 0 (one fsync each, memory bounded); a table snapshot writes everything in that one
+group. Schema records handed out for a group the log did not take are forgotten again, so the next
+attempt writes them too.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from cdc.capture.catalog import Catalog, PublishedTable
+from cdc.capture.events import EventBuilder, TxContext, mark_last_read
+from cdc.capture.gc_tuning import relaxed_gc
+from cdc.capture.log import Log
+from cdc.capture.lsn import Lsn
+from cdc.capture.snapshot import SnapshotReader
+from cdc.capture.streaming import ChangeReplayer
+from cdc.capture.table_snapshots import SnapshotLedger
+from cdc.capture.tables import TableShape
+from event_format import SNAPSHOT_POSITION
+from log_store import ProducerColumns, ProducerRecord, TopicPartition
+
+#: Items a snapshot group hands the log at a time: records, or blocks of one chunk's reads each.
+_SNAPSHOT_ITEMS = 2
+
+Item = ProducerRecord | ProducerColumns
+
+
+def published_shape(catalog: Catalog, topic_for: Callable[[str, str], str], table: PublishedTable) -> TableShape:
+    """The shape of a published table as the catalog has it now, keyed by its primary key, else by the
+    index its replica identity names (no key: replica identity FULL or nothing)."""
+    info = catalog.table(table.relid)
+    keys = info.primary_key or (info.identity_key if info.replica_identity == "index" else ())
+    return TableShape.build(
+        table.relid,
+        table.schema,
+        table.table,
+        topic_for(table.schema, table.table),
+        list(info.columns),
+        list(keys),
+        not_null=info.not_null,
+        type_names=catalog.type_names,
+        attnums=info.attnums,
+    )
+
+
+@dataclass
+class _Table:
+    """One table of a snapshot: what goes before its reads, and how many rows it had."""
+
+    published: PublishedTable
+    shape: TableShape
+    context: TxContext
+    head: list[ProducerRecord]
+    rows: int = 0
+
+
+@dataclass
+class SnapshotWritten:
+    """What a snapshot put in the log."""
+
+    shapes: list[TableShape] = field(default_factory=list)
+    rows: int = 0
+    events: int = 0
+    value_bytes: int = 0
+    groups: int = 0
+
+
+@dataclass
+class SnapshotWriter:
+    """Writes snapshots into ``log`` (see the module's docstring for what and in which order)."""
+
+    log: Log
+    builder: EventBuilder
+    replayer: ChangeReplayer
+    ledger: SnapshotLedger
+    shape_of: Callable[[PublishedTable], TableShape]
+    ensure_topic: Callable[[TableShape], None]
+    chunk_rows: int
+    progress: bool = False
+
+    def write(
+        self,
+        tables: list[PublishedTable],
+        reader: SnapshotReader,
+        as_of: Lsn,
+        *,
+        uncaptured: Mapping[str, tuple[str, str]] | None = None,
+        group_chunks: int | None = None,
+        on_block: Callable[[], None] = lambda: None,
+    ) -> SnapshotWritten:
+        """Write the snapshot of ``tables`` that ``reader`` holds, complete as of ``as_of``.
+
+        ``uncaptured``: topic -> (schema, table) of every table the log has records of; those not among
+        ``tables`` get truncate markers alone. ``group_chunks``: chunks per group at position 0 before
+        the completing group, ``None`` for one group. ``on_block`` runs before each chunk is written
+        (it may raise to abandon the snapshot: nothing of an unfinished group is kept).
+        """
+        ts_ms = time.time_ns() // 1_000_000
+        written = SnapshotWritten()
+        with self.replayer.tentative_schemas(), relaxed_gc():
+            heads = [self._table(table, as_of, reader.xmin, ts_ms) for table in tables]
+            captured = {head.shape.topic for head in heads}
+            first = self._supersede_uncaptured(captured, uncaptured or {}, as_of, ts_ms)
+            parts = self._parts(first, heads, reader, as_of, ts_ms, written, on_block)
+            if group_chunks is not None:
+                upcoming = next(parts)
+                while not upcoming[1]:
+                    # a block of columns counts as one item: a few at a time bound the memory
+                    upcoming = self._append_partial(parts, upcoming, group_chunks)
+                    written.groups += 1
+                parts = iter([upcoming])
+            items = itertools.chain.from_iterable(part for part, _ in parts)
+            self.log.append_group(items, as_of.hex16(), chunk_records=_SNAPSHOT_ITEMS)
+            written.groups += 1
+        self.ledger.add((head.shape for head in heads), as_of, {head.shape.relid: head.published for head in heads})
+        written.shapes = [head.shape for head in heads]
+        written.rows = sum(head.rows for head in heads)
+        return written
+
+    def _append_partial(
+        self, parts: Iterator[tuple[list[Item], bool]], upcoming: tuple[list[Item], bool], chunks: int
+    ) -> tuple[list[Item], bool]:
+        """Append up to ``chunks`` parts from ``upcoming`` on, never the final one, as a group at position 0;
+        returns the first part not appended."""
+
+        def group() -> Iterator[list[Item]]:
+            nonlocal upcoming
+            for _ in range(max(1, chunks)):
+                yield upcoming[0]
+                upcoming = next(parts)
+                if upcoming[1]:
+                    return
+
+        self.log.append_group(itertools.chain.from_iterable(group()), SNAPSHOT_POSITION, chunk_records=_SNAPSHOT_ITEMS)
+        return upcoming
+
+    def _table(self, table: PublishedTable, as_of: Lsn, xmin: int, ts_ms: int) -> _Table:
+        """A table's shape, with its topic made, and the records that precede its reads."""
+        shape = self.shape_of(table)
+        self.ensure_topic(shape)
+        context = TxContext(as_of, xmin, ts_ms, snapshot="true")
+        head = self._supersede(shape, context) + self.replayer.schema_records(shape, as_of)
+        return _Table(table, shape, context, head)
+
+    def _parts(
+        self,
+        first: list[ProducerRecord],
+        tables: list[_Table],
+        reader: SnapshotReader,
+        as_of: Lsn,
+        ts_ms: int,
+        written: SnapshotWritten,
+        on_block: Callable[[], None],
+    ) -> Iterator[tuple[list[Item], bool]]:
+        """The snapshot's items a list at a time (a chunk's reads as one block of columns), and whether
+        the list is the final part (the last read, marked "last", and the ledger records).
+
+        A table's markers and schema record go out with the next chunk of reads, so that the first list
+        already holds rows.
+        """
+        carry: list[Item] = list(first)
+        held: ProducerColumns | None = None  # held back so that the final read is marked "last"
+        for table in tables:
+            carry += table.head
+            encode = self.builder.read_encoder(table.shape, table.context)
+            blocks = reader.column_chunks(table.shape, encode, self.chunk_rows)
+            for block in self._with_progress(blocks, table.shape, reader):
+                on_block()
+                table.context.sequence += len(block)
+                table.rows += len(block)
+                written.events += len(block)
+                written.value_bytes += block.value_bytes()
+                if held is not None:
+                    yield [*carry, held], False
+                    carry = []
+                held = block
+        final = carry
+        if held is not None:
+            final += [held.slice(0, len(held) - 1), mark_last_read(held.record(len(held) - 1))]
+        ledger: list[Item] = [self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in tables]
+        yield final + ledger, True
+
+    def _with_progress(
+        self, blocks: Iterable[ProducerColumns], shape: TableShape, reader: SnapshotReader
+    ) -> Iterator[ProducerColumns]:
+        if not self.progress:
+            yield from blocks
+            return
+        from rich.progress import Progress
+
+        with Progress(transient=True) as bar:
+            task = bar.add_task(f"snapshot {shape.qualified}", total=reader.estimate(shape.relid) or None)
+            for block in blocks:
+                yield block
+                bar.advance(task, len(block))
+
+    def _topic_has_records(self, topic: str) -> bool:
+        return topic in self.log.topics() and any(
+            self.log.end_offset(TopicPartition(topic, p)) > 0 for p in range(self.log.partitions(topic))
+        )
+
+    def _supersede(self, shape: TableShape, context: TxContext) -> list[ProducerRecord]:
+        """Truncate markers (sequence 0 of ``context``) when the table's topic already holds records."""
+        return self.builder.truncate(shape, context) if self._topic_has_records(shape.topic) else []
+
+    def _supersede_uncaptured(
+        self, captured: set[str], uncaptured: Mapping[str, tuple[str, str]], as_of: Lsn, ts_ms: int
+    ) -> list[ProducerRecord]:
+        """Truncate markers for the topics of tables an interrupted snapshot read but this one does not."""
+        records: list[ProducerRecord] = []
+        for topic, (schema, table) in sorted(uncaptured.items()):
+            if topic not in captured and self._topic_has_records(topic):
+                shape = TableShape(0, schema, table, topic, ())
+                records.extend(self._supersede(shape, TxContext(as_of, 0, ts_ms, snapshot="true")))
+        return records

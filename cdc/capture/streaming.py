@@ -1,0 +1,489 @@
+"""From pgoutput payloads to committed transactions, and from a committed transaction to log records.
+
+:class:`TransactionAssembler` reads the stream in server order and returns each transaction when it
+commits, with its change messages kept as raw payloads in a :class:`~cdc.capture.spill.SpillBuffer` (memory
+bounded: a million-row transaction sits on disk, not in memory). It handles both a plain transaction
+(Begin ... Commit, protocol 1) and a streamed in-progress one (protocol 2: blocks of Stream Start ...
+Stream Stop, then Stream Commit, or Stream Abort which discards the transaction or one subtransaction).
+
+:class:`ChangeReplayer` turns one committed transaction into records lazily, in the order the server
+sent the changes, numbering them with ``source.sequence``. It owns the relation cache. Replaying in
+commit order is what keeps the cache right: the server sends every Relation message a transaction
+needs inside it (also inside a streamed one), before the first change that uses it.
+
+Guarantees: records of a transaction come out in change order; a transaction's schema record
+precedes its first event that uses a new shape; nothing is emitted for an aborted transaction; no
+event of a table is emitted unless its gate (:class:`~cdc.capture.table_snapshots.TableGate`) admits the
+table for the transaction, which it does only once the table's snapshot is in the log or ordered
+before the transaction.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from cdc.capture.catalog import Catalog, TableInfo
+from cdc.capture.errors import DecodeError, SourceError
+from cdc.capture.events import EventBuilder, TxContext, new_record
+from cdc.capture.key_changes import discarded_values, read_back_key
+from cdc.capture.pgoutput.decoder import Decoder
+from cdc.capture.pgoutput.messages import (
+    UNCHANGED,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Relation,
+    StreamAbort,
+    StreamCommit,
+    StreamStart,
+    StreamStop,
+    Truncate,
+    TypeInfo,
+    Update,
+)
+from cdc.capture.row_codec import InsertEncoder
+from cdc.capture.spill import SpillBuffer
+from cdc.capture.tables import TableShape
+from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
+from log_store.record import ProducerRecord
+
+if TYPE_CHECKING:
+    from cdc.capture.table_snapshots import TableGate
+
+_XID = struct.Struct("!I")
+_U32 = struct.Struct("!I")
+#: the top-level ``ts_ms`` of fast-path inserts is read from the clock once per this many events
+_CLOCK_EVERY = 1024
+_DATA_TYPES = frozenset(b"RYIUDT")
+#: where an XLogData frame's payload starts: 'w', Int64 data start, Int64 WAL end, Int64 send time
+_PAYLOAD_AT = 25
+_PG_EPOCH_MS = PG_EPOCH_OFFSET_US // 1000
+
+
+@dataclass
+class Transaction:
+    """A committed transaction: commit LSN, end LSN, xid, commit time and its change payloads."""
+
+    xid: int
+    commit_lsn: int
+    end_lsn: int
+    commit_ts_ms: int
+    changes: SpillBuffer
+    streamed: bool = False
+    aborted_subxids: set[int] = field(default_factory=set)
+    #: holds an update that sent the old key ('K'): it may change a row's key (see :mod:`cdc.capture.key_changes`)
+    key_changes: bool = False
+
+    @property
+    def change_count(self) -> int:
+        """How many change messages the transaction holds."""
+        return self.changes.count
+
+    def close(self) -> None:
+        self.changes.close()
+
+
+@dataclass
+class _Open:
+    xid: int
+    changes: SpillBuffer
+    final_lsn: int = 0
+    commit_ts_us: int = 0
+    aborted_subxids: set[int] = field(default_factory=set)
+    key_changes: bool = False
+
+
+class TransactionAssembler:
+    """Feeds on payloads in server order; :meth:`feed` returns a :class:`Transaction` at its commit.
+
+    Only Begin/Commit and the stream control messages are decoded here; data and Relation messages are
+    stored as bytes and decoded once, at replay.
+    """
+
+    def __init__(self, memory_limit: int = 8 << 20) -> None:
+        self._decoder = Decoder()
+        self._memory_limit = memory_limit
+        self._current: _Open | None = None
+        self._streams: dict[int, _Open] = {}
+        self._stream_xid: int | None = None
+
+    @property
+    def idle(self) -> bool:
+        """True between transactions (no plain transaction open, no stream block open)."""
+        return self._current is None and self._stream_xid is None
+
+    @property
+    def open_streams(self) -> int:
+        return len(self._streams)
+
+    def take(self, frames: list[bytes | memoryview], start: int = 0) -> int:
+        """The fast path of :meth:`feed` for raw CopyData frames: stores the run of XLogData frames from
+        ``start`` on that carry changes of the open transaction, and returns the index of the first
+        frame it did not take (``len(frames)`` when it took them all). The caller decodes that frame
+        and hands it to :meth:`feed`, then calls this again after it.
+        """
+        target = self._current if self._stream_xid is None else self._streams.get(self._stream_xid)
+        if target is None:
+            return start
+        old_at = 5 if self._stream_xid is None else 9  # where an update's old-tuple kind byte sits
+        payloads: list[bytes] = []
+        append = payloads.append
+        end = len(frames)
+        index = start
+        while index < end:
+            frame = frames[index]
+            if frame[0] != 0x77 or len(frame) <= _PAYLOAD_AT or frame[_PAYLOAD_AT] not in _DATA_TYPES:
+                break
+            payload = bytes(frame[_PAYLOAD_AT:])
+            append(payload)
+            if payload[0] == 0x55 and len(payload) > old_at and payload[old_at] == 0x4B:
+                target.key_changes = True
+            index += 1
+        if payloads:
+            target.changes.extend(payloads)
+        return index
+
+    def feed(self, payload: bytes, lsn: int = 0) -> Transaction | None:
+        kind = payload[0] if payload else 0
+        if kind in _DATA_TYPES:
+            if self._stream_xid is not None:
+                stream = self._streams[self._stream_xid]
+                stream.changes.append(payload)
+                stream.key_changes |= kind == 0x55 and len(payload) > 9 and payload[9] == 0x4B
+            elif self._current is not None:
+                self._current.changes.append(payload)
+                self._current.key_changes |= kind == 0x55 and len(payload) > 5 and payload[5] == 0x4B
+            elif kind in b"RY":
+                return None  # a Relation outside a transaction carries nothing to replay
+            else:
+                raise DecodeError(f"change message outside a transaction at LSN {lsn:X}")
+            return None
+        message = self._decoder.decode(payload, lsn)
+        if isinstance(message, Begin):
+            self._current = _Open(message.xid, SpillBuffer(self._memory_limit), message.final_lsn, message.commit_ts_us)
+        elif isinstance(message, Commit):
+            current, self._current = self._current, None
+            if current is None:
+                raise DecodeError(f"Commit without Begin at LSN {lsn:X}")
+            return Transaction(
+                current.xid,
+                message.commit_lsn,
+                message.end_lsn,
+                message.commit_ts_us // 1000 + _PG_EPOCH_MS,
+                current.changes,
+                key_changes=current.key_changes,
+            )
+        elif isinstance(message, StreamStart):
+            self._stream_xid = message.xid
+            if message.xid not in self._streams:
+                self._streams[message.xid] = _Open(message.xid, SpillBuffer(self._memory_limit))
+        elif isinstance(message, StreamStop):
+            self._stream_xid = None
+        elif isinstance(message, StreamCommit):
+            ended = self._streams.pop(message.xid, None)
+            if ended is None:
+                raise DecodeError(f"Stream Commit of unknown transaction {message.xid} at LSN {lsn:X}")
+            return Transaction(
+                ended.xid,
+                message.commit_lsn,
+                message.end_lsn,
+                message.commit_ts_us // 1000 + _PG_EPOCH_MS,
+                ended.changes,
+                True,
+                ended.aborted_subxids,
+                ended.key_changes,
+            )
+        elif isinstance(message, StreamAbort):
+            if message.xid == message.subxid:
+                aborted = self._streams.pop(message.xid, None)
+                if aborted is not None:
+                    aborted.changes.close()
+            elif message.xid in self._streams:
+                self._streams[message.xid].aborted_subxids.add(message.subxid)
+        # Origin and logical Message are skipped: they carry no row change.
+        return None
+
+    def reset(self) -> None:
+        """Forget every open transaction (after a reconnect the server resends them whole)."""
+        if self._current is not None:
+            self._current.changes.close()
+        for stream in self._streams.values():
+            stream.changes.close()
+        self._current = None
+        self._streams.clear()
+        self._stream_xid = None
+        self._decoder = Decoder()
+
+
+TableFilter = Callable[[str, str], bool]
+#: A table's last schema record: its fingerprint (:meth:`~cdc.capture.tables.TableShape.fingerprint`) and value.
+EmittedSchema = tuple[bytes, bytes]
+
+
+def _attribute_numbers(columns: list[tuple[str, int, int]], info: TableInfo | None) -> tuple[tuple[str, int], ...]:
+    """The attribute number of each column of a Relation message, from the catalog read since.
+
+    The catalog may already be past the message (a rename after it): a column is matched by name when
+    the catalog has it at the same place, else by place when the catalog has as many columns and the
+    same type there (renamed since), else by name anywhere; unmatched columns get 0 (unknown).
+    """
+    if info is None:
+        return ()
+    catalog = list(zip(info.columns, (number for _, number in info.attnums), strict=False))
+    by_name = {column[0]: number for column, number in catalog}
+    out = []
+    for index, (name, type_oid, _) in enumerate(columns):
+        number = by_name.get(name, 0)
+        if index < len(catalog) and len(catalog) == len(columns):
+            (catalog_name, catalog_type, _), at = catalog[index]
+            if catalog_name == name or (catalog_type == type_oid and name not in by_name):
+                number = at
+        out.append((name, number))
+    return tuple(out)
+
+
+class ChangeReplayer:
+    """Owns the relation cache; turns committed transactions into records for the log.
+
+    ``emitted_schemas`` maps ``schema.table`` to the fingerprint and value of the record last written to
+    the schema topic (loaded from the log at start), so a restart does not write the same schema record
+    twice, and a new record carries the earlier versions on (:func:`~cdc.capture.tables.earlier_versions`). ``gate``, when
+    given, is asked once per table and transaction whether the table's events may be written; a table
+    it refuses contributes nothing to the transaction's records (not even a schema record).
+    """
+
+    def __init__(
+        self,
+        builder: EventBuilder,
+        catalog: Catalog,
+        topic_for: Callable[[str, str], str],
+        include: TableFilter,
+        emitted_schemas: dict[str, EmittedSchema] | None = None,
+        on_new_shape: Callable[[TableShape], None] | None = None,
+        gate: TableGate | None = None,
+    ) -> None:
+        self.builder = builder
+        self.catalog = catalog
+        self.topic_for = topic_for
+        self.include = include
+        self.relations: dict[int, TableShape] = {}
+        self.type_names: dict[int, str] = {}
+        self.emitted_schemas: dict[str, EmittedSchema] = dict(emitted_schemas or {})
+        self.on_new_shape = on_new_shape
+        self.gate = gate
+
+    def shape_from_relation(self, relation: Relation) -> TableShape:
+        """The table's shape from a Relation message; the key is the primary key whenever the old key the
+        server sends holds it (replica identity FULL, or an index over it), else the identity's columns."""
+        columns = [(c.name, c.type_oid, c.typmod) for c in relation.columns]
+        info: TableInfo | None
+        try:
+            info = self.catalog.table(relation.relid)
+        except SourceError:
+            info = None  # dropped since: keys and nullability then come from the message alone
+        flagged = [c.name for c in relation.columns if c.key]
+        if (
+            info is not None
+            and info.primary_key
+            and (relation.replica_identity == "full" or set(info.primary_key) <= set(flagged))
+        ):
+            # the primary key stays the event key whatever the replica identity (FULL flags every column,
+            # an index may hold more columns than the key): a key that moved would split a row in two
+            keys = list(info.primary_key)
+        elif relation.replica_identity == "full":
+            keys = []
+        else:
+            keys = flagged
+        type_names = dict(self.type_names)
+        type_names.update(self.catalog.type_names)
+        return TableShape.build(
+            relation.relid,
+            relation.namespace,
+            relation.name,
+            self.topic_for(relation.namespace, relation.name),
+            columns,
+            keys,
+            not_null=info.not_null if info else frozenset(),
+            type_names=type_names,
+            attnums=_attribute_numbers(columns, info),
+        )
+
+    @contextmanager
+    def tentative_schemas(self) -> Iterator[None]:
+        """Forget the schema records handed out inside the block when it fails: nothing of the group they
+        went into is in the log, so the next group must write them again."""
+        saved = dict(self.emitted_schemas)
+        try:
+            yield
+        except BaseException:
+            self.emitted_schemas = saved
+            raise
+
+    def replay_relations(self, tx: Transaction) -> None:
+        """Replay a transaction the log already holds only to follow its Relation messages (the server
+        resends what each transaction needs), then close it; its records are thrown away."""
+        try:
+            with self.builder.previous_values_from(discarded_values):
+                for _ in self.records(tx):
+                    pass
+        finally:
+            tx.close()
+
+    def schema_records(self, shape: TableShape, lsn: int, sequence: int = 0) -> list[ProducerRecord]:
+        """The schema record of ``shape`` as of ``(lsn, sequence)`` when its columns differ from the last
+        one written (empty otherwise); a new one is noted as written and reported to ``on_new_shape``."""
+
+        fingerprint = shape.fingerprint()
+        emitted = self.emitted_schemas.get(shape.log_name)
+        if emitted is not None and emitted[0] == fingerprint:
+            return []
+        record = self.builder.schema(shape, lsn, emitted[1] if emitted is not None else None, sequence)
+        self.emitted_schemas[shape.log_name] = (fingerprint, record.value or b"")
+        if self.on_new_shape is not None:
+            self.on_new_shape(shape)
+        return [record]
+
+    def _admitted(
+        self, admitted: dict[int, bool], shape: TableShape, commit_lsn: int, sequence: int
+    ) -> list[ProducerRecord] | None:
+        """None when ``shape``'s events of this transaction are held back; else the records to write
+        before its first event (``admitted``: per table, whether this transaction writes its events)."""
+        allowed = admitted.get(shape.relid)
+        if allowed is not None:
+            return [] if allowed else None
+        head = self._first_use(shape, commit_lsn, sequence)
+        admitted[shape.relid] = head is not None
+        return head
+
+    def _decoded(self, message: object, admitted: dict[int, bool], context: TxContext) -> Iterator[ProducerRecord]:
+        """The records of one decoded message of the transaction ``context`` describes; a Relation or
+        Type message updates the caches instead."""
+        builder = self.builder
+        if isinstance(message, (Insert, Update, Delete)):
+            shape = self.relations.get(message.relid)
+            head = self._admitted(admitted, shape, context.lsn, context.sequence) if shape is not None else None
+            if shape is None or head is None:
+                return
+            yield from head
+            if isinstance(message, Insert):
+                yield from builder.insert(shape, message.new, context)
+            elif isinstance(message, Update):
+                yield from builder.update(shape, message.old_kind, message.old, message.new, context)
+            else:
+                yield from builder.delete(shape, message.old_kind, message.old, context)
+        elif isinstance(message, Truncate):
+            for relid in message.relids:
+                shape = self.relations.get(relid)
+                if shape is not None and (self.gate is None or self.gate.admits(shape, context.lsn)):
+                    yield from builder.truncate(shape, context)
+        elif isinstance(message, Relation):
+            if self.include(message.namespace, message.name):
+                self.relations[message.relid] = self.shape_from_relation(message)
+                admitted.pop(message.relid, None)
+            else:
+                self.relations.pop(message.relid, None)
+        elif isinstance(message, TypeInfo):
+            self.type_names[message.oid] = message.name
+
+    def _first_use(self, shape: TableShape, commit_lsn: int, sequence: int = 0) -> list[ProducerRecord] | None:
+        """None when the table's events of this transaction are held back, else the records to write first."""
+        if self.gate is not None and not self.gate.admits(shape, commit_lsn):
+            return None
+        return self.schema_records(shape, commit_lsn, sequence)
+
+    def key_changes(self, txs: list[Transaction], *, partial: bool = False) -> set[tuple[str, bytes]]:
+        """``(topic, old key)`` of every update in ``txs`` that changes a row's key and leaves TOAST
+        values unchanged (see :mod:`cdc.capture.key_changes`); with ``partial``, also ``(topic, key)`` of every
+        update that keeps its key and leaves TOAST values unchanged (a log that cannot fold partial rows
+        gets whole ones). Empty when no transaction holds such an update.
+
+        A first pass over the group without side effects on what is written: only Relation, Type and
+        Update messages are decoded, the relation cache is followed on a copy.
+        """
+        if not partial and not any(tx.key_changes for tx in txs):
+            return set()
+        relations = dict(self.relations)
+        wanted: set[tuple[str, bytes]] = set()
+        for tx in txs:
+            decoder = Decoder()
+            decoder.in_stream = tx.streamed
+            for payload in tx.changes:
+                if payload[0] not in b"RYU":
+                    continue
+                if tx.streamed and tx.aborted_subxids and _XID.unpack_from(payload, 1)[0] in tx.aborted_subxids:
+                    continue
+                message = decoder.decode(payload)
+                if isinstance(message, Relation):
+                    if self.include(message.namespace, message.name):
+                        relations[message.relid] = self.shape_from_relation(message)
+                    else:
+                        relations.pop(message.relid, None)
+                elif isinstance(message, TypeInfo):
+                    self.type_names[message.oid] = message.name
+                elif (
+                    isinstance(message, Update)
+                    and UNCHANGED in message.new
+                    and message.old_kind != "O"
+                    and (partial or (message.old_kind == "K" and message.old is not None))
+                ):
+                    # (a whole old row, 'O', holds every unchanged value itself: nothing to read back)
+                    shape = relations.get(message.relid)
+                    old_key = read_back_key(shape, message, partial) if shape is not None else None
+                    if shape is not None and old_key is not None:
+                        wanted.add((shape.topic, old_key))
+        return wanted
+
+    def records(self, tx: Transaction) -> Iterator[ProducerRecord]:
+        """Every record of ``tx`` in change order; schema records precede the events using them.
+
+        Inserts take the fast path (:meth:`EventBuilder.insert_payload`, straight from the payload
+        bytes); every other message, and an insert that path declines, goes through the decoder.
+        """
+        decoder = Decoder()
+        decoder.in_stream = tx.streamed
+        context = TxContext(tx.commit_lsn, tx.xid, tx.commit_ts_ms)
+        builder = self.builder
+        relations = self.relations
+        aborted = tx.aborted_subxids if tx.streamed else None
+        admitted: dict[int, bool] = {}  # per table: whether its events of this transaction are written
+        # per admitted table: (shape, insert encoder, envelope template, topic) of the insert fast path
+        fast: dict[int, tuple[TableShape, InsertEncoder, bytes, str]] = {}
+        relid_at = 5 if tx.streamed else 1  # a streamed transaction's data messages lead with their xid
+        unpack_u32 = _U32.unpack_from
+        commit_ts = tx.commit_ts_ms
+        now_ms = time.time_ns() // 1_000_000
+        countdown = _CLOCK_EVERY
+        for payload in tx.changes:
+            if aborted and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDT":
+                continue
+            if payload[0] == 0x49 and len(payload) > relid_at + 6 and payload[relid_at + 4] == 0x4E:  # Insert, new tuple
+                relid = unpack_u32(payload, relid_at)[0]
+                shape = relations.get(relid)
+                if shape is None:
+                    continue
+                entry = fast.get(relid)
+                if entry is None or entry[0] is not shape:
+                    head = self._admitted(admitted, shape, tx.commit_lsn, context.sequence)
+                    if head is None:
+                        continue
+                    yield from head
+                    entry = (shape, shape.codec.insert_encoder(), builder.insert_template(shape, context), shape.topic)
+                    fast[relid] = entry
+                countdown -= 1
+                if not countdown:
+                    now_ms, countdown = time.time_ns() // 1_000_000, _CLOCK_EVERY
+                try:
+                    encoded = entry[1](payload, relid_at + 5, entry[2], context.sequence, now_ms)
+                except (IndexError, ValueError, struct.error):
+                    encoded = None  # malformed: the decoder below raises the DecodeError that names it
+                if encoded is not None:
+                    context.sequence += 1
+                    yield new_record((entry[3], encoded[0], encoded[1], commit_ts, ()))
+                    continue
+            yield from self._decoded(decoder.decode(payload), admitted, context)

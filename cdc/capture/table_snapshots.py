@@ -1,0 +1,228 @@
+"""Tables that join the capture mid-stream: a snapshot at a temporary slot's consistent point, and the ledger.
+
+**The ledger.** The compacted topic ``<prefix>.__snapshots`` holds one record per table whose snapshot
+the log holds complete (key: the table's log name as a JSON string, ``"<schema>.<table>"`` for plain
+names, see :mod:`log_store.topic_names`; value ``{"schema", "table", "topic",
+"relid", "lsn", "rows", "membership", "columns"}``, the last two as the catalog described the table when
+it was snapshotted, see :class:`~cdc.capture.catalog.PublishedTable`). It is written in the same group as the
+snapshot's last rows, so after a crash either both are in the log or neither. A table's change events enter the log only once the
+ledger names it (or its snapshot is under way, below): :class:`TableGate` is what the replayer asks.
+
+**A table added to the publication** (or recreated, or captured by a log without a ledger entry for it,
+or added back after it left the publication, or published via a root that gained or lost a partition,
+or given a column whose existing rows hold values no change event carried: ``ADD COLUMN`` with a
+default, an identity or a domain with a default, see :func:`cdc.capture.catalog.columns_filled_since`) is
+snapshotted the way PostgreSQL's own logical replication synchronises a table added to a subscription:
+
+1. Capture notices a published, included table the ledger does not cover: at the start of every
+   replication session, every few seconds while idle, right after a batch in which a table's columns
+   changed, and when the stream carries a change of a table the ledger does not name (that change is
+   held back, see 3).
+2. A ``TEMPORARY`` logical slot is created with an exported snapshot on a second replication
+   connection, and the snapshot is imported into a REPEATABLE READ transaction
+   (:class:`~cdc.capture.snapshot.SnapshotReader`); the slot is dropped as soon as that is done, only its
+   consistent point B matters. B splits every transaction in two: one committing before B is visible
+   in the snapshot, one committing at or after B is not (a slot created at B streams exactly those).
+3. Until the stream reaches B, the table's changes are dropped: all of them commit before B (they were
+   received before the slot existed, or commit before B by the check), so the snapshot holds their
+   effect. When the stream reaches B (a transaction committing at or after B arrives, or the server
+   reports WAL past B with nothing in flight), the table's rows are written as one group at position
+   B - 1: ``op=r`` with ``source.lsn`` B - 1, preceded by truncate markers when the topic already holds
+   records (they supersede what an earlier capture of the table left), followed by the ledger record.
+   From then on every change of the table is written.
+
+Why no change is lost or doubled: every change of the table belongs to one transaction with commit LSN
+L. If L < B it is in the snapshot and never written from the stream; if L >= B it is not in the
+snapshot and is written from the stream, after the snapshot's rows (position B - 1 < L). Before the
+table's snapshot exists no change of it is written at all, so nothing older can precede the rows. A
+crash before the group is durable leaves neither rows nor ledger record; the next session takes a new
+snapshot at a later point, and the changes the first attempt dropped are older than that point too.
+
+Why not the watermark algorithm of DBLog (Debezium's incremental snapshot): written with
+``pg_logical_emit_message`` (executable by any role; the stream needs the ``messages`` option) its
+watermarks would need no more privileges either, and it interleaves chunks with the stream and resumes
+per chunk, which matters for very large tables. But a chunk row whose key changes inside the watermark
+window is dropped in favour of the streamed event, and that event can be a partial row (an update
+leaving a TOAST value unchanged carries no value for it), so the log would hold a partial row with no
+full row before it (promise 4). Its correctness also rests on the per-key window dedupe and on chunk
+state kept across restarts; this design rests on one boundary that PostgreSQL defines, the same one
+the initial snapshot uses. Here the table is read in one transaction while the stream waits (memory
+stays bounded: the group is written in chunks), and a crash restarts that table's snapshot.
+
+Costs and requirements: one more replication slot and WAL sender for a moment; creating the slot waits
+for the transactions running at that moment to end (as the initial snapshot does); the snapshot
+transaction stays open until the stream reaches B (well under a second unless capture lags). Privileges:
+REPLICATION and SELECT on the table, as for the initial snapshot; a table created after the capture
+role was set up needs its own ``GRANT SELECT`` (or ``ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON
+TABLES``), else capture stops with a :class:`~cdc.capture.errors.PrivilegeError` naming the grant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import orjson
+
+from cdc.capture.catalog import PublishedTable, columns_filled_since
+from cdc.capture.errors import SourceError
+from cdc.capture.lsn import Lsn
+from cdc.capture.snapshot import SnapshotReader
+from cdc.capture.tables import TableShape
+from cdc.capture.transport import ReplicationConnection
+from log_store import ProducerRecord, TopicPartition
+
+if TYPE_CHECKING:
+    from cdc.capture.log import Log
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEntry:
+    """One snapshotted table: its OID, publication membership and column marks when snapshotted (see
+    :class:`~cdc.capture.catalog.PublishedTable`), the LSN its rows are as of."""
+
+    relid: int
+    lsn: int
+    membership: str | None = None
+    columns: str | None = None
+
+
+class SnapshotLedger:
+    """The tables whose snapshot the log holds complete, loaded from and written to ``topic``."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.entries: dict[str, LedgerEntry] = {}
+
+    @classmethod
+    def load(cls, log: Log, topic: str) -> SnapshotLedger:
+        """The ledger as the log holds it (created empty, as a compacted topic, when missing)."""
+        ledger = cls(topic)
+        if topic not in log.topics():
+            log.ensure_topic(topic, 1, compacted=True)
+            return ledger
+        partition = TopicPartition(topic, 0)
+        offset = log.start_offset(partition)
+        while batch := log.read(partition, offset):
+            for record in batch:
+                if record.key is None:
+                    continue
+                name = orjson.loads(record.key)
+                if record.value is None:
+                    ledger.entries.pop(name, None)
+                else:
+                    value = orjson.loads(record.value)
+                    ledger.entries[name] = LedgerEntry(
+                        int(value["relid"]), int(value["lsn"]), value.get("membership"), value.get("columns")
+                    )
+            offset = batch[-1].offset + 1
+        return ledger
+
+    def covers(self, name: str, relid: int, membership: str | None = None, columns: str | None = None) -> bool:
+        """Whether the log holds a complete snapshot of this table under this log name.
+
+        A table recreated under the same name (new OID) or renamed (new topic) is not covered, nor one
+        whose publication ``membership`` changed since its snapshot (removed from the publication and
+        added back, a partition attached or detached), nor one given a column since whose existing
+        rows may hold values no change event carried (``columns``, see
+        :func:`cdc.capture.catalog.columns_filled_since`). ``None`` (the stream's question) skips a test, and so
+        does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
+        """
+        entry = self.entries.get(name)
+        if entry is None or entry.relid != relid:
+            return False
+        if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns):
+            return False
+        return membership is None or entry.membership is None or entry.membership == membership
+
+    def note_columns(self, name: str, columns: str) -> None:
+        """Judge later columns of a table the ledger covers against ``columns``, its marks now (in memory:
+        a restart judges them against the marks its snapshot recorded, which can only take one snapshot
+        too many). A column added since without values for the existing rows then stays unjudged when it
+        gets a default later, and an entry written without marks gets them."""
+        entry = self.entries.get(name)
+        if entry is not None:
+            self.entries[name] = dataclasses.replace(entry, columns=columns)
+
+    def record(self, shape: TableShape, lsn: int, rows: int, ts_ms: int, table: PublishedTable | None = None) -> ProducerRecord:
+        """The ledger record of a snapshot of ``shape`` as of ``lsn`` (append it with the last rows);
+        ``table``: the table as published when the snapshot was taken, whose membership and column marks
+        the record keeps."""
+        value: dict[str, object] = {
+            "schema": shape.schema,
+            "table": shape.table,
+            "topic": shape.topic,
+            "relid": shape.relid,
+            "lsn": lsn,
+            "rows": rows,
+        }
+        if table is not None:
+            value["membership"] = table.membership
+            value["columns"] = table.columns
+        return ProducerRecord(self.topic, orjson.dumps(shape.log_name), orjson.dumps(value), ts_ms)
+
+    def add(self, shapes: Iterable[TableShape], lsn: int, tables: dict[int, PublishedTable] | None = None) -> None:
+        """Note snapshots whose group is durable (a recreated table replaces its old entry); ``tables``:
+        by OID, the tables as published when the snapshot was taken."""
+        for shape in shapes:
+            table = (tables or {}).get(shape.relid)
+            self.entries[shape.log_name] = LedgerEntry(
+                shape.relid, lsn, table.membership if table else None, table.columns if table else None
+            )
+
+
+@dataclass
+class TableGate:
+    """Decides whether a table's change events of one transaction may enter the log.
+
+    Yes when the ledger covers the table; when a snapshot taken at boundary B waits to be written
+    (``holds``), only for transactions committing at or after B; otherwise no, and the table is noted
+    in ``wanted`` (OID -> qualified name) so that capture snapshots it next.
+    """
+
+    ledger: SnapshotLedger
+    holds: dict[int, int] = field(default_factory=dict)
+    wanted: dict[int, str] = field(default_factory=dict)
+
+    def admits(self, shape: TableShape, commit_lsn: int) -> bool:
+        if self.ledger.covers(shape.log_name, shape.relid):
+            return True
+        boundary = self.holds.get(shape.relid)
+        if boundary is not None:
+            return commit_lsn >= boundary
+        self.wanted[shape.relid] = shape.qualified
+        return False
+
+
+@dataclass
+class PendingSnapshot:
+    """Tables read in a snapshot taken at ``boundary``, waiting for the stream to reach it."""
+
+    boundary: Lsn
+    tables: list[PublishedTable]
+    reader: SnapshotReader
+    started: float = field(default_factory=time.monotonic)
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def take_snapshot(url: str, slot: str, tables: list[PublishedTable]) -> PendingSnapshot:
+    """A snapshot for ``tables`` at the consistent point of a new temporary slot named ``slot``.
+
+    The slot is gone when this returns (it is temporary and its connection is closed); the snapshot
+    lives on in the returned reader's transaction.
+    """
+    with ReplicationConnection(url) as repl:
+        try:
+            created = repl.create_slot(slot, export_snapshot=True, temporary=True)
+        except SourceError as exc:
+            raise type(exc)(
+                f"{exc}; snapshotting a table added to the publication needs one free replication slot and "
+                "WAL sender for a moment (raise max_replication_slots or max_wal_senders if they are used up)"
+            ) from None
+        reader = SnapshotReader(url, created.snapshot_name or "")
+    return PendingSnapshot(created.consistent_point, tables, reader)

@@ -1,9 +1,0 @@
-"""The pgoutput logical decoding protocol: message values and a sans-IO decoder."""
-
-from __future__ import annotations
-
-from cdc.pgoutput.decoder import Decoder
-from cdc.pgoutput.messages import *  # noqa: F403
-from cdc.pgoutput.messages import UNCHANGED, Message
-
-__all__ = ["UNCHANGED", "Decoder", "Message"]
