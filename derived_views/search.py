@@ -24,7 +24,7 @@ computed from ``documents`` after it reached the same watermark. ``cdc search`` 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
@@ -146,8 +146,14 @@ class _Step:
         return progress, with_fields(self.as_of.progress(self.topics, progress), definition=self.plan.stamp)
 
 
-def _documents(step: _Step, replace: bool) -> TableResult | None:
-    table = path(step.ctx, step.plan, "documents")
+#: How a step writes one output table: ``(step, table path, affected roots or None for all, new progress)``.
+_Write = Callable[["_Step", str, "DataFrame | None", Progress], None]
+
+
+def _apply_output(step: _Step, name: str, replace: bool, write: _Write) -> TableResult | None:
+    """Bring the index's table ``name`` to the step's watermark with ``write``: over the affected roots'
+    rows, or whole (roots ``None``) when the table is new, rebuilt or its definition changed."""
+    table = path(step.ctx, step.plan, name)
     pending = step.pending(table, replace)
     if pending is None:
         return None
@@ -156,33 +162,28 @@ def _documents(step: _Step, replace: bool) -> TableResult | None:
         step.ctx.spark, pending_events(step.as_of.watermark, step.topics, progress), tables_read(step.ctx, step.plan, TABLES)
     ):
         roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
-        if roots is None:
-            overwrite(documents(step.ctx, step.plan, None), table, new_progress)
-        else:
-            merge_roots(step.ctx, table, roots, documents(step.ctx, step.plan, roots), new_progress)
+        write(step, table, roots, new_progress)
     step.ctx.set_progress(table, new_progress)
     return TableResult(table, 0 if roots is None else roots.count(), 0)
 
 
-def _terms(step: _Step, replace: bool) -> TableResult | None:
-    table = path(step.ctx, step.plan, "terms")
-    pending = step.pending(table, replace)
-    if pending is None:
-        return None
-    progress, new_progress = pending
-    with sized_for(
-        step.ctx.spark, pending_events(step.as_of.watermark, step.topics, progress), tables_read(step.ctx, step.plan, TABLES)
-    ):
-        roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
-        docs = from_stored(
-            step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")), step.plan.output_columns
-        )
-        if roots is None:
-            overwrite(_term_rows(step.plan, docs), table, new_progress)
-        else:
-            _merge_terms(step.ctx, table, roots, _term_rows(step.plan, docs.join(roots, KEY, "left_semi")), new_progress)
-    step.ctx.set_progress(table, new_progress)
-    return TableResult(table, 0 if roots is None else roots.count(), 0)
+def _write_documents(step: _Step, table: str, roots: DataFrame | None, new_progress: Progress) -> None:
+    if roots is None:
+        overwrite(documents(step.ctx, step.plan, None), table, new_progress)
+    else:
+        merge_roots(step.ctx, table, roots, documents(step.ctx, step.plan, roots), new_progress)
+
+
+def _write_terms(step: _Step, table: str, roots: DataFrame | None, new_progress: Progress) -> None:
+    docs = from_stored(step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")), step.plan.output_columns)
+    if roots is None:
+        overwrite(_term_rows(step.plan, docs), table, new_progress)
+    else:
+        _merge_terms(step.ctx, table, roots, _term_rows(step.plan, docs.join(roots, KEY, "left_semi")), new_progress)
+
+
+#: The index's output tables in the order a step writes them (terms are derived from the documents).
+_OUTPUTS = (("documents", _write_documents), ("terms", _write_terms))
 
 
 def sync(ctx: ViewContext, as_of: LogAsOf, plan: Composite, *, replace: bool = False) -> list[TableResult]:
@@ -195,8 +196,8 @@ def sync(ctx: ViewContext, as_of: LogAsOf, plan: Composite, *, replace: bool = F
             check_definition(plan, table, ctx.progress(table))
     step = _Step(ctx, as_of, plan, schemas, sorted({schema.topic for schema in schemas.values()}))
     results = sync_states(ctx, as_of, plan, schemas, replace=replace)
-    for apply in (_documents, _terms):
-        result = apply(step, replace)
+    for name, write in _OUTPUTS:
+        result = _apply_output(step, name, replace, write)
         if result is not None:
             results.append(result)
     for roots in step.roots.values():

@@ -15,14 +15,14 @@ import psycopg
 
 from cdc.capture.errors import SourceError
 from cdc.capture.lsn import Lsn
-from log_store.topic_names import log_name
+from cdc.capture.tables import NamedTable
 
 #: Session settings that fix the text form of values (see :mod:`cdc.capture.values`).
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c IntervalStyle=postgres"
 
 
 @dataclass(frozen=True, slots=True)
-class PublishedTable:
+class PublishedTable(NamedTable):
     """One table a publication publishes (the root, for a partitioned table published via its root)."""
 
     relid: int
@@ -36,16 +36,6 @@ class PublishedTable:
     #: ``<attnum>:<type OID>:<typmod>:<first 8 hex digits of the name's md5>`` of each published column,
     #: ``;``-separated (see :func:`columns_filled_since`).
     columns: str = ""
-
-    @property
-    def qualified(self) -> str:
-        """``schema.table`` as written in messages (ambiguous when a name holds a dot: never a key)."""
-        return f"{self.schema}.{self.table}"
-
-    @property
-    def log_name(self) -> str:
-        """The table's key in the ledger, one per table (:func:`log_store.topic_names.log_name`)."""
-        return log_name(self.schema, self.table)
 
 
 @dataclass(frozen=True, slots=True)

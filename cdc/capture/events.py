@@ -224,18 +224,7 @@ class EventBuilder:
             "before": before,
             "after": after,
             "op": op,
-            "source": {
-                "connector": "postgresql",
-                "name": self.prefix,
-                "db": self.database,
-                "schema": shape.schema,
-                "table": shape.table,
-                "lsn": tx.lsn,
-                "txId": tx.xid,
-                "ts_ms": tx.ts_ms,
-                "snapshot": tx.snapshot,
-                "sequence": tx.sequence,
-            },
+            "source": {**self._source(shape, tx), "sequence": tx.sequence},
             "ts_ms": time.time_ns() // 1_000_000,
         }
         tx.sequence += 1
@@ -250,6 +239,20 @@ class EventBuilder:
         """The partition count of ``topic``."""
         return self._partitions_of(topic) if self._partitions_of is not None else self.partitions
 
+    def _source(self, shape: TableShape, tx: TxContext) -> dict[str, Any]:
+        """The envelope's ``source`` of ``shape`` in ``tx``, but for its ``sequence`` (which comes last)."""
+        return {
+            "connector": "postgresql",
+            "name": self.prefix,
+            "db": self.database,
+            "schema": shape.schema,
+            "table": shape.table,
+            "lsn": tx.lsn,
+            "txId": tx.xid,
+            "ts_ms": tx.ts_ms,
+            "snapshot": tx.snapshot,
+        }
+
     def _head(self, shape: TableShape, tx: TxContext) -> bytes:
         """``{"connector":...,"snapshot":"false","sequence":`` of ``shape`` in ``tx`` (cached per transaction)."""
         ident = (tx.lsn, tx.xid, tx.ts_ms, tx.snapshot)
@@ -260,20 +263,7 @@ class EventBuilder:
         cached = self._heads.get(id(shape))
         if cached is not None and cached[0] is shape:
             return cached[1]
-        source = orjson.dumps(
-            {
-                "connector": "postgresql",
-                "name": self.prefix,
-                "db": self.database,
-                "schema": shape.schema,
-                "table": shape.table,
-                "lsn": tx.lsn,
-                "txId": tx.xid,
-                "ts_ms": tx.ts_ms,
-                "snapshot": tx.snapshot,
-            }
-        )
-        head = source[:-1] + b',"sequence":'
+        head = orjson.dumps(self._source(shape, tx))[:-1] + b',"sequence":'
         self._heads[id(shape)] = (shape, head)
         return head
 

@@ -12,6 +12,24 @@ from cdc.capture.values import Converter, converter_for, type_name
 from log_store.topic_names import log_name
 
 
+class NamedTable:
+    """A source table's two names (``schema`` and ``table`` of the class it is mixed into) as capture writes them."""
+
+    __slots__ = ()
+    schema: str
+    table: str
+
+    @property
+    def qualified(self) -> str:
+        """``schema.table`` as written in messages (ambiguous when a name holds a dot: never a key)."""
+        return f"{self.schema}.{self.table}"
+
+    @property
+    def log_name(self) -> str:
+        """The table's key in the schema topic and the ledger, one per table (:func:`log_store.topic_names.log_name`)."""
+        return log_name(self.schema, self.table)
+
+
 @dataclass(frozen=True, slots=True)
 class ColumnShape:
     """One column: name, type (OID, typmod, base type name), whether it is in the record key, and its
@@ -27,7 +45,7 @@ class ColumnShape:
 
 
 @dataclass(frozen=True)
-class TableShape:
+class TableShape(NamedTable):
     """A table's current shape. Replaced (never mutated) when a Relation message changes it.
 
     ``key`` columns are the primary key, else the replica identity index; none means records have a
@@ -78,16 +96,6 @@ class TableShape:
     @property
     def key_indexes(self) -> tuple[int, ...]:
         return tuple(i for i, column in enumerate(self.columns) if column.key)
-
-    @property
-    def qualified(self) -> str:
-        """``schema.table`` as written in messages (ambiguous when a name holds a dot: never a key)."""
-        return f"{self.schema}.{self.table}"
-
-    @property
-    def log_name(self) -> str:
-        """The table's key in the schema topic and the ledger, one per table (:func:`log_store.topic_names.log_name`)."""
-        return log_name(self.schema, self.table)
 
     def schema_value(self, lsn: int, previous: bytes | None = None, sequence: int = 0) -> bytes:
         """The record for the ``<prefix>.__schemas`` topic (docs/event-format.md, "Schema topic").
