@@ -98,6 +98,19 @@ class _Open:
     aborted_subxids: set[int] = field(default_factory=set)
     key_changes: bool = False
 
+    def committed(self, commit: Commit | StreamCommit, *, streamed: bool) -> Transaction:
+        """The transaction, closed by ``commit`` (only a streamed one can hold aborted subtransactions)."""
+        return Transaction(
+            self.xid,
+            commit.commit_lsn,
+            commit.end_lsn,
+            commit.commit_ts_us // 1000 + _PG_EPOCH_MS,
+            self.changes,
+            streamed,
+            self.aborted_subxids,
+            self.key_changes,
+        )
+
 
 class TransactionAssembler:
     """Feeds on payloads in server order; :meth:`feed` returns a :class:`Transaction` at its commit.
@@ -171,14 +184,7 @@ class TransactionAssembler:
             current, self._current = self._current, None
             if current is None:
                 raise DecodeError(f"Commit without Begin at LSN {lsn:X}")
-            return Transaction(
-                current.xid,
-                message.commit_lsn,
-                message.end_lsn,
-                message.commit_ts_us // 1000 + _PG_EPOCH_MS,
-                current.changes,
-                key_changes=current.key_changes,
-            )
+            return current.committed(message, streamed=False)
         elif isinstance(message, StreamStart):
             self._stream_xid = message.xid
             if message.xid not in self._streams:
@@ -189,16 +195,7 @@ class TransactionAssembler:
             ended = self._streams.pop(message.xid, None)
             if ended is None:
                 raise DecodeError(f"Stream Commit of unknown transaction {message.xid} at LSN {lsn:X}")
-            return Transaction(
-                ended.xid,
-                message.commit_lsn,
-                message.end_lsn,
-                message.commit_ts_us // 1000 + _PG_EPOCH_MS,
-                ended.changes,
-                True,
-                ended.aborted_subxids,
-                ended.key_changes,
-            )
+            return ended.committed(message, streamed=True)
         elif isinstance(message, StreamAbort):
             if message.xid == message.subxid:
                 aborted = self._streams.pop(message.xid, None)
