@@ -56,8 +56,10 @@ T = TypeVar("T")
 pytestmark = [pytest.mark.faults, pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 
 SEED = int(os.environ.get("FAULTS_SEED") or random.SystemRandom().randrange(1 << 32))
-CAPTURE_KILLS = 20
-SYNC_KILLS = 10
+#: how many times each side is killed in the kill case; a soak run raises them
+#: (``FAULTS_CAPTURE_KILLS=200 FAULTS_SYNC_KILLS=50``), every run draws new moments from its seed
+CAPTURE_KILLS = int(os.environ.get("FAULTS_CAPTURE_KILLS") or 20)
+SYNC_KILLS = int(os.environ.get("FAULTS_SYNC_KILLS") or 5)
 
 
 class Phases:
@@ -175,9 +177,10 @@ def test_kill_9_of_capture_and_of_sync_under_load_loses_and_doubles_nothing(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """Capture is killed 20 times while it starts, recovers and streams; meanwhile, once the snapshot is in
-    the log, ``cdc sync warehouse --once`` is killed 10 times at random moments after its Spark session
-    is up, each kill followed by another sync. The two share one database, one load and one log."""
+    """Capture is killed :data:`CAPTURE_KILLS` times while it starts, recovers and streams; meanwhile, once
+    the snapshot is in the log, ``cdc sync warehouse --once`` is killed :data:`SYNC_KILLS` times at random
+    moments after its Spark session is up, each kill followed by another sync. The two share one database,
+    one load and one log."""
     phases = Phases()
     data_dir = tmp_path / "data"
     env = cdc_env(reference_db, data_dir)
