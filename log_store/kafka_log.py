@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
 from types import TracebackType
@@ -58,7 +58,7 @@ from log_store.errors import (
 )
 from log_store.kafka_client import KafkaLogError, KafkaSettings, client_log, fenced
 from log_store.partitioner import Partitioner
-from log_store.producer_columns import ProducerColumns
+from log_store.producer_columns import ProducerColumns, split_runs
 from log_store.record import UNCHANGED_HEADER, ProducerRecord, Record, TopicPartition, first_header
 from log_store.store import PartitionInfo
 from log_store.topic import TopicConfig, validate_topic_name
@@ -333,18 +333,11 @@ class KafkaLog:
 
     def _produce_chunk(self, producer: Producer, chunk: list[ProducerRecord | ProducerColumns], deliveries: _Deliveries) -> None:
         """Produce one window of the group, in order: a block of columns between records keeps its place."""
-        if ProducerColumns not in set(map(type, chunk)):
-            self._produce_records(producer, chunk, deliveries)  # type: ignore[arg-type]
-            return
-        run: list[ProducerRecord] = []
-        for item in chunk:
-            if isinstance(item, ProducerColumns):
-                self._produce_records(producer, run, deliveries)
-                run = []
-                self._produce_columns(producer, item, deliveries)
+        for run in split_runs(chunk):
+            if isinstance(run, ProducerColumns):
+                self._produce_columns(producer, run, deliveries)
             else:
-                run.append(item)
-        self._produce_records(producer, run, deliveries)
+                self._produce_records(producer, run, deliveries)
 
     def _next_watermark(self, position: str, deliveries: _Deliveries) -> Watermark:
         """The group's watermark: the end offset of every partition once ``deliveries`` are in."""
@@ -373,7 +366,7 @@ class KafkaLog:
         for partition, key, value in zip(placed, keys, block.values.to_pylist(), strict=True):
             self._produce(producer, block.topic, partition, _as_bytes(key), _as_bytes(value), block.timestamp_ms, (), deliveries)
 
-    def _produce_records(self, producer: Producer, records: list[ProducerRecord], deliveries: _Deliveries) -> None:
+    def _produce_records(self, producer: Producer, records: Sequence[ProducerRecord], deliveries: _Deliveries) -> None:
         """Produce records of any topics in their order, each run of one topic placed at once (numpy murmur2)."""
         start = 0
         while start < len(records):

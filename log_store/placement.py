@@ -23,7 +23,7 @@ import pyarrow as pa
 from log_store.errors import InvalidRecordError, UnknownTopicError
 from log_store.partition import EncodedBatch, Partition
 from log_store.partitioner import Partitioner
-from log_store.producer_columns import ArrowColumns, ProducerColumns
+from log_store.producer_columns import ArrowColumns, ProducerColumns, split_runs
 from log_store.record import ProducerRecord, TopicPartition
 from log_store.record_batch import Columns
 from log_store.topic import TopicConfig
@@ -51,21 +51,9 @@ class ChunkEncoder:
         """
         if ProducerColumns not in set(map(type, chunk)):
             return self.encode_records(cast("Sequence[ProducerRecord]", chunk), now_ms)
-        runs: list[Sequence[ProducerRecord] | ProducerColumns] = []
-        records: list[ProducerRecord] = []
-        for item in chunk:
-            if isinstance(item, ProducerColumns):
-                if records:
-                    runs.append(records)
-                    records = []
-                runs.append(item)
-            else:
-                records.append(item)
-        if records:
-            runs.append(records)
         out: list[tuple[Partition, list[EncodedBatch]]] = []
         ahead: dict[TopicPartition, int] = {}  # records encoded for a partition by earlier runs
-        for run in runs:
+        for run in split_runs(chunk):
             encoded = (
                 self._encode_columns(run, now_ms, ahead)
                 if isinstance(run, ProducerColumns)

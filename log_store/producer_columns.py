@@ -13,7 +13,9 @@ arrays' own data buffers, handed to ``writev`` without a copy.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import pyarrow as pa
@@ -76,6 +78,26 @@ class ProducerColumns:
             offsets = arrow_offsets(self.values)
             return int(offsets[-1] - offsets[0])
         return int(pc.sum(pc.binary_length(self.values)).as_py() or 0)
+
+
+def split_runs(chunk: Sequence[ProducerRecord | ProducerColumns]) -> list[Sequence[ProducerRecord] | ProducerColumns]:
+    """``chunk`` in order, as runs: each :class:`ProducerColumns` a run of its own, the records between
+    them one run each (a block of columns between records keeps its place)."""
+    if ProducerColumns not in set(map(type, chunk)):
+        return [cast("Sequence[ProducerRecord]", chunk)] if chunk else []
+    out: list[Sequence[ProducerRecord] | ProducerColumns] = []
+    records: list[ProducerRecord] = []
+    for item in chunk:
+        if isinstance(item, ProducerColumns):
+            if records:
+                out.append(records)
+                records = []
+            out.append(item)
+        else:
+            records.append(item)
+    if records:
+        out.append(records)
+    return out
 
 
 def arrow_offsets(array: pa.Array) -> np.ndarray:

@@ -164,11 +164,10 @@ def _header_piece(
     append_time_ms: int,
     max_ts: int,
     attributes: int,
-    magic: int = MAGIC,
 ) -> bytes:
     """The batch header; its CRC covers the header tail and every piece, in order."""
     tail = HEADER_TAIL.pack(
-        HEADER_SIZE + records_bytes, base_offset, magic, attributes, last_offset_delta, count, append_time_ms, max_ts
+        HEADER_SIZE + records_bytes, base_offset, MAGIC, attributes, last_offset_delta, count, append_time_ms, max_ts
     )
     crc = crc32c(tail)
     for piece in pieces:

@@ -164,8 +164,9 @@ def recover_partition(
     of an earlier group and raises :class:`CorruptSegmentError`, which no fallback may paper over.
     """
     removed_files = remove_side_files(directory) if remove_leftovers else []
-    removed, cut_records = _remove_segments_past(directory, end)
-    kept = [base for base in list_segments(directory) if base <= end]
+    bases = list_segments(directory)
+    removed, cut_records = _remove_segments_past(directory, bases, end)
+    kept = [base for base in bases if base <= end]
     if not kept:
         cut = PartitionCut(tp, end, tuple(removed), 0, cut_records) if removed else None
         return PartitionRecovery(None, cut, False, removed_files)
@@ -197,12 +198,12 @@ def recover_partition(
     return PartitionRecovery(active, cut, rebuilt, removed_files)
 
 
-def _remove_segments_past(directory: Path, end: int) -> tuple[list[str], int]:
-    """Remove the segments that start past ``end`` (written by a group that never committed): their
-    names, and how many records they held."""
+def _remove_segments_past(directory: Path, bases: list[int], end: int) -> tuple[list[str], int]:
+    """Remove the segments of ``bases`` that start past ``end`` (written by a group that never committed):
+    their names, and how many records they held."""
     removed: list[str] = []
     cut_records = 0
-    for base in list_segments(directory):
+    for base in bases:
         if base > end:
             removed.append(log_name(base))
             cut_records += _records_in(directory / log_name(base), base)
