@@ -276,10 +276,10 @@ class Capture:
             self.position = Lsn.from_hex16(watermark.position) if watermark else Lsn(0)
             try:
                 url, slot = self.settings.database_url, self.settings.slot
-                if self.position != 0 and slot_skipped_ahead(url, slot, self.position):
-                    self.stats.resnapshots += 1
+                if self.position == 0:
                     self._snapshot()
-                elif self.position == 0:
+                elif slot_skipped_ahead(url, slot, self.position):
+                    self.stats.resnapshots += 1
                     self._snapshot()
                 if not self.stop.is_set():
                     self._stream_with_reconnect()
@@ -447,7 +447,7 @@ class Capture:
                 repl.send_status(self.confirmed, self.confirmed)  # the stream waits; keep it alive
                 status_at = time.monotonic()
 
-        written = self.writer.write(pending.tables, pending.reader, as_of, on_block=keep_alive)
+        written = self.writer.write(pending.tables, pending.reader, as_of, on_block=keep_alive, progress=False)
         for shape in written.shapes:
             self.gate.holds.pop(shape.relid, None)
         self.core.snapshot_durable(as_of)

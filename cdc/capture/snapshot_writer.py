@@ -107,13 +107,16 @@ class SnapshotWriter:
         uncaptured: Mapping[str, tuple[str, str]] | None = None,
         group_chunks: int | None = None,
         on_block: Callable[[], None] = lambda: None,
+        progress: bool = True,
     ) -> SnapshotWritten:
         """Write the snapshot of ``tables`` that ``reader`` holds, complete as of ``as_of``.
 
         ``uncaptured``: topic -> (schema, table) of every table the log has records of; those not among
         ``tables`` get truncate markers alone. ``group_chunks``: chunks per group at position 0 before
         the completing group, ``None`` for one group. ``on_block`` runs before each chunk is written
-        (it may raise to abandon the snapshot: nothing of an unfinished group is kept).
+        (it may raise to abandon the snapshot: nothing of an unfinished group is kept). ``progress``: a
+        bar per table on a terminal (:attr:`progress`); off for a snapshot the stream waits for, which
+        then asks for no row estimate either.
         """
         ts_ms = time.time_ns() // 1_000_000
         written = SnapshotWritten()
@@ -121,7 +124,7 @@ class SnapshotWriter:
             heads = [self._table(table, as_of, reader.xmin, ts_ms) for table in tables]
             captured = {head.shape.topic for head in heads}
             first = self._supersede_uncaptured(captured, uncaptured or {}, as_of, ts_ms)
-            parts = self._parts(first, heads, reader, as_of, ts_ms, written, on_block)
+            parts = self._parts(first, heads, reader, as_of, ts_ms, written, on_block, progress and self.progress)
             if group_chunks is not None:
                 upcoming = next(parts)
                 while not upcoming[1]:
@@ -171,6 +174,7 @@ class SnapshotWriter:
         ts_ms: int,
         written: SnapshotWritten,
         on_block: Callable[[], None],
+        progress: bool,
     ) -> Iterator[tuple[list[Item], bool]]:
         """The snapshot's items a list at a time (a chunk's reads as one block of columns), and whether
         the list is the final part (the last read, marked "last", and the ledger records).
@@ -184,7 +188,7 @@ class SnapshotWriter:
             carry += table.head
             encode = self.builder.read_encoder(table.shape, table.context)
             blocks = reader.column_chunks(table.shape, encode, self.chunk_rows)
-            for block in self._with_progress(blocks, table.shape, reader):
+            for block in self._with_progress(blocks, table.shape, reader) if progress else blocks:
                 on_block()
                 table.context.sequence += len(block)
                 table.rows += len(block)
@@ -203,9 +207,6 @@ class SnapshotWriter:
     def _with_progress(
         self, blocks: Iterable[ProducerColumns], shape: TableShape, reader: SnapshotReader
     ) -> Iterator[ProducerColumns]:
-        if not self.progress:
-            yield from blocks
-            return
         from rich.progress import Progress
 
         with Progress(transient=True) as bar:
