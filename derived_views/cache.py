@@ -92,7 +92,7 @@ def sync(ctx: ViewContext, as_of: LogAsOf, plan: Composite, *, replace: bool = F
         if progress is not None and not reshaped(plan, progress):
             roots = affected_roots(ctx, as_of, plan, schemas, progress, table)
         if roots is None:
-            overwrite(entries(ctx, plan, None), table, new_progress)
+            overwrite(ctx, entries(ctx, plan, None), table, new_progress)
             results.append(TableResult(table, 0, 0))
         else:
             merge_roots(ctx, table, roots, entries(ctx, plan, roots), new_progress)

@@ -34,6 +34,7 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from derived_views import warehouse
+from derived_views.apply import overwrite as replace_table
 from derived_views.column_names import from_stored, stored
 from derived_views.composite import Composite, Link, Nested, SourceTable
 from derived_views.context import ViewContext
@@ -42,7 +43,7 @@ from derived_views.delta_sql import history, is_delta_table, merge_into
 from derived_views.errors import DefinitionChangedError
 from derived_views.evaluation import pending_events
 from derived_views.pending import KEY, LSN, OP, LogAsOf
-from derived_views.progress import Progress, committing, is_local, with_progress
+from derived_views.progress import Progress, committing, is_local
 from derived_views.schema import TableSchema, quote
 from derived_views.steps import TableResult, apply_state, load_pending, mark_as_of
 from log_store.topic_names import dir_name
@@ -285,12 +286,11 @@ def table_ddl(frame: DataFrame) -> str:
     return ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in frame.schema.fields)
 
 
-def overwrite(frame: DataFrame, table: str, progress: Progress) -> None:
+def overwrite(ctx: ViewContext, frame: DataFrame, table: str, progress: Progress) -> None:
     """Replace the table at ``table`` with ``frame`` in one commit carrying ``progress`` (promise 6); its
-    columns are stored under their stored names (:mod:`derived_views.column_names`)."""
-    with_progress(stored(frame, table).write.format("delta").mode("overwrite").option("overwriteSchema", "true"), progress).save(
-        table
-    )
+    columns are stored under their stored names (:mod:`derived_views.column_names`), and what ``ctx``
+    knew of its columns is forgotten."""
+    replace_table(stored(frame, table), table, progress, ctx.types)
 
 
 def latest_version(ctx: ViewContext, table: str) -> int:

@@ -169,7 +169,7 @@ def _apply_output(step: _Step, name: str, replace: bool, write: _Write) -> Table
 
 def _write_documents(step: _Step, table: str, roots: DataFrame | None, new_progress: Progress) -> None:
     if roots is None:
-        overwrite(documents(step.ctx, step.plan, None), table, new_progress)
+        overwrite(step.ctx, documents(step.ctx, step.plan, None), table, new_progress)
     else:
         merge_roots(step.ctx, table, roots, documents(step.ctx, step.plan, roots), new_progress)
 
@@ -177,7 +177,7 @@ def _write_documents(step: _Step, table: str, roots: DataFrame | None, new_progr
 def _write_terms(step: _Step, table: str, roots: DataFrame | None, new_progress: Progress) -> None:
     docs = from_stored(step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")), step.plan.output_columns)
     if roots is None:
-        overwrite(_term_rows(step.plan, docs), table, new_progress)
+        overwrite(step.ctx, _term_rows(step.plan, docs), table, new_progress)
     else:
         _merge_terms(step.ctx, table, roots, _term_rows(step.plan, docs.join(roots, KEY, "left_semi")), new_progress)
 

@@ -68,3 +68,23 @@ def test_a_merge_beside_another_sessions_open_commit_carries_its_own_progress(ct
     assert not worker.is_alive()
     assert read_progress(ctx.spark, paths["main"]) == mine
     assert read_progress(ctx.spark, paths["side"]) == theirs
+
+
+def test_a_replaced_composite_table_is_evolved_from_its_new_columns(ctx: ViewContext, tmp_path: Path) -> None:
+    """A search index or cache entity rebuilt with other columns (a changed definition) is replaced in
+    one commit; the next step brings the table to its columns from what the table now holds, not from
+    what the context knew before the rebuild."""
+    from delta.tables import DeltaTable
+
+    from derived_views.composite_sync import overwrite
+    from derived_views.progress import Progress, read_progress
+
+    path = str(tmp_path / "documents")
+    ctx.spark.createDataFrame([(1, "a")], "id long, v string").write.format("delta").save(path)
+    ctx.types.ensure(ctx.spark, path, "id bigint, v string")  # the context now knows two columns
+    rebuilt = ctx.spark.createDataFrame([(1, "a", 7)], "id long, v string, added int")
+    overwrite(ctx, rebuilt, path, Progress({"t": {"0": 3}}, "00000000000000AA", 1))
+    recorded = read_progress(ctx.spark, path)
+    assert recorded is not None and recorded.offsets == {"t": {"0": 3}}
+    ctx.types.ensure(ctx.spark, path, "id bigint, v string, added int")  # already there: nothing to add
+    assert [f.name for f in DeltaTable.forPath(ctx.spark, path).toDF().schema.fields] == ["id", "v", "added"]
