@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import random
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import psycopg
 
 from bench.views_common import PRODUCTS_SQL, products_database
-from bench.views_step_profile import _events, summarize
+from bench.views_step_profile import conf_and_words, event_log_spark, events, summarize
 from cdc import view_context
 from cdc.coordinator import Capture
 from derived_views import runner, warehouse
@@ -57,13 +55,7 @@ def _newest_commit(path: str) -> str:
 
 
 def main(steps: int, per_step: int, preload: int, conf: dict[str, str]) -> None:
-    from derived_views.spark_session import build_spark
-
-    events = Path(tempfile.mkdtemp(prefix="cdc-eventlog-"))
-    spark = build_spark(
-        "cdc-bench-phases",
-        conf={**conf, "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(events), "spark.eventLog.compress": "false"},
-    )
+    spark, directory = event_log_spark("cdc-bench-phases", conf)
     chooser = random.Random(7)
     windows: list[tuple[int, int, float]] = []
     with products_database(preload) as (_server, url, settings):
@@ -93,7 +85,7 @@ def main(steps: int, per_step: int, preload: int, conf: dict[str, str]) -> None:
                     [f"events {report.events}"] + [f"  {label:<8} {_newest_commit(path)}" for label, path in paths.items()]
                 )
     spark.stop()  # flushes the event log
-    every = _events(events)
+    every = events(directory)
     print(f"rows={preload} transactions per step={per_step} steps={steps} conf={conf}")
     for number, ((start, end, wall), step_lines) in enumerate(zip(windows, lines, strict=True), 1):
         print(f"step {number}: {step_lines[0]}")
@@ -119,8 +111,7 @@ def _time_of(event: dict[str, object]) -> int:
 
 
 if __name__ == "__main__":
-    words = sys.argv[1:]
-    settings = dict(words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "--conf")
-    numbers = [int(word) for i, word in enumerate(words) if word != "--conf" and (i == 0 or words[i - 1] != "--conf")]
+    settings, words = conf_and_words(sys.argv[1:])
+    numbers = [int(word) for word in words]
     steps, per_step, preload = numbers + [5, 10, 100_000][len(numbers) :]
     main(steps, per_step, preload, settings)

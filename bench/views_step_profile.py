@@ -23,7 +23,10 @@ import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 
 def _union(intervals: list[tuple[int, int]]) -> int:
@@ -37,7 +40,24 @@ def _union(intervals: list[tuple[int, int]]) -> int:
     return covered
 
 
-def _events(directory: Path) -> list[dict[str, Any]]:
+def event_log_spark(app_name: str, conf: dict[str, str]) -> tuple[SparkSession, Path]:
+    """A view session with ``conf`` that writes Spark's event log (uncompressed) into a new directory:
+    read it with :func:`events` after ``spark.stop()``, which flushes it."""
+    from derived_views.spark_session import build_spark
+
+    directory = Path(tempfile.mkdtemp(prefix="cdc-eventlog-"))
+    settings = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(directory), "spark.eventLog.compress": "false"}
+    return build_spark(app_name, conf={**conf, **settings}), directory
+
+
+def conf_and_words(arguments: list[str]) -> tuple[dict[str, str], list[str]]:
+    """``--conf KEY=VALUE`` pairs of a bench's command line, and its other words."""
+    conf = dict(arguments[i + 1].split("=", 1) for i, word in enumerate(arguments) if word == "--conf")
+    words = [word for i, word in enumerate(arguments) if word != "--conf" and (i == 0 or arguments[i - 1] != "--conf")]
+    return conf, words
+
+
+def events(directory: Path) -> list[dict[str, Any]]:
     """Every event of the run (Spark 4 writes a directory of rolled files, ``events_<n>_<app>``)."""
     files = sorted((p for p in directory.rglob("events_*") if p.is_file()), key=lambda p: int(p.name.split("_")[1]))
     return [json.loads(line) for path in files for line in path.read_text().splitlines() if line.strip()]
@@ -93,14 +113,9 @@ def main(views: list[str], conf: dict[str, str]) -> None:
     from cdc.settings import load_settings
     from derived_views import runner
     from derived_views.definitions import load
-    from derived_views.spark_session import build_spark
 
     settings = load_settings()
-    directory = Path(tempfile.mkdtemp(prefix="cdc-eventlog-"))
-    spark = build_spark(
-        "cdc-profile",
-        conf={**conf, "spark.eventLog.enabled": "true", "spark.eventLog.dir": str(directory), "spark.eventLog.compress": "false"},
-    )
+    spark, directory = event_log_spark("cdc-profile", conf)
     ctx = view_context.context_from_settings(settings, spark)
     names = runner.resolve(views, load(settings.views_file))
     started = time.monotonic()
@@ -108,12 +123,10 @@ def main(views: list[str], conf: dict[str, str]) -> None:
     wall = time.monotonic() - started
     print(f"synced {', '.join(f'{name}: {count} events' for name, count in report.events.items())}")
     spark.stop()  # flushes the event log
-    for line in summarize(_events(directory), wall):
+    for line in summarize(events(directory), wall):
         print(line)
 
 
 if __name__ == "__main__":
-    arguments = sys.argv[1:]
-    settings = dict(arguments[i + 1].split("=", 1) for i, a in enumerate(arguments) if a == "--conf")
-    chosen = [a for i, a in enumerate(arguments) if a != "--conf" and (i == 0 or arguments[i - 1] != "--conf")]
+    settings, chosen = conf_and_words(sys.argv[1:])
     main(chosen, settings)
