@@ -149,9 +149,9 @@ def test_columns_from_fields_equal_columns_of_records() -> None:
 
 
 @pytest.mark.parametrize("seed", range(20))
-def test_column_and_row_layouts_decode_alike(seed: int) -> None:
-    """Any records, any offset window: both layouts give the same records (uniform and varying
-    lengths, null keys and values, empty ones, headers)."""
+def test_records_and_record_columns_decode_alike(seed: int) -> None:
+    """Any records, any offset window: records and record columns decode to the same records (uniform
+    and varying lengths, null keys and values, empty ones, headers)."""
     rng = random.Random(seed)
     uniform = rng.random() < 0.5
 
