@@ -42,6 +42,9 @@ SESSION_DEFAULTS = {
     "spark.driver.memory": "2g",
     # secrets in data source options (Kafka's SASL login, a client key) never appear in a plan
     "spark.sql.redaction.options.regex": "(?i)url|password|jaas|keystore\\.key",
+    # no Python call site captured per column expression: that costs five JVM calls per expression
+    # built, several times the expression itself, while the views' errors name their table and column
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
 }
 
 
