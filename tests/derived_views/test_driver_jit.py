@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,11 +19,15 @@ from derived_views.log_source import read_watermark
 from derived_views.status import delta_tables
 from migrations.sample_data import insert_sample_data
 from tests.derived_views.conftest import EXAMPLE_VIEWS
-from tests.derived_views.pipeline import capture, settings_for
+from tests.derived_views.pipeline import capture, context, settings_for, sync
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 
 CDC = str(Path(sys.executable).with_name("cdc"))
+VIEWS = ["warehouse", "search", "cache"]
 
 
 def _pending(location: LogLocation, data_dir: Path, prefix: str) -> int | None:
@@ -30,6 +35,7 @@ def _pending(location: LogLocation, data_dir: Path, prefix: str) -> int | None:
 
 
 def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_estimate_follows_the_work(
+    spark: SparkSession,
     reference_db: str,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -57,7 +63,17 @@ def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_esti
     assert not driver_jit.short_run(*where)  # one event too many
     monkeypatch.undo()
 
-    # the first sync of every view in a fresh process, as a scheduled run makes it: C1 alone, and no
+    sync(context(spark, settings), VIEWS)
+    assert _pending(*where) == 0
+    _change_one_product(reference_db)
+    capture(settings)
+    assert _pending(*where) > 0
+    assert driver_jit.short_run(*where)
+    monkeypatch.setattr(evaluation, "SMALL_TABLE_BYTES", 0)
+    assert not driver_jit.short_run(*where)  # the view tables are not small
+    monkeypatch.undo()
+
+    # the change into every view in a fresh process, as a scheduled run makes it: C1 alone, and no
     # warning that the JVM ran out of room for compiled code (see driver_jit.C1_ONLY)
     env = {**os.environ, "CDC_DATABASE_URL": reference_db, "CDC_DATA_DIR": str(data_dir), "CDC_VIEWS_FILE": str(EXAMPLE_VIEWS)}
     result = subprocess.run([CDC, "sync", "--once"], env=env, capture_output=True, text=True, timeout=300)
@@ -65,11 +81,3 @@ def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_esti
     assert re.findall(r"driver_jit=(\S+)", result.stderr) == ["C1"], result.stderr
     assert "CodeCache" not in result.stderr, result.stderr
     assert _pending(*where) == 0
-
-    # a change: still small work, unless the view tables it goes into are not small
-    _change_one_product(reference_db)
-    capture(settings)
-    assert _pending(*where) > 0
-    assert driver_jit.short_run(*where)
-    monkeypatch.setattr(evaluation, "SMALL_TABLE_BYTES", 0)
-    assert not driver_jit.short_run(*where)  # the view tables are not small
