@@ -34,12 +34,16 @@ def server_command(
     """The ``spark-submit`` command line of a Spark Connect server for the views."""
     import pyspark
 
+    conf = dict(conf or {})
+    # Java options given for the driver join the project's own (the log4j configuration, the class
+    # archive) rather than replacing them, as for a driver build_spark starts
+    java_options = " ".join(filter(None, [conf.pop("spark.driver.extraJavaOptions", ""), driver_java_options()]))
     settings = {
         **SESSION_DEFAULTS,
         "spark.connect.grpc.binding.address": host,
         "spark.connect.grpc.binding.port": str(port),
-        "spark.driver.extraJavaOptions": driver_java_options(),
-        **(conf or {}),
+        "spark.driver.extraJavaOptions": java_options,
+        **conf,
     }
     command = [
         str(Path(pyspark.__file__).parent / "bin" / "spark-submit"),

@@ -18,6 +18,7 @@ import pytest
 
 from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
 from cdc.local_postgres import free_port
+from derived_views.driver_jit import C1_ONLY
 from migrations.sample_data import insert_sample_data
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
@@ -62,11 +63,30 @@ def _running_server(workdir: Path, *settings: str) -> Iterator[str]:
             server.wait()
 
 
+#: The module's servers live a minute or two: they compile with C1 alone, as a short run's driver does
+#: (a server's default is C1 and C2, which pays back only over a longer life; results are the same)
+SHORT_LIVED = "spark.driver.extraJavaOptions=" + " ".join(C1_ONLY)
+
+
 @pytest.fixture(scope="module")
 def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """One server for the module's tests."""
-    with _running_server(tmp_path_factory.mktemp("spark-server")) as url:
+    with _running_server(tmp_path_factory.mktemp("spark-server"), SHORT_LIVED) as url:
         yield url
+
+
+def test_java_options_given_to_the_server_join_its_own() -> None:
+    """``--conf spark.driver.extraJavaOptions=...`` adds to the server's Java options (its log4j
+    configuration, the class archive) instead of replacing them; other settings override the defaults."""
+    from derived_views.jvm_output import driver_java_options
+    from derived_views.spark_server import server_command
+
+    command = server_command(conf={"spark.driver.extraJavaOptions": "-XX:+UseSerialGC", "spark.sql.shuffle.partitions": "2"})
+    settings = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
+    java = [s.removeprefix("spark.driver.extraJavaOptions=") for s in settings if s.startswith("spark.driver.extraJavaOptions=")]
+    assert java == [f"-XX:+UseSerialGC {driver_java_options()}"], settings
+    assert "-Dlog4j2.configurationFile=" in java[0], java
+    assert [s for s in settings if s.startswith("spark.sql.shuffle.partitions=")] == ["spark.sql.shuffle.partitions=2"]
 
 
 #: Run in a process of its own (a Spark Connect session switches pyspark into Connect mode for the whole
@@ -180,7 +200,7 @@ def test_keep_alive_holds_sessions_the_server_drops_when_idle(tmp_path: Path) ->
     """A server that drops a session after 5 s without a request: the context that keeps its sessions alive
     (its own and its sibling's) still queries after 12 s, an idle session does not."""
     timeout = ("spark.connect.session.manager.defaultSessionTimeout=5s", "spark.connect.session.manager.maintenanceInterval=1s")
-    with _running_server(tmp_path, *timeout) as url:
+    with _running_server(tmp_path, *timeout, SHORT_LIVED) as url:
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("CDC_")}, "CDC_SPARK_REMOTE": url}
         result = subprocess.run(
             [sys.executable, "-c", _KEEP_ALIVE_CHECK, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
