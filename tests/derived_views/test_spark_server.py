@@ -63,7 +63,7 @@ def _running_server(workdir: Path, *settings: str) -> Iterator[str]:
             server.wait()
 
 
-#: The module's servers live a minute or two: they compile with C1 alone, as a short run's driver does
+#: The module's server lives about two minutes: it compiles with C1 alone, as a short run's driver does
 #: (a server's default is C1 and C2, which pays back only over a longer life; results are the same)
 SHORT_LIVED = "spark.driver.extraJavaOptions=" + " ".join(C1_ONLY)
 
@@ -200,7 +200,7 @@ def test_keep_alive_holds_sessions_the_server_drops_when_idle(tmp_path: Path) ->
     """A server that drops a session after 5 s without a request: the context that keeps its sessions alive
     (its own and its sibling's) still queries after 12 s, an idle session does not."""
     timeout = ("spark.connect.session.manager.defaultSessionTimeout=5s", "spark.connect.session.manager.maintenanceInterval=1s")
-    with _running_server(tmp_path, *timeout, SHORT_LIVED) as url:
+    with _running_server(tmp_path, *timeout) as url:
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("CDC_")}, "CDC_SPARK_REMOTE": url}
         result = subprocess.run(
             [sys.executable, "-c", _KEEP_ALIVE_CHECK, str(tmp_path)], env=env, capture_output=True, text=True, timeout=300
