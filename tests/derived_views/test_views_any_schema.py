@@ -165,25 +165,22 @@ def test_a_blog_search_index_and_cache_entity_stay_exact_through_every_change(
     recorded = table_progress(Path(entries))
     assert recorded is not None and recorded.position == runner.latest(ctx).position  # type: ignore[union-attr]
 
-    # the filter flips for one post through its own row; a post is inserted, another deleted
+    # the filter flips for one post through its own row; a post is inserted, another deleted; a child
+    # moves from one post to another; a child is deleted; a link row is inserted
     execute(
         pg_url,
         'UPDATE "Blog Data"."Posts" SET published = true WHERE id = 5',
         "INSERT INTO \"Blog Data\".\"Posts\" VALUES (31, 3, 'Fresh', 'new lamps', '{}', true, 1.5)",
         'DELETE FROM "Blog Data"."Posts" WHERE id = 2',
-    )
-    _step(settings, ctx, pg_url)
-    assert _rewritten(ctx, docs) == 3
-
-    # a child moves from one post to another; a child is deleted; a link row is inserted
-    execute(
-        pg_url,
         'UPDATE "Blog Data".comments SET post_id = 3 WHERE id = 6',
         'DELETE FROM "Blog Data".comments WHERE id = 7',
         'INSERT INTO "Blog Data"."Post-Tags" VALUES (3, 1, 0)',
     )
     _step(settings, ctx, pg_url)
-    assert _rewritten(ctx, entries) == 2  # post 1 lost comment 6, post 3 gained it and a tag (post 2 is gone)
+    assert _rewritten(ctx, docs) == 3  # posts 5 and 31 in, post 2 out: the index reads no child table
+    # the roots whose row or children changed, of 30: post 1 lost comment 6, post 3 gained it and a tag,
+    # post 5's row changed, post 31 in, post 2 out
+    assert _rewritten(ctx, entries) == 5
     moved_to = cache.get(ctx.views_dir, "post", "3")
     assert moved_to is not None and 6 in [c["id"] for c in moved_to["comments"]]
     assert moved_to["tags"][0] == {"tag id": 1, "sort, order": 0}
