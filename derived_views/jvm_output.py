@@ -36,12 +36,14 @@ LOG4J2_PROPERTIES = Path(__file__).with_name("log4j2.properties")
 DRIVER_JAVA_OPTIONS = f"-Dlog4j2.configurationFile={LOG4J2_PROPERTIES.as_uri()}"
 
 
-def driver_java_options() -> str:
-    """Java options of a driver this project starts: the log4j configuration and, once set-up has made
-    it, the class archive that shortens the JVM's start (:mod:`derived_views.class_archive`)."""
+def driver_java_options(given: str = "") -> str:
+    """Java options of a driver this project starts: ``given`` (a user's ``spark.driver.extraJavaOptions``),
+    then the project's own, which are added to the given ones and never replaced by them: the log4j
+    configuration and, once set-up has made it, the class archive that shortens the JVM's start
+    (:mod:`derived_views.class_archive`)."""
     from derived_views.class_archive import java_options
 
-    return " ".join(filter(None, [DRIVER_JAVA_OPTIONS, java_options()]))
+    return " ".join(filter(None, [given, DRIVER_JAVA_OPTIONS, java_options()]))
 
 
 #: Lines dropped: the JVM's note on its command line, and the banner Spark prints for an interactive

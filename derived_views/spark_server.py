@@ -35,9 +35,7 @@ def server_command(
     import pyspark
 
     conf = dict(conf or {})
-    # Java options given for the driver join the project's own (the log4j configuration, the class
-    # archive) rather than replacing them, as for a driver build_spark starts
-    java_options = " ".join(filter(None, [conf.pop("spark.driver.extraJavaOptions", ""), driver_java_options()]))
+    java_options = driver_java_options(conf.pop("spark.driver.extraJavaOptions", ""))
     settings = {
         **SESSION_DEFAULTS,
         "spark.connect.grpc.binding.address": host,

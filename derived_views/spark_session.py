@@ -77,12 +77,12 @@ def build_spark(
         settings["spark.jars.packages"] = spark_packages()
     if not submitted and SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         # this process starts the driver JVM: its output becomes log lines (derived_views.jvm_output)
-        java_options = [settings.get("spark.driver.extraJavaOptions", ""), driver_java_options()]
+        java_options = driver_java_options(settings.get("spark.driver.extraJavaOptions", ""))
         if short_run:
             from derived_views.driver_jit import C1_ONLY
 
-            java_options.extend(C1_ONLY)
-        settings["spark.driver.extraJavaOptions"] = " ".join(filter(None, java_options))
+            java_options = " ".join([java_options, *C1_ONLY])
+        settings["spark.driver.extraJavaOptions"] = java_options
         launch_driver(settings)
     builder = SparkSession.builder
     for key, value in settings.items():
