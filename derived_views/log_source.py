@@ -17,8 +17,9 @@ Read it, once :func:`register` made it known to the session, as
 
 - End offsets always come from one commit watermark of the log, so a batch never holds part of a
   source transaction (promise 2), and re-reading the same ``[start, end)`` yields the same records.
-- Every Spark input partition is one topic-partition's offset range, so all events of one key stay in
-  one Spark partition, in log order.
+- Every Spark input partition is one topic-partition's offset range (for a reduced read, one key split
+  of it: :mod:`derived_views.key_splits`), so all events of one key stay in one Spark partition, in log
+  order.
 - ``read()`` is stateless: it opens the log read-only, reads its range and yields Arrow record batches
   whose columns match :data:`RAW_DDL` by position.
 - The streaming reader's ``commit()`` does nothing: Spark's checkpointed offsets are the truth.
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
+from derived_views.key_splits import splits_per_partition
 from derived_views.log_location import LogLocation
 from event_format import LSN_HEADER, SEQUENCE_HEADER, UNCHANGED_HEADER
 
@@ -96,19 +98,26 @@ class LogPartition(InputPartition):
         The topic-partition.
     start, end : int
         First offset read and the offset to stop before (a watermark's end offset).
+    split, splits : int
+        With ``splits`` above 1, a reduced read of this range yields only the events of split ``split``'s
+        keys (:mod:`derived_views.key_splits`); other reads ignore them.
 
     Notes
     -----
     Must be picklable: it travels from the driver to the Python worker.
     """
 
-    def __init__(self, location: LogLocation, topic: str, partition: int, start: int, end: int) -> None:
-        super().__init__((topic, partition, start, end))
+    def __init__(
+        self, location: LogLocation, topic: str, partition: int, start: int, end: int, split: int = 0, splits: int = 1
+    ) -> None:
+        super().__init__((topic, partition, start, end, split, splits))
         self.location = location
         self.topic = topic
         self.partition = partition
         self.start = start
         self.end = end
+        self.split = split
+        self.splits = splits
 
 
 def read_watermark(location: LogLocation | str, topics: Sequence[str] | None = None) -> LogWatermark | None:
@@ -127,15 +136,19 @@ def read_watermark(location: LogLocation | str, topics: Sequence[str] | None = N
         return LogWatermark(str(watermark.position), int(watermark.timestamp_ms), offsets)
 
 
-def plan_partitions(location: LogLocation | str, start: Offsets, end: Offsets) -> list[LogPartition]:
-    """One input partition per topic-partition whose range ``[start, end)`` is not empty."""
+def plan_partitions(location: LogLocation | str, start: Offsets, end: Offsets, splits: int = 1) -> list[LogPartition]:
+    """One input partition per topic-partition whose range ``[start, end)`` is not empty, or ``splits`` of
+    them, one per key split (:mod:`derived_views.key_splits`)."""
     location = LogLocation.of(location)
-    planned = []
+    planned: list[LogPartition] = []
     for topic in sorted(end):
         for partition, end_offset in sorted(end[topic].items(), key=lambda item: int(item[0])):
             begin = int(start.get(topic, {}).get(partition, 0))
             if end_offset > begin:
-                planned.append(LogPartition(location, topic, int(partition), begin, int(end_offset)))
+                planned.extend(
+                    LogPartition(location, topic, int(partition), begin, int(end_offset), split, splits)
+                    for split in range(splits)
+                )
     return planned
 
 
@@ -319,9 +332,12 @@ def reduced_partition(partition: LogPartition, mode: str, row: Any | None = None
     by position. The whole partition is read before anything is yielded, since a key's latest event
     may come last.
     """
+    from derived_views.key_splits import records_of_split, yielded_by_split
     from derived_views.reduction import reduce_table
 
-    yield from reduce_table(read_partition(partition), mode, row).to_batches(max_chunksize=_CHUNK)
+    batches = (records_of_split(batch, partition.split, partition.splits) for batch in read_partition(partition))
+    reduced = yielded_by_split(reduce_table(batches, mode, row), partition.split)
+    yield from reduced.to_batches(max_chunksize=_CHUNK)
 
 
 def _parse_offsets(text: str | None) -> Offsets:
@@ -335,7 +351,9 @@ class _Options:
     """The source's options: ``path``, ``topics`` (comma-separated), ``startingOffsets``, ``endingOffsets``,
     and for batch reads ``reduce`` (``latest``/``all``: yield the reduced events of each partition) and
     ``columns`` (a JSON list of ``[name, Spark type]`` whose Arrow struct types the reduced rows, see
-    :mod:`derived_views.typed_rows`; only for columns it can type)."""
+    :mod:`derived_views.typed_rows`; only for columns it can type) and ``parallelism`` (the tasks Spark
+    runs at once: a reduced read of fewer partitions splits each one's keys so that no core sits idle,
+    see :mod:`derived_views.key_splits`)."""
 
     def __init__(self, given: dict[str, str]) -> None:
         options = {key.lower(): value for key, value in given.items()}
@@ -355,6 +373,10 @@ class _Options:
             if self.reduce is None:
                 raise ValueError("the cdclog source's option 'columns' needs option 'reduce'")
             self.columns = [(str(name), str(spark_type)) for name, spark_type in json.loads(options["columns"])]
+        parallelism = options.get("parallelism", "1")
+        if not parallelism.isdigit() or int(parallelism) < 1:
+            raise ValueError(f"the cdclog source's option 'parallelism' is a whole number above 0, not {parallelism!r}")
+        self.parallelism = int(parallelism)
 
     def row_type(self) -> Any | None:
         """The Arrow struct reduced rows are typed as (option ``columns``), or ``None``."""
@@ -395,7 +417,12 @@ class LogBatchReader(DataSourceReader):
         self._end = self._options.end()[2]
 
     def partitions(self) -> Sequence[InputPartition]:
-        return plan_partitions(LogLocation.of(self._options.path), self._options.starting, self._end)
+        location = LogLocation.of(self._options.path)
+        planned = plan_partitions(location, self._options.starting, self._end)
+        if self._options.reduce is None:
+            return planned
+        splits = splits_per_partition(len(planned), self._options.parallelism)
+        return planned if splits == 1 else plan_partitions(location, self._options.starting, self._end, splits)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Spark reads an empty plan through one placeholder partition: it yields nothing

@@ -89,8 +89,9 @@ def read_log(
 ) -> DataFrame:
     """Log rows of ``topics`` in ``[start, end)`` read by Spark tasks, one task per log partition: raw
     (:data:`~derived_views.log_source.RAW_DDL`), or reduced per partition (``reduce`` = ``latest``/``all``,
-    rows of :data:`EVENT_DDL`) by the tasks that read them, typed by Arrow as ``columns`` in the same
-    parse when given (:mod:`derived_views.typed_rows`). The embedded log is read through the ``cdclog``
+    rows of :data:`EVENT_DDL`) by the tasks that read them (one per key split of each partition when
+    Spark has more cores than partitions: :mod:`derived_views.key_splits`), typed by Arrow as ``columns`` in the
+    same parse when given (:mod:`derived_views.typed_rows`). The embedded log is read through the ``cdclog``
     source, Kafka through Spark's Kafka source (:func:`derived_views.kafka_read.read_kafka`)."""
     import json
 
@@ -110,7 +111,9 @@ def read_log(
         .option("endingOffsets", offsets_json({t: end.get(t, {}) for t in topics}))
     )
     if reduce is not None:
-        reader = reader.option("reduce", reduce)
+        from derived_views.key_splits import task_slots
+
+        reader = reader.option("reduce", reduce).option("parallelism", str(task_slots(spark)))
     if columns is not None:
         reader = reader.option("columns", json.dumps(columns))
     return reader.load()

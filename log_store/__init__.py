@@ -16,7 +16,7 @@ from __future__ import annotations
 from log_store.cleaner import CleanerStats
 from log_store.config import LogConfig
 from log_store.log_cleaner import CleanerReport, PartitionCleaning
-from log_store.partitioner import murmur2, partition_arrow, partition_for_key
+from log_store.partitioner import murmur2, partition_arrow, partition_for_key, positive_hashes_arrow
 from log_store.producer_columns import ProducerColumns
 from log_store.record import UNCHANGED_HEADER, Headers, ProducerRecord, Record, TopicPartition, first_header
 from log_store.record_batch import RecordColumns
@@ -49,4 +49,5 @@ __all__ = [
     "murmur2",
     "partition_arrow",
     "partition_for_key",
+    "positive_hashes_arrow",
 ]

@@ -99,7 +99,15 @@ def partition_array(keys: Sequence[bytes], partitions: int) -> Any:
 
 
 def partition_arrow(keys: pa.Array, partitions: int) -> Any:
-    """``partition_for_key`` of every key of an Arrow binary or string array (no nulls), as numpy ``int64``.
+    """``partition_for_key`` of every key of an Arrow binary or string array (no nulls), as numpy ``int64``."""
+    out = positive_hashes_arrow(keys)
+    out %= partitions
+    return out
+
+
+def positive_hashes_arrow(keys: pa.Array) -> Any:
+    """``to_positive(murmur2(key))`` of every key of an Arrow binary or string array (no nulls), as numpy
+    ``int64``.
 
     Keys of one length are gathered with ``take`` (their bytes then lie end to end) and hashed together.
     """
@@ -114,7 +122,6 @@ def partition_arrow(keys: pa.Array, partitions: int) -> Any:
         raw = bytes(memoryview(data)[first : first + length * len(positions)]) if data is not None else b""
         out[positions] = _murmur2_same_length(raw, len(positions), length)
     out &= 0x7FFFFFFF
-    out %= partitions
     return out
 
 
