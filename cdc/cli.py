@@ -122,8 +122,13 @@ def run(entry: click.Command, args: list[str] | None = None) -> int:
         return 130
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
+    except click.UsageError as exc:
+        # click's own form is a usage line, a hint and ``Error: ...``: every error here is one line
+        command = exc.ctx.command_path if exc.ctx is not None else "cdc"
+        click.echo(f"error: {exc.format_message().rstrip('.')}; see '{command} --help'", err=True)
+        return exc.exit_code
     except click.ClickException as exc:
-        exc.show()
+        click.echo(f"error: {exc.format_message()}", err=True)
         return exc.exit_code
     except _user_errors() as exc:
         for problem in getattr(exc, "problems", None) or (with_rebuild_steps(str(exc), exc),):

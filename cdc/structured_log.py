@@ -76,5 +76,5 @@ def configure(log_format: str = "kv", level: int = logging.INFO, stream: TextIO 
         root.removeHandler(existing)
     root.addHandler(handler)
     root.setLevel(level)
-    for noisy in ("py4j", "alembic.runtime.migration"):
+    for noisy in ("py4j", "alembic.runtime.migration", "alembic.runtime.plugins"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
