@@ -1,0 +1,81 @@
+"""The README and docs/ stay true: every link reaches a file (and heading), every command shown exists."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import click
+import pytest
+
+from cdc.cli import _register_commands, cli
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+_LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+_COMMAND = re.compile(r"(?<![\w/.-])cdc((?: [a-z][a-z-]*)+)")
+_SCRIPT = re.compile(r"\./(scripts/[\w-]+)")
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces as hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    return {_anchor(line.lstrip("#")) for line in page.read_text().splitlines() if line.startswith("#")}
+
+
+def _links(page: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # code blocks hold no links
+    return [link for link in _LINK.findall(text) if not link.startswith(("http://", "https://", "mailto:"))]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_link_reaches_a_file_and_its_heading(page: Path) -> None:
+    links = _links(page)
+    if page.name == "README.md":
+        assert any(link.startswith("docs/") for link in links)  # the README points into docs/
+    for link in links:
+        path, _, anchor = link.partition("#")
+        target = (page.parent / path).resolve() if path else page
+        assert target.exists(), f"{page.name} links to {link}, which does not exist"
+        if anchor:
+            assert anchor in _anchors(target), f"{page.name} links to {link}: no such heading in {target.name}"
+
+
+def _command_names() -> set[tuple[str, ...]]:
+    """Every command path of the CLI: ``("setup",)``, ``("log", "tail")``, ..."""
+    _register_commands()
+    names: set[tuple[str, ...]] = set()
+
+    def walk(group: click.Group, prefix: tuple[str, ...]) -> None:
+        for name, command in group.commands.items():
+            names.add((*prefix, name))
+            if isinstance(command, click.Group):
+                walk(command, (*prefix, name))
+
+    walk(cli, ())
+    return names
+
+
+def test_every_command_the_readme_shows_exists() -> None:
+    known = _command_names()
+    text = (ROOT / "README.md").read_text()
+    shown = {tuple(match.split()) for match in _COMMAND.findall(text)}
+    assert ("setup",) in {words[:1] for words in shown}  # the pattern finds commands at all
+    for words in shown:
+        # "cdc log topics | describe": the longest prefix of words that names a command must name one
+        assert any(words[:n] in known for n in range(1, len(words) + 1)), f"README shows `cdc {' '.join(words)}`"
+    for group_line in re.findall(r"`cdc (\w+) ([a-z]+(?: \\\| [a-z]+)+)`", text):
+        for sub in group_line[1].split(" \\| "):
+            assert (group_line[0], sub) in known, f"README shows `cdc {group_line[0]} {sub}`"
+    scripts = set(_SCRIPT.findall(text))
+    assert scripts >= {"scripts/demo", "scripts/test"}
+    for script in scripts:
+        assert (ROOT / script).is_file(), f"README shows ./{script}"
+
+
+def test_the_readme_introduces_and_stays_short() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 150
