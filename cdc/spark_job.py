@@ -1,12 +1,14 @@
 """Entry point for ``spark-submit``: the same commands as ``cdc`` (``sync``, ``rebuild``, ``verify``, ...).
 
-Example (on a cluster, with the Delta package matching the installed ``delta-spark``)::
+Example (docs/scaling.md: what the executors need, and ``--jars`` instead of ``--packages`` offline)::
 
-    spark-submit --master yarn --packages io.delta:delta-spark_4.2_2.13:4.4.0 \\
+    PYSPARK_PYTHON=/opt/cdc/.venv/bin/python spark-submit --master spark://master:7077 \\
+        --packages io.delta:delta-spark_4.2_2.13:4.4.0,org.apache.spark:spark-sql-kafka-0-10_2.13:4.2.0 \\
         cdc/spark_job.py sync warehouse --once
 
-:func:`derived_views.spark_session.build_spark` then leaves the master and jars to ``spark-submit``.
-The project must be installed on the executors too (the ``cdclog`` source runs there).
+:func:`derived_views.spark_session.build_spark` then keeps the master, jars and settings spark-submit gave
+the driver, and stops with one error when they lack Delta Lake. The executors run ``PYSPARK_PYTHON``, an
+environment with the project installed (the ``cdclog`` source runs there).
 """
 
 from __future__ import annotations

@@ -137,3 +137,16 @@ class SparkServerUnreachableError(ViewError):
             f"`cdc spark-server`, or unset CDC_SPARK_REMOTE to run Spark in this process"
         )
         self.url = url
+
+
+class SparkJarsMissingError(ViewError):
+    """A view job started by ``spark-submit`` without Delta Lake's jars on the driver's classpath."""
+
+    exit_code = 2
+
+    def __init__(self, packages: str) -> None:
+        super().__init__(
+            "Delta Lake is not on the Spark driver's classpath: give spark-submit "
+            f"`--packages {packages}`, or `--jars` with the jar files set-up fetched "
+            '(`--jars "$(python -m derived_views.spark_jars | paste -sd,)"`)'
+        )

@@ -66,12 +66,14 @@ def build_spark(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     settings = {"spark.app.name": app_name}
-    submitted = "spark.master" in os.environ.get("PYSPARK_SUBMIT_ARGS", "") or os.environ.get("SPARK_SUBMIT")
+    submitted = submitted_driver()
     if master or not submitted:
         settings["spark.master"] = master or os.environ.get("CDC_SPARK_MASTER", "local[2]")
     settings.update({**SESSION_DEFAULTS, **(conf or {})})
     jars = installed_jars()
-    if jars:
+    if submitted:
+        pass  # spark-submit fixed the driver's classpath: its --jars / --packages, checked below
+    elif jars:
         settings["spark.jars"] = ",".join(str(jar) for jar in jars)
     else:
         settings["spark.jars.packages"] = spark_packages()
@@ -89,7 +91,27 @@ def build_spark(
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    if submitted:
+        _require_delta(session)
     return session
+
+
+def submitted_driver() -> bool:
+    """Whether this process is a driver that ``spark-submit`` started: its JVM is already running, with the
+    master, jars and settings spark-submit was given, which a session built here must not replace."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def _require_delta(session: SparkSession) -> None:
+    """One clear error when ``spark-submit`` was not given Delta Lake's jars: the session would otherwise
+    start without Delta and fail at its first table with a class-loading trace."""
+    from derived_views.errors import SparkJarsMissingError
+
+    jvm = session.sparkContext._jvm
+    try:
+        jvm.org.apache.spark.util.Utils.classForName("io.delta.sql.DeltaSparkSessionExtension", True, False)  # type: ignore[union-attr]
+    except Exception as exc:
+        raise SparkJarsMissingError(spark_packages()) from exc
 
 
 def remote_url() -> str | None:
