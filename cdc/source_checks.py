@@ -19,6 +19,7 @@ from psycopg import sql
 
 from cdc.capture.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
 from cdc.capture.errors import SourceError
+from cdc.publication_rule_checks import rule_problems
 from cdc.settings import Settings
 
 if TYPE_CHECKING:
@@ -80,6 +81,7 @@ def run_checks(settings: Settings) -> list[Check]:
             )
         )
         checks.extend(_publication_checks(conn, settings))
+        checks.extend(Check("publication rules", False, problem) for problem in rule_problems(conn, settings.publication))
         checks.extend(
             Check("CDC_TABLES", False, problem) for problem in table_list_problems(conn, settings.publication, settings.tables)
         )
