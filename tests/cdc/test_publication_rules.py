@@ -8,6 +8,7 @@ import glob
 import hashlib
 import os
 import tempfile
+import threading
 from contextlib import closing
 from pathlib import Path
 
@@ -18,7 +19,8 @@ import pytest
 from cdc.capture.catalog import Catalog
 from cdc.coordinator import Capture
 from cdc.settings import Settings
-from tests.cdc.helpers import execute, replay, run_cdc, settings_for
+from log_store.errors import LogStoreError
+from tests.cdc.helpers import execute, replay, run_cdc, settings_for, wait_for
 
 pytestmark = pytest.mark.pg
 
@@ -192,3 +194,35 @@ def test_kafka_receives_only_the_published_columns_and_rows(
         assert files_holding(directory, leaked) == {}
     if broker_files:  # records are stored as written: the search finds a value that is there
         assert any(files_holding(directory, [secret("name", 1)]) for directory in broker_files)
+
+
+def test_a_rule_changed_while_capture_streams_is_noticed(pg_url: str, tmp_path: Path) -> None:
+    """A running capture notices the changed column list and filter at its next look at the publication
+    and reads the table again; the changes it streams meanwhile follow the new rule too."""
+    create_tables(pg_url)
+    settings = settings_for(pg_url, tmp_path)
+    running = Capture(settings)
+    thread = threading.Thread(target=running.run, name="capture-under-test", daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: _replayed(tmp_path) == published_people(pg_url), what="the snapshot under the first rule")
+        execute(
+            pg_url,
+            "ALTER PUBLICATION cdc_publication SET TABLE people (id, region) WHERE (region = 'eu' AND id > 1), TABLE plain",
+        )
+        insert_person(pg_url, 11, "eu")
+        new_rule = ("id", "region"), "region = 'eu' AND id > 1"
+        wait_for(lambda: _replayed(tmp_path) == published_people(pg_url, *new_rule), what="the re-read under the new rule")
+    finally:
+        running.stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert schema_columns(tmp_path, "people") == ["id", "region"]
+
+
+def _replayed(data_dir: Path) -> dict[bytes | None, dict[str, object]] | None:
+    """``people`` as the log holds it, or None before its topic exists."""
+    try:
+        return replay(data_dir, "cdc.public.people")
+    except (FileNotFoundError, LogStoreError):
+        return None
