@@ -226,3 +226,45 @@ def _replayed(data_dir: Path) -> dict[bytes | None, dict[str, object]] | None:
         return replay(data_dir, "cdc.public.people")
     except (FileNotFoundError, LogStoreError):
         return None
+
+
+@pytest.mark.parametrize("via_root", [True, False], ids=["via-root", "leaf"])
+def test_a_partitioned_tables_rule_is_the_roots_or_each_leafs(pg_url: str, tmp_path: Path, via_root: bool) -> None:
+    """Published via its root, a partitioned table is read through the root under the root's rule;
+    otherwise each leaf is read under its own (PostgreSQL allows no rule on the root then)."""
+    execute(
+        pg_url,
+        "CREATE TABLE parted (id int, region text, secret text, PRIMARY KEY (id, region)) PARTITION BY LIST (region)",
+        "CREATE TABLE parted_eu PARTITION OF parted FOR VALUES IN ('eu')",
+        "CREATE TABLE parted_us PARTITION OF parted FOR VALUES IN ('us')",
+        "INSERT INTO parted SELECT g, CASE WHEN g % 2 = 0 THEN 'us' ELSE 'eu' END, 'secret-' || g FROM generate_series(1, 20) g",
+    )
+    if via_root:
+        execute(
+            pg_url,
+            "CREATE PUBLICATION cdc_publication FOR TABLE parted (id, region) WHERE (id > 10) "
+            "WITH (publish_via_partition_root = true)",
+        )
+        expected = {"cdc.public.parted": [(i, "us" if i % 2 == 0 else "eu") for i in range(11, 21)]}
+    else:
+        execute(pg_url, "CREATE PUBLICATION cdc_publication FOR TABLE parted_eu (id, region) WHERE (id > 10), TABLE parted_us")
+        expected = {
+            "cdc.public.parted_eu": [(i, "eu") for i in range(11, 21, 2)],
+            "cdc.public.parted_us": [(i, "us", f"secret-{i}") for i in range(2, 21, 2)],
+        }
+    settings = settings_for(pg_url, tmp_path)
+    capture(settings)
+    execute(pg_url, "INSERT INTO parted VALUES (21, 'eu', 'secret-21'), (5, 'us', 'secret-5x'), (22, 'us', 'secret-22')")
+    if via_root:
+        expected["cdc.public.parted"] += [(21, "eu"), (22, "us")]
+    else:
+        expected["cdc.public.parted_eu"].append((21, "eu"))
+        expected["cdc.public.parted_us"] += [(5, "us", "secret-5x"), (22, "us", "secret-22")]
+    capture(settings)
+    for topic, rows in expected.items():
+        assert sorted(tuple(row.values()) for row in replay(tmp_path, topic).values()) == sorted(rows), topic
+    if via_root:
+        assert files_holding(tmp_path, ["secret-"]) == {}
+    else:
+        holding = files_holding(tmp_path, ["secret-"])
+        assert holding and all(path.startswith("log/topics/cdc.public.parted_us/") for path in holding), holding
