@@ -4,6 +4,7 @@ unpublished column or row reaches any file under the data directory."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import hashlib
 import os
@@ -268,3 +269,35 @@ def test_a_partitioned_tables_rule_is_the_roots_or_each_leafs(pg_url: str, tmp_p
     else:
         holding = files_holding(tmp_path, ["secret-"])
         assert holding and all(path.startswith("log/topics/cdc.public.parted_us/") for path in holding), holding
+
+
+def test_a_log_written_without_the_rule_is_read_again_under_it(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A log that holds a table as read without its rule (as capture read it before it honoured column
+    lists and row filters) is read again under the rule, and compaction then removes every value the
+    rule excludes."""
+    from cdc.capture import catalog
+
+    create_tables(pg_url)
+    settings = settings_for(pg_url, tmp_path)
+    published = catalog._published
+
+    def unruled(*row: object) -> catalog.PublishedTable:
+        table = published(*row)
+        membership = table.membership.partition(";rule=")[0]
+        return dataclasses.replace(table, column_list=None, row_filter=None, membership=membership)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(catalog, "_published", unruled)
+        capture(settings)
+    excluded = [secret("ssn", n) for n in range(1, 7)] + [secret("name", n) for n in (2, 4, 6)]
+    leaked = files_holding(tmp_path, excluded)
+    assert leaked and all(path.startswith("log/topics/cdc.public.people/") for path in leaked), leaked
+
+    assert Capture(settings, once=True).run().tables_added == 1
+    assert replay(tmp_path, "cdc.public.people") == published_people(pg_url)
+    result = run_cdc(pg_url, tmp_path, "log", "compact", "--roll")
+    assert result.returncode == 0, result.stderr
+    assert files_holding(tmp_path, excluded) == {}
+    assert files_holding(tmp_path, [secret("name", 1)]) != {}
