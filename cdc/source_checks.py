@@ -142,7 +142,8 @@ def _kafka_toast_check(conn: Connection, name: str, oid: int) -> Check | None:
 
 def _views_file_check(conn: Connection, settings: Settings) -> Check:
     """The views file is well formed and its views read only tables capture will read, through columns
-    and keys they have (derived_views.definitions, derived_views.composite)."""
+    and keys they have and the publication publishes (derived_views.definitions, derived_views.composite,
+    derived_views.published_rules)."""
     from derived_views.composite import checked
     from derived_views.definitions import load
     from derived_views.errors import ViewsFileError
@@ -150,7 +151,7 @@ def _views_file_check(conn: Connection, settings: Settings) -> Check:
     try:
         definitions = load(settings.views_file)
         covered = coverage(conn, settings.publication, settings.tables).tables
-        checked(definitions, _source_tables(conn, covered))
+        checked(definitions, _published_columns(_source_tables(conn, covered), conn, settings.publication))
     except ViewsFileError as exc:
         return Check("views file", False, str(exc))
     return Check("views file", True, "")
@@ -185,6 +186,22 @@ def _source_tables(conn: Connection, tables: list[tuple[str, str]]) -> dict[str,
             tuple(str(row[0]) for row in rows if row[2]),
         )
     return found
+
+
+def _published_columns(tables: dict[str, SourceTable], conn: Connection, publication: str) -> dict[str, SourceTable]:
+    """``tables`` with only the columns the publication's column lists publish: a view can never hold another."""
+    import dataclasses
+
+    from derived_views.published_rules import published_rules
+
+    rules = published_rules(conn, publication)  # type: ignore[arg-type]
+    out = dict(tables)
+    for (schema, table), rule in rules.items():
+        name = f"{schema}.{table}"
+        if name in out and rule.column_list is not None:
+            source = out[name]
+            out[name] = dataclasses.replace(source, columns={c: t for c, t in source.columns.items() if rule.publishes(c)})
+    return out
 
 
 #: Pointed to by the problems ``cdc capture`` finds, which ``cdc setup --check-only`` finds with the rest.

@@ -20,8 +20,8 @@ def _refused(url: str, statement: str) -> str:
     return str(refused.value)
 
 
-def _errors(url: str, data_dir: Path, *args: str) -> list[str]:
-    result = run_cdc(url, data_dir, "setup", *args)
+def _errors(url: str, data_dir: Path, *args: str, **settings: str) -> list[str]:
+    result = run_cdc(url, data_dir, "setup", *args, **settings)
     assert result.returncode == 3, result.stdout + result.stderr
     return result.stderr.strip().splitlines()
 
@@ -79,3 +79,19 @@ def test_a_column_list_leaving_out_replica_identity_columns_is_refused(pg_url: s
     execute(pg_url, "DELETE FROM accounts", "UPDATE logged SET v = 'w'")
     result = run_cdc(pg_url, tmp_path, "setup", "--check-only")
     assert "publication rules" not in result.stdout + result.stderr
+
+
+def test_a_view_of_a_column_the_publication_leaves_out_is_refused(pg_url: str, tmp_path: Path) -> None:
+    """Capture never reads an unpublished column, so a view naming one could never be built."""
+    execute(
+        pg_url,
+        "CREATE TABLE people (id int, region text, name text, ssn text, PRIMARY KEY (id, region))",
+        "CREATE PUBLICATION cdc_publication FOR TABLE people (id, region, name)",
+    )
+    views = tmp_path / "views.toml"
+    views.write_text('[search.people]\nroot = "public.people"\ntext = ["name", "ssn"]\n')
+    (error,) = _errors(pg_url, tmp_path, "--check-only", views_file=str(views))
+    assert "[search.people] text: 'ssn' is not a column of the document" in error, error
+    views.write_text('[search.people]\nroot = "public.people"\ntext = ["name"]\n')
+    result = run_cdc(pg_url, tmp_path, "setup", "--check-only", views_file=str(views))
+    assert result.returncode == 0, result.stdout + result.stderr
