@@ -18,7 +18,9 @@ import psycopg
 from psycopg import sql
 
 from cdc.capture.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
-from cdc.capture.errors import SourceError
+from cdc.capture.errors import PrerequisiteError, SourceError
+from cdc.capture_rules import Checked, apply_rules, check_rules
+from cdc.publication_rule_checks import rule_problems
 from cdc.settings import Settings
 
 if TYPE_CHECKING:
@@ -80,6 +82,8 @@ def run_checks(settings: Settings) -> list[Check]:
             )
         )
         checks.extend(_publication_checks(conn, settings))
+        checks.extend(Check("publication rules", False, problem) for problem in rule_problems(conn, settings.publication))
+        checks.extend(Check("capture rules", False, problem) for problem in declared_rules(conn, settings).problems)
         checks.extend(
             Check("CDC_TABLES", False, problem) for problem in table_list_problems(conn, settings.publication, settings.tables)
         )
@@ -140,7 +144,8 @@ def _kafka_toast_check(conn: Connection, name: str, oid: int) -> Check | None:
 
 def _views_file_check(conn: Connection, settings: Settings) -> Check:
     """The views file is well formed and its views read only tables capture will read, through columns
-    and keys they have (derived_views.definitions, derived_views.composite)."""
+    and keys they have and the publication publishes (derived_views.definitions, derived_views.composite,
+    derived_views.published_rules)."""
     from derived_views.composite import checked
     from derived_views.definitions import load
     from derived_views.errors import ViewsFileError
@@ -148,7 +153,7 @@ def _views_file_check(conn: Connection, settings: Settings) -> Check:
     try:
         definitions = load(settings.views_file)
         covered = coverage(conn, settings.publication, settings.tables).tables
-        checked(definitions, _source_tables(conn, covered))
+        checked(definitions, _published_columns(_source_tables(conn, covered), conn, settings.publication))
     except ViewsFileError as exc:
         return Check("views file", False, str(exc))
     return Check("views file", True, "")
@@ -183,6 +188,22 @@ def _source_tables(conn: Connection, tables: list[tuple[str, str]]) -> dict[str,
             tuple(str(row[0]) for row in rows if row[2]),
         )
     return found
+
+
+def _published_columns(tables: dict[str, SourceTable], conn: Connection, publication: str) -> dict[str, SourceTable]:
+    """``tables`` with only the columns the publication's column lists publish: a view can never hold another."""
+    import dataclasses
+
+    from derived_views.published_rules import published_rules
+
+    rules = published_rules(conn, publication)  # type: ignore[arg-type]
+    out = dict(tables)
+    for (schema, table), rule in rules.items():
+        name = f"{schema}.{table}"
+        if name in out and rule.column_list is not None:
+            source = out[name]
+            out[name] = dataclasses.replace(source, columns={c: t for c, t in source.columns.items() if rule.publishes(c)})
+    return out
 
 
 #: Pointed to by the problems ``cdc capture`` finds, which ``cdc setup --check-only`` finds with the rest.
@@ -371,14 +392,83 @@ def _key_checks(conn: Connection, name: str, oid: int, all_tables: bool) -> list
     ]
 
 
+def declared_rules(conn: Connection, settings: Settings) -> Checked:
+    """The views file's capture rules checked against the publication as it is or will be created
+    (:mod:`cdc.capture_rules`); none when the file declares none or cannot be read (the views file
+    check says why)."""
+    from derived_views.definitions import load
+    from derived_views.errors import ViewsFileError
+
+    try:
+        definitions = load(settings.views_file)
+    except ViewsFileError:
+        return Checked({}, [])
+    if not definitions.capture:
+        return Checked({}, [])
+    source = definitions.source
+    row = conn.execute(
+        "SELECT puballtables OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid) "
+        "FROM pg_publication p WHERE pubname = %s"
+        if int(conn.info.server_version) >= 150000
+        else "SELECT puballtables FROM pg_publication WHERE pubname = %s",
+        (settings.publication,),
+    ).fetchone()
+    if row is not None and row[0]:
+        return Checked(
+            {},
+            [
+                f"{source}: [capture] rules need a publication naming its tables one by one, and {settings.publication} "
+                "publishes all tables or whole schemas (which take no column lists or row filters); drop it and run "
+                "`cdc setup` with CDC_TABLES set, or remove the rules"
+            ],
+        )
+    if row is None and not settings.tables:
+        return Checked(
+            {},
+            [
+                f"{source}: [capture] rules need CDC_TABLES: without it `cdc setup` creates the publication FOR ALL "
+                "TABLES, which takes no column lists or row filters; set CDC_TABLES to the tables to capture"
+            ],
+        )
+    if row is None:
+        tables = list(settings.tables)
+    else:
+        tables = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT n.nspname || '.' || c.relname FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid "
+                "JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s",
+                (settings.publication,),
+            ).fetchall()
+        ]
+    return check_rules(conn, definitions.capture, tables, source)
+
+
+def apply_declared_rules(settings: Settings) -> list[str]:
+    """Give the existing publication's tables the rules the views file declares (see
+    :func:`cdc.capture_rules.apply_rules`); the tables changed."""
+    with _connect(settings.database_url) as conn:
+        checked = declared_rules(conn, settings)
+        if checked.problems:
+            raise PrerequisiteError(checked.problems)
+        return apply_rules(conn, settings.publication, checked) if checked.clauses else []
+
+
 def ensure_publication(settings: Settings) -> bool:
-    """Create the publication (over ``CDC_TABLES``, or all tables) unless it exists; True if created."""
+    """Create the publication (over ``CDC_TABLES`` with the rules the views file declares, or all tables)
+    unless it exists; True if created."""
     with _connect(settings.database_url) as conn:
         if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone():
             return False
         if settings.tables:
+            checked = declared_rules(conn, settings)
+            if checked.problems:
+                raise PrerequisiteError(checked.problems)
             targets: sql.Composable = sql.SQL("FOR TABLE {}").format(
-                sql.SQL(", ").join(sql.Identifier(*entry_name(name)) for name in settings.tables)
+                sql.SQL(", ").join(
+                    checked.clauses[name][0].entry() if name in checked.clauses else sql.Identifier(*entry_name(name))
+                    for name in settings.tables
+                )
             )
         else:
             targets = sql.SQL("FOR ALL TABLES")

@@ -165,6 +165,29 @@ class CacheDefinition(BaseModel):
     children: dict[Name, ChildDefinition] = {}
 
 
+class CaptureRule(BaseModel):
+    """What capture reads of one table (``[capture."<schema>.<table>"]``): its ``columns``, or every column
+    but those it excludes (``exclude``), and the rows a SQL boolean ``where`` passes. ``cdc setup`` makes them the
+    publication's column list and row filter (PostgreSQL 15 and later), which every read honours."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    columns: list[str] | None = None
+    exclude: list[str] | None = None
+    where: str | None = None
+
+    @field_validator("where")
+    @classmethod
+    def _some_filter(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("an empty filter: leave `where` out to capture every row")
+        return value
+
+    def model_post_init(self, _context: object) -> None:
+        if self.columns is not None and self.exclude is not None:
+            raise ValueError("give `columns` or `exclude`, not both")
+
+
 class ViewDefinitions(BaseModel):
     """The whole views file."""
 
@@ -175,6 +198,8 @@ class ViewDefinitions(BaseModel):
     """Search indexes by name (view ``search.<name>``)."""
     cache: dict[Name, CacheDefinition] = {}
     """Cache entities by name (view ``cache.<name>``)."""
+    capture: dict[TableName, CaptureRule] = {}
+    """What capture reads of each table named (see :class:`CaptureRule`); a table not named is read whole."""
     source: str = "defaults (no views file)"
     """Where the definitions come from, for messages."""
 
@@ -212,12 +237,17 @@ def load(path: Path) -> ViewDefinitions:
         raise ViewsFileError(f"{path}: {_shown(loc)}: {message}") from None
 
 
-_SECTIONS = "[warehouse], [search.<index>], [cache.<entity>]"
+_SECTIONS = '[warehouse], [search.<index>], [cache.<entity>], [capture."<schema>.<table>"]'
 
 
 def _known_keys(loc: tuple[object, ...]) -> list[str]:
     """The keys the table at ``loc`` may hold, for messages."""
-    models: dict[str, type[BaseModel]] = {"warehouse": WarehouseDefinition, "search": SearchDefinition, "cache": CacheDefinition}
+    models: dict[str, type[BaseModel]] = {
+        "warehouse": WarehouseDefinition,
+        "search": SearchDefinition,
+        "cache": CacheDefinition,
+        "capture": CaptureRule,
+    }
     model = models.get(str(loc[0]), ViewDefinitions)
     if len(loc) >= 4:
         model = ChildDefinition if loc[2] == "children" else JoinDefinition
@@ -229,7 +259,7 @@ def _location(loc: tuple[object, ...]) -> tuple[str, str]:
     parts = [part for part in loc if part != "[key]"]  # a dict key that failed: the location names it already
     if not parts:
         return "", ""
-    if parts[0] in ("search", "cache") and len(parts) > 1:
+    if parts[0] in ("search", "cache", "capture") and len(parts) > 1:
         header, rest = f"{parts[0]}.{parts[1]}", parts[2:]
     else:
         header, rest = str(parts[0]), parts[1:]

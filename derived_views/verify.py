@@ -12,6 +12,7 @@ the view first and is meant for a quiet source (or a paused workload).
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import struct
 from collections.abc import Iterable
@@ -26,6 +27,7 @@ from derived_views.composite import Composite
 from derived_views.delta_reads import read_query
 from derived_views.errors import MissingTableError, UnknownViewError
 from derived_views.log_source import LogWatermark
+from derived_views.published_rules import WHOLE, PublishedRule, Rules, published_rules
 from derived_views.schema import TableSchema
 
 if TYPE_CHECKING:
@@ -125,13 +127,31 @@ def _select_list(schema: TableSchema) -> str:
     return ", ".join(parts)
 
 
-def source_rows(conn: psycopg.Connection, schema: TableSchema) -> list[dict[str, Any]]:
-    """Every row of a source table as a dict of its columns."""
+def source_rows(conn: psycopg.Connection, schema: TableSchema, row_filter: str | None = None) -> list[dict[str, Any]]:
+    """Every row of a source table as a dict of its columns (those ``row_filter``, the publication's row
+    filter as the server prints it, passes)."""
     from psycopg.rows import dict_row
 
     table = f"{quote_identifier(schema.schema)}.{quote_identifier(schema.table)}"
+    where = f" WHERE ({row_filter})" if row_filter is not None else ""
     with conn.cursor(row_factory=dict_row) as cursor:
-        return list(cursor.execute(f"SELECT {_select_list(schema)} FROM {table}"))  # noqa: S608 - quoted names
+        return list(cursor.execute(f"SELECT {_select_list(schema)} FROM {table}{where}"))  # noqa: S608 - quoted names
+
+
+def _published(schema: TableSchema, rule: PublishedRule) -> TableSchema:
+    """``schema`` with only the columns ``rule`` publishes."""
+    if rule.column_list is None:
+        return schema
+    return dataclasses.replace(schema, columns=tuple(c for c in schema.columns if rule.publishes(c.name)))
+
+
+def _leaked_columns(label: str, rule: PublishedRule, view: list[dict[str, Any]], publication: str) -> list[str]:
+    """A line for every column of the view that the publication does not publish."""
+    present = set().union(*(row.keys() for row in view)) if view else set()
+    return [
+        f"{label}: column {name} is in the view but publication {publication} does not publish it"
+        for name in sorted(rule.unpublished & present)
+    ]
 
 
 def _exists(conn: psycopg.Connection, schema: TableSchema) -> bool:
@@ -186,10 +206,14 @@ def _delta_rows(path: str, view: str, names: Iterable[str] = (), where: str = ""
     return [{back.get(column, column): value for column, value in row.items()} for row in rows]
 
 
-def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report) -> None:
-    """Each source table against its current-state table and, for a table with a key, against its
-    history table's current versions."""
-    for name, schema in sorted(schemas.items()):
+def _warehouse(
+    ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report, rules: Rules, publication: str
+) -> None:
+    """Each source table, the rows and columns the publication publishes, against its current-state
+    table and, for a table with a key, against its history table's current versions."""
+    for name, whole in sorted(schemas.items()):
+        rule = rules.get((whole.schema, whole.table), WHOLE)
+        schema = _published(whole, rule)
         if not ctx.definitions.warehouse.keeps(schema.dotted_name):
             continue
         if not _exists(conn, schema):
@@ -198,20 +222,26 @@ def _warehouse(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, Ta
                 "tables keep the rows it had, and were not compared"
             )
             continue
-        source = source_rows(conn, schema)
-        view = _delta_rows(warehouse.current_path(ctx, name), warehouse.NAME, schema.names)
+        source = source_rows(conn, schema, rule.row_filter)
+        view = _delta_rows(warehouse.current_path(ctx, name), warehouse.NAME, whole.names)
         report.compared += len(source)
+        report.differences += _leaked_columns(schema.qualified, rule, view, publication)
         report.differences += compare_rows(schema.qualified, schema, source, view)
         if not schema.key_columns or not ctx.definitions.warehouse.keeps_history(schema.dotted_name):
             continue  # a keyless table's history keeps no versions (its events have no key to version)
-        history = _delta_rows(warehouse.history_path(ctx, name), warehouse.NAME, schema.names, "_cdc_is_current")
+        history = _delta_rows(warehouse.history_path(ctx, name), warehouse.NAME, whole.names, "_cdc_is_current")
+        report.differences += _leaked_columns(f"{schema.qualified} (history)", rule, history, publication)
         report.differences += compare_rows(f"{schema.qualified} (history)", schema, source, history)
 
 
-def _rows_by_key(conn: psycopg.Connection, schema: TableSchema, key: tuple[str, ...]) -> dict[tuple[Any, ...], dict[str, Any]]:
-    """Every row of a source table by the normalized values of ``key``."""
+def _rows_by_key(
+    conn: psycopg.Connection, schema: TableSchema, key: tuple[str, ...], rules: Rules
+) -> dict[tuple[Any, ...], dict[str, Any]]:
+    """Every published row of a source table by the normalized values of ``key``."""
     types = {c.name: c.type_name for c in schema.columns}
-    return {tuple(repr(normalize(row[c], types[c])) for c in key): row for row in source_rows(conn, schema)}
+    rule = rules.get((schema.schema, schema.table), WHOLE)
+    rows = source_rows(conn, _published(schema, rule), rule.row_filter)
+    return {tuple(repr(normalize(row[c], types[c])) for c in key): row for row in rows}
 
 
 def _types(schema: TableSchema) -> dict[str, str]:
@@ -219,11 +249,11 @@ def _types(schema: TableSchema) -> dict[str, str]:
 
 
 def _expected(
-    conn: psycopg.Connection, plan: Composite, schemas: dict[str, TableSchema]
+    conn: psycopg.Connection, plan: Composite, schemas: dict[str, TableSchema], rules: Rules
 ) -> dict[tuple[Any, ...], dict[str, Any]]:
     """The composite's rows computed from the source in this snapshot, by root key: the root's kept
     columns, each join's, and for a cache entity each child array (sorted by ``order_by``, then key)."""
-    tables = {t.log_name: _rows_by_key(conn, schemas[t.log_name], t.key) for t in plan.tables}
+    tables = {t.log_name: _rows_by_key(conn, schemas[t.log_name], t.key, rules) for t in plan.tables}
     owners = {None: plan.root} | {link.alias: link.table for link in plan.links}
     children: dict[str, dict[tuple[Any, ...], list[dict[str, Any]]]] = {}
     for child in plan.children:
@@ -336,21 +366,25 @@ def _compare(
                         )
 
 
-def _search(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report, plan: Composite) -> None:
+def _search(
+    ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report, plan: Composite, rules: Rules
+) -> None:
     """The index's documents against the definition computed from the source (the filter applied by Spark)."""
     from derived_views.composite_sync import path
 
     documents = path(ctx, plan, "documents")
-    expected = _passing(ctx, plan, _expected(conn, plan, schemas), documents)
+    expected = _passing(ctx, plan, _expected(conn, plan, schemas, rules), documents)
     actual = {_view_key(row["_cdc_key"], plan): row for row in _delta_rows(documents, plan.view, plan.output_columns)}
     _compare(f"{plan.view} documents", plan, schemas, expected, actual, report)
 
 
-def _cache(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report, plan: Composite) -> None:
+def _cache(
+    ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableSchema], report: Report, plan: Composite, rules: Rules
+) -> None:
     """The entity's entries against the definition computed from the source."""
     from derived_views.composite_sync import path
 
-    expected = _expected(conn, plan, schemas)
+    expected = _expected(conn, plan, schemas, rules)
     actual = {
         _view_key(row["_cdc_key"], plan): json.loads(row["value"], parse_float=Decimal)
         for row in _delta_rows(path(ctx, plan, "entries"), plan.view)
@@ -358,9 +392,12 @@ def _cache(ctx: ViewContext, conn: psycopg.Connection, schemas: dict[str, TableS
     _compare(f"{plan.view} entries", plan, schemas, expected, actual, report)
 
 
-def verify(ctx: ViewContext, view: str, database_url: str, watermark: LogWatermark) -> Report:
+def verify(
+    ctx: ViewContext, view: str, database_url: str, watermark: LogWatermark, publication: str = "cdc_publication"
+) -> Report:
     """Compare ``view`` (``warehouse``, ``search.<index>`` or ``cache.<entity>``) with the source at
-    ``database_url`` in one REPEATABLE READ snapshot."""
+    ``database_url`` in one REPEATABLE READ snapshot, reading of each table the rows and columns
+    ``publication`` publishes (:mod:`derived_views.published_rules`)."""
     import psycopg
 
     from derived_views.runner import plans_at
@@ -372,12 +409,13 @@ def verify(ctx: ViewContext, view: str, database_url: str, watermark: LogWaterma
     report = Report(view)
     with psycopg.connect(database_url, autocommit=False) as conn:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        rules = published_rules(conn, publication)
         if view == warehouse.NAME:
-            _warehouse(ctx, conn, schemas, report)
+            _warehouse(ctx, conn, schemas, report, rules, publication)
         elif plans[view].kind == "search":
-            _search(ctx, conn, schemas, report, plans[view])
+            _search(ctx, conn, schemas, report, plans[view], rules)
         else:
-            _cache(ctx, conn, schemas, report, plans[view])
+            _cache(ctx, conn, schemas, report, plans[view], rules)
         conn.rollback()
     return report
 

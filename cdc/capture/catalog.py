@@ -8,6 +8,7 @@ what is stable across a schema change (keys, nullability, type names).
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -36,6 +37,14 @@ class PublishedTable(NamedTable):
     #: ``<attnum>:<type OID>:<typmod>:<first 8 hex digits of the name's md5>`` of each published column,
     #: ``;``-separated (see :func:`columns_filled_since`).
     columns: str = ""
+    #: The publication's column list for the table (``None``: it lists none, every column is published).
+    column_list: tuple[str, ...] | None = None
+    #: The publication's row filter for the table, as the server prints it (``None``: every row).
+    row_filter: str | None = None
+
+    def publishes(self, column: str) -> bool:
+        """Whether the publication publishes ``column`` of the table."""
+        return self.column_list is None or column in self.column_list
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +136,16 @@ class Catalog:
         rows, or rewrites the table (a volatile default, an identity, a domain with a constraint or a
         volatile default), and ``ALTER COLUMN ... TYPE`` rewrites it with converted values (``USING``
         any expression); logical decoding sends no change for either.
+
+        Each table's ``column_list`` and ``row_filter`` are what the publication publishes of it
+        (PostgreSQL 15 and later; ``pg_publication_tables.attnames`` and ``rowfilter``, which
+        PostgreSQL's own table synchronisation reads too): every read of the table reads exactly those
+        columns and rows, as pgoutput sends exactly those. A table published via its root has the root's
+        list and filter, a leaf published on its own its own (PostgreSQL refuses both on a partitioned
+        table published without ``publish_via_partition_root``). A table with a list or a filter has
+        ``;rule=<md5 of both>`` appended to its ``membership``: a changed rule makes the rows and columns
+        the log holds of it wrong, so it is read again (a table without a rule keeps the membership
+        it always had).
         """
         namespace_entry = (
             "(SELECT string_agg(pn.oid::text, ',' ORDER BY pn.oid) FROM pg_publication_namespace pn "
@@ -135,6 +154,13 @@ class Catalog:
             if self._server_version() >= 150000
             else "NULL"
         )
+        # attnames lists every column (generated ones too) when the publication names no column list
+        rule = (
+            "CASE WHEN EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = pub.oid "
+            "AND pr.prrelid = c.oid AND pr.prattrs IS NOT NULL) THEN p.attnames END, p.rowfilter"
+            if self._server_version() >= 150000
+            else "NULL::name[], NULL::text"
+        )
         rows = self._execute(
             "SELECT c.oid, p.schemaname, p.tablename, "
             "coalesce((SELECT string_agg(pr.oid::text, ',' ORDER BY pr.oid) FROM pg_publication_rel pr "
@@ -142,14 +168,14 @@ class Catalog:
             "OR pr.prrelid IN (SELECT a.relid FROM pg_partition_ancestors(c.oid) a))), "
             f"{namespace_entry}::text, '0') || ':' || coalesce((SELECT string_agg(t.relid::oid::int8::text, ',' "
             "ORDER BY t.relid::oid::int8) FROM pg_partition_tree(c.oid) t WHERE t.relid <> c.oid), '') "
-            f", {_COLUMN_MARKS} "
+            f", {_COLUMN_MARKS}, {rule} "
             "FROM pg_publication_tables p JOIN pg_publication pub ON pub.pubname = p.pubname "
             "JOIN pg_namespace n ON n.nspname = p.schemaname "
             "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename "
             "WHERE p.pubname = %s ORDER BY 2, 3",
             (publication,),
         )
-        return [PublishedTable(int(r[0]), str(r[1]), str(r[2]), str(r[3]), str(r[4])) for r in rows]  # type: ignore[call-overload]
+        return [_published(*row) for row in rows]
 
     def _server_version(self) -> int:
         return int(self._connection().info.server_version)
@@ -235,6 +261,37 @@ class Catalog:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def _published(
+    relid: object, schema: object, table: object, membership: object, columns: object, column_list: object, row_filter: object
+) -> PublishedTable:
+    """One row of :meth:`Catalog.published_tables`, its rule (if any) marked in its membership."""
+    listed = tuple(str(name) for name in column_list) if isinstance(column_list, list) else None
+    where = str(row_filter) if row_filter is not None else None
+    rule = publication_rule(listed, where)
+    return PublishedTable(
+        int(str(relid)),
+        str(schema),
+        str(table),
+        f"{membership};rule={rule}" if rule else str(membership),
+        str(columns),
+        listed,
+        where,
+    )
+
+
+def rule_of(membership: str | None) -> str:
+    """The rule digest a membership carries (empty for a table published without a rule)."""
+    return (membership or "").partition(";rule=")[2]
+
+
+def publication_rule(column_list: tuple[str, ...] | None, row_filter: str | None) -> str:
+    """A digest of a table's column list and row filter (empty when it has neither)."""
+    if column_list is None and row_filter is None:
+        return ""
+    text = f"{','.join(column_list) if column_list is not None else '*'}\n{row_filter or ''}"
+    return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
 class ColumnMark(NamedTuple):

@@ -81,26 +81,35 @@ class ColumnQuery:
     """The per-chunk query of one table: per column its rows' texts joined by newlines, then the row count."""
 
     select: sql.Composed
+    #: The publication's row filter (``None``: every row), as the server printed it from its catalog.
+    row_filter: str | None = None
 
     def chunk(self, first: int, end: int | None) -> sql.Composed:
-        """The query over blocks ``[first, end)`` (``end`` None: every block from ``first`` on).
+        """The query over blocks ``[first, end)`` (``end`` None: every block from ``first`` on), of the
+        rows the row filter passes.
 
         Sent without parameters, so a ``%`` in the expressions is literal.
         """
         where = sql.SQL(" WHERE ctid >= {}::tid").format(sql.Literal(f"({first},0)"))
         if end is not None:
             where = sql.SQL("{} AND ctid < {}::tid").format(where, sql.Literal(f"({end},0)"))
+        if self.row_filter is not None:
+            # a filter is a boolean expression over the table's own columns, which PostgreSQL checked
+            # when the publication was made (no subqueries, no user-defined functions)
+            where = sql.SQL("{} AND ({})").format(where, sql.SQL(self.row_filter))  # type: ignore[arg-type]
         return sql.Composed([self.select, where])
 
 
-def column_query(shape: TableShape) -> ColumnQuery:
+def column_query(shape: TableShape, row_filter: str | None = None) -> ColumnQuery:
     """The chunk queries of ``shape``: one ``string_agg`` per column (all aggregates of one query see the
-    rows in the same order) and ``count(*)``."""
+    rows in the same order) and ``count(*)``, over the rows ``row_filter`` passes (the publication's,
+    so that a snapshot holds exactly the rows the stream would send; a NULL result excludes a row, as
+    it does for pgoutput)."""
     aggregates = [sql.SQL("string_agg({}, E'\\n')").format(text_expression(c)) for c in shape.columns]
     select = sql.SQL("SELECT {} FROM {}").format(
         sql.SQL(", ").join([*aggregates, sql.SQL("count(*)")]), sql.Identifier(shape.schema, shape.table)
     )
-    return ColumnQuery(select)
+    return ColumnQuery(select, row_filter)
 
 
 def chunk_columns(shape: TableShape, row: Sequence[object]) -> tuple[pa.Array | None, list[pa.Array | pa.Scalar]]:
@@ -261,7 +270,13 @@ class SnapshotReader:
         return (int(row[0]), float(row[1]), float(row[2])) if row else (0, 0.0, 0.0)  # type: ignore[call-overload, arg-type]
 
     def column_chunks(
-        self, shape: TableShape, build: ChunkBuilder[T], chunk_rows: int = CHUNK_ROWS, chunk_bytes: int | None = None
+        self,
+        shape: TableShape,
+        build: ChunkBuilder[T],
+        chunk_rows: int = CHUNK_ROWS,
+        chunk_bytes: int | None = None,
+        *,
+        row_filter: str | None = None,
     ) -> Iterator[T]:
         """Every row of the table, a block range per chunk, as ``build(first, count, keys, after)`` of
         each non-empty chunk (``first``: the table's rows in the chunks before it; ``keys``: an Arrow
@@ -272,7 +287,8 @@ class SnapshotReader:
         ``chunk_bytes`` (default :data:`CHUNK_BYTES`) of stored data (TOAST included) per chunk, so
         that wide rows neither exceed the server's limit on one aggregated value (1 GB) nor hold much
         memory on either side. A partitioned table is read through its root: each block range is read
-        from every partition.
+        from every partition. ``row_filter``: the publication's row filter of the table (see
+        :func:`column_query`); the columns read are the shape's, which holds the published ones only.
 
         Chunks are fetched by one thread per session (at most :data:`FETCHED` wait per session), then
         turned into columns and built on one of :data:`CONVERTERS` threads, to which a feeder thread
@@ -282,7 +298,7 @@ class SnapshotReader:
         built. Should the feeder end without a word (it hands over every outcome, so it should not),
         the caller raises instead of waiting for ever.
         """
-        plan = column_query(shape)
+        plan = column_query(shape, row_filter)
         ranges = self._block_ranges(shape, chunk_rows, chunk_bytes or CHUNK_BYTES)
         stop = threading.Event()
         # built chunks in range order, then None; or the exception that ended the reading

@@ -9,6 +9,12 @@ What a snapshot puts in the log, in this order per table:
   keeps the marker, the latest record of its key, after any stale row it keeps). The initial snapshot
   also writes the markers alone on the topic of a table an earlier attempt read but this one no longer
   captures;
+* a tombstone (at ``(as_of, 0)``) for every key the topic holds, when the table is read again because
+  the publication's column list or row filter changed (or may have: a topic without a ledger record
+  under the rule now): the reads then supersede the records of every key they read again, and the
+  tombstones those of keys the new rule no longer publishes, so compaction removes every record written
+  under the old rule (the truncate markers alone hide them from consumers, but compaction keeps a key's
+  latest record whatever comes after it);
 * its schema record, when the table's columns differ from the last one written;
 * its reads, a block of columns per chunk.
 
@@ -27,8 +33,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from cdc.capture.catalog import Catalog, PublishedTable
-from cdc.capture.events import EventBuilder, TxContext, mark_last_read
+from cdc.capture.catalog import Catalog, PublishedTable, rule_of
+from cdc.capture.events import EventBuilder, TxContext, mark_last_read, tombstone_headers
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.log import Log
 from cdc.capture.lsn import Lsn
@@ -36,7 +42,7 @@ from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.streaming import ChangeReplayer
 from cdc.capture.table_snapshots import SnapshotLedger
 from cdc.capture.tables import TableShape
-from event_format import SNAPSHOT_POSITION
+from event_format import SNAPSHOT_POSITION, is_truncate_key
 from log_store import ProducerColumns, ProducerRecord, TopicPartition
 
 #: Items a snapshot group hands the log at a time: records, or blocks of one chunk's reads each.
@@ -45,17 +51,43 @@ _SNAPSHOT_ITEMS = 2
 Item = ProducerRecord | ProducerColumns
 
 
+def held_keys(log: Log, topic: str) -> list[bytes]:
+    """The keys of the rows ``topic`` holds: every key whose latest record is not a tombstone, truncate
+    markers left out (read from each partition's start)."""
+    held: dict[bytes, None] = {}
+    for partition in range(log.partitions(topic)):
+        tp = TopicPartition(topic, partition)
+        offset, end = log.start_offset(tp), log.end_offset(tp)
+        while offset < end and (batch := log.read(tp, offset)):
+            for record in batch:
+                if is_truncate_key(record.key) or record.key is None:
+                    continue
+                if record.value is None:
+                    held.pop(record.key, None)
+                else:
+                    held[record.key] = None
+            offset = batch[-1].offset + 1
+    return list(held)
+
+
 def published_shape(catalog: Catalog, topic_for: Callable[[str, str], str], table: PublishedTable) -> TableShape:
     """The shape of a published table as the catalog has it now, keyed by its primary key, else by the
-    index its replica identity names (no key: replica identity FULL or nothing)."""
+    index its replica identity names (no key: replica identity FULL or nothing).
+
+    Only the columns the publication publishes are in it (as in the Relation messages pgoutput sends),
+    so a read never selects another; a key the column list leaves out is no key (the stream's events
+    carry no value of it either)."""
     info = catalog.table(table.relid)
     keys = info.primary_key or (info.identity_key if info.replica_identity == "index" else ())
+    columns = [column for column in info.columns if table.publishes(column[0])]
+    if not all(table.publishes(key) for key in keys):
+        keys = ()
     return TableShape.build(
         table.relid,
         table.schema,
         table.table,
         topic_for(table.schema, table.table),
-        list(info.columns),
+        columns,
         list(keys),
         not_null=info.not_null,
         type_names=catalog.type_names,
@@ -162,8 +194,18 @@ class SnapshotWriter:
         shape = self.shape_of(table)
         self.ensure_topic(shape)
         context = TxContext(as_of, xmin, ts_ms, snapshot="true")
-        head = self._supersede(shape, context) + self.replayer.schema_records(shape, as_of)
+        head = self._supersede(shape, context)
+        if head and self._rule_changed(table):
+            position = tombstone_headers(as_of, 0)
+            head += [ProducerRecord(shape.topic, key, None, ts_ms, position) for key in held_keys(self.log, shape.topic)]
+        head += self.replayer.schema_records(shape, as_of)
         return _Table(table, shape, context, head)
+
+    def _rule_changed(self, table: PublishedTable) -> bool:
+        """Whether the records the log holds of ``table`` may have been written under another column list
+        or row filter than the publication's now (the ledger's record of it names another, or none)."""
+        entry = self.ledger.entries.get(table.log_name)
+        return entry is None or entry.membership is None or rule_of(entry.membership) != rule_of(table.membership)
 
     def _parts(
         self,
@@ -187,7 +229,7 @@ class SnapshotWriter:
         for table in tables:
             carry += table.head
             encode = self.builder.read_encoder(table.shape, table.context)
-            blocks = reader.column_chunks(table.shape, encode, self.chunk_rows)
+            blocks = reader.column_chunks(table.shape, encode, self.chunk_rows, row_filter=table.published.row_filter)
             for block in self._with_progress(blocks, table.shape, reader) if progress else blocks:
                 on_block()
                 table.context.sequence += len(block)

@@ -11,7 +11,7 @@ import click
 
 from cdc.capture.errors import PrerequisiteError
 from cdc.cli import pass_context
-from cdc.source_checks import ensure_publication, ensure_slot, run_checks
+from cdc.source_checks import apply_declared_rules, ensure_publication, ensure_slot, run_checks
 
 
 @click.command("setup")
@@ -31,5 +31,7 @@ def setup(ctx: object, check_only: bool) -> None:
         return
     created = ensure_publication(settings)
     click.echo(f"publication {settings.publication}: {'created' if created else 'exists'}")
+    for table in [] if created else apply_declared_rules(settings):
+        click.echo(f"publication {settings.publication}: {table} given the rule the views file declares")
     created = ensure_slot(settings)
     click.echo(f"slot {settings.slot}: {'created' if created else 'exists'}")

@@ -172,7 +172,7 @@ def verify(ctx: object, view: str, no_sync: bool) -> None:
         raise LogUnavailableError(f"the log at {view_ctx.log} holds no complete snapshot yet: run `cdc capture`")
     differing = []
     for name in names:
-        report = run_verify(view_ctx, name, ctx.settings.database_url, watermark)  # type: ignore[attr-defined]
+        report = run_verify(view_ctx, name, ctx.settings.database_url, watermark, ctx.settings.publication)  # type: ignore[attr-defined]
         for line in shown(report):
             click.echo(line)
         if report.ok:

@@ -43,7 +43,15 @@ def test_the_example_file_is_valid_for_the_reference_schema() -> None:
         (
             "[warehous]\n",
             r"views.toml: \[warehous\] is not a section of the views file \(known: \[warehouse\], "
-            r"\[search.<index>\], \[cache.<entity>\]\)",
+            r"\[search.<index>\], \[cache.<entity>\], \[capture.\"<schema>.<table>\"\]\)",
+        ),
+        (
+            '[capture."public.a"]\ncolumns = ["a"]\nexclude = ["b"]\n',
+            r"\[capture.public.a\]: give `columns` or `exclude`, not both",
+        ),
+        (
+            '[capture."public.a"]\nfilter = "x"\n',
+            r"\[capture.public.a\] filter is not a key of \[capture.public.a\] \(known: columns, exclude, where\)",
         ),
         ("[warehouse]\ntable = []\n", r"\[warehouse\] table is not a key of \[warehouse\] \(known: tables, without_history\)"),
         ('[warehouse]\ntables = "public.a"\n', r"\[warehouse\] tables: Input should be a valid list"),
