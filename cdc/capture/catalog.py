@@ -124,10 +124,11 @@ class Catalog:
         column number (dropped ones included; numbers are never reused), its highest live published one
         (generated columns are not published), its highest one holding a stored default for the rows
         that predate it (``atthasmissing``), its relfilenode, and the type (OID and typmod) of each live
-        published column by number, with the transaction that last changed its ``pg_attribute`` row. ``ADD COLUMN ... DEFAULT`` stores such a value without writing the
-        rows, or rewrites the table (a volatile default, an identity, a domain with a constraint or a
-        volatile default), and ``ALTER COLUMN ... TYPE`` rewrites it with converted values (``USING``
-        any expression); logical decoding sends no change for either.
+        published column by number, with the transaction that last changed its ``pg_attribute`` row.
+        ``ADD COLUMN ... DEFAULT`` stores such a value without writing the rows, or rewrites the table (a
+        volatile default, an identity, a domain with a constraint or a volatile default), and ``ALTER
+        COLUMN ... TYPE`` rewrites it with converted values (``USING`` any expression); logical decoding
+        sends no change for either.
         """
         namespace_entry = (
             "(SELECT string_agg(pn.oid::text, ',' ORDER BY pn.oid) FROM pg_publication_namespace pn "
