@@ -40,8 +40,17 @@ def _created(url: str, data_dir: Path) -> Capture:
         ("ALTER TABLE retyped ALTER COLUMN s TYPE varchar(4) USING s::varchar(4)", True),  # cut to 4 characters
         ("ALTER TABLE retyped ALTER COLUMN s TYPE varchar(20)", False),
         ("ALTER TABLE retyped ALTER COLUMN ts TYPE timestamp(0)", True),  # rounded to the second
+        ("ALTER TABLE retyped ALTER COLUMN num_val TYPE numeric(5, 2) USING num_val * 2", True),  # the same type
     ],
-    ids=["numeric-scale-up", "numeric-scale-to-0", "numeric-unconstrained", "varchar-cut", "varchar-longer", "timestamp-0"],
+    ids=[
+        "numeric-scale-up",
+        "numeric-scale-to-0",
+        "numeric-unconstrained",
+        "varchar-cut",
+        "varchar-longer",
+        "timestamp-0",
+        "same-type-using",
+    ],
 )
 def test_a_type_change_that_rewrites_values_has_the_table_read_again(
     reference_db: str, tmp_path: Path, statement: str, read_again: bool
