@@ -7,8 +7,10 @@ Example (docs/scaling.md: what the executors need, and ``--jars`` instead of ``-
         cdc/spark_job.py sync warehouse --once
 
 :func:`derived_views.spark_session.build_spark` then keeps the master, jars and settings spark-submit gave
-the driver, and stops with one error when they lack Delta Lake. The executors run ``PYSPARK_PYTHON``, an
-environment with the project installed (the ``cdclog`` source runs there).
+the driver, sets every view session's settings (:data:`derived_views.spark_session.SESSION_DEFAULTS`:
+Delta, timestamps written in microseconds, ...), and stops with one error when the driver lacks Delta
+Lake. The executors run ``PYSPARK_PYTHON``, an environment with the project installed (the ``cdclog``
+source runs there).
 """
 
 from __future__ import annotations

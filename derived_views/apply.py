@@ -75,7 +75,10 @@ def newer(prefix_lsn: str = LSN, prefix_seq: str = SEQ) -> str:
 
 
 def overwrite(frame: DataFrame, path: str, progress: Progress, types: TableTypes) -> None:
-    """Replace the table at ``path`` by ``frame`` in one commit carrying ``progress`` (a rebuild)."""
+    """Replace the table at ``path`` by ``frame`` in one commit carrying ``progress`` (a rebuild); a table
+    feature its new columns need is enabled before, in a commit of its own
+    (:meth:`~derived_views.table_evolution.TableTypes.prepare_overwrite`)."""
+    types.prepare_overwrite(frame.sparkSession, path, [f.dataType.simpleString() for f in frame.schema.fields])
     with_progress(frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true"), progress).save(path)
     types.forget(path)
 

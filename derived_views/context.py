@@ -22,7 +22,7 @@ from derived_views.log_location import LogLocation
 from derived_views.log_source import LogWatermark, Offsets, plan_partitions, read_partition
 from derived_views.progress import Progress, read_progress
 from derived_views.schema import TableSchema, schemas_topic
-from derived_views.spark_session import new_session
+from derived_views.spark_session import PARQUET_TIMESTAMPS, new_session
 from derived_views.table_evolution import TableTypes
 
 if TYPE_CHECKING:
@@ -37,14 +37,17 @@ if TYPE_CHECKING:
 #: ``QueryBuilder`` (which the read-only commands use).
 DELETION_VECTORS = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
 
-#: Session settings the views rely on. Every MERGE source is a local relation, a locally checkpointed
-#: batch or a Delta read, hence deterministic, so Delta need not materialize it again. New view tables
-#: get a Delta checkpoint every 100 commits instead of 10: a checkpoint is written by the commit that
-#: reaches it (a multi-second pause of that sync step), and a view syncing continuously commits once per
-#: table and step.
+#: Session settings the views rely on: timestamps stored in microseconds
+#: (:data:`~derived_views.spark_session.PARQUET_TIMESTAMPS`), and these. Every MERGE source is a local
+#: relation, a locally checkpointed batch or a Delta read, hence deterministic, so Delta need not
+#: materialize it again. New view tables get a Delta checkpoint every 100 commits instead of 10: a
+#: checkpoint is written by the commit that reaches it (a multi-second pause of that sync step), and a
+#: view syncing continuously commits once per table and step.
 SESSION_CONF = {
     "spark.databricks.delta.merge.materializeSource": "none",
     "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
+    # also in a session this process did not build (a Spark Connect server started with other settings)
+    **PARQUET_TIMESTAMPS,
 }
 
 

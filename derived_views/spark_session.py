@@ -29,7 +29,16 @@ DEFAULT_PORT = 15002
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: Settings of every view session: Delta enabled, no UI, few shuffle partitions, UTC, a 2 GB driver, secrets redacted.
+#: How view tables store timestamps: Parquet's ``TIMESTAMP(MICROS)``, Spark's own precision, not the
+#: ``INT96`` Spark writes by default. Readers take an ``INT96`` value as nanoseconds (delta-rs, hence
+#: ``deltalake``, which ``cdc verify``, ``cdc search`` and ``cdc cache get`` read with), and nanoseconds since
+#: 1970 in 64 bits end at 1677-09-21 and 2262-04-11: an instant outside (1000-06-15, 9999-12-31) read
+#: back as another (2169-07-24, 1816-03-30). Files written before keep their ``INT96`` values until the
+#: table is rebuilt (``cdc rebuild``).
+PARQUET_TIMESTAMPS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
+
+#: Settings of every view session: Delta enabled, no UI, few shuffle partitions, UTC, a 2 GB driver, secrets
+#: redacted, timestamps stored in microseconds.
 SESSION_DEFAULTS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -45,6 +54,7 @@ SESSION_DEFAULTS = {
     # no Python call site captured per column expression: that costs five JVM calls per expression
     # built, several times the expression itself, while the views' errors name their table and column
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    **PARQUET_TIMESTAMPS,
 }
 
 

@@ -9,10 +9,23 @@ process may have written (a new run of a step, a rebuild).
 A table is brought to a batch's columns in commits of their own that carry no progress, before the
 batch's MERGE: missing columns are added, and a column whose type differs is converted to the
 :func:`~derived_views.column_types.supertype` of both (never narrowed).
+
+**Table features of types.** A Delta table holds a ``timestamp_ntz`` column (PostgreSQL's ``timestamp``)
+only with the ``timestampNtz`` table feature. Delta enables it by itself when it creates a table with
+such a column, never when an existing table gains one (``ADD COLUMNS``, or a rebuild's overwrite with
+``overwriteSchema``): that fails with ``DELTA_FEATURES_REQUIRE_MANUAL_ENABLEMENT``, at every step and
+every rebuild. So before a table gains a column of a type in :data:`TYPE_FEATURES`, the feature is
+enabled in a commit of its own that carries no progress (:func:`enable_features`); a sync killed
+between the two finds the feature there and adds the column on its next run. Enabling it raises the
+table's protocol to reader 3 / writer 7 with that one feature, which ``deltalake`` reads. Of Delta's other
+features tied to a type, none is needed: no view column is a ``variant``, and a column whose type widens
+is rewritten (:func:`_retype`), not widened in place (``typeWidening``, which not every reader has).
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
 from derived_views.column_types import convert, supertype
@@ -61,6 +74,7 @@ class TableTypes:
         changed = {n: t for n, t in changed.items() if t != existing[n]}
         missing = [f for f in wanted.fields if f.name not in existing]
         self.forget(path)  # read again after a failure part way: a conversion must start from the table's types
+        enable_features(spark, path, [*changed.values(), *(f.dataType.simpleString() for f in missing)], existing.values())
         if changed:
             _retype(spark, path, existing, changed)
         if missing:
@@ -68,6 +82,13 @@ class TableTypes:
             with committing(spark, None):
                 spark.sql(f"ALTER TABLE {table_ref(path)} ADD COLUMNS ({added})")
         self._known[path] = {**existing, **changed, **{f.name: f.dataType.simpleString() for f in missing}}
+
+    def prepare_overwrite(self, spark: SparkSession, path: str, types: Iterable[str]) -> None:
+        """Enable the table features that columns of ``types`` need in the table at ``path`` before it is
+        overwritten with them (:func:`enable_features`); nothing when there is no table there yet."""
+        existing = self.of(spark, path)
+        if existing is not None:
+            enable_features(spark, path, types, existing.values())
 
     def rename(self, spark: SparkSession, path: str, renames: dict[str, str]) -> None:
         """Rename columns of the table at ``path`` (``{old: new}``) in one commit that carries no progress,
@@ -108,3 +129,25 @@ def _retype(spark: SparkSession, path: str, existing: dict[str, str], changed: d
     )
     with committing(spark, None):
         converted.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+
+
+#: The Delta table feature a column of each Spark type needs (the type anywhere in it: an array's
+#: element, a struct's field), which Delta enables by itself only in a table it creates (see the
+#: module docstring).
+TYPE_FEATURES = {"timestamp_ntz": "timestampNtz"}
+
+
+def features_of(types: Iterable[str]) -> set[str]:
+    """The table features (:data:`TYPE_FEATURES`) that columns of ``types`` (DDL form) need."""
+    return {feature for spark_type in types for name, feature in TYPE_FEATURES.items() if re.search(rf"\b{name}\b", spark_type)}
+
+
+def enable_features(spark: SparkSession, path: str, types: Iterable[str], existing: Iterable[str]) -> None:
+    """Enable in the table at ``path``, whose columns have the ``existing`` types, the table features that
+    columns of ``types`` need and none of its columns needed, in one commit that carries no progress."""
+    features = features_of(types) - features_of(existing)
+    if not features:
+        return
+    properties = ", ".join(f"'delta.feature.{feature}' = 'supported'" for feature in sorted(features))
+    with committing(spark, None):
+        spark.sql(f"ALTER TABLE {table_ref(path)} SET TBLPROPERTIES ({properties})")

@@ -1,12 +1,16 @@
 """Compare a view with the source tables read in one consistent snapshot, and list the differences.
 
 The source is read with psycopg in a single ``REPEATABLE READ`` read-only transaction, so every table
-comes from the same snapshot; the view tables are read with ``deltalake``, not with the Spark that wrote
-them. Values are compared after bringing both sides to the same Python form (:func:`normalize`):
-decimals as :class:`~decimal.Decimal`, instants as UTC-aware datetimes, JSON documents parsed, uuids and
-other text-form types as the server's text. The comparison is exact only when the view has synced to a
-watermark at or after the snapshot and no transaction committed between them, so ``cdc verify`` syncs
-the view first and is meant for a quiet source (or a paused workload).
+comes from the same snapshot, in the session settings capture reads with (``TimeZone=UTC``,
+``DateStyle=ISO``). Every value PostgreSQL holds is read: a date or timestamp no Python ``date`` or
+``datetime`` holds (``infinity``, ``-infinity``, a BC date, a year past 9999), in a column or an array,
+is read as the server's text (:func:`read_every_value`) and compared in that form. The view tables are
+read with ``deltalake``, not with the Spark that wrote them. Values are compared after bringing both
+sides to the same Python form (:func:`normalize`): decimals as :class:`~decimal.Decimal`, instants as
+UTC-aware datetimes, JSON documents parsed, uuids and other text-form types as the server's text. The
+comparison is exact only when the view has synced to a watermark at or after the snapshot and no
+transaction committed between them, so ``cdc verify`` syncs the view first and is meant for a quiet
+source (or a paused workload).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ if TYPE_CHECKING:
 _TEXT_TYPES = {"text", "varchar", "bpchar", "name", "citext"}
 _NATIVE = {"int2", "int4", "int8", "oid", "float4", "float8", "bool", "bytea", "date", "timestamp", "timestamptz", "numeric"}
 _SHOWN = 20
+#: The source session's settings: values in the text form capture reads them in (UTC, ISO dates).
+SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO"
 
 
 @dataclass
@@ -125,6 +131,39 @@ def _select_list(schema: TableSchema) -> str:
         else:
             parts.append(f"{name}::text{'[]' if is_array else ''} AS {name}")
     return ", ".join(parts)
+
+
+#: The types psycopg loads as Python dates and times, which hold fewer values than PostgreSQL's.
+_DATETIME_TYPES = ("date", "timestamp", "timestamptz")
+
+
+def read_every_value(conn: psycopg.Connection) -> None:
+    """Have ``conn`` load a ``date``, ``timestamp`` or ``timestamptz`` that Python's ``date`` /
+    ``datetime`` cannot hold as the server's text, in a column or an array, instead of failing the
+    whole read with ``psycopg.DataError`` (psycopg's own loaders refuse ``infinity``, BC dates and
+    years past 9999). Every other value loads as psycopg loads it."""
+    from psycopg.adapt import Loader
+    from psycopg.errors import DataError
+    from psycopg.pq import Format
+
+    class _OrText(Loader):
+        inner: type[Loader]
+
+        def __init__(self, oid: int, context: Any = None) -> None:
+            super().__init__(oid, context)
+            self._inner = self.inner(oid, context)
+
+        def load(self, data: Any) -> Any:
+            try:
+                return self._inner.load(data)
+            except DataError:
+                return bytes(data).decode()
+
+    for name in _DATETIME_TYPES:
+        info = conn.adapters.types[name]
+        default = conn.adapters.get_loader(info.oid, Format.TEXT)
+        if default is not None:
+            conn.adapters.register_loader(name, type(f"{name.title()}OrText", (_OrText,), {"inner": default}))
 
 
 def source_rows(conn: psycopg.Connection, schema: TableSchema, row_filter: str | None = None) -> list[dict[str, Any]]:
@@ -407,7 +446,8 @@ def verify(
         raise UnknownViewError(view, ctx.definitions.view_names(), ctx.definitions.source)
     schemas = ctx.schemas(watermark)
     report = Report(view)
-    with psycopg.connect(database_url, autocommit=False) as conn:
+    with psycopg.connect(database_url, autocommit=False, options=SESSION_OPTIONS) as conn:
+        read_every_value(conn)
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
         rules = published_rules(conn, publication)
         if view == warehouse.NAME:

@@ -34,8 +34,9 @@ class PublishedTable(NamedTable):
     membership: str = ""
     #: Per leaf relation ``<oid>=<highest column number>/<highest published one>/<highest with a stored
     #: default for older rows>/<relfilenode>/<types>``, comma-separated, where ``<types>`` is
-    #: ``<attnum>:<type OID>:<typmod>:<first 8 hex digits of the name's md5>`` of each published column,
-    #: ``;``-separated (see :func:`columns_filled_since`).
+    #: ``<attnum>:<type OID>:<typmod>:<first 8 hex digits of the name's md5>:<xmin>`` of each published
+    #: column, ``;``-separated, where ``<xmin>`` is the transaction that last changed the column's
+    #: ``pg_attribute`` row (see :func:`columns_filled_since`).
     columns: str = ""
     #: The publication's column list for the table (``None``: it lists none, every column is published).
     column_list: tuple[str, ...] | None = None
@@ -78,7 +79,7 @@ _COLUMN_MARKS = (
     f"(SELECT coalesce(max(a.attnum), 0) {_ATTRIBUTE} AND {_PUBLISHED} AND a.atthasmissing) || '/' || "
     "(SELECT r.relfilenode::int8 FROM pg_class r WHERE r.oid = l.relid) || '/' || "
     "(SELECT coalesce(string_agg(a.attnum || ':' || a.atttypid::int8 || ':' || a.atttypmod || ':' || "
-    "substr(md5(a.attname), 1, 8), ';' "
+    "substr(md5(a.attname), 1, 8) || ':' || a.xmin::text, ';' "
     f"ORDER BY a.attnum), '') {_ATTRIBUTE} AND {_PUBLISHED}), "
     f"',' ORDER BY l.relid::oid::int8) FROM ({_LEAVES}) l), '')"
 )
@@ -132,7 +133,8 @@ class Catalog:
         column number (dropped ones included; numbers are never reused), its highest live published one
         (generated columns are not published), its highest one holding a stored default for the rows
         that predate it (``atthasmissing``), its relfilenode, and the type (OID and typmod) of each live
-        published column by number. ``ADD COLUMN ... DEFAULT`` stores such a value without writing the
+        published column by number, with the transaction that last changed its ``pg_attribute`` row.
+        ``ADD COLUMN ... DEFAULT`` stores such a value without writing the
         rows, or rewrites the table (a volatile default, an identity, a domain with a constraint or a
         volatile default), and ``ALTER COLUMN ... TYPE`` rewrites it with converted values (``USING``
         any expression); logical decoding sends no change for either.
@@ -301,7 +303,8 @@ class ColumnMark(NamedTuple):
     live: int  #: highest number of a published column (neither dropped nor generated)
     missing: int  #: highest number of a published column holding a stored default for older rows
     relfilenode: int  #: changes whenever the table is rewritten
-    types: str = ""  #: ``<attnum>:<type OID>:<typmod>:<name hash>`` of each published column, ``;``-separated
+    #: ``<attnum>:<type OID>:<typmod>:<name hash>:<xmin>`` of each published column, ``;``-separated
+    types: str = ""
 
     def type_of(self) -> dict[str, str]:
         """Column number -> ``<type OID>:<typmod>``."""
@@ -310,6 +313,11 @@ class ColumnMark(NamedTuple):
     def name_of(self) -> dict[str, str]:
         """Column number -> a hash of its name (empty when the marks do not hold names)."""
         return {number: rest[2] if len(rest) > 2 else "" for number, *rest in (p.split(":") for p in self.types.split(";") if p)}
+
+    def altered_by(self) -> dict[str, str]:
+        """Column number -> the transaction that last changed its ``pg_attribute`` row (empty when the
+        marks do not hold it)."""
+        return {number: rest[3] if len(rest) > 3 else "" for number, *rest in (p.split(":") for p in self.types.split(";") if p)}
 
 
 def column_marks(columns: str) -> dict[int, ColumnMark]:
@@ -348,7 +356,12 @@ def columns_filled_since(before: str, now: str) -> bool:
 
     Also when a column the leaf had then holds another type and the leaf has been rewritten since
     (``ALTER COLUMN ... TYPE`` converted the stored values, with any ``USING`` expression); a type change
-    that rewrites nothing (``varchar(10)`` to ``text``) leaves every value as it was. And when a column
+    that rewrites nothing (``varchar(10)`` to ``text``) leaves every value as it was. The type is compared
+    with its typmod (``numeric(12,4)`` to ``numeric(12)`` rounds every value), and a column whose
+    ``pg_attribute`` row was changed since counts as retyped too: types changed there and back between
+    two looks (``numeric`` to ``numeric(12)`` to ``numeric``) end on the type they started from, yet the
+    values were rounded on the way (a rename or ``SET NOT NULL`` in the same interval as a ``VACUUM FULL``
+    then costs one read more, never one less). And when a column
     added since has the name of a column the leaf had then (dropped and added again: the log holds the
     dropped column's values under that name, the rows now hold the new column's).
 
@@ -376,7 +389,11 @@ def _name_reused(before: ColumnMark, now: ColumnMark) -> bool:
 
 
 def _retyped(before: ColumnMark, now: ColumnMark) -> bool:
-    """Whether a column numbered in both marks holds another type in ``now`` (never, when ``before``
-    predates the types in the marks)."""
+    """Whether a column numbered in both marks holds another type (OID or typmod) in ``now``, or had its
+    ``pg_attribute`` row changed since ``before`` (see :func:`columns_filled_since`); never when
+    ``before`` predates the types in the marks, and by type alone when it predates the transactions."""
     old, new = before.type_of(), now.type_of()
-    return any(number in old and old[number] != kind for number, kind in new.items())
+    if any(number in old and old[number] != kind for number, kind in new.items()):
+        return True
+    was, altered = before.altered_by(), now.altered_by()
+    return any(was.get(number) and xmin and was[number] != xmin for number, xmin in altered.items())

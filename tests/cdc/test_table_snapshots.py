@@ -87,3 +87,25 @@ def test_a_column_added_with_values_for_existing_rows_uncovers_the_table() -> No
     assert covers(_marks((1, 4, 4, 4, 999), (2, 3, 3, 0, 901)))
     ledger.note_columns("public.t", _marks((1, 4, 4, 4, 999), (2, 3, 3, 0, 901)))  # ... until it is given the marks of now
     assert not covers(_marks((1, 5, 5, 5, 999), (2, 3, 3, 0, 901)))
+
+
+def test_a_column_altered_and_rewritten_since_uncovers_the_table_even_on_its_old_type() -> None:
+    """Marks hold, per column, the transaction that last changed its ``pg_attribute`` row: a column
+    altered since (``numeric`` -> ``numeric(12)`` -> ``numeric``, its type the same again) on a leaf
+    rewritten since had its values converted; without a rewrite nothing changed."""
+    ledger = SnapshotLedger("cdc.__snapshots")
+    shape = sample_shape()
+    before = "1=2/2/0/900/1:23:-1:aa:700;2:1700:-1:bb:701"
+    ledger.add([shape], 999, {1: PublishedTable(1, "public", "t", "e:", before)})
+
+    def covers(columns: str) -> bool:
+        return ledger.covers("public.t", 1, "e:", columns)
+
+    assert covers(before)
+    assert not covers("1=2/2/0/905/1:23:-1:aa:700;2:1700:-1:bb:812")  # altered, and the leaf rewritten
+    assert covers("1=2/2/0/900/1:23:-1:aa:700;2:1700:-1:bb:812")  # altered, nothing rewritten (SET NOT NULL)
+    assert covers("1=2/2/0/905/1:23:-1:aa:700;2:1700:-1:bb:701")  # rewritten alone (VACUUM FULL)
+    assert not covers("1=2/2/0/905/1:23:-1:aa:700;2:1700:786436:bb:812")  # a typmod of its own (numeric(12))
+    # marks written before they held transactions judge by type alone
+    ledger.note_columns("public.t", "1=2/2/0/900/1:23:-1:aa;2:1700:-1:bb")
+    assert covers("1=2/2/0/905/1:23:-1:aa:700;2:1700:-1:bb:812")

@@ -6,6 +6,7 @@ import pytest
 
 from derived_views.column_types import supertype, widest
 from derived_views.schema import Column, SchemaVersion, TableSchema
+from derived_views.table_evolution import features_of
 
 
 @pytest.mark.parametrize(
@@ -94,3 +95,9 @@ def test_a_version_that_starts_inside_a_transaction_is_bounded_by_the_sequence()
         5,
     )
     assert [position for position, _ in schema.parse_plan(schema.view_columns())] == [(100, 0), (200, 5)]
+
+
+def test_a_timestamp_ntz_anywhere_in_a_type_needs_the_timestampNtz_feature() -> None:
+    assert features_of(["int", "timestamp_ntz"]) == {"timestampNtz"}
+    assert features_of(["array<timestamp_ntz>"]) == features_of(["struct<a:timestamp_ntz>"]) == {"timestampNtz"}
+    assert features_of(["timestamp", "array<timestamp>", "string", "date"]) == set()

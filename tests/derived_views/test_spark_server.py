@@ -87,6 +87,8 @@ def test_java_options_given_to_the_server_join_its_own() -> None:
     assert java == [f"-XX:+UseSerialGC {driver_java_options()}"], settings
     assert "-Dlog4j2.configurationFile=" in java[0], java
     assert [s for s in settings if s.startswith("spark.sql.shuffle.partitions=")] == ["spark.sql.shuffle.partitions=2"]
+    # the server writes view tables' timestamps in microseconds, as every view session does
+    assert "spark.sql.parquet.outputTimestampType=TIMESTAMP_MICROS" in settings
 
 
 #: Run in a process of its own (a Spark Connect session switches pyspark into Connect mode for the whole
