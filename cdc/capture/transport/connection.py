@@ -101,7 +101,9 @@ class ReplicationConnection:
 
         A ``temporary`` slot is dropped by the server when this connection ends (also on a crash).
         """
-        text = create_slot_command(slot, export_snapshot=export_snapshot, temporary=temporary, server_version=self._pg.server_version)
+        text = create_slot_command(
+            slot, export_snapshot=export_snapshot, temporary=temporary, server_version=self._pg.server_version
+        )
         row = self.command(text)[0]
         return CreatedSlot(row[0] or slot, Lsn.parse(row[1] or "0/0"), row[2])
 
