@@ -1,6 +1,6 @@
 """Streaming throughput on PostgreSQL 15 and 18: capture into the durable log beside pg_recvlogical, same workload.
 
-Usage: python bench/capture_versions.py [rows]   (default 300,000 rows as 1,000-row transactions of
+Usage: .venv/bin/python -m bench.capture_versions [rows]   (default 300,000 rows as 1,000-row transactions of
 single-row INSERT rows, on each version). Each version runs on a server of its own (15: Debian's; 18:
 the build set-up fetched, ``cdc.pg_builds``), and its anchor is that version's own pg_recvlogical
 decoding the same WAL range with pgoutput into /dev/null: the walsender's ceiling on that version.
@@ -54,7 +54,8 @@ def run(major: int, rows: int) -> Run:
     server = LocalPostgres(bindir=find_server_bindir(major))
     with bench_database(server) as (server, url, settings):
         with psycopg.connect(url) as conn:
-            version = str(conn.execute("SHOW server_version").fetchone()[0])  # type: ignore[index]
+            number = conn.info.server_version
+        version = f"{number // 10000}.{number % 10000}"
         Capture(settings, once=True).run()  # empty snapshot; the slot now sits before the workload
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("SELECT pg_create_logical_replication_slot('anchor', 'pgoutput')")
