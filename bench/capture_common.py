@@ -19,12 +19,13 @@ TABLE = "CREATE TABLE bench (id bigint PRIMARY KEY, name text NOT NULL, amount n
 
 
 @contextmanager
-def bench_cluster() -> Iterator[tuple[LocalPostgres, str, Path]]:
-    """A throwaway cluster with database ``bench`` migrated to the reference schema, and a data directory.
+def bench_cluster(server: LocalPostgres | None = None) -> Iterator[tuple[LocalPostgres, str, Path]]:
+    """A throwaway cluster (``server``, not started yet, or one of this machine's newest PostgreSQL) with
+    database ``bench`` migrated to the reference schema, and a data directory.
 
     Yields the server, the database URL and the directory; both are removed afterwards.
     """
-    server = LocalPostgres()
+    server = server or LocalPostgres()
     server.start()
     data_dir = Path(tempfile.mkdtemp(prefix="cdc-bench-"))
     try:
@@ -39,9 +40,10 @@ def bench_cluster() -> Iterator[tuple[LocalPostgres, str, Path]]:
 
 
 @contextmanager
-def bench_database() -> Iterator[tuple[LocalPostgres, str, Settings]]:
-    """A local cluster, a migrated database with table ``bench`` in the publication, and settings."""
-    with bench_cluster() as (server, url, data_dir):
+def bench_database(server: LocalPostgres | None = None) -> Iterator[tuple[LocalPostgres, str, Settings]]:
+    """A local cluster (as for :func:`bench_cluster`), a migrated database with table ``bench`` in the
+    publication, and settings."""
+    with bench_cluster(server) as (server, url, data_dir):
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(TABLE)
             conn.execute("ALTER PUBLICATION cdc_publication ADD TABLE bench")
@@ -57,9 +59,10 @@ def timed() -> Iterator[list[float]]:
     box.append(time.perf_counter() - start)
 
 
-def recvlogical_seconds(server: LocalPostgres, url: str, slot: str) -> float:
-    """Seconds ``pg_recvlogical`` takes to decode slot ``slot`` with pgoutput, up to the WAL position current
-    now, into /dev/null: the walsender's own ceiling, the capture benchmarks' anchor."""
+def recvlogical_seconds(server: LocalPostgres, url: str, slot: str, program: Path | None = None) -> float:
+    """Seconds ``pg_recvlogical`` (``program``, else the one beside the server's) takes to decode slot ``slot``
+    with pgoutput, up to the WAL position current now, into /dev/null: the walsender's own ceiling, the
+    capture benchmarks' anchor."""
     import subprocess
 
     from cdc.capture.lsn import Lsn
@@ -70,7 +73,7 @@ def recvlogical_seconds(server: LocalPostgres, url: str, slot: str) -> float:
     with timed() as anchor:
         subprocess.run(
             [
-                str(server.bindir / "pg_recvlogical"),
+                str(program or server.bindir / "pg_recvlogical"),
                 "-d",
                 url,
                 "--slot",

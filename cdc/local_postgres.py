@@ -40,15 +40,32 @@ _SERVER_SETTINGS = {
 }
 
 
-def find_server_bindir() -> Path:
-    """Directory holding ``initdb``, ``pg_ctl`` and ``postgres``, newest major version first.
+def find_server_bindir(major: int | None = None) -> Path:
+    """Directory holding ``initdb``, ``pg_ctl`` and ``postgres``: of major version ``major``, or newest first.
 
-    ``CDC_PG_BINDIR`` wins when set; then Debian's ``/usr/lib/postgresql/<major>/bin``; then ``PATH``.
+    Without ``major``: ``CDC_PG_BINDIR`` wins when set; then Debian's ``/usr/lib/postgresql/<major>/bin``;
+    then ``PATH``. With ``major``: Debian's directory of that version, else the pinned build set-up
+    fetched (:mod:`cdc.pg_builds`).
     """
+    if major is not None:
+        debian_dir = Path(f"/usr/lib/postgresql/{major}/bin")
+        if (debian_dir / "initdb").exists() and (debian_dir / "pg_ctl").exists():
+            return debian_dir
+        from cdc import pg_builds
+
+        fetched = pg_builds.installed_bindir(major)
+        if fetched is not None:
+            return fetched
+        if major not in pg_builds.BUILDS:
+            offered = ", ".join(str(m) for m in sorted({*pg_builds.BUILDS, *_debian_majors()}))
+            raise SourceError(f"no PostgreSQL {major} server binaries here: the versions on offer are {offered}")
+        raise SourceError(
+            f"no PostgreSQL {major} server binaries: the pinned build is not fetched; run scripts/setup "
+            "(or `.venv/bin/python -m cdc.pg_builds`) once, with network access"
+        )
     explicit = os.environ.get("CDC_PG_BINDIR")
     candidates: list[Path] = [Path(explicit)] if explicit else []
-    debian = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name), reverse=True)
-    candidates += [Path(p) for p in debian]
+    candidates += [Path(f"/usr/lib/postgresql/{m}/bin") for m in _debian_majors()]
     on_path = shutil.which("initdb")
     if on_path:
         candidates.append(Path(on_path).resolve().parent)
@@ -59,6 +76,12 @@ def find_server_bindir() -> Path:
         "no PostgreSQL server binaries (initdb, pg_ctl) found; install them with "
         "`apt-get install postgresql` or set CDC_PG_BINDIR to their directory"
     )
+
+
+def _debian_majors() -> list[int]:
+    """Major versions Debian's packages installed here, newest first."""
+    found = (Path(p).parent.name for p in glob.glob("/usr/lib/postgresql/*/bin"))
+    return sorted((int(name) for name in found if name.isdigit()), reverse=True)
 
 
 def free_port() -> int:

@@ -51,6 +51,7 @@ def run_checks(settings: Settings) -> list[Check]:
     """Every prerequisite of capture, in a fixed order."""
     checks: list[Check] = []
     with _connect(settings.database_url) as conn:
+        checks.append(server_version_check(conn.info.server_version))
         checks.append(_wal_level_check(conn))
         checks.append(_replication_check(conn))
         slots_max = int(conn.execute("SHOW max_replication_slots").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
@@ -218,9 +219,8 @@ def capture_problems(settings: Settings) -> list[str]:
     being silently empty.
     """
     with _connect(settings.database_url) as conn:
-        problems = [
-            f"{check.message}; {_SEE_SETUP}" for check in (_wal_level_check(conn), _replication_check(conn)) if not check.ok
-        ]
+        first = (server_version_check(conn.info.server_version), _wal_level_check(conn), _replication_check(conn))
+        problems = [f"{check.message}; {_SEE_SETUP}" for check in first if not check.ok]
         if not publication_exists(conn, settings.publication):
             problems.append(
                 f"publication {settings.publication} does not exist; run `cdc setup` to create it (it first checks "
@@ -230,6 +230,23 @@ def capture_problems(settings: Settings) -> list[str]:
             f"{problem}; {_SEE_SETUP}" for problem in table_list_problems(conn, settings.publication, settings.tables)
         )
     return problems
+
+
+#: The oldest PostgreSQL capture reads: 14 brought pgoutput's protocol version 2, which streams a large
+#: transaction before its commit instead of spilling it to the server's disk, and capture asks for it.
+OLDEST_SERVER = 140000
+
+
+def server_version_check(server_version: int) -> Check:
+    """The server is PostgreSQL 14 or newer (``server_version`` as ``server_version_num``, e.g. 150004)."""
+    major, rest = divmod(server_version, 10000)
+    shown = f"{major}.{rest}" if major >= 10 else f"{major}.{rest // 100}.{rest % 100}"  # 9.6.24 was 90624
+    return Check(
+        "server version",
+        server_version >= OLDEST_SERVER,
+        f"the server is PostgreSQL {shown}; capture needs 14 or newer (pgoutput's protocol version 2); "
+        "upgrade the server (pg_upgrade) to a supported version, 14 to 18",
+    )
 
 
 def _wal_level_check(conn: Connection) -> Check:

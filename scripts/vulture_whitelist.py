@@ -83,3 +83,5 @@ down_revision  # unused variable (migrations/versions/0003_default_select_grant.
 branch_labels  # unused variable (migrations/versions/0003_default_select_grant.py:17)
 depends_on  # unused variable (migrations/versions/0003_default_select_grant.py:18)
 _.recovery  # unused attribute (log_store/store.py: public API, what the writer's recovery cut; read by callers and tests)
+installed  # unused function (cdc/pg_builds.py): scripts/setup calls it
+installed_client_bindir  # unused function (cdc/pg_builds.py): bench/capture_versions.py calls it

@@ -2,6 +2,8 @@
 
 The server comes from, in order: ``CDC_TEST_DATABASE_URL``; a testcontainers PostgreSQL when a Docker
 engine answers; a throwaway cluster started from local binaries (:class:`cdc.local_postgres.LocalPostgres`).
+``CDC_TEST_PG_VERSION`` (14 to 18) picks the major version of the last two; without it they run Debian's
+(15 here). Tests marked ``pgversions`` start a server of each version themselves (:func:`local_server`).
 Every test that asks for :func:`pg_url` gets a database of its own, so replication slots and
 publications of different tests never collide; its slots are dropped with it.
 """
@@ -17,7 +19,10 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cdc.local_postgres import LocalPostgres
+from cdc.local_postgres import LocalPostgres, find_server_bindir
+
+#: The major versions the project supports, each run by the ``pgversions`` tests.
+PG_VERSIONS = (14, 15, 16, 17, 18)
 
 
 def _docker_engine_answers() -> bool:
@@ -40,6 +45,29 @@ def _with_database(url: str, database: str) -> str:
     return f"{base}/{database}{query}"
 
 
+def chosen_pg_version() -> int | None:
+    """``CDC_TEST_PG_VERSION`` as a major version (None when unset); a bad value fails the run with its fix."""
+    text = os.environ.get("CDC_TEST_PG_VERSION", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) not in PG_VERSIONS:
+        raise pytest.UsageError(
+            f"CDC_TEST_PG_VERSION={text!r} is not a supported PostgreSQL major version: set one of "
+            f"{', '.join(map(str, PG_VERSIONS))} or unset it for this machine's own (Debian's)"
+        )
+    return int(text)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A bad ``CDC_TEST_PG_VERSION`` stops the run before any test, with its fix."""
+    chosen_pg_version()
+
+
+def local_server(major: int | None, **settings: str) -> LocalPostgres:
+    """A throwaway cluster of PostgreSQL ``major`` (Debian's when None), not started yet."""
+    return LocalPostgres(bindir=find_server_bindir(major), settings=settings)
+
+
 @dataclass(frozen=True)
 class PgServer:
     """The test server: its superuser URL, and the local cluster when tests may restart it."""
@@ -52,19 +80,20 @@ class PgServer:
 def pg_server() -> Iterator[PgServer]:
     """A PostgreSQL server configured for logical decoding, for the whole test session."""
     explicit = os.environ.get("CDC_TEST_DATABASE_URL")
+    major = chosen_pg_version()
     if explicit:
         yield PgServer(explicit)
         return
     if _docker_engine_answers():
         from testcontainers.postgres import PostgresContainer
 
-        container = PostgresContainer("postgres:16", driver=None).with_command(
+        container = PostgresContainer(f"postgres:{major or 16}", driver=None).with_command(
             "postgres -c wal_level=logical -c max_replication_slots=64 -c max_wal_senders=64 -c fsync=off"
         )
         with container:
             yield PgServer(container.get_connection_url())
         return
-    server = LocalPostgres()
+    server = local_server(major)
     server.start()
     try:
         yield PgServer(server.url(), server)

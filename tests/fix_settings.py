@@ -17,6 +17,8 @@ def _isolated_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> It
         if name.startswith("CDC_") and name not in (
             "CDC_TEST_DATABASE_URL",
             "CDC_PG_BINDIR",
+            "CDC_PG_BUILDS_DIR",
+            "CDC_TEST_PG_VERSION",
             "CDC_SPARK_JARS_DIR",
             "CDC_KAFKA_JARS_DIR",
             "CDC_TEST_KAFKA",

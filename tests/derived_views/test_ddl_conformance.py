@@ -24,6 +24,14 @@ pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 
 LONG = "(SELECT string_agg(md5(g::text || '{seed}'), '') FROM generate_series(1, 70) g)"
 
+#: The tables the script changes (conf_k's key is stored out of line)
+TABLES = (
+    "CREATE TABLE conf_a (id int PRIMARY KEY, name text, qty int, price numeric(8, 2), tags text[], doc jsonb, body text)",
+    "CREATE TABLE conf_b (id bigint PRIMARY KEY, a_id int, note varchar(20))",
+    "CREATE TABLE conf_k (k text PRIMARY KEY, v int)",
+    "ALTER TABLE conf_k ALTER COLUMN k SET STORAGE EXTERNAL",
+)
+
 #: (what the step does, its statements); each step ends with capture, a sync and a verify
 SCRIPT: list[tuple[str, list[str]]] = [
     (
@@ -118,14 +126,7 @@ def test_a_mixed_ddl_and_dml_script_keeps_every_table_exact_after_every_step(
 ) -> None:
     from derived_views import warehouse
 
-    execute(
-        pg_url,
-        "CREATE TABLE conf_a (id int PRIMARY KEY, name text, qty int, price numeric(8, 2), tags text[], doc jsonb, body text)",
-        "CREATE TABLE conf_b (id bigint PRIMARY KEY, a_id int, note varchar(20))",
-        "CREATE TABLE conf_k (k text PRIMARY KEY, v int)",
-        "ALTER TABLE conf_k ALTER COLUMN k SET STORAGE EXTERNAL",
-        "CREATE PUBLICATION cdc_publication FOR ALL TABLES",
-    )
+    execute(pg_url, *TABLES, "CREATE PUBLICATION cdc_publication FOR ALL TABLES")
     settings = settings_for(pg_url, tmp_path)
     ctx = context(spark, settings)
     compared = through(settings, ctx)

@@ -34,6 +34,21 @@ def _quote_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+def create_slot_command(slot: str, *, export_snapshot: bool, temporary: bool, server_version: int) -> str:
+    """The CREATE_REPLICATION_SLOT command for a pgoutput slot, in the syntax of the server's version.
+
+    PostgreSQL 15 takes the options in parentheses (``(SNAPSHOT 'export')``); 14 knows only the older
+    keywords (``EXPORT_SNAPSHOT`` / ``NOEXPORT_SNAPSHOT``), which 15 and later still accept but document
+    as deprecated, so each side gets its own.
+    """
+    kind = "TEMPORARY LOGICAL" if temporary else "LOGICAL"
+    if server_version >= 150000:
+        mode = "(SNAPSHOT 'export')" if export_snapshot else "(SNAPSHOT 'nothing')"
+    else:
+        mode = "EXPORT_SNAPSHOT" if export_snapshot else "NOEXPORT_SNAPSHOT"
+    return f"CREATE_REPLICATION_SLOT {_quote_ident(slot)} {kind} pgoutput {mode}"
+
+
 def _quote_ident(value: str) -> str:
     return '"' + value.replace('"', '""') + '"'
 
@@ -86,9 +101,10 @@ class ReplicationConnection:
 
         A ``temporary`` slot is dropped by the server when this connection ends (also on a crash).
         """
-        mode = "SNAPSHOT 'export'" if export_snapshot else "SNAPSHOT 'nothing'"
-        kind = "TEMPORARY LOGICAL" if temporary else "LOGICAL"
-        row = self.command(f"CREATE_REPLICATION_SLOT {_quote_ident(slot)} {kind} pgoutput ({mode})")[0]
+        text = create_slot_command(
+            slot, export_snapshot=export_snapshot, temporary=temporary, server_version=self._pg.server_version
+        )
+        row = self.command(text)[0]
         return CreatedSlot(row[0] or slot, Lsn.parse(row[1] or "0/0"), row[2])
 
     def start(self, slot: str, start: Lsn, publication: str, *, proto_version: int = 2, streaming: bool = True) -> None:

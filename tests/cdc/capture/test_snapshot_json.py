@@ -9,45 +9,10 @@ import pytest
 
 from cdc.coordinator import Capture
 from migrations.sample_data import insert_sample_data
+from tests.cdc.all_types import COLUMNS, ROWS, TYPES
 from tests.cdc.helpers import execute, read_topic, settings_for
 
 pytestmark = pytest.mark.pg
-
-_COLUMNS = """
-    i2 int2, i8 int8, o oid, f4 float4, f8 float8, n numeric, n2 numeric(12,2), b bool, t text,
-    vc varchar(20), bp char(5), nm name, u uuid, j json, jb jsonb, ba bytea, d date, tm time, tmtz timetz,
-    ts timestamp, tstz timestamptz, iv interval, mn money, ip inet, cd cidr, mac macaddr, bt bit(4),
-    vb varbit, x xml, ch "char", e mood, dp posint, dn amount, dt utc_moment,
-    a_int int[], a_text text[], a_num numeric[], a_tstz timestamptz[], a_jsonb jsonb[], a_bytea bytea[],
-    a_bool bool[], a_f8 float8[], a_uuid uuid[], a_date date[], a_enum mood[], a_2d int[][],
-    a_bounds int[], a_bp char(3)[], a_vc varchar[]
-"""
-
-_ROWS = [
-    "(1" + ", NULL" * 49 + ")",
-    """(2, 7, 9007199254740993, 42, 1.5, 2.25, 12345678901234567890.0123456789, 19.90, true, 'plain',
-        'vc', 'ab', 'nm', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', '{"a": [1, 2.50]}', '{"b": {"c": null}}',
-        '\\xdeadbeef', '2026-11-21', '13:45:00.123456', '13:45:00+02', '2026-11-21 13:45:00.5',
-        '2026-11-21 13:45:00.123456+05:30', '1 year 2 mons 3 days 04:05:06.7', 12.34, '10.0.0.1',
-        '10.0.0.0/8', '08:00:2b:01:02:03', B'1010', B'101', '<a>x</a>', 'c', 'happy', 5, 3.10,
-        '2026-01-01 00:00:00+00', '{1,2,NULL}', '{"a b","c,d","e\\"f","g\\\\h",NULL,""}',
-        '{1.10,NaN,NULL}', '{"2026-11-21 13:45:00+01",infinity}', ARRAY['{"k": 1}'::jsonb, '[]'],
-        ARRAY['\\x00ff'::bytea], '{t,f,NULL}', '{1e+20,1.5e-07,NaN,-Infinity}',
-        '{a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11}', '{2026-11-21,-infinity}', '{sad,ok}',
-        '{{1,2},{3,NULL}}', '[2:3]={7,8}', '{"a  ","b"}', '{"x y",z}')""",
-    """(3, -32768, -9223372036854775808, 0, 'NaN', '-Infinity', 'NaN', -0.01, false,
-        E'tab\\there\\nnew "quoted" back\\\\slash \\x01 é ✓', '', 'a', '', '00000000-0000-0000-0000-000000000000',
-        '"just a string"', '[1, "two", {"3": 4}]', decode(repeat('ab', 100), 'hex'), 'infinity',
-        '00:00:00', '23:59:59.999999-05:30:15', 'infinity', '-infinity', '-1 days -00:00:01', -1.00,
-        '::1', '2001:db8::/32', '00:00:00:00:00:00', B'0000', B'', '<empty/>', ' ', 'sad', 1, -0.50,
-        'infinity', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')""",
-    """(4, 1, 1, 1, 1e+20, 1.5e-07, '0.000100', 0, true, 'x', 'x', 'x', 'x', 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11',
-        '{}', '{}', '\\x', '0044-03-15 BC', '12:00:00', '12:00:00-00', '0044-03-15 12:00:00 BC',
-        '0001-01-01 00:00:00+00', '00:00:00', 0, '192.168.0.1/24', '192.168.0.0/24', '01:02:03:04:05:06',
-        B'1111', B'1', '<a/>', 'z', 'ok', 2, 0, '1999-12-31 23:59:59.999999+14',
-        '{-1}', '{"NULL","null"}', '{0.0}', '{"0044-03-15 12:00:00+00 BC"}', '{"\\"s\\""}', '{"\\\\x"}',
-        '{f}', '{Infinity}', '{}', '{infinity}', '{happy}', '{{{1}}}', '[-1:-1]={5}', '{"   "}', '{""}')""",
-]
 
 
 def _reads_and_changes(data_dir: Path, topic: str) -> tuple[list[tuple[bytes | None, dict]], list[tuple[bytes | None, dict]]]:  # type: ignore[type-arg]
@@ -64,12 +29,9 @@ def test_snapshot_reads_equal_streamed_events_for_every_type(reference_db: str, 
     insert_sample_data(reference_db)
     execute(
         reference_db,
-        "CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')",
-        "CREATE DOMAIN posint AS integer CHECK (VALUE > 0)",
-        "CREATE DOMAIN amount AS numeric(12, 2)",
-        "CREATE DOMAIN utc_moment AS timestamptz",
-        f"CREATE TABLE alltypes (id int PRIMARY KEY, {_COLUMNS})",
-        f"INSERT INTO alltypes VALUES {', '.join(_ROWS)}",
+        *TYPES,
+        f"CREATE TABLE alltypes (id int PRIMARY KEY, {COLUMNS})",
+        f"INSERT INTO alltypes VALUES {', '.join(ROWS)}",
         # keys of several types, one the server cannot write byte-exactly (float), and no key at all
         "CREATE TABLE text_keys (k text, at timestamptz, u uuid, v int, PRIMARY KEY (k, at, u))",
         "INSERT INTO text_keys VALUES (E'a\\tb\\n\"c\\\\ \\x01 é', '2026-11-21 13:45:00.25+00', "
