@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import base64
 import json
+import math
+import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -55,12 +57,45 @@ class Report:
 
 
 def _from_text(value: str, type_name: str) -> Any:
-    """A value a view holds as its JSON text (a column whose type changed, or a multi-dimensional
-    array; see :mod:`derived_views.column_types`) in the form the source type is compared in."""
+    """A value a view holds as its JSON text (a column whose type changed, a multi-dimensional array, or
+    a value its Spark type cannot hold; see :mod:`derived_views.column_types`) in the form the source
+    type is compared in."""
     try:
         return _parsed_text(value, type_name)
     except ValueError:
-        return value  # a form the source keeps as text too (infinity, a BC date): compared as written
+        return _temporal_text(value, type_name.lstrip("_"))
+
+
+def _temporal_text(value: str, base: str) -> str:
+    """A date or timestamp Python cannot hold (``infinity``, BC, a year past 9999) in the server's text
+    form, whichever side it comes from: the events write a timestamp with ``T`` and a UTC one with
+    ``Z`` (docs/event-format.md), the server (in a UTC session) with a space and ``+00``."""
+    if base not in ("timestamp", "timestamptz") or not value[:1].isdigit():
+        return value
+    value = value.replace("T", " ", 1)
+    return value[:-1] + "+00" if value.endswith("Z") else value
+
+
+_OFFSET = re.compile(r"([+-]\d{2})(?::?(\d{2}))?(?::?(\d{2}))?$")
+
+
+def _timetz_text(value: str) -> str:
+    """A ``timetz`` with its offset as ``±HH:MM[:SS]``, as the events write it (the server writes ``+02``)."""
+    match = _OFFSET.search(value)
+    if match is None:
+        return value
+    hours, minutes, seconds = match.groups()
+    return value[: match.start()] + f"{hours}:{minutes or '00'}" + (f":{seconds}" if seconds else "")
+
+
+def _special_float(value: float) -> str | None:
+    """``NaN`` and negative zero as text: compared with ``==``, NaN equals nothing and ``-0.0`` equals
+    ``0.0``, so neither a lost NaN nor a lost sign would show."""
+    if math.isnan(value):
+        return "NaN"
+    if value == 0 and math.copysign(1.0, value) < 0:
+        return "-0"
+    return None
 
 
 def _parsed_text(value: str, type_name: str) -> Any:
@@ -70,6 +105,8 @@ def _parsed_text(value: str, type_name: str) -> Any:
             return json.loads(value)
         except ValueError:
             return value
+    if base in ("timestamp", "timestamptz", "date") and value.endswith(" BC"):
+        raise ValueError(value)  # Python reads "4713-01-01 BC" as 4713 AD
     if base in ("timestamp", "timestamptz"):
         return datetime.fromisoformat(value.replace(" ", "T").replace("Z", "+00:00"))
     if base == "date":
@@ -88,6 +125,8 @@ def normalize(value: Any, type_name: str) -> Any:
         value = _from_text(value, type_name)
     if isinstance(value, list):
         return [normalize(v, base) for v in value]
+    if base == "timetz" and isinstance(value, str):
+        return _timetz_text(value)
     if base in ("json", "jsonb"):
         return json.loads(value) if isinstance(value, str) else value
     if isinstance(value, datetime):
@@ -95,7 +134,10 @@ def normalize(value: Any, type_name: str) -> Any:
             return value.astimezone(UTC)
         return value.replace(tzinfo=None)
     if base == "numeric":
-        return Decimal(str(value))
+        number = Decimal(str(value))
+        return "NaN" if number.is_nan() else number  # NaN equals nothing, not even itself
+    if isinstance(value, float) and _special_float(value) is not None:
+        return _special_float(value)
     if base == "float4" and isinstance(value, float):
         # the source's text form is the shortest that reads back as the same float4; the view holds the float4
         return struct.unpack("f", struct.pack("f", value))[0] if abs(value) < 3.5e38 else value
@@ -104,6 +146,29 @@ def normalize(value: Any, type_name: str) -> Any:
     if isinstance(value, float) or base in _NATIVE:
         return value
     return str(value)
+
+
+def load_out_of_range_as_text(conn: psycopg.Connection) -> None:
+    """Make ``conn`` load a date or timestamp that Python's types cannot hold (``infinity``, BC, a year
+    past 9999), also inside an array, as the server's text instead of failing: compared as text
+    (:func:`_temporal_text`), as a view holds it."""
+    from psycopg import DataError
+    from psycopg.types import datetime as loaders
+
+    for type_name, native in (
+        ("date", loaders.DateLoader),
+        ("timestamp", loaders.TimestampLoader),
+        ("timestamptz", loaders.TimestamptzLoader),
+    ):
+
+        class OrText(native):  # type: ignore[misc,valid-type]
+            def load(self, data: Any) -> Any:
+                try:
+                    return super().load(data)
+                except DataError:
+                    return bytes(data).decode()
+
+        conn.adapters.register_loader(type_name, OrText)
 
 
 def quote_identifier(name: str) -> str:
@@ -371,7 +436,9 @@ def verify(ctx: ViewContext, view: str, database_url: str, watermark: LogWaterma
     schemas = ctx.schemas(watermark)
     report = Report(view)
     with psycopg.connect(database_url, autocommit=False) as conn:
+        load_out_of_range_as_text(conn)
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        conn.execute("SET TIME ZONE 'UTC'")  # the text form of such values, as the events carry it
         if view == warehouse.NAME:
             _warehouse(ctx, conn, schemas, report)
         elif plans[view].kind == "search":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from derived_views.column_types import supertype, widest
+from derived_views.column_types import supertype, text_when_misfit, widest
 from derived_views.schema import Column, SchemaVersion, TableSchema
 
 
@@ -35,6 +35,27 @@ def test_supertype_holds_both_types_exactly(left: str, right: str, expected: str
 def test_widest_never_narrows() -> None:
     assert widest(["int", "bigint", "int"]) == "bigint"
     assert widest(["string", "int"]) == "string"
+
+
+@pytest.mark.parametrize(
+    ("spark_type", "expected"),
+    [
+        ("date", True),
+        ("timestamp", True),
+        ("timestamp_ntz", True),
+        ("decimal(10,2)", True),
+        ("array<date>", True),
+        ("array<decimal(38,0)>", True),
+        ("int", False),  # the source type holds nothing more: a misfit is poison
+        ("double", False),  # NaN and the infinities parse
+        ("string", False),
+        ("binary", False),
+        ("array<int>", False),  # only a multi-dimensional value turns it into text
+    ],
+)
+def test_a_value_only_a_narrower_type_misses_turns_the_column_into_text(spark_type: str, expected: bool) -> None:
+    """Dates, timestamps and decimals are narrower than PostgreSQL's: infinity, BC, years past 9999, NaN."""
+    assert text_when_misfit(spark_type) is expected
 
 
 def _schema(*versions: tuple[int, tuple[Column, ...]]) -> TableSchema:
