@@ -12,6 +12,7 @@ the view first and is meant for a quiet source (or a paused workload).
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import math
 import re
@@ -127,6 +128,9 @@ def normalize(value: Any, type_name: str) -> Any:
         return [normalize(v, base) for v in value]
     if base == "timetz" and isinstance(value, str):
         return _timetz_text(value)
+    if base in ("inet", "cidr") and isinstance(value, str):
+        # the server prints a host address without its full mask, a cast to text keeps it: one address
+        return ipaddress.ip_interface(value)
     if base in ("json", "jsonb"):
         return json.loads(value) if isinstance(value, str) else value
     if isinstance(value, datetime):
@@ -183,7 +187,7 @@ def _select_list(schema: TableSchema) -> str:
         name = quote_identifier(column.name)
         is_array = column.type_name.startswith("_")
         base = column.type_name.lstrip("_")
-        if base in _NATIVE or base in _TEXT_TYPES:
+        if base in _NATIVE or (base in _TEXT_TYPES and not is_array):  # citext[] is no array to psycopg
             parts.append(name)
         else:
             parts.append(f"{name}::text{'[]' if is_array else ''} AS {name}")
