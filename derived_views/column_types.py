@@ -20,10 +20,11 @@ anything else                                    string
 ===============================================  ============================================
 
 A column also becomes ``string`` when one of its values is one its Spark type cannot hold
-(:func:`text_when_misfit`): PostgreSQL's dates and timestamps reach from 4713 BC to years past 9999
+(:func:`out_of_range`): PostgreSQL's dates and timestamps reach from 4713 BC to years past 9999
 and hold ``infinity`` and ``-infinity``, and its ``numeric(p, s)`` holds ``NaN`` (an unconstrained
 ``numeric``, also ``±Infinity``, is ``string`` from the start), none of which Spark's ``date``,
-``timestamp``, ``timestamp_ntz`` or ``decimal`` holds. Rather than lose the row (a poison event) or
+``timestamp``, ``timestamp_ntz`` or ``decimal`` holds (nor does Spark's JSON reader read a BC date
+or one past 9999 as itself: :data:`MISREAD_DATE`). Rather than lose the row (a poison event) or
 write a placeholder, such a column holds every value as its event's text from then on; a rebuild that
 reads such a value types the column the same way (a current-state table rebuilt after every such
 value was updated away reads none, and keeps the narrower type, with equal values).
@@ -89,14 +90,25 @@ def widest(types: list[str]) -> str:
 
 #: Spark types narrower than the PostgreSQL types they are chosen for (see the module docstring).
 _NARROWER = ("date", "timestamp", "timestamp_ntz")
+#: The text of a value PostgreSQL's date or timestamp holds and Spark's does not: ``infinity``,
+#: ``-infinity``, a BC date or timestamp, a year past 9999 (alone, or as an element of a JSON array).
+OUT_OF_RANGE_TEMPORAL = r'(^|")(-?infinity|\d{4}-[^"]* BC|\d{5,}-[^"]*)("|$)'
+#: The text of a value PostgreSQL's numeric holds and Spark's decimal does not.
+OUT_OF_RANGE_DECIMAL = r'(^|")(NaN|-?Infinity)("|$)'
+#: A date Spark's JSON reader takes without failing, as another date: ``4713-01-01 BC`` as 4713 AD,
+#: a year past 9999 as a date that Python (so ``deltalake``'s Python readers and ``cdc verify``)
+#: cannot hold.
+MISREAD_DATE = r'(^|")(\d{4}-\d\d-\d\d BC|\d{5,}-\d\d-\d\d)("|$)'
 
 
-def text_when_misfit(spark_type: str) -> bool:
-    """Whether a view column of ``spark_type`` becomes ``string`` when an event brings a value the type
-    cannot hold (a date, timestamp or decimal column, or an array of them: see the module docstring);
-    any other misfit is a poison event."""
+def out_of_range(spark_type: str) -> str | None:
+    """A regular expression (Java's and Python's syntax alike) matching the JSON text of a value that
+    PostgreSQL holds and a view column of ``spark_type`` cannot (see the module docstring): such a value
+    turns the column into text. ``None`` for a type without such values; any other misfit is poison."""
     element = spark_type.removeprefix("array<").removesuffix(">") if spark_type.startswith("array<") else spark_type
-    return element in _NARROWER or _DECIMAL.fullmatch(element) is not None
+    if element in _NARROWER:
+        return OUT_OF_RANGE_TEMPORAL
+    return OUT_OF_RANGE_DECIMAL if _DECIMAL.fullmatch(element) else None
 
 
 def as_text(column: SparkColumn, spark_type: str) -> SparkColumn:

@@ -22,7 +22,7 @@ from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
 from derived_views.column_names import stored_names
-from derived_views.column_types import text_when_misfit
+from derived_views.column_types import MISREAD_DATE, out_of_range
 from derived_views.log_location import LogLocation
 from derived_views.log_source import (
     LogWatermark,
@@ -260,7 +260,7 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
     events: an unreadable envelope, or values that do not fit; it names each column, its type and the
     value that does not fit. ``_cdc_widen`` lists the columns of a poison event that a string column
     holds the value of (:data:`BatchFacts.widen`): a date, timestamp or decimal column (or an array of
-    them) whose value its type cannot hold (:func:`~derived_views.column_types.text_when_misfit`), and an
+    them) holding a value PostgreSQL has and its type cannot hold (:func:`~derived_views.column_types.out_of_range`), and an
     array column holding a multi-dimensional array.
     """
     from pyspark.sql import functions as F
@@ -356,17 +356,15 @@ def _column_text(name: str) -> SparkColumn:
 
 #: View types whose values Spark's JSON reader may read as another date (see :func:`_misread_dates`).
 _DATES = ("date", "array<date>")
-#: A BC date or a year past 9999, alone or as an element of a JSON array.
-_MISREAD_DATE = r'(^|")(\d{4}-\d\d-\d\d BC|\d{5,}-\d\d-\d\d)("|$)'
 
 
 def _misread_dates(columns: list[tuple[str, str]]) -> SparkColumn:
-    """Whether an event holds a date that Spark's JSON reader takes without failing, as another value:
-    ``4713-01-01 BC`` as 4713 AD, a year past 9999 as a date that Python (and so ``deltalake``'s readers
-    and ``cdc verify``) cannot hold. Such a date is a misfit like ``infinity``: its column becomes text."""
+    """Whether an event holds a date that Spark's JSON reader takes without failing, as another value
+    (:data:`~derived_views.column_types.MISREAD_DATE`). Such a date is a misfit like ``infinity``: its
+    column becomes text."""
     from pyspark.sql import functions as F
 
-    checks = [F.coalesce(_column_text(name).rlike(_MISREAD_DATE), F.lit(False)) for name, view in columns if view in _DATES]
+    checks = [F.coalesce(_column_text(name).rlike(MISREAD_DATE), F.lit(False)) for name, view in columns if view in _DATES]
     result = F.lit(False)
     for check in checks:
         result = result | check
@@ -403,7 +401,7 @@ def _misfits(
             F.col("key").isNotNull() & _by_version(plan, single_key)
         )
         if view_type in _DATES:
-            bad = bad | F.coalesce(text.rlike(_MISREAD_DATE), F.lit(False))
+            bad = bad | F.coalesce(text.rlike(MISREAD_DATE), F.lit(False))
         misfits.append(
             F.when(
                 bad,
@@ -413,8 +411,9 @@ def _misfits(
                 ),
             )
         )
-        if text_when_misfit(view_type):
-            widen.append(F.when(bad & text.isNotNull(), F.lit(name)))
+        pattern = out_of_range(view_type)
+        if pattern is not None:
+            widen.append(F.when(bad & text.rlike(pattern), F.lit(name)))
         elif view_type.startswith("array<") and not view_type.startswith("array<array<"):
             widen.append(F.when(bad & text.startswith("[["), F.lit(name)))
     detail = F.concat_ws("; ", *misfits) if misfits else F.lit("")
