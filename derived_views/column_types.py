@@ -19,11 +19,23 @@ decimals, or a decimal with an integer type      a decimal with the most integer
 anything else                                    string
 ===============================================  ============================================
 
+A column also becomes ``string`` when one of its values is one its Spark type cannot hold
+(:func:`out_of_range`): PostgreSQL's dates and timestamps reach from 4713 BC to years past 9999
+and hold ``infinity`` and ``-infinity``, and its ``numeric(p, s)`` holds ``NaN`` (an unconstrained
+``numeric``, also ``±Infinity``, is ``string`` from the start), none of which Spark's ``date``,
+``timestamp``, ``timestamp_ntz`` or ``decimal`` holds (nor does Spark's JSON reader read a BC date
+or one past 9999 as itself: :data:`MISREAD_DATE`). Rather than lose the row (a poison event) or
+write a placeholder, such a column holds every value as its event's text from then on; a rebuild that
+reads such a value types the column the same way (a current-state table rebuilt after every such
+value was updated away reads none, and keeps the narrower type, with equal values).
+
 A ``string`` view column holds each value as the JSON text its event carried: a string's content, or
 the literal text of a number, boolean, array or object (Spark parses any JSON value into a string
 column that way). Values already in a table whose column becomes ``string`` are rewritten to the same
-form by :func:`as_text` (numbers and booleans as their text, timestamps in ISO form with microseconds,
-binary as base64, arrays as JSON).
+form by :func:`as_text` (numbers and booleans as their text, timestamps in ISO form with microseconds
+and the server's fraction digits, binary as base64, arrays as compact JSON with the elements the
+events carry as strings, decimals, dates, timestamps and binary, as strings), so a table converted on
+the way reads as one rebuilt from the log.
 """
 
 from __future__ import annotations
@@ -76,12 +88,38 @@ def widest(types: list[str]) -> str:
     return result
 
 
+#: Spark types narrower than the PostgreSQL types they are chosen for (see the module docstring).
+_NARROWER = ("date", "timestamp", "timestamp_ntz")
+#: The text of a value PostgreSQL's date or timestamp holds and Spark's does not: ``infinity``,
+#: ``-infinity``, a BC date or timestamp, a year past 9999 (alone, or as an element of a JSON array).
+OUT_OF_RANGE_TEMPORAL = r'(^|")(-?infinity|\d{4}-[^"]* BC|\d{5,}-[^"]*)("|$)'
+#: The text of a value PostgreSQL's numeric holds and Spark's decimal does not.
+OUT_OF_RANGE_DECIMAL = r'(^|")(NaN|-?Infinity)("|$)'
+#: A date Spark's JSON reader takes without failing, as another date: ``4713-01-01 BC`` as 4713 AD,
+#: a year past 9999 as a date that Python (so ``deltalake``'s Python readers and ``cdc verify``)
+#: cannot hold.
+MISREAD_DATE = r'(^|")(\d{4}-\d\d-\d\d BC|\d{5,}-\d\d-\d\d)("|$)'
+
+
+def out_of_range(spark_type: str) -> str | None:
+    """A regular expression (Java's and Python's syntax alike) matching the JSON text of a value that
+    PostgreSQL holds and a view column of ``spark_type`` cannot (see the module docstring): such a value
+    turns the column into text. ``None`` for a type without such values; any other misfit is poison."""
+    element = spark_type.removeprefix("array<").removesuffix(">") if spark_type.startswith("array<") else spark_type
+    if element in _NARROWER:
+        return OUT_OF_RANGE_TEMPORAL
+    return OUT_OF_RANGE_DECIMAL if _DECIMAL.fullmatch(element) else None
+
+
 def as_text(column: SparkColumn, spark_type: str) -> SparkColumn:
     """``column`` (of ``spark_type``) as the JSON text its values are written with in a string column."""
     from pyspark.sql import functions as F
 
     if spark_type == "string":
         return column
+    if spark_type.startswith("array<") and _in_quotes(spark_type[len("array<") : -1]):
+        element = spark_type[len("array<") : -1]
+        return F.to_json(F.transform(column, lambda value: as_text(value, element)))
     if spark_type == "timestamp":
         return F.concat(_without_zero_fraction(F.date_format(column, _MICROS_NTZ)), F.lit("Z"))
     if spark_type == "timestamp_ntz":
@@ -91,6 +129,11 @@ def as_text(column: SparkColumn, spark_type: str) -> SparkColumn:
     if spark_type.startswith(("array<", "struct<", "map<")):
         return F.to_json(column, {"timestampFormat": _MICROS, "timestampNTZFormat": _MICROS_NTZ})
     return column.cast("string")
+
+
+def _in_quotes(spark_type: str) -> bool:
+    """Whether events carry values of ``spark_type`` as JSON strings (decimals, dates, timestamps, binary)."""
+    return spark_type in (*_NARROWER, "binary") or _DECIMAL.fullmatch(spark_type) is not None
 
 
 def _without_zero_fraction(text: SparkColumn) -> SparkColumn:

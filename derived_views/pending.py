@@ -22,6 +22,7 @@ from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
 from derived_views.column_names import stored_names
+from derived_views.column_types import MISREAD_DATE, out_of_range
 from derived_views.log_location import LogLocation
 from derived_views.log_source import (
     LogWatermark,
@@ -257,8 +258,10 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
     ``columns`` (the view's types, which hold every version's values) under their stored names
     (:mod:`derived_views.column_names`, as are the names ``_cdc_unchanged`` lists). ``_cdc_error`` is set on poison
     events: an unreadable envelope, or values that do not fit; it names each column, its type and the
-    value that does not fit. ``_cdc_widen`` lists the array columns of a poison event that hold a
-    multi-dimensional array, which a string column holds (:data:`BatchFacts.widen`).
+    value that does not fit. ``_cdc_widen`` lists the columns of a poison event that a string column
+    holds the value of (:data:`BatchFacts.widen`): a date, timestamp or decimal column (or an array of
+    them) holding a value PostgreSQL has and its type cannot hold (:func:`~derived_views.column_types.out_of_range`), and an
+    array column holding a multi-dimensional array.
     """
     from pyspark.sql import functions as F
 
@@ -266,7 +269,9 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
     parsed = _parsed(events, columns, plan)
     has_after = F.col("_cdc_env.after").isNotNull()
     has_before = F.col("_cdc_env.before").isNotNull()
-    corrupt = (F.col("op") != "t") & (F.col("_cdc_env._cdc_corrupt").isNotNull() | F.col("_cdc_keyed._cdc_corrupt").isNotNull())
+    corrupt = (F.col("op") != "t") & (
+        F.col("_cdc_env._cdc_corrupt").isNotNull() | F.col("_cdc_keyed._cdc_corrupt").isNotNull() | _misread_dates(columns)
+    )
     bad, widen = _misfits(columns, plan, table, corrupt)
     renamed = stored_names([name for name, _ in columns], table)
     metadata = {
@@ -337,11 +342,41 @@ def _parsed(events: DataFrame, columns: list[tuple[str, str]], plan: Plan) -> Da
     )
 
 
+def _column_text(name: str) -> SparkColumn:
+    """The JSON text of column ``name`` in an event: its ``after``, else its ``before``, else (a
+    tombstone) its key."""
+    from pyspark.sql import functions as F
+
+    return F.coalesce(
+        F.get_json_object(F.col("value"), _json_path("after", name)),
+        F.get_json_object(F.col("value"), _json_path("before", name)),
+        F.when(F.col("value").isNull(), F.get_json_object(F.col("key"), _json_path(name))),
+    )
+
+
+#: View types whose values Spark's JSON reader may read as another date (see :func:`_misread_dates`).
+_DATES = ("date", "array<date>")
+
+
+def _misread_dates(columns: list[tuple[str, str]]) -> SparkColumn:
+    """Whether an event holds a date that Spark's JSON reader takes without failing, as another value
+    (:data:`~derived_views.column_types.MISREAD_DATE`). Such a date is a misfit like ``infinity``: its
+    column becomes text."""
+    from pyspark.sql import functions as F
+
+    checks = [F.coalesce(_column_text(name).rlike(MISREAD_DATE), F.lit(False)) for name, view in columns if view in _DATES]
+    result = F.lit(False)
+    for check in checks:
+        result = result | check
+    return result
+
+
 def _misfits(
     columns: list[tuple[str, str]], plan: Plan, table: str, corrupt: SparkColumn
 ) -> tuple[SparkColumn, list[SparkColumn]]:
-    """The error of a poison event (``corrupt``): each column whose value does not fit its type, with
-    the value; and, per array column, its name when the value is a multi-dimensional array."""
+    """The error of a poison event (``corrupt``): each column whose value (in ``after``, ``before``, or
+    for a tombstone the key) does not fit its type, with the value; and the names of the columns a
+    string column would hold the value of (see :func:`typed`)."""
     from pyspark.sql import functions as F
 
     misfits = []
@@ -356,11 +391,17 @@ def _misfits(
                 .isNotNull()
             )
 
-        text = F.coalesce(
-            F.get_json_object(F.col("value"), _json_path("after", name)),
-            F.get_json_object(F.col("value"), _json_path("before", name)),
+        def single_key(types: list[tuple[str, str]], index: int = index) -> SparkColumn:
+            name, spark_type = types[index]
+            parsed = F.from_json(F.col("key"), f"{quote(name)} {spark_type}, _cdc_corrupt string", _PERMISSIVE)
+            return F.get_json_object(F.col("key"), _json_path(name)).isNotNull() & parsed.getField("_cdc_corrupt").isNotNull()
+
+        text = _column_text(name)
+        bad = F.when(F.col("value").isNotNull(), _by_version(plan, single)).otherwise(
+            F.col("key").isNotNull() & _by_version(plan, single_key)
         )
-        bad = F.col("value").isNotNull() & _by_version(plan, single)
+        if view_type in _DATES:
+            bad = bad | F.coalesce(text.rlike(MISREAD_DATE), F.lit(False))
         misfits.append(
             F.when(
                 bad,
@@ -370,7 +411,10 @@ def _misfits(
                 ),
             )
         )
-        if view_type.startswith("array<") and not view_type.startswith("array<array<"):
+        pattern = out_of_range(view_type)
+        if pattern is not None:
+            widen.append(F.when(bad & text.rlike(pattern), F.lit(name)))
+        elif view_type.startswith("array<") and not view_type.startswith("array<array<"):
             widen.append(F.when(bad & text.startswith("[["), F.lit(name)))
     detail = F.concat_ws("; ", *misfits) if misfits else F.lit("")
     ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns)
@@ -403,7 +447,7 @@ def _stored_unchanged(unchanged: SparkColumn, renamed: dict[str, str]) -> SparkC
 
 
 def _widened(frame: DataFrame) -> tuple[str, ...]:
-    """The column names of ``frame``'s ``_cdc_widen`` lists (poison events holding multi-dimensional arrays)."""
+    """The column names of ``frame``'s ``_cdc_widen`` lists (poison events whose values a string column holds)."""
     from pyspark.sql import functions as F
 
     rows = frame.filter(F.size("_cdc_widen") > 0).select(F.explode("_cdc_widen").alias("name")).distinct().collect()
@@ -426,7 +470,8 @@ class BatchFacts:
     keys: tuple[str, ...] | None = None
     """The keys of an insert-only batch held in the driver (at most :data:`APPEND_CHECK_KEYS`), else ``None``."""
     widen: tuple[str, ...] = ()
-    """Array columns that a poison event fills with a multi-dimensional array: typed as ``string``, they hold it."""
+    """Columns that a poison event fills with a value their type cannot hold (infinity in a date, NaN in a
+    decimal, a multi-dimensional array...): typed as ``string``, they hold it."""
 
     @property
     def inserts_only(self) -> bool:

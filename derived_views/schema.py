@@ -9,7 +9,8 @@ source type                               Spark type
 ========================================  ===========================================================
 int2 / int4 / int8, oid                   smallint / int / bigint, bigint
 float4 / float8                           float / double (``"NaN"``, ``"Infinity"`` parse as such)
-numeric(p, s), p <= 38                    decimal(p, s)
+numeric(p, s), p <= 38                    decimal(p, s) (``NaN`` makes it string: see below; a
+                                          negative scale or one above p: the decimal holding it)
 numeric without typmod, or p > 38         string (the exact decimal text; no Spark type holds it)
 bool                                      boolean
 text, varchar, bpchar, name, citext       string
@@ -21,8 +22,10 @@ timestamp / timestamptz                   timestamp_ntz / timestamp (UTC instant
 anything else                             string (the server's text form)
 ========================================  ===========================================================
 
-A column that changed type, or that holds a multi-dimensional array, is stored in a type that holds
-every value it has had (:mod:`derived_views.column_types`, :meth:`TableSchema.view_columns`).
+A column that changed type, that holds a multi-dimensional array, or that holds a value its Spark type
+cannot (``infinity``, a BC date or a year past 9999 in a date or timestamp, ``NaN`` in a decimal), is
+stored in a type that holds every value it has had: its values' text (:mod:`derived_views.column_types`,
+:meth:`TableSchema.view_columns`).
 """
 
 from __future__ import annotations
@@ -58,11 +61,25 @@ MAX_DECIMAL_PRECISION = 38
 
 
 def numeric_precision_scale(typmod: int) -> tuple[int, int] | None:
-    """``(precision, scale)`` of a ``numeric`` typmod, or ``None`` for an unconstrained numeric."""
+    """``(precision, scale)`` of a ``numeric`` typmod, or ``None`` for an unconstrained numeric.
+
+    The scale is the low 11 bits, signed: since PostgreSQL 15 it may be negative (``numeric(5, -2)``
+    rounds to hundreds) or larger than the precision (``numeric(3, 5)`` holds ``0.00999``)."""
     if typmod < 4:
         return None
     packed = typmod - 4
-    return (packed >> 16) & 0xFFFF, packed & 0xFFFF
+    return (packed >> 16) & 0xFFFF, ((packed & 0x7FF) ^ 0x400) - 0x400
+
+
+def _decimal_type(precision: int, scale: int) -> str:
+    """The Spark decimal holding every value of ``numeric(precision, scale)``, or ``string`` when none
+    does: a negative scale adds integer digits (``numeric(5, -2)``: ``decimal(7,0)``), a scale above
+    the precision adds leading fraction zeros (``numeric(3, 5)``: ``decimal(5,5)``); Spark's scale lies
+    within ``0..precision`` and its precision within ``1..38``."""
+    if scale < 0:
+        precision, scale = precision - scale, 0
+    precision = max(precision, scale)
+    return f"decimal({precision},{scale})" if precision <= MAX_DECIMAL_PRECISION else "string"
 
 
 def spark_type(type_name: str, typmod: int = -1) -> str:
@@ -71,9 +88,7 @@ def spark_type(type_name: str, typmod: int = -1) -> str:
         return f"array<{spark_type(type_name[1:], typmod)}>"
     if type_name == "numeric":
         precision_scale = numeric_precision_scale(typmod)
-        if precision_scale is None or precision_scale[0] > MAX_DECIMAL_PRECISION:
-            return "string"
-        return f"decimal({precision_scale[0]},{precision_scale[1]})"
+        return "string" if precision_scale is None else _decimal_type(*precision_scale)
     return _SIMPLE.get(type_name, "string")
 
 

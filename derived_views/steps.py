@@ -131,8 +131,10 @@ def load_pending(
 
     The data columns take the types that hold every value the target table at ``target`` holds and the
     batch brings (:meth:`~derived_views.schema.TableSchema.view_columns`; ``progress`` ``None`` means
-    the target is rebuilt, so only the log decides). An array column that a poison event fills with
-    a multi-dimensional array is typed as its JSON text and the batch parsed again, so the event lands.
+    the target is rebuilt, so only the log decides). A column that a poison event fills with a value
+    its type cannot hold (``infinity`` or a BC date in a date or timestamp column, ``NaN`` in a decimal, a
+    multi-dimensional array: :attr:`~derived_views.pending.BatchFacts.widen`) is typed as its JSON text
+    and the batch parsed again, so the event lands.
     """
     existing = ctx.types.of(ctx.spark, target) if progress is not None else None
     text: set[str] = set()

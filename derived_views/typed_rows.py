@@ -11,8 +11,9 @@ Exactness rests on Arrow's reader being stricter than Spark's ``from_json`` on e
 writes (``docs/event-format.md``): a value Arrow cannot hold exactly in the column's type (a number
 too large, a decimal with more digits than the scale, ``"NaN"`` in a float column, ``"infinity"`` in
 a date column, a multi-dimensional array, a duplicate field) fails the whole parse, and that log
-partition's rows then keep their envelope text (``parsed`` false) for Spark to parse, which finds and
-names poison values as it always did. So a typed row is never a poison row, and holds the values Spark
+partition's rows then keep their envelope text (``parsed`` false) for Spark to parse, which finds the
+values a column's type cannot hold (its column then becomes text, :mod:`derived_views.column_types`)
+and names poison values as it always did. So a typed row is never a poison row, and holds the values Spark
 would have parsed. Columns whose values Arrow cannot parse exactly at all (``binary``, which the log
 carries as base64, and arrays of dates) leave the whole table to Spark (:func:`row_type` is ``None``).
 """

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import ipaddress
 import json
+import math
+import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -63,12 +66,45 @@ class Report:
 
 
 def _from_text(value: str, type_name: str) -> Any:
-    """A value a view holds as its JSON text (a column whose type changed, or a multi-dimensional
-    array; see :mod:`derived_views.column_types`) in the form the source type is compared in."""
+    """A value a view holds as its JSON text (a column whose type changed, a multi-dimensional array, or
+    a value its Spark type cannot hold; see :mod:`derived_views.column_types`) in the form the source
+    type is compared in."""
     try:
         return _parsed_text(value, type_name)
     except ValueError:
-        return value  # a form the source keeps as text too (infinity, a BC date): compared as written
+        return _temporal_text(value, type_name.lstrip("_"))
+
+
+def _temporal_text(value: str, base: str) -> str:
+    """A date or timestamp Python cannot hold (``infinity``, BC, a year past 9999) in the server's text
+    form, whichever side it comes from: the events write a timestamp with ``T`` and a UTC one with
+    ``Z`` (docs/event-format.md), the server (in a UTC session) with a space and ``+00``."""
+    if base not in ("timestamp", "timestamptz") or not value[:1].isdigit():
+        return value
+    value = value.replace("T", " ", 1)
+    return value[:-1] + "+00" if value.endswith("Z") else value
+
+
+_OFFSET = re.compile(r"([+-]\d{2})(?::?(\d{2}))?(?::?(\d{2}))?$")
+
+
+def _timetz_text(value: str) -> str:
+    """A ``timetz`` with its offset as ``±HH:MM[:SS]``, as the events write it (the server writes ``+02``)."""
+    match = _OFFSET.search(value)
+    if match is None:
+        return value
+    hours, minutes, seconds = match.groups()
+    return value[: match.start()] + f"{hours}:{minutes or '00'}" + (f":{seconds}" if seconds else "")
+
+
+def _special_float(value: float) -> str | None:
+    """``NaN`` and negative zero as text: compared with ``==``, NaN equals nothing and ``-0.0`` equals
+    ``0.0``, so neither a lost NaN nor a lost sign would show."""
+    if math.isnan(value):
+        return "NaN"
+    if value == 0 and math.copysign(1.0, value) < 0:
+        return "-0"
+    return None
 
 
 def _parsed_text(value: str, type_name: str) -> Any:
@@ -78,6 +114,8 @@ def _parsed_text(value: str, type_name: str) -> Any:
             return json.loads(value)
         except ValueError:
             return value
+    if base in ("timestamp", "timestamptz", "date") and value.endswith(" BC"):
+        raise ValueError(value)  # Python reads "4713-01-01 BC" as 4713 AD
     if base in ("timestamp", "timestamptz"):
         return datetime.fromisoformat(value.replace(" ", "T").replace("Z", "+00:00"))
     if base == "date":
@@ -96,6 +134,11 @@ def normalize(value: Any, type_name: str) -> Any:
         value = _from_text(value, type_name)
     if isinstance(value, list):
         return [normalize(v, base) for v in value]
+    if base == "timetz" and isinstance(value, str):
+        return _timetz_text(value)
+    if base in ("inet", "cidr") and isinstance(value, str):
+        # the server prints a host address without its full mask, a cast to text keeps it: one address
+        return ipaddress.ip_interface(value)
     if base in ("json", "jsonb"):
         return json.loads(value) if isinstance(value, str) else value
     if isinstance(value, datetime):
@@ -103,7 +146,10 @@ def normalize(value: Any, type_name: str) -> Any:
             return value.astimezone(UTC)
         return value.replace(tzinfo=None)
     if base == "numeric":
-        return Decimal(str(value))
+        number = Decimal(str(value))
+        return "NaN" if number.is_nan() else number  # NaN equals nothing, not even itself
+    if isinstance(value, float) and _special_float(value) is not None:
+        return _special_float(value)
     if base == "float4" and isinstance(value, float):
         # the source's text form is the shortest that reads back as the same float4; the view holds the float4
         return struct.unpack("f", struct.pack("f", value))[0] if abs(value) < 3.5e38 else value
@@ -126,7 +172,7 @@ def _select_list(schema: TableSchema) -> str:
         name = quote_identifier(column.name)
         is_array = column.type_name.startswith("_")
         base = column.type_name.lstrip("_")
-        if base in _NATIVE or base in _TEXT_TYPES:
+        if base in _NATIVE or (base in _TEXT_TYPES and not is_array):  # citext[] is no array to psycopg
             parts.append(name)
         else:
             parts.append(f"{name}::text{'[]' if is_array else ''} AS {name}")

@@ -22,7 +22,7 @@ BASE_TS_MS = 1_763_700_000_000
 
 def numeric_typmod(precision: int, scale: int) -> int:
     """PostgreSQL's typmod of ``numeric(precision, scale)``."""
-    return ((precision << 16) | scale) + 4
+    return ((precision << 16) | (scale & 0x7FF)) + 4  # the scale as 11 bits, signed (PostgreSQL 15)
 
 
 def col(name: str, type_name: str, *, key: bool = False, typmod: int = -1) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from derived_views.column_types import supertype, widest
+from derived_views.column_types import MISREAD_DATE, out_of_range, supertype, widest
 from derived_views.schema import Column, SchemaVersion, TableSchema
 from derived_views.table_evolution import features_of
 
@@ -36,6 +38,51 @@ def test_supertype_holds_both_types_exactly(left: str, right: str, expected: str
 def test_widest_never_narrows() -> None:
     assert widest(["int", "bigint", "int"]) == "bigint"
     assert widest(["string", "int"]) == "string"
+
+
+@pytest.mark.parametrize(
+    ("spark_type", "text", "expected"),
+    [
+        ("date", "infinity", True),
+        ("date", "-infinity", True),
+        ("date", "0044-03-15 BC", True),
+        ("date", "5874897-12-31", True),
+        ("date", "2020-02-29", False),
+        ("date", "not a date", False),  # no value PostgreSQL writes: poison
+        ("timestamp_ntz", "4713-01-01 00:00:00 BC", True),
+        ("timestamp_ntz", "294276-12-31T23:59:59.999999", True),
+        ("timestamp", "4713-01-01 00:00:00+00 BC", True),
+        ("timestamp", "294276-12-31T23:59:59.999999Z", True),
+        ("timestamp", "2020-01-01T00:00:00Z", False),
+        ("decimal(10,2)", "NaN", True),
+        ("decimal(10,2)", "-Infinity", True),
+        ("decimal(10,2)", "not a number", False),
+        ("array<date>", '["2020-01-01","infinity"]', True),
+        ("array<timestamp>", '["2020-01-01T00:00:00Z",null,"0001-01-01 00:00:00+00 BC"]', True),
+        ("array<decimal(6,2)>", '["1.50","NaN"]', True),
+        ("array<decimal(6,2)>", '["1.50"]', False),
+    ],
+)
+def test_a_value_postgresql_holds_and_spark_does_not_turns_the_column_into_text(
+    spark_type: str, text: str, expected: bool
+) -> None:
+    """Dates, timestamps and decimals are narrower than PostgreSQL's: infinity, BC, years past 9999, NaN."""
+    pattern = out_of_range(spark_type)
+    assert pattern is not None and bool(re.search(pattern, text)) is expected
+
+
+@pytest.mark.parametrize("spark_type", ["int", "double", "string", "binary", "array<int>", "boolean"])
+def test_other_types_hold_every_value_postgresql_writes_for_them(spark_type: str) -> None:
+    """A misfit in any other type is poison (an ``int[]`` turns into text for a multi-dimensional array only)."""
+    assert out_of_range(spark_type) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("4713-01-01 BC", True), ("10000-01-01", True), ('["2020-01-01","0044-03-15 BC"]', True), ("2020-01-01", False)],
+)
+def test_dates_spark_reads_as_other_dates_are_recognised(text: str, expected: bool) -> None:
+    assert bool(re.search(MISREAD_DATE, text)) is expected
 
 
 def _schema(*versions: tuple[int, tuple[Column, ...]]) -> TableSchema:

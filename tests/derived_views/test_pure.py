@@ -22,6 +22,11 @@ from tests.derived_views.log_builder import REFERENCE, numeric_typmod
         ("numeric", numeric_typmod(12, 2), "decimal(12,2)"),
         ("numeric", -1, "string"),
         ("numeric", numeric_typmod(60, 4), "string"),
+        ("numeric", numeric_typmod(38, 38), "decimal(38,38)"),
+        ("numeric", numeric_typmod(3, 5), "decimal(5,5)"),  # scale above the precision (PostgreSQL 15)
+        ("numeric", numeric_typmod(5, -2), "decimal(7,0)"),  # negative scale (PostgreSQL 15)
+        ("numeric", numeric_typmod(37, -2), "string"),
+        ("numeric", numeric_typmod(10, 1000), "string"),
         ("timestamptz", -1, "timestamp"),
         ("timestamp", 6, "timestamp_ntz"),
         ("jsonb", -1, "string"),
@@ -40,6 +45,9 @@ def test_spark_type_is_faithful(type_name: str, typmod: int, expected: str) -> N
 
 def test_numeric_typmod_decodes_precision_and_scale() -> None:
     assert numeric_precision_scale(numeric_typmod(14, 2)) == (14, 2)
+    assert numeric_precision_scale(numeric_typmod(5, -2)) == (5, -2)
+    assert numeric_precision_scale(numeric_typmod(1000, -1000)) == (1000, -1000)
+    assert numeric_precision_scale(numeric_typmod(3, 1000)) == (3, 1000)
     assert numeric_precision_scale(-1) is None
 
 
