@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pyarrow as pa
+import pytest
 
 from derived_views.change_events import EVENTS_DDL, change_events, events_schema
 from derived_views.log_source import _raw_schema
@@ -74,3 +75,14 @@ def test_an_unreadable_value_keeps_its_place_with_an_error() -> None:
 def test_the_schema_matches_the_ddl_spark_is_given() -> None:
     assert [f"{f.name}" for f in events_schema()] == [part.split()[0] for part in EVENTS_DDL.split(", ")]
     assert change_events(_raw()).num_rows == 0
+
+
+def test_option_rows_is_raw_or_events_and_events_are_never_reduced() -> None:
+    from derived_views.log_source import _Options
+
+    given = {"path": "/log", "topics": "cdc.public.products"}
+    assert _Options(given).rows == "raw" and _Options({**given, "rows": "events"}).rows == "events"
+    with pytest.raises(ValueError, match="'rows' is 'raw' or 'events', not 'parsed'"):
+        _Options({**given, "rows": "parsed"})
+    with pytest.raises(ValueError, match="leave out option 'reduce'"):
+        _Options({**given, "rows": "events", "reduce": "latest"})
