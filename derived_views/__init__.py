@@ -3,7 +3,8 @@
 Modules:
 
 - :mod:`~derived_views.log_source`: the ``cdclog`` Spark data source (batch and streaming), the only
-  module that knows where the log lives.
+  module that knows where the log lives; :func:`register` makes it known to a user's own session, and
+  :mod:`~derived_views.change_events` parses its envelopes into columns (option ``rows=events``).
 - :mod:`~derived_views.reduction`: change events decoded, and reduced per key for a batch (pure Python).
 - :mod:`~derived_views.schema`: source column lists and their faithful Spark types.
 - :mod:`~derived_views.pending`: a table's pending events, reduced and typed (by Arrow where
@@ -21,3 +22,20 @@ Every view table is a pure function of the log: ``cdc rebuild VIEW`` recreates i
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def register(spark: SparkSession) -> None:
+    """Make the change log's Spark data source, ``spark.read.format("cdclog")`` and
+    ``spark.readStream.format("cdclog")``, available in ``spark`` (a classic or a Spark Connect session;
+    idempotent). See ``docs/spark-source.md``.
+
+    Imported here lazily, so that importing the package does not import Spark.
+    """
+    from derived_views.log_source import register as register_source
+
+    register_source(spark)

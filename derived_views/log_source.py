@@ -13,7 +13,9 @@ Offsets are plain dicts::
      "offsets": {"cdc.public.products": {"0": 120, "1": 97}}}   # next offset per topic-partition
 
 Read it, once :func:`register` made it known to the session, as
-``spark.read.format("cdclog").option("path", "data/log").option("topics", "cdc.public.products").load()``.
+``spark.read.format("cdclog").option("path", "data/log").option("topics", "cdc.public.products").load()``
+(option ``rows`` = ``events`` parses each envelope into columns: :mod:`derived_views.change_events`).
+Users' own jobs read it the same way: ``docs/spark-source.md`` is its user documentation.
 
 - End offsets always come from one commit watermark of the log, so a batch never holds part of a
   source transaction (promise 2), and re-reading the same ``[start, end)`` yields the same records.
@@ -349,7 +351,9 @@ def _parse_offsets(text: str | None) -> Offsets:
 
 class _Options:
     """The source's options: ``path``, ``topics`` (comma-separated), ``startingOffsets``, ``endingOffsets``,
-    and for batch reads ``reduce`` (``latest``/``all``: yield the reduced events of each partition) and
+    ``rows`` (``raw``, the default: rows of :data:`RAW_DDL`; ``events``: each record's envelope parsed into
+    the columns of :data:`derived_views.change_events.EVENTS_DDL`), and for batch reads ``reduce``
+    (``latest``/``all``: yield the reduced events of each partition) and
     ``columns`` (a JSON list of ``[name, Spark type]`` whose Arrow struct types the reduced rows, see
     :mod:`derived_views.typed_rows`; only for columns it can type) and ``parallelism`` (the tasks Spark
     runs at once: a reduced read of fewer partitions splits each one's keys so that no core sits idle,
@@ -373,10 +377,23 @@ class _Options:
             if self.reduce is None:
                 raise ValueError("the cdclog source's option 'columns' needs option 'reduce'")
             self.columns = [(str(name), str(spark_type)) for name, spark_type in json.loads(options["columns"])]
+        self.rows = options.get("rows", "raw")
+        if self.rows not in ("raw", "events"):
+            raise ValueError(f"the cdclog source's option 'rows' is 'raw' or 'events', not {self.rows!r}")
+        if self.rows == "events" and self.reduce is not None:
+            raise ValueError("the cdclog source's option 'rows' = 'events' reads every record: leave out option 'reduce'")
         parallelism = options.get("parallelism", "1")
         if not parallelism.isdigit() or int(parallelism) < 1:
             raise ValueError(f"the cdclog source's option 'parallelism' is a whole number above 0, not {parallelism!r}")
         self.parallelism = int(parallelism)
+
+    def rows_of(self, partition: LogPartition) -> Iterator[pa.RecordBatch]:
+        """The rows an unreduced read yields for ``partition``: raw, or parsed (option ``rows``)."""
+        if self.rows == "events":
+            from derived_views.change_events import change_events
+
+            return map(change_events, read_partition(partition))
+        return read_partition(partition)
 
     def row_type(self) -> Any | None:
         """The Arrow struct reduced rows are typed as (option ``columns``), or ``None``."""
@@ -430,7 +447,7 @@ class LogBatchReader(DataSourceReader):
             return iter(())
         if self._options.reduce is not None:
             return reduced_partition(partition, self._options.reduce, self._options.row_type())
-        return read_partition(partition)
+        return self._options.rows_of(partition)
 
 
 class LogStreamReader(DataSourceStreamReader):
@@ -470,14 +487,16 @@ class LogStreamReader(DataSourceStreamReader):
         # Spark reads an empty plan through one placeholder partition: it yields nothing
         if not isinstance(partition, LogPartition):
             return iter(())
-        return read_partition(partition)
+        return self._options.rows_of(partition)
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the checkpointed offsets are the truth, and the log is never trimmed by readers."""
 
 
 class LogDataSource(DataSource):
-    """The ``cdclog`` format: rows of :data:`RAW_DDL` read from the change log at option ``path``.
+    """The ``cdclog`` format: rows of :data:`RAW_DDL` (or, with option ``rows`` = ``events``, of
+    :data:`derived_views.change_events.EVENTS_DDL`) read from the change log at option ``path``. Its
+    options, rows and restart behaviour are documented for users in ``docs/spark-source.md``.
 
     Examples
     --------
@@ -494,6 +513,10 @@ class LogDataSource(DataSource):
 
     def schema(self) -> str:
         options = _Options(dict(self.options))
+        if options.rows == "events":
+            from derived_views.change_events import EVENTS_DDL
+
+            return EVENTS_DDL
         if options.reduce:
             from derived_views.reduction import EVENT_DDL
             from derived_views.typed_rows import typed_ddl
