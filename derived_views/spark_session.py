@@ -29,7 +29,8 @@ DEFAULT_PORT = 15002
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-#: Settings of every view session: Delta enabled, no UI, few shuffle partitions, UTC, a 2 GB driver, secrets redacted.
+#: Settings of every view session: Delta enabled, no UI, few shuffle partitions, UTC, a 2 GB driver, secrets
+#: redacted, names resolved with case.
 SESSION_DEFAULTS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -45,6 +46,10 @@ SESSION_DEFAULTS = {
     # no Python call site captured per column expression: that costs five JVM calls per expression
     # built, several times the expression itself, while the views' errors name their table and column
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # names resolve with case, as PostgreSQL's quoted names do: ``duration`` beside ``"Duration"`` in one
+    # frame is two columns, not an ambiguous reference (Delta still compares a table's column names
+    # without case, so such twins are stored under names of their own: derived_views.column_names)
+    "spark.sql.caseSensitive": "true",
 }
 
 
