@@ -21,6 +21,18 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 
+#: A search index and a cache entity over the table with twins from the start, naming each twin.
+VIEWS = """
+[search.twins]
+root = "public.twins"
+text = ["Duration"]
+stored = ["duration", "Duration", "DURATION"]
+filter = "duration > 0 AND `DURATION` > 0"
+
+[cache.twin]
+root = "public.twins"
+"""
+
 
 def delta_rows(path: str, names: list[str]) -> list[dict[str, Any]]:
     """The rows of the Delta table at ``path`` read by ``deltalake``, keyed by source ``names`` (and sorted)."""
@@ -45,9 +57,10 @@ def _plain(value: Any) -> Any:
 def test_columns_differing_only_in_case_keep_their_own_values(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     """Twins from the start, added by ADD COLUMN and made by RENAME COLUMN while streaming, with updates
     and deletes after each: every value sits in its own column of the current and history tables, verify
-    passes, ``cdc views`` names each stored column's source, and a rebuild by replay gives the same tables."""
+    passes (a search index and a cache entity naming the twins too), ``cdc views`` names each stored
+    column's source, and a rebuild by replay gives the same tables."""
     from cdc.view_context import location_from_settings
-    from derived_views import warehouse
+    from derived_views import cache, search, warehouse
     from derived_views.listing import captured_tables, view_tables
 
     execute(
@@ -62,9 +75,12 @@ def test_columns_differing_only_in_case_keep_their_own_values(spark: SparkSessio
         "INSERT INTO grown_upper VALUES (1, 'ten'), (2, 'twenty'), (3, 'thirty')",
         "INSERT INTO renamed VALUES (1, 10, 'ten'), (2, 20, 'twenty'), (3, 30, 'thirty')",
     )
-    settings = settings_for(pg_url, tmp_path)
+    views_file = tmp_path / "views.toml"
+    views_file.write_text(VIEWS)
+    settings = settings_for(pg_url, tmp_path, views_file=str(views_file))
     ctx = context(spark, settings)
-    assert through(settings, ctx) == 12
+    every_view = ["warehouse", "search.twins", "cache.twin"]
+    assert through(settings, ctx, every_view) == 12 + 3 + 3
     execute(
         pg_url,
         "UPDATE twins SET \"Duration\" = 'eleven' WHERE id = 1",
@@ -80,7 +96,7 @@ def test_columns_differing_only_in_case_keep_their_own_values(spark: SparkSessio
         "UPDATE renamed SET \"Duration\" = 'eleven' WHERE id = 1",
         "INSERT INTO renamed VALUES (4, 40, 'forty')",
     )
-    assert through(settings, ctx) == 2 + 4 + 4 + 4
+    assert through(settings, ctx, every_view) == 2 + 4 + 4 + 4 + 2 + 2
     execute(
         pg_url,
         'UPDATE twins SET "DURATION" = 111, duration = 11 WHERE id = 1',
@@ -91,7 +107,10 @@ def test_columns_differing_only_in_case_keep_their_own_values(spark: SparkSessio
         "DELETE FROM renamed WHERE id = 2",
         "UPDATE renamed SET duration = 41, \"Duration\" = 'forty!' WHERE id = 4",
     )
-    assert through(settings, ctx) == 2 + 3 + 3 + 3
+    assert through(settings, ctx, every_view) == 2 + 3 + 3 + 3 + 2 + 2
+    hits = search.query(ctx.views_dir, "twins", "eleven", stored=["duration", "Duration", "DURATION"])
+    assert [(hit.key, hit.fields) for hit in hits] == [({"id": 1}, {"duration": 11, "Duration": "eleven", "DURATION": 111})]
+    assert cache.get(ctx.views_dir, "twin", "2") == {"id": 2, "duration": 22, "Duration": "twenty", "DURATION": 200}
 
     names = ["id", "duration", "Duration", "DURATION"]
     expected = {
