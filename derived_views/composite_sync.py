@@ -288,9 +288,9 @@ def table_ddl(frame: DataFrame) -> str:
 
 def overwrite(ctx: ViewContext, frame: DataFrame, table: str, progress: Progress) -> None:
     """Replace the table at ``table`` with ``frame`` in one commit carrying ``progress`` (promise 6); its
-    columns are stored under their stored names (:mod:`derived_views.column_names`), and what ``ctx``
-    knew of its columns is forgotten."""
-    replace_table(stored(frame, table), table, progress, ctx.types)
+    columns are stored under their stored names (:mod:`derived_views.column_names`, those the table
+    holds kept), and what ``ctx`` knew of its columns is forgotten."""
+    replace_table(stored(frame, table, ctx.types.of(ctx.spark, table) or {}), table, progress, ctx.types)
 
 
 def latest_version(ctx: ViewContext, table: str) -> int:
@@ -322,7 +322,7 @@ def merge_roots(ctx: ViewContext, table: str, roots: DataFrame, rows: DataFrame,
     Columns are stored under their stored names (:mod:`derived_views.column_names`)."""
     from pyspark.sql import functions as F
 
-    rows = stored(rows, table)
+    rows = stored(rows, table, ctx.types.of(ctx.spark, table) or {})
     ctx.types.ensure(ctx.spark, table, table_ddl(rows))
     if roots.isEmpty():
         mark_as_of(ctx, table, progress)

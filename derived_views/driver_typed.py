@@ -16,6 +16,7 @@ one whose values come from its key alone (a compacted delete's tombstone, which 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from derived_views.column_names import stored_names
@@ -33,7 +34,9 @@ def batch_ddl(columns: list[tuple[str, str]], renamed: dict[str, str]) -> str:
     )
 
 
-def typed_in_driver(events: Any, columns: list[tuple[str, str]], table: str) -> tuple[Any, str] | None:
+def typed_in_driver(
+    events: Any, columns: list[tuple[str, str]], table: str, stored_as: Mapping[str, str] | None = None
+) -> tuple[Any, str] | None:
     """The typed rows of ``events`` (reduced rows carrying Arrow-typed ``after`` and ``before`` images of
     ``columns``) as an Arrow table, with its Spark DDL (:func:`batch_ddl`); ``None`` when an event needs
     Spark (see the module)."""
@@ -51,7 +54,11 @@ def typed_in_driver(events: Any, columns: list[tuple[str, str]], table: str) -> 
     has_image = pc.or_(after.is_valid(), before.is_valid())
     if not pc.all(pc.or_(has_image, pc.is_null(events.column("key")))).as_py():
         return None  # values that only the key holds: Spark parses them from it
-    renamed = stored_names([name for name, _ in columns], table)
+    renamed = (
+        stored_names([name for name, _ in columns], table)
+        if stored_as is None
+        else {n: s for n, s in stored_as.items() if s != n}
+    )
     from_after, from_before = after.flatten(), before.flatten()
     data = {
         renamed.get(name, name): pc.if_else(after.is_valid(), from_after[i], from_before[i])

@@ -117,14 +117,15 @@ class DefinitionChangedError(ViewError):
 
 
 class ColumnNameClashError(ViewError):
-    """Two columns of one table that a Delta table would store under the same name
-    (:mod:`derived_views.column_names`): ``a b`` is stored as ``a%20b``, which another column may be called."""
+    """Two columns of one table that a Delta table cannot tell apart under any of their stored forms
+    (:mod:`derived_views.column_names`): ``A`` beside ``a`` and a column called ``%41``."""
 
     def __init__(self, table: str, first: str, second: str, stored: str) -> None:
         where = f" of {table}" if table else ""
         super().__init__(
-            f"columns {first!r} and {second!r}{where} would both be stored as {stored!r} in Delta (a name holding "
-            f"one of ' ,;{{}}()=', a tab or a newline is stored percent-encoded); rename one of them in the source"
+            f"columns {first!r} and {second!r}{where} would both be stored as {stored!r} in Delta, which compares "
+            f"names without case (a name holding one of ' ,;{{}}()=', a tab or a newline, or with a case-only "
+            f"twin, is stored percent-encoded, and no such form of {second!r} is free); rename one of them in the source"
         )
 
 

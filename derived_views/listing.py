@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from derived_views import cache, search, warehouse
-from derived_views.column_names import stored_name
+from derived_views.column_names import stored_columns
 from derived_views.composite import SourceTable, checked, source_tables
 from derived_views.context import read_schemas
 from derived_views.definitions import ViewDefinitions
@@ -32,15 +32,25 @@ class ViewTable:
     path: str
     as_of_lsn: str | None
     stored_columns: dict[str, str] = field(default_factory=dict)
-    """``{source column: the name the table stores it under}`` for names Delta refuses
-    (:mod:`derived_views.column_names`)."""
+    """``{source column: the name the table stores it under}`` for names stored under another name: names
+    Delta refuses and case-only twins (:mod:`derived_views.column_names`); as the table holds them, or, for
+    a column it does not hold yet, as its next sync will store it."""
 
 
 def _table(view: str, holds: str, path: Path, columns: Iterable[str] = ()) -> ViewTable:
     progress = readable_progress(path) if (path / "_delta_log").is_dir() else None
     as_of = f"{progress.lsn >> 32:X}/{progress.lsn & 0xFFFFFFFF:X}" if progress is not None and progress.position else None
-    renamed = {name: stored_name(name) for name in columns if stored_name(name) != name}
+    columns = list(columns)
+    held = _columns(path) if (path / "_delta_log").is_dir() else []
+    renamed = {name: stored for name, stored in stored_columns(columns, held).items() if stored != name}
     return ViewTable(view, holds, str(path), as_of, renamed)
+
+
+def _columns(path: Path) -> list[str]:
+    """The column names of the Delta table at ``path`` (from its log's newest schema, ``deltalake``)."""
+    from deltalake import DeltaTable
+
+    return [f.name for f in DeltaTable(str(path)).schema().fields]
 
 
 def captured_tables(location: LogLocation | str, prefix: str) -> list[TableSchema]:

@@ -16,7 +16,7 @@ The typed rows' metadata columns (:data:`KEY`, :data:`LSN`, :data:`SEQ`, :data:`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
@@ -170,6 +170,8 @@ def typed_batch(
     columns: list[tuple[str, str]],
     table: str,
     plan: Plan | None = None,
+    *,
+    stored_as: Mapping[str, str] | None = None,
 ) -> tuple[DataFrame, BatchFacts]:
     """The pending events typed (:func:`typed`), as a deterministic frame, with their :class:`BatchFacts`.
 
@@ -184,19 +186,19 @@ def typed_batch(
     typed_columns = columns if arrow_typed(columns, plan) else None
     events = pending_table(as_of, topics, progress, mode, row_type(typed_columns) if typed_columns else None)
     if events is None:
-        frame, facts = checkpointed(typed_events(spark, as_of, topics, progress, mode, columns, table, plan))
+        frame, facts = checkpointed(typed_events(spark, as_of, topics, progress, mode, columns, table, plan, stored_as=stored_as))
         if facts.poison:
             facts = with_fields(facts, widen=_widened(frame))
         return frame, facts
     if typed_columns is not None:
         from derived_views.driver_typed import typed_in_driver
 
-        assembled = typed_in_driver(events, typed_columns, table)
+        assembled = typed_in_driver(events, typed_columns, table, stored_as)
         if assembled is not None:
             rows, ddl = assembled
             return spark.createDataFrame(rows, schema=ddl), arrow_facts(rows)
     ddl = EVENT_DDL if typed_columns is None else f"{EVENT_DDL}, {typed_ddl(typed_columns)}"
-    parsed = typed(spark.createDataFrame(events, schema=ddl), columns, table, plan)
+    parsed = typed(spark.createDataFrame(events, schema=ddl), columns, table, plan, stored_as=stored_as)
     rows = parsed.toArrow()
     return spark.createDataFrame(rows, schema=parsed.schema), arrow_facts(rows)
 
@@ -210,6 +212,8 @@ def typed_events(
     columns: list[tuple[str, str]],
     table: str,
     plan: Plan | None = None,
+    *,
+    stored_as: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The pending events of ``topics`` read, reduced and typed by Spark tasks (:func:`typed`): each
     envelope parsed once, by Arrow in the task that reduces it when it can (:func:`arrow_typed`)."""
@@ -217,7 +221,7 @@ def typed_events(
     raw = read_log(
         spark, as_of.log, topics, _start(progress, topics), as_of.watermark.offsets, reduce=mode, columns=typed_columns
     )
-    return typed(raw, columns, table, plan)
+    return typed(raw, columns, table, plan, stored_as=stored_as)
 
 
 #: How events are parsed: ``((from LSN, from sequence), (name, Spark type) of each column)`` in position
@@ -249,14 +253,22 @@ def _json_path(*names: str) -> str:
     return "$" + "".join("['" + name.replace("'", "") + "']" for name in names)
 
 
-def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: Plan | None = None) -> DataFrame:
+def typed(
+    events: DataFrame,
+    columns: list[tuple[str, str]],
+    table: str,
+    plan: Plan | None = None,
+    *,
+    stored_as: Mapping[str, str] | None = None,
+) -> DataFrame:
     """Typed rows: the data columns parsed from the event (after, else before, else key) plus metadata.
 
     Events typed by Arrow in the reduction (``parsed`` true, :mod:`derived_views.typed_rows`) bring
     their ``after`` and ``before`` rows; any other envelope (``value``) is parsed once by Spark into
     them, with the column types in force at the event's LSN (``plan``, default: ``columns`` throughout), then cast to
     ``columns`` (the view's types, which hold every version's values) under their stored names
-    (:mod:`derived_views.column_names`, as are the names ``_cdc_unchanged`` lists). ``_cdc_error`` is set on poison
+    (``stored_as``, by default those of a new table: :mod:`derived_views.column_names`, as are the names
+    ``_cdc_unchanged`` lists). ``_cdc_error`` is set on poison
     events: an unreadable envelope, or values that do not fit; it names each column, its type and the
     value that does not fit. ``_cdc_widen`` lists the columns of a poison event that a string column
     holds the value of (:data:`BatchFacts.widen`): a date, timestamp or decimal column (or an array of
@@ -273,7 +285,11 @@ def typed(events: DataFrame, columns: list[tuple[str, str]], table: str, plan: P
         F.col("_cdc_env._cdc_corrupt").isNotNull() | F.col("_cdc_keyed._cdc_corrupt").isNotNull() | _misread_dates(columns)
     )
     bad, widen = _misfits(columns, plan, table, corrupt)
-    renamed = stored_names([name for name, _ in columns], table)
+    renamed = (
+        stored_names([name for name, _ in columns], table)
+        if stored_as is None
+        else {n: s for n, s in stored_as.items() if s != n}
+    )
     metadata = {
         KEY: F.col("key"),
         LSN: F.col("lsn"),

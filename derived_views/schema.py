@@ -35,7 +35,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from derived_views.column_names import stored_name
+from derived_views.column_names import source_columns, stored_columns
 from derived_views.column_types import widest
 from log_store.topic_names import log_name
 
@@ -164,11 +164,12 @@ class TableSchema:
         Names are the source's.
         """
         renamed = {new: old for old, new in self.renames(existing or {}).items()}
+        held = source_columns([renamed.get(c.name, c.name) for c in self.columns], existing or {})
         out = []
         for column in self.columns:
             types = [c.spark_type for _, c in self._history(column) if c is not None]
-            previous = stored_name(renamed.get(column.name, column.name))
-            if existing is not None and previous in existing:
+            previous = held.get(renamed.get(column.name, column.name))
+            if existing is not None and previous is not None:
                 types.append(existing[previous])
             out.append((column.name, "string" if column.name in text else widest(types)))
         return out
@@ -197,18 +198,36 @@ class TableSchema:
                 plan.append(((version.lsn, version.sequence), parse))
         return plan
 
-    def renames(self, existing: Mapping[str, str]) -> dict[str, str]:
+    def renames(self, existing: Collection[str]) -> dict[str, str]:
         """``{name before: current name}`` (source names) for columns renamed in the source since
         ``existing`` (a table's stored column names) was written: the table's column is renamed with them."""
+        current = source_columns(self.names, existing)
+        others = set(existing) - set(current.values())
         out = {}
         for column in self.columns:
-            if stored_name(column.name) in existing:
+            if column.name in current:
                 continue
             for _, was in reversed(self._history(column)):
-                if was is not None and was.name != column.name and stored_name(was.name) in existing and was.name not in out:
+                if was is not None and was.name != column.name and source_columns([was.name], others) and was.name not in out:
                     out[was.name] = column.name
                     break
         return out
+
+    def stored_columns(self, existing: Collection[str] = ()) -> dict[str, str]:
+        """``{source name: stored name}`` of every current column in a table that holds ``existing``
+        (its stored names; none for a new table): :func:`derived_views.column_names.stored_columns`."""
+        return stored_columns(self.names, existing, self.qualified)
+
+    def stored_renames(self, existing: Collection[str]) -> dict[str, str]:
+        """``{column: new column}`` (stored names) that bring a table holding ``existing`` to the source's
+        renames (:meth:`renames`): each renamed column's new stored name is chosen among the columns the
+        table keeps."""
+        renames = self.renames(existing)
+        current = source_columns(self.names, existing)
+        olds = source_columns(list(renames), set(existing) - set(current.values()))
+        kept = [column for column in existing if column not in olds.values()]
+        new = stored_columns(self.names, kept, self.qualified)
+        return {olds[old]: new[name] for old, name in renames.items()}
 
     @property
     def dotted_name(self) -> str:

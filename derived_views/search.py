@@ -30,7 +30,7 @@ from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
 from derived_views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
-from derived_views.column_names import from_stored, stored_name
+from derived_views.column_names import from_stored, source_columns
 from derived_views.composite import Composite
 from derived_views.composite_sync import (
     affected_roots,
@@ -237,7 +237,8 @@ def query(views_dir: str, index: str, text: str, limit: int = 10, stored: Sequen
     best = rank([Posting(r["doc"], r["term"], r["tf"], r["doc_len"]) for r in found], n_docs, avg_len, limit)
     if not best:
         return []
-    columns = ", ".join(['"' + stored_name(c).replace('"', '""') + '"' for c in stored] + [KEY])
+    held = source_columns(stored, [f.name for f in DeltaTable(f"{base}/documents").schema().fields])
+    columns = ", ".join(['"' + held.get(c, c).replace('"', '""') + '"' for c in stored] + [KEY])
     docs = {
         r[KEY]: r
         for r in read_query(
@@ -245,4 +246,4 @@ def query(views_dir: str, index: str, text: str, limit: int = 10, stored: Sequen
             f"SELECT {columns} FROM t WHERE {KEY} IN (" + ", ".join(sql_text(doc) for doc, _ in best) + ")",
         ).to_pylist()
     }
-    return [Hit(json.loads(doc), score, {c: docs[doc][stored_name(c)] for c in stored}) for doc, score in best if doc in docs]
+    return [Hit(json.loads(doc), score, {c: docs[doc][held.get(c, c)] for c in stored}) for doc, score in best if doc in docs]

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 PARQUET_TIMESTAMPS = {"spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS"}
 
 #: Settings of every view session: Delta enabled, no UI, few shuffle partitions, UTC, a 2 GB driver, secrets
-#: redacted, timestamps stored in microseconds.
+#: redacted, timestamps stored in microseconds, names resolved with case.
 SESSION_DEFAULTS = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
@@ -54,6 +54,10 @@ SESSION_DEFAULTS = {
     # no Python call site captured per column expression: that costs five JVM calls per expression
     # built, several times the expression itself, while the views' errors name their table and column
     "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # names resolve with case, as PostgreSQL's quoted names do: ``duration`` beside ``"Duration"`` in one
+    # frame is two columns, not an ambiguous reference (Delta still compares a table's column names
+    # without case, so such twins are stored under names of their own: derived_views.column_names)
+    "spark.sql.caseSensitive": "true",
     **PARQUET_TIMESTAMPS,
 }
 

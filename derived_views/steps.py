@@ -13,7 +13,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from derived_views.column_names import stored_name
 from derived_views.context import ViewContext
 from derived_views.dead_letter import dead_letter
 from derived_views.delta_sql import table_ref
@@ -135,13 +134,25 @@ def load_pending(
     its type cannot hold (``infinity`` or a BC date in a date or timestamp column, ``NaN`` in a decimal, a
     multi-dimensional array: :attr:`~derived_views.pending.BatchFacts.widen`) is typed as its JSON text
     and the batch parsed again, so the event lands.
+    Columns take the stored names the target holds them under, also in a rebuild
+    (:meth:`~derived_views.schema.TableSchema.stored_columns`).
     """
-    existing = ctx.types.of(ctx.spark, target) if progress is not None else None
+    held = ctx.types.of(ctx.spark, target)
+    existing = held if progress is not None else None
+    stored_as = schema.stored_columns(held or {})
     text: set[str] = set()
     while True:
         columns = schema.view_columns(existing, text)
         frame, batch = typed_batch(
-            ctx.spark, as_of, [schema.topic], progress, mode, columns, schema.qualified, schema.parse_plan(columns)
+            ctx.spark,
+            as_of,
+            [schema.topic],
+            progress,
+            mode,
+            columns,
+            schema.qualified,
+            schema.parse_plan(columns),
+            stored_as=stored_as,
         )
         if not set(batch.widen) - text:
             break
@@ -150,7 +161,7 @@ def load_pending(
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target, ctx.types)
     return Pending(
-        frame, batch, as_of.progress([schema.topic], progress), [(stored_name(name), spark_type) for name, spark_type in columns]
+        frame, batch, as_of.progress([schema.topic], progress), [(stored_as[name], spark_type) for name, spark_type in columns]
     )
 
 
@@ -167,9 +178,9 @@ def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, prog
     existing = ctx.types.of(ctx.spark, path) if progress is not None else None
     if existing is None:
         return
-    renames = schema.renames(existing)
+    renames = schema.stored_renames(existing)
     if renames:
-        ctx.types.rename(ctx.spark, path, {stored_name(old): stored_name(new) for old, new in renames.items()})
+        ctx.types.rename(ctx.spark, path, renames)
 
 
 def apply_state(
@@ -271,7 +282,10 @@ def rebuild_in_one_pass(
     if read_in_driver(pending_events(as_of.watermark, [schema.topic], None)):
         return None
     columns = schema.view_columns(None, set())
-    events = typed_events(ctx.spark, as_of, [schema.topic], None, mode, columns, schema.qualified, schema.parse_plan(columns))
+    stored_as = schema.stored_columns(ctx.types.of(ctx.spark, path) or {})
+    events = typed_events(
+        ctx.spark, as_of, [schema.topic], None, mode, columns, schema.qualified, schema.parse_plan(columns), stored_as=stored_as
+    )
     needs_facts = F.col("_cdc_error").isNotNull()
     if mode == "all":
         needs_facts = needs_facts | (F.col(OP) == "t")
@@ -282,7 +296,7 @@ def rebuild_in_one_pass(
         .drop("_cdc_check")
     )
     progress = as_of.progress([schema.topic], None)
-    stored_columns = [(stored_name(name), spark_type) for name, spark_type in columns]
+    stored_columns = [(stored_as[name], spark_type) for name, spark_type in columns]
     try:
         merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True, types=ctx.types)
     except Exception as exc:  # noqa: BLE001 - only the check's own stop is caught; anything else is raised

@@ -29,7 +29,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from derived_views import warehouse
-from derived_views.column_names import stored_name
+from derived_views.column_names import source_columns
 from derived_views.composite import Composite
 from derived_views.delta_reads import read_query
 from derived_views.errors import MissingTableError, UnknownViewError
@@ -286,9 +286,9 @@ def _delta_rows(path: str, view: str, names: Iterable[str] = (), where: str = ""
 
     if not DeltaTable.is_deltatable(path):
         raise MissingTableError(path, view)
-    back = {stored_name(name): name for name in names}
-    rows = read_query(path, "SELECT * FROM t" + (f" WHERE {where}" if where else "")).to_pylist()
-    return [{back.get(column, column): value for column, value in row.items()} for row in rows]
+    table = read_query(path, "SELECT * FROM t" + (f" WHERE {where}" if where else ""))
+    back = {column: name for name, column in source_columns(names, table.column_names).items()}
+    return [{back.get(column, column): value for column, value in row.items()} for row in table.to_pylist()]
 
 
 def _warehouse(
@@ -384,7 +384,8 @@ def _passing(
     if not plan.filter or not documents:
         return documents
     fields = {f.name: f for f in ctx.spark.read.format("delta").load(view_path).schema.fields}
-    fields = {c: StructField(c, fields[stored_name(c)].dataType) for c in plan.output_columns}
+    held = source_columns(plan.output_columns, fields)
+    fields = {c: StructField(c, fields[held[c]].dataType) for c in plan.output_columns}
     schema = StructType([StructField("_cdc_row", StringType()), *fields.values()])
     keys = list(documents)
 
