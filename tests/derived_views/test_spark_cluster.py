@@ -56,8 +56,22 @@ def _run(env: dict[str, str], *command: str) -> subprocess.CompletedProcess[str]
     return result
 
 
-def _submit(cluster: SparkCluster, env: dict[str, str], events: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``spark-submit --master spark://... cdc/spark_job.py ARGS``, as docs/scaling.md shows it, with an event log."""
+#: ``cdc/spark_job.py`` with every log range read by Spark tasks, however small (a test's log is far below
+#: the size the driver reads itself): the executors then read the log
+TASK_READS_JOB = """
+from derived_views import pending
+
+pending.DRIVER_READ_LIMIT = 0
+from cdc.cli import main
+
+main()
+"""
+
+
+def _submit(
+    cluster: SparkCluster, env: dict[str, str], events: Path, *args: str, job: str = "cdc/spark_job.py"
+) -> subprocess.CompletedProcess[str]:
+    """``spark-submit --master spark://... JOB ARGS``, as docs/scaling.md shows it, with an event log."""
     events.mkdir(exist_ok=True)
     return _run(
         env,
@@ -76,7 +90,7 @@ def _submit(cluster: SparkCluster, env: dict[str, str], events: Path, *args: str
         "spark.eventLog.compress=false",
         "--conf",
         "spark.eventLog.rolling.enabled=false",
-        "cdc/spark_job.py",
+        job,
         *args,
     )
 
@@ -141,7 +155,9 @@ def test_views_sync_rebuild_and_verify_through_spark_submit_on_a_cluster(
     change = _submit(spark_cluster, env, events, "sync", "--once")
     # spark-submit joins the Python driver's stderr to its stdout
     assert "cache.order: 1 events" in change.stdout, change.stdout[-3000:]
-    _submit(spark_cluster, env, events, "rebuild", "warehouse")
+    job = tmp_path / "task_reads_job.py"
+    job.write_text(TASK_READS_JOB)
+    _submit(spark_cluster, env, events, "rebuild", "warehouse", job=str(job))
     _verify_every_view(spark, env)
 
     executors = _task_executors(events)
@@ -168,7 +184,9 @@ def test_views_on_kafka_rebuild_through_spark_submit_on_a_cluster(
     _run(env, str(BIN / "cdc"), "setup")
     _run(env, str(BIN / "cdc"), "capture", "--once")
     _submit(spark_cluster, env, events, "sync", "--once")
-    _submit(spark_cluster, env, events, "rebuild", "warehouse")
+    job = tmp_path / "task_reads_job.py"
+    job.write_text(TASK_READS_JOB)
+    _submit(spark_cluster, env, events, "rebuild", "warehouse", job=str(job))
     _verify_every_view(spark, env)
     executors = _task_executors(events)
     assert "driver" not in executors and len(executors) >= 2, executors
@@ -229,7 +247,8 @@ def test_spark_submit_without_delta_jars_is_one_clear_error(tmp_path: Path) -> N
     env = _env("postgresql://nobody@127.0.0.1:1/none", tmp_path / "data")
     command = [str(BIN / "spark-submit"), "--master", "local[1]", "cdc/spark_job.py", "sync", "warehouse", "--once"]
     result = subprocess.run(command, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 2, result.stderr[-3000:]
-    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "Delta Lake is not on the Spark driver's classpath" in errors[0], result.stderr[-3000:]
+    output = result.stdout + result.stderr  # spark-submit joins the Python driver's stderr to its stdout
+    assert result.returncode == 2, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Delta Lake is not on the Spark driver's classpath" in errors[0], output[-3000:]
     assert "--packages io.delta:delta-spark_" in errors[0] and "--jars" in errors[0]
