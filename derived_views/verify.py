@@ -172,7 +172,9 @@ def _select_list(schema: TableSchema) -> str:
         name = quote_identifier(column.name)
         is_array = column.type_name.startswith("_")
         base = column.type_name.lstrip("_")
-        if base in _NATIVE or (base in _TEXT_TYPES and not is_array):  # citext[] is no array to psycopg
+        # psycopg loads arrays of the built-in string types (a bpchar[] with its padding, which a cast to
+        # text[] would cut), but knows no array of citext: that one is cast
+        if base in _NATIVE or (base in _TEXT_TYPES and (not is_array or base != "citext")):
             parts.append(name)
         else:
             parts.append(f"{name}::text{'[]' if is_array else ''} AS {name}")

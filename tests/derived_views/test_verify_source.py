@@ -67,3 +67,20 @@ def test_dates_and_timestamps_python_cannot_hold_are_read_as_text(pg_url: str) -
     ]
     differences = compare_rows("edges", SCHEMA, list(rows.values()), view)
     assert differences == ["edges: key ('3',) column ts: source '10000-01-01 00:00:00' != view 'infinity'"]
+
+
+def test_string_arrays_keep_their_padding_and_citext_arrays_their_elements(pg_url: str) -> None:
+    """A ``character(n)[]`` is read with its padding (as the events carry it: a cast to ``text[]`` would cut
+    it), and a ``citext[]``, an array type psycopg does not know, as a list of its elements."""
+    execute(
+        pg_url,
+        "CREATE EXTENSION IF NOT EXISTS citext",
+        "CREATE TABLE strings (id int PRIMARY KEY, bp character(3)[], ci citext[], vc varchar(5)[])",
+        "INSERT INTO strings VALUES (1, '{a,bc}', '{Ab,cD}', '{\"x \",y}')",
+    )
+    types = {"id": "int4", "bp": "_bpchar", "ci": "_citext", "vc": "_varchar"}
+    schema = TableSchema("public", "strings", "cdc.public.strings", tuple(Column(n, t, key=n == "id") for n, t in types.items()))
+    with psycopg.connect(pg_url, options=SESSION_OPTIONS) as conn:
+        read_every_value(conn)
+        rows = source_rows(conn, schema)
+    assert rows == [{"id": 1, "bp": ["a  ", "bc "], "ci": ["Ab", "cD"], "vc": ["x ", "y"]}]
