@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,10 +16,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from cdc.local_postgres import free_port
 from derived_views.driver_jit import C1_ONLY
-from tests.cdc.helpers import CDC
 from tests.derived_views.pipeline import capture, context, execute, rows, settings_for, sync, verify_views
+from tests.spark_server_process import running_spark_server
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -34,43 +30,19 @@ SPARK_PIPELINES = Path(sys.executable).with_name("spark-pipelines")
 BIG = "(SELECT string_agg(md5(g::text || 'x'), '') FROM generate_series(1, 3200) g)"  # ~100 kB, stored out of line
 
 
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
-
-
 @contextmanager
 def _spark_server(workdir: Path, tables: Path) -> Iterator[str]:
     """``cdc spark-server`` on a free port, its tables under ``tables``, stopped (SIGTERM) afterwards.
 
     Its Python workers run this interpreter with this environment (``PYTHONPATH`` included), so they
     import the ``cdclog`` source from the code under test."""
-    port = free_port()
-    log = workdir / "server.log"
-    server = subprocess.Popen(
-        [str(CDC), "spark-server", "--port", str(port)]
-        + ["--conf", f"spark.sql.warehouse.dir={tables}", "--conf", "spark.driver.extraJavaOptions=" + " ".join(C1_ONLY)],
-        cwd=workdir,
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("w"),
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while not _answers(port):
-            assert server.poll() is None, log.read_text()[-3000:]
-            assert time.monotonic() < deadline, "the Spark Connect server did not listen within 180 s"
-            time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    with running_spark_server(
+        workdir,
+        f"spark.sql.warehouse.dir={tables}",
+        "spark.driver.extraJavaOptions=" + " ".join(C1_ONLY),
+        env=dict(os.environ),
+    ) as url:
+        yield url
 
 
 def _example_pipeline(workdir: Path, log_dir: Path) -> Path:

@@ -10,21 +10,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 
 from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
-from cdc.local_postgres import free_port
 from derived_views.spark_jars import installed_jars
 from migrations.sample_data import insert_sample_data
 from tests.derived_views.pipeline import context, verify_views
 from tests.fix_spark_cluster import SparkCluster, spark_home
+from tests.spark_server_process import running_spark_server, server_environment
 
 #: each scenario starts several JVMs (spark-submit drivers, executors): minutes on a busy 2-core machine
 if TYPE_CHECKING:
@@ -199,47 +197,16 @@ def test_a_spark_server_on_the_cluster_serves_the_view_commands(
     """``cdc spark-server`` with the cluster as its master: the commands attached to it sync and verify every
     view, and the master lists the server as an application holding the workers' cores."""
     insert_sample_data(reference_db)
-    port = free_port()
-    server_env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("CDC_") or k == "CDC_SPARK_JARS_DIR"},
-        "CDC_SPARK_MASTER": spark_cluster.master,
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
-    server = subprocess.Popen(
-        [str(BIN / "cdc"), "spark-server", "--port", str(port), "--conf", "spark.executor.memory=1g"],
-        cwd=tmp_path,
-        env=server_env,
-        stdout=subprocess.DEVNULL,
-        stderr=(tmp_path / "server.log").open("w"),
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while not [app for app in spark_cluster.status().get("activeapps", [])]:
-            assert server.poll() is None, (tmp_path / "server.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, "the Spark Connect server did not register with the master in 180 s"
-            time.sleep(0.5)
-        env = _env(reference_db, tmp_path / "data", CDC_SPARK_REMOTE=f"sc://127.0.0.1:{port}")
+    server_env = server_environment(CDC_SPARK_MASTER=spark_cluster.master, SPARK_LOCAL_IP="127.0.0.1")
+    with running_spark_server(tmp_path, "spark.executor.memory=1g", env=server_env) as url:
+        env = _env(reference_db, tmp_path / "data", CDC_SPARK_REMOTE=url)
         cdc = str(BIN / "cdc")
         _run(env, cdc, "setup")
         _run(env, cdc, "capture", "--once")
-        deadline = time.monotonic() + 180
-        while True:  # the server listens once its session is up
-            attempt = subprocess.run([cdc, "sync", "--once"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
-            if attempt.returncode == 0:
-                break
-            assert "no Spark Connect server answers" in attempt.stderr, attempt.stderr[-3000:]
-            assert time.monotonic() < deadline, attempt.stderr[-3000:]
-            time.sleep(1)
+        _run(env, cdc, "sync", "--once")
         _verify_every_view(spark, {k: v for k, v in env.items() if k != "CDC_SPARK_REMOTE"})
         apps = spark_cluster.status()["activeapps"]
         assert isinstance(apps, list) and len(apps) == 1 and apps[0]["cores"] == 2, apps
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 def test_spark_submit_without_delta_jars_is_one_clear_error(tmp_path: Path) -> None:

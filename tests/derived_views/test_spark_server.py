@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,47 +19,18 @@ from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
 from cdc.local_postgres import free_port
 from derived_views.driver_jit import C1_ONLY
 from migrations.sample_data import insert_sample_data
+from tests.spark_server_process import running_spark_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
 CDC = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "cdc")
 
 
-def _answers(port: int) -> bool:
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=1).close()
-    except OSError:
-        return False
-    return True
-
-
 @contextmanager
 def _running_server(workdir: Path, *settings: str) -> Iterator[str]:
     """``cdc spark-server`` on a free port (``settings``: ``--conf`` values), stopped (SIGTERM) afterwards."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CDC_") or k == "CDC_SPARK_JARS_DIR"}
-    confs = [arg for setting in settings for arg in ("--conf", setting)]
-    server = subprocess.Popen(
-        [CDC, "spark-server", "--port", str(port), *confs],
-        cwd=workdir,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=(workdir / "server.log").open("w"),
-    )
-    try:
-        deadline = time.monotonic() + 180
-        while not _answers(port):
-            assert server.poll() is None, (workdir / "server.log").read_text()
-            assert time.monotonic() < deadline, "the Spark Connect server did not listen within 180 s"
-            time.sleep(0.5)
-        yield f"sc://127.0.0.1:{port}"
-    finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+    with running_spark_server(workdir, *settings) as url:
+        yield url
 
 
 #: The module's server lives about two minutes: it compiles with C1 alone, as a short run's driver does
