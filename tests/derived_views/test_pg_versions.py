@@ -45,6 +45,8 @@ pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow, pytest.mark.p
 LARGE_ROWS = 5_000
 #: Each table of the scenario with its key column
 KEYS = {"alltypes": "id", "toasty": "id", "bulk": "id", "conf_a": "id", "conf_b": "id", "conf_b2": "id", "conf_k": "k"}
+
+
 @pytest.fixture(params=PG_VERSIONS, ids=[f"pg{major}" for major in PG_VERSIONS])
 def versioned_url(request: pytest.FixtureRequest) -> Iterator[tuple[int, str]]:
     """(major version, superuser URL) of a new server of each supported version, streaming large
