@@ -15,13 +15,18 @@ publication of that table alone in a transaction that is rolled back; in that tr
 identity (a filter on another column, a list leaving a key column out), as for any publication. The
 same transaction gives the server's own form of the rule, which tells whether the publication already
 has it.
+
+A rule may also ``mask`` columns (:mod:`event_format.masks`): capture writes them hashed, replaced or
+truncated. Masks need no column list, so they work on every supported version; they are refused on a
+key column (the key identifies the row in the log and the views) and, for ``hash``, without
+``CDC_MASK_KEY``. ``cdc setup`` keeps them in the publication's comment (:func:`apply_masks`).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psycopg
 from psycopg import sql
@@ -29,6 +34,7 @@ from psycopg import sql
 from cdc.capture.coverage import Connection, entry_name, sql_name
 from cdc.publication_rule_checks import rule_problems
 from derived_views.definitions import CaptureRule
+from event_format.masks import MESSAGE_PREFIX, Mask, comment_text, from_comment, message_content
 
 
 @dataclass(frozen=True)
@@ -51,25 +57,34 @@ class Clause:
 
 @dataclass(frozen=True)
 class Checked:
-    """The rules that passed, by table, each with the server's form of it (attnames, rowfilter), and the
-    problems of the others."""
+    """The rules that passed, by table, each with the server's form of it (attnames, rowfilter), the
+    masks declared (by table, then column), and the problems of the others."""
 
     clauses: dict[str, tuple[Clause, tuple[tuple[str, ...] | None, str | None]]]
     problems: list[str]
+    masks: dict[str, dict[str, Mask]] = field(default_factory=dict)
 
 
-def check_rules(conn: Connection, rules: Mapping[str, CaptureRule], tables: list[str], source: str) -> Checked:
+def _filters(rule: CaptureRule) -> bool:
+    """Whether ``rule`` needs a column list or a row filter (not masks alone)."""
+    return rule.columns is not None or rule.exclude is not None or rule.where is not None
+
+
+def check_rules(
+    conn: Connection, rules: Mapping[str, CaptureRule], tables: list[str], source: str, *, mask_key: bytes | None = None
+) -> Checked:
     """Check every declared rule (``tables``: those capture publishes or will, as ``schema.table``;
-    ``source``: the views file, for messages)."""
-    if rules and int(conn.info.server_version) < 150000:
+    ``source``: the views file, for messages; ``mask_key``: ``CDC_MASK_KEY``, which hash masks need)."""
+    if any(map(_filters, rules.values())) and int(conn.info.server_version) < 150000:
         return Checked(
             {},
             [
-                f"{source}: [capture] rules need PostgreSQL 15 or later (column lists and row filters); "
-                "remove them, or upgrade the source"
+                f"{source}: [capture] `columns`, `exclude` and `where` need PostgreSQL 15 or later (column lists and "
+                "row filters); remove them (masks alone work on any version), or upgrade the source"
             ],
         )
     checked: dict[str, tuple[Clause, tuple[tuple[str, ...] | None, str | None]]] = {}
+    masks: dict[str, dict[str, Mask]] = {}
     problems: list[str] = []
     for name, rule in sorted(rules.items()):
         where = f'{source}: [capture."{name}"]'
@@ -79,13 +94,19 @@ def check_rules(conn: Connection, rules: Mapping[str, CaptureRule], tables: list
             )
             continue
         columns = _columns(conn, name)
-        named = rule.columns if rule.columns is not None else rule.exclude or []
-        unknown = [column for column in named if column not in columns]
+        named = [*(rule.columns if rule.columns is not None else rule.exclude or []), *rule.mask]
+        unknown = [column for column in dict.fromkeys(named) if column not in columns]
         if unknown:
             problems.append(
                 f"{where}: {', '.join(unknown)} {'is not a column' if len(unknown) == 1 else 'are not columns'} of "
                 f"{name} (its columns: {', '.join(columns)})"
             )
+            continue
+        mask_problems = _mask_problems(conn, name, rule, mask_key)
+        problems += [f"{where}: {problem}" for problem in mask_problems]
+        if rule.mask and not mask_problems:
+            masks[name] = rule.masks()
+        if not _filters(rule):
             continue
         listed = tuple(rule.columns) if rule.columns is not None else None
         if rule.exclude is not None:
@@ -95,7 +116,33 @@ def check_rules(conn: Connection, rules: Mapping[str, CaptureRule], tables: list
         problems += [f"{where}: {problem}" for problem in refused]
         if not refused:
             checked[name] = (clause, server_form)
-    return Checked(checked, problems)
+    return Checked(checked, problems, masks)
+
+
+def _mask_problems(conn: Connection, name: str, rule: CaptureRule, mask_key: bytes | None) -> list[str]:
+    """What is wrong with ``rule``'s masks: a key column masked, a hash without its key."""
+    problems = []
+    keys = set(_key_columns(conn, name))
+    masked_keys = [column for column in rule.mask if column in keys]
+    if masked_keys:
+        problems.append(
+            f"mask on key column {', '.join(masked_keys)}: the key identifies each row in the log and the views, "
+            "so it stays clear; remove the mask (or key the table by another column)"
+        )
+    if any(mask == "hash" for mask in rule.mask.values()) and not mask_key:
+        problems.append("hash masks need CDC_MASK_KEY: set it to a secret of at least 16 bytes (it is never written to the log)")
+    return problems
+
+
+def _key_columns(conn: Connection, name: str) -> list[str]:
+    """The columns of the table's primary key and of the index its replica identity names."""
+    rows = conn.execute(
+        "SELECT DISTINCT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace JOIN pg_attribute a ON a.attrelid = c.oid "
+        "AND a.attnum = ANY (i.indkey) WHERE n.nspname = %s AND c.relname = %s AND (i.indisprimary OR i.indisreplident)",
+        entry_name(name),
+    ).fetchall()
+    return [str(row[0]) for row in rows]
 
 
 def _columns(conn: Connection, name: str) -> list[str]:
@@ -173,4 +220,26 @@ def apply_rules(conn: Connection, publication: str, checked: Checked) -> list[st
                 )
             )
             conn.execute(sql.SQL("ALTER PUBLICATION {} ADD TABLE {}").format(sql.Identifier(publication), clause.entry()))
+    return [sql_name(entry_name(name)) for name in changed]
+
+
+def published_masks(conn: Connection, publication: str) -> dict[str, dict[str, Mask]]:
+    """The masks ``publication``'s comment holds now (:mod:`event_format.masks`)."""
+    row = conn.execute(
+        "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s", (publication,)
+    ).fetchone()
+    return from_comment(None if row is None else _text(row[0]))
+
+
+def apply_masks(conn: Connection, publication: str, masks: dict[str, dict[str, Mask]]) -> list[str]:
+    """Give ``publication`` the declared ``masks`` where they differ from what it holds: its comment and,
+    in the same transaction, a logical message announcing them, so that a running capture switches at
+    exactly that position (see :mod:`event_format.masks`); the tables whose masks changed, as SQL names."""
+    now = published_masks(conn, publication)
+    changed = sorted(name for name in set(now) | set(masks) if now.get(name, {}) != masks.get(name, {}))
+    if not changed:
+        return []
+    with conn.transaction():
+        conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(sql.Identifier(publication), sql.Literal(comment_text(masks))))
+        conn.execute("SELECT pg_logical_emit_message(true, %s, %s::bytea)", (MESSAGE_PREFIX, message_content(publication, masks)))
     return [sql_name(entry_name(name)) for name in changed]

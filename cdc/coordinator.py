@@ -140,7 +140,7 @@ class Capture:
         self.tuning = tuning or Tuning()
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.stats = CaptureStats()
-        self.catalog = Catalog(settings.database_url)
+        self.catalog = Catalog(settings.database_url, publication=settings.publication, mask_key=settings.mask_key_bytes)
         self.log: Log | None = None
         #: the streaming decisions: what the log holds, what the server was told, waiting table snapshots
         self.core: StreamCore[Transaction, PendingSnapshot] = StreamCore(self.tuning, Lsn(0))

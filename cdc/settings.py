@@ -49,6 +49,7 @@ ACCEPTS: dict[str, str] = {
     "kafka_ssl_certificate_location": "the path of a PEM file that exists",
     "kafka_ssl_key_location": "the path of a PEM file that exists",
     "kafka_timeout_ms": "how long one Kafka request may take, in milliseconds, from 100 to 600000",
+    "mask_key": "a secret of at least 16 characters (the key of hash masks)",
 }
 
 #: librdkafka's names of the security settings that ``CDC_KAFKA_*`` settings give.
@@ -105,6 +106,10 @@ class Settings(BaseSettings):
     kafka_ssl_key_location: str = Field(default="")
     kafka_ssl_key_password: SecretStr = Field(default=SecretStr(""))
     kafka_timeout_ms: int = Field(default=10_000, ge=100, le=600_000)
+    mask_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="The key of hash masks (event_format.masks): never written to the log; at least 16 bytes.",
+    )
 
     @field_validator("tables", mode="before")
     @classmethod
@@ -137,6 +142,18 @@ class Settings(BaseSettings):
             # with at most 100, every plain table's topic keeps its length and the internal topics fit Kafka's 249
             raise ValueError(f"it is {len(value)} characters long")
         return value
+
+    @field_validator("mask_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr) -> SecretStr:
+        if value.get_secret_value() and len(value.get_secret_value().encode()) < 16:
+            raise ValueError("too short")
+        return value
+
+    @property
+    def mask_key_bytes(self) -> bytes | None:
+        """The hash masks' key (``None`` when ``CDC_MASK_KEY`` is not set)."""
+        return self.mask_key.get_secret_value().encode() or None
 
     @field_validator("database_url")
     @classmethod

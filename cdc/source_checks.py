@@ -19,7 +19,7 @@ from psycopg import sql
 
 from cdc.capture.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
 from cdc.capture.errors import PrerequisiteError, SourceError
-from cdc.capture_rules import Checked, apply_rules, check_rules
+from cdc.capture_rules import Checked, apply_masks, apply_rules, check_rules, published_masks
 from cdc.publication_rule_checks import rule_problems
 from cdc.settings import Settings
 
@@ -229,6 +229,18 @@ def capture_problems(settings: Settings) -> list[str]:
         problems.extend(
             f"{problem}; {_SEE_SETUP}" for problem in table_list_problems(conn, settings.publication, settings.tables)
         )
+        problems.extend(f"{problem}; {_SEE_SETUP}" for problem in rule_problems(conn, settings.publication))
+        hashed = sorted(
+            f"{table}.{column}"
+            for table, masks in published_masks(conn, settings.publication).items()
+            for column, mask in masks.items()
+            if mask.kind == "hash"
+        )
+        if hashed and not settings.mask_key_bytes:
+            problems.append(
+                f"the publication masks {', '.join(hashed)} with a keyed hash and CDC_MASK_KEY is not set; set it to "
+                "the key `cdc setup` was given (capture writes nothing unmasked)"
+            )
     return problems
 
 
@@ -423,6 +435,7 @@ def declared_rules(conn: Connection, settings: Settings) -> Checked:
     if not definitions.capture:
         return Checked({}, [])
     source = definitions.source
+    filtered = any(r.columns is not None or r.exclude is not None or r.where is not None for r in definitions.capture.values())
     row = conn.execute(
         "SELECT puballtables OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid) "
         "FROM pg_publication p WHERE pubname = %s"
@@ -430,7 +443,7 @@ def declared_rules(conn: Connection, settings: Settings) -> Checked:
         else "SELECT puballtables FROM pg_publication WHERE pubname = %s",
         (settings.publication,),
     ).fetchone()
-    if row is not None and row[0]:
+    if row is not None and row[0] and filtered:
         return Checked(
             {},
             [
@@ -439,7 +452,7 @@ def declared_rules(conn: Connection, settings: Settings) -> Checked:
                 "`cdc setup` with CDC_TABLES set, or remove the rules"
             ],
         )
-    if row is None and not settings.tables:
+    if row is None and not settings.tables and filtered:
         return Checked(
             {},
             [
@@ -447,18 +460,25 @@ def declared_rules(conn: Connection, settings: Settings) -> Checked:
                 "TABLES, which takes no column lists or row filters; set CDC_TABLES to the tables to capture"
             ],
         )
-    if row is None:
+    if row is None and settings.tables:
         tables = list(settings.tables)
+    elif row is None:  # FOR ALL TABLES, once created
+        tables = [
+            str(r[0])
+            for r in conn.execute(
+                "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
+            ).fetchall()
+        ]
     else:
         tables = [
             str(r[0])
             for r in conn.execute(
-                "SELECT n.nspname || '.' || c.relname FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid "
-                "JOIN pg_class c ON c.oid = pr.prrelid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE p.pubname = %s",
+                "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s",
                 (settings.publication,),
             ).fetchall()
         ]
-    return check_rules(conn, definitions.capture, tables, source)
+    return check_rules(conn, definitions.capture, tables, source, mask_key=settings.mask_key_bytes)
 
 
 def apply_declared_rules(settings: Settings) -> list[str]:
@@ -468,7 +488,8 @@ def apply_declared_rules(settings: Settings) -> list[str]:
         checked = declared_rules(conn, settings)
         if checked.problems:
             raise PrerequisiteError(checked.problems)
-        return apply_rules(conn, settings.publication, checked) if checked.clauses else []
+        changed = apply_rules(conn, settings.publication, checked) if checked.clauses else []
+        return changed + [name for name in apply_masks(conn, settings.publication, checked.masks) if name not in changed]
 
 
 def ensure_publication(settings: Settings) -> bool:
@@ -477,10 +498,10 @@ def ensure_publication(settings: Settings) -> bool:
     with _connect(settings.database_url) as conn:
         if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone():
             return False
+        checked = declared_rules(conn, settings)
+        if checked.problems:
+            raise PrerequisiteError(checked.problems)
         if settings.tables:
-            checked = declared_rules(conn, settings)
-            if checked.problems:
-                raise PrerequisiteError(checked.problems)
             targets: sql.Composable = sql.SQL("FOR TABLE {}").format(
                 sql.SQL(", ").join(
                     checked.clauses[name][0].entry() if name in checked.clauses else sql.Identifier(*entry_name(name))
@@ -500,6 +521,7 @@ def ensure_publication(settings: Settings) -> bool:
                 f"cannot create publication {settings.publication}: {str(exc).strip().splitlines()[0]}; "
                 "create it as the tables' owner or a superuser"
             ) from None
+        apply_masks(conn, settings.publication, checked.masks)
         return True
 
 

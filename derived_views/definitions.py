@@ -23,11 +23,12 @@ import re
 import tomllib
 from collections.abc import Collection
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator
 
 from derived_views.errors import ViewsFileError
+from event_format.masks import Mask
 
 
 class WarehouseDefinition(BaseModel):
@@ -165,16 +166,47 @@ class CacheDefinition(BaseModel):
     children: dict[Name, ChildDefinition] = {}
 
 
+class FixedMask(BaseModel):
+    """``{ fixed = "<text>" }``: every non-null value becomes ``text``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fixed: str
+
+
+class TruncateMask(BaseModel):
+    """``{ truncate = N }``: every non-null value becomes its first N characters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    truncate: int = Field(gt=0)
+
+
 class CaptureRule(BaseModel):
     """What capture reads of one table (``[capture."<schema>.<table>"]``): its ``columns``, or every column
     but those it excludes (``exclude``), and the rows a SQL boolean ``where`` passes. ``cdc setup`` makes them the
-    publication's column list and row filter (PostgreSQL 15 and later), which every read honours."""
+    publication's column list and row filter (PostgreSQL 15 and later), which every read honours.
+
+    ``mask`` names columns capture writes masked (:mod:`event_format.masks`): ``"hash"`` (HMAC-SHA256
+    under ``CDC_MASK_KEY``), ``{ fixed = "..." }`` or ``{ truncate = N }``."""
 
     model_config = ConfigDict(extra="forbid")
 
     columns: list[str] | None = None
     exclude: list[str] | None = None
     where: str | None = None
+    mask: dict[str, Literal["hash"] | FixedMask | TruncateMask] = {}
+
+    def masks(self) -> dict[str, Mask]:
+        """The declared masks by column."""
+        return {
+            column: Mask("hash")
+            if rule == "hash"
+            else Mask("fixed", text=rule.fixed)
+            if isinstance(rule, FixedMask)
+            else Mask("truncate", length=rule.truncate)  # type: ignore[union-attr]
+            for column, rule in self.mask.items()
+        }
 
     @field_validator("where")
     @classmethod
@@ -186,6 +218,11 @@ class CaptureRule(BaseModel):
     def model_post_init(self, _context: object) -> None:
         if self.columns is not None and self.exclude is not None:
             raise ValueError("give `columns` or `exclude`, not both")
+        left_out = [c for c in self.mask if c in (self.exclude or ()) or (self.columns is not None and c not in self.columns)]
+        if left_out:
+            raise ValueError(
+                f"`mask` names {', '.join(left_out)}, which the rule leaves out: a column is either left out or masked"
+            )
 
 
 class ViewDefinitions(BaseModel):

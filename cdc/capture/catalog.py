@@ -9,6 +9,7 @@ what is stable across a schema change (keys, nullability, type names).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -17,6 +18,7 @@ import psycopg
 from cdc.capture.errors import SourceError
 from cdc.capture.lsn import Lsn
 from cdc.capture.tables import NamedTable
+from event_format.masks import Mask, from_comment, from_message, key_id
 
 #: Session settings that fix the text form of values (see :mod:`cdc.capture.values`).
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c IntervalStyle=postgres"
@@ -42,6 +44,8 @@ class PublishedTable(NamedTable):
     column_list: tuple[str, ...] | None = None
     #: The publication's row filter for the table, as the server prints it (``None``: every row).
     row_filter: str | None = None
+    #: The table's masked columns, ``(column, mask spec)`` in column-name order (:mod:`event_format.masks`).
+    masks: tuple[tuple[str, str], ...] = ()
 
     def publishes(self, column: str) -> bool:
         """Whether the publication publishes ``column`` of the table."""
@@ -88,10 +92,50 @@ _COLUMN_MARKS = (
 class Catalog:
     """Lazily connected catalog reader; reconnects when its connection was lost. Not thread-safe."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, publication: str = "", mask_key: bytes | None = None) -> None:
         self._url = url
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._types: dict[int, str] = {}
+        self._publication = publication
+        self._mask_key = mask_key
+        #: the masks the stream applies now, by ``schema.table`` (see :meth:`stream_masks`)
+        self._stream_masks: dict[str, dict[str, Mask]] | None = None
+
+    # -- masks ------------------------------------------------------------------------------------------
+
+    def publication_masks(self) -> dict[str, dict[str, Mask]]:
+        """The masks the publication's comment holds now, by ``schema.table`` (:mod:`event_format.masks`)."""
+        if not self._publication:
+            return {}
+        rows = self._execute(
+            "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s", (self._publication,)
+        )
+        return from_comment(str(rows[0][0]) if rows and rows[0][0] is not None else None)
+
+    def stream_masks(self, schema: str, table: str) -> dict[str, tuple[str, Callable[[str], str]]]:
+        """The masks the stream applies to ``schema.table`` now, as spec and function per column.
+
+        They are the publication's at the first call, and change only where the stream carries the
+        logical message ``cdc setup`` emits with a change (:meth:`announce_masks`), so each change event
+        is masked as the masks stood at its position, not as they stand when capture happens to read it.
+        """
+        if self._stream_masks is None:
+            self._stream_masks = self.publication_masks()
+        return self.mask_functions(self._stream_masks.get(f"{schema}.{table}", {}))
+
+    def masks_message(self, content: bytes) -> bool:
+        """The stream reached a logical message announcing masks: from here on the stream applies them,
+        when they are this publication's (True then)."""
+        masks = from_message(content, self._publication)
+        if masks is None:
+            return False
+        self._stream_masks = masks
+        return True
+
+    def mask_functions(self, masks: Mapping[str, Mask]) -> dict[str, tuple[str, Callable[[str], str]]]:
+        """Spec and function of each of ``masks`` (raises :class:`~event_format.masks.MaskError` for a hash
+        without ``CDC_MASK_KEY``)."""
+        return {column: (mask.spec, mask.function(self._mask_key)) for column, mask in masks.items()}
 
     def _connection(self) -> psycopg.Connection[tuple[object, ...]]:
         if self._conn is None or self._conn.closed or self._conn.broken:
@@ -170,14 +214,15 @@ class Catalog:
             "OR pr.prrelid IN (SELECT a.relid FROM pg_partition_ancestors(c.oid) a))), "
             f"{namespace_entry}::text, '0') || ':' || coalesce((SELECT string_agg(t.relid::oid::int8::text, ',' "
             "ORDER BY t.relid::oid::int8) FROM pg_partition_tree(c.oid) t WHERE t.relid <> c.oid), '') "
-            f", {_COLUMN_MARKS}, {rule} "
+            f", {_COLUMN_MARKS}, {rule}, obj_description(pub.oid, 'pg_publication') "
             "FROM pg_publication_tables p JOIN pg_publication pub ON pub.pubname = p.pubname "
             "JOIN pg_namespace n ON n.nspname = p.schemaname "
             "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename "
             "WHERE p.pubname = %s ORDER BY 2, 3",
             (publication,),
         )
-        return [_published(*row) for row in rows]
+        key = key_id(self._mask_key)
+        return [_published(*row[:7], masks=_masks_of(row[7], row[1], row[2]), key=key) for row in rows]
 
     def _server_version(self) -> int:
         return int(self._connection().info.server_version)
@@ -265,13 +310,27 @@ class Catalog:
             self._conn = None
 
 
+def _masks_of(comment: object, schema: object, table: object) -> tuple[tuple[str, str], ...]:
+    masks = from_comment(str(comment) if comment is not None else None).get(f"{schema}.{table}", {})
+    return tuple(sorted((column, mask.spec) for column, mask in masks.items()))
+
+
 def _published(
-    relid: object, schema: object, table: object, membership: object, columns: object, column_list: object, row_filter: object
+    relid: object,
+    schema: object,
+    table: object,
+    membership: object,
+    columns: object,
+    column_list: object,
+    row_filter: object,
+    *,
+    masks: tuple[tuple[str, str], ...] = (),
+    key: str = "",
 ) -> PublishedTable:
     """One row of :meth:`Catalog.published_tables`, its rule (if any) marked in its membership."""
     listed = tuple(str(name) for name in column_list) if isinstance(column_list, list) else None
     where = str(row_filter) if row_filter is not None else None
-    rule = publication_rule(listed, where)
+    rule = publication_rule(listed, where, masks, key)
     return PublishedTable(
         int(str(relid)),
         str(schema),
@@ -280,6 +339,7 @@ def _published(
         str(columns),
         listed,
         where,
+        masks,
     )
 
 
@@ -288,11 +348,17 @@ def rule_of(membership: str | None) -> str:
     return (membership or "").partition(";rule=")[2]
 
 
-def publication_rule(column_list: tuple[str, ...] | None, row_filter: str | None) -> str:
-    """A digest of a table's column list and row filter (empty when it has neither)."""
-    if column_list is None and row_filter is None:
+def publication_rule(
+    column_list: tuple[str, ...] | None, row_filter: str | None, masks: tuple[tuple[str, str], ...] = (), key: str = ""
+) -> str:
+    """A digest of a table's column list, row filter and masks (empty when it has none of them). A hash
+    mask adds the key's :func:`~event_format.masks.key_id`: another key masks every value differently."""
+    if column_list is None and row_filter is None and not masks:
         return ""
     text = f"{','.join(column_list) if column_list is not None else '*'}\n{row_filter or ''}"
+    if masks:
+        hashed = any(spec == "hash" for _, spec in masks)
+        text += "\n" + ";".join(f"{column}={spec}" for column, spec in masks) + (f"\n{key}" if hashed else "")
     return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 

@@ -43,6 +43,7 @@ from cdc.capture.streaming import ChangeReplayer
 from cdc.capture.table_snapshots import SnapshotLedger
 from cdc.capture.tables import TableShape
 from event_format import SNAPSHOT_POSITION, is_truncate_key
+from event_format.masks import Mask
 from log_store import ProducerColumns, ProducerRecord, TopicPartition
 
 #: Items a snapshot group hands the log at a time: records, or blocks of one chunk's reads each.
@@ -92,6 +93,7 @@ def published_shape(catalog: Catalog, topic_for: Callable[[str, str], str], tabl
         not_null=info.not_null,
         type_names=catalog.type_names,
         attnums=info.attnums,
+        masks=catalog.mask_functions({column: Mask.parse(spec) for column, spec in table.masks}),
     )
 
 

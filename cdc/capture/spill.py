@@ -1,11 +1,20 @@
-"""An append-only buffer of byte strings that moves to a temporary file past a memory limit."""
+"""An append-only buffer of byte strings that moves to a temporary file past a memory limit.
+
+What a spill file holds is encrypted (AES-256 in counter mode) with a key made for that file and kept
+only in memory: a transaction's changes are pgoutput's raw messages, which hold the clear values of
+masked columns (masks apply when the events are built, after the commit), and no byte of those may
+reach a disk. The file is deleted when closed, and its key dies with the process.
+"""
 
 from __future__ import annotations
 
+import os
 import struct
 import tempfile
 from collections.abc import Iterator
 from typing import IO
+
+from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 
 _LEN = struct.Struct("!I")
 
@@ -22,13 +31,14 @@ class SpillBuffer:
         self._memory = 0
         self._limit = memory_limit
         self._file: IO[bytes] | None = None
+        self._cipher: Cipher[modes.CTR] | None = None
+        self._encryptor: CipherContext | None = None
         self.count = 0
 
     def append(self, item: bytes) -> None:
         self.count += 1
         if self._file is not None:
-            self._file.write(_LEN.pack(len(item)))
-            self._file.write(item)
+            self._write(_LEN.pack(len(item)) + item)
             return
         self._items.append(item)
         self._memory += len(item)
@@ -38,8 +48,8 @@ class SpillBuffer:
     def extend(self, items: list[bytes]) -> None:
         """Append every item of ``items`` in order (as :meth:`append` one by one would)."""
         if self._file is not None:
-            for item in items:
-                self.append(item)
+            self.count += len(items)
+            self._write(b"".join(_LEN.pack(len(item)) + item for item in items))
             return
         self.count += len(items)
         self._items += items
@@ -49,11 +59,15 @@ class SpillBuffer:
 
     def _spill(self) -> None:
         self._file = tempfile.TemporaryFile(prefix="cdc-spill-")  # noqa: SIM115 - closed by close()
-        for held in self._items:
-            self._file.write(_LEN.pack(len(held)))
-            self._file.write(held)
+        self._cipher = Cipher(algorithms.AES(os.urandom(32)), modes.CTR(os.urandom(16)))
+        self._encryptor = self._cipher.encryptor()
+        self._write(b"".join(_LEN.pack(len(held)) + held for held in self._items))
         self._items = []
         self._memory = 0
+
+    def _write(self, data: bytes) -> None:
+        assert self._file is not None and self._encryptor is not None
+        self._file.write(self._encryptor.update(data))
 
     @property
     def spilled(self) -> bool:
@@ -64,11 +78,13 @@ class SpillBuffer:
         if self._file is None:
             yield from self._items
             return
+        assert self._cipher is not None
         self._file.flush()
         self._file.seek(0)
+        decrypt = self._cipher.decryptor().update  # counter mode: a new decryptor reads from the start
         read = self._file.read
         while header := read(4):
-            yield read(_LEN.unpack(header)[0])
+            yield decrypt(read(_LEN.unpack(decrypt(header))[0]))
         self._file.seek(0, 2)
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ from cdc.capture.pgoutput.messages import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Relation,
     StreamAbort,
     StreamCommit,
@@ -51,6 +52,7 @@ from cdc.capture.row_codec import InsertEncoder
 from cdc.capture.spill import SpillBuffer
 from cdc.capture.tables import TableShape
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
+from event_format.masks import MESSAGE_PREFIX
 from log_store.record import ProducerRecord
 
 if TYPE_CHECKING:
@@ -164,6 +166,12 @@ class TransactionAssembler:
 
     def feed(self, payload: bytes, lsn: int = 0) -> Transaction | None:
         kind = payload[0] if payload else 0
+        if kind == 0x4D:  # 'M': a logical message; a transactional one is kept with its transaction's changes
+            target = self._streams.get(self._stream_xid) if self._stream_xid is not None else self._current
+            flags_at = 1 if self._stream_xid is None else 5
+            if target is not None and len(payload) > flags_at and payload[flags_at] & 1:
+                target.changes.append(payload)
+            return None
         if kind in _DATA_TYPES:
             if self._stream_xid is not None:
                 stream = self._streams[self._stream_xid]
@@ -309,6 +317,7 @@ class ChangeReplayer:
             not_null=info.not_null if info else frozenset(),
             type_names=type_names,
             attnums=_attribute_numbers(columns, info),
+            masks=self.catalog.stream_masks(relation.namespace, relation.name),
         )
 
     @contextmanager
@@ -387,6 +396,20 @@ class ChangeReplayer:
                 self.relations.pop(message.relid, None)
         elif isinstance(message, TypeInfo):
             self.type_names[message.oid] = message.name
+        elif isinstance(message, LogicalMessage) and message.prefix == MESSAGE_PREFIX:
+            self._masks_changed(message.content, admitted)
+
+    def _masks_changed(self, content: bytes, admitted: dict[int, bool]) -> None:
+        """The stream reached a change of the publication's masks (:mod:`event_format.masks`): every later
+        event is masked the new way. Each table whose masks changed gets a new shape, and so a schema
+        record before its next event; its re-read follows, as for any change of a table's rule."""
+        if not self.catalog.masks_message(content):
+            return
+        for relid, shape in list(self.relations.items()):
+            masked = shape.with_masks(self.catalog.stream_masks(shape.schema, shape.table))
+            if masked is not shape:
+                self.relations[relid] = masked
+                admitted.pop(relid, None)
 
     def _first_use(self, shape: TableShape, commit_lsn: int, sequence: int = 0) -> list[ProducerRecord] | None:
         """None when the table's events of this transaction are held back, else the records to write first."""
@@ -457,7 +480,7 @@ class ChangeReplayer:
         now_ms = time.time_ns() // 1_000_000
         countdown = _CLOCK_EVERY
         for payload in tx.changes:
-            if aborted and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDT":
+            if aborted and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDTM":
                 continue
             if payload[0] == 0x49 and len(payload) > relid_at + 6 and payload[relid_at + 4] == 0x4E:  # Insert, new tuple
                 relid = unpack_u32(payload, relid_at)[0]

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import orjson
@@ -42,6 +43,14 @@ class ColumnShape:
     key: bool
     nullable: bool
     attnum: int = 0
+    #: The column's mask (:attr:`event_format.masks.Mask.spec`; empty: written clear). A masked column
+    #: is read by its own type but written, and described in schema records, as text.
+    mask: str = ""
+
+    @property
+    def logged_type(self) -> tuple[str, int, int]:
+        """``(type name, type OID, typmod)`` as schema records describe the column's written values."""
+        return ("text", 25, -1) if self.mask else (self.type_name, self.type_oid, self.typmod)
 
 
 @dataclass(frozen=True)
@@ -58,6 +67,8 @@ class TableShape(NamedTable):
     topic: str
     columns: tuple[ColumnShape, ...]
     converters: tuple[Converter, ...] = field(repr=False, compare=False, default=())
+    #: The converters of the columns' own types when a mask replaced some (empty: ``converters``).
+    clear_converters: tuple[Converter, ...] = field(repr=False, compare=False, default=())
 
     @classmethod
     def build(
@@ -72,9 +83,11 @@ class TableShape(NamedTable):
         not_null: frozenset[str] = frozenset(),
         type_names: dict[int, str] | None = None,
         attnums: tuple[tuple[str, int], ...] = (),
+        masks: Mapping[str, tuple[str, Callable[[str], str]]] | None = None,
     ) -> TableShape:
         """Shape from (name, type OID, typmod) triples, the key column names, NOT NULL columns and
-        attribute numbers."""
+        attribute numbers; ``masks``: per masked column its mask's spec and function
+        (:mod:`event_format.masks`), which replaces the column's converter."""
         keys = set(key_names)
         numbers = dict(attnums)
         shaped = tuple(
@@ -82,7 +95,18 @@ class TableShape(NamedTable):
             for name, oid, typmod in columns
         )
         converters = tuple(converter_for(oid, type_names) for _, oid, _ in columns)
-        return cls(relid, schema, table, topic, shaped, converters)
+        return cls(relid, schema, table, topic, shaped, converters).with_masks(masks or {})
+
+    def with_masks(self, masks: Mapping[str, tuple[str, Callable[[str], str]]]) -> TableShape:
+        """The shape with ``masks`` (column -> spec and function) in place of the masks it has; itself
+        when they are the same. A key column is never masked (setup refuses it; here it stays clear)."""
+        specs = {name: spec for name, (spec, _) in masks.items()}
+        if all(column.mask == specs.get(column.name, "") or column.key for column in self.columns):
+            return self
+        clear = self.clear_converters or self.converters
+        columns = tuple(replace(c, mask="" if c.key else specs.get(c.name, "")) for c in self.columns)
+        converters = tuple(masks[c.name][1] if c.mask else own for c, own in zip(columns, clear, strict=True))
+        return TableShape(self.relid, self.schema, self.table, self.topic, columns, converters, clear)
 
     @cached_property
     def codec(self) -> RowCodec:
@@ -115,12 +139,13 @@ class TableShape(NamedTable):
             "columns": [
                 {
                     "name": c.name,
-                    "type": c.type_name,
-                    "oid": c.type_oid,
-                    "typmod": c.typmod,
+                    "type": c.logged_type[0],
+                    "oid": c.logged_type[1],
+                    "typmod": c.logged_type[2],
                     "key": c.key,
                     "nullable": c.nullable,
                     "attnum": c.attnum,
+                    **({"mask": c.mask.partition(":")[0]} if c.mask else {}),
                 }
                 for c in self.columns
             ],
@@ -153,7 +178,7 @@ def earlier_versions(previous: dict[str, object], columns: tuple[ColumnShape, ..
     no earlier event's types); from then on every record becomes one, so the versions leave no gap.
     """
     carried = list(previous.get("versions", []))  # type: ignore[call-overload]
-    now = {(c.name, c.type_name, c.typmod, c.attnum) for c in columns}
+    now = {(c.name, c.logged_type[0], c.logged_type[2], c.attnum) for c in columns}
     before = _types(previous.get("columns", []))  # type: ignore[arg-type]
     if carried or any((c["name"], c["type"], c["typmod"], c["attnum"]) not in now for c in before):
         carried.append({"lsn": previous.get("lsn", 0), "sequence": previous.get("sequence", 0), "columns": before})
