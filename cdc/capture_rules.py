@@ -240,6 +240,7 @@ def apply_masks(conn: Connection, publication: str, masks: dict[str, dict[str, M
     if not changed:
         return []
     with conn.transaction():
-        conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(sql.Identifier(publication), sql.Literal(comment_text(masks))))
+        comment = sql.Literal(comment_text(masks))
+        conn.execute(sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(sql.Identifier(publication), comment))
         conn.execute("SELECT pg_logical_emit_message(true, %s, %s::bytea)", (MESSAGE_PREFIX, message_content(publication, masks)))
     return [sql_name(entry_name(name)) for name in changed]

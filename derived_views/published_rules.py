@@ -1,4 +1,4 @@
-"""What a publication publishes of each table: its column list and row filter, as verify reads them.
+"""What a publication publishes of each table: its column list, row filter and masks, as verify reads them.
 
 A view holds only what capture read, and capture reads only what the publication publishes
 (PostgreSQL 15 and later: a column list and a row filter per table, honoured by pgoutput and by
@@ -8,8 +8,12 @@ not the whole table: a row outside the filter, or a column outside the list, fou
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from event_format.masks import Mask, from_comment
 
 if TYPE_CHECKING:
     import psycopg
@@ -23,6 +27,11 @@ class PublishedRule:
     column_list: tuple[str, ...] | None
     row_filter: str | None
     unpublished: frozenset[str] = frozenset()
+    #: The table's masked columns and their masks (:mod:`event_format.masks`): capture wrote them masked,
+    #: so the source is compared masked the same way.
+    masks: Mapping[str, Mask] = field(default_factory=dict)
+    #: The masks' functions, once given the key (:func:`keyed`).
+    mask_functions: Mapping[str, Callable[[str], str]] = field(default_factory=dict)
 
     def publishes(self, column: str) -> bool:
         return self.column_list is None or column in self.column_list
@@ -35,10 +44,15 @@ WHOLE = PublishedRule(None, None)
 
 
 def published_rules(conn: psycopg.Connection, publication: str) -> Rules:
-    """``(schema, table)`` -> its rule, for every table ``publication`` publishes with a column list or a
-    row filter (a table absent is published whole, or not at all)."""
+    """``(schema, table)`` -> its rule, for every table ``publication`` publishes with a column list, a
+    row filter or masks (a table absent is published whole, or not at all)."""
+    row = conn.execute(
+        "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s", (publication,)
+    ).fetchone()
+    masks = {tuple(name.split(".", 1)): columns for name, columns in from_comment(None if row is None else row[0]).items()}
+    rules = {(schema, table): PublishedRule(None, None, masks=columns) for (schema, table), columns in masks.items()}
     if conn.info.server_version < 150000:
-        return {}
+        return rules
     rows = conn.execute(
         "SELECT p.schemaname, p.tablename, "
         "CASE WHEN EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = pub.oid "
@@ -50,11 +64,20 @@ def published_rules(conn: psycopg.Connection, publication: str) -> Rules:
         "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename WHERE p.pubname = %s",
         (publication,),
     ).fetchall()
-    rules: Rules = {}
     for schema, table, column_list, row_filter, columns in rows:
         if column_list is None and row_filter is None:
             continue
         listed = tuple(str(name) for name in column_list) if column_list is not None else None
         unpublished = frozenset(str(c) for c in columns or () if listed is not None and c not in listed)
-        rules[(str(schema), str(table))] = PublishedRule(listed, row_filter, unpublished)
+        name = (str(schema), str(table))
+        rules[name] = PublishedRule(listed, row_filter, unpublished, masks.get(name, {}))
     return rules
+
+
+def keyed(rules: Rules, mask_key: bytes | None) -> Rules:
+    """``rules`` with their masks' functions (a hash mask needs ``mask_key``, ``CDC_MASK_KEY``: raises
+    :class:`~event_format.masks.MaskError` without it)."""
+    return {
+        name: dataclasses.replace(rule, mask_functions={c: mask.function(mask_key) for c, mask in rule.masks.items()})
+        for name, rule in rules.items()
+    }

@@ -22,7 +22,7 @@ import json
 import math
 import re
 import struct
-from collections.abc import Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
@@ -34,7 +34,7 @@ from derived_views.composite import Composite
 from derived_views.delta_reads import read_query
 from derived_views.errors import MissingTableError, UnknownViewError
 from derived_views.log_source import LogWatermark
-from derived_views.published_rules import WHOLE, PublishedRule, Rules, published_rules
+from derived_views.published_rules import WHOLE, PublishedRule, Rules, keyed, published_rules
 from derived_views.schema import TableSchema
 
 if TYPE_CHECKING:
@@ -165,11 +165,15 @@ def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _select_list(schema: TableSchema) -> str:
-    """Columns as psycopg should load them: native types as they are, everything else as text."""
+def _select_list(schema: TableSchema, masked: Collection[str] = ()) -> str:
+    """Columns as psycopg should load them: native types as they are, everything else as text; a
+    ``masked`` column as the text its type's output function writes."""
     parts = []
     for column in schema.columns:
         name = quote_identifier(column.name)
+        if column.name in masked:
+            parts.append(f"CASE WHEN {name} IS NOT NULL THEN format('%s', {name}) END AS {name}")
+            continue
         is_array = column.type_name.startswith("_")
         base = column.type_name.lstrip("_")
         # psycopg loads arrays of the built-in string types (a bpchar[] with its padding, which a cast to
@@ -214,15 +218,26 @@ def read_every_value(conn: psycopg.Connection) -> None:
             conn.adapters.register_loader(name, type(f"{name.title()}OrText", (_OrText,), {"inner": default}))
 
 
-def source_rows(conn: psycopg.Connection, schema: TableSchema, row_filter: str | None = None) -> list[dict[str, Any]]:
+def source_rows(
+    conn: psycopg.Connection,
+    schema: TableSchema,
+    row_filter: str | None = None,
+    masks: Mapping[str, Callable[[str], str]] | None = None,
+) -> list[dict[str, Any]]:
     """Every row of a source table as a dict of its columns (those ``row_filter``, the publication's row
-    filter as the server prints it, passes)."""
+    filter as the server prints it, passes), each masked column's value masked as capture masks it: the
+    mask of the text the type's output function writes (:mod:`event_format.masks`)."""
     from psycopg.rows import dict_row
 
     table = f"{quote_identifier(schema.schema)}.{quote_identifier(schema.table)}"
     where = f" WHERE ({row_filter})" if row_filter is not None else ""
     with conn.cursor(row_factory=dict_row) as cursor:
-        return list(cursor.execute(f"SELECT {_select_list(schema)} FROM {table}{where}"))  # noqa: S608 - quoted names
+        rows = list(cursor.execute(f"SELECT {_select_list(schema, masks or {})} FROM {table}{where}"))  # noqa: S608 - quoted names
+    for column, mask in (masks or {}).items():
+        for row in rows:
+            if row.get(column) is not None:
+                row[column] = mask(row[column])
+    return rows
 
 
 def _published(schema: TableSchema, rule: PublishedRule) -> TableSchema:
@@ -309,7 +324,7 @@ def _warehouse(
                 "tables keep the rows it had, and were not compared"
             )
             continue
-        source = source_rows(conn, schema, rule.row_filter)
+        source = source_rows(conn, schema, rule.row_filter, rule.mask_functions)
         view = _delta_rows(warehouse.current_path(ctx, name), warehouse.NAME, whole.names)
         report.compared += len(source)
         report.differences += _leaked_columns(schema.qualified, rule, view, publication)
@@ -327,7 +342,7 @@ def _rows_by_key(
     """Every published row of a source table by the normalized values of ``key``."""
     types = {c.name: c.type_name for c in schema.columns}
     rule = rules.get((schema.schema, schema.table), WHOLE)
-    rows = source_rows(conn, _published(schema, rule), rule.row_filter)
+    rows = source_rows(conn, _published(schema, rule), rule.row_filter, rule.mask_functions)
     return {tuple(repr(normalize(row[c], types[c])) for c in key): row for row in rows}
 
 
@@ -481,11 +496,17 @@ def _cache(
 
 
 def verify(
-    ctx: ViewContext, view: str, database_url: str, watermark: LogWatermark, publication: str = "cdc_publication"
+    ctx: ViewContext,
+    view: str,
+    database_url: str,
+    watermark: LogWatermark,
+    publication: str = "cdc_publication",
+    mask_key: bytes | None = None,
 ) -> Report:
     """Compare ``view`` (``warehouse``, ``search.<index>`` or ``cache.<entity>``) with the source at
     ``database_url`` in one REPEATABLE READ snapshot, reading of each table the rows and columns
-    ``publication`` publishes (:mod:`derived_views.published_rules`)."""
+    ``publication`` publishes (:mod:`derived_views.published_rules`), masked columns masked with
+    ``mask_key`` (``CDC_MASK_KEY``) as capture masks them."""
     import psycopg
 
     from derived_views.runner import plans_at
@@ -498,7 +519,7 @@ def verify(
     with psycopg.connect(database_url, autocommit=False, options=SESSION_OPTIONS) as conn:
         read_every_value(conn)
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        rules = published_rules(conn, publication)
+        rules = keyed(published_rules(conn, publication), mask_key)
         if view == warehouse.NAME:
             _warehouse(ctx, conn, schemas, report, rules, publication)
         elif plans[view].kind == "search":

@@ -136,4 +136,6 @@ def _plain(masks: TableMasks) -> dict[str, dict[str, str]]:
 def _parsed(data: object) -> dict[str, dict[str, Mask]]:
     if not isinstance(data, dict):
         raise MaskError("masks must be a table of tables")
-    return {str(table): {str(column): Mask.parse(str(spec)) for column, spec in columns.items()} for table, columns in data.items()}
+    return {
+        str(table): {str(column): Mask.parse(str(spec)) for column, spec in columns.items()} for table, columns in data.items()
+    }

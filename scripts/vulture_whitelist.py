@@ -87,3 +87,4 @@ installed  # unused function (cdc/pg_builds.py): scripts/setup calls it
 installed_client_bindir  # unused function (cdc/pg_builds.py): bench/capture_versions.py calls it
 accept_metrics_in_runs  # called by a pipeline's definitions file (examples/declarative_pipeline)
 _.user_id  # a Spark Connect request's field, set as pyspark's own method sets it (derived_views/pipeline_runs.py)
+_._long_enough  # unused method (cdc/settings.py:146)

@@ -171,8 +171,9 @@ def verify(ctx: object, view: str, no_sync: bool) -> None:
     if watermark is None:
         raise LogUnavailableError(f"the log at {view_ctx.log} holds no complete snapshot yet: run `cdc capture`")
     differing = []
+    settings = ctx.settings  # type: ignore[attr-defined]
     for name in names:
-        report = run_verify(view_ctx, name, ctx.settings.database_url, watermark, ctx.settings.publication)  # type: ignore[attr-defined]
+        report = run_verify(view_ctx, name, settings.database_url, watermark, settings.publication, settings.mask_key_bytes)
         for line in shown(report):
             click.echo(line)
         if report.ok:

@@ -50,7 +50,7 @@ def sync(ctx: ViewContext, views: list[str], *, replace: bool = False) -> StepRe
     return report
 
 
-def verify_views(ctx: ViewContext, url: str, views: list[str]) -> int:
+def verify_views(ctx: ViewContext, url: str, views: list[str], *, mask_key: bytes | None = None) -> int:
     """Verify ``views`` against the source; fails the test on any difference; returns rows compared."""
     from derived_views import runner
     from derived_views.verify import verify
@@ -59,7 +59,7 @@ def verify_views(ctx: ViewContext, url: str, views: list[str]) -> int:
     assert watermark is not None
     compared = 0
     for view in views:
-        report = verify(ctx, view, url, watermark)
+        report = verify(ctx, view, url, watermark, mask_key=mask_key)
         assert report.ok, report.differences[:10]
         compared += report.compared
     return compared
