@@ -205,3 +205,28 @@ def test_bad_masks_get_one_error_each_and_capture_needs_the_key(pg_url: str, tmp
     (error,) = result.stderr.strip().splitlines()
     assert "CDC_MASK_KEY is not set" in error and "public.customers.email" in error, error
     assert not (tmp_path / "log").exists() or files_holding(tmp_path, _clear_values(pg_url)) == {}
+
+
+def test_masks_alone_work_on_postgresql_14_and_column_rules_are_refused_there(tmp_path: Path) -> None:
+    """PostgreSQL 14 has no column lists or row filters, but masks need neither."""
+    from tests.fix_pg import local_server
+
+    server = local_server(14)
+    url = server.start()
+    try:
+        _tables(url)
+        views = tmp_path / "views.toml"
+        views.write_text(VIEWS.replace('mask = { email = "hash" }', 'mask = { email = "hash" }\nwhere = "total > 1"'))
+        result = run_cdc(url, tmp_path, "setup", views_file=str(views), tables=TABLES, mask_key=KEY)
+        assert result.returncode == 3, result.stdout + result.stderr
+        assert "`columns`, `exclude` and `where` need PostgreSQL 15 or later" in result.stderr, result.stderr
+        views.write_text(VIEWS)
+        _setup(url, tmp_path, views)
+        settings = settings_for(url, tmp_path, views_file=str(views), tables=TABLES.split(","), mask_key=KEY)
+        Capture(settings, once=True).run()
+        _insert_customer(url, 5)
+        Capture(settings, once=True).run()
+        assert _replayed(tmp_path) == _masked(url)
+        assert files_holding(tmp_path, _clear_values(url)) == {}
+    finally:
+        server.stop()
