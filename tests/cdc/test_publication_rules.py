@@ -12,6 +12,7 @@ import tempfile
 import threading
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import orjson
 import psycopg
@@ -283,8 +284,8 @@ def test_a_log_written_without_the_rule_is_read_again_under_it(
     settings = settings_for(pg_url, tmp_path)
     published = catalog._published
 
-    def unruled(*row: object) -> catalog.PublishedTable:
-        table = published(*row)
+    def unruled(*row: object, **marks: Any) -> catalog.PublishedTable:
+        table = published(*row, **marks)
         membership = table.membership.partition(";rule=")[0]
         return dataclasses.replace(table, column_list=None, row_filter=None, membership=membership)
 

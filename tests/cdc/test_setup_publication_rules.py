@@ -42,6 +42,12 @@ def test_a_row_filter_outside_the_replica_identity_is_refused(pg_url: str, tmp_p
         ), error
         assert "ALTER TABLE public.people REPLICA IDENTITY USING INDEX" in error
     assert slot_names(pg_url) == []
+    # capture makes the same check before it touches the slot or the log (the rule may come later)
+    result = run_cdc(pg_url, tmp_path, "capture", "--once")
+    assert result.returncode == 3, result.stdout + result.stderr
+    (error,) = result.stderr.strip().splitlines()
+    assert "filters the rows of public.people on region" in error and "`cdc setup --check-only`" in error, error
+    assert slot_names(pg_url) == [] and not (tmp_path / "log").exists()
 
     # an identity holding the filter's column: the application's writes work, and setup passes
     execute(pg_url, "CREATE UNIQUE INDEX people_id_region ON people (id, region)")
