@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 import psycopg
 from psycopg import sql
 
+from cdc.capture.catalog import PUBLISHED_FROM, RULE_OF_TABLE
 from cdc.capture.coverage import Connection, entry_name, sql_name
 from cdc.publication_rule_checks import rule_problems
 from derived_views.definitions import CaptureRule
@@ -166,12 +167,7 @@ def _probe(conn: Connection, clause: Clause) -> tuple[list[str], tuple[tuple[str
         with conn.transaction():
             conn.execute(sql.SQL("CREATE PUBLICATION {} FOR TABLE {}").format(sql.Identifier(probe), clause.entry()))
             problems = [p.replace(f"publication {probe} ", "the rule ") for p in rule_problems(conn, probe)]
-            row = conn.execute(
-                "SELECT CASE WHEN pr.prattrs IS NOT NULL THEN p.attnames END, p.rowfilter FROM pg_publication_tables p "
-                "JOIN pg_publication pub ON pub.pubname = p.pubname JOIN pg_publication_rel pr ON pr.prpubid = pub.oid "
-                "WHERE p.pubname = %s",
-                (probe,),
-            ).fetchone()
+            row = conn.execute(f"SELECT {RULE_OF_TABLE} FROM {PUBLISHED_FROM} WHERE p.pubname = %s", (probe,)).fetchone()
             if row is not None:
                 form = (tuple(str(c) for c in row[0]) if row[0] is not None else None, _text(row[1]))  # type: ignore[attr-defined]
             raise psycopg.Rollback
@@ -191,11 +187,7 @@ def _text(value: object) -> str | None:
 def published_forms(conn: Connection, publication: str) -> dict[str, tuple[tuple[str, ...] | None, str | None]]:
     """The rule each table of ``publication`` has now, in the server's form, by ``schema.table``."""
     rows = conn.execute(
-        "SELECT p.schemaname || '.' || p.tablename, CASE WHEN pr.prattrs IS NOT NULL THEN p.attnames END, p.rowfilter "
-        "FROM pg_publication_tables p JOIN pg_publication pub ON pub.pubname = p.pubname "
-        "JOIN pg_namespace n ON n.nspname = p.schemaname "
-        "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename "
-        "LEFT JOIN pg_publication_rel pr ON pr.prpubid = pub.oid AND pr.prrelid = c.oid WHERE p.pubname = %s",
+        f"SELECT p.schemaname || '.' || p.tablename, {RULE_OF_TABLE} FROM {PUBLISHED_FROM} WHERE p.pubname = %s",
         (publication,),
     ).fetchall()
     return {

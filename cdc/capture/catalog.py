@@ -20,6 +20,19 @@ from cdc.capture.lsn import Lsn
 from cdc.capture.tables import NamedTable
 from event_format.masks import Mask, from_comment, from_message, key_id
 
+#: A published table's column list (NULL when the publication names none: ``attnames`` then lists every
+#: column, generated ones too) and row filter, over ``pg_publication_tables p``, its publication
+#: ``pg_publication pub`` and the table's ``pg_class c`` (PostgreSQL 15 and later).
+RULE_OF_TABLE = (
+    "CASE WHEN EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = pub.oid "
+    "AND pr.prrelid = c.oid AND pr.prattrs IS NOT NULL) THEN p.attnames END, p.rowfilter"
+)
+#: ``pg_publication_tables p`` with the ``pub`` and ``c`` that :data:`RULE_OF_TABLE` reads.
+PUBLISHED_FROM = (
+    "pg_publication_tables p JOIN pg_publication pub ON pub.pubname = p.pubname "
+    "JOIN pg_namespace n ON n.nspname = p.schemaname JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename"
+)
+
 #: Session settings that fix the text form of values (see :mod:`cdc.capture.values`).
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c IntervalStyle=postgres"
 
@@ -116,7 +129,7 @@ class Catalog:
         """The masks the stream applies to ``schema.table`` now, as spec and function per column.
 
         They are the publication's at the first call, and change only where the stream carries the
-        logical message ``cdc setup`` emits with a change (:meth:`announce_masks`), so each change event
+        logical message ``cdc setup`` emits with a change (:meth:`masks_message`), so each change event
         is masked as the masks stood at its position, not as they stand when capture happens to read it.
         """
         if self._stream_masks is None:
@@ -191,7 +204,9 @@ class Catalog:
         table published without ``publish_via_partition_root``). A table with a list or a filter has
         ``;rule=<md5 of both>`` appended to its ``membership``: a changed rule makes the rows and columns
         the log holds of it wrong, so it is read again (a table without a rule keeps the membership
-        it always had).
+        it always had). The table's ``masks`` (the publication's comment, see :mod:`event_format.masks`)
+        are part of that digest, with the key's id when one is a hash: new masks or a new key read the
+        table again too.
         """
         namespace_entry = (
             "(SELECT string_agg(pn.oid::text, ',' ORDER BY pn.oid) FROM pg_publication_namespace pn "
@@ -200,13 +215,7 @@ class Catalog:
             if self._server_version() >= 150000
             else "NULL"
         )
-        # attnames lists every column (generated ones too) when the publication names no column list
-        rule = (
-            "CASE WHEN EXISTS (SELECT 1 FROM pg_publication_rel pr WHERE pr.prpubid = pub.oid "
-            "AND pr.prrelid = c.oid AND pr.prattrs IS NOT NULL) THEN p.attnames END, p.rowfilter"
-            if self._server_version() >= 150000
-            else "NULL::name[], NULL::text"
-        )
+        rule = RULE_OF_TABLE if self._server_version() >= 150000 else "NULL::name[], NULL::text"
         rows = self._execute(
             "SELECT c.oid, p.schemaname, p.tablename, "
             "coalesce((SELECT string_agg(pr.oid::text, ',' ORDER BY pr.oid) FROM pg_publication_rel pr "
@@ -215,10 +224,7 @@ class Catalog:
             f"{namespace_entry}::text, '0') || ':' || coalesce((SELECT string_agg(t.relid::oid::int8::text, ',' "
             "ORDER BY t.relid::oid::int8) FROM pg_partition_tree(c.oid) t WHERE t.relid <> c.oid), '') "
             f", {_COLUMN_MARKS}, {rule}, obj_description(pub.oid, 'pg_publication') "
-            "FROM pg_publication_tables p JOIN pg_publication pub ON pub.pubname = p.pubname "
-            "JOIN pg_namespace n ON n.nspname = p.schemaname "
-            "JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename "
-            "WHERE p.pubname = %s ORDER BY 2, 3",
+            f"FROM {PUBLISHED_FROM} WHERE p.pubname = %s ORDER BY 2, 3",
             (publication,),
         )
         key = key_id(self._mask_key)
