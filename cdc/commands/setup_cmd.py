@@ -32,6 +32,9 @@ def setup(ctx: object, check_only: bool) -> None:
     created = ensure_publication(settings)
     click.echo(f"publication {settings.publication}: {'created' if created else 'exists'}")
     for table in [] if created else apply_declared_rules(settings):
-        click.echo(f"publication {settings.publication}: {table} given the rule the views file declares")
+        click.echo(
+            f"publication {settings.publication}: {table} given the rule the views file declares "
+            "(a running capture reads it again under the rule)"
+        )
     created = ensure_slot(settings)
     click.echo(f"slot {settings.slot}: {'created' if created else 'exists'}")

@@ -230,3 +230,36 @@ def test_masks_alone_work_on_postgresql_14_and_column_rules_are_refused_there(tm
         assert files_holding(tmp_path, _clear_values(url)) == {}
     finally:
         server.stop()
+
+
+@pytest.mark.kafka
+def test_kafka_receives_masked_values_only(pg_url: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str) -> None:
+    """Into Kafka, snapshot and stream: neither a record of the prefix's topics nor a broker file holds a
+    clear value of a masked column."""
+    import glob
+    import os
+    import tempfile
+
+    _tables(pg_url)
+    views = tmp_path / "views.toml"
+    views.write_text(VIEWS)
+    _setup(pg_url, tmp_path, views)
+    settings = settings_for(
+        pg_url, tmp_path, views_file=str(views), tables=TABLES.split(","), mask_key=KEY,
+        log=f"kafka://{kafka_bootstrap}", topic_prefix=kafka_prefix,
+    )  # fmt: skip
+    Capture(settings, once=True).run()
+    _insert_customer(pg_url, 5)
+    execute(pg_url, f"UPDATE customers SET email = '{secret('email', 105)}' WHERE id = 1", "DELETE FROM customers WHERE id = 2")
+    Capture(settings, once=True).run()
+    topic = f"{kafka_prefix}.public.customers"
+    assert {int(row["id"]): row for row in replay(settings, topic).values()} == _masked(pg_url)  # type: ignore[call-overload]
+    records = [r for name in (topic, f"{kafka_prefix}.public.orders") for r in read_topic(settings, name)]
+    written = b"\n".join((r.key or b"") + b"\n" + (r.value or b"") for r in records)
+    clear = [*_clear_values(pg_url), secret("email", 1), secret("email", 2), secret("phone", 2), secret("name", 2)]
+    assert hashed(secret("email", 2)).encode() in written  # the search finds what is there
+    assert [value for value in clear if value.encode() in written] == []
+    broker_files = [Path(d) for d in glob.glob(f"{tempfile.gettempdir()}/cdc-kafka-*/data/{kafka_prefix}*")]
+    assert broker_files or os.environ.get("CDC_TEST_KAFKA"), "the broker's files of the prefix's topics were not found"
+    for directory in broker_files:
+        assert files_holding(directory, clear) == {}
