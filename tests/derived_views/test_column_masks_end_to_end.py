@@ -1,6 +1,7 @@
-"""Masked columns end to end: PostgreSQL -> capture -> log -> warehouse -> verify. The warehouse holds the
-masked values (as text), no Delta file holds a clear one, a rebuild by replay gives the same tables, and
-verify masks the source the same way, so it passes, and fails when a clear value reaches the view."""
+"""Masked columns end to end: PostgreSQL -> capture -> log -> warehouse, a search index and a cache entity
+-> verify. The views hold the masked values (as text), no Delta file holds a clear one, a rebuild by
+replay gives the same tables, and verify masks the source the same way, so it passes, and fails when a
+clear value reaches a view."""
 
 from __future__ import annotations
 
@@ -19,6 +20,21 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 
+#: The masks, and a search index and a cache entity over the masked table
+VIEWS_WITH_DOCUMENTS = (
+    VIEWS
+    + """
+[search.customers]
+root = "public.customers"
+text = ["name", "bio"]
+stored = ["email", "phone"]
+
+[cache.customer]
+root = "public.customers"
+"""
+)
+ALL_VIEWS = ["warehouse", "search.customers", "cache.customer"]
+
 
 def test_the_warehouse_holds_masked_values_and_verify_compares_them(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     from deltalake import DeltaTable
@@ -28,7 +44,7 @@ def test_the_warehouse_holds_masked_values_and_verify_compares_them(spark: Spark
 
     _tables(pg_url)
     views = tmp_path / "views.toml"
-    views.write_text(VIEWS)
+    views.write_text(VIEWS_WITH_DOCUMENTS)
     _setup(pg_url, tmp_path, views)
     settings = settings_for(pg_url, tmp_path, views_file=str(views), tables=TABLES.split(","), mask_key=KEY)
     ctx = context(spark, settings)
@@ -36,14 +52,14 @@ def test_the_warehouse_holds_masked_values_and_verify_compares_them(spark: Spark
     _insert_customer(pg_url, 5, born="1999-12-31")
     execute(pg_url, f"UPDATE customers SET email = '{secret('email', 105)}' WHERE id = 1", "DELETE FROM customers WHERE id = 3")
     capture(settings)
-    sync(ctx, ["warehouse"])
+    sync(ctx, ALL_VIEWS)
     current = warehouse.current_path(ctx, "public.customers")
     rows = {row["id"]: row for row in DeltaTable(current).to_pyarrow_table().to_pylist()}
     assert {n: {k: v for k, v in row.items() if not k.startswith("_cdc")} for n, row in rows.items()} == _masked(pg_url)
-    assert verify_views(ctx, pg_url, ["warehouse"], mask_key=KEY.encode()) == 4 + 2
+    assert verify_views(ctx, pg_url, ALL_VIEWS, mask_key=KEY.encode()) == 4 + 2 + 4 + 4
 
-    sync(ctx, ["warehouse"], replace=True)
-    assert verify_views(ctx, pg_url, ["warehouse"], mask_key=KEY.encode()) == 4 + 2
+    sync(ctx, ALL_VIEWS, replace=True)
+    assert verify_views(ctx, pg_url, ALL_VIEWS, mask_key=KEY.encode()) == 4 + 2 + 4 + 4
     clear = [*_clear_values(pg_url), secret("email", 1), secret("email", 3), secret("phone", 3), secret("name", 3)]
     assert files_holding(tmp_path, clear) == {}
     decoded = _decoded_values(tmp_path)
