@@ -10,8 +10,9 @@ exceeded), ``violations`` (list of strings), ``warnings`` (list of strings),
 ``current_lsn``, ``confirmed_flush_lsn``, ``wal_bytes_behind``, ``retained_wal_bytes``,
 ``max_slot_wal_keep_size_bytes`` (null = unlimited), ``oldest_unconfirmed_age_seconds``,
 ``free_disk_bytes`` (null when the source's disk cannot be seen from here),
-``log``: ``watermark`` (null or ``lsn``, ``sequence``, ``appended_at``) and ``partitions`` (list of
-``topic``, ``partition``, ``end_offset``),
+``log``: ``watermark`` (null or ``lsn``, ``sequence``, ``appended_at``), ``partitions`` (list of
+``topic``, ``partition``, ``end_offset``) and ``read_again`` (the tables whose column list, row filter or
+masks changed since the log read them: capture reads each again under its new rule),
 ``views``: list of ``view``, ``tables``, ``as_of_lsn``, ``as_of_appended_at``, ``events_pending``,
 ``wal_bytes_behind``, ``seconds_behind``.
 
@@ -28,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 
@@ -37,6 +38,9 @@ from cdc.capture.lsn import Lsn
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
 from cdc.redact import redact_url
 from cdc.settings import Settings
+
+if TYPE_CHECKING:
+    from cdc.capture.log import Log
 
 SCHEMA_VERSION = 1
 _WARN_SAFE_FRACTION = 0.2
@@ -73,6 +77,8 @@ class LogLag:
 
     watermark: dict[str, Any] | None = None
     partitions: list[PartitionEnd] = field(default_factory=list)
+    #: tables whose rule (column list, row filter, masks) changed since the log read them
+    read_again: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -224,7 +230,35 @@ def measure_log(settings: Settings) -> LogLag:
         for topic in store.topics():
             for partition in range(store.partitions(topic)):
                 lag.partitions.append(PartitionEnd(topic, partition, watermark.end_offset(TopicPartition(topic, partition))))
+        lag.read_again = _rules_changed(settings, store)
     return lag
+
+
+def _rules_changed(settings: Settings, store: Log) -> list[str]:
+    """The published tables whose rule digest (column list, row filter, masks: see
+    :meth:`cdc.capture.catalog.Catalog.published_tables`) differs from the one the log's snapshot ledger
+    holds for them: capture reads each of them again (a source that cannot be reached: none)."""
+    from cdc.capture.catalog import Catalog, rule_of
+    from cdc.capture.table_snapshots import SnapshotLedger
+
+    topic = f"{settings.topic_prefix}.__snapshots"
+    if topic not in store.topics():
+        return []
+    ledger = SnapshotLedger.load(store, topic)
+    catalog = Catalog(settings.database_url, publication=settings.publication, mask_key=settings.mask_key_bytes)
+    try:
+        tables = catalog.published_tables(settings.publication)
+    except SourceError:
+        return []
+    finally:
+        catalog.close()
+    return sorted(
+        table.qualified
+        for table in tables
+        if (entry := ledger.entries.get(table.log_name)) is not None
+        and entry.membership is not None
+        and rule_of(entry.membership) != rule_of(table.membership)
+    )
 
 
 def measure_views(settings: Settings, log: LogLag) -> list[ViewLag]:
@@ -301,6 +335,11 @@ def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal
 
 
 def _warn(report: LagReport) -> None:
+    report.warnings.extend(
+        f"{table}: its column list, row filter or masks changed; capture reads it again under the new rule "
+        "(until then the log holds it under the old one)"
+        for table in report.log.read_again
+    )
     source = report.source
     if not source.exists:
         report.warnings.append(f"slot {source.slot} does not exist: run `cdc setup`")
@@ -373,7 +412,7 @@ JSON_SCHEMA: dict[str, Any] = {
         },
         "log": {
             "type": "object",
-            "required": ["watermark", "partitions"],
+            "required": ["watermark", "partitions", "read_again"],
             "properties": {
                 "watermark": {
                     "type": ["object", "null"],
@@ -388,6 +427,7 @@ JSON_SCHEMA: dict[str, Any] = {
                         "properties": {"topic": {"type": "string"}, "partition": _INT, "end_offset": _INT},
                     },
                 },
+                "read_again": {"type": "array", "items": {"type": "string"}},
             },
         },
         "views": {

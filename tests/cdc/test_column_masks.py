@@ -263,3 +263,27 @@ def test_kafka_receives_masked_values_only(pg_url: str, tmp_path: Path, kafka_bo
     assert broker_files or os.environ.get("CDC_TEST_KAFKA"), "the broker's files of the prefix's topics were not found"
     for directory in broker_files:
         assert files_holding(directory, clear) == {}
+
+
+def test_lag_names_a_table_whose_masks_changed_until_capture_read_it_again(pg_url: str, tmp_path: Path) -> None:
+    _tables(pg_url)
+    views = tmp_path / "views.toml"
+    views.write_text(VIEWS)
+    _setup(pg_url, tmp_path, views)
+    settings = settings_for(pg_url, tmp_path, views_file=str(views), tables=TABLES.split(","), mask_key=KEY)
+    Capture(settings, once=True).run()
+
+    def read_again() -> tuple[list[str], list[str]]:
+        result = run_cdc(pg_url, tmp_path, "lag", "--json", views_file=str(views), tables=TABLES, mask_key=KEY)
+        assert result.returncode == 0, result.stdout + result.stderr
+        report = orjson.loads(result.stdout)
+        return report["log"]["read_again"], [w for w in report["warnings"] if "masks changed" in w]
+
+    assert read_again() == ([], [])
+    views.write_text(VIEWS.replace('mask = { email = "hash" }', 'mask = { email = "hash", total = { fixed = "0" } }'))
+    _setup(pg_url, tmp_path, views)
+    tables, warnings = read_again()
+    assert tables == ["public.orders"] and len(warnings) == 1 and warnings[0].startswith("public.orders: "), warnings
+    assert Capture(settings, once=True).run().tables_added == 1
+    assert read_again() == ([], [])
+    assert {row["total"] for row in _replayed(tmp_path, "orders").values()} == {"0"}
