@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from cdc.coordinator import Capture
+from cdc.settings import Settings
 from log_store.errors import LogStoreError
 from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for, slot_names, wait_for
 from tests.cdc.test_publication_rules import files_holding, secret
@@ -96,12 +97,17 @@ def _setup(url: str, data_dir: Path, views: Path, **extra: str) -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_masked_columns_are_written_masked_in_snapshot_and_stream(pg_url: str, tmp_path: Path) -> None:
-    _tables(pg_url)
-    views = tmp_path / "views.toml"
+def _masked_tables(url: str, data_dir: Path) -> tuple[Path, Settings]:
+    """The tables, the views file declaring their masks, setup done; the views file and capture's settings."""
+    _tables(url)
+    views = data_dir / "views.toml"
     views.write_text(VIEWS)
-    _setup(pg_url, tmp_path, views)
-    settings = settings_for(pg_url, tmp_path, views_file=str(views), tables=TABLES.split(","), mask_key=KEY)
+    _setup(url, data_dir, views)
+    return views, settings_for(url, data_dir, views_file=str(views), tables=TABLES.split(","), mask_key=KEY)
+
+
+def test_masked_columns_are_written_masked_in_snapshot_and_stream(pg_url: str, tmp_path: Path) -> None:
+    views, settings = _masked_tables(pg_url, tmp_path)
     Capture(settings, once=True).run()
     assert _replayed(tmp_path) == _masked(pg_url)
 
@@ -150,11 +156,7 @@ def test_masked_columns_are_written_masked_in_snapshot_and_stream(pg_url: str, t
 def test_a_mask_changed_while_capture_streams_applies_from_its_position(pg_url: str, tmp_path: Path) -> None:
     """``cdc setup`` announces changed masks in the WAL: a running capture masks every change after it,
     without waiting to notice the publication's comment, and then reads the table again under them."""
-    _tables(pg_url)
-    views = tmp_path / "views.toml"
-    views.write_text(VIEWS)
-    _setup(pg_url, tmp_path, views)
-    settings = settings_for(pg_url, tmp_path, views_file=str(views), tables=TABLES.split(","), mask_key=KEY)
+    views, settings = _masked_tables(pg_url, tmp_path)
     running = Capture(settings)
     thread = threading.Thread(target=running.run, name="capture-under-test", daemon=True)
     thread.start()
@@ -266,11 +268,7 @@ def test_kafka_receives_masked_values_only(pg_url: str, tmp_path: Path, kafka_bo
 
 
 def test_lag_names_a_table_whose_masks_changed_until_capture_read_it_again(pg_url: str, tmp_path: Path) -> None:
-    _tables(pg_url)
-    views = tmp_path / "views.toml"
-    views.write_text(VIEWS)
-    _setup(pg_url, tmp_path, views)
-    settings = settings_for(pg_url, tmp_path, views_file=str(views), tables=TABLES.split(","), mask_key=KEY)
+    views, settings = _masked_tables(pg_url, tmp_path)
     Capture(settings, once=True).run()
 
     def read_again() -> tuple[list[str], list[str]]:
