@@ -79,6 +79,7 @@ from cdc.capture.table_snapshots import PendingSnapshot, SnapshotLedger, TableGa
 from cdc.capture.tables import TableShape
 from cdc.capture.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
 from cdc.data_dir import secure_data_dir
+from cdc.failover import slot_failover
 from cdc.log_backend import open_log
 from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
@@ -157,6 +158,7 @@ class Capture:
         self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
         self._slots_made = 0  # temporary slots, for unique names
         self._read_back_warned: set[str] = set()  # tables warned of once: their partial updates are read back
+        self._failover = False  # the slot a snapshot makes is a failover slot (cdc.failover)
 
     @property
     def position(self) -> Lsn:
@@ -202,6 +204,7 @@ class Capture:
         problems = capture_problems(self.settings)
         if problems:
             raise PrerequisiteError(problems)
+        self._failover = slot_failover(self.settings)
         try:
             return self._run_while_kafka_fails()
         except StorageIOError as exc:
@@ -297,7 +300,7 @@ class Capture:
         taken = take_initial_snapshot(
             self.settings.database_url, self.settings.slot, tables, self.writer,
             first=self.position == 0, uncaptured=self._table_of_topic,
-            group_chunks=self.tuning.snapshot_group_chunks, stopped=self.stop.is_set,
+            group_chunks=self.tuning.snapshot_group_chunks, stopped=self.stop.is_set, failover=self._failover,
         )  # fmt: skip
         if taken is not None:
             self.position, written = taken
