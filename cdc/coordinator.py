@@ -314,12 +314,23 @@ class Capture:
     # -- streaming -----------------------------------------------------------------------------------
 
     def _stream_with_reconnect(self) -> None:
+        """:meth:`_stream`, opened again after a lost connection: one warning line per attempt, pauses
+        growing from 0.2 s to 5 s, for at most ``reconnect_seconds``. A multi-host ``CDC_DATABASE_URL``
+        (``host=a,b`` with ``target_session_attrs=primary``) reaches whichever server is primary then, so
+        after a failover capture resumes from the promoted standby's synced slot
+        (:mod:`cdc.capture.slot_continuity` says why nothing is written twice or out of order)."""
         retrying = Retrying(
             retry=retry_if_exception(_retryable),
             wait=wait_exponential(multiplier=0.2, max=5),
             stop=stop_after_delay(self.tuning.reconnect_seconds),
             reraise=True,
-            before_sleep=lambda state: log.warning("reconnecting after: %s", state.outcome.exception() if state.outcome else "?"),
+            before_sleep=lambda state: log.warning(
+                "reconnecting after: %s (attempt %d, next in %.1f s, for up to %.0f s)",
+                state.outcome.exception() if state.outcome else "?",
+                state.attempt_number,
+                state.next_action.sleep if state.next_action else 0.0,
+                self.tuning.reconnect_seconds,
+            ),
         )
         for attempt in retrying:
             with attempt:
