@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -247,6 +248,13 @@ def test_failover_slots_keep_capture_going_across_a_promotion(run: int, tmp_path
                 60,
                 "the slot to be synced to the standby",
             )
+        if run == 0:  # lag names the server it reads and whether the slot survives a promotion
+            lag = run_cdc(env, "lag", "--json")
+            source = orjson.loads(lag.stdout)["source"]
+            assert (source["server"], source["role"]) == (f"127.0.0.1:{pair.primary.port}", "primary"), source
+            assert (source["failover"], source["synced_on_standby"]) == (True, True), source
+            text = run_cdc(env, "lag").stdout
+            assert re.search(r"failover-ready\W+yes \(failover slot, synced on the standby\)", text), text
         time.sleep(rng.uniform(0.5, 3.0))  # the seeded moment of the crash: the load and capture run meanwhile
         behind = 0
         if run == 1:  # the standby falls behind: what it lacks when the primary dies is lost by the promotion
@@ -270,6 +278,8 @@ def test_failover_slots_keep_capture_going_across_a_promotion(run: int, tmp_path
         reconnects = capture.stderr().count("reconnecting after")
         assert reconnects >= 1, capture.stderr()
         counts = _check_log(data_dir, _source(url), load, context, resnapshot=False)
+        source = orjson.loads(run_cdc(env, "lag", "--json").stdout)["source"]
+        assert (source["server"], source["role"], source["failover"]) == (f"127.0.0.1:{pair.standby.port}", "primary", True)
         took = f"{time.monotonic() - crashed:.1f} s from the crash to drained, {time.monotonic() - started:.1f} s in all"
         print(
             f"[failover seed={SEED} run={run}] PostgreSQL 17: {counts}, capture reconnects {reconnects}, "
