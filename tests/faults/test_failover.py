@@ -280,6 +280,11 @@ def test_failover_slots_keep_capture_going_across_a_promotion(run: int, tmp_path
         counts = _check_log(data_dir, _source(url), load, context, resnapshot=False)
         source = orjson.loads(run_cdc(env, "lag", "--json").stdout)["source"]
         assert (source["server"], source["role"], source["failover"]) == (f"127.0.0.1:{pair.standby.port}", "primary", True)
+        if run == 0:  # the views, synced from the log, equal the new primary's tables
+            verified = run_cdc(env, "verify", "warehouse", timeout=600)
+            assert verified.returncode == 0, f"{context}: cdc verify: {verified.stdout}{verified.stderr}"
+            assert re.search(r"warehouse equals the source: [1-9]\d* rows compared", verified.stdout), verified.stdout
+            counts += f", {verified.stdout.strip().splitlines()[-1]}"
         took = f"{time.monotonic() - crashed:.1f} s from the crash to drained, {time.monotonic() - started:.1f} s in all"
         print(
             f"[failover seed={SEED} run={run}] PostgreSQL 17: {counts}, capture reconnects {reconnects}, "
