@@ -160,7 +160,15 @@ def failover_problems(primary: PrimaryFacts, standby: StandbyFacts | None, slot:
                 "SELECT pg_reload_conf()",
             )
         )
-    if primary.slot_failover is not None and not standby.slot_synced:
+    if primary.slot_failover is False:
+        found.append(
+            (
+                False,
+                f"replication slot {slot} is no failover slot: `cdc setup` makes it one "
+                f'(ALTER_REPLICATION_SLOT "{slot}" (FAILOVER true)), then the standby syncs it',
+            )
+        )
+    elif primary.slot_failover and not standby.slot_synced:
         found.append(
             (
                 False,

@@ -87,6 +87,12 @@ def test_a_slot_not_synced_yet_is_a_warning_not_a_failure() -> None:
     assert failover_problems(before_setup, StandbyFacts(True, True, True, "standby_1", True, None), "cdc_slot", "shop") == []
 
 
+def test_a_slot_made_before_failover_was_configured_is_a_warning_setup_cures() -> None:
+    primary = PrimaryFacts(170011, ("standby_1",), ("standby_1",), False)
+    problems = failover_problems(primary, StandbyFacts(True, True, True, "standby_1", True, None), "cdc_slot", "shop")
+    assert [(fatal, "no failover slot: `cdc setup` makes it one" in line) for fatal, line in problems] == [(False, True)]
+
+
 def test_every_missing_piece_is_named_at_once() -> None:
     problems = failover_problems(
         PrimaryFacts(170011, (), ("standby_1",), True), StandbyFacts(True, False, False, "", False, False), "cdc_slot", "shop"

@@ -227,8 +227,15 @@ def test_failover_slots_keep_capture_going_across_a_promotion(run: int, tmp_path
                 conn.execute("ALTER SYSTEM SET hot_standby_feedback = on")
                 conn.execute("SELECT pg_reload_conf()")
                 poll(lambda: conn.execute("SHOW hot_standby_feedback").fetchone()[0] == "on", 10, "the reload")  # type: ignore[index]
+        if run == 1:  # a slot made before failover was configured: setup makes it a failover slot
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("SELECT pg_create_logical_replication_slot('cdc_slot', 'pgoutput')")
         out = _setup(env, context)
-        assert "ok   failover" in out, f"{context}: {out}"
+        ready = "warn failover: replication slot cdc_slot is no failover slot: `cdc setup` makes" if run else "ok   failover"
+        assert ready in out, f"{context}: {out}"
+        with psycopg.connect(url, autocommit=True) as conn:
+            made = conn.execute("SELECT failover FROM pg_replication_slots WHERE slot_name = 'cdc_slot'").fetchone()
+        assert made == (True,), f"{context}: setup left the slot without failover: {made}"
         capture = running.cdc(env, ["capture"], tmp_path / "capture.err")
         poll(lambda: watermark(data_dir) is not None or not capture.running(), 60, "the initial snapshot")
         assert capture.running(), capture.stderr()
