@@ -1,7 +1,8 @@
 """Streaming throughput on PostgreSQL 15 and 18: capture into the durable log beside pg_recvlogical, same workload.
 
-Usage: .venv/bin/python -m bench.capture_versions [rows]   (default 300,000 rows as 1,000-row transactions of
-single-row INSERT rows, on each version). Each version runs on a server of its own (15: Debian's; 18:
+Usage: .venv/bin/python -m bench.capture_versions [rows] [--versions 15,18]   (default 300,000 rows as
+1,000-row transactions of single-row INSERT rows, on each version; ``--versions`` picks any of 14 to 18,
+side by side in the order given). Each version runs on a server of its own (15: Debian's; 18:
 the build set-up fetched, ``cdc.pg_builds``), and its anchor is that version's own pg_recvlogical
 decoding the same WAL range with pgoutput into /dev/null: the walsender's ceiling on that version.
 The figures are printed side by side, per version and as the ratio of capture to its anchor.
@@ -9,6 +10,7 @@ The figures are printed side by side, per version and as the ratio of capture to
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,8 +69,8 @@ def run(major: int, rows: int) -> Run:
         return Run(version, stats.events, ours[0], anchor)
 
 
-def main(rows: int) -> None:
-    runs = [run(major, rows) for major in VERSIONS]
+def main(rows: int, versions: tuple[int, ...] = VERSIONS) -> None:
+    runs = [run(major, rows) for major in versions]
     width = 22
     print(f"rows={rows} as 1,000-row transactions, each version on its own server")
     print(f"{'':<26}" + "".join(f"{'PostgreSQL ' + r.version:>{width}}" for r in runs))
@@ -79,5 +81,16 @@ def main(rows: int) -> None:
     print(f"{'ratio capture / anchor':<26}" + "".join(f"{r.capture_rate / r.anchor_rate:>{width}.2f}" for r in runs))
 
 
+def _arguments(argv: list[str]) -> tuple[int, tuple[int, ...]]:
+    parser = argparse.ArgumentParser(prog="python -m bench.capture_versions", description=__doc__.splitlines()[0])
+    parser.add_argument("rows", nargs="?", type=int, default=300_000)
+    parser.add_argument("--versions", default=",".join(map(str, VERSIONS)), help="major versions, e.g. 15,18 or 14,16,17")
+    arguments = parser.parse_args(argv)
+    versions = tuple(int(v) for v in arguments.versions.split(",") if v.strip())
+    if not versions or any(v not in range(14, 19) for v in versions):
+        parser.error(f"--versions {arguments.versions!r}: give major versions from 14 to 18, comma-separated")
+    return arguments.rows, versions
+
+
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 300_000)
+    main(*_arguments(sys.argv[1:]))

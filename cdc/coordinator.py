@@ -79,6 +79,7 @@ from cdc.capture.table_snapshots import PendingSnapshot, SnapshotLedger, TableGa
 from cdc.capture.tables import TableShape
 from cdc.capture.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
 from cdc.data_dir import secure_data_dir
+from cdc.failover import slot_failover
 from cdc.log_backend import open_log
 from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
@@ -157,6 +158,7 @@ class Capture:
         self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
         self._slots_made = 0  # temporary slots, for unique names
         self._read_back_warned: set[str] = set()  # tables warned of once: their partial updates are read back
+        self._failover = False  # the slot a snapshot makes is a failover slot (cdc.failover)
 
     @property
     def position(self) -> Lsn:
@@ -202,6 +204,7 @@ class Capture:
         problems = capture_problems(self.settings)
         if problems:
             raise PrerequisiteError(problems)
+        self._failover = slot_failover(self.settings)
         try:
             return self._run_while_kafka_fails()
         except StorageIOError as exc:
@@ -297,7 +300,7 @@ class Capture:
         taken = take_initial_snapshot(
             self.settings.database_url, self.settings.slot, tables, self.writer,
             first=self.position == 0, uncaptured=self._table_of_topic,
-            group_chunks=self.tuning.snapshot_group_chunks, stopped=self.stop.is_set,
+            group_chunks=self.tuning.snapshot_group_chunks, stopped=self.stop.is_set, failover=self._failover,
         )  # fmt: skip
         if taken is not None:
             self.position, written = taken
@@ -311,12 +314,23 @@ class Capture:
     # -- streaming -----------------------------------------------------------------------------------
 
     def _stream_with_reconnect(self) -> None:
+        """:meth:`_stream`, opened again after a lost connection: one warning line per attempt, pauses
+        growing from 0.2 s to 5 s, for at most ``reconnect_seconds``. A multi-host ``CDC_DATABASE_URL``
+        (``host=a,b`` with ``target_session_attrs=primary``) reaches whichever server is primary then, so
+        after a failover capture resumes from the promoted standby's synced slot
+        (:mod:`cdc.capture.slot_continuity` says why nothing is written twice or out of order)."""
         retrying = Retrying(
             retry=retry_if_exception(_retryable),
             wait=wait_exponential(multiplier=0.2, max=5),
             stop=stop_after_delay(self.tuning.reconnect_seconds),
             reraise=True,
-            before_sleep=lambda state: log.warning("reconnecting after: %s", state.outcome.exception() if state.outcome else "?"),
+            before_sleep=lambda state: log.warning(
+                "reconnecting after: %s (attempt %d, next in %.1f s, for up to %.0f s)",
+                state.outcome.exception() if state.outcome else "?",
+                state.attempt_number,
+                state.next_action.sleep if state.next_action else 0.0,
+                self.tuning.reconnect_seconds,
+            ),
         )
         for attempt in retrying:
             with attempt:

@@ -9,7 +9,10 @@ exceeded), ``violations`` (list of strings), ``warnings`` (list of strings),
 ``source``: ``slot``, ``exists``, ``active``, ``wal_status``, ``safe_wal_size_bytes``,
 ``current_lsn``, ``confirmed_flush_lsn``, ``wal_bytes_behind``, ``retained_wal_bytes``,
 ``max_slot_wal_keep_size_bytes`` (null = unlimited), ``oldest_unconfirmed_age_seconds``,
-``free_disk_bytes`` (null when the source's disk cannot be seen from here),
+``free_disk_bytes`` (null when the source's disk cannot be seen from here), ``server`` (``host:port``
+of the server read, which a multi-host URL picks), ``role`` (``primary`` or ``standby``), ``failover``
+(the slot's failover flag; null before PostgreSQL 17 or without the slot), ``synced_on_standby``
+(whether ``CDC_STANDBY_URL``'s standby holds a synced, persistent copy of the slot; null without it),
 ``log``: ``watermark`` (null or ``lsn``, ``sequence``, ``appended_at``), ``partitions`` (list of
 ``topic``, ``partition``, ``end_offset``) and ``read_again`` (the tables whose column list, row filter or
 masks changed since the log read them: capture reads each again under its new rule),
@@ -36,6 +39,7 @@ import psycopg
 from cdc.capture.errors import SourceError
 from cdc.capture.lsn import Lsn
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
+from cdc.failover import FAILOVER_SERVER, standby_facts
 from cdc.redact import redact_url
 from cdc.settings import Settings
 
@@ -62,6 +66,10 @@ class SourceLag:
     max_slot_wal_keep_size_bytes: int | None = None
     oldest_unconfirmed_age_seconds: float | None = None
     free_disk_bytes: int | None = None
+    server: str = ""
+    role: str = "primary"
+    failover: bool | None = None
+    synced_on_standby: bool | None = None
 
 
 @dataclass
@@ -159,8 +167,20 @@ def measure_source(settings: Settings) -> SourceLag:
             f"cannot reach the source {settings.safe_database_url()}: {redact_url(reason)}; check CDC_DATABASE_URL"
         ) from None
     with conn:
-        current = Lsn.parse(conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()[0])  # type: ignore[index]
+        lag.server = f"{conn.info.host}:{conn.info.port}"
+        in_recovery, position = conn.execute(  # a standby has no current WAL position: what it replayed stands in
+            "SELECT pg_is_in_recovery(), (CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() "
+            "ELSE pg_current_wal_lsn() END)::text"
+        ).fetchone()  # type: ignore[misc]
+        lag.role = "standby" if in_recovery else "primary"
+        current = Lsn.parse(position or "0/0")
         lag.current_lsn = str(current)
+        if conn.info.server_version >= FAILOVER_SERVER:
+            flag = conn.execute("SELECT failover FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone()
+            lag.failover = None if flag is None else bool(flag[0])
+        if settings.standby_url:
+            standby = standby_facts(settings.standby_url, settings.slot)  # after a promotion it is no standby
+            lag.synced_on_standby = bool(standby.slot_synced) if standby.in_recovery else None
         lag.max_slot_wal_keep_size_bytes = _size_setting(conn, "max_slot_wal_keep_size")
         row = conn.execute(
             "SELECT active, wal_status, safe_wal_size, confirmed_flush_lsn::text, restart_lsn::text "
@@ -349,6 +369,11 @@ def _warn(report: LagReport) -> None:
             f"slot {source.slot} wal_status is {source.wal_status}: WAL it needs is "
             f"{'gone' if source.wal_status == 'lost' else 'about to be removed'}"
         )
+    if source.exists and source.synced_on_standby is False:
+        report.warnings.append(
+            f"slot {source.slot} is not synced to the standby (CDC_STANDBY_URL): a failover now would lose it, and "
+            "capture would re-read the tables after `cdc setup`"
+        )
     keep = source.max_slot_wal_keep_size_bytes
     if keep and source.safe_wal_size_bytes is not None and source.safe_wal_size_bytes < keep * _WARN_SAFE_FRACTION:
         report.warnings.append(
@@ -393,6 +418,10 @@ JSON_SCHEMA: dict[str, Any] = {
                 "max_slot_wal_keep_size_bytes",
                 "oldest_unconfirmed_age_seconds",
                 "free_disk_bytes",
+                "server",
+                "role",
+                "failover",
+                "synced_on_standby",
             ],
             "properties": {
                 "slot": {"type": "string"},
@@ -407,6 +436,10 @@ JSON_SCHEMA: dict[str, Any] = {
                 "max_slot_wal_keep_size_bytes": _NULLABLE_INT,
                 "oldest_unconfirmed_age_seconds": {"type": ["number", "null"], "minimum": 0},
                 "free_disk_bytes": _NULLABLE_INT,
+                "server": {"type": "string"},
+                "role": {"enum": ["primary", "standby"]},
+                "failover": {"type": ["boolean", "null"]},
+                "synced_on_standby": {"type": ["boolean", "null"]},
             },
             "additionalProperties": True,
         },

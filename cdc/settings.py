@@ -7,7 +7,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from cdc.capture.errors import ConfigError
@@ -30,6 +30,8 @@ ACCEPTS: dict[str, str] = {
     "data_dir": "a directory path (created if missing) that holds the log and the Delta tables",
     "views_file": "a path to the views file (TOML; a missing file means the defaults)",
     "tables": "a comma-separated list of schema.table names, or empty for every published table",
+    "slot_failover": "auto (failover slots on PostgreSQL 17+ when a standby is configured), true or false",
+    "standby_url": "empty, or the standby's PostgreSQL URL such as postgresql://cdc:secret@standby:5432/shop",
     "slot": "a lower-case replication slot name: letters, digits and _, at most 63 characters",
     "publication": "a lower-case publication name: letters, digits and _, at most 63 characters",
     "partitions": "a whole number of partitions per topic from 1 to 1024",
@@ -83,6 +85,10 @@ class Settings(BaseSettings):
     )
     slot: str = Field(default="cdc_slot", description="Logical replication slot name.")
     publication: str = Field(default="cdc_publication", description="Publication name.")
+    slot_failover: str = Field(
+        default="auto", description="Create the slot with FAILOVER true (PostgreSQL 17+): auto, true or false (cdc.failover)."
+    )
+    standby_url: str = Field(default="", description="The physical standby, for setup's failover checks and lag.")
     partitions: int = Field(default=3, ge=1, le=1024, description="Partitions per topic.")
     topic_prefix: str = Field(default="cdc", description="Topic name prefix.")
     segment_bytes: int = Field(default=64 << 20, ge=1024, le=1 << 30)
@@ -155,9 +161,11 @@ class Settings(BaseSettings):
         """The hash masks' key (``None`` when ``CDC_MASK_KEY`` is not set)."""
         return self.mask_key.get_secret_value().encode() or None
 
-    @field_validator("database_url")
+    @field_validator("database_url", "standby_url")
     @classmethod
-    def _check_url(cls, value: str) -> str:
+    def _check_url(cls, value: str, info: ValidationInfo) -> str:
+        if not value and info.field_name == "standby_url":
+            return value  # no standby
         if not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("it does not start with postgresql://")
         if _misread_by_libpq(value):
@@ -169,6 +177,13 @@ class Settings(BaseSettings):
                 "print(urllib.parse.quote(getpass.getpass(), safe=''))\" prints it encoded)"
             )
         return value
+
+    @field_validator("slot_failover")
+    @classmethod
+    def _check_slot_failover(cls, value: str) -> str:
+        if value.lower() not in ("auto", "true", "false"):
+            raise ValueError(f"{value!r} is none of auto, true and false")
+        return value.lower()
 
     @field_validator("log_format")
     @classmethod

@@ -19,7 +19,9 @@ from psycopg import sql
 
 from cdc.capture.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
 from cdc.capture.errors import PrerequisiteError, SourceError
+from cdc.capture.transport import ReplicationConnection
 from cdc.capture_rules import Checked, apply_masks, apply_rules, check_rules, published_masks
+from cdc.failover import failover_problems, failover_wanted, primary_facts, standby_facts, synchronized_standby_slots
 from cdc.publication_rule_checks import rule_problems
 from cdc.settings import Settings
 
@@ -90,9 +92,24 @@ def run_checks(settings: Settings) -> list[Check]:
         )
         checks.extend(_table_checks(conn, settings))
         checks.append(_views_file_check(conn, settings))
+        checks.extend(_failover_checks(conn, settings))
     if settings.uses_kafka:
         checks.append(_kafka_check(settings))
     return checks
+
+
+def _failover_checks(conn: psycopg.Connection[tuple[object, ...]], settings: Settings) -> list[Check]:
+    """When the slot is a failover slot (:mod:`cdc.failover`): the primary's and, given ``CDC_STANDBY_URL``,
+    the standby's settings slot sync needs, one check per missing piece. ``CDC_SLOT_FAILOVER=true`` on a
+    server older than 17 raises its :class:`~cdc.capture.errors.ConfigError`."""
+    version = conn.info.server_version
+    if not failover_wanted(settings.slot_failover, version, synchronized_standby_slots(conn), bool(settings.standby_url)):
+        return []
+    standby = standby_facts(settings.standby_url, settings.slot) if settings.standby_url else None
+    problems = failover_problems(primary_facts(conn, settings.slot), standby, settings.slot, conn.info.dbname)
+    if not problems:
+        return [Check("failover", True, "")]
+    return [Check("failover", not fatal, message, warning=not fatal) for fatal, message in problems]
 
 
 def _kafka_check(settings: Settings) -> Check:
@@ -529,9 +546,14 @@ def ensure_slot(settings: Settings) -> bool:
     """Create the logical slot (pgoutput) unless it exists; True if created.
 
     A slot created here has no snapshot; the first ``cdc capture`` replaces it by one created with an
-    exported snapshot, which is what gives the initial snapshot its consistent point.
+    exported snapshot, which is what gives the initial snapshot its consistent point. When the slot is
+    to be a failover slot (:mod:`cdc.failover`), it is created as one, and an existing slot that is not
+    one is made one (``ALTER_REPLICATION_SLOT``, 17+).
     """
     with _connect(settings.database_url) as conn:
+        failover = failover_wanted(
+            settings.slot_failover, conn.info.server_version, synchronized_standby_slots(conn), bool(settings.standby_url)
+        )
         row = conn.execute("SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone()
         if row is not None:
             if row[0] != "pgoutput":
@@ -539,9 +561,15 @@ def ensure_slot(settings: Settings) -> bool:
                     f"replication slot {settings.slot} exists with plugin {row[0]}, not pgoutput; "
                     "drop it or choose another CDC_SLOT"
                 )
+            if failover and primary_facts(conn, settings.slot).slot_failover is False:
+                with ReplicationConnection(settings.database_url) as repl:
+                    repl.command(f'ALTER_REPLICATION_SLOT "{settings.slot}" (FAILOVER true)')
             return False
         try:
-            conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (settings.slot,))
+            if failover:
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', failover => true)", (settings.slot,))
+            else:
+                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (settings.slot,))
         except psycopg.Error as exc:
             raise SourceError(f"cannot create replication slot {settings.slot}: {str(exc).strip().splitlines()[0]}") from None
         return True

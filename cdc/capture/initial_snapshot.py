@@ -38,16 +38,18 @@ def take_initial_snapshot(
     uncaptured: Mapping[str, tuple[str, str]],
     group_chunks: int,
     stopped: Callable[[], bool],
+    failover: bool = False,
 ) -> tuple[Lsn, SnapshotWritten] | None:
     """Make ``slot`` anew and write the snapshot of ``tables``; its position and what it wrote, or ``None``
     when ``stopped`` became true first.
 
     ``first``: the log holds no snapshot yet (the slot is dropped when this one does not complete).
-    ``uncaptured``: see :meth:`SnapshotWriter.write`.
+    ``uncaptured``: see :meth:`SnapshotWriter.write`. ``failover``: the slot is made a failover slot
+    (:mod:`cdc.failover`).
     """
     drop_idle_slot(url, slot)
     with ReplicationConnection(url) as repl:
-        created = repl.create_slot(slot, export_snapshot=True)
+        created = repl.create_slot(slot, export_snapshot=True, failover=failover)
         try:  # the exported snapshot lives as long as the connection that made it sends no other command
             reader = SnapshotReader(url, created.snapshot_name or "")
         except BaseException:

@@ -8,6 +8,24 @@ created anew (``cdc setup`` after the slot was lost or dropped) or advanced by a
 transactions committed between P and its position were never streamed into the log. Streaming from
 it would leave that gap for good; capture takes a new snapshot instead (its truncate markers supersede
 what the log holds, see :mod:`cdc.coordinator`).
+
+**Across a promotion** (a failover slot, :mod:`cdc.failover`) the slot capture resumes from is the
+standby's synced copy, and the log's commit-LSN recognition of what it already holds still holds:
+
+* the copy is confirmed at or before the primary's slot (the sync copies positions the primary's slot
+  had), which never passed P + 1: so it continues the log (no gap is reported) and resends at most
+  transactions the log holds, each skipped by its commit LSN <= P;
+* every transaction in the log is in the new primary's WAL at the same LSN: the primary's
+  ``synchronized_standby_slots`` keeps logical walsenders from sending a transaction before the
+  standby has flushed its WAL, and a promotion replays all the WAL the standby flushed; the standby's
+  WAL up to there is the primary's, byte for byte;
+* the new timeline begins where that WAL ends, so every transaction committed after the promotion has
+  a commit LSN above everything the log holds, and streams in commit order after it.
+
+A transaction the primary committed but the standby never received is lost by the promotion, from
+the source as from the log: capture never had it. A slot the promotion lost (14 to 16, or a slot not
+synced yet) is missing on the new primary: capture stops with one line, and the slot ``cdc setup``
+then creates is confirmed past P + 1, so the tables are read again as above.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from cdc.capture.errors import CdcError, ConfigError
 from cdc.capture.lsn import Lsn
-from cdc.lag import LagReport, measure
+from cdc.lag import LagReport, SourceLag, measure
 from cdc.settings import Settings, load_settings
 
 
@@ -38,6 +38,19 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
 
 
+def _failover_ready(source: SourceLag) -> str:
+    """Whether a promotion keeps the slot, and why not."""
+    if not source.exists:
+        return "-"
+    if source.failover is None:
+        return "no (no failover slots before PostgreSQL 17)"
+    if not source.failover:
+        return "no (not a failover slot: CDC_SLOT_FAILOVER, then `cdc setup`)"
+    if source.synced_on_standby is None:
+        return "failover slot (set CDC_STANDBY_URL to see whether it is synced)"
+    return "yes (failover slot, synced on the standby)" if source.synced_on_standby else "no (not synced on the standby yet)"
+
+
 def render(report: LagReport) -> Group:
     """The report as three tables (source, log, views) and its warnings."""
     source = report.source
@@ -45,7 +58,9 @@ def render(report: LagReport) -> Group:
     src.add_column("what", style="bold")
     src.add_column("value")
     rows = [
+        ("server", f"{source.server} ({source.role})"),
         ("slot", f"{source.slot} ({'missing' if not source.exists else ('active' if source.active else 'inactive')})"),
+        ("failover-ready", _failover_ready(source)),
         ("wal_status", source.wal_status or "-"),
         ("confirmed flush LSN", source.confirmed_flush_lsn or "-"),
         ("current WAL LSN", source.current_lsn or "-"),

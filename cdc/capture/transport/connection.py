@@ -34,16 +34,20 @@ def _quote_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def create_slot_command(slot: str, *, export_snapshot: bool, temporary: bool, server_version: int) -> str:
+def create_slot_command(slot: str, *, export_snapshot: bool, temporary: bool, server_version: int, failover: bool = False) -> str:
     """The CREATE_REPLICATION_SLOT command for a pgoutput slot, in the syntax of the server's version.
 
     PostgreSQL 15 takes the options in parentheses (``(SNAPSHOT 'export')``); 14 knows only the older
     keywords (``EXPORT_SNAPSHOT`` / ``NOEXPORT_SNAPSHOT``), which 15 and later still accept but document
-    as deprecated, so each side gets its own.
+    as deprecated, so each side gets its own. ``failover`` (17 and later, :mod:`cdc.failover`) adds
+    ``FAILOVER``: the standbys that sync slots keep a copy a promotion leaves usable.
     """
     kind = "TEMPORARY LOGICAL" if temporary else "LOGICAL"
+    if failover and server_version < 170000:
+        raise SlotError(f"replication slot {slot}: failover slots need PostgreSQL 17 or newer; set CDC_SLOT_FAILOVER=false")
     if server_version >= 150000:
-        mode = "(SNAPSHOT 'export')" if export_snapshot else "(SNAPSHOT 'nothing')"
+        snapshot = "'export'" if export_snapshot else "'nothing'"
+        mode = f"(SNAPSHOT {snapshot}{', FAILOVER' if failover else ''})"
     else:
         mode = "EXPORT_SNAPSHOT" if export_snapshot else "NOEXPORT_SNAPSHOT"
     return f"CREATE_REPLICATION_SLOT {_quote_ident(slot)} {kind} pgoutput {mode}"
@@ -95,14 +99,19 @@ class ReplicationConnection:
         system_id, timeline, xlogpos, dbname = self.command("IDENTIFY_SYSTEM")[0]
         return system_id or "", int(timeline or 0), Lsn.parse(xlogpos or "0/0"), dbname or ""
 
-    def create_slot(self, slot: str, *, export_snapshot: bool, temporary: bool = False) -> CreatedSlot:
+    def create_slot(self, slot: str, *, export_snapshot: bool, temporary: bool = False, failover: bool = False) -> CreatedSlot:
         """CREATE_REPLICATION_SLOT ... LOGICAL pgoutput; the exported snapshot lives while this
         connection runs no other command, so open the snapshot transaction before the next call.
 
-        A ``temporary`` slot is dropped by the server when this connection ends (also on a crash).
+        A ``temporary`` slot is dropped by the server when this connection ends (also on a crash); a
+        ``failover`` slot is synced to standbys that sync slots (PostgreSQL 17+).
         """
         text = create_slot_command(
-            slot, export_snapshot=export_snapshot, temporary=temporary, server_version=self._pg.server_version
+            slot,
+            export_snapshot=export_snapshot,
+            temporary=temporary,
+            server_version=self._pg.server_version,
+            failover=failover,
         )
         row = self.command(text)[0]
         return CreatedSlot(row[0] or slot, Lsn.parse(row[1] or "0/0"), row[2])
@@ -284,7 +293,11 @@ def _server_error(result: pq.abc.PGresult, command: str) -> SourceError:
             ]
         )
     if sqlstate == "42704" or "does not exist" in line and "slot" in line:
-        return SlotError(f"replication slot is gone ({line}); run `cdc setup` to create it, then capture takes a new snapshot")
+        return SlotError(
+            f"replication slot is gone ({line}): it was dropped, or a failover promoted a standby that did not have "
+            "it (PostgreSQL 14 to 16, or a slot not synced yet); run `cdc setup` to create it, then capture takes a new "
+            "snapshot"
+        )
     if "can no longer" in line or "invalidated" in line or "required WAL" in line or sqlstate == "55000" and "slot" in line:
         return SlotError(
             f"replication slot is invalidated ({line}); drop it and run `cdc setup`, then capture takes a new snapshot"
