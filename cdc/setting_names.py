@@ -22,9 +22,9 @@ TOOLING: frozenset[str] = frozenset(
     {
         "CDC_KAFKA_JARS_DIR",  # cdc.local_kafka: the test and demo broker's jars
         "CDC_PG_BINDIR",  # cdc.local_postgres: PostgreSQL server binaries
-        "CDC_SPARK_JARS_DIR",  # derived_views.spark_jars: the Delta and Kafka source jars
-        "CDC_SPARK_MASTER",  # derived_views.spark_session: the Spark master
-        "CDC_SPARK_REMOTE",  # derived_views.spark_session: a Spark Connect server to attach to
+        "CDC_SPARK_JARS_DIR",  # derived_views.engine.spark_jars: the Delta and Kafka source jars
+        "CDC_SPARK_MASTER",  # derived_views.engine.spark_session: the Spark master
+        "CDC_SPARK_REMOTE",  # derived_views.engine.spark_session: a Spark Connect server to attach to
         "CDC_TEST_DATABASE_URL",  # tests: the PostgreSQL the test suite uses
         "CDC_TEST_KAFKA",  # tests: a Kafka broker the test suite uses
     }
