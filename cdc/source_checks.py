@@ -100,7 +100,7 @@ def _kafka_check(settings: Settings) -> Check:
     import dataclasses
 
     from log_store.errors import LogStoreError
-    from log_store.kafka_log import KafkaLog
+    from log_store.kafka.log import KafkaLog
 
     try:
         KafkaLog.open(dataclasses.replace(settings.kafka_settings(), timeout_s=5.0)).close()

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from log_store.kafka_log import KafkaSettings
+    from log_store.kafka.log import KafkaSettings
+    from log_store.log import LogReader
 
 #: SASL mechanisms and the Java login module each takes a user name and password with.
 _LOGIN_MODULES = {
@@ -46,10 +47,10 @@ class LogLocation:
         """Whether there may be a log to read (an embedded log's directory exists; Kafka is asked when read)."""
         return self.kafka is not None or Path(self.path).exists()
 
-    def open(self) -> Any:
-        """The log, opened read-only (a :class:`~log_store.LogStore` or a :class:`~log_store.kafka_log.KafkaLog`)."""
+    def open(self) -> LogReader:
+        """The log, opened read-only (a :class:`~log_store.LogStore` or a :class:`~log_store.kafka.log.KafkaLog`)."""
         if self.kafka is not None:
-            from log_store.kafka_log import KafkaLog
+            from log_store.kafka.log import KafkaLog
 
             return KafkaLog.open(self.kafka)
         from log_store import LogStore
@@ -97,7 +98,7 @@ def _java_key(bootstrap: str, path: Path, password: str | None) -> str:
     """
     from cryptography.hazmat.primitives import serialization
 
-    from log_store.kafka_log import KafkaLogError
+    from log_store.kafka.log import KafkaLogError
 
     try:
         key = serialization.load_pem_private_key(path.read_bytes(), password.encode() if password else None)

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.datasource import ReadLimit
 
     from log_store import RecordColumns
+    from log_store.log import LogReader
 
 #: Columns of every row the source yields, in order.
 RAW_DDL = (
@@ -241,7 +242,7 @@ def _header_int(value: bytes | None) -> int | None:
     return number if -(1 << 63) <= number < (1 << 63) else None
 
 
-def read_partition(partition: LogPartition, log: Any | None = None) -> Iterator[pa.RecordBatch]:
+def read_partition(partition: LogPartition, log: LogReader | None = None) -> Iterator[pa.RecordBatch]:
     """Yield the records of one input partition as Arrow batches in :data:`RAW_DDL` order.
 
     Parameters
@@ -270,8 +271,9 @@ def read_partition(partition: LogPartition, log: Any | None = None) -> Iterator[
     if partition.location.kafka is not None:
         yield from _read_kafka_partition(partition, log)
         return
-    from log_store import TopicPartition
+    from log_store import LogStore, TopicPartition
 
+    assert isinstance(log, LogStore), "an embedded log's location opens a LogStore"  # read as columns: its own fast path
     tp = TopicPartition(partition.topic, partition.partition)
     offset = partition.start
     while offset < partition.end:
@@ -282,7 +284,7 @@ def read_partition(partition: LogPartition, log: Any | None = None) -> Iterator[
         yield _arrow_batch(partition.topic, partition.partition, chunks)
 
 
-def _read_kafka_partition(partition: LogPartition, log: Any) -> Iterator[pa.RecordBatch]:
+def _read_kafka_partition(partition: LogPartition, log: LogReader) -> Iterator[pa.RecordBatch]:
     """:func:`read_partition` of a partition of a log in Kafka: its committed records, in :data:`RAW_DDL` order."""
     import pyarrow as pa
 

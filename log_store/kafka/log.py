@@ -31,7 +31,7 @@ watermark (or a given one) names for its partition. A transaction's commit marke
 its own, so a watermark's end offset is the group's last record offset plus one, and offsets are not
 contiguous across groups: readers move by offsets returned, never by counting.
 
-Reaching Kafka (settings, errors, librdkafka's log lines) is :mod:`log_store.kafka_client`. This module
+Reaching Kafka (settings, errors, librdkafka's log lines) is :mod:`log_store.kafka.client`. This module
 runs past 500 lines because a group's transaction, the topics it needs and the read-committed reads
 that stop at its watermark share one producer, one consumer and one set of partition counts.
 """
@@ -56,7 +56,7 @@ from log_store.errors import (
     TopicConfigMismatchError,
     UnknownTopicError,
 )
-from log_store.kafka_client import KafkaLogError, KafkaSettings, client_log, fenced
+from log_store.kafka.client import KafkaLogError, KafkaSettings, client_log, fenced
 from log_store.partitioner import Partitioner
 from log_store.producer_columns import ProducerColumns, split_runs
 from log_store.record import UNCHANGED_HEADER, ProducerRecord, Record, TopicPartition, first_header
