@@ -25,6 +25,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from derived_views.engine.engine_settings import EngineSettings
     from derived_views.engine.spark_jars import resolved_jars
     from derived_views.engine.spark_server import server_command, server_environment
     from derived_views.source.log_location import LogLocation
@@ -64,9 +65,11 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "server_command": ("derived_views.engine.spark_server", "server_command"),
     "server_environment": ("derived_views.engine.spark_server", "server_environment"),
     "resolved_jars": ("derived_views.engine.spark_jars", "resolved_jars"),
+    "EngineSettings": ("derived_views.engine.engine_settings", "EngineSettings"),
 }
 
 __all__ = [
+    "EngineSettings",
     "LogLocation",
     "SourceTable",
     "StepReport",

@@ -27,6 +27,7 @@ import os
 import shutil
 from pathlib import Path
 
+from derived_views.engine.engine_settings import engine_settings
 from derived_views.engine.spark_jars import installed_jars, jars_dir
 
 #: JVM options that silence the JVM's report of an archive it cannot use (it then runs without it).
@@ -58,7 +59,7 @@ def archive_path() -> Path | None:
 
 def java_options() -> str:
     """Driver JVM options that map this installation's archive; empty when there is none."""
-    if os.environ.get("CDC_CLASS_ARCHIVE", "on").strip().lower() in {"off", "0", "false", "no"}:
+    if not engine_settings().class_archive:
         return ""
     path = archive_path()
     if path is None or not path.is_file():

@@ -10,7 +10,6 @@ Sessions then pass those files as ``spark.jars`` and never touch the network.
 from __future__ import annotations
 
 import importlib.metadata
-import os
 import re
 import shutil
 import sys
@@ -19,11 +18,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from derived_views.engine.engine_settings import engine_settings
+
 
 def jars_dir() -> Path:
     """Where the resolved jars live: ``CDC_SPARK_JARS_DIR``, else ``<virtualenv>/jars``."""
-    explicit = os.environ.get("CDC_SPARK_JARS_DIR")
-    return Path(explicit) if explicit else Path(sys.prefix) / "jars"
+    explicit = engine_settings().spark_jars_dir
+    return explicit if explicit is not None else Path(sys.prefix) / "jars"
 
 
 def spark_packages() -> str:

@@ -20,6 +20,7 @@ import os
 import sys
 from pathlib import Path
 
+from derived_views.engine.engine_settings import engine_settings
 from derived_views.engine.jvm_output import driver_java_options
 from derived_views.engine.spark_jars import installed_jars, spark_packages
 from derived_views.engine.spark_session import DEFAULT_PORT, SESSION_DEFAULTS
@@ -50,7 +51,7 @@ def server_command(
         "--name",
         "cdc-spark-server",
         "--master",
-        master or os.environ.get("CDC_SPARK_MASTER", "local[2]"),
+        master or engine_settings().spark_master,
     ]
     jars = installed_jars()
     if jars:

@@ -20,6 +20,7 @@ import sys
 import urllib.parse
 from typing import TYPE_CHECKING
 
+from derived_views.engine.engine_settings import engine_settings
 from derived_views.engine.jvm_output import driver_java_options, launch_driver
 from derived_views.engine.spark_jars import installed_jars, spark_packages
 
@@ -82,7 +83,7 @@ def build_spark(
     settings = {"spark.app.name": app_name}
     submitted = submitted_driver()
     if master or not submitted:
-        settings["spark.master"] = master or os.environ.get("CDC_SPARK_MASTER", "local[2]")
+        settings["spark.master"] = master or engine_settings().spark_master
     settings.update({**SESSION_DEFAULTS, **(conf or {})})
     jars = installed_jars()
     if submitted:
@@ -130,7 +131,7 @@ def _require_delta(session: SparkSession) -> None:
 
 def remote_url() -> str | None:
     """The Spark Connect server the commands attach to (``CDC_SPARK_REMOTE``), if any."""
-    return os.environ.get("CDC_SPARK_REMOTE", "").strip() or None
+    return engine_settings().spark_remote
 
 
 def is_remote(spark: SparkSession) -> bool:

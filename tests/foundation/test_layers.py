@@ -191,3 +191,53 @@ def test_the_entry_point_resolves_every_public_name() -> None:
     assert missing == []
     with pytest.raises(AttributeError, match="no attribute 'spark_session'"):
         derived_views.spark_session  # noqa: B018 - the attribute access is the test
+
+
+#: Modules that read ``CDC_*`` variables from the environment: the application's settings class, the
+#: views' engine settings (the engine runs without ``cdc`` too), and the fixtures that start a local
+#: PostgreSQL or Kafka for the tests and the demo (tooling variables, not settings of the pipeline).
+READS_CDC_ENVIRONMENT = (
+    "cdc/settings.py",
+    "derived_views/engine/engine_settings.py",
+    "cdc/local_kafka.py",
+    "cdc/local_postgres.py",
+    "cdc/pg_builds.py",
+)
+
+
+def _environment_reads(path: Path) -> Iterator[tuple[int, str]]:
+    """``os.environ.get("CDC_...")``, ``os.environ["CDC_..."]`` and ``os.getenv("CDC_...")`` in ``path``."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        name: ast.expr | None = None
+        if isinstance(node, ast.Call) and node.args:
+            target = ast.unparse(node.func)
+            if target in ("os.environ.get", "os.getenv", "environ.get", "getenv"):
+                name = node.args[0]
+        elif isinstance(node, ast.Subscript) and ast.unparse(node.value) in ("os.environ", "environ"):
+            if isinstance(node.ctx, ast.Load):
+                name = node.slice
+        if isinstance(name, ast.Constant) and isinstance(name.value, str) and name.value.startswith("CDC_"):
+            yield node.lineno, name.value
+
+
+def test_cdc_settings_are_read_only_through_the_settings_classes() -> None:
+    """A ``CDC_*`` setting is read by :class:`cdc.settings.Settings` or, for the Spark the views run on, by
+    :class:`derived_views.engine.engine_settings.EngineSettings`: typed, checked, and known to the
+    misspelled-name warning; no other module of the product reads one from the environment."""
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} reads {name}"
+        for package in ("cdc", "derived_views", "log_store", "event_format")
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if str(path.relative_to(ROOT)) not in READS_CDC_ENVIRONMENT
+        for line, name in _environment_reads(path)
+    ]
+    assert wrong == []
+
+
+def test_the_engine_settings_are_known_names() -> None:
+    """The names the engine reads are known to the application's check of misspelled names."""
+    from cdc.setting_names import known_names
+    from derived_views.engine.engine_settings import EngineSettings
+
+    known = known_names([])
+    assert [f"CDC_{field.upper()}" for field in EngineSettings.model_fields if f"CDC_{field.upper()}" not in known] == []
