@@ -145,7 +145,7 @@ def narrow_database(tables: dict[str, int]) -> Iterator[tuple[LocalPostgres, str
 def sync_current(ctx: ViewContext, table: str, replace: bool = False) -> TableResult | None:
     """Bring the warehouse's current table of ``table`` (``schema.table``) to the log's latest watermark
     (:func:`derived_views.write.steps.apply_state` alone: no history table, no other view); ``replace``: rebuild it."""
-    from derived_views.source.pending import LogAsOf
+    from derived_views.source.as_of import LogAsOf
     from derived_views.views import runner, warehouse
     from derived_views.write.steps import apply_state
 

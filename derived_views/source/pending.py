@@ -15,7 +15,6 @@ job that also observes its facts (:func:`typed_batch`). Either way the source of
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +23,9 @@ from derived_views.events.arrow_reduction import reduce_table
 from derived_views.events.batch_facts import BatchFacts, arrow_facts, checkpointed
 from derived_views.events.reduction import EVENT_DDL
 from derived_views.events.spark_typing import Plan, typed, widened
+from derived_views.source.as_of import LogAsOf
 from derived_views.source.log_location import LogLocation
 from derived_views.source.log_source import (
-    LogWatermark,
     Offsets,
     offsets_json,
     plan_partitions,
@@ -35,22 +34,6 @@ from derived_views.source.log_source import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-
-@dataclass(frozen=True)
-class LogAsOf:
-    """The log as of a watermark: what one sync step reads, and the position every table moves to."""
-
-    log: LogLocation
-    watermark: LogWatermark
-
-    def progress(self, topics: list[str], previous: Progress | None = None) -> Progress:
-        """The progress a table consuming ``topics`` has once this range is applied (computed with the
-        same definition as ``previous``)."""
-        offsets = {t: dict(parts) for t, parts in (previous.offsets if previous else {}).items()}
-        for topic in topics:
-            offsets[topic] = dict(self.watermark.offsets.get(topic, {}))
-        return Progress(offsets, self.watermark.position, self.watermark.timestamp_ms, previous.definition if previous else "")
 
 
 def read_log(
@@ -196,12 +179,3 @@ def typed_events(
         spark, as_of.log, topics, _start(progress, topics), as_of.watermark.offsets, reduce=mode, columns=typed_columns
     )
     return typed(raw, columns, table, plan, stored_as=stored_as)
-
-
-def pending_events(watermark: LogWatermark, topics: list[str], progress: Progress | None) -> int:
-    """Events of ``topics`` up to ``watermark`` after ``progress`` (all of them when ``None``), from offsets alone."""
-    return sum(
-        max(0, end - (progress.next_offset(topic, partition) if progress else 0))
-        for topic in topics
-        for partition, end in watermark.offsets.get(topic, {}).items()
-    )

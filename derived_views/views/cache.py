@@ -33,7 +33,7 @@ from derived_views.engine.evaluation import sized_for
 from derived_views.errors import MissingTableError, UnknownEntityError
 from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN
-from derived_views.source.pending import LogAsOf, pending_events
+from derived_views.source.as_of import LogAsOf, pending_events
 from derived_views.views.composite import Composite
 from derived_views.views.composite_sync import (
     CHILDREN,

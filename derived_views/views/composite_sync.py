@@ -40,7 +40,7 @@ from derived_views.errors import DefinitionChangedError
 from derived_views.events.column_names import from_stored, quote, stored
 from derived_views.events.metadata_columns import KEY, LSN, OP
 from derived_views.events.schema import TableSchema
-from derived_views.source.pending import LogAsOf, pending_events
+from derived_views.source.as_of import LogAsOf, pending_events
 from derived_views.views import warehouse
 from derived_views.views.composite import Composite, Link, Nested, SourceTable
 from derived_views.write.apply import overwrite as replace_table

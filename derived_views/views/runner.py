@@ -42,8 +42,8 @@ from derived_views.errors import (
     ViewError,
     ViewsFileError,
 )
+from derived_views.source.as_of import LogAsOf
 from derived_views.source.log_source import LogWatermark, read_watermark
-from derived_views.source.pending import LogAsOf
 from derived_views.views import cache, search, warehouse
 from derived_views.views.composite import Composite, checked, plan_for, source_tables
 from derived_views.write.context import ViewContext

@@ -37,7 +37,7 @@ from derived_views.errors import MissingTableError
 from derived_views.events.column_names import from_stored, quote, source_columns
 from derived_views.events.metadata_columns import KEY, LSN
 from derived_views.events.schema import TableSchema
-from derived_views.source.pending import LogAsOf, pending_events
+from derived_views.source.as_of import LogAsOf, pending_events
 from derived_views.views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
 from derived_views.views.composite import Composite
 from derived_views.views.composite_sync import (

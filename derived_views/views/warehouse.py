@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from derived_views.events.schema import TableSchema
-from derived_views.source.pending import LogAsOf, pending_events
+from derived_views.source.as_of import LogAsOf, pending_events
 from derived_views.write.context import ViewContext
 from derived_views.write.failures import summary
 from derived_views.write.scd2 import merge_history

@@ -19,7 +19,8 @@ from derived_views.engine.progress import Progress, committing
 from derived_views.events.batch_facts import BatchFacts, fact_columns, facts_of
 from derived_views.events.metadata_columns import OP
 from derived_views.events.schema import TableSchema
-from derived_views.source.pending import LogAsOf, pending_events, read_in_driver, typed_batch, typed_events
+from derived_views.source.as_of import LogAsOf, pending_events
+from derived_views.source.pending import read_in_driver, typed_batch, typed_events
 from derived_views.write.context import ViewContext
 from derived_views.write.dead_letter import dead_letter
 from derived_views.write.scd1 import merge_current

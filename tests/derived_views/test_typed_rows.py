@@ -52,6 +52,7 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     from derived_views.events.spark_typing import typed
     from derived_views.events.typed_rows import row_type, typed_ddl
     from derived_views.source import pending
+    from derived_views.source.as_of import LogAsOf
     from derived_views.views import runner
 
     watermark = runner.latest(ctx)
@@ -59,7 +60,7 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     columns = schema.view_columns(None, set())
     plan = schema.parse_plan(columns)
     assert pending.arrow_typed(columns, plan)
-    as_of = pending.LogAsOf(ctx.log, watermark)
+    as_of = LogAsOf(ctx.log, watermark)
     frames = {}
     for mode in ("latest", "all"):
         untyped = pending.pending_table(as_of, [schema.topic], None, mode)

@@ -217,7 +217,7 @@ def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: V
 
 
 def _step(ctx: ViewContext, *, replace: bool = False) -> None:
-    from derived_views.source.pending import LogAsOf
+    from derived_views.source.as_of import LogAsOf
     from derived_views.views import cache, runner, search, warehouse
 
     watermark = runner.latest(ctx)

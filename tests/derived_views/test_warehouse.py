@@ -46,7 +46,7 @@ def test_insert_update_delete_with_faithful_types(ctx: ViewContext, log: LogBuil
     assert rows[1]["updated_at"].isoformat() == "2026-11-21T12:45:00.123456"
     schema = dict(
         ctx.spark.read.format("delta")
-        .load(__import__("derived_views.views.warehouse").warehouse.current_path(ctx, "public.products"))
+        .load(__import__("derived_views.views.warehouse").views.warehouse.current_path(ctx, "public.products"))
         .dtypes
     )
     assert schema["price"] == "decimal(12,2)" and schema["updated_at"] == "timestamp"
@@ -76,8 +76,8 @@ def test_partial_row_keeps_unchanged_column_across_batches(ctx: ViewContext, log
 
 
 def test_same_batch_twice_and_older_batch_after_newer_change_nothing(ctx: ViewContext, log: LogBuilder) -> None:
+    from derived_views.source.as_of import LogAsOf
     from derived_views.source.log_source import read_watermark
-    from derived_views.source.pending import LogAsOf
     from derived_views.views import warehouse
 
     with log.transaction() as tx:
