@@ -11,8 +11,8 @@ COPY derived_views derived_views
 COPY event_format event_format
 COPY migrations migrations
 RUN pip install --no-cache-dir . \
- && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.spark_jars \
- && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.class_archive
+ && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.engine.spark_jars \
+ && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.engine.archive_build
 ENV CDC_SPARK_JARS_DIR=/opt/cdc/jars \
     CDC_DATA_DIR=/data
 VOLUME /data

@@ -94,18 +94,19 @@ def main(rows: int) -> None:
             )
             conn.execute("VACUUM ANALYZE bench")
             conn.execute("ALTER TABLE bench SET (autovacuum_enabled = false)")  # no transaction for a slot to wait for
-        masks = {"public.bench": {"name": Mask("hash"), "amount": Mask("truncate", length=3)}}
-        cases: list[tuple[str, Callable[[psycopg.Connection], None], bool]] = [
+        masks: dict[str, dict[str, Mask]] = {"public.bench": {"name": Mask("hash"), "amount": Mask("truncate", length=3)}}
+
+        def masked(conn: psycopg.Connection[Any]) -> None:
+            apply_masks(conn, "cdc_publication", masks)
+
+        def listed_and_filtered(conn: psycopg.Connection[Any]) -> None:
+            apply_masks(conn, "cdc_publication", {})
+            conn.execute("ALTER PUBLICATION cdc_publication SET TABLE bench (id, name) WHERE (id % 2 = 0)")
+
+        cases: list[tuple[str, Callable[[psycopg.Connection[Any]], None], bool]] = [
             ("whole", lambda conn: None, True),
-            ("masked", lambda conn: apply_masks(conn, "cdc_publication", masks), True),  # type: ignore[arg-type]
-            (
-                "list+filter",
-                lambda conn: (
-                    apply_masks(conn, "cdc_publication", {}),  # type: ignore[arg-type]
-                    conn.execute("ALTER PUBLICATION cdc_publication SET TABLE bench (id, name) WHERE (id % 2 = 0)"),
-                ),
-                False,
-            ),
+            ("masked", masked, True),
+            ("list+filter", listed_and_filtered, False),
         ]
         results = {}
         for name, prepare, stream in cases:

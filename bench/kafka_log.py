@@ -25,9 +25,9 @@ from bench.capture_common import bench_database, insert_rows, recvlogical_second
 from cdc.coordinator import Capture
 from cdc.local_kafka import LocalKafka
 from cdc.view_context import location_from_settings
-from derived_views.log_source import read_watermark
-from derived_views.pending import read_log
-from derived_views.spark_session import build_spark
+from derived_views.engine.spark_session import build_spark
+from derived_views.source.log_source import read_watermark
+from derived_views.source.pending import read_log
 
 
 def main(rows: int) -> None:

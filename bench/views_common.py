@@ -29,8 +29,8 @@ if TYPE_CHECKING:
 
     from cdc.local_postgres import LocalPostgres
     from cdc.settings import Settings
-    from derived_views.context import ViewContext
-    from derived_views.steps import TableResult
+    from derived_views.write.context import ViewContext
+    from derived_views.write.steps import TableResult
 
 JDBC_DRIVER = "org.postgresql:postgresql:42.7.4"
 
@@ -65,7 +65,7 @@ def jdbc_jars() -> list[Path]:
 
 def bench_spark() -> SparkSession:
     """The views' Delta session with the JDBC driver on the class path."""
-    from derived_views.spark_session import build_spark
+    from derived_views.engine.spark_session import build_spark
 
     path = ":".join(str(jar) for jar in jdbc_jars())
     return build_spark("cdc-bench-views", conf={"spark.driver.extraClassPath": path, "spark.executor.extraClassPath": path})
@@ -144,10 +144,10 @@ def narrow_database(tables: dict[str, int]) -> Iterator[tuple[LocalPostgres, str
 
 def sync_current(ctx: ViewContext, table: str, replace: bool = False) -> TableResult | None:
     """Bring the warehouse's current table of ``table`` (``schema.table``) to the log's latest watermark
-    (:func:`derived_views.steps.apply_state` alone: no history table, no other view); ``replace``: rebuild it."""
-    from derived_views import runner, warehouse
-    from derived_views.pending import LogAsOf
-    from derived_views.steps import apply_state
+    (:func:`derived_views.write.steps.apply_state` alone: no history table, no other view); ``replace``: rebuild it."""
+    from derived_views.source.as_of import LogAsOf
+    from derived_views.views import runner, warehouse
+    from derived_views.write.steps import apply_state
 
     watermark = runner.latest(ctx)
     assert watermark is not None

@@ -9,7 +9,7 @@ description text: 16 words from a 2,000-word vocabulary) and ``public.categories
 unrelated ``public.customers``. Category 1 is referenced by exactly 1% of the products (every id divisible
 by 100); the others spread over ``--others`` categories (default 1,000). One search index joins them:
 ``text = name, description, category_name``. Then, one source transaction at a time, each followed by
-one incremental ``cdc sync`` step of the index (:func:`derived_views.runner.step`):
+one incremental ``cdc sync`` step of the index (:func:`derived_views.views.runner.step`):
 
 - an update of ``public.customers`` (a table the index does not read): the floor of a step;
 - a rename of a category no product references: the index's machinery runs, no document changes;
@@ -23,7 +23,7 @@ read from the documents table's own commits (``DESCRIBE HISTORY``: a MERGE's upd
 deleted rows, an overwrite's rows written), and so are the terms rows; each MERGE's line also shows
 the unchanged rows it copied into new files (Delta's copy-on-write: by default the view tables have no
 deletion vectors), the files it replaced, and its scan and rewrite times. Each step is split into phases (state
-copies, affected roots, documents, terms, the rest) by timing the functions :mod:`derived_views.search`
+copies, affected roots, documents, terms, the rest) by timing the functions :mod:`derived_views.views.search`
 calls. Prints figures, asserts nothing about time; other load on the machine moves them a lot.
 """
 
@@ -195,13 +195,13 @@ class LogWriter:
 
 
 class Phases:
-    """Seconds spent in each phase of a sync step of the index, by timing what :mod:`derived_views.search`
+    """Seconds spent in each phase of a sync step of the index, by timing what :mod:`derived_views.views.search`
     calls (its module globals are wrapped; the frames are lazy, so each write's time is its computation)."""
 
     NAMES = ("state copies", "affected roots", "documents", "terms")
 
     def __init__(self) -> None:
-        from derived_views import search
+        from derived_views.views import search
 
         self.seconds: dict[str, float] = {}
         table = lambda frame, path, *rest: "documents" if path.endswith("/documents") else "terms"  # noqa: E731
@@ -242,11 +242,11 @@ def main() -> None:
     if args.roots < 100:
         parser.error("--roots must be at least 100 (1% of them reference the renamed category)")
 
-    from derived_views import runner
-    from derived_views.context import ViewContext
     from derived_views.definitions import ViewDefinitions
-    from derived_views.log_location import LogLocation
-    from derived_views.spark_session import build_spark
+    from derived_views.engine.spark_session import build_spark
+    from derived_views.source.log_location import LogLocation
+    from derived_views.views import runner
+    from derived_views.write.context import ViewContext
 
     directory = Path(tempfile.mkdtemp(prefix="cdc-bench-fanout-", dir=args.dir))
     try:

@@ -8,7 +8,7 @@ One throwaway PostgreSQL holds two narrow tables (id bigint primary key, price n
 of about 14 bytes), ``items_small`` with ``--small`` rows and ``items_large`` with ``--large`` rows,
 filled by the server (``INSERT ... SELECT generate_series``). Both are captured into one log
 (``Capture(once=True)``: the initial snapshot, timed) and synced into the warehouse's current tables
-(:func:`derived_views.steps.apply_state` alone, as ``bench/views_sync.py`` does; the first sync
+(:func:`derived_views.write.steps.apply_state` alone, as ``bench/views_sync.py`` does; the first sync
 overwrites an empty table). Then, ``--rounds`` times, one source transaction updates ``--changed``
 rows of each table, spread evenly over its keys (every (rows / changed)-th id, a different set each
 round), is captured, and the change is synced into the small table, then into the large one. The
@@ -21,7 +21,7 @@ rounds' (the median of rounds 2..N), with the first printed too. Figures, side b
   at least 10.
 
 Each sync is split into reading the pending events (read, reduce, parse, checkpoint:
-:func:`derived_views.steps.load_pending`), the MERGE (:func:`derived_views.scd1.merge_current`) and the
+:func:`derived_views.write.steps.load_pending`), the MERGE (:func:`derived_views.write.scd1.merge_current`) and the
 rest, and each MERGE's Delta commit metrics are printed (rows changed and copied, files replaced, scan and
 rewrite times), so a figure off target shows where its time went. The machine's load average is printed
 with each round: other work on the machine moves the figures a lot. Prints figures, asserts only row
@@ -49,7 +49,8 @@ from bench.views_common import (
 )
 from cdc import view_context
 from cdc.coordinator import Capture
-from derived_views import steps, warehouse
+from derived_views.views import warehouse
+from derived_views.write import steps
 
 SMALL, LARGE = "items_small", "items_large"
 PHASES = ("read events", "MERGE")

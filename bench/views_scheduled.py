@@ -36,7 +36,7 @@ from pathlib import Path
 from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
 from cdc.local_postgres import LocalPostgres, free_port
 
-_BARE_START = "from derived_views.spark_session import build_spark; build_spark('cdc-bare').stop()"
+_BARE_START = "from derived_views.engine.spark_session import build_spark; build_spark('cdc-bare').stop()"
 
 
 def _timed(command: list[str], env: dict[str, str]) -> float:

@@ -52,7 +52,7 @@ from bench.views_common import PRODUCTS_SQL, bench_spark, load_average, products
 from cdc import view_context
 from cdc.local_postgres import free_port
 from cdc.settings import Settings
-from derived_views import runner, warehouse
+from derived_views.views import runner, warehouse
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "declarative_pipeline"

@@ -43,7 +43,7 @@ def _union(intervals: list[tuple[int, int]]) -> int:
 def event_log_spark(app_name: str, conf: dict[str, str]) -> tuple[SparkSession, Path]:
     """A view session with ``conf`` that writes Spark's event log (uncompressed) into a new directory:
     read it with :func:`events` after ``spark.stop()``, which flushes it."""
-    from derived_views.spark_session import build_spark
+    from derived_views.engine.spark_session import build_spark
 
     directory = Path(tempfile.mkdtemp(prefix="cdc-eventlog-"))
     settings = {"spark.eventLog.enabled": "true", "spark.eventLog.dir": str(directory), "spark.eventLog.compress": "false"}
@@ -111,8 +111,8 @@ def summarize(events: list[dict[str, Any]], wall_s: float) -> list[str]:
 def main(views: list[str], conf: dict[str, str]) -> None:
     from cdc import view_context
     from cdc.settings import load_settings
-    from derived_views import runner
     from derived_views.definitions import load
+    from derived_views.views import runner
 
     settings = load_settings()
     spark, directory = event_log_spark("cdc-profile", conf)

@@ -24,7 +24,7 @@ from bench.capture_common import timed
 from bench.views_common import bench_spark, full_refresh, products_database, sync_current
 from cdc import view_context
 from cdc.coordinator import Capture
-from derived_views import warehouse
+from derived_views.views import warehouse
 from log_store import LogStore
 
 

@@ -56,7 +56,6 @@ from cdc.capture.events import EventBuilder
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.group_writer import GroupWriter
 from cdc.capture.initial_snapshot import take_initial_snapshot
-from cdc.capture.log import Log
 from cdc.capture.lsn import Lsn
 from cdc.capture.slot_continuity import require_continuity, slot_skipped_ahead
 from cdc.capture.snapshot import CHUNK_ROWS
@@ -86,6 +85,7 @@ from cdc.settings import Settings
 from cdc.source_checks import capture_problems
 from cdc.storage_errors import capture_storage_error
 from log_store.errors import StorageIOError
+from log_store.log import Log
 
 log = logging.getLogger("cdc.capture")
 
@@ -221,7 +221,7 @@ class Capture:
         doubles from 1 s to 30 s. ``once`` fails at once instead, as does an error a restart cannot cure
         (another capture of the prefix took over, a refused login or permission, a record too large).
         """
-        from log_store.kafka_log import KafkaLogError
+        from log_store.kafka.log import KafkaLogError
 
         pause = 1.0
         while True:

@@ -44,7 +44,7 @@ from cdc.redact import redact_url
 from cdc.settings import Settings
 
 if TYPE_CHECKING:
-    from cdc.capture.log import Log
+    from log_store.log import Log
 
 SCHEMA_VERSION = 1
 _WARN_SAFE_FRACTION = 0.2
@@ -283,8 +283,8 @@ def _rules_changed(settings: Settings, store: Log) -> list[str]:
 
 def measure_views(settings: Settings, log: LogLag) -> list[ViewLag]:
     """Per view, the least advanced of its tables against the log's latest watermark."""
+    from derived_views import view_progress
     from derived_views.definitions import load
-    from derived_views.status import view_progress
 
     ends = {(p.topic, p.partition): p.end_offset for p in log.partitions}
     latest = log.watermark or {}
@@ -338,7 +338,7 @@ def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal
     if unreadable is not None:
         report.violations.append(f"the log cannot be read: {unreadable}")
     _warn(report)
-    from derived_views.failures import read_all
+    from derived_views import read_failures as read_all
 
     # a table whose batch failed falls behind while the rest of its view moves on: never ok
     report.violations.extend(failure.line() for failure in read_all(settings.views_dir))

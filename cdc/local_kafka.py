@@ -69,7 +69,7 @@ def fetch() -> list[Path]:
         return existing
     import pyspark
 
-    from derived_views.spark_jars import resolved_jars
+    from derived_views import resolved_jars
 
     directory = jars_dir()
     with resolved_jars(KAFKA_COORDINATE) as resolved:

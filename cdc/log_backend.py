@@ -1,15 +1,15 @@
 """Which log the pipeline uses: the embedded one under ``CDC_DATA_DIR`` or the one in Kafka (``CDC_LOG``).
 
-Both offer the interface capture and the log's readers use (:class:`~cdc.capture.log.Log`: topics,
+Both offer the interface capture and the log's readers use (:class:`~log_store.log.Log`: topics,
 ``append_group``, ``read``, offsets, watermarks), with the same records, placement and watermark rules,
 so the capture loop's exactly-once restart (:mod:`cdc.coordinator`) is one piece of code for both.
 """
 
 from __future__ import annotations
 
-from cdc.capture.log import Log
 from cdc.settings import Settings
 from log_store import LogStore
+from log_store.log import Log
 
 
 def open_log(settings: Settings, *, writer: bool = False) -> Log:
@@ -19,7 +19,7 @@ def open_log(settings: Settings, *, writer: bool = False) -> Log:
     the group that writer left open; an embedded writer takes the log's writer lock.
     """
     if settings.uses_kafka:
-        from log_store.kafka_log import KafkaLog
+        from log_store.kafka.log import KafkaLog
 
         return KafkaLog.open(settings.kafka_settings(), writer=writer)
     if writer:

@@ -17,14 +17,13 @@ from typing import TextIO
 
 from dotenv import dotenv_values
 
-#: Variables read on purpose outside the settings class (README: "Tooling variables").
+#: Variables read on purpose outside the settings classes (README: "Tooling variables"); the views'
+#: engine reads its own (:class:`derived_views.EngineSettings`: the Spark master, Spark Connect server,
+#: jars directory and class archive), which :func:`known_names` knows from its fields.
 TOOLING: frozenset[str] = frozenset(
     {
         "CDC_KAFKA_JARS_DIR",  # cdc.local_kafka: the test and demo broker's jars
         "CDC_PG_BINDIR",  # cdc.local_postgres: PostgreSQL server binaries
-        "CDC_SPARK_JARS_DIR",  # derived_views.spark_jars: the Delta and Kafka source jars
-        "CDC_SPARK_MASTER",  # derived_views.spark_session: the Spark master
-        "CDC_SPARK_REMOTE",  # derived_views.spark_session: a Spark Connect server to attach to
         "CDC_TEST_DATABASE_URL",  # tests: the PostgreSQL the test suite uses
         "CDC_TEST_KAFKA",  # tests: a Kafka broker the test suite uses
     }
@@ -36,8 +35,11 @@ _warned: set[str] = set()
 
 
 def known_names(fields: Iterable[str]) -> list[str]:
-    """``CDC_<FIELD>`` of every settings field, and the tooling variables, sorted."""
-    return sorted({PREFIX + field.upper() for field in fields} | TOOLING)
+    """``CDC_<FIELD>`` of every settings field and of the views' engine settings, and the tooling
+    variables, sorted."""
+    from derived_views import EngineSettings
+
+    return sorted({PREFIX + field.upper() for field in [*fields, *EngineSettings.model_fields]} | TOOLING)
 
 
 def unknown_names(known: Iterable[str], environ: Mapping[str, str], dotenv: Mapping[str, str | None]) -> dict[str, bool]:

@@ -18,7 +18,7 @@ from log_store import LogConfig
 from log_store.topic_names import topic_name
 
 if TYPE_CHECKING:
-    from log_store.kafka_log import KafkaSettings
+    from log_store.kafka.log import KafkaSettings
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -236,8 +236,8 @@ class Settings(BaseSettings):
         return client
 
     def kafka_settings(self) -> KafkaSettings:
-        """Where and how :class:`~log_store.kafka_log.KafkaLog` keeps this pipeline's topics."""
-        from log_store.kafka_log import KafkaSettings
+        """Where and how :class:`~log_store.kafka.log.KafkaLog` keeps this pipeline's topics."""
+        from log_store.kafka.log import KafkaSettings
 
         client = self.kafka_client()
         return KafkaSettings(

@@ -26,7 +26,7 @@ from cdc.publication_rule_checks import rule_problems
 from cdc.settings import Settings
 
 if TYPE_CHECKING:
-    from derived_views.composite import SourceTable
+    from derived_views import SourceTable
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def _kafka_check(settings: Settings) -> Check:
     import dataclasses
 
     from log_store.errors import LogStoreError
-    from log_store.kafka_log import KafkaLog
+    from log_store.kafka.log import KafkaLog
 
     try:
         KafkaLog.open(dataclasses.replace(settings.kafka_settings(), timeout_s=5.0)).close()
@@ -162,9 +162,9 @@ def _kafka_toast_check(conn: Connection, name: str, oid: int) -> Check | None:
 
 def _views_file_check(conn: Connection, settings: Settings) -> Check:
     """The views file is well formed and its views read only tables capture will read, through columns
-    and keys they have and the publication publishes (derived_views.definitions, derived_views.composite,
-    derived_views.published_rules)."""
-    from derived_views.composite import checked
+    and keys they have and the publication publishes (derived_views.definitions, derived_views.views.composite,
+    derived_views.views.published_rules)."""
+    from derived_views import checked
     from derived_views.definitions import load
     from derived_views.errors import ViewsFileError
 
@@ -190,7 +190,7 @@ ORDER BY a.attnum
 
 def _source_tables(conn: Connection, tables: list[tuple[str, str]]) -> dict[str, SourceTable]:
     """What the views file may name of each covered table: its columns' types and its primary key."""
-    from derived_views.composite import SourceTable  # noqa: F811 - at run time too
+    from derived_views import SourceTable  # noqa: F811 - at run time too
     from log_store.topic_names import log_name
 
     found = {}
@@ -212,7 +212,7 @@ def _published_columns(tables: dict[str, SourceTable], conn: Connection, publica
     """``tables`` with only the columns the publication's column lists publish: a view can never hold another."""
     import dataclasses
 
-    from derived_views.published_rules import published_rules
+    from derived_views import published_rules
 
     rules = published_rules(conn, publication)  # type: ignore[arg-type]
     out = dict(tables)

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from derived_views.context import ViewContext
+from derived_views import LogLocation, ViewContext
 from derived_views.definitions import load as load_definitions
-from derived_views.log_location import LogLocation
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -23,16 +22,15 @@ def location_from_settings(settings: Settings) -> LogLocation:
 
 
 def context_from_settings(settings: Settings, spark: SparkSession | None = None, *, one_shot: bool = False) -> ViewContext:
-    """A :class:`~derived_views.context.ViewContext` for the configured data directory, log and views file,
-    in ``spark`` or a session of its own. ``one_shot``: the process runs one step and ends, so a driver
-    it starts for a small step compiles with C1 alone (:mod:`derived_views.driver_jit`)."""
-    from derived_views.driver_jit import short_run
-    from derived_views.spark_session import build_spark
+    """A :class:`~derived_views.write.context.ViewContext` for the configured data directory, log and views
+    file, in ``spark`` or a session of its own. ``one_shot``: the process runs one step and ends, so a
+    driver it starts for a small step compiles with C1 alone (:mod:`derived_views.views.job`)."""
+    from derived_views import start_session
 
     definitions = load_definitions(settings.views_file)
     location = location_from_settings(settings)
     if spark is None:
-        spark = build_spark("cdc-views", short_run=one_shot and short_run(location, settings.views_dir, settings.topic_prefix))
+        spark = start_session(location, settings.views_dir, settings.topic_prefix, one_shot=one_shot)
     return ViewContext(
         spark,
         str(settings.views_dir.resolve()),

@@ -1,41 +1,106 @@
 """Derived views kept exact from the change log: the warehouse, search indexes and cache entities.
 
-Modules:
-
-- :mod:`~derived_views.log_source`: the ``cdclog`` Spark data source (batch and streaming), the only
-  module that knows where the log lives; :func:`register` makes it known to a user's own session, and
-  :mod:`~derived_views.change_events` parses its envelopes into columns (option ``rows=events``).
-- :mod:`~derived_views.reduction`: change events decoded, and reduced per key for a batch (pure Python).
-- :mod:`~derived_views.schema`: source column lists and their faithful Spark types.
-- :mod:`~derived_views.pending`: a table's pending events, reduced and typed (by Arrow where
-  :mod:`~derived_views.typed_rows` can), with their facts.
-- :mod:`~derived_views.apply` (the rules and table plumbing every table shares), :mod:`~derived_views.scd1`
-  (one row per key), :mod:`~derived_views.scd2` (one row per version), :mod:`~derived_views.dead_letter`,
-  :mod:`~derived_views.steps` (one table's batch, read, typed and applied).
-- :mod:`~derived_views.progress`: applied offsets and as-of watermark stored in each Delta commit.
-- :mod:`~derived_views.definitions`: the views file; :mod:`~derived_views.composite`: search indexes and
-  cache entities as checked plans; :mod:`~derived_views.composite_sync`: their incremental maintenance.
-- :mod:`~derived_views.warehouse`, :mod:`~derived_views.search`, :mod:`~derived_views.cache`: the views.
-- :mod:`~derived_views.runner`: sync steps, continuous mode, rebuild; :mod:`~derived_views.verify`.
-
 Every view table is a pure function of the log: ``cdc rebuild VIEW`` recreates it by replay.
+
+Layers, each a subpackage with one job; a layer imports only the layers below it, and the package has
+no import loop (``tests/foundation/test_layers.py`` checks both):
+
+- :mod:`derived_views.errors` (what can go wrong) and :mod:`derived_views.definitions` (the views
+  file): the package's vocabulary, which every layer may import;
+- :mod:`derived_views.engine`: Spark and Delta sessions, jars, the driver JVM, Delta SQL, progress;
+- :mod:`derived_views.events`: change events decoded, reduced per key and typed (pure logic);
+- :mod:`derived_views.source`: reading the log (the ``cdclog`` data source, Kafka) and a table's pending batch;
+- :mod:`derived_views.write`: the MERGE rules, SCD1 and SCD2 tables, one table's sync step;
+- :mod:`derived_views.views`: the warehouse, search, cache, their runs, status, listing and verify.
+
+This module is the package's public entry point: the application (``cdc``) imports the names of
+:data:`__all__` from here, and otherwise only :mod:`derived_views.errors` and
+:mod:`derived_views.definitions`. Names are imported on first use, so that importing the package does
+not import Spark.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from derived_views.engine.engine_settings import EngineSettings
+    from derived_views.engine.spark_jars import resolved_jars
+    from derived_views.engine.spark_server import server_command, server_environment
+    from derived_views.source.log_location import LogLocation
+    from derived_views.source.log_source import register
+    from derived_views.views import cache, runner, search
+    from derived_views.views.composite import SourceTable, checked
+    from derived_views.views.job import session_facts, start_session
+    from derived_views.views.listing import captured_tables, view_tables
+    from derived_views.views.published_rules import published_rules
+    from derived_views.views.runner import StepReport
+    from derived_views.views.status import view_as_of_lsn, view_progress
+    from derived_views.views.verify import shown, verify
+    from derived_views.write.context import ViewContext
+    from derived_views.write.failures import read_all as read_failures
+
+#: public name -> (module, name in it); a module itself when the name is ``None``
+_EXPORTS: dict[str, tuple[str, str | None]] = {
+    "register": ("derived_views.source.log_source", "register"),
+    "LogLocation": ("derived_views.source.log_location", "LogLocation"),
+    "ViewContext": ("derived_views.write.context", "ViewContext"),
+    "start_session": ("derived_views.views.job", "start_session"),
+    "session_facts": ("derived_views.views.job", "session_facts"),
+    "runner": ("derived_views.views.runner", None),
+    "StepReport": ("derived_views.views.runner", "StepReport"),
+    "search": ("derived_views.views.search", None),
+    "cache": ("derived_views.views.cache", None),
+    "verify": ("derived_views.views.verify", "verify"),
+    "shown": ("derived_views.views.verify", "shown"),
+    "captured_tables": ("derived_views.views.listing", "captured_tables"),
+    "view_tables": ("derived_views.views.listing", "view_tables"),
+    "view_progress": ("derived_views.views.status", "view_progress"),
+    "view_as_of_lsn": ("derived_views.views.status", "view_as_of_lsn"),
+    "read_failures": ("derived_views.write.failures", "read_all"),
+    "SourceTable": ("derived_views.views.composite", "SourceTable"),
+    "checked": ("derived_views.views.composite", "checked"),
+    "published_rules": ("derived_views.views.published_rules", "published_rules"),
+    "server_command": ("derived_views.engine.spark_server", "server_command"),
+    "server_environment": ("derived_views.engine.spark_server", "server_environment"),
+    "resolved_jars": ("derived_views.engine.spark_jars", "resolved_jars"),
+    "EngineSettings": ("derived_views.engine.engine_settings", "EngineSettings"),
+}
+
+__all__ = [
+    "EngineSettings",
+    "LogLocation",
+    "SourceTable",
+    "StepReport",
+    "ViewContext",
+    "cache",
+    "captured_tables",
+    "checked",
+    "published_rules",
+    "read_failures",
+    "register",
+    "resolved_jars",
+    "runner",
+    "search",
+    "server_command",
+    "server_environment",
+    "session_facts",
+    "shown",
+    "start_session",
+    "verify",
+    "view_as_of_lsn",
+    "view_progress",
+    "view_tables",
+]
 
 
-def register(spark: SparkSession) -> None:
-    """Make the change log's Spark data source, ``spark.read.format("cdclog")`` and
-    ``spark.readStream.format("cdclog")``, available in ``spark`` (a classic or a Spark Connect session;
-    idempotent). See ``docs/spark-source.md``.
-
-    Imported here lazily, so that importing the package does not import Spark.
-    """
-    from derived_views.log_source import register as register_source
-
-    register_source(spark)
+def __getattr__(name: str) -> Any:
+    """Import a public name on first use (PEP 562)."""
+    try:
+        module, attribute = _EXPORTS[name]
+    except KeyError:
+        raise AttributeError(f"module 'derived_views' has no attribute {name!r}") from None
+    value = import_module(module) if attribute is None else getattr(import_module(module), attribute)
+    globals()[name] = value
+    return value

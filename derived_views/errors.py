@@ -90,7 +90,7 @@ class TablesFailedError(ViewError):
     """Tables of a sync step failed to apply their batch; every other table was applied.
 
     Each failed table stays exact as of the watermark it last recorded and is retried by the next
-    sync; ``cdc lag`` lists it until then (:mod:`derived_views.failures`).
+    sync; ``cdc lag`` lists it until then (:mod:`derived_views.write.failures`).
     """
 
     def __init__(self, lines: list[str]) -> None:
@@ -118,7 +118,7 @@ class DefinitionChangedError(ViewError):
 
 class ColumnNameClashError(ViewError):
     """Two columns of one table that a Delta table cannot tell apart under any of their stored forms
-    (:mod:`derived_views.column_names`): ``A`` beside ``a`` and a column called ``%41``."""
+    (:mod:`derived_views.events.column_names`): ``A`` beside ``a`` and a column called ``%41``."""
 
     def __init__(self, table: str, first: str, second: str, stored: str) -> None:
         where = f" of {table}" if table else ""
@@ -149,5 +149,5 @@ class SparkJarsMissingError(ViewError):
         super().__init__(
             "Delta Lake is not on the Spark driver's classpath: give spark-submit "
             f"`--packages {packages}`, or `--jars` with the jar files set-up fetched "
-            '(`--jars "$(python -m derived_views.spark_jars | paste -sd,)"`)'
+            '(`--jars "$(python -m derived_views.engine.spark_jars | paste -sd,)"`)'
         )

@@ -1,10 +1,13 @@
-"""A durable, compacted, partitioned, append-only log on local disk, modelled on Kafka's.
+"""A durable, compacted, partitioned, append-only log modelled on Kafka's: embedded on local disk
+(:class:`LogStore`), or kept in Apache Kafka (:mod:`log_store.kafka`), both behind one interface
+(:mod:`log_store.log`: :class:`~log_store.log.LogReader` for readers, :class:`~log_store.log.Log` for
+the writer).
 
 Public API (see ``API.md``)::
 
     from log_store import LogStore, LogConfig, ProducerRecord, Record, Watermark, TopicPartition
 
-The on-disk format is specified in the docstrings of :mod:`log_store.store` (root layout),
+The embedded log's on-disk format is specified in the docstrings of :mod:`log_store.store` (root layout),
 :mod:`log_store.segment`, :mod:`log_store.record_batch`, :mod:`log_store.offset_index`,
 :mod:`log_store.watermark`, :mod:`log_store.topic`, :mod:`log_store.consumer_offsets` and
 :mod:`log_store.log_cleaner`; recovery is described in :mod:`log_store.recovery`. The package knows

@@ -446,12 +446,16 @@ class LogStore:
         max_records: int = 10_000,
         max_bytes: int = 16 << 20,
         until: Watermark | None = None,
+        end: int | None = None,
     ) -> list[Record]:
-        """Records of ``tp`` from ``offset`` below the watermark's end offset for ``tp``."""
+        """Records of ``tp`` from ``offset`` below the watermark's end offset for ``tp``, and below ``end``
+        when given."""
         tp = TopicPartition(*tp)
         partition = self._partition(tp)
         limit = self._read_limit(tp, until)
-        return partition.read(max(offset, 0), limit, max_records, max_bytes) if limit is not None else []
+        if limit is None:
+            return []
+        return partition.read(max(offset, 0), limit if end is None else min(end, limit), max_records, max_bytes)
 
     def read_columns(
         self,

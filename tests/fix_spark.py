@@ -17,8 +17,8 @@ if TYPE_CHECKING:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """Local Delta-enabled session; fails clearly when set-up has not fetched the Delta jars."""
-    from derived_views.spark_jars import installed_jars, jars_dir
-    from derived_views.spark_session import build_spark
+    from derived_views.engine.spark_jars import installed_jars, jars_dir
+    from derived_views.engine.spark_session import build_spark
 
     if not installed_jars():
         pytest.fail(f"no Delta jars in {jars_dir()}: run the set-up (scripts/test) first")

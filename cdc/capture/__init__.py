@@ -5,5 +5,5 @@ whole transactions (:mod:`cdc.capture.streaming`), change events (:mod:`cdc.capt
 (:mod:`cdc.capture.snapshot_writer`, :mod:`cdc.capture.initial_snapshot`, :mod:`cdc.capture.table_snapshots`)
 and the streaming decisions (:mod:`cdc.capture.stream_core`). It imports nothing of the application
 around it (``cdc/``: the CLI, settings, the run that ties capture to them, :mod:`cdc.coordinator`);
-the log reaches it as a :class:`~cdc.capture.log.Log`.
+the log reaches it as a :class:`~log_store.log.Log`.
 """

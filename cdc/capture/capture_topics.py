@@ -7,10 +7,10 @@ import logging
 
 import orjson
 
-from cdc.capture.log import Log
 from cdc.capture.streaming import EmittedSchema
 from cdc.capture.tables import TableShape, fingerprint_of
 from log_store import TopicPartition
+from log_store.log import Log
 from log_store.topic_names import log_name
 
 log = logging.getLogger("cdc.capture")

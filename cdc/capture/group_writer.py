@@ -15,10 +15,10 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from cdc.capture.key_changes import KeyChangeValues, LogRows
-from cdc.capture.log import Log
 from cdc.capture.stream_core import group_position
 from cdc.capture.streaming import ChangeReplayer, Transaction
 from log_store import ProducerRecord
+from log_store.log import Log
 
 log = logging.getLogger("cdc.capture")
 

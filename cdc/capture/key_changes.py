@@ -50,7 +50,7 @@ from log_store import ProducerRecord, TopicPartition
 from log_store.partitioner import partition_for_key
 
 if TYPE_CHECKING:
-    from cdc.capture.log import Log
+    from log_store.log import Log
 
 #: A full row: column name -> its JSON value bytes (as written in the log).
 Row = dict[str, bytes]

@@ -36,7 +36,6 @@ from dataclasses import dataclass, field
 from cdc.capture.catalog import Catalog, PublishedTable, rule_of
 from cdc.capture.events import EventBuilder, TxContext, mark_last_read, tombstone_headers
 from cdc.capture.gc_tuning import relaxed_gc
-from cdc.capture.log import Log
 from cdc.capture.lsn import Lsn
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.streaming import ChangeReplayer
@@ -45,6 +44,7 @@ from cdc.capture.tables import TableShape
 from event_format import SNAPSHOT_POSITION, is_truncate_key
 from event_format.masks import Mask
 from log_store import ProducerColumns, ProducerRecord, TopicPartition
+from log_store.log import Log
 
 #: Items a snapshot group hands the log at a time: records, or blocks of one chunk's reads each.
 _SNAPSHOT_ITEMS = 2

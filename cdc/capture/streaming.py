@@ -65,6 +65,8 @@ _CLOCK_EVERY = 1024
 _DATA_TYPES = frozenset(b"RYIUDT")
 #: where an XLogData frame's payload starts: 'w', Int64 data start, Int64 WAL end, Int64 send time
 _PAYLOAD_AT = 25
+#: an XLogData frame's data start (the LSN of the message it carries), after the 'w'
+_DATA_START = struct.Struct("!Q")
 _PG_EPOCH_MS = PG_EPOCH_OFFSET_US // 1000
 
 
@@ -148,7 +150,9 @@ class TransactionAssembler:
             return start
         old_at = 5 if self._stream_xid is None else 9  # where an update's old-tuple kind byte sits
         payloads: list[bytes] = []
+        lsns: list[int] = []
         append = payloads.append
+        data_start = _DATA_START.unpack_from
         end = len(frames)
         index = start
         while index < end:
@@ -157,28 +161,31 @@ class TransactionAssembler:
                 break
             payload = bytes(frame[_PAYLOAD_AT:])
             append(payload)
+            lsns.append(data_start(frame, 1)[0])
             if payload[0] == 0x55 and len(payload) > old_at and payload[old_at] == 0x4B:
                 target.key_changes = True
             index += 1
         if payloads:
-            target.changes.extend(payloads)
+            target.changes.extend(payloads, lsns)
         return index
 
-    def feed(self, payload: bytes, lsn: int = 0) -> Transaction | None:
+    def feed(self, payload: bytes, lsn: int) -> Transaction | None:
+        """Take one message that came at ``lsn`` (its XLogData data start): a change is stored with its
+        LSN, so that a decode error at replay names where it is; returns the transaction it commits."""
         kind = payload[0] if payload else 0
         if kind == 0x4D:  # 'M': a logical message; a transactional one is kept with its transaction's changes
             target = self._streams.get(self._stream_xid) if self._stream_xid is not None else self._current
             flags_at = 1 if self._stream_xid is None else 5
             if target is not None and len(payload) > flags_at and payload[flags_at] & 1:
-                target.changes.append(payload)
+                target.changes.append(payload, lsn)
             return None
         if kind in _DATA_TYPES:
             if self._stream_xid is not None:
                 stream = self._streams[self._stream_xid]
-                stream.changes.append(payload)
+                stream.changes.append(payload, lsn)
                 stream.key_changes |= kind == 0x55 and len(payload) > 9 and payload[9] == 0x4B
             elif self._current is not None:
-                self._current.changes.append(payload)
+                self._current.changes.append(payload, lsn)
                 self._current.key_changes |= kind == 0x55 and len(payload) > 5 and payload[5] == 0x4B
             elif kind in b"RY":
                 return None  # a Relation outside a transaction carries nothing to replay
@@ -433,12 +440,12 @@ class ChangeReplayer:
         for tx in txs:
             decoder = Decoder()
             decoder.in_stream = tx.streamed
-            for payload in tx.changes:
+            for lsn, payload in tx.changes.positioned():
                 if payload[0] not in b"RYU":
                     continue
                 if tx.streamed and tx.aborted_subxids and _XID.unpack_from(payload, 1)[0] in tx.aborted_subxids:
                     continue
-                message = decoder.decode(payload)
+                message = decoder.decode(payload, lsn)
                 if isinstance(message, Relation):
                     if self.include(message.namespace, message.name):
                         relations[message.relid] = self.shape_from_relation(message)
@@ -479,7 +486,7 @@ class ChangeReplayer:
         commit_ts = tx.commit_ts_ms
         now_ms = time.time_ns() // 1_000_000
         countdown = _CLOCK_EVERY
-        for payload in tx.changes:
+        for lsn, payload in tx.changes.positioned():
             if aborted and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDTM":
                 continue
             if payload[0] == 0x49 and len(payload) > relid_at + 6 and payload[relid_at + 4] == 0x4E:  # Insert, new tuple
@@ -506,4 +513,4 @@ class ChangeReplayer:
                     context.sequence += 1
                     yield new_record((entry[3], encoded[0], encoded[1], commit_ts, ()))
                     continue
-            yield from self._decoded(decoder.decode(payload), admitted, context)
+            yield from self._decoded(decoder.decode(payload, lsn), admitted, context)

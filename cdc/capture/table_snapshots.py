@@ -76,7 +76,7 @@ from cdc.capture.transport import ReplicationConnection
 from log_store import ProducerRecord, TopicPartition
 
 if TYPE_CHECKING:
-    from cdc.capture.log import Log
+    from log_store.log import Log
 
 
 @dataclass(frozen=True, slots=True)

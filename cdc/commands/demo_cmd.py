@@ -106,11 +106,13 @@ def demo(data_dir: Path | None, keep_postgres: bool) -> None:
         migrations.upgrade(url)
         counts = insert_sample_data(url)
         console.print(", ".join(f"{table}: {rows} rows" for table, rows in counts.items()))
+        settings = load_settings()  # the user's views file when they set one, else the example's
+        views_file = settings.views_file if "views_file" in settings.model_fields_set else EXAMPLE_VIEWS
         environment = {
             "CDC_DATABASE_URL": url,
             "CDC_DATA_DIR": str(data_dir),
             "CDC_PARTITIONS": "3",
-            "CDC_VIEWS_FILE": os.environ.get("CDC_VIEWS_FILE", str(EXAMPLE_VIEWS)),
+            "CDC_VIEWS_FILE": str(views_file),
         }
         with _environment(environment):
             console.rule("3. check the source and create the slot")

@@ -170,9 +170,9 @@ def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
     whose commit LSN is <= P; the commit record of a transaction that committed before the LSN was read
     starts below it, so the view is far enough once P >= LSN - 1.
     """
+    from derived_views import view_as_of_lsn
     from derived_views.definitions import load
     from derived_views.errors import UnknownViewError
-    from derived_views.status import view_as_of_lsn
 
     try:
         target = Lsn.parse(lsn_text)

@@ -23,11 +23,11 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.capture.errors import ConfigError
-from cdc.capture.log import Log
 from cdc.log_backend import open_log as open_settings_log
 from cdc.settings import load_settings
 from log_store import LogStore, Record, TopicPartition, Watermark
 from log_store.errors import CorruptSegmentError, UnknownTopicError
+from log_store.log import Log
 
 log_group = click.Group("log", help="Inspect and maintain the log (<CDC_DATA_DIR>/log, or Kafka's topics).")
 

@@ -22,31 +22,23 @@ from cdc.metrics import SyncMetrics, serve
 log = logging.getLogger("cdc.views")
 
 if TYPE_CHECKING:
-    from derived_views.context import ViewContext
+    from derived_views import StepReport, ViewContext
     from derived_views.definitions import ViewDefinitions
-    from derived_views.runner import StepReport
 
 
 def _context(ctx: object, *, one_shot: bool = False) -> ViewContext:
     """The view context, after one log line stating the job's configuration (password redacted).
-    ``one_shot``: the command runs one step and ends (see :mod:`derived_views.driver_jit`)."""
+    ``one_shot``: the command runs one step and ends (see :mod:`derived_views.views.job`)."""
     from cdc.view_context import context_from_settings
-    from derived_views.driver_jit import driver_compilers
-    from derived_views.spark_session import is_remote, remote_url
+    from derived_views import session_facts
 
     settings = ctx.settings  # type: ignore[attr-defined]
     if "://" not in str(settings.views_dir):
         secure_data_dir(settings.data_dir)  # Spark writes the tables by the umask: see cdc.data_dir
     view_ctx = context_from_settings(settings, one_shot=one_shot)
-    # a failed task reaches the user as this command's one error line (cdc.cli.run); Spark's own log of
-    # the same failure would repeat it as pages of stack traces
-    if is_remote(view_ctx.spark):
-        master, app_id, compilers = remote_url(), None, None
-    else:
-        view_ctx.spark.sparkContext.setLogLevel("FATAL")
-        conf = view_ctx.spark.sparkContext.getConf()
-        master, app_id = conf.get("spark.master"), conf.get("spark.app.id")
-        compilers = driver_compilers(view_ctx.spark)
+    # a failed task reaches the user as this command's one error line (cdc.cli.run): session_facts
+    # quiets Spark's own log of the same failure
+    facts = session_facts(view_ctx.spark)
     log.info(
         "view job",
         extra={
@@ -54,9 +46,9 @@ def _context(ctx: object, *, one_shot: bool = False) -> ViewContext:
                 "source": settings.database_url,
                 "data_dir": str(settings.data_dir),
                 "log": settings.log_location(),
-                "spark_master": master,
-                "spark_app_id": app_id,
-                "driver_jit": compilers,
+                "spark_master": facts.master,
+                "spark_app_id": facts.app_id,
+                "driver_jit": facts.compilers,
             }
         },
     )
@@ -158,10 +150,9 @@ def rebuild(ctx: object, view: str) -> None:
 def verify(ctx: object, view: str, no_sync: bool) -> None:
     """Compare VIEW with the source tables (one consistent snapshot); exit 4 on any difference. ``search``
     or ``cache`` compares every index or entity."""
-    from derived_views import runner
+    from derived_views import runner, shown
+    from derived_views import verify as run_verify
     from derived_views.errors import LogUnavailableError, VerifyMismatchError
-    from derived_views.verify import shown
-    from derived_views.verify import verify as run_verify
 
     names = runner.resolve([view], _definitions(ctx))
     view_ctx = _context(ctx, one_shot=True)
@@ -259,8 +250,8 @@ def views_cmd(ctx: object, as_json: bool) -> None:
     from dataclasses import asdict
 
     from cdc.view_context import location_from_settings
+    from derived_views import captured_tables, view_tables
     from derived_views.definitions import load
-    from derived_views.listing import captured_tables, view_tables
 
     settings = ctx.settings  # type: ignore[attr-defined]
     definitions = load(settings.views_file)
@@ -297,7 +288,7 @@ def spark_server(host: str, port: int, confs: tuple[str, ...]) -> None:
     second. Runs in the foreground until stopped (for systemd or compose)."""
     import os
 
-    from derived_views.spark_server import server_command, server_environment
+    from derived_views import server_command, server_environment
 
     settings = {}
     for item in confs:

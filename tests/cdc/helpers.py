@@ -12,10 +12,10 @@ from pathlib import Path
 
 import orjson
 
-from cdc.capture.log import Log
 from cdc.log_backend import open_log
 from cdc.settings import Settings, load_settings
 from log_store import LogStore, Record, TopicPartition
+from log_store.log import Log
 
 #: The ``cdc`` command of the environment running the tests.
 CDC = Path(sys.executable).with_name("cdc")

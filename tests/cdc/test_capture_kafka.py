@@ -86,8 +86,8 @@ def _captured_category_names(spark: SparkSession, kafka: Settings) -> list[str]:
     """Capture once into Kafka, then read the categories topic up to its watermark with Spark's Kafka
     source (so with the same client settings as capture): the names of the rows read."""
     from cdc.view_context import location_from_settings
-    from derived_views.log_source import read_watermark
-    from derived_views.pending import read_log
+    from derived_views.source.log_source import read_watermark
+    from derived_views.source.pending import read_log
 
     Capture(kafka, once=True).run()
     location = location_from_settings(kafka)

@@ -13,7 +13,7 @@ from tests.derived_views.log_builder import LogBuilder
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from derived_views.context import ViewContext
+    from derived_views.write.context import ViewContext
 
 
 @pytest.fixture
@@ -37,8 +37,8 @@ EXAMPLE_VIEWS = Path(__file__).resolve().parents[2] / "views.example.toml"
 @pytest.fixture
 def ctx(spark: SparkSession, data_dir: Path) -> ViewContext:
     """A view context over ``data_dir`` with the reference schema's views (``views.example.toml``)."""
-    from derived_views.context import ViewContext
     from derived_views.definitions import load
-    from derived_views.log_location import LogLocation
+    from derived_views.source.log_location import LogLocation
+    from derived_views.write.context import ViewContext
 
     return ViewContext(spark, str(data_dir), LogLocation.of(data_dir / "log"), "cdc", definitions=load(EXAMPLE_VIEWS))

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdc.settings import Settings
-    from derived_views.context import ViewContext
-    from derived_views.runner import StepReport
+    from derived_views.views.runner import StepReport
+    from derived_views.write.context import ViewContext
 
 
 def capture(settings: Settings) -> None:
@@ -43,7 +43,7 @@ def context(spark: SparkSession, settings: Settings) -> ViewContext:
 
 def sync(ctx: ViewContext, views: list[str], *, replace: bool = False) -> StepReport:
     """One sync step of ``views``; fails the test when a table failed."""
-    from derived_views import runner
+    from derived_views.views import runner
 
     report = runner.step(ctx, views, replace=replace)
     assert not report.failures, [failure.line() for failure in report.failures]
@@ -52,8 +52,8 @@ def sync(ctx: ViewContext, views: list[str], *, replace: bool = False) -> StepRe
 
 def verify_views(ctx: ViewContext, url: str, views: list[str], *, mask_key: bytes | None = None) -> int:
     """Verify ``views`` against the source; fails the test on any difference; returns rows compared."""
-    from derived_views import runner
-    from derived_views.verify import verify
+    from derived_views.views import runner
+    from derived_views.views.verify import verify
 
     watermark = runner.latest(ctx)
     assert watermark is not None
@@ -82,7 +82,7 @@ def dead_letters(spark: SparkSession, ctx: ViewContext) -> list[dict[str, Any]]:
     """Every poison event the warehouse recorded (none when it has no dead-letter table)."""
     from delta.tables import DeltaTable
 
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     path = warehouse.dead_letter_path(ctx)
     return rows(spark, path) if DeltaTable.isDeltaTable(spark, path) else []

@@ -3,7 +3,7 @@
 PostgreSQL tells ``duration`` from ``"Duration"``; Spark and Delta compare names without case. Columns
 with such twins (from the start, added while streaming, made by a rename) and tables with such twins
 each keep their own values, read back by ``deltalake`` under the stored names of
-:mod:`derived_views.column_names`.
+:mod:`derived_views.events.column_names`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from derived_views.column_names import source_columns
+from derived_views.events.column_names import source_columns
 from tests.derived_views.pipeline import capture, context, execute, settings_for, sync, through, verify_views
 
 if TYPE_CHECKING:
@@ -60,8 +60,8 @@ def test_columns_differing_only_in_case_keep_their_own_values(spark: SparkSessio
     passes (a search index and a cache entity naming the twins too), ``cdc views`` names each stored
     column's source, and a rebuild by replay gives the same tables."""
     from cdc.view_context import location_from_settings
-    from derived_views import cache, search, warehouse
-    from derived_views.listing import captured_tables, view_tables
+    from derived_views.views import cache, search, warehouse
+    from derived_views.views.listing import captured_tables, view_tables
 
     execute(
         pg_url,
@@ -155,8 +155,8 @@ def test_columns_differing_only_in_case_keep_their_own_values(spark: SparkSessio
 def test_tables_differing_only_in_case_keep_their_own_rows(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     """``public.t`` and ``public."T"`` land in view tables of their own, each verified."""
     from cdc.view_context import location_from_settings
-    from derived_views import warehouse
-    from derived_views.listing import captured_tables, view_tables
+    from derived_views.views import warehouse
+    from derived_views.views.listing import captured_tables, view_tables
 
     execute(
         pg_url,

@@ -8,8 +8,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from derived_views.change_events import EVENTS_DDL, change_events, events_schema
-from derived_views.log_source import _raw_schema
+from derived_views.events.change_events import EVENTS_DDL, change_events, events_schema
+from derived_views.source.log_source import _raw_schema
 
 UPDATE = {
     "before": None,
@@ -78,7 +78,7 @@ def test_the_schema_matches_the_ddl_spark_is_given() -> None:
 
 
 def test_option_rows_is_raw_or_events_and_events_are_never_reduced() -> None:
-    from derived_views.log_source import _Options
+    from derived_views.source.log_source import _Options
 
     given = {"path": "/log", "topics": "cdc.public.products"}
     assert _Options(given).rows == "raw" and _Options({**given, "rows": "events"}).rows == "events"

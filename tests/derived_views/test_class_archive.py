@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from derived_views.class_archive import QUIET_CDS, archive_path, java_binary, java_options
+from derived_views.engine.class_archive import QUIET_CDS, archive_path, java_binary, java_options
 
 pytestmark = pytest.mark.spark
 
@@ -35,7 +35,7 @@ def test_a_driver_loads_spark_and_delta_classes_from_the_archive_set_up_made(tmp
     assert f"-XX:SharedArchiveFile={path}" in java_options()
     loaded = tmp_path / "classes.log"
     start = (
-        "from derived_views.spark_session import build_spark; import sys; "
+        "from derived_views.engine.spark_session import build_spark; import sys; "
         "spark = build_spark('cdc-archive-check', master='local[1]', conf={'spark.driver.extraJavaOptions': "
         f"'-Xlog:class+load=info:file={loaded}'}}); "
         "spark.range(3).write.format('delta').save(sys.argv[1]); spark.stop()"

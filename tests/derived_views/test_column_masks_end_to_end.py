@@ -39,8 +39,8 @@ ALL_VIEWS = ["warehouse", "search.customers", "cache.customer"]
 def test_the_warehouse_holds_masked_values_and_verify_compares_them(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     from deltalake import DeltaTable
 
-    from derived_views import runner, warehouse
-    from derived_views.verify import verify
+    from derived_views.views import runner, warehouse
+    from derived_views.views.verify import verify
 
     _tables(pg_url)
     views = tmp_path / "views.toml"

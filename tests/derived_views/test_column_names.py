@@ -8,9 +8,9 @@ from urllib.parse import unquote
 
 import pytest
 
-from derived_views.column_names import REFUSED, folded, forms, source_columns, stored_columns, stored_name, stored_names
 from derived_views.errors import ColumnNameClashError
-from derived_views.schema import Column, SchemaVersion, TableSchema
+from derived_views.events.column_names import REFUSED, folded, forms, source_columns, stored_columns, stored_name, stored_names
+from derived_views.events.schema import Column, SchemaVersion, TableSchema
 
 
 @pytest.mark.parametrize("name", ["id", "Title", "author.ref", "e-mail", "Ünïcode", 'a"b', "a`b", "it's", "50%", "x%41"])

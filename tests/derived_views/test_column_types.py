@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from derived_views.column_types import MISREAD_DATE, out_of_range, supertype, widest
-from derived_views.schema import Column, SchemaVersion, TableSchema
-from derived_views.table_evolution import features_of
+from derived_views.events.column_types import MISREAD_DATE, out_of_range, supertype, widest
+from derived_views.events.schema import Column, SchemaVersion, TableSchema
+from derived_views.write.table_evolution import features_of
 
 
 @pytest.mark.parametrize(

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from derived_views.composite import Composite, SourceTable, checked
 from derived_views.definitions import load
 from derived_views.errors import ViewsFileError
+from derived_views.views.composite import Composite, SourceTable, checked
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 

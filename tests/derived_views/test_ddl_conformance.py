@@ -124,7 +124,7 @@ SCRIPT: list[tuple[str, list[str]]] = [
 def test_a_mixed_ddl_and_dml_script_keeps_every_table_exact_after_every_step(
     spark: SparkSession, pg_url: str, tmp_path: Path
 ) -> None:
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     execute(pg_url, *TABLES, "CREATE PUBLICATION cdc_publication FOR ALL TABLES")
     settings = settings_for(pg_url, tmp_path)

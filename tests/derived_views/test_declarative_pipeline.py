@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
-from derived_views.driver_jit import C1_ONLY
+from derived_views.engine.driver_jit import C1_ONLY
 from tests.derived_views.pipeline import capture, context, execute, rows, settings_for, sync, verify_views
 from tests.spark_server_process import running_spark_server
 
@@ -76,8 +76,8 @@ def _by_id(table: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
 def test_the_example_pipeline_keeps_the_warehouse_current_table_run_after_run(
     spark: SparkSession, reference_db: str, tmp_path: Path
 ) -> None:
-    from derived_views import warehouse
-    from derived_views.log_source import read_watermark
+    from derived_views.source.log_source import read_watermark
+    from derived_views.views import warehouse
 
     execute(
         reference_db,

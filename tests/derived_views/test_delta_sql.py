@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from derived_views.delta_sql import merge_into, table_ref
+from derived_views.engine.delta_sql import merge_into, table_ref
 
 
 def test_a_path_is_quoted_as_a_delta_table_name() -> None:

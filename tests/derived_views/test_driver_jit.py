@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 import pytest
 
 from cdc.commands.demo_cmd import _change_one_product
-from derived_views import driver_jit, evaluation
-from derived_views.log_location import LogLocation
-from derived_views.log_source import read_watermark
-from derived_views.status import delta_tables
+from derived_views.engine import evaluation
+from derived_views.source.log_location import LogLocation
+from derived_views.source.log_source import read_watermark
+from derived_views.views import short_run
+from derived_views.views.status import delta_tables
 from migrations.sample_data import insert_sample_data
 from tests.derived_views.conftest import EXAMPLE_VIEWS
 from tests.derived_views.pipeline import capture, context, settings_for, sync
@@ -31,7 +32,7 @@ VIEWS = ["warehouse", "search", "cache"]
 
 
 def _pending(location: LogLocation, data_dir: Path, prefix: str) -> int | None:
-    return driver_jit.pending_everywhere(location, delta_tables(data_dir), prefix)
+    return short_run.pending_everywhere(location, delta_tables(data_dir), prefix)
 
 
 def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_estimate_follows_the_work(
@@ -44,7 +45,7 @@ def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_esti
     settings = settings_for(reference_db, data_dir, views_file=EXAMPLE_VIEWS)
     where = (LogLocation(path=str(settings.log_dir)), data_dir, settings.topic_prefix)
     assert _pending(*where) is None  # no log yet: the run itself says why
-    assert not driver_jit.short_run(*where)
+    assert not short_run.short_run(*where)
 
     insert_sample_data(reference_db, customers=20, products=40, orders=30)
     capture(settings)
@@ -58,9 +59,9 @@ def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_esti
     )
     assert logged >= 90
     assert _pending(*where) == logged  # no view table has applied any of it
-    assert driver_jit.short_run(*where)
-    monkeypatch.setattr(driver_jit, "SMALL_BATCH_EVENTS", logged - 1)
-    assert not driver_jit.short_run(*where)  # one event too many
+    assert short_run.short_run(*where)
+    monkeypatch.setattr(short_run, "SMALL_BATCH_EVENTS", logged - 1)
+    assert not short_run.short_run(*where)  # one event too many
     monkeypatch.undo()
 
     sync(context(spark, settings), VIEWS)
@@ -68,9 +69,9 @@ def test_a_small_one_shot_sync_of_every_view_compiles_with_c1_alone_and_the_esti
     _change_one_product(reference_db)
     capture(settings)
     assert _pending(*where) > 0
-    assert driver_jit.short_run(*where)
+    assert short_run.short_run(*where)
     monkeypatch.setattr(evaluation, "SMALL_TABLE_BYTES", 0)
-    assert not driver_jit.short_run(*where)  # the view tables are not small
+    assert not short_run.short_run(*where)  # the view tables are not small
     monkeypatch.undo()
 
     # the change into every view in a fresh process, as a scheduled run makes it: C1 alone, and no

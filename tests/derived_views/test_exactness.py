@@ -44,7 +44,7 @@ def test_a_toasted_key_keeps_its_key_through_updates_key_changes_and_deletes(
 ) -> None:
     """An update that leaves a TOASTed key unchanged gets the key from the old tuple (never null), so a
     later key change and delete find the row; a 100 kB key under REPLICA IDENTITY FULL too."""
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     execute(
         pg_url,
@@ -86,7 +86,7 @@ def test_a_column_type_change_keeps_every_table_syncing_and_a_failing_table_fail
     is followed by the views; a table whose batch fails anyway stops alone, says so in ``cdc lag``, and
     catches up once the cause is gone."""
     from cdc.lag import measure
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     execute(
         pg_url,
@@ -127,7 +127,7 @@ def test_a_column_type_change_keeps_every_table_syncing_and_a_failing_table_fail
     garbage.write_text("not a commit\n")
     execute(pg_url, "INSERT INTO other VALUES (3, 'c')", "INSERT INTO ty VALUES (4, 4, 4, 4, 4, 4)")
     capture(settings)
-    from derived_views import runner
+    from derived_views.views import runner
 
     ctx.forget()
     report = runner.step(ctx, ["warehouse"])
@@ -148,7 +148,7 @@ def test_old_events_are_typed_with_the_schema_of_their_position_also_in_a_rebuil
 ) -> None:
     """An event written before a column changed type (varchar -> int: ``"1"``, valid then) lands in the
     history table, incrementally and in a rebuild by replay, which gives the same tables."""
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     execute(
         pg_url,
@@ -196,7 +196,7 @@ EDGE_VALUES = (
 def test_edge_values_land_exactly_and_a_misfit_names_its_column(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     """Valid values at the edges of their types land in both warehouse tables; a multi-dimensional
     array in an ``int[]`` column turns that column into the arrays' JSON text, so every row lands."""
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     execute(
         pg_url,

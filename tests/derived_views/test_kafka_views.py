@@ -31,7 +31,8 @@ def test_views_build_and_sync_from_kafka_exactly(
     from cdc.commands import register
     from cdc.lag import measure
     from cdc.settings import load_settings
-    from derived_views import pending, runner, warehouse
+    from derived_views.source import pending
+    from derived_views.views import runner, warehouse
     from tests.derived_views.conftest import EXAMPLE_VIEWS
 
     settings = load_settings(

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from derived_views.key_splits import MAX_SPLITS, splits_per_partition
-from derived_views.log_source import LogPartition, plan_partitions, read_watermark, reduced_partition
+from derived_views.source.key_splits import MAX_SPLITS, splits_per_partition
+from derived_views.source.log_source import LogPartition, plan_partitions, read_watermark, reduced_partition
 from tests.derived_views.log_builder import LogBuilder, product
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ def _reduced(partition: LogPartition, mode: str, row: Any | None) -> list[dict[s
 @pytest.mark.parametrize("mode", ["latest", "all"])
 @pytest.mark.parametrize("typed", [False, True])
 def test_the_splits_of_a_partition_yield_its_reduction_once(busy_log: tuple[LogBuilder, str], mode: str, typed: bool) -> None:
-    from derived_views.typed_rows import row_type
+    from derived_views.events.typed_rows import row_type
 
     log, kind = busy_log
     row = row_type([("id", "bigint"), ("name", "string"), ("description", "string")]) if typed else None
@@ -78,8 +78,8 @@ def test_the_splits_of_a_partition_yield_its_reduction_once(busy_log: tuple[LogB
 
 @pytest.mark.spark
 def test_a_reduced_read_of_one_partition_on_two_cores_runs_two_tasks(spark: SparkSession, tmp_path: Path) -> None:
-    from derived_views.key_splits import task_slots
-    from derived_views.pending import read_log
+    from derived_views.source.key_splits import task_slots
+    from derived_views.source.pending import read_log
 
     log = LogBuilder(tmp_path / "log", partitions=1)
     with log.transaction() as tx:
@@ -102,7 +102,7 @@ def test_a_reduced_read_of_one_partition_on_two_cores_runs_two_tasks(spark: Spar
 def test_a_keyless_record_is_read_by_every_split_and_yielded_by_the_first() -> None:
     import pyarrow as pa
 
-    from derived_views.key_splits import records_of_split, yielded_by_split
+    from derived_views.source.key_splits import records_of_split, yielded_by_split
 
     keys = [None, '{"__truncate__":0}', *(f'{{"id":{i}}}' for i in range(50))]
     rows = pa.table({"key": pa.array(keys, pa.string()), "offset": pa.array(range(len(keys)), pa.int64())})

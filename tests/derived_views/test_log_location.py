@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from derived_views.log_location import LogLocation
-from derived_views.spark_session import SESSION_DEFAULTS
-from log_store.kafka_log import KafkaLogError, KafkaSettings
+from derived_views.engine.spark_session import SESSION_DEFAULTS
+from derived_views.source.log_location import LogLocation
+from log_store.kafka.log import KafkaLogError, KafkaSettings
 from tests.fix_tls import make_tls_files
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from tests.derived_views.pipeline import capture, context, dead_letters, execute
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from derived_views.context import ViewContext
+    from derived_views.write.context import ViewContext
 
 pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def _warehouse_people(ctx: ViewContext) -> dict[bytes, dict[str, Any]]:
     import orjson
     from deltalake import DeltaTable
 
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     rows = DeltaTable(warehouse.current_path(ctx, "public.people")).to_pyarrow_table().to_pylist()
     return {
@@ -52,8 +52,8 @@ def _warehouse_people(ctx: ViewContext) -> dict[bytes, dict[str, Any]]:
 
 
 def test_only_published_columns_and_rows_reach_the_warehouse(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
-    from derived_views import runner, warehouse
-    from derived_views.verify import verify
+    from derived_views.views import runner, warehouse
+    from derived_views.views.verify import verify
 
     create_tables(pg_url)
     settings = settings_for(pg_url, tmp_path)

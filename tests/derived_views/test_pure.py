@@ -6,9 +6,9 @@ import math
 
 import pytest
 
-from derived_views.bm25 import Posting, idf, rank, term_score, tokenize
-from derived_views.progress import Progress, min_offsets
-from derived_views.schema import TableSchema, numeric_precision_scale, spark_type
+from derived_views.engine.progress import Progress, min_offsets
+from derived_views.events.schema import TableSchema, numeric_precision_scale, spark_type
+from derived_views.views.bm25 import Posting, idf, rank, term_score, tokenize
 from tests.derived_views.log_builder import REFERENCE, numeric_typmod
 
 

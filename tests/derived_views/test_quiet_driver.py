@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from derived_views.jvm_output import route
+from derived_views.engine.jvm_output import route
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -31,7 +31,7 @@ def test_sync_prints_no_jvm_or_log4j_lines(tmp_path: Path) -> None:
     lines = result.stderr.splitlines()
     # the run starts Spark, then finds no log: the project's log lines and its one error, nothing else
     assert any("logger=cdc.views" in line and "spark_app_id=" in line for line in lines), result.stderr
-    # no log to size the work from: the driver keeps the JVM's default compilers (derived_views.driver_jit)
+    # no log to size the work from: the driver keeps the JVM's default compilers (derived_views.engine.driver_jit)
     assert any("driver_jit=C1+C2" in line for line in lines), result.stderr
     assert [line for line in lines if not line.startswith("ts=")] == [
         f"error: no log at {data_dir / 'log'}: check CDC_DATA_DIR (the log lives in <data_dir>/log), "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from derived_views.reduction import Event, decode, fold_all, latest_per_key
+from derived_views.events.reduction import Event, decode, fold_all, latest_per_key
 
 
 def ev(key: str | None, op: str, lsn: int, seq: int = 0, after: dict | None = None, unchanged: tuple[str, ...] = ()) -> Event:
@@ -94,8 +94,8 @@ def _env(op: str, lsn: int, seq: int, after: dict | None, before: dict | None = 
 
 
 def test_vectorised_reduction_equals_the_per_event_one() -> None:
-    from derived_views.arrow_reduction import reduce_vectorised
-    from derived_views.reduction import decode_all, reduce_events_python
+    from derived_views.events.arrow_reduction import reduce_vectorised
+    from derived_views.events.reduction import decode_all, reduce_events_python
 
     rows = [
         ('{"id":1}', _env("c", 10, 0, {"id": 1, "n": 1}), None),
@@ -120,8 +120,7 @@ def test_vectorised_reduction_equals_the_per_event_one() -> None:
 
 
 def test_vectorised_reduction_leaves_folds_truncates_and_poison_to_the_per_event_path() -> None:
-    from derived_views.arrow_reduction import reduce_vectorised
-    from derived_views.reduction import reduce_table
+    from derived_views.events.arrow_reduction import reduce_table, reduce_vectorised
 
     partial = [
         ('{"id":1}', _env("c", 10, 0, {"id": 1, "doc": "long"}), None),
@@ -148,8 +147,8 @@ def test_positioned_tombstone_is_a_delete_of_its_key() -> None:
 
 def test_compacted_delete_survives_as_its_tombstone_in_both_reductions() -> None:
     """After compaction only the tombstone of a deleted key is left: both paths must delete the key."""
-    from derived_views.arrow_reduction import reduce_vectorised
-    from derived_views.reduction import decode_all, reduce_events_python
+    from derived_views.events.arrow_reduction import reduce_vectorised
+    from derived_views.events.reduction import decode_all, reduce_events_python
 
     rows = [
         ('{"id":2}', None, None),  # compacted: the delete is gone
@@ -177,8 +176,8 @@ def test_typed_reduction_types_after_and_before_in_the_same_parse() -> None:
     import datetime
     from decimal import Decimal
 
-    from derived_views.reduction import reduce_table
-    from derived_views.typed_rows import row_type
+    from derived_views.events.arrow_reduction import reduce_table
+    from derived_views.events.typed_rows import row_type
 
     row = row_type(
         [("id", "bigint"), ("price", "decimal(12,2)"), ("day", "date"), ("at", "timestamp"), ("tags", "array<string>")]
@@ -218,8 +217,8 @@ def test_typed_reduction_types_after_and_before_in_the_same_parse() -> None:
 def test_a_value_arrow_cannot_type_leaves_the_partition_to_spark() -> None:
     """``NaN`` in a float column, ``infinity`` in a date column, a decimal with more digits than its
     scale, a multi-dimensional array: the partition's rows keep their text (``parsed`` false)."""
-    from derived_views.reduction import reduce_table
-    from derived_views.typed_rows import row_type
+    from derived_views.events.arrow_reduction import reduce_table
+    from derived_views.events.typed_rows import row_type
 
     row = row_type([("id", "bigint"), ("x", "double"), ("day", "date"), ("price", "decimal(12,2)"), ("tags", "array<int>")])
     good = ('{"id":1}', _env("c", 10, 0, {"id": 1, "x": 1.5}), None)
@@ -231,7 +230,7 @@ def test_a_value_arrow_cannot_type_leaves_the_partition_to_spark() -> None:
 
 
 def test_columns_arrow_cannot_parse_exactly_leave_the_table_to_spark() -> None:
-    from derived_views.typed_rows import arrow_type, row_type
+    from derived_views.events.typed_rows import arrow_type, row_type
 
     assert row_type([("id", "bigint"), ("blob", "binary")]) is None  # the log carries base64
     assert row_type([("id", "bigint"), ("days", "array<date>")]) is None

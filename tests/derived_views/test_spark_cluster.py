@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
-from derived_views.spark_jars import installed_jars
+from derived_views.engine.spark_jars import installed_jars
 from migrations.sample_data import insert_sample_data
 from tests.derived_views.pipeline import context, verify_views
 from tests.fix_spark_cluster import SparkCluster, spark_home
@@ -57,7 +57,7 @@ def _run(env: dict[str, str], *command: str) -> subprocess.CompletedProcess[str]
 #: ``cdc/spark_job.py`` with every log range read by Spark tasks, however small (a test's log is far below
 #: the size the driver reads itself): the executors then read the log
 TASK_READS_JOB = """
-from derived_views import pending
+from derived_views.source import pending
 
 pending.DRIVER_READ_LIMIT = 0
 from cdc.cli import main

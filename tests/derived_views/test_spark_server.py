@@ -17,7 +17,7 @@ import pytest
 
 from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
 from cdc.local_postgres import free_port
-from derived_views.driver_jit import C1_ONLY
+from derived_views.engine.driver_jit import C1_ONLY
 from migrations.sample_data import insert_sample_data
 from tests.spark_server_process import running_spark_server
 
@@ -48,8 +48,8 @@ def spark_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_java_options_given_to_the_server_join_its_own() -> None:
     """``--conf spark.driver.extraJavaOptions=...`` adds to the server's Java options (its log4j
     configuration, the class archive) instead of replacing them; other settings override the defaults."""
-    from derived_views.jvm_output import driver_java_options
-    from derived_views.spark_server import server_command
+    from derived_views.engine.jvm_output import driver_java_options
+    from derived_views.engine.spark_server import server_command
 
     command = server_command(conf={"spark.driver.extraJavaOptions": "-XX:+UseSerialGC", "spark.sql.shuffle.partitions": "2"})
     settings = [command[i + 1] for i, arg in enumerate(command) if arg == "--conf"]
@@ -65,8 +65,8 @@ def test_java_options_given_to_the_server_join_its_own() -> None:
 #: process): a context kept alive and an idle session, past the server's session timeout.
 _KEEP_ALIVE_CHECK = """
 import sys, time
-from derived_views.context import ViewContext
-from derived_views.spark_session import build_spark
+from derived_views.write.context import ViewContext
+from derived_views.engine.spark_session import build_spark
 idle = build_spark("idle")
 kept = ViewContext(build_spark("kept"), sys.argv[1], sys.argv[1], "cdc")
 kept.beside()

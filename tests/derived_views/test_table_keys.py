@@ -13,7 +13,7 @@ from tests.derived_views.log_builder import LogBuilder, product
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from derived_views.context import ViewContext
+    from derived_views.write.context import ViewContext
 
 pytestmark = pytest.mark.spark
 
@@ -34,8 +34,8 @@ def test_keys_are_looked_up_without_spark_and_deleted_rows_are_not_seen(
 ) -> None:
     """New view tables have no deletion vectors (deltalake reads them); tables an earlier version created
     with deletion vectors are still looked up right: a row a deletion vector marks is not seen."""
-    from derived_views import runner, warehouse
-    from derived_views.table_keys import holds_any
+    from derived_views.views import runner, warehouse
+    from derived_views.write.table_keys import holds_any
 
     with log.transaction() as tx:
         for pid in range(1, 11):
@@ -63,7 +63,7 @@ def test_keys_are_looked_up_without_spark_and_deleted_rows_are_not_seen(
 
 
 def test_a_table_it_cannot_read_is_left_to_spark(tmp_path: Path) -> None:
-    from derived_views.table_keys import holds_any
+    from derived_views.write.table_keys import holds_any
 
     assert holds_any(str(tmp_path / "not-a-table"), ['{"id":1}']) is None
 
@@ -72,7 +72,7 @@ def test_a_key_in_any_file_of_a_larger_table_is_found(spark: SparkSession, tmp_p
     """The key column is read batch by batch: a key in the last of several files is still found."""
     from pyspark.sql import functions as F
 
-    from derived_views.table_keys import holds_any
+    from derived_views.write.table_keys import holds_any
 
     path = str(tmp_path / "keys")
     rows = spark.range(60_000).select(F.format_string('{"id":%d}', F.col("id")).alias("_cdc_key"))

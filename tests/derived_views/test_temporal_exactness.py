@@ -32,7 +32,7 @@ def test_a_numeric_rounded_by_type_changes_while_streaming_reaches_the_views_als
     """``numeric`` -> ``numeric(12,4)`` -> ``numeric(12)`` -> ``numeric`` while capture streams rounds
     123.4567 to 123 without a change event and ends on the type it started from: the table is read
     again, and the views hold 123, incrementally and after a rebuild."""
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     execute(
         pg_url,
@@ -88,7 +88,7 @@ def test_a_timestamp_column_added_while_streaming_enters_the_views_incrementally
     overwrites a table with it, and ``deltalake`` reads every table back."""
     from deltalake import DeltaTable
 
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     execute(
         pg_url,
@@ -149,7 +149,7 @@ def test_instants_outside_the_nanosecond_range_read_back_exactly_with_deltalake(
     ``deltalake`` (``DeltaTable.to_pandas()``, and the SQL reads of verify) reads them as the source holds them."""
     from deltalake import DeltaTable
 
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     values = ", ".join(f"({i}, '{t.isoformat()}', ARRAY['{t.isoformat()}']::timestamptz[])" for i, t in EDGE_INSTANTS.items())
     execute(
@@ -178,8 +178,8 @@ def test_instants_outside_the_nanosecond_range_read_back_exactly_with_deltalake(
 def test_verify_reads_dates_python_cannot_hold_without_failing(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     """A source ``date[]`` holding ``infinity`` (and dates BC or past 9999 beside it) is read by verify;
     every row is compared, and a difference, if any, names the row that holds such a value."""
-    from derived_views import runner
-    from derived_views.verify import verify
+    from derived_views.views import runner
+    from derived_views.views.verify import verify
 
     execute(
         pg_url,

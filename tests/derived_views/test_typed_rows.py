@@ -47,29 +47,30 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     without Arrow's typing."""
     import pyarrow.compute as pc
 
-    from derived_views import pending, runner
-    from derived_views.driver_typed import typed_in_driver
-    from derived_views.reduction import EVENT_DDL
-    from derived_views.typed_rows import row_type, typed_ddl
+    from derived_views.events.driver_typed import typed_in_driver
+    from derived_views.events.reduction import EVENT_DDL
+    from derived_views.events.spark_typing import typed
+    from derived_views.events.typed_rows import row_type, typed_ddl
+    from derived_views.source import pending
+    from derived_views.source.as_of import LogAsOf
+    from derived_views.views import runner
 
     watermark = runner.latest(ctx)
     schema = ctx.schemas(watermark)["public.typed"]
     columns = schema.view_columns(None, set())
     plan = schema.parse_plan(columns)
     assert pending.arrow_typed(columns, plan)
-    as_of = pending.LogAsOf(ctx.log, watermark)
+    as_of = LogAsOf(ctx.log, watermark)
     frames = {}
     for mode in ("latest", "all"):
         untyped = pending.pending_table(as_of, [schema.topic], None, mode)
         by_arrow = pending.pending_table(as_of, [schema.topic], None, mode, row_type(columns))
-        frames[f"driver/{mode}/spark"] = pending.typed(
-            spark.createDataFrame(untyped, schema=EVENT_DDL), columns, schema.qualified, plan
-        )
-        frames[f"driver/{mode}/arrow"] = pending.typed(
+        frames[f"driver/{mode}/spark"] = typed(spark.createDataFrame(untyped, schema=EVENT_DDL), columns, schema.qualified, plan)
+        frames[f"driver/{mode}/arrow"] = typed(
             spark.createDataFrame(by_arrow, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan
         )
         raw = pending.read_log(spark, as_of.log, [schema.topic], {}, watermark.offsets, reduce=mode)
-        frames[f"tasks/{mode}/spark"] = pending.typed(raw, columns, schema.qualified, plan)
+        frames[f"tasks/{mode}/spark"] = typed(raw, columns, schema.qualified, plan)
         frames[f"tasks/{mode}/arrow"] = pending.typed_events(
             spark, as_of, [schema.topic], None, mode, columns, schema.qualified, plan
         )
@@ -79,7 +80,7 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
         # a batch of typed events only: assembled in the driver without a Spark job, as Spark types it
         assert typed_in_driver(by_arrow, columns, schema.qualified) is None  # some events need Spark
         only_typed = by_arrow.filter(pc.fill_null(by_arrow.column("parsed"), False))
-        frames[f"typed/{mode}/spark"] = pending.typed(
+        frames[f"typed/{mode}/spark"] = typed(
             spark.createDataFrame(only_typed, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan
         )
         assembled = typed_in_driver(only_typed, columns, schema.qualified)

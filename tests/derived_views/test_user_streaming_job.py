@@ -58,7 +58,7 @@ def _written(target: Path) -> list[dict[str, Any]]:
 def _wait_for_watermark(query: StreamingQuery, log_dir: Path, target: Path) -> list[dict[str, Any]]:
     """The job's rows once they hold every record up to the log's latest watermark (polled; the query
     must stay alive)."""
-    from derived_views.log_source import read_watermark
+    from derived_views.source.log_source import read_watermark
 
     watermark = read_watermark(str(log_dir), TOPICS)
     assert watermark is not None
@@ -76,7 +76,7 @@ def _wait_for_watermark(query: StreamingQuery, log_dir: Path, target: Path) -> l
 
 def _check(written: list[dict[str, Any]], log_dir: Path, url: str) -> None:
     """No gap, no duplicate, whole transactions per micro-batch, and the keys the source holds."""
-    from derived_views.log_source import read_watermark
+    from derived_views.source.log_source import read_watermark
 
     watermark = read_watermark(str(log_dir), TOPICS)
     assert watermark is not None

@@ -2,7 +2,7 @@
 
 PostgreSQL's dates and timestamps reach from 4713 BC to years past 9999 and hold ``infinity``; its
 ``numeric(p, s)`` holds ``NaN``. Spark's ``date``, ``timestamp`` and ``decimal`` hold none of these, so
-such a column becomes the values' text (``derived_views.column_types``): no row goes to the dead-letter
+such a column becomes the values' text (``derived_views.events.column_types``): no row goes to the dead-letter
 table, verify reads every value back, and a rebuild by replay gives the same tables.
 """
 
@@ -79,7 +79,7 @@ def test_values_spark_cannot_hold_keep_their_rows_in_snapshot_stream_and_rebuild
     arrays, and a domain over date), from the snapshot and streamed as inserts and as updates to and
     from such values: no dead letter, verify passes, ``deltalake`` reads the documented text, and a
     rebuild by replay gives the same tables."""
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     execute(
         pg_url,
@@ -186,7 +186,7 @@ def test_contrib_types_and_domains_land_as_their_text(spark: SparkSession, pg_ur
     """hstore, citext, ltree, isn, cube and seg values (and arrays of them), domains over numeric,
     timestamptz and a contrib type, and numerics with a scale above the precision or below zero
     (PostgreSQL 15), from the snapshot and streamed: verify passes, none dead-lettered."""
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     execute(
         pg_url,

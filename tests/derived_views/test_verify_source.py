@@ -1,4 +1,4 @@
-"""derived_views.verify reads every value PostgreSQL holds: dates and timestamps Python cannot hold
+"""derived_views.views.verify reads every value PostgreSQL holds: dates and timestamps Python cannot hold
 (``infinity``, BC, years past 9999), in columns and arrays, come back as the server's text."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from datetime import UTC, date, datetime
 import psycopg
 import pytest
 
-from derived_views.schema import Column, TableSchema
-from derived_views.verify import SESSION_OPTIONS, compare_rows, read_every_value, source_rows
+from derived_views.events.schema import Column, TableSchema
+from derived_views.views.verify import SESSION_OPTIONS, compare_rows, read_every_value, source_rows
 from tests.cdc.helpers import execute
 
 pytestmark = pytest.mark.pg

@@ -13,7 +13,7 @@ from tests.derived_views.conftest import EXAMPLE_VIEWS
 from tests.derived_views.log_builder import LogBuilder, product
 
 if TYPE_CHECKING:
-    from derived_views.context import ViewContext
+    from derived_views.write.context import ViewContext
 
 pytestmark = pytest.mark.spark
 
@@ -47,7 +47,7 @@ def _seed(log: LogBuilder) -> None:
 
 
 def test_search_reindexes_exactly_the_renamed_categorys_products(ctx: ViewContext, log: LogBuilder) -> None:
-    from derived_views import runner, search
+    from derived_views.views import runner, search
 
     _seed(log)
     runner.step(ctx, ["search"])
@@ -73,7 +73,7 @@ def test_search_reindexes_exactly_the_renamed_categorys_products(ctx: ViewContex
 
 def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewContext, log: LogBuilder) -> None:
     """Re-indexing a renamed category's products must not bring back products truncated before it."""
-    from derived_views import runner, search
+    from derived_views.views import runner, search
 
     _seed(log)
     runner.step(ctx, ["search"])
@@ -92,7 +92,7 @@ def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewCo
 
 
 def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBuilder) -> None:
-    from derived_views import cache, runner
+    from derived_views.views import cache, runner
 
     _seed(log)
     runner.step(ctx, ["cache"])
@@ -121,8 +121,8 @@ def test_views_of_two_processes_share_the_warehouse_tables_and_apply_each_change
     nothing to them again, only to the history tables, and both views stay exact."""
     from deltalake import DeltaTable
 
-    from derived_views import runner, warehouse
-    from derived_views.context import ViewContext as Context
+    from derived_views.views import runner, warehouse
+    from derived_views.write.context import ViewContext as Context
 
     _seed(log)
     runner.step(ctx, ["warehouse"])
@@ -144,9 +144,9 @@ def test_views_side_by_side_bring_a_shared_copy_forward_once(ctx: ViewContext, l
     """An index and an entity both read the warehouse's current products and are synced side by side
     without the warehouse: one brings the copy forward while the other waits for it and finds it current,
     so a new product (an insert-only batch: appended, not merged) lands once, and both views have it."""
-    from derived_views import runner, search, warehouse
-    from derived_views.context import ViewContext as Context
     from derived_views.definitions import load
+    from derived_views.views import runner, search, warehouse
+    from derived_views.write.context import ViewContext as Context
 
     views = tmp_path / "views.toml"
     example = EXAMPLE_VIEWS.read_text()
@@ -168,8 +168,8 @@ def test_views_side_by_side_bring_a_shared_copy_forward_once(ctx: ViewContext, l
 def test_a_table_the_warehouse_leaves_out_gets_a_copy_of_the_indexs_own(ctx: ViewContext, log: LogBuilder) -> None:
     """The index reads products from the warehouse's current table and keeps its own copy of categories,
     which the warehouse leaves out; a category rename still re-indexes its products."""
-    from derived_views import runner, search, warehouse
-    from derived_views.context import ViewContext as Context
+    from derived_views.views import runner, search, warehouse
+    from derived_views.write.context import ViewContext as Context
 
     kept = ctx.definitions.warehouse.model_copy(update={"tables": ["public.products"]})
     narrow = Context(
@@ -194,8 +194,8 @@ def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: V
     reader) still answer; off (the default), no table has them."""
     from deltalake import DeltaTable
 
-    from derived_views import cache, runner, search
-    from derived_views.context import ViewContext as Context
+    from derived_views.views import cache, runner, search
+    from derived_views.write.context import ViewContext as Context
 
     marked = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix, definitions=ctx.definitions, deletion_vectors=True)
     _seed(log)
@@ -217,8 +217,8 @@ def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: V
 
 
 def _step(ctx: ViewContext, *, replace: bool = False) -> None:
-    from derived_views import cache, runner, search, warehouse
-    from derived_views.pending import LogAsOf
+    from derived_views.source.as_of import LogAsOf
+    from derived_views.views import cache, runner, search, warehouse
 
     watermark = runner.latest(ctx)
     assert watermark is not None
@@ -231,7 +231,8 @@ def _step(ctx: ViewContext, *, replace: bool = False) -> None:
 
 def test_rebuild_equals_incremental(ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
     """Incremental steps read their small ranges in the driver; the rebuild reads through Spark tasks."""
-    from derived_views import pending, warehouse
+    from derived_views.source import pending
+    from derived_views.views import warehouse
 
     _seed(log)
     _step(ctx)
@@ -287,7 +288,7 @@ def test_cli_search_cache_get_and_unknown_view(
 
 def test_no_view_syncs_to_a_snapshot_still_being_copied(ctx: ViewContext, log: LogBuilder) -> None:
     """Groups at the in-progress snapshot position hold part of the tables and no commit: skip them."""
-    from derived_views import runner
+    from derived_views.views import runner
 
     with log.transaction() as tx:
         tx.insert("public.categories", {"id": 1, "name": "books"})
@@ -308,8 +309,8 @@ def test_a_second_process_cannot_sync_a_view_being_synced(
     import time
     from concurrent.futures import ThreadPoolExecutor
 
-    from derived_views import runner
     from derived_views.errors import ViewBusyError
+    from derived_views.views import runner
 
     with log.transaction() as tx:
         tx.insert("public.products", product(1))
@@ -320,7 +321,7 @@ def test_a_second_process_cannot_sync_a_view_being_synced(
             "-c",
             "import sys, types\n"
             "from pathlib import Path\n"
-            "from derived_views.runner import TABLES_LOCK, view_locks\n"
+            "from derived_views.views.runner import TABLES_LOCK, view_locks\n"
             "from log_store.lock import FileLock\n"
             f"ctx = types.SimpleNamespace(views_dir={ctx.views_dir!r})\n"
             "with view_locks(ctx, ['warehouse']), FileLock(Path(ctx.views_dir) / '_locks' / f'{TABLES_LOCK}.lock'):\n"
@@ -369,7 +370,7 @@ def test_search_cache_get_and_views_answer_without_a_jvm(ctx: ViewContext, log: 
     import subprocess
     import sys
 
-    from derived_views import runner
+    from derived_views.views import runner
 
     _seed(log)
     runner.step(ctx, ["search", "cache"])

@@ -10,20 +10,20 @@ import pytest
 from tests.derived_views.log_builder import LogBuilder, product
 
 if TYPE_CHECKING:
-    from derived_views.context import ViewContext
+    from derived_views.write.context import ViewContext
 
 pytestmark = pytest.mark.spark
 
 
 def _current(ctx: ViewContext, table: str) -> dict[Any, dict[str, Any]]:
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     rows = ctx.spark.read.format("delta").load(warehouse.current_path(ctx, table)).collect()
     return {row["id"]: row.asDict() for row in rows}
 
 
 def _sync(ctx: ViewContext) -> None:
-    from derived_views import runner
+    from derived_views.views import runner
 
     runner.step(ctx, ["warehouse"])
 
@@ -46,7 +46,7 @@ def test_insert_update_delete_with_faithful_types(ctx: ViewContext, log: LogBuil
     assert rows[1]["updated_at"].isoformat() == "2026-11-21T12:45:00.123456"
     schema = dict(
         ctx.spark.read.format("delta")
-        .load(__import__("derived_views.warehouse").warehouse.current_path(ctx, "public.products"))
+        .load(__import__("derived_views.views.warehouse").views.warehouse.current_path(ctx, "public.products"))
         .dtypes
     )
     assert schema["price"] == "decimal(12,2)" and schema["updated_at"] == "timestamp"
@@ -65,7 +65,7 @@ def test_partial_row_keeps_unchanged_column_across_batches(ctx: ViewContext, log
     _sync(ctx)
     row = _current(ctx, "public.products")[7]
     assert row["name"] == "Renamed again" and row["description"] == big
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     history = ctx.spark.read.format("delta").load(warehouse.history_path(ctx, "public.products"))
     versions = sorted(history.collect(), key=lambda r: r["_cdc_valid_from_lsn"])
@@ -76,9 +76,9 @@ def test_partial_row_keeps_unchanged_column_across_batches(ctx: ViewContext, log
 
 
 def test_same_batch_twice_and_older_batch_after_newer_change_nothing(ctx: ViewContext, log: LogBuilder) -> None:
-    from derived_views import warehouse
-    from derived_views.log_source import read_watermark
-    from derived_views.pending import LogAsOf
+    from derived_views.source.as_of import LogAsOf
+    from derived_views.source.log_source import read_watermark
+    from derived_views.views import warehouse
 
     with log.transaction() as tx:
         tx.insert("public.products", product(1))
@@ -98,7 +98,7 @@ def test_same_batch_twice_and_older_batch_after_newer_change_nothing(ctx: ViewCo
 
 
 def test_truncate_poison_and_schema_change(ctx: ViewContext, log: LogBuilder) -> None:
-    from derived_views import warehouse
+    from derived_views.views import warehouse
     from tests.derived_views.log_builder import REFERENCE, col
 
     with log.transaction() as tx:
@@ -144,7 +144,7 @@ def _synced_products(ctx: ViewContext, log: LogBuilder, *ids: int) -> None:
 
 def test_delete_compacted_to_its_tombstone_still_deletes(ctx: ViewContext, log: LogBuilder) -> None:
     """A view that lags behind compaction sees only the tombstone of a deleted key, and deletes it."""
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     _synced_products(ctx, log, 1, 2, 3)
     with log.transaction() as tx:
@@ -179,7 +179,7 @@ def _ids(ctx: ViewContext, path: str, current_only: bool = False) -> list[int]:
 def test_reinsert_after_delete_never_duplicates_a_key(ctx: ViewContext, log: LogBuilder, compacted: bool) -> None:
     """A batch of inserts only may still meet its keys in the table: its delete was reduced away in the
     same batch, or removed by compaction together with its tombstone."""
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     _synced_products(ctx, log, 1, 2, 3)
     with log.transaction() as tx:
@@ -199,7 +199,7 @@ def test_reinsert_after_delete_never_duplicates_a_key(ctx: ViewContext, log: Log
 def test_reinsert_after_a_dead_lettered_delete_never_duplicates_a_key(ctx: ViewContext, log: LogBuilder) -> None:
     """A delete routed to the dead-letter table leaves its row in place, so a later insert-only batch
     of the same key must still meet it in the table (the batch alone looks like new keys)."""
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     _synced_products(ctx, log, 1, 2, 3)
     with log.transaction() as tx:
@@ -215,7 +215,7 @@ def test_reinsert_after_a_dead_lettered_delete_never_duplicates_a_key(ctx: ViewC
 
 
 def test_a_value_that_is_not_utf8_goes_to_the_dead_letter_table(ctx: ViewContext, log: LogBuilder) -> None:
-    from derived_views import warehouse
+    from derived_views.views import warehouse
 
     with log.transaction() as tx:
         tx.insert("public.products", product(1))
@@ -237,7 +237,9 @@ def test_a_rebuild_writes_in_one_pass_unless_a_poison_event_or_a_truncate_needs_
     events hold a poison event (or, for a history table, a truncate) stops that job before it commits
     and is rebuilt the checked way. Either way the tables are those the incremental syncs made, each
     in one commit."""
-    from derived_views import pending, runner, steps, warehouse
+    from derived_views.source import pending
+    from derived_views.views import runner, warehouse
+    from derived_views.write import steps
 
     test_truncate_poison_and_schema_change(ctx, log)
     customer = {"id": 1, "email": "a@example.com", "name": "Ann", "created_at": "2026-11-21T12:45:00.123456Z"}
@@ -290,7 +292,8 @@ def test_tables_with_changes_commit_before_idle_tables_record_the_newer_watermar
 ) -> None:
     """An idle table's metadata commit (its as-of moving on) never delays a change: it comes after the
     commits of the tables with events, although its name sorts first."""
-    from derived_views import steps, warehouse
+    from derived_views.views import warehouse
+    from derived_views.write import steps
 
     with log.transaction() as tx:
         tx.insert("public.categories", {"id": 1, "name": "Home"})

@@ -273,10 +273,10 @@ def verify_warehouse(url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch, 
     Spark (one Spark run, without starting another JVM): exit 0, and then every warehouse table is as of
     the log's latest watermark: it records that watermark, or it applied every event of its topic up to
     it (a table with no new event records a newer watermark at most every
-    :data:`~derived_views.steps.IDLE_MARK_MS`, so a sync soon after the last one leaves it as it was)."""
+    :data:`~derived_views.write.steps.IDLE_MARK_MS`, so a sync soon after the last one leaves it as it was)."""
     from cdc.cli import cli, run
     from cdc.commands import register
-    from derived_views.status import delta_tables, table_progress
+    from derived_views.views.status import delta_tables, table_progress
 
     monkeypatch.setenv("CDC_DATABASE_URL", url)
     monkeypatch.setenv("CDC_DATA_DIR", str(data_dir))

@@ -34,7 +34,7 @@ def test_write_merge_read_delta(spark: SparkSession, tmp_path: Path) -> None:
 
 
 def test_session_uses_local_jars_not_the_network(spark: SparkSession) -> None:
-    from derived_views.spark_jars import installed_jars
+    from derived_views.engine.spark_jars import installed_jars
 
     jars = spark.sparkContext.getConf().get("spark.jars") or ""
     assert any("delta-spark" in jar for jar in jars.split(","))

@@ -151,6 +151,19 @@ def test_watermark_bounds_every_read(tmp_path: Path) -> None:
             assert reader.end_offset(tp) == 20 and reader.start_offset(tp) == 0
 
 
+def test_a_read_stops_below_end_as_the_kafka_log_does(tmp_path: Path) -> None:
+    """``end`` bounds a read like a watermark (the interface both logs offer): ``min(end, watermark's)``."""
+    tp = TopicPartition("t", 0)
+    with LogStore.open(tmp_path, small_config(), writer=True) as log:
+        log.ensure_topic("t", 1)
+        first = log.append_group([rec("t", f"k{i}", "a") for i in range(10)], "0000000000000001")
+        log.append_group([rec("t", f"k{i}", "b") for i in range(10)], "0000000000000002")
+        assert [r.offset for r in log.read(tp, 3, end=7)] == [3, 4, 5, 6]
+        assert [r.offset for r in log.read(tp, 8, end=15, until=first)] == [8, 9]
+        assert len(log.read(tp, 0, end=100)) == 20
+        assert log.read(tp, 5, end=5) == []
+
+
 def test_watermark_lists_every_partition(tmp_path: Path) -> None:
     with LogStore.open(tmp_path, writer=True) as log:
         log.ensure_topic("a", 2)

@@ -51,7 +51,7 @@ def _lag(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
 
 def _sync(spark: SparkSession, settings: Settings) -> None:
     from cdc import view_context
-    from derived_views import runner
+    from derived_views.views import runner
 
     runner.step(view_context.context_from_settings(settings, spark), [])  # every defined view
 

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.spark
 def test_corrupt_segment_read_by_a_spark_task_is_one_error_line(
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from derived_views.log_source import register
+    from derived_views.source.log_source import register
 
     log = LogBuilder(tmp_path / "log", partitions=1)
     with log.transaction() as tx:

@@ -35,8 +35,8 @@ def test_assembler_drops_aborted_streams() -> None:
     assembler = TransactionAssembler()
     insert = hand_message(b"I", struct.pack("!II", 9, 1), b"N", struct.pack("!h", 1), b"t", struct.pack("!i", 1), b"1")
     start, abort = hand_message(b"S", struct.pack("!I", 9), b"\x01"), hand_message(b"A", struct.pack("!II", 9, 9))
-    for payload in (start, insert, b"E", abort):
-        assert assembler.feed(payload) is None
+    for lsn, payload in enumerate((start, insert, b"E", abort), 0x100):
+        assert assembler.feed(payload, lsn) is None
     assert assembler.open_streams == 0 and assembler.idle
 
 
@@ -114,6 +114,39 @@ def test_a_truncated_insert_is_a_decode_error_on_the_fast_path_too() -> None:
     (record,) = replayer.records(Transaction(1, 100, 108, 0, changes))
     assert record.key == b'{"id":1}' and orjson.loads(record.value or b"")["after"] == {"id": 1, "big": None, "n": 42}
     broken = SpillBuffer()
-    broken.append(whole[:-3])
-    with pytest.raises(DecodeError, match="truncated or malformed pgoutput message 'I'"):
+    broken.append(whole[:-3], 0x16B3748)
+    with pytest.raises(DecodeError, match="truncated or malformed pgoutput message 'I' at LSN 16B3748"):
         list(replayer.records(Transaction(1, 100, 108, 0, broken)))
+
+
+def test_a_malformed_change_is_reported_at_its_own_lsn() -> None:
+    """A change stored by :meth:`feed` or by the frames' fast path (:meth:`take`), then decoded at
+    replay, is reported at the LSN it came at: not 0, not its transaction's commit."""
+    from cdc.capture.streaming import ChangeReplayer
+
+    class _Catalog:
+        type_names: dict[int, str] = {}
+
+    shape = sample_shape()
+    begin = hand_message(b"B", struct.pack("!QqI", 0x2000, 0, 77))
+    update = hand_message(b"U", struct.pack("!I", shape.relid), b"N", struct.pack("!h", 3), b"t")  # cut short
+    commit = hand_message(b"C", struct.pack("!bQQq", 0, 0x2000, 0x2008, 0))
+    messages = [(0x1000, begin), (0x1A2B, update), (0x2000, commit)]
+    fed = TransactionAssembler()
+    (by_feed,) = [tx for lsn, payload in messages if (tx := fed.feed(payload, lsn)) is not None]
+    taken = TransactionAssembler()
+    frames: list[bytes | memoryview] = [memoryview(encode_xlogdata(lsn, lsn, payload)) for lsn, payload in messages]
+    assert taken.feed(begin, 0x1000) is None and taken.take(frames, 1) == 2
+    by_take = taken.feed(commit, 0x2000)
+    assert by_take is not None
+    for tx in (by_feed, by_take):
+        assert list(tx.changes.positioned()) == [(0x1A2B, update)]
+        replayer = ChangeReplayer(
+            EventBuilder(prefix="cdc", database="db", partitions=3),
+            _Catalog(),  # type: ignore[arg-type]
+            lambda schema, table: f"cdc.{schema}.{table}",
+            lambda schema, table: True,
+        )
+        replayer.relations[shape.relid] = shape
+        with pytest.raises(DecodeError, match="truncated or malformed pgoutput message 'U' at LSN 1A2B:"):
+            list(replayer.records(tx))

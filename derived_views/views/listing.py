@@ -1,0 +1,116 @@
+"""What ``cdc views`` shows: every view table, what it holds, where it lives and what it is as of.
+
+Read without Spark: the captured tables come from the schema topic (read in this process), each
+table's as-of point from its newest Delta commit's progress (``deltalake``), so the listing answers in
+well under a second and works while a sync runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from derived_views.definitions import ViewDefinitions
+from derived_views.events.column_names import stored_columns
+from derived_views.events.schema import TableSchema, schemas_topic
+from derived_views.source.log_location import LogLocation
+from derived_views.source.log_source import read_watermark
+from derived_views.views import cache, search, warehouse
+from derived_views.views.composite import SourceTable, checked, source_tables
+from derived_views.views.status import readable_progress
+from derived_views.write.context import read_schemas
+from log_store.topic_names import dir_name
+
+
+@dataclass(frozen=True)
+class ViewTable:
+    """One Delta table of a view: what it holds, its path, the LSN it is as of (``None``: not synced yet)."""
+
+    view: str
+    holds: str
+    path: str
+    as_of_lsn: str | None
+    stored_columns: dict[str, str] = field(default_factory=dict)
+    """``{source column: the name the table stores it under}`` for names stored under another name: names
+    Delta refuses and case-only twins (:mod:`derived_views.events.column_names`); as the table holds them, or, for
+    a column it does not hold yet, as its next sync will store it."""
+
+
+def _table(view: str, holds: str, path: Path, columns: Iterable[str] = ()) -> ViewTable:
+    progress = readable_progress(path) if (path / "_delta_log").is_dir() else None
+    as_of = f"{progress.lsn >> 32:X}/{progress.lsn & 0xFFFFFFFF:X}" if progress is not None and progress.position else None
+    columns = list(columns)
+    held = _columns(path) if (path / "_delta_log").is_dir() else []
+    renamed = {name: stored for name, stored in stored_columns(columns, held).items() if stored != name}
+    return ViewTable(view, holds, str(path), as_of, renamed)
+
+
+def _columns(path: Path) -> list[str]:
+    """The column names of the Delta table at ``path`` (from its log's newest schema, ``deltalake``)."""
+    from deltalake import DeltaTable
+
+    return [f.name for f in DeltaTable(str(path)).schema().fields]
+
+
+def captured_tables(location: LogLocation | str, prefix: str) -> list[TableSchema]:
+    """Every table the log describes, by name (none before the first capture)."""
+    location = LogLocation.of(location)
+    watermark = read_watermark(location) if location.exists() else None
+    if watermark is None:
+        return []
+    topic = schemas_topic(prefix)
+    return sorted(read_schemas(location, topic, watermark.offsets.get(topic, {})).values(), key=lambda s: s.dotted_name)
+
+
+def view_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions) -> list[ViewTable]:
+    """Every table of every view: the warehouse's for the ``captured`` tables the definitions keep, then
+    each search index's and cache entity's (and the copies of the tables they read, their own or the
+    warehouse's current tables, once the log names those tables).
+
+    The definitions are checked against the ``captured`` tables first (:func:`derived_views.views.composite.checked`)."""
+    tables = _warehouse_tables(views_dir, captured, definitions)
+    plans = {plan.view: plan for plan in checked(definitions, source_tables(captured))} if captured else {}
+    for module, names in ((search, definitions.search), (cache, definitions.cache)):
+        for name, definition in names.items():
+            view = f"{module.NAME}.{name}"
+            outputs = plans[view].output_columns if view in plans and module is search else ()
+            for table, holds in module.TABLES.items():
+                tables.append(
+                    _table(
+                        view,
+                        holds.replace("root row", f"{definition.root} row"),
+                        views_dir / module.NAME / name / table,
+                        outputs if table == "documents" else (),
+                    )
+                )
+            for source in plans[view].tables if view in plans else ():
+                tables.append(_read_table(views_dir, definitions, module.NAME, name, view, source))
+    return tables
+
+
+def _warehouse_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions) -> list[ViewTable]:
+    """The warehouse's current (and, where kept, history) table of each captured table it keeps."""
+    tables = []
+    for schema in captured:
+        qualified = schema.dotted_name
+        if not definitions.warehouse.keeps(qualified):
+            continue
+        for kind in ("current", "history"):
+            if kind == "history" and not definitions.warehouse.keeps_history(qualified):
+                continue
+            path = views_dir / warehouse.NAME / kind / dir_name(schema.log_name)
+            tables.append(_table(warehouse.NAME, f"{qualified} ({kind})", path, schema.names))
+    return tables
+
+
+def _read_table(
+    views_dir: Path, definitions: ViewDefinitions, module: str, name: str, view: str, source: SourceTable
+) -> ViewTable:
+    """A source table a search index or cache entity reads: the warehouse's current table when the
+    warehouse keeps it, else the view's own copy."""
+    if definitions.warehouse.keeps(source.dotted_name):
+        path = views_dir / warehouse.NAME / "current" / dir_name(source.log_name)
+        return _table(view, f"reads {source.dotted_name} (current)", path, source.columns)
+    path = views_dir / module / name / "_state" / dir_name(source.log_name)
+    return _table(view, f"copy of {source.dotted_name}", path, source.columns)

@@ -1,0 +1,129 @@
+"""Warehouse view: per source table a current-state (SCD1) and a history (SCD2) Delta table.
+
+Paths below ``CDC_DATA_DIR``, where ``<schema>.<table>`` stands for the table's directory name
+(:func:`log_store.topic_names.dir_name` of its log name): ``<schema>.<table>`` when both names are
+plain (ASCII letters, digits, ``_``, ``-``), else both escaped and joined by ``..``, shortened with a
+hash past 231 characters. It is one path component, different for every table, never ``.`` or ``..``
+and without ``/``, so no table name reaches outside ``warehouse/current`` or ``warehouse/history``.
+
+- ``warehouse/current/<schema>.<table>``: one row per key with the source's columns (names and
+  faithful types from :mod:`derived_views.events.schema`) plus ``_cdc_key`` (the key as canonical JSON),
+  ``_cdc_lsn``/``_cdc_seq`` (position of the event the row comes from), ``_cdc_commit_ts`` and
+  ``_cdc_op``. A keyless table is append-only (its rows never match, so every insert is appended).
+- ``warehouse/history/<schema>.<table>``: one row per version with the source's columns plus
+  ``_cdc_valid_from_lsn/_seq/_ts``, ``_cdc_valid_to_lsn/_seq/_ts`` (NULL while current; a truncate
+  closes with sequence -1), ``_cdc_is_current`` and ``_cdc_op`` (``d`` rows mark deletions).
+- ``warehouse/_dead_letter``: poison events with their error.
+
+MERGE clauses and guarantees are those of :func:`derived_views.write.scd1.merge_current` and
+:func:`derived_views.write.scd2.merge_history`. Schema evolution, each change in a commit of its own before
+the batch that needs it (no progress moves with it, so a crash in between repeats it or finds it done):
+
+- a new column in the schema topic is added to both tables (``ALTER TABLE ADD COLUMNS``);
+- a column whose type changed is converted to a type that holds every version's values
+  (:mod:`derived_views.events.column_types`, :mod:`derived_views.write.table_evolution`), and each event is parsed
+  with the types in force at its position (:meth:`derived_views.events.schema.TableSchema.parse_plan`);
+- a renamed column is renamed in the tables (:func:`derived_views.write.steps.follow_source_columns`); a column
+  dropped and added again under the same name makes capture read the table again;
+- a dropped column stays in the tables and is no longer filled (rows written afterwards hold NULL there).
+
+A table whose batch fails is reported and the other tables are applied (:mod:`derived_views.write.failures`).
+Each table's as-of watermark is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.engine.progress`).
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from derived_views.events.schema import TableSchema
+from derived_views.source.as_of import LogAsOf, pending_events
+from derived_views.write.context import ViewContext
+from derived_views.write.failures import summary
+from derived_views.write.scd2 import merge_history
+from derived_views.write.steps import TableResult, apply_state, apply_table
+from log_store.topic_names import dir_name
+
+if TYPE_CHECKING:
+    from derived_views.source.log_source import LogWatermark
+
+NAME = "warehouse"
+log = logging.getLogger("cdc.views")
+
+
+def current_path(ctx: ViewContext, name: str) -> str:
+    """Path of the current-state table of the table whose log name is ``name`` (``schema.table`` when plain)."""
+    return ctx.path(NAME, "current", dir_name(name))
+
+
+def history_path(ctx: ViewContext, name: str) -> str:
+    """Path of the history table of the table whose log name is ``name`` (``schema.table`` when plain)."""
+    return ctx.path(NAME, "history", dir_name(name))
+
+
+def dead_letter_path(ctx: ViewContext) -> str:
+    """Path of the warehouse's dead-letter table."""
+    return ctx.path(NAME, "_dead_letter")
+
+
+def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
+    """The topics this view reads: those of the source tables it keeps (every captured one by default)."""
+    return sorted(
+        schema.topic for schema in ctx.schemas(watermark).values() if ctx.definitions.warehouse.keeps(schema.dotted_name)
+    )
+
+
+def _apply_history(ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, replace: bool) -> TableResult | None:
+    return apply_table(
+        ctx, as_of, schema, history_path(ctx, schema.log_name), dead_letter_path(ctx), "all", merge_history, replace=replace
+    )
+
+
+def _has_pending(ctx: ViewContext, as_of: LogAsOf, schema: TableSchema) -> bool:
+    """Whether the current-state table of ``schema`` has events to apply in the range (no progress yet counts)."""
+    try:
+        progress = ctx.progress(current_path(ctx, schema.log_name))
+    except Exception:  # noqa: BLE001 - a table that cannot be read fails in its own step, alone (see sync)
+        return True
+    return not progress.position or pending_events(as_of.watermark, [schema.topic], progress) > 0
+
+
+def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
+    """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``); ``only``: log
+    names of the tables to bring (``schema.table`` for plain names).
+
+    A table whose batch fails is reported in its :class:`TableResult` (``error``) and the others go on
+    (:mod:`derived_views.write.failures`): it commits nothing, so it stays exact as of its last watermark.
+
+    Tables with events in the range go first (in name order), then the idle ones, whose step is at most
+    a metadata commit recording the newer watermark (:func:`~derived_views.write.steps.is_current`): those
+    commits never delay a change becoming visible. Each table records its own progress, so the order
+    changes nothing else.
+    """
+    results: list[TableResult] = []
+    kept = ctx.definitions.warehouse
+    chosen = [
+        (name, schema)
+        for name, schema in sorted(ctx.schemas(as_of.watermark).items())
+        if (not only or name in only) and kept.keeps(schema.dotted_name)
+    ]
+    with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
+        for name, schema in sorted(chosen, key=lambda item: not _has_pending(ctx, as_of, item[1])):
+            # the two tables of one source table are independent: apply them side by side, each in a
+            # session of its own so that their MERGEs do not wait for each other
+            current_table = current_path(ctx, name)
+            current = pool.submit(apply_state, ctx.beside(), as_of, schema, current_table, dead_letter_path(ctx), replace=replace)
+            history_table = history_path(ctx, name)
+            try:
+                history = _apply_history(ctx, as_of, schema, replace) if kept.keeps_history(schema.dotted_name) else None
+            except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
+                log.error("warehouse table %s failed: %s", history_table, summary(exc))
+                history = TableResult(history_table, 0, 0, summary(exc))
+            try:
+                applied = current.result()
+            except Exception as exc:  # noqa: BLE001 - as above
+                log.error("warehouse table %s failed: %s", current_table, summary(exc))
+                applied = TableResult(current_table, 0, 0, summary(exc))
+            results.extend(result for result in (applied, history) if result is not None)
+    return results

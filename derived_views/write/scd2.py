@@ -1,0 +1,241 @@
+"""One row per version (SCD type 2): the history tables of the warehouse.
+
+The rules every view table keeps are in :mod:`derived_views.write.apply`.
+
+:func:`merge_history` uses the staged-union form: each key that has events gets a *close* row
+(merge key = its key) and every event an *insert* row (merge key NULL); target ``t`` on
+``t._cdc_key = s._merge_key AND t._cdc_is_current``:
+
+- ``WHEN MATCHED AND s is newer than t's valid-from THEN UPDATE`` valid-to := s's first position,
+  ``_cdc_is_current := false``
+- ``WHEN NOT MATCHED AND s._merge_key IS NULL THEN INSERT`` the version row
+- ``WHEN NOT MATCHED BY SOURCE AND t._cdc_is_current AND t valid-from < truncate THEN UPDATE``
+  valid-to := the truncate, ``_cdc_is_current := false`` (only when the batch holds a truncate)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from derived_views.engine.delta_sql import merge_into
+from derived_views.engine.progress import Progress, committing
+from derived_views.events.column_names import quote
+from derived_views.events.metadata_columns import KEY, LSN, OP, SEQ, TS, UNCHANGED
+from derived_views.write.apply import append, meets_table, overwrite
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column as SparkColumn
+    from pyspark.sql import DataFrame, SparkSession
+
+    from derived_views.write.table_evolution import TableTypes
+
+
+HISTORY_META_DDL = (
+    f"{KEY} string, _cdc_valid_from_lsn bigint, _cdc_valid_from_seq bigint, _cdc_valid_from_ts timestamp, "
+    "_cdc_valid_to_lsn bigint, _cdc_valid_to_seq bigint, _cdc_valid_to_ts timestamp, "
+    f"_cdc_is_current boolean, {OP} string"
+)
+
+
+def _close_at(truncates: tuple[int, ...], lsn: SparkColumn, next_lsn: SparkColumn) -> SparkColumn | None:
+    """The first truncate after ``lsn`` and before ``next_lsn`` (a version's end by truncation)."""
+    from pyspark.sql import functions as F
+
+    result = None
+    for truncate in truncates:
+        hit = (lsn < F.lit(truncate)) & (next_lsn.isNull() | (next_lsn > F.lit(truncate)))
+        result = F.when(hit, F.lit(truncate)) if result is None else result.when(hit, F.lit(truncate))
+    return result
+
+
+def merge_history(
+    spark: SparkSession,
+    path: str,
+    source: DataFrame,
+    columns: list[tuple[str, str]],
+    progress: Progress,
+    truncates: tuple[int, ...] = (),
+    *,
+    replace: bool = False,
+    inserts_only: bool = False,
+    keys: Sequence[str] | None = None,
+    whole_rows: bool = False,
+    types: TableTypes,
+) -> None:
+    """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring).
+
+    ``whole_rows`` says no event of ``source`` lacks a column: nothing is then filled from the table's
+    current versions (which are not read). ``inserts_only`` appends the versions instead of merging
+    them when no key of the batch (``keys`` when known) is current in the table (rule 7).
+    """
+    from pyspark.sql import functions as F
+
+    names = [n for n, _ in columns]
+    ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " + HISTORY_META_DDL
+    events = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t") & F.col(KEY).isNotNull())
+    if not replace:
+        types.ensure(spark, path, ddl)
+        if not whole_rows:
+            events = _fill_from_current(spark, path, events, names)
+    versions = _versions(events, names, truncates)
+    if replace:
+        overwrite(versions.drop("_rank"), path, progress, types)
+        return
+    if inserts_only and not meets_table(spark, path, events, keys, current_only=True):
+        append(spark, path, versions.drop("_rank"), progress)
+        return
+    _merge_versions(spark, path, _with_closes(versions, columns, truncates), names, truncates, progress)
+
+
+def _versions(events: DataFrame, names: list[str], truncates: tuple[int, ...]) -> DataFrame:
+    """One version row per event: valid from the event, to the key's next event (a delete: to itself;
+    a truncate in between: to the truncate), with ``_rank`` the event's place among its key's."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    by_key = Window.partitionBy(KEY).orderBy(LSN, SEQ)
+    nxt = events.select(
+        "*",
+        F.lead(LSN).over(by_key).alias("_next_lsn"),
+        F.lead(SEQ).over(by_key).alias("_next_seq"),
+        F.lead(TS).over(by_key).alias("_next_ts"),
+        F.row_number().over(by_key).alias("_rank"),
+    )
+    is_delete = F.col(OP) == "d"
+    truncated = _close_at(truncates, F.col(LSN), F.col("_next_lsn"))
+    to_lsn = F.when(is_delete, F.col(LSN)).otherwise(F.col("_next_lsn"))
+    to_seq = F.when(is_delete, F.col(SEQ)).otherwise(F.col("_next_seq"))
+    to_ts = F.when(is_delete, F.col(TS)).otherwise(F.col("_next_ts"))
+    if truncated is not None:
+        to_lsn = F.when(~is_delete & truncated.isNotNull(), truncated).otherwise(to_lsn)
+        to_seq = F.when(~is_delete & truncated.isNotNull(), F.lit(-1)).otherwise(to_seq)
+        to_ts = F.when(~is_delete & truncated.isNotNull(), F.lit(None).cast("timestamp")).otherwise(to_ts)
+    versions = nxt.select(
+        *[quote(n) for n in names],
+        KEY,
+        F.col(LSN).alias("_cdc_valid_from_lsn"),
+        F.col(SEQ).alias("_cdc_valid_from_seq"),
+        F.col(TS).alias("_cdc_valid_from_ts"),
+        to_lsn.cast("bigint").alias("_cdc_valid_to_lsn"),
+        to_seq.cast("bigint").alias("_cdc_valid_to_seq"),
+        to_ts.alias("_cdc_valid_to_ts"),
+        (to_lsn.isNull() & ~is_delete).alias("_cdc_is_current"),
+        OP,
+        F.col("_rank"),
+    )
+    return versions
+
+
+def _with_closes(versions: DataFrame, columns: list[tuple[str, str]], truncates: tuple[int, ...]) -> DataFrame:
+    """The staged union: every version (``_merge_key`` NULL, inserted), and per key a *close* row keyed
+    ``_merge_key`` that ends the table's current version where the batch's first version (or an earlier
+    truncate) begins."""
+    from pyspark.sql import functions as F
+
+    names = [n for n, _ in columns]
+    first = versions.filter(F.col("_rank") == 1)
+    first_truncate = _close_at(truncates, F.lit(-1), F.col("_cdc_valid_from_lsn"))
+    close_lsn = F.col("_cdc_valid_from_lsn")
+    close_seq = F.col("_cdc_valid_from_seq")
+    close_ts = F.col("_cdc_valid_from_ts")
+    if first_truncate is not None:
+        close_lsn = F.coalesce(first_truncate, close_lsn)
+        close_seq = F.when(first_truncate.isNotNull(), F.lit(-1)).otherwise(close_seq)
+        close_ts = F.when(first_truncate.isNotNull(), F.lit(None).cast("timestamp")).otherwise(close_ts)
+    close = first.select(
+        F.col(KEY).alias("_merge_key"),
+        *[F.lit(None).cast(t).alias(n) for n, t in columns],
+        KEY,
+        close_lsn.cast("bigint").alias("_close_lsn"),
+        close_seq.cast("bigint").alias("_close_seq"),
+        close_ts.alias("_close_ts"),
+    )
+    staged = versions.drop("_rank").select(F.lit(None).cast("string").alias("_merge_key"), "*")
+    close_full = close.select(
+        "_merge_key",
+        *[quote(n) for n in names],
+        KEY,
+        F.col("_close_lsn").alias("_cdc_valid_from_lsn"),
+        F.col("_close_seq").alias("_cdc_valid_from_seq"),
+        F.col("_close_ts").alias("_cdc_valid_from_ts"),
+        F.lit(None).cast("bigint").alias("_cdc_valid_to_lsn"),
+        F.lit(None).cast("bigint").alias("_cdc_valid_to_seq"),
+        F.lit(None).cast("timestamp").alias("_cdc_valid_to_ts"),
+        F.lit(False).alias("_cdc_is_current"),
+        F.lit("close").alias(OP),
+    )
+    return staged.unionByName(close_full)
+
+
+def _merge_versions(
+    spark: SparkSession, path: str, merged: DataFrame, names: list[str], truncates: tuple[int, ...], progress: Progress
+) -> None:
+    """The MERGE of the staged union into the table at ``path``, in one commit carrying ``progress``: a
+    close row ends the key's current version when it is newer, a version row is inserted, and a
+    truncate ends every current version that began before it."""
+    newer = (
+        "(s._cdc_valid_from_lsn > t._cdc_valid_from_lsn OR "
+        "(s._cdc_valid_from_lsn = t._cdc_valid_from_lsn AND s._cdc_valid_from_seq > t._cdc_valid_from_seq))"
+    )
+    insert = {quote(n): f"s.{quote(n)}" for n in names}
+    insert.update(
+        {
+            c: f"s.{c}"
+            for c in (
+                KEY,
+                "_cdc_valid_from_lsn",
+                "_cdc_valid_from_seq",
+                "_cdc_valid_from_ts",
+                "_cdc_valid_to_lsn",
+                "_cdc_valid_to_seq",
+                "_cdc_valid_to_ts",
+                "_cdc_is_current",
+                OP,
+            )
+        }
+    )
+    builder = (
+        merge_into(spark, path, merged, f"t.{KEY} = s._merge_key AND t._cdc_is_current")
+        .when_matched_update(
+            {
+                "_cdc_valid_to_lsn": "s._cdc_valid_from_lsn",
+                "_cdc_valid_to_seq": "s._cdc_valid_from_seq",
+                "_cdc_valid_to_ts": "s._cdc_valid_from_ts",
+                "_cdc_is_current": "false",
+            },
+            condition=newer,
+        )
+        .when_not_matched_insert(insert, condition="s._merge_key IS NULL")
+    )
+    if truncates:
+        first_t = min(truncates)
+        builder = builder.when_not_matched_by_source_update(
+            {"_cdc_valid_to_lsn": str(first_t), "_cdc_valid_to_seq": "-1", "_cdc_is_current": "false"},
+            condition=f"t._cdc_is_current AND t._cdc_valid_from_lsn < {first_t}",
+        )
+    with committing(spark, progress):
+        builder.execute()
+
+
+def _fill_from_current(spark: SparkSession, path: str, events: DataFrame, names: list[str]) -> DataFrame:
+    """Take the columns a batch's first partial event lacks from the key's current version in ``path``."""
+    from pyspark.sql import functions as F
+
+    current = (
+        spark.read.format("delta")
+        .load(path)
+        .filter(F.col("_cdc_is_current"))
+        .select(F.col(KEY).alias("_fill_key"), *[F.col(quote(n)).alias(f"_fill_{i}") for i, n in enumerate(names)])
+    )
+    partial_rows = events.filter(F.size(UNCHANGED) > 0)
+    whole = events.filter(F.size(UNCHANGED) == 0)
+    joined = partial_rows.join(current, partial_rows[KEY] == current["_fill_key"], "left")
+    filled = joined.select(
+        *[
+            F.when(F.array_contains(F.col(UNCHANGED), n), F.col(f"_fill_{i}")).otherwise(F.col(quote(n))).alias(n)
+            for i, n in enumerate(names)
+        ],
+        *[c for c in events.columns if c not in names],
+    )
+    return whole.unionByName(filled)
