@@ -10,6 +10,7 @@ COPY log_store log_store
 COPY derived_views derived_views
 COPY event_format event_format
 COPY migrations migrations
+COPY local_servers local_servers
 RUN pip install --no-cache-dir . \
  && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.engine.spark_jars \
  && CDC_SPARK_JARS_DIR=/opt/cdc/jars python -m derived_views.engine.archive_build

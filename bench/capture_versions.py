@@ -3,7 +3,7 @@
 Usage: .venv/bin/python -m bench.capture_versions [rows] [--versions 15,18]   (default 300,000 rows as
 1,000-row transactions of single-row INSERT rows, on each version; ``--versions`` picks any of 14 to 18,
 side by side in the order given). Each version runs on a server of its own (15: Debian's; 18:
-the build set-up fetched, ``cdc.pg_builds``), and its anchor is that version's own pg_recvlogical
+the build set-up fetched, ``local_servers.pg_builds``), and its anchor is that version's own pg_recvlogical
 decoding the same WAL range with pgoutput into /dev/null: the walsender's ceiling on that version.
 The figures are printed side by side, per version and as the ratio of capture to its anchor.
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 import psycopg
 
 from bench.capture_common import bench_database, insert_rows, recvlogical_seconds, timed
-from cdc import pg_builds
 from cdc.coordinator import Capture
-from cdc.local_postgres import LocalPostgres, find_server_bindir
+from local_servers import pg_builds
+from local_servers.postgres import LocalPostgres, find_server_bindir
 
 VERSIONS = (15, 18)
 
@@ -48,7 +48,7 @@ def _recvlogical(major: int, server: LocalPostgres) -> Path:
         return beside
     fetched = pg_builds.installed_client_bindir(major)
     if fetched is None:
-        raise SystemExit(f"no pg_recvlogical of PostgreSQL {major}: run scripts/setup (python -m cdc.pg_builds)")
+        raise SystemExit(f"no pg_recvlogical of PostgreSQL {major}: run scripts/setup (python -m local_servers.pg_builds)")
     return fetched / "pg_recvlogical"
 
 

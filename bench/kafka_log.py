@@ -23,11 +23,11 @@ import psycopg
 
 from bench.capture_common import bench_database, insert_rows, recvlogical_seconds, timed
 from cdc.coordinator import Capture
-from cdc.local_kafka import LocalKafka
 from cdc.view_context import location_from_settings
 from derived_views.engine.spark_session import build_spark
 from derived_views.source.log_source import read_watermark
 from derived_views.source.pending import read_log
+from local_servers.kafka import LocalKafka
 
 
 def main(rows: int) -> None:

@@ -27,10 +27,10 @@ import psycopg
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdc.local_postgres import LocalPostgres
     from cdc.settings import Settings
     from derived_views.write.context import ViewContext
     from derived_views.write.steps import TableResult
+    from local_servers.postgres import LocalPostgres
 
 JDBC_DRIVER = "org.postgresql:postgresql:42.7.4"
 

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
-from cdc.local_postgres import LocalPostgres, free_port
+from local_servers.postgres import LocalPostgres, free_port
 
 _BARE_START = "from derived_views.engine.spark_session import build_spark; build_spark('cdc-bare').stop()"
 

@@ -50,9 +50,9 @@ import yaml  # type: ignore[import-untyped]
 
 from bench.views_common import PRODUCTS_SQL, bench_spark, load_average, products_database
 from cdc import view_context
-from cdc.local_postgres import free_port
 from cdc.settings import Settings
 from derived_views.views import runner, warehouse
+from local_servers.postgres import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "declarative_pipeline"

@@ -22,8 +22,8 @@ from dotenv import dotenv_values
 #: jars directory and class archive), which :func:`known_names` knows from its fields.
 TOOLING: frozenset[str] = frozenset(
     {
-        "CDC_KAFKA_JARS_DIR",  # cdc.local_kafka: the test and demo broker's jars
-        "CDC_PG_BINDIR",  # cdc.local_postgres: PostgreSQL server binaries
+        "CDC_KAFKA_JARS_DIR",  # local_servers.kafka: the test and demo broker's jars
+        "CDC_PG_BINDIR",  # local_servers.postgres: PostgreSQL server binaries
         "CDC_TEST_DATABASE_URL",  # tests: the PostgreSQL the test suite uses
         "CDC_TEST_KAFKA",  # tests: a Kafka broker the test suite uses
     }

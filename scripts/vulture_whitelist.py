@@ -84,8 +84,8 @@ down_revision  # unused variable (migrations/versions/0003_default_select_grant.
 branch_labels  # unused variable (migrations/versions/0003_default_select_grant.py:17)
 depends_on  # unused variable (migrations/versions/0003_default_select_grant.py:18)
 _.recovery  # unused attribute (log_store/store.py: public API, what the writer's recovery cut; read by callers and tests)
-installed  # unused function (cdc/pg_builds.py): scripts/setup calls it
-installed_client_bindir  # unused function (cdc/pg_builds.py): bench/capture_versions.py calls it
+installed  # unused function (local_servers/pg_builds.py): scripts/setup calls it
+installed_client_bindir  # unused function (local_servers/pg_builds.py): bench/capture_versions.py calls it
 accept_metrics_in_runs  # called by a pipeline's definitions file (examples/declarative_pipeline)
 _.user_id  # a Spark Connect request's field, set as pyspark's own method sets it (derived_views/views/pipeline_runs.py)
 __getattr__  # unused function (derived_views/__init__.py: PEP 562 lazy public names)

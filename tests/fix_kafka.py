@@ -1,7 +1,7 @@
 """A real Kafka broker for tests, and a topic prefix of its own per test.
 
 The broker comes from ``CDC_TEST_KAFKA`` (``host:port`` of a running cluster) or is started once per
-test session from the jars set-up fetched (:class:`cdc.local_kafka.LocalKafka`: KRaft, one node, a free
+test session from the jars set-up fetched (:class:`local_servers.kafka.LocalKafka`: KRaft, one node, a free
 loopback port) and removed afterwards. Tests share it; each gets a fresh topic prefix, so their
 topics, watermarks and transactional ids never meet.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from cdc.local_kafka import LocalKafka
+from local_servers.kafka import LocalKafka
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """A real PostgreSQL with ``wal_level=logical`` for tests, and one fresh database per test.
 
 The server comes from, in order: ``CDC_TEST_DATABASE_URL``; a testcontainers PostgreSQL when a Docker
-engine answers; a throwaway cluster started from local binaries (:class:`cdc.local_postgres.LocalPostgres`).
+engine answers; a throwaway cluster started from local binaries (:class:`local_servers.postgres.LocalPostgres`).
 ``CDC_TEST_PG_VERSION`` (14 to 18) picks the major version of the last two; without it they run Debian's
 (15 here). Tests marked ``pgversions`` start a server of each version themselves (:func:`local_server`).
 Every test that asks for :func:`pg_url` gets a database of its own, so replication slots and
@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cdc.local_postgres import LocalPostgres, find_server_bindir
+from local_servers.postgres import LocalPostgres, find_server_bindir
 
 #: The major versions the project supports, each run by the ``pgversions`` tests.
 PG_VERSIONS = (14, 15, 16, 17, 18)

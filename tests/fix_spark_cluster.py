@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from cdc.local_postgres import free_port
+from local_servers.postgres import free_port
 
 VENV_BIN = Path(sys.executable).parent
 WORKERS = 2

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from cdc.local_postgres import free_port
+from local_servers.postgres import free_port
 
 CDC = str(Path(sys.executable).with_name("cdc"))
 

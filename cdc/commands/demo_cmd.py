@@ -91,7 +91,7 @@ def _change_one_product(url: str) -> tuple[int, str]:
 def demo(data_dir: Path | None, keep_postgres: bool) -> None:
     """Start a throwaway PostgreSQL, write sample data, and run the pipeline end to end."""
     from cdc import migrate as migrations
-    from cdc.local_postgres import LocalPostgres
+    from local_servers.postgres import LocalPostgres
     from migrations.sample_data import insert_sample_data
 
     console = Console()

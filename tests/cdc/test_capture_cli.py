@@ -13,8 +13,8 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.local_postgres import LocalPostgres
 from event_format import fold_after
+from local_servers.postgres import LocalPostgres
 from log_store import LogConfig, LogStore, TopicPartition
 from tests.cdc.helpers import read_topic, replay, source_table, wait_for
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc.local_postgres import LocalPostgres
+from local_servers.postgres import LocalPostgres
 from tests.cdc.helpers import execute, run_cdc, slot_names
 
 pytestmark = pytest.mark.pg

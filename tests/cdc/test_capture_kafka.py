@@ -248,7 +248,7 @@ def test_setup_checks_the_brokers_and_names_tables_whose_toast_values_kafka_cann
 def test_capture_waits_out_a_broker_that_is_down_and_loses_nothing(reference_db: str, tmp_path: Path, kafka_prefix: str) -> None:
     """The broker is killed while capture streams: capture says so once per attempt, confirms nothing more to
     the source, ``cdc lag`` names the log as unreadable; once the broker is back the changes arrive, once."""
-    from cdc.local_kafka import LocalKafka
+    from local_servers.kafka import LocalKafka
 
     with LocalKafka(root=tmp_path / "broker") as broker:
         kafka = _kafka(reference_db, tmp_path, broker.bootstrap, kafka_prefix)
@@ -303,7 +303,7 @@ _SASL_USERS = 'username="broker" password="b-secret" user_broker="b-secret" user
 def test_sasl_credentials_reach_capture_and_spark_and_a_wrong_password_is_one_clear_error(
     reference_db: str, tmp_path: Path, kafka_prefix: str, spark: SparkSession
 ) -> None:
-    from cdc.local_kafka import LocalKafka, _free_port
+    from local_servers.kafka import LocalKafka, _free_port
 
     port, controller = _free_port(), _free_port()
     secured = {
@@ -346,7 +346,7 @@ def test_sasl_credentials_reach_capture_and_spark_and_a_wrong_password_is_one_cl
 def test_tls_with_a_client_certificate_reaches_capture_and_spark_and_an_untrusted_broker_is_one_clear_error(
     reference_db: str, tmp_path: Path, kafka_prefix: str, spark: SparkSession
 ) -> None:
-    from cdc.local_kafka import LocalKafka, _free_port
+    from local_servers.kafka import LocalKafka, _free_port
     from tests.fix_tls import make_tls_files
 
     files = make_tls_files(tmp_path / "tls")

@@ -16,8 +16,8 @@ import psycopg
 import pytest
 
 from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
-from cdc.local_postgres import free_port
 from derived_views.engine.driver_jit import C1_ONLY
+from local_servers.postgres import free_port
 from migrations.sample_data import insert_sample_data
 from tests.spark_server_process import running_spark_server
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psycopg
 
-from cdc import pg_builds
-from cdc.local_postgres import LocalPostgres, _run_as, find_server_bindir, free_port
+from local_servers import pg_builds
+from local_servers.postgres import LocalPostgres, _run_as, find_server_bindir, free_port
 
 #: The standby's physical slot on the primary.
 PHYSICAL_SLOT = "standby_1"

@@ -36,8 +36,8 @@ import psycopg
 import pytest
 
 from cdc.capture.lsn import Lsn
-from cdc.local_postgres import find_server_bindir
-from cdc.pg_builds import installed_client_bindir
+from local_servers.pg_builds import installed_client_bindir
+from local_servers.postgres import find_server_bindir
 from tests.cdc.helpers import read_topic, replay
 from tests.faults.harness import Running, cdc_env, poll, run_cdc, wal_lsn, watermark
 from tests.faults.standby_pair import PHYSICAL_SLOT, StandbyPair

@@ -28,7 +28,7 @@ import psycopg
 import pytest
 
 from cdc.capture.lsn import Lsn
-from cdc.local_postgres import LocalPostgres
+from local_servers.postgres import LocalPostgres
 from tests.faults.harness import (
     CdcProcess,
     Load,

@@ -20,9 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 #: package -> the first-party packages it must never import
 FORBIDDEN = {
-    "log_store": ("cdc", "derived_views", "event_format"),
-    "event_format": ("cdc", "derived_views"),
-    "derived_views": ("cdc",),
+    "log_store": ("cdc", "derived_views", "event_format", "local_servers"),
+    "event_format": ("cdc", "derived_views", "local_servers"),
+    "derived_views": ("cdc", "local_servers"),
 }
 
 
@@ -193,16 +193,10 @@ def test_the_entry_point_resolves_every_public_name() -> None:
         derived_views.spark_session  # noqa: B018 - the attribute access is the test
 
 
-#: Modules that read ``CDC_*`` variables from the environment: the application's settings class, the
-#: views' engine settings (the engine runs without ``cdc`` too), and the fixtures that start a local
-#: PostgreSQL or Kafka for the tests and the demo (tooling variables, not settings of the pipeline).
-READS_CDC_ENVIRONMENT = (
-    "cdc/settings.py",
-    "derived_views/engine/engine_settings.py",
-    "cdc/local_kafka.py",
-    "cdc/local_postgres.py",
-    "cdc/pg_builds.py",
-)
+#: Modules of the product that read ``CDC_*`` variables from the environment: the application's
+#: settings class and the views' engine settings (the engine runs without ``cdc`` too). The throwaway
+#: servers of the demo and the tests (``local_servers/``, no product package) read tooling variables.
+READS_CDC_ENVIRONMENT = ("cdc/settings.py", "derived_views/engine/engine_settings.py")
 
 
 def _environment_reads(path: Path) -> Iterator[tuple[int, str]]:
@@ -241,3 +235,14 @@ def test_the_engine_settings_are_known_names() -> None:
 
     known = known_names([])
     assert [f"CDC_{field.upper()}" for field in EngineSettings.model_fields if f"CDC_{field.upper()}" not in known] == []
+
+
+def test_only_the_demo_starts_local_servers() -> None:
+    """``local_servers/`` holds the throwaway PostgreSQL and Kafka of the demo, the tests and the benchmarks:
+    of the product, only ``cdc demo`` uses them."""
+    modules = sorted((ROOT / "cdc").rglob("*.py"))
+    assert modules, "no modules under cdc"
+    users = sorted(
+        str(path.relative_to(ROOT)) for path in modules for _, name in _imports(path) if name.split(".")[0] == "local_servers"
+    )
+    assert users == ["cdc/commands/demo_cmd.py"]

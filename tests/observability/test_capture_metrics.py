@@ -12,7 +12,7 @@ from pathlib import Path
 import psycopg
 from prometheus_client.parser import text_string_to_metric_families
 
-from cdc.local_postgres import free_port
+from local_servers.postgres import free_port
 from tests.cdc.helpers import wait_for
 
 CDC = Path(sys.executable).with_name("cdc")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cdc.coordinator import Capture
-from cdc.local_postgres import free_port
 from cdc.settings import load_settings
+from local_servers.postgres import free_port
 from migrations.sample_data import insert_sample_data
 from tests.cdc.helpers import wait_for
 from tests.observability.test_capture_metrics import _scrape, _scrape_or_empty

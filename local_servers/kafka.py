@@ -1,6 +1,6 @@
 """A throwaway Apache Kafka broker (KRaft, one combined broker and controller), for tests and the demo.
 
-Set-up fetches the broker's jars once from Maven Central (``python -m cdc.local_kafka``): Spark's own
+Set-up fetches the broker's jars once from Maven Central (``python -m local_servers.kafka``): Spark's own
 dependency resolver downloads :data:`KAFKA_COORDINATE` with its dependencies into an Ivy cache, and
 the jars are copied into :func:`jars_dir`. Spark's resolver leaves out ``scala-library`` (every Spark
 carries it), so the copy pyspark ships, of the same Scala 2.13 line, is added. The broker then starts

@@ -45,13 +45,13 @@ def find_server_bindir(major: int | None = None) -> Path:
 
     Without ``major``: ``CDC_PG_BINDIR`` wins when set; then Debian's ``/usr/lib/postgresql/<major>/bin``;
     then ``PATH``. With ``major``: Debian's directory of that version, else the pinned build set-up
-    fetched (:mod:`cdc.pg_builds`).
+    fetched (:mod:`local_servers.pg_builds`).
     """
     if major is not None:
         debian_dir = Path(f"/usr/lib/postgresql/{major}/bin")
         if (debian_dir / "initdb").exists() and (debian_dir / "pg_ctl").exists():
             return debian_dir
-        from cdc import pg_builds
+        from local_servers import pg_builds
 
         fetched = pg_builds.installed_bindir(major)
         if fetched is not None:
@@ -61,7 +61,7 @@ def find_server_bindir(major: int | None = None) -> Path:
             raise SourceError(f"no PostgreSQL {major} server binaries here: the versions on offer are {offered}")
         raise SourceError(
             f"no PostgreSQL {major} server binaries: the pinned build is not fetched; run scripts/setup "
-            "(or `.venv/bin/python -m cdc.pg_builds`) once, with network access"
+            "(or `.venv/bin/python -m local_servers.pg_builds`) once, with network access"
         )
     explicit = os.environ.get("CDC_PG_BINDIR")
     candidates: list[Path] = [Path(explicit)] if explicit else []
