@@ -26,8 +26,9 @@ Guarantees and restart rules:
   consistent point minus one, in groups that never look complete until the last is in the log.
 * **Tables that join later.** A published table the ledger (``<prefix>.__snapshots``) does not name
   gets no change event until its snapshot is in the log: :mod:`cdc.capture.table_snapshots` takes it at a
-  temporary slot's consistent point B, drops the table's changes committed before B, and writes its
-  rows as one group at position B - 1 once every transaction before B is in the log.
+  temporary slot's consistent point B and drops the table's changes committed before B; once every
+  transaction before B is in the log, :mod:`cdc.capture.online_read` writes its rows in chunks beside the
+  stream, holding the table's own later changes until the last chunk is in the log.
 * **Heartbeats.** When the captured tables are idle but the server's WAL moves, an empty group moves the
   position to the server's reported end (minus one) and the slot is confirmed there, so WAL does not
   pile up.
@@ -58,6 +59,7 @@ from cdc.capture.group_writer import GroupWriter
 from cdc.capture.initial_snapshot import take_initial_snapshot
 from cdc.capture.log import Log
 from cdc.capture.lsn import Lsn
+from cdc.capture.online_read import OnlineRead
 from cdc.capture.slot_continuity import require_continuity, slot_skipped_ahead
 from cdc.capture.snapshot import CHUNK_ROWS
 from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten, published_shape
@@ -114,6 +116,8 @@ class CaptureStats:
     reconnects: int = 0
     #: new snapshots taken because the slot did not continue the log (:mod:`cdc.capture.slot_continuity`)
     resnapshots: int = 0
+    #: reads beside the stream begun again from a new snapshot (:mod:`cdc.capture.online_read`)
+    reads_abandoned: int = 0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -157,6 +161,7 @@ class Capture:
         self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
         self._slots_made = 0  # temporary slots, for unique names
         self._read_back_warned: set[str] = set()  # tables warned of once: their partial updates are read back
+        self.reads: list[OnlineRead] = []  # tables read beside the stream, in the order their chunks come
 
     @property
     def position(self) -> Lsn:
@@ -185,6 +190,9 @@ class Capture:
         assert self.topics is not None
         self.topics.ensure(shape)
         self._shape_changed = True
+        reading = [read for read in self.reads if shape.relid in read.relids and not read.abandoned]
+        if reading:
+            self._abandon(reading, f"the columns of {shape.qualified} changed")
 
     def _database_name(self) -> str:
         return self.settings.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
@@ -271,7 +279,7 @@ class Capture:
                 partial(published_shape, self.catalog, self.settings.topic_for), topics.ensure,
                 self.tuning.snapshot_chunk_rows, self.progress,
             )  # fmt: skip
-            self.groups = GroupWriter(store, self.replayer, self._read_back_warned)
+            self.groups = GroupWriter(store, self.replayer, self._read_back_warned, abandon=self._abandon_topics)
             watermark = store.latest_watermark()
             self.position = Lsn.from_hex16(watermark.position) if watermark else Lsn(0)
             try:
@@ -352,6 +360,8 @@ class Capture:
                     )  # fmt: skip
                     if self._carry_out(pass_, repl):
                         return
+                    if self.reads:
+                        self._read_chunk()
             except SourceError as exc:
                 self.metrics.errors.labels(kind=type(exc).__name__).inc()
                 group = core.take_pending()
@@ -396,10 +406,7 @@ class Capture:
                 case SendStatus():
                     self._send(command, repl)
                 case WriteSnapshot(snapshot=pending):
-                    try:
-                        self._write_table_snapshot(pending, repl)
-                    finally:
-                        pending.close()
+                    self._start_read(pending)
                 case Heartbeat(end=end):
                     self._heartbeat(end, repl)
                 case Discover():
@@ -433,37 +440,86 @@ class Capture:
             self.stats.tables_added += len(pending.tables)
             self.core.waiting.append(pending)
 
-    def _write_table_snapshot(self, pending: PendingSnapshot, repl: ReplicationConnection) -> None:
-        """One group at the boundary minus one (:mod:`cdc.capture.snapshot_writer`), with the membership and
+    def _start_read(self, pending: PendingSnapshot) -> None:
+        """The stream reached ``pending``'s boundary: its first part goes into the log at the boundary
+        minus one, the rest beside the stream (:mod:`cdc.capture.online_read`), with the membership and
         columns read before the snapshot was taken, never later ones (which could include a partition
         attached after the snapshot, whose rows it does not hold)."""
+        assert self.writer is not None and self.groups is not None
+        name = f"{self.settings.slot}-{pending.boundary.hex16()}"
+        read = OnlineRead.start(pending, self.writer, self.settings.data_dir / "held", name)
+        self.core.snapshot_durable(pending.as_of)
+        self.reads.append(read)
+        self.core.reading = True
+        for topic in read.topics:
+            self.groups.held[topic] = read.held
+        log.info("reading %s as of %s beside the stream", ", ".join(t.qualified for t in pending.tables), pending.as_of)
+        self._finish_if_done(read)
+
+    def _read_chunk(self) -> None:
+        """Append the next chunk of the read whose turn it is (each read in turn)."""
         assert self.writer is not None
-        as_of = Lsn(pending.boundary - 1)
-        status_at = time.monotonic()
+        read = self.reads.pop(0)
+        self.reads.append(read)
+        read.next_chunk(self.writer, self.position.hex16())
+        self._finish_if_done(read)
 
-        def keep_alive() -> None:
-            nonlocal status_at
-            if time.monotonic() - status_at >= self.tuning.status_seconds:
-                repl.send_status(self.confirmed, self.confirmed)  # the stream waits; keep it alive
-                status_at = time.monotonic()
-
-        written = self.writer.write(pending.tables, pending.reader, as_of, on_block=keep_alive, progress=False)
-        for shape in written.shapes:
-            self.gate.holds.pop(shape.relid, None)
-        self.core.snapshot_durable(as_of)
+    def _finish_if_done(self, read: OnlineRead) -> None:
+        """When ``read``'s last part (rows, held records, ledger records) is in the log, its tables' changes
+        go straight to the log from now on."""
+        if not read.done or read.parts is None:
+            return
+        self._end_read(read)
+        written = read.parts.written
         self._count_snapshot(written)
         log.info(
-            "snapshot of %s written: %d rows as of %s",
+            "snapshot of %s written: %d rows as of %s in %d groups, %d changes held during the read",
             ", ".join(s.qualified for s in written.shapes),
             written.rows,
-            as_of,
+            read.pending.as_of,
+            written.groups,
+            read.held.count,
         )
 
+    def _end_read(self, read: OnlineRead) -> None:
+        """Forget ``read`` (finished or abandoned): its holding file is deleted, the gate holds its tables no more."""
+        assert self.groups is not None
+        if read in self.reads:
+            self.reads.remove(read)
+        for topic in read.topics:
+            self.groups.held.pop(topic, None)
+        for relid in read.relids:
+            self.gate.holds.pop(relid, None)
+        read.close()
+        self.core.reading = bool(self.reads)
+
+    def _abandon_topics(self, topics: set[str]) -> None:
+        """The group being written needs rows of these held topics the log may not hold yet: read their tables again."""
+        reading = [read for read in self.reads if read.topics & topics and not read.abandoned]
+        self._abandon(reading, "an update changed a key and left TOAST values unchanged")
+
+    def _abandon(self, reads: list[OnlineRead], why: str) -> None:
+        """Stop ``reads`` at once: the gate refuses their tables' changes from here on (the next discovery
+        takes a new snapshot); their files go once the group being written is done (:meth:`_reap`)."""
+        for read in reads:
+            read.abandoned = True
+            for relid in read.relids:
+                self.gate.holds.pop(relid, None)
+            self.gate.wanted.update({t.relid: t.qualified for t in read.pending.tables})
+            self.stats.reads_abandoned += 1
+            log.info("read of %s starts again from a new snapshot: %s", ", ".join(sorted(read.topics)), why)
+
+    def _reap(self) -> None:
+        for read in [read for read in self.reads if read.abandoned]:
+            self._end_read(read)
+
     def _drop_table_snapshots(self) -> None:
-        """Forget waiting snapshots (their tables are found again by the next discovery)."""
+        """Forget waiting snapshots and reads under way (their tables are found again by the next discovery)."""
         for pending in self.core.waiting:
             pending.close()
         self.core.waiting.clear()
+        for read in list(self.reads):
+            self._end_read(read)
         self.gate.holds.clear()
 
     # -- groups --------------------------------------------------------------------------------------
@@ -471,7 +527,10 @@ class Capture:
     def _append(self, group: list[Transaction]) -> SendStatus:
         """Append ``group`` as one group (:mod:`cdc.capture.group_writer`); the status that confirms it, to send."""
         assert self.groups is not None
-        written = self.groups.append(group)
+        try:
+            written = self.groups.append(group)
+        finally:
+            self._reap()
         status = self.core.group_durable(group)
         self.stats.events += written.events
         self.stats.groups += 1

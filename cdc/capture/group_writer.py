@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+from cdc.capture.held_changes import HeldChanges
 from cdc.capture.key_changes import KeyChangeValues, LogRows
 from cdc.capture.log import Log
 from cdc.capture.stream_core import group_position
@@ -37,11 +38,21 @@ class GroupWriter:
 
     ``read_back_warned`` names the tables already warned of (:meth:`append`); the caller keeps it across
     the writers of one process, so a capture that starts again after a Kafka failure does not warn again.
+
+    ``held``: topic -> the holding file of a table being read beside the stream
+    (:mod:`cdc.capture.online_read`): its records go there instead of to the log, and the file is
+    fsynced before :meth:`append` returns. ``abandon`` is called with the topics of ``held`` whose
+    records of a group would need a row the log may not hold yet (an update that leaves TOAST values
+    unchanged and changes the key, or any such update on a log that cannot fold partial rows); it must
+    take them out of the gate, so that the group writes nothing of those tables (their records of the
+    group, if any, still go to the holding file, which the caller deletes after the group).
     """
 
     log: Log
     replayer: ChangeReplayer
     read_back_warned: set[str] = field(default_factory=set)
+    held: dict[str, HeldChanges] = field(default_factory=dict)
+    abandon: Callable[[set[str]], None] = lambda topics: None
 
     def append(self, group: list[Transaction]) -> GroupWritten:
         """Append ``group`` at its last commit's position (:func:`~cdc.capture.stream_core.group_position`), then close it.
@@ -54,12 +65,19 @@ class GroupWriter:
         written = GroupWritten()
         changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(replayer.records(tx) for tx in group)
         wanted = replayer.key_changes(group, partial=replayer.builder.whole_rows)
+        if self.held and (needs := {topic for topic, _ in wanted if topic in self.held}):
+            self.abandon(needs)
+            wanted = {(topic, key) for topic, key in wanted if topic not in needs}
         values = KeyChangeValues(wanted, LogRows(self.log)) if wanted else None
         try:
             previous = replayer.builder.previous_values_from(values) if values else nullcontext()
             with replayer.tentative_schemas(), previous:
                 records = _counted(values.watch(changes) if values else changes, written)
+                if self.held:
+                    records = _diverted(records, self.held)
                 self.log.append_group(records, group_position(group[-1]).hex16())
+            for held in self.held.values():
+                held.sync()
         finally:
             for tx in group:
                 tx.close()
@@ -78,6 +96,16 @@ class GroupWriter:
                 table,
             )
         self.read_back_warned |= read_back
+
+
+def _diverted(records: Iterator[ProducerRecord], held: dict[str, HeldChanges]) -> Iterator[ProducerRecord]:
+    """Pass ``records`` through, except those of a topic in ``held``, which go to its holding file."""
+    for record in records:
+        target = held.get(record[0])
+        if target is None:
+            yield record
+        else:
+            target.add((record,))
 
 
 def _counted(records: Iterator[ProducerRecord], written: GroupWritten) -> Iterator[ProducerRecord]:

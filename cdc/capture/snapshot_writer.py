@@ -118,6 +118,28 @@ class SnapshotWritten:
 
 
 @dataclass
+class OnlineParts:
+    """A snapshot written a part at a time beside the stream (:meth:`SnapshotWriter.start_online`)."""
+
+    heads: list[_Table]
+    parts: Iterator[tuple[Iterable[Item], bool]]
+    written: SnapshotWritten
+    as_of: Lsn
+    done: bool = False
+
+    @property
+    def rows(self) -> int:
+        """Rows read so far."""
+        return sum(head.rows for head in self.heads)
+
+    def close(self) -> None:
+        """Stop reading (the reader's threads end)."""
+        close = getattr(self.parts, "close", None)
+        if close is not None:
+            close()
+
+
+@dataclass
 class SnapshotWriter:
     """Writes snapshots into ``log`` (see the module's docstring for what and in which order)."""
 
@@ -172,13 +194,43 @@ class SnapshotWriter:
         written.rows = sum(head.rows for head in heads)
         return written
 
+    def start_online(
+        self, tables: list[PublishedTable], reader: SnapshotReader, as_of: Lsn, held: Callable[[], Iterable[Item]]
+    ) -> OnlineParts:
+        """Begin a read of ``tables`` beside the stream (:mod:`cdc.capture.online_read`): the first part
+        (markers, schema records, the first chunk) goes into the log as a group at ``as_of``; each
+        :meth:`write_next` appends the next. The final part holds the last rows, then ``held()``'s
+        records, then the ledger records."""
+        ts_ms = time.time_ns() // 1_000_000
+        written = SnapshotWritten()
+        with self.replayer.tentative_schemas():
+            heads = [self._table(table, as_of, reader.xmin, ts_ms) for table in tables]
+            parts = self._parts([], heads, reader, as_of, ts_ms, written, lambda: None, False, held)
+            online = OnlineParts(heads, parts, written, as_of)
+            self.write_next(online, as_of.hex16())
+        return online
+
+    def write_next(self, online: OnlineParts, position: str) -> bool:
+        """Append the next part of ``online`` as a group at ``position``; whether it was the final one
+        (the ledger then covers its tables)."""
+        items, final = next(online.parts)
+        self.log.append_group(items, position, chunk_records=_SNAPSHOT_ITEMS)
+        online.written.groups += 1
+        if final:
+            heads = online.heads
+            self.ledger.add((h.shape for h in heads), online.as_of, {h.shape.relid: h.published for h in heads})
+            online.written.shapes = [h.shape for h in heads]
+            online.written.rows = sum(h.rows for h in heads)
+            online.done = True
+        return final
+
     def _append_partial(
-        self, parts: Iterator[tuple[list[Item], bool]], upcoming: tuple[list[Item], bool], chunks: int
-    ) -> tuple[list[Item], bool]:
+        self, parts: Iterator[tuple[Iterable[Item], bool]], upcoming: tuple[Iterable[Item], bool], chunks: int
+    ) -> tuple[Iterable[Item], bool]:
         """Append up to ``chunks`` parts from ``upcoming`` on, never the final one, as a group at position 0;
         returns the first part not appended."""
 
-        def group() -> Iterator[list[Item]]:
+        def group() -> Iterator[Iterable[Item]]:
             nonlocal upcoming
             for _ in range(max(1, chunks)):
                 yield upcoming[0]
@@ -217,9 +269,11 @@ class SnapshotWriter:
         written: SnapshotWritten,
         on_block: Callable[[], None],
         progress: bool,
-    ) -> Iterator[tuple[list[Item], bool]]:
+        tail: Callable[[], Iterable[Item]] = tuple,
+    ) -> Iterator[tuple[Iterable[Item], bool]]:
         """The snapshot's items a list at a time (a chunk's reads as one block of columns), and whether
-        the list is the final part (the last read, marked "last", and the ledger records).
+        the list is the final part (the last read, marked "last", then ``tail()``'s items, then the
+        ledger records).
 
         A table's markers and schema record go out with the next chunk of reads, so that the first list
         already holds rows.
@@ -244,7 +298,7 @@ class SnapshotWriter:
         if held is not None:
             final += [held.slice(0, len(held) - 1), mark_last_read(held.record(len(held) - 1))]
         ledger: list[Item] = [self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in tables]
-        yield final + ledger, True
+        yield itertools.chain(final, tail(), ledger), True
 
     def _with_progress(
         self, blocks: Iterable[ProducerColumns], shape: TableShape, reader: SnapshotReader

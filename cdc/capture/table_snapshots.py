@@ -206,6 +206,11 @@ class PendingSnapshot:
     reader: SnapshotReader
     started: float = field(default_factory=time.monotonic)
 
+    @property
+    def as_of(self) -> Lsn:
+        """The position the snapshot's rows are as of: every transaction committing before the boundary."""
+        return Lsn(self.boundary - 1)
+
     def close(self) -> None:
         self.reader.close()
 
