@@ -118,6 +118,8 @@ class CaptureStats:
     resnapshots: int = 0
     #: reads beside the stream begun again from a new snapshot (:mod:`cdc.capture.online_read`)
     reads_abandoned: int = 0
+    #: changes of tables being read that waited in a holding file for their read's last chunk
+    held_changes: int = 0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -472,6 +474,7 @@ class Capture:
         self._end_read(read)
         written = read.parts.written
         self._count_snapshot(written)
+        self.stats.held_changes += read.held.count
         log.info(
             "snapshot of %s written: %d rows as of %s in %d groups, %d changes held during the read",
             ", ".join(s.qualified for s in written.shapes),

@@ -44,7 +44,6 @@ from pathlib import Path
 from cdc.capture.held_changes import HeldChanges
 from cdc.capture.snapshot_writer import OnlineParts, SnapshotWriter
 from cdc.capture.table_snapshots import PendingSnapshot
-from log_store import ProducerRecord
 
 
 @dataclass
@@ -90,9 +89,6 @@ class OnlineRead:
         assert self.parts is not None
         self.chunks += 1
         return writer.write_next(self.parts, position)
-
-    def hold(self, record: ProducerRecord) -> None:
-        self.held.add((record,))
 
     def close(self) -> None:
         """Stop reading, end the snapshot's transaction and delete the held records."""
