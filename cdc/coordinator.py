@@ -46,6 +46,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -56,10 +57,11 @@ from cdc.capture.errors import PrerequisiteError, PrivilegeError, SlotError, Sou
 from cdc.capture.events import EventBuilder
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.group_writer import GroupWriter
+from cdc.capture.held_changes import HeldChanges
 from cdc.capture.initial_snapshot import take_initial_snapshot
 from cdc.capture.log import Log
 from cdc.capture.lsn import Lsn
-from cdc.capture.online_read import OnlineRead
+from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress_plan, resumed_keep
 from cdc.capture.slot_continuity import require_continuity, slot_skipped_ahead
 from cdc.capture.snapshot import CHUNK_ROWS
 from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten, published_shape
@@ -77,7 +79,7 @@ from cdc.capture.stream_core import (
     WriteSnapshot,
 )
 from cdc.capture.streaming import ChangeReplayer, Transaction, TransactionAssembler
-from cdc.capture.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate
+from cdc.capture.table_snapshots import PendingSnapshot, ReadProgress, SnapshotLedger, TableGate
 from cdc.capture.tables import TableShape
 from cdc.capture.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
 from cdc.data_dir import secure_data_dir
@@ -120,6 +122,8 @@ class CaptureStats:
     reads_abandoned: int = 0
     #: changes of tables being read that waited in a holding file for their read's last chunk
     held_changes: int = 0
+    #: reads resumed past the last key an earlier run wrote
+    reads_resumed: int = 0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -163,7 +167,11 @@ class Capture:
         self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
         self._slots_made = 0  # temporary slots, for unique names
         self._read_back_warned: set[str] = set()  # tables warned of once: their partial updates are read back
-        self.reads: list[OnlineRead] = []  # tables read beside the stream, in the order their chunks come
+        self.reads: list[OnlineRead] = []  # tables read beside the stream, in the order they began
+        self._turn = 0  # the read whose chunk came last
+        #: by OID: reads an earlier run left under way (their progress, their held changes), to resume
+        self.resumes: dict[int, tuple[ReadProgress, HeldChanges]] = {}
+        self._resume_snapshotted: set[int] = set()  # resumes whose new snapshot waits for the stream
 
     @property
     def position(self) -> Lsn:
@@ -192,7 +200,7 @@ class Capture:
         assert self.topics is not None
         self.topics.ensure(shape)
         self._shape_changed = True
-        reading = [read for read in self.reads if shape.relid in read.relids and not read.abandoned]
+        reading = [read for read in self.reads if shape.relid == read.relid and not read.abandoned]
         if reading:
             self._abandon(reading, f"the columns of {shape.qualified} changed")
 
@@ -292,9 +300,11 @@ class Capture:
                     self.stats.resnapshots += 1
                     self._snapshot()
                 if not self.stop.is_set():
+                    self._reopen_reads()
                     self._stream_with_reconnect()
             finally:
                 self._drop_table_snapshots()
+                self._discard_resumes()
                 self.catalog.close()
         return self.stats
 
@@ -432,73 +442,107 @@ class Capture:
     # -- tables added mid-stream (see cdc.capture.table_snapshots) ---------------------------------------------
 
     def _discover(self) -> None:
-        """Take a snapshot of the tables that need one (:mod:`cdc.capture.discovery`), written when the stream reaches it."""
+        """Take a snapshot of the tables that need one (:mod:`cdc.capture.discovery`), read when the stream reaches it."""
         self._slots_made += 1
+        resuming = set(self.resumes) - self._resume_snapshotted
         pending = snapshot_new_tables(
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
-            slot=f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}",
+            slot=f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}", resuming=resuming,
         )  # fmt: skip
         if pending is not None:
             self.stats.tables_added += len(pending.tables)
+            self._resume_snapshotted |= {t.relid for t in pending.tables}
             self.core.waiting.append(pending)
 
+    def _reopen_reads(self) -> None:
+        """Find the reads an earlier run left under way (a progress record in the ledger and its holding
+        file): their held changes are kept (cut to the log's position) and the gate holds their tables'
+        changes from their first boundary on, until a new snapshot resumes them. Other holding files of
+        this slot are deleted (their reads start over)."""
+        assert self.groups is not None
+        held_dir = self.settings.data_dir / "held"
+        kept: set[Path] = set()
+        for progress in self.ledger.reads.values():
+            path = held_path(held_dir, self.settings.slot, progress.relid)
+            if progress.relid in self.resumes or not path.exists():
+                continue
+            held = HeldChanges.reopen(path, self.position)
+            kept.add(path)
+            self.resumes[progress.relid] = (progress, held)
+            self.gate.holds[progress.relid] = progress.boundary
+            self.groups.held[progress.topic] = held
+            log.info("resuming the read of %s after %d rows", progress.topic, progress.rows)
+        for path in held_dir.glob(f"{self.settings.slot}-*.held") if held_dir.exists() else ():
+            if path not in kept:
+                path.unlink(missing_ok=True)
+
     def _start_read(self, pending: PendingSnapshot) -> None:
-        """The stream reached ``pending``'s boundary: its first part goes into the log at the boundary
-        minus one, the rest beside the stream (:mod:`cdc.capture.online_read`), with the membership and
-        columns read before the snapshot was taken, never later ones (which could include a partition
-        attached after the snapshot, whose rows it does not hold)."""
+        """The stream reached ``pending``'s boundary: each of its tables is read beside the stream
+        (:mod:`cdc.capture.online_read`), with the membership and columns read before the snapshot was
+        taken, never later ones (which could include a partition attached after the snapshot, whose
+        rows it does not hold). A table an earlier run began reading resumes past its last durable key."""
         assert self.writer is not None and self.groups is not None
-        name = f"{self.settings.slot}-{pending.boundary.hex16()}"
-        read = OnlineRead.start(pending, self.writer, self.settings.data_dir / "held", name)
         self.core.snapshot_durable(pending.as_of)
-        self.reads.append(read)
-        self.core.reading = True
-        for topic in read.topics:
-            self.groups.held[topic] = read.held
-        log.info("reading %s as of %s beside the stream", ", ".join(t.qualified for t in pending.tables), pending.as_of)
-        self._finish_if_done(read)
+        held_dir = self.settings.data_dir / "held"
+        for table in pending.tables:
+            shape = self.writer.shape_of(table)
+            keys = keyset_keys(shape, self.catalog.table(table.relid).primary_key)
+            resume = self.resumes.pop(table.relid, None)
+            self._resume_snapshotted.discard(table.relid)
+            if resume is not None:
+                progress, held = resume
+                plan = progress_plan(progress, keys, shape, pending.boundary)
+                last = plan.after if plan is not None else None
+                keep = resumed_keep(shape, keys or (), last, pending.boundary)
+            else:
+                held = HeldChanges(held_path(held_dir, self.settings.slot, table.relid))
+                plan, keep = progress_plan(None, keys, shape, pending.boundary), None
+            read = OnlineRead.start(pending, table, self.writer, held, plan, keep)
+            self.reads.append(read)
+            self.groups.held[read.topic] = held
+            log.info(
+                "reading %s as of %s beside the stream%s", table.qualified, pending.as_of,
+                f", resumed after {read.resumed_rows} rows" if read.resumed_after is not None else "",
+            )  # fmt: skip
+        if pending.users == 0:
+            pending.close()
+        self.core.reading = bool(self.reads)
 
     def _read_chunk(self) -> None:
-        """Append the next chunk of the read whose turn it is (each read in turn)."""
+        """Append the next chunk of one of the first ``CDC_SNAPSHOT_CONCURRENCY`` reads, each in turn."""
         assert self.writer is not None
-        read = self.reads.pop(0)
-        self.reads.append(read)
-        read.next_chunk(self.writer, self.position.hex16())
-        self._finish_if_done(read)
+        running = self.reads[: self.settings.snapshot_concurrency]
+        self._turn = (self._turn + 1) % len(running)
+        read = running[self._turn]
+        if read.next_chunk(self.writer, self.position.hex16()):
+            self._finish(read)
 
-    def _finish_if_done(self, read: OnlineRead) -> None:
-        """When ``read``'s last part (rows, held records, ledger records) is in the log, its tables' changes
-        go straight to the log from now on."""
-        if not read.done or read.parts is None:
-            return
+    def _finish(self, read: OnlineRead) -> None:
+        """``read``'s last part (rows, held records, ledger record) is in the log: its table's changes go
+        straight to the log from now on."""
         self._end_read(read)
         written = read.parts.written
         self._count_snapshot(written)
         self.stats.held_changes += read.held.count
+        self.stats.reads_resumed += read.resumed_after is not None
         log.info(
             "snapshot of %s written: %d rows as of %s in %d groups, %d changes held during the read",
-            ", ".join(s.qualified for s in written.shapes),
-            written.rows,
-            read.pending.as_of,
-            written.groups,
-            read.held.count,
-        )
+            read.table.qualified, written.rows, read.pending.as_of, written.groups, read.held.count,
+        )  # fmt: skip
 
     def _end_read(self, read: OnlineRead) -> None:
-        """Forget ``read`` (finished or abandoned): its holding file is deleted, the gate holds its tables no more."""
+        """Forget ``read`` (finished or abandoned): its holding file is deleted, the gate holds its table no more."""
         assert self.groups is not None
         if read in self.reads:
             self.reads.remove(read)
-        for topic in read.topics:
-            self.groups.held.pop(topic, None)
-        for relid in read.relids:
-            self.gate.holds.pop(relid, None)
+        self.groups.held.pop(read.topic, None)
+        self.gate.holds.pop(read.relid, None)
         read.close()
         self.core.reading = bool(self.reads)
 
     def _abandon_topics(self, topics: set[str]) -> None:
         """The group being written needs rows of these held topics the log may not hold yet: read their tables again."""
-        reading = [read for read in self.reads if read.topics & topics and not read.abandoned]
+        reading = [read for read in self.reads if read.topic in topics and not read.abandoned]
         self._abandon(reading, "an update changed a key and left TOAST values unchanged")
 
     def _abandon(self, reads: list[OnlineRead], why: str) -> None:
@@ -506,24 +550,30 @@ class Capture:
         takes a new snapshot); their files go once the group being written is done (:meth:`_reap`)."""
         for read in reads:
             read.abandoned = True
-            for relid in read.relids:
-                self.gate.holds.pop(relid, None)
-            self.gate.wanted.update({t.relid: t.qualified for t in read.pending.tables})
+            self.gate.holds.pop(read.relid, None)
+            self.gate.wanted[read.relid] = read.table.qualified
             self.stats.reads_abandoned += 1
-            log.info("read of %s starts again from a new snapshot: %s", ", ".join(sorted(read.topics)), why)
+            log.info("the read of %s starts again from a new snapshot: %s", read.table.qualified, why)
 
     def _reap(self) -> None:
         for read in [read for read in self.reads if read.abandoned]:
             self._end_read(read)
 
     def _drop_table_snapshots(self) -> None:
-        """Forget waiting snapshots and reads under way (their tables are found again by the next discovery)."""
+        """Forget waiting snapshots and reads under way (their tables are found again by the next discovery);
+        reads an earlier run left stay to be resumed."""
         for pending in self.core.waiting:
             pending.close()
         self.core.waiting.clear()
         for read in list(self.reads):
             self._end_read(read)
-        self.gate.holds.clear()
+        self._resume_snapshotted.clear()
+        self.gate.holds = {relid: boundary for relid, boundary in self.gate.holds.items() if relid in self.resumes}
+
+    def _discard_resumes(self) -> None:
+        for _, held in self.resumes.values():
+            held.discard()
+        self.resumes.clear()
 
     # -- groups --------------------------------------------------------------------------------------
 

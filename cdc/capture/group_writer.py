@@ -63,21 +63,22 @@ class GroupWriter:
         """
         replayer = self.replayer
         written = GroupWritten()
-        changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(replayer.records(tx) for tx in group)
         wanted = replayer.key_changes(group, partial=replayer.builder.whole_rows)
         if self.held and (needs := {topic for topic, _ in wanted if topic in self.held}):
             self.abandon(needs)
             wanted = {(topic, key) for topic, key in wanted if topic not in needs}
+        changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(
+            _diverted(replayer.records(tx), self.held, tx.commit_lsn) if self.held else replayer.records(tx) for tx in group
+        )
+        if self.held:
+            # the held records are durable before the log commits the group that gave them
+            changes = itertools.chain(changes, _synced(list(self.held.values())))
         values = KeyChangeValues(wanted, LogRows(self.log)) if wanted else None
         try:
             previous = replayer.builder.previous_values_from(values) if values else nullcontext()
             with replayer.tentative_schemas(), previous:
                 records = _counted(values.watch(changes) if values else changes, written)
-                if self.held:
-                    records = _diverted(records, self.held)
                 self.log.append_group(records, group_position(group[-1]).hex16())
-            for held in self.held.values():
-                held.sync()
         finally:
             for tx in group:
                 tx.close()
@@ -98,14 +99,22 @@ class GroupWriter:
         self.read_back_warned |= read_back
 
 
-def _diverted(records: Iterator[ProducerRecord], held: dict[str, HeldChanges]) -> Iterator[ProducerRecord]:
-    """Pass ``records`` through, except those of a topic in ``held``, which go to its holding file."""
+def _diverted(records: Iterator[ProducerRecord], held: dict[str, HeldChanges], lsn: int) -> Iterator[ProducerRecord]:
+    """Pass the records of the transaction committed at ``lsn`` through, except those of a topic in
+    ``held``, which go to its holding file."""
     for record in records:
         target = held.get(record[0])
         if target is None:
             yield record
         else:
-            target.add((record,))
+            target.add(lsn, (record,))
+
+
+def _synced(files: list[HeldChanges]) -> Iterator[ProducerRecord]:
+    """No record: fsyncs ``files`` when the records before it are all taken."""
+    for held in files:
+        held.sync()
+    yield from ()
 
 
 def _counted(records: Iterator[ProducerRecord], written: GroupWritten) -> Iterator[ProducerRecord]:

@@ -38,61 +38,142 @@ record is in the log. A read that a stop or a crash interrupts starts again from
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from uuid import UUID
 
+import orjson
+
+from cdc.capture.catalog import PublishedTable
 from cdc.capture.held_changes import HeldChanges
-from cdc.capture.snapshot_writer import OnlineParts, SnapshotWriter
-from cdc.capture.table_snapshots import PendingSnapshot
+from cdc.capture.snapshot import KEYSET_TYPES
+from cdc.capture.snapshot_writer import KeysetPlan, OnlineParts, SnapshotWriter
+from cdc.capture.table_snapshots import PendingSnapshot, ReadProgress
+from cdc.capture.tables import TableShape
+
+#: Whether a held record, by its commit LSN and key, goes to the log when its read ends.
+Keep = Callable[[int, bytes | None], bool]
+
+
+def held_path(held_dir: Path, slot: str, relid: int) -> Path:
+    """The holding file of a table's read (one read per table at a time)."""
+    return held_dir / f"{slot}-{relid}.held"
+
+
+def keyset_keys(shape: TableShape, primary_key: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The key a table is read by beside the stream (its primary key, in index order), or ``None`` when it
+    is read by block ranges instead (no primary key, or one with a type outside
+    :data:`~cdc.capture.snapshot.KEYSET_TYPES`): such a read starts over after a crash."""
+    types = {column.name: column.type_name for column in shape.columns if column.key}
+    if not primary_key or set(primary_key) != set(types) or any(types[k] not in KEYSET_TYPES for k in primary_key):
+        return None
+    return primary_key
+
+
+def _typed(type_name: str, value: object) -> object:
+    return UUID(str(value)) if type_name == "uuid" else int(str(value))
+
+
+def resumed_keep(shape: TableShape, keys: tuple[str, ...], last: tuple[str, ...] | None, boundary: int) -> Keep:
+    """For a read resumed at ``boundary`` (B2) after its rows up to key ``last`` were written as of an
+    earlier boundary B1: a held change at or after B2 goes to the log; one between B1 and B2 only when
+    its key is at most ``last`` (the rows read at B1), since the B2 snapshot holds the others' effect.
+    A key change crossing ``last`` is a delete of one key and a create of the other: each is judged by
+    its own key."""
+    types = {column.name: column.type_name for column in shape.columns}
+    bound = tuple(_typed(types[k], text) for k, text in zip(keys, last, strict=True)) if last is not None else None
+
+    def keep(lsn: int, key: bytes | None) -> bool:
+        if lsn >= boundary:
+            return True
+        if bound is None or key is None:
+            return False
+        values = orjson.loads(key)
+        return tuple(_typed(types[k], values[k]) for k in keys) <= bound  # type: ignore[operator]
+
+    return keep
 
 
 @dataclass
 class OnlineRead:
-    """One snapshot (one or more tables) read beside the stream; its tables' held changes."""
+    """One table read beside the stream from a snapshot (shared with the other tables of that snapshot),
+    and its held changes."""
 
+    table: PublishedTable
     pending: PendingSnapshot
     held: HeldChanges
-    parts: OnlineParts | None = None
-    topics: frozenset[str] = frozenset()
-    relids: frozenset[int] = frozenset()
+    parts: OnlineParts
+    shape: TableShape
+    #: rows already in the log when this read began (a resumed read), and the key it resumed after
+    resumed_rows: int = 0
+    resumed_after: tuple[str, ...] | None = None
     estimate: int = 0
     started: float = field(default_factory=time.monotonic)
     chunks: int = 0
     abandoned: bool = False
 
     @classmethod
-    def start(cls, pending: PendingSnapshot, writer: SnapshotWriter, held_dir: Path, name: str) -> OnlineRead:
-        """Write the first part of ``pending``'s snapshot at its boundary minus one; the rest follows
-        with :meth:`next_chunk`."""
-        read = cls(pending, HeldChanges(held_dir / f"{name}.held"))
-        try:
-            read.parts = writer.start_online(pending.tables, pending.reader, pending.as_of, read.held.records)
-        except BaseException:
-            read.close()
-            raise
-        read.chunks = 1
-        read.topics = frozenset(head.shape.topic for head in read.parts.heads)
-        read.relids = frozenset(head.shape.relid for head in read.parts.heads)
-        return read
+    def start(
+        cls,
+        pending: PendingSnapshot,
+        table: PublishedTable,
+        writer: SnapshotWriter,
+        held: HeldChanges,
+        plan: KeysetPlan | None,
+        keep: Keep | None,
+    ) -> OnlineRead:
+        """The read of ``table`` in ``pending``'s snapshot (nothing is written until :meth:`next_chunk`)."""
+        shape = writer.shape_of(table)
+        parts = writer.start_online(
+            [table], pending.reader, pending.as_of, lambda: held.records(keep), {table.relid: plan} if plan else None
+        )
+        pending.users += 1
+        resumed = plan is not None and plan.after is not None
+        return cls(
+            table, pending, held, parts, shape,
+            resumed_rows=plan.rows if plan is not None and resumed else 0,
+            resumed_after=plan.after if plan is not None and resumed else None,
+            estimate=pending.reader.estimate(table.relid),
+        )  # fmt: skip
+
+    @property
+    def topic(self) -> str:
+        return self.shape.topic
+
+    @property
+    def relid(self) -> int:
+        return self.table.relid
 
     @property
     def done(self) -> bool:
-        return self.parts is not None and self.parts.done
+        return self.parts.done
 
     @property
     def rows(self) -> int:
-        return self.parts.rows if self.parts is not None else 0
+        """Rows of the table in the log, those of an earlier run of a resumed read included."""
+        return self.parts.rows
 
     def next_chunk(self, writer: SnapshotWriter, position: str) -> bool:
         """Append the next chunk as a group at ``position``; whether the read is complete (the last chunk,
         the held records and the ledger record are then in the log)."""
-        assert self.parts is not None
         self.chunks += 1
         return writer.write_next(self.parts, position)
 
     def close(self) -> None:
-        """Stop reading, end the snapshot's transaction and delete the held records."""
-        if self.parts is not None:
-            self.parts.close()
-        self.pending.close()
+        """Stop reading, release the snapshot (its transaction ends with its last read) and delete the held records."""
+        self.parts.close()
+        self.pending.release()
         self.held.discard()
+
+
+def progress_plan(
+    progress: ReadProgress | None, keys: tuple[str, ...] | None, shape: TableShape, boundary: int
+) -> KeysetPlan | None:
+    """The plan of a read by ``keys`` at ``boundary``: past ``progress``'s key when it is a resumable
+    earlier read of the same shape, else from the start."""
+    if keys is None:
+        return None
+    if progress is not None and progress.key is not None and progress.fingerprint == shape.fingerprint().hex():
+        return KeysetPlan(keys, progress.key, progress.rows, progress.boundary)
+    return KeysetPlan(keys, None, 0, boundary)

@@ -34,13 +34,13 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from cdc.capture.catalog import Catalog, PublishedTable, rule_of
-from cdc.capture.events import EventBuilder, TxContext, mark_last_read, tombstone_headers
+from cdc.capture.events import EventBuilder, ReadEncoder, TxContext, mark_last_read, tombstone_headers
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.log import Log
 from cdc.capture.lsn import Lsn
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.streaming import ChangeReplayer
-from cdc.capture.table_snapshots import SnapshotLedger
+from cdc.capture.table_snapshots import ReadProgress, SnapshotLedger
 from cdc.capture.tables import TableShape
 from event_format import SNAPSHOT_POSITION, is_truncate_key
 from log_store import ProducerColumns, ProducerRecord, TopicPartition
@@ -115,6 +115,18 @@ class SnapshotWritten:
     events: int = 0
     value_bytes: int = 0
     groups: int = 0
+
+
+@dataclass(frozen=True)
+class KeysetPlan:
+    """How a table is read beside the stream by key: its primary key in index order, the key of the last
+    row already in the log (``None``: from the start), the rows already there, and the boundary its
+    progress records name (the first read's, when resumed)."""
+
+    keys: tuple[str, ...]
+    after: tuple[str, ...] | None
+    rows: int
+    boundary: int
 
 
 @dataclass
@@ -195,26 +207,31 @@ class SnapshotWriter:
         return written
 
     def start_online(
-        self, tables: list[PublishedTable], reader: SnapshotReader, as_of: Lsn, held: Callable[[], Iterable[Item]]
+        self,
+        tables: list[PublishedTable],
+        reader: SnapshotReader,
+        as_of: Lsn,
+        held: Callable[[], Iterable[Item]],
+        plans: Mapping[int, KeysetPlan] | None = None,
     ) -> OnlineParts:
-        """Begin a read of ``tables`` beside the stream (:mod:`cdc.capture.online_read`): the first part
-        (markers, schema records, the first chunk) goes into the log as a group at ``as_of``; each
-        :meth:`write_next` appends the next. The final part holds the last rows, then ``held()``'s
-        records, then the ledger records."""
-        ts_ms = time.time_ns() // 1_000_000
-        written = SnapshotWritten()
-        with self.replayer.tentative_schemas():
-            heads = [self._table(table, as_of, reader.xmin, ts_ms) for table in tables]
-            parts = self._parts([], heads, reader, as_of, ts_ms, written, lambda: None, False, held)
-            online = OnlineParts(heads, parts, written, as_of)
-            self.write_next(online, as_of.hex16())
+        """A read of ``tables`` beside the stream (:mod:`cdc.capture.online_read`), written a part at a
+        time by :meth:`write_next`: the first part holds the markers and schema records and the first
+        chunk, the final one the last rows, then ``held()``'s records, then the ledger records.
+
+        ``plans``: by OID, the tables read by key (keyset pagination), whose every part carries a progress
+        record (:class:`~cdc.capture.table_snapshots.ReadProgress`); a plan that resumes an earlier read
+        writes no markers and starts past its key. Other tables are read by block ranges."""
+        online = OnlineParts([], iter(()), SnapshotWritten(), as_of)
+        online.parts = self._online_parts(online, tables, reader, as_of, held, plans or {})
         return online
 
     def write_next(self, online: OnlineParts, position: str) -> bool:
         """Append the next part of ``online`` as a group at ``position``; whether it was the final one
-        (the ledger then covers its tables)."""
-        items, final = next(online.parts)
-        self.log.append_group(items, position, chunk_records=_SNAPSHOT_ITEMS)
+        (the ledger then covers its tables). Schema records of a part the log did not take are
+        written again with the next attempt."""
+        with self.replayer.tentative_schemas():
+            items, final = next(online.parts)
+            self.log.append_group(items, position, chunk_records=_SNAPSHOT_ITEMS)
         online.written.groups += 1
         if final:
             heads = online.heads
@@ -223,6 +240,68 @@ class SnapshotWriter:
             online.written.rows = sum(h.rows for h in heads)
             online.done = True
         return final
+
+    def _online_parts(
+        self,
+        online: OnlineParts,
+        tables: list[PublishedTable],
+        reader: SnapshotReader,
+        as_of: Lsn,
+        held: Callable[[], Iterable[Item]],
+        plans: Mapping[int, KeysetPlan],
+    ) -> Iterator[tuple[Iterable[Item], bool]]:
+        ts_ms = time.time_ns() // 1_000_000
+        for published in tables:
+            plan = plans.get(published.relid)
+            if plan is not None and plan.after is not None:
+                shape = self.shape_of(published)
+                self.ensure_topic(shape)
+                context = TxContext(as_of, reader.xmin, ts_ms, snapshot="true")
+                online.heads.append(_Table(published, shape, context, self.replayer.schema_records(shape, as_of), plan.rows))
+            else:
+                online.heads.append(self._table(published, as_of, reader.xmin, ts_ms))
+        carry: list[Item] = []
+        last: ProducerColumns | None = None  # held back so that the final read is marked "last"
+        progress: list[Item] = []
+        for table in online.heads:
+            carry += table.head
+            encode = self.builder.read_encoder(table.shape, table.context)
+            plan = plans.get(table.shape.relid)
+            for block, key in self._online_blocks(table, reader, encode, plan):
+                table.context.sequence += len(block)
+                table.rows += len(block)
+                online.written.events += len(block)
+                online.written.value_bytes += block.value_bytes()
+                if last is not None:
+                    yield [*carry, last, *progress], False
+                    carry = []
+                last = block
+                progress = []
+                if plan is not None:
+                    fingerprint = table.shape.fingerprint().hex()
+                    state = ReadProgress(table.shape.relid, table.shape.topic, plan.boundary, key, table.rows, fingerprint)
+                    progress = [self.ledger.progress_record(table.shape, state, ts_ms)]
+        final: list[Item] = carry
+        if last is not None:
+            final += [last.slice(0, len(last) - 1), mark_last_read(last.record(len(last) - 1))]
+        done: list[Item] = [self.ledger.progress_done(t.shape, ts_ms) for t in online.heads if t.shape.relid in plans]
+        ledger: list[Item] = [self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in online.heads]
+        yield itertools.chain(final, held(), done, ledger), True
+
+    def _online_blocks(
+        self, table: _Table, reader: SnapshotReader, encode: ReadEncoder, plan: KeysetPlan | None
+    ) -> Iterator[tuple[ProducerColumns, tuple[str, ...] | None]]:
+        """The table's chunks with the key of each one's last row: by key past the plan's, else by block range."""
+        row_filter = table.published.row_filter
+        if plan is None:
+            for block in reader.column_chunks(table.shape, encode, self.chunk_rows, row_filter=row_filter):
+                yield block, None
+            return
+        after, first = plan.after, 0
+        while chunk := reader.keyset_chunk(table.shape, encode, plan.keys, after, first, self.chunk_rows, row_filter=row_filter):
+            block, after = chunk
+            first += len(block)
+            yield block, after
 
     def _append_partial(
         self, parts: Iterator[tuple[Iterable[Item], bool]], upcoming: tuple[Iterable[Item], bool], chunks: int

@@ -90,12 +90,33 @@ class LedgerEntry:
     columns: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ReadProgress:
+    """A read beside the stream (:mod:`cdc.capture.online_read`) as far as the log holds it: the table's
+    OID and topic, the boundary B its rows are read at, the primary key (in index order) of its last row
+    in the log (column texts; ``None``: no row yet), the rows written, and the shape's fingerprint (hex)."""
+
+    relid: int
+    topic: str
+    boundary: int
+    key: tuple[str, ...] | None
+    rows: int
+    fingerprint: str
+
+
+def _progress_key(log_name: str) -> bytes:
+    return orjson.dumps(["read", log_name])
+
+
 class SnapshotLedger:
-    """The tables whose snapshot the log holds complete, loaded from and written to ``topic``."""
+    """The tables whose snapshot the log holds complete, loaded from and written to ``topic``; and the
+    progress of the reads under way beside the stream (:attr:`reads`: records keyed ``["read", name]``,
+    written with each chunk, a tombstone with the read's last)."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.entries: dict[str, LedgerEntry] = {}
+        self.reads: dict[str, ReadProgress] = {}
 
     @classmethod
     def load(cls, log: Log, topic: str) -> SnapshotLedger:
@@ -111,6 +132,9 @@ class SnapshotLedger:
                 if record.key is None:
                     continue
                 name = orjson.loads(record.key)
+                if isinstance(name, list):  # ["read", name]: a read's progress
+                    ledger._load_progress(str(name[1]), record.value)
+                    continue
                 if record.value is None:
                     ledger.entries.pop(name, None)
                 else:
@@ -120,6 +144,34 @@ class SnapshotLedger:
                     )
             offset = batch[-1].offset + 1
         return ledger
+
+    def _load_progress(self, name: str, value: bytes | None) -> None:
+        if value is None:
+            self.reads.pop(name, None)
+            return
+        data = orjson.loads(value)
+        key = data.get("key")
+        self.reads[name] = ReadProgress(
+            int(data["relid"]), str(data["topic"]), int(data["boundary"]), tuple(key) if key is not None else None,
+            int(data["rows"]), str(data["fingerprint"]),
+        )  # fmt: skip
+
+    def progress_record(self, shape: TableShape, progress: ReadProgress, ts_ms: int) -> ProducerRecord:
+        """The record of a read's ``progress`` (append it with the chunk it counts)."""
+        value = {
+            "relid": progress.relid,
+            "topic": progress.topic,
+            "boundary": progress.boundary,
+            "key": list(progress.key) if progress.key is not None else None,
+            "rows": progress.rows,
+            "fingerprint": progress.fingerprint,
+        }
+        return ProducerRecord(self.topic, _progress_key(shape.log_name), orjson.dumps(value), ts_ms)
+
+    def progress_done(self, shape: TableShape, ts_ms: int) -> ProducerRecord:
+        """The tombstone of a read's progress (append it with the read's last chunk)."""
+        self.reads.pop(shape.log_name, None)
+        return ProducerRecord(self.topic, _progress_key(shape.log_name), None, ts_ms)
 
     def covers(self, name: str, relid: int, membership: str | None = None, columns: str | None = None) -> bool:
         """Whether the log holds a complete snapshot of this table under this log name.
@@ -205,6 +257,14 @@ class PendingSnapshot:
     tables: list[PublishedTable]
     reader: SnapshotReader
     started: float = field(default_factory=time.monotonic)
+    #: reads (:mod:`cdc.capture.online_read`) that use the snapshot: it closes with the last
+    users: int = 0
+
+    def release(self) -> None:
+        """One read of the snapshot ended: close it when it was the last."""
+        self.users -= 1
+        if self.users <= 0:
+            self.close()
 
     @property
     def as_of(self) -> Lsn:
