@@ -287,7 +287,7 @@ class Capture:
             self.writer = SnapshotWriter(
                 store, self.builder, self.replayer, self.ledger,
                 partial(published_shape, self.catalog, self.settings.topic_for), topics.ensure,
-                self.tuning.snapshot_chunk_rows, self.progress,
+                self.tuning.snapshot_chunk_rows, self.progress, self.settings.snapshot_chunk_rows,
             )  # fmt: skip
             self.groups = GroupWriter(store, self.replayer, self._read_back_warned, abandon=self._abandon_topics)
             watermark = store.latest_watermark()
@@ -492,8 +492,7 @@ class Capture:
             if resume is not None:
                 progress, held = resume
                 plan = progress_plan(progress, keys, shape, pending.boundary)
-                last = plan.after if plan is not None else None
-                keep = resumed_keep(shape, keys or (), last, pending.boundary)
+                keep = resumed_keep(shape, keys or (), plan.earlier if plan is not None else (), pending.boundary)
             else:
                 held = HeldChanges(held_path(held_dir, self.settings.slot, table.relid))
                 plan, keep = progress_plan(None, keys, shape, pending.boundary), None

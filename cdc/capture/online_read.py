@@ -75,18 +75,29 @@ def _typed(type_name: str, value: object) -> object:
     return UUID(str(value)) if type_name == "uuid" else int(str(value))
 
 
-def resumed_keep(shape: TableShape, keys: tuple[str, ...], last: tuple[str, ...] | None, boundary: int) -> Keep:
-    """For a read resumed at ``boundary`` (B2) after its rows up to key ``last`` were written as of an
-    earlier boundary B1: a held change at or after B2 goes to the log; one between B1 and B2 only when
-    its key is at most ``last`` (the rows read at B1), since the B2 snapshot holds the others' effect.
-    A key change crossing ``last`` is a delete of one key and a create of the other: each is judged by
-    its own key."""
+def resumed_keep(
+    shape: TableShape, keys: tuple[str, ...], earlier: tuple[tuple[int, tuple[str, ...] | None], ...], boundary: int
+) -> Keep:
+    """Which held changes of a resumed read go to the log: the read's runs began at boundaries B1 < B2 <
+    ... (``earlier``, each with the last key it wrote, K1, K2, ...) and this run at ``boundary``. A change
+    at or after ``boundary`` goes to the log. One committed in [Bi, Bi+1) only when its key is at most Ki:
+    those rows were read at or before Bi, without it; every later run's snapshot (taken after it) holds
+    its effect on the keys read there. A key change crossing Ki is a delete of one key and a create of the
+    other: each is judged by its own key."""
     types = {column.name: column.type_name for column in shape.columns}
-    bound = tuple(_typed(types[k], text) for k, text in zip(keys, last, strict=True)) if last is not None else None
+
+    def typed(key: tuple[str, ...] | None) -> tuple[object, ...] | None:
+        return tuple(_typed(types[k], text) for k, text in zip(keys, key, strict=True)) if key is not None else None
+
+    runs = [(start, typed(last)) for start, last in earlier]
 
     def keep(lsn: int, key: bytes | None) -> bool:
         if lsn >= boundary:
             return True
+        bound = None
+        for start, last in runs:
+            if lsn >= start:
+                bound = last
         if bound is None or key is None:
             return False
         values = orjson.loads(key)
@@ -175,5 +186,5 @@ def progress_plan(
     if keys is None:
         return None
     if progress is not None and progress.key is not None and progress.fingerprint == shape.fingerprint().hex():
-        return KeysetPlan(keys, progress.key, progress.rows, progress.boundary)
+        return KeysetPlan(keys, progress.key, progress.rows, boundary, (*progress.earlier, (progress.boundary, progress.key)))
     return KeysetPlan(keys, None, 0, boundary)

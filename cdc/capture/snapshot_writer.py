@@ -120,13 +120,14 @@ class SnapshotWritten:
 @dataclass(frozen=True)
 class KeysetPlan:
     """How a table is read beside the stream by key: its primary key in index order, the key of the last
-    row already in the log (``None``: from the start), the rows already there, and the boundary its
-    progress records name (the first read's, when resumed)."""
+    row already in the log (``None``: from the start), the rows already there, the boundary of this run,
+    and the boundary and last key of each earlier run of a resumed read."""
 
     keys: tuple[str, ...]
     after: tuple[str, ...] | None
     rows: int
     boundary: int
+    earlier: tuple[tuple[int, tuple[str, ...] | None], ...] = ()
 
 
 @dataclass
@@ -163,6 +164,8 @@ class SnapshotWriter:
     ensure_topic: Callable[[TableShape], None]
     chunk_rows: int
     progress: bool = False
+    #: rows per chunk of a read beside the stream (``CDC_SNAPSHOT_CHUNK_ROWS``)
+    online_chunk_rows: int = 20_000
 
     def write(
         self,
@@ -279,7 +282,9 @@ class SnapshotWriter:
                 progress = []
                 if plan is not None:
                     fingerprint = table.shape.fingerprint().hex()
-                    state = ReadProgress(table.shape.relid, table.shape.topic, plan.boundary, key, table.rows, fingerprint)
+                    state = ReadProgress(
+                        table.shape.relid, table.shape.topic, plan.boundary, key, table.rows, fingerprint, plan.earlier
+                    )
                     progress = [self.ledger.progress_record(table.shape, state, ts_ms)]
         final: list[Item] = carry
         if last is not None:
@@ -294,7 +299,7 @@ class SnapshotWriter:
         """The table's chunks with the key of each one's last row: by key past the plan's, else by block range."""
         row_filter = table.published.row_filter
         if plan is None:
-            for block in reader.column_chunks(table.shape, encode, self.chunk_rows, row_filter=row_filter):
+            for block in reader.column_chunks(table.shape, encode, self.online_chunk_rows, row_filter=row_filter):
                 yield block, None
             return
         after, first = plan.after, 0

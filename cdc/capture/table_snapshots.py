@@ -93,8 +93,9 @@ class LedgerEntry:
 @dataclass(frozen=True, slots=True)
 class ReadProgress:
     """A read beside the stream (:mod:`cdc.capture.online_read`) as far as the log holds it: the table's
-    OID and topic, the boundary B its rows are read at, the primary key (in index order) of its last row
-    in the log (column texts; ``None``: no row yet), the rows written, and the shape's fingerprint (hex)."""
+    OID and topic, the boundary B its current run reads at, the primary key (in index order) of its last
+    row in the log (column texts; ``None``: no row yet), the rows written, the shape's fingerprint (hex),
+    and for each earlier run of the read (it was resumed) its boundary and the last key it wrote."""
 
     relid: int
     topic: str
@@ -102,6 +103,7 @@ class ReadProgress:
     key: tuple[str, ...] | None
     rows: int
     fingerprint: str
+    earlier: tuple[tuple[int, tuple[str, ...] | None], ...] = ()
 
 
 def _progress_key(log_name: str) -> bytes:
@@ -154,6 +156,7 @@ class SnapshotLedger:
         self.reads[name] = ReadProgress(
             int(data["relid"]), str(data["topic"]), int(data["boundary"]), tuple(key) if key is not None else None,
             int(data["rows"]), str(data["fingerprint"]),
+            tuple((int(b), tuple(k) if k is not None else None) for b, k in data.get("earlier", ())),
         )  # fmt: skip
 
     def progress_record(self, shape: TableShape, progress: ReadProgress, ts_ms: int) -> ProducerRecord:
@@ -165,6 +168,7 @@ class SnapshotLedger:
             "key": list(progress.key) if progress.key is not None else None,
             "rows": progress.rows,
             "fingerprint": progress.fingerprint,
+            "earlier": [[b, list(k) if k is not None else None] for b, k in progress.earlier],
         }
         return ProducerRecord(self.topic, _progress_key(shape.log_name), orjson.dumps(value), ts_ms)
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 import random
 import threading
 from pathlib import Path
+from typing import cast
 
 import orjson
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture, Tuning
+from cdc.coordinator import Capture
 from event_format import is_truncate_key
 from log_store import Record
 from log_store.watermark import PUBLISHED_NAME, read_published
 from tests.cdc.helpers import execute, read_topic, replay, settings_for, source_table, wait_for
+from tests.faults.harness import CdcProcess, cdc_env
 
 pytestmark = pytest.mark.pg
 
@@ -31,14 +33,14 @@ BIG = "cdc.public.big"
 BUSY = "cdc.public.busy"
 
 
-def _tables(url: str) -> None:
+def _tables(url: str, rows: int = ROWS) -> None:
     execute(
         url,
         "CREATE TABLE big (id int PRIMARY KEY, v int NOT NULL, doc text)",
         "CREATE TABLE busy (id int PRIMARY KEY, n int NOT NULL)",
         f"INSERT INTO big SELECT g, 0, CASE WHEN g % {TOASTED} = 0 THEN "
         "(SELECT string_agg(md5(s::text || g::text), '') FROM generate_series(1, 200) s) "
-        f"ELSE 'd' || g END FROM generate_series(1, {ROWS}) g",
+        f"ELSE 'd' || g END FROM generate_series(1, {rows}) g",
         "INSERT INTO busy SELECT g, 0 FROM generate_series(1, 50) g",
         "ALTER PUBLICATION cdc_publication ADD TABLE big, busy",
     )
@@ -132,9 +134,9 @@ def test_a_table_read_again_while_both_tables_change_keeps_the_stream_going_and_
     reference_db: str, tmp_path: Path
 ) -> None:
     _tables(reference_db)
-    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy")
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=CHUNK)
     stop = threading.Event()
-    capture = Capture(settings, stop=stop, tuning=Tuning(snapshot_chunk_rows=CHUNK))
+    capture = Capture(settings, stop=stop)
     running = threading.Thread(target=capture.run)
     running.start()
     writer = _Writer(reference_db, seed=40)
@@ -174,3 +176,72 @@ def test_a_table_read_again_while_both_tables_change_keeps_the_stream_going_and_
     # the other table's changes reached the log while big's rows were only partly there
     during = [busy for big_end, busy in samples if before[0] + CHUNK <= big_end < before[0] + ROWS - CHUNK]
     assert len(set(during)) >= 2, f"busy did not move during the read: {samples}"
+
+
+def _progress(data_dir: Path) -> int | None:
+    """Rows of big's read under way as the ledger's progress record holds them (``None``: no read under way)."""
+    rows = None
+    for record in read_topic(data_dir, "cdc.__snapshots"):
+        if record.key == b'["read","public.big"]':
+            rows = None if record.value is None else int(orjson.loads(record.value)["rows"])
+    return rows
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_read_killed_mid_way_resumes_past_its_last_durable_chunk(reference_db: str, tmp_path: Path, seed: int) -> None:
+    """``kill -9`` of capture twice during a read of big (at seeded moments), while both tables change:
+    each new run goes on past the last chunk the log holds (no key is read twice), and the log still
+    replays to exactly the source, in per-key order."""
+    rows = 60_000
+    _tables(reference_db, rows)
+    env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="500")
+    pick = random.Random(seed)
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+    writer = _Writer(reference_db, seed=seed)
+    killed_at: list[int] = []
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        writer.start()
+        execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT 7")
+        done = 0
+        for attempt in range(1, 3):
+            target = done + pick.randint(rows // 10, rows // 3)
+            wait_for(lambda: (_progress(tmp_path) or 0) >= target, what=f"{target} rows read")  # noqa: B023
+            assert capture.kill9(), capture.stderr()
+            done = _progress(tmp_path) or 0
+            killed_at.append(done)
+            capture = CdcProcess(env, ["capture"], tmp_path / f"capture-{attempt}.err")
+        wait_for(lambda: _progress(tmp_path) is None, what="the end of the read")
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, writer.error
+        wait_for(
+            lambda: (
+                replay(tmp_path, BIG) == source_table(reference_db, "big")
+                and replay(tmp_path, BUSY) == source_table(reference_db, "busy")
+            ),
+            what="the log to replay to the source",
+        )
+        assert capture.terminate() == 0, capture.stderr()
+    finally:
+        writer.stop.set()
+        if capture.running():
+            capture.kill9()
+    records = read_topic(tmp_path, BIG)
+    assert_per_key_order(records)
+    # the read of big: rows as of one boundary per run, no key twice, markers only where the read began
+    reads: dict[int, set[bytes]] = {}
+    markers: set[int] = set()
+    for record in records:
+        value = orjson.loads(record.value) if record.value is not None else None
+        if value is None or value["op"] not in ("r", "t"):
+            continue
+        if value["op"] == "t":
+            markers.add(value["source"]["lsn"])
+        elif "flag" in value["after"]:
+            reads.setdefault(value["source"]["lsn"], set()).add(cast(bytes, record.key))
+    assert len(reads) == 3, f"one boundary per run: {sorted(reads)} (killed at {killed_at} rows)"
+    keys = [key for boundary in sorted(reads) for key in reads[boundary]]
+    assert len(keys) == len(set(keys)), "a key was read again: a run started over"
+    assert [len(reads[b]) for b in sorted(reads)][:2] == [killed_at[0], killed_at[1] - killed_at[0]]
+    assert markers == {min(reads)}, "a resumed read wrote truncate markers"
