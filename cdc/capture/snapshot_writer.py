@@ -303,7 +303,8 @@ class SnapshotWriter:
                 yield block, None
             return
         after, first = plan.after, 0
-        while chunk := reader.keyset_chunk(table.shape, encode, plan.keys, after, first, self.chunk_rows, row_filter=row_filter):
+        rows = self.online_chunk_rows
+        while chunk := reader.keyset_chunk(table.shape, encode, plan.keys, after, first, rows, row_filter=row_filter):
             block, after = chunk
             first += len(block)
             yield block, after
