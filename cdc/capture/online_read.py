@@ -4,35 +4,46 @@ A table that joins the capture mid-stream, or must be read again (:mod:`cdc.capt
 says when), is read at the consistent point B of a temporary slot, as before; what changed is that
 the stream never waits for the read:
 
-1. When the stream reaches B (every transaction committing before B is in the log), the first part
-   goes into the log as a group at position B - 1: truncate markers when the topic already holds
-   records, the schema record, the first chunk of rows (``op=r``, ``source.lsn`` B - 1).
-2. Then the stream goes on. Every other table's changes reach the log as they come. The table's own
-   changes committing at or after B are encoded as for the log but go to a holding file
-   (:class:`~cdc.capture.held_changes.HeldChanges`, fsynced before the slot is confirmed past them);
-   those committing before B are dropped (the snapshot holds their effect). Between two passes of the
-   streaming loop with no transaction waiting for a group, capture appends the next chunk of rows as
-   its own group at the stream's current position (the position does not move: a chunk is not a
-   transaction of the source).
-3. The last chunk's group ends with the held records, in commit order, and then the table's ledger
-   record: from then on the table's changes go straight to the log.
+1. When the stream reaches B (every transaction committing before B is in the log), the table's read
+   begins. Each pass of the streaming loop appends one chunk of one read (up to
+   ``CDC_SNAPSHOT_CONCURRENCY`` reads take turns; the others wait, holding their changes) as its own
+   group at the stream's current position (a chunk is not a source transaction: the position does not
+   move). The first chunk follows the truncate markers and the schema record; each chunk's rows are
+   ``op=r`` as of B - 1. A table with a primary key of integer or uuid columns is read by key
+   (:func:`~cdc.capture.snapshot.keyset_query`) and each chunk's group carries the read's progress
+   record (:class:`~cdc.capture.table_snapshots.ReadProgress`: the last key written); other tables are
+   read by block ranges.
+2. Every other table's changes reach the log as they come. The table's own changes committing at or
+   after B are encoded as for the log but go to a holding file
+   (:class:`~cdc.capture.held_changes.HeldChanges`, fsynced before the log commits their group);
+   those committing before B are dropped (the snapshot holds their effect).
+3. The last chunk's group ends with the held records, in commit order, the progress tombstone and the
+   table's ledger record: from then on the table's changes go straight to the log.
 
-Per-key order (promise 3): every row of the table in the log is as of B - 1 and precedes every held
-change (all at or after B), which precede every later change; changes before B are never written.
-No partial row before a full one (promise 4): a partial update of a key at or after B finds, before it
-in the log, that key's row as of B - 1 (it existed then) or the insert at or after B that created it
-(held in order). An update that changes a key and leaves TOAST values unchanged takes them from the old
-key's row in the log, which a read under way may not hold yet (its chunk comes later, or a held change
-is newer): such an update abandons the read, and so does a change of the table's columns (a new
-schema in the stream), so a row is never mixed from two shapes. An abandoned read's held records are
-deleted, its table is read again from a new snapshot at a later point B2 (its truncate markers
-supersede the chunks already written; B2 is past every held change, so the new snapshot holds them).
+Per-key order (promise 3): every row read is as of B - 1 and precedes every held change (all at or
+after B), which precede every later change; changes before B are never written. No partial row before
+a full one (promise 4): a partial update of a key at or after B finds, before it in the log, that key's
+row as of B - 1 (it existed then) or the insert at or after B that created it (held in order). An
+update that changes a key and leaves TOAST values unchanged takes them from the old key's row in the
+log, which a read under way may not hold yet: such an update starts the read over, and so does a change
+of the table's columns (a new schema in the stream), so a row is never mixed from two shapes. A read
+started over deletes its held records; its table is read again from a new snapshot at a later point
+(its truncate markers supersede the chunks already written; that point is past every held change).
+
+**Resume** (a read by key, after ``kill -9`` or any stop): the next run finds the progress record and
+the holding file, cuts the file to the log's watermark (the slot sends the rest again) and holds the
+table's changes from the first run's boundary B1 on; its new snapshot at B2 is read from the key past
+the last durable one, K1, without markers. Held changes at or after B2 all go to the log; one between
+B1 and B2 only when its key is at most K1 (those rows were read at B1, without it), since the B2
+snapshot holds its effect on the later keys (:func:`resumed_keep`; runs B1 < B2 < ... each with its
+last key). A key change crossing K1 is a delete of one key and a create of the other, each judged by
+its own key. A read whose table's columns changed since, or a read by block ranges, starts over.
 
 What a read holds on PostgreSQL: the REPEATABLE READ transaction that imported the snapshot stays open
-(with its xmin, which keeps VACUUM from removing rows deleted since B) until the last chunk is read;
-the temporary slot only for the moment of its creation. Views that sync during the read see the
-table's rows arrive chunk by chunk; the table is exact again, as of the watermark, once the ledger
-record is in the log. A read that a stop or a crash interrupts starts again from a new snapshot.
+(with its xmin, which keeps VACUUM from removing rows deleted since B) until the last chunk of every
+table of the snapshot is read; the temporary slot only for the moment of its creation. Views that sync
+during the read see the table's rows arrive chunk by chunk; the table is exact again, as of the
+watermark, once the ledger record is in the log.
 """
 
 from __future__ import annotations

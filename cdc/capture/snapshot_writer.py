@@ -21,8 +21,10 @@ What a snapshot puts in the log, in this order per table:
 The very last read is marked "last", and the ledger's records (``<prefix>.__snapshots``) follow it.
 They form the final part, which always goes into the group at the snapshot's position ``as_of``, so a
 snapshot that was cut short never looks complete. The initial snapshot writes the parts before it in
-groups at position 0 (one fsync each, memory bounded); a table snapshot writes everything in that one
-group. Schema records handed out for a group the log did not take are forgotten again, so the next
+groups at position 0 (one fsync each, memory bounded); a table read beside the stream
+(:mod:`cdc.capture.online_read`, :meth:`SnapshotWriter.start_online`) writes a group per chunk at the
+stream's position, with a progress record each when read by key, and its final part (the last rows,
+the held changes, the progress tombstone, the ledger record) in the last. Schema records handed out for a group the log did not take are forgotten again, so the next
 attempt writes them too.
 """
 

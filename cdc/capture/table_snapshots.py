@@ -29,7 +29,8 @@ snapshotted the way PostgreSQL's own logical replication synchronises a table ad
    reports WAL past B with nothing in flight), the table's rows are written as one group at position
    B - 1: ``op=r`` with ``source.lsn`` B - 1, preceded by truncate markers when the topic already holds
    records (they supersede what an earlier capture of the table left), followed by the ledger record.
-   From then on every change of the table is written.
+   The rows go in chunks beside the stream, the table's changes at or after B held until the last one
+   (:mod:`cdc.capture.online_read`). From then on every change of the table is written.
 
 Why no change is lost or doubled: every change of the table belongs to one transaction with commit LSN
 L. If L < B it is in the snapshot and never written from the stream; if L >= B it is not in the
@@ -39,19 +40,16 @@ crash before the group is durable leaves neither rows nor ledger record; the nex
 snapshot at a later point, and the changes the first attempt dropped are older than that point too.
 
 Why not the watermark algorithm of DBLog (Debezium's incremental snapshot): written with
-``pg_logical_emit_message`` (executable by any role; the stream needs the ``messages`` option) its
-watermarks would need no more privileges either, and it interleaves chunks with the stream and resumes
-per chunk, which matters for very large tables. But a chunk row whose key changes inside the watermark
-window is dropped in favour of the streamed event, and that event can be a partial row (an update
-leaving a TOAST value unchanged carries no value for it), so the log would hold a partial row with no
-full row before it (promise 4). Its correctness also rests on the per-key window dedupe and on chunk
-state kept across restarts; this design rests on one boundary that PostgreSQL defines, the same one
-the initial snapshot uses. Here the table is read in one transaction while the stream waits (memory
-stays bounded: the group is written in chunks), and a crash restarts that table's snapshot.
+``pg_logical_emit_message`` its watermarks would need no more privileges, and it interleaves chunks with
+the stream too. But a chunk row whose key changes inside the watermark window is dropped in favour of
+the streamed event, and that event can be a partial row (an update leaving a TOAST value unchanged
+carries no value for it), so the log would hold a partial row with no full row before it (promise 4).
+Here one boundary that PostgreSQL defines orders every read row before every change of the table that
+the log gets from the stream (:mod:`cdc.capture.online_read`), so neither case arises.
 
 Costs and requirements: one more replication slot and WAL sender for a moment; creating the slot waits
 for the transactions running at that moment to end (as the initial snapshot does); the snapshot
-transaction stays open until the stream reaches B (well under a second unless capture lags). Privileges:
+transaction stays open until the last chunk of the read (:mod:`cdc.capture.online_read`). Privileges:
 REPLICATION and SELECT on the table, as for the initial snapshot; a table created after the capture
 role was set up needs its own ``GRANT SELECT`` (or ``ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON
 TABLES``), else capture stops with a :class:`~cdc.capture.errors.PrivilegeError` naming the grant.

@@ -25,7 +25,7 @@ from tests.faults.harness import CdcProcess, cdc_env
 
 pytestmark = pytest.mark.pg
 
-ROWS = 300_000
+ROWS = 200_000
 CHUNK = 4_000
 #: every TOASTED-th row holds a document stored out of line (TOAST), which updates of other columns leave out
 TOASTED = 500
