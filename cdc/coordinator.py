@@ -62,8 +62,10 @@ from cdc.capture.initial_snapshot import take_initial_snapshot
 from cdc.capture.log import Log
 from cdc.capture.lsn import Lsn
 from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress_plan, resumed_keep
+from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.slot_continuity import require_continuity, slot_skipped_ahead
 from cdc.capture.snapshot import CHUNK_ROWS
+from cdc.capture.snapshot_requests import SnapshotRequest
 from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten, published_shape
 from cdc.capture.stream_core import (
     AppendGroup,
@@ -124,6 +126,8 @@ class CaptureStats:
     held_changes: int = 0
     #: reads resumed past the last key an earlier run wrote
     reads_resumed: int = 0
+    #: tables read again on request (``cdc snapshot``)
+    reads_requested: int = 0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -284,6 +288,7 @@ class Capture:
                 on_new_shape=self._new_shape,
                 gate=self.gate,
             )
+            self.replayer.on_message = self._requested
             self.writer = SnapshotWriter(
                 store, self.builder, self.replayer, self.ledger,
                 partial(published_shape, self.catalog, self.settings.topic_for), topics.ensure,
@@ -453,6 +458,16 @@ class Capture:
             self.stats.tables_added += len(pending.tables)
             self._resume_snapshotted |= {t.relid for t in pending.tables}
             self.core.waiting.append(pending)
+
+    def _requested(self, message: LogicalMessage) -> None:
+        """A ``cdc snapshot`` request (:mod:`cdc.capture.snapshot_requests`) in a transaction being written:
+        its tables' ledger entries are forgotten, so the discovery after this group reads them again."""
+        request = SnapshotRequest.parse(message.content)
+        for name in request.tables if request is not None else ():
+            if self.ledger.entries.pop(name, None) is not None:
+                self._shape_changed = True
+                self.stats.reads_requested += 1
+                log.info("%s is read again, as asked at %s", name, Lsn(message.lsn))
 
     def _reopen_reads(self) -> None:
         """Find the reads an earlier run left under way (a progress record in the ledger and its holding

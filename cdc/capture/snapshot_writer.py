@@ -24,8 +24,8 @@ snapshot that was cut short never looks complete. The initial snapshot writes th
 groups at position 0 (one fsync each, memory bounded); a table read beside the stream
 (:mod:`cdc.capture.online_read`, :meth:`SnapshotWriter.start_online`) writes a group per chunk at the
 stream's position, with a progress record each when read by key, and its final part (the last rows,
-the held changes, the progress tombstone, the ledger record) in the last. Schema records handed out for a group the log did not take are forgotten again, so the next
-attempt writes them too.
+the held changes, the progress tombstone, the ledger record) in the last. Schema records handed out for
+a group the log did not take are forgotten again, so the next attempt writes them too.
 """
 
 from __future__ import annotations

@@ -38,6 +38,7 @@ from cdc.capture.pgoutput.messages import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Relation,
     StreamAbort,
     StreamCommit,
@@ -48,6 +49,7 @@ from cdc.capture.pgoutput.messages import (
     Update,
 )
 from cdc.capture.row_codec import InsertEncoder
+from cdc.capture.snapshot_requests import PREFIX as REQUEST_PREFIX
 from cdc.capture.spill import SpillBuffer
 from cdc.capture.tables import TableShape
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
@@ -178,6 +180,12 @@ class TransactionAssembler:
                 raise DecodeError(f"change message outside a transaction at LSN {lsn:X}")
             return None
         message = self._decoder.decode(payload, lsn)
+        if isinstance(message, LogicalMessage):
+            # a request to capture (cdc.capture.snapshot_requests) is replayed with its transaction
+            target = self._streams.get(self._stream_xid) if self._stream_xid is not None else self._current
+            if message.transactional and message.prefix == REQUEST_PREFIX and target is not None:
+                target.changes.append(payload)
+            return None
         if isinstance(message, Begin):
             self._current = _Open(message.xid, SpillBuffer(self._memory_limit), message.final_lsn, message.commit_ts_us)
         elif isinstance(message, Commit):
@@ -274,6 +282,9 @@ class ChangeReplayer:
         self.emitted_schemas: dict[str, EmittedSchema] = dict(emitted_schemas or {})
         self.on_new_shape = on_new_shape
         self.gate = gate
+        #: told of each request message (:mod:`cdc.capture.snapshot_requests`) of a transaction written to the log
+        self.on_message: Callable[[LogicalMessage], None] | None = None
+        self._replaying = False
 
     def shape_from_relation(self, relation: Relation) -> TableShape:
         """The table's shape from a Relation message; the key is the primary key whenever the old key the
@@ -325,11 +336,13 @@ class ChangeReplayer:
     def replay_relations(self, tx: Transaction) -> None:
         """Replay a transaction the log already holds only to follow its Relation messages (the server
         resends what each transaction needs), then close it; its records are thrown away."""
+        self._replaying = True
         try:
             with self.builder.previous_values_from(discarded_values):
                 for _ in self.records(tx):
                     pass
         finally:
+            self._replaying = False
             tx.close()
 
     def schema_records(self, shape: TableShape, lsn: int, sequence: int = 0) -> list[ProducerRecord]:
@@ -387,6 +400,8 @@ class ChangeReplayer:
                 self.relations.pop(message.relid, None)
         elif isinstance(message, TypeInfo):
             self.type_names[message.oid] = message.name
+        elif isinstance(message, LogicalMessage) and self.on_message is not None and not self._replaying:
+            self.on_message(message)
 
     def _first_use(self, shape: TableShape, commit_lsn: int, sequence: int = 0) -> list[ProducerRecord] | None:
         """None when the table's events of this transaction are held back, else the records to write first."""

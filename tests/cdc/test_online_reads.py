@@ -16,11 +16,12 @@ import orjson
 import psycopg
 import pytest
 
+from cdc.commands.snapshot_cmd import read_status
 from cdc.coordinator import Capture
 from event_format import is_truncate_key
 from log_store import Record
 from log_store.watermark import PUBLISHED_NAME, read_published
-from tests.cdc.helpers import execute, read_topic, replay, settings_for, source_table, wait_for
+from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for, source_table, wait_for
 from tests.faults.harness import CdcProcess, cdc_env
 
 pytestmark = pytest.mark.pg
@@ -302,3 +303,43 @@ def test_two_tables_are_read_at_once_each_with_its_own_progress(reference_db: st
         counts = [rows_done for table, rows_done in progress if table == name]
         # a record per chunk with the rows so far, but the last chunk's: its group ends the read
         assert counts[-1] is None and counts[:-1] == list(range(1000, rows, 1000)), counts
+
+
+def test_cdc_snapshot_asks_the_running_capture_to_read_a_table_again(reference_db: str, tmp_path: Path) -> None:
+    """The request travels as a logical message; capture reads the table again beside the stream (``op=r``
+    rows as of a new point), ``cdc snapshot --status`` shows the read under way, and a table capture does
+    not read is refused with one clear error."""
+    rows = 40_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+    seen: list[dict[str, object]] = []
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        refused = run_cdc(reference_db, tmp_path, "snapshot", "public.nope", tables="public.big,public.busy")
+        assert refused.returncode == 2 and "public.nope is not a table capture reads" in refused.stderr, refused.stderr
+        asked = run_cdc(reference_db, tmp_path, "snapshot", "public.big", tables="public.big,public.busy")
+        assert asked.returncode == 0, asked.stderr
+
+        def status_seen() -> bool:
+            seen.extend(read_status(settings))
+            return bool(seen)
+
+        wait_for(status_seen, what="the read in cdc snapshot --status")
+        wait_for(lambda: capture.stats.snapshot_rows >= 2 * rows, what="the read of big")
+    finally:
+        stop.set()
+        running.join(60)
+    assert capture.stats.reads_requested == 1
+    assert seen[0]["table"] == "public.big" and 0 < int(cast(int, seen[0]["rows"])) < rows
+    assert read_status(settings) == []
+    assert replay(tmp_path, BIG) == source_table(reference_db, "big")
+    boundaries = {
+        orjson.loads(record.value)["source"]["lsn"]
+        for record in read_topic(tmp_path, BIG)
+        if record.value is not None and orjson.loads(record.value)["op"] == "r"
+    }
+    assert len(boundaries) == 2, "the table was not read again"

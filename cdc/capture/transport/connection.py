@@ -112,6 +112,7 @@ class ReplicationConnection:
         options = [f"proto_version '{proto_version}'", f"publication_names {_quote_literal(_quote_ident(publication))}"]
         if streaming and proto_version >= 2:
             options.append("streaming 'on'")
+        options.append("messages 'true'")  # requests to capture travel as logical messages
         text = f"START_REPLICATION SLOT {_quote_ident(slot)} LOGICAL {Lsn(start)} ({', '.join(options)})"
         self._pg.send_query(text.encode())
         while True:
