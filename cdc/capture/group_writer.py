@@ -14,11 +14,13 @@ from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+from cdc.capture.events import PreviousValues
 from cdc.capture.held_changes import HeldChanges
-from cdc.capture.key_changes import KeyChangeValues, LogRows
+from cdc.capture.key_changes import KeyChangeValues, LogRows, discarded_values
 from cdc.capture.log import Log
 from cdc.capture.stream_core import group_position
 from cdc.capture.streaming import ChangeReplayer, Transaction
+from cdc.capture.tables import TableShape
 from log_store import ProducerRecord
 
 log = logging.getLogger("cdc.capture")
@@ -64,18 +66,20 @@ class GroupWriter:
         replayer = self.replayer
         written = GroupWritten()
         wanted = replayer.key_changes(group, partial=replayer.builder.whole_rows)
-        if self.held and (needs := {topic for topic, _ in wanted if topic in self.held}):
-            self.abandon(needs)
-            wanted = {(topic, key) for topic, key in wanted if topic not in needs}
+        abandoned: set[str] = set()
+        if self.held and (abandoned := {topic for topic, _ in wanted if topic in self.held}):
+            self.abandon(abandoned)
+            wanted = {(topic, key) for topic, key in wanted if topic not in abandoned}
         changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(
             _diverted(replayer.records(tx), self.held, tx.commit_lsn) if self.held else replayer.records(tx) for tx in group
         )
         if self.held:
             # the held records are durable before the log commits the group that gave them
             changes = itertools.chain(changes, _synced(list(self.held.values())))
-        values = KeyChangeValues(wanted, LogRows(self.log)) if wanted else None
+        values = KeyChangeValues(wanted, LogRows(self.log)) if wanted or abandoned else None
         try:
-            previous = replayer.builder.previous_values_from(values) if values else nullcontext()
+            provider = _discarding(abandoned, values) if values and abandoned else values
+            previous = replayer.builder.previous_values_from(provider) if provider else nullcontext()
             with replayer.tentative_schemas(), previous:
                 records = _counted(values.watch(changes) if values else changes, written)
                 self.log.append_group(records, group_position(group[-1]).hex16())
@@ -108,6 +112,18 @@ def _diverted(records: Iterator[ProducerRecord], held: dict[str, HeldChanges], l
             yield record
         else:
             target.add(lsn, (record,))
+
+
+def _discarding(topics: set[str], values: KeyChangeValues) -> PreviousValues:
+    """``values``, but JSON nulls for the tables of ``topics``: their records of the group go to a holding
+    file that is deleted unread (their read starts over), so no value of theirs is ever written."""
+
+    def previous(shape: TableShape, old_key: bytes, names: list[str], same_key: bool = False) -> dict[str, bytes]:
+        if shape.topic in topics:
+            return discarded_values(shape, old_key, names, same_key)
+        return values(shape, old_key, names, same_key)
+
+    return previous
 
 
 def _synced(files: list[HeldChanges]) -> Iterator[ProducerRecord]:

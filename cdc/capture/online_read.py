@@ -41,7 +41,11 @@ its own key. A read whose table's columns changed since, or a read by block rang
 
 What a read holds on PostgreSQL: the REPEATABLE READ transaction that imported the snapshot stays open
 (with its xmin, which keeps VACUUM from removing rows deleted since B) until the last chunk of every
-table of the snapshot is read; the temporary slot only for the moment of its creation. Views that sync
+table of the snapshot is read; the temporary slot only for the moment of its creation. That
+transaction also keeps the ACCESS SHARE lock of each table it read: DDL that needs a stronger lock on a
+table being read (``ALTER TABLE``, ``TRUNCATE``) waits for the read's end, and the table's later
+writers queue behind that DDL. A change of columns therefore reaches the stream after the read; the
+restart on a new schema guards a read whose snapshot predates a change it has not seen. Views that sync
 during the read see the table's rows arrive chunk by chunk; the table is exact again, as of the
 watermark, once the ledger record is in the log.
 """

@@ -343,3 +343,39 @@ def test_cdc_snapshot_asks_the_running_capture_to_read_a_table_again(reference_d
         if record.value is not None and orjson.loads(record.value)["op"] == "r"
     }
     assert len(boundaries) == 2, "the table was not read again"
+
+
+def _half_read(capture: Capture, rows: int) -> bool:
+    """Whether a read under way has written some rows of big but not half of them."""
+    reads = [read for read in capture.reads if not read.abandoned]
+    return bool(reads) and 0 < reads[0].rows < rows // 2
+
+
+def test_a_read_starts_over_when_a_key_change_needs_a_row_it_has_not_written(reference_db: str, tmp_path: Path) -> None:
+    """During a read, an update changing a key and leaving a TOAST value unchanged (its value comes from the
+    old key's row, which the log may not hold yet) starts the read over from a new snapshot; the log still
+    replays to exactly the source with no partial row before a full one, and the moved row keeps its value."""
+    rows = 40_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT 7", "UPDATE big SET v = 1 WHERE id = 1")
+        wait_for(lambda: _half_read(capture, rows), what="the read under way")
+        execute(reference_db, f"UPDATE big SET id = 90000000 WHERE id = {rows - TOASTED}")  # the document stays out of line
+        wait_for(lambda: capture.stats.reads_abandoned >= 1, what="the read to start over")
+        wait_for(
+            lambda: not capture.reads and replay(tmp_path, BIG) == source_table(reference_db, "big"),
+            what="the log to replay to the source",
+        )
+    finally:
+        stop.set()
+        running.join(60)
+    assert capture.stats.reads_abandoned == 1
+    assert_per_key_order(read_topic(tmp_path, BIG))
+    moved = replay(tmp_path, BIG)[b'{"id":90000000}']
+    assert len(str(moved["doc"])) == 6400 and moved["flag"] == 7
