@@ -12,12 +12,14 @@ import threading
 from pathlib import Path
 from typing import cast
 
+import jsonschema
 import orjson
 import psycopg
 import pytest
 
-from cdc.commands.snapshot_cmd import read_status
 from cdc.coordinator import Capture
+from cdc.lag import JSON_SCHEMA, measure
+from cdc.read_status import read_status
 from event_format import is_truncate_key
 from log_store import Record
 from log_store.watermark import PUBLISHED_NAME, read_published
@@ -307,8 +309,8 @@ def test_two_tables_are_read_at_once_each_with_its_own_progress(reference_db: st
 
 def test_cdc_snapshot_asks_the_running_capture_to_read_a_table_again(reference_db: str, tmp_path: Path) -> None:
     """The request travels as a logical message; capture reads the table again beside the stream (``op=r``
-    rows as of a new point), ``cdc snapshot --status`` shows the read under way, and a table capture does
-    not read is refused with one clear error."""
+    rows as of a new point), ``cdc lag`` (and ``cdc snapshot --status``) shows the read under way, and a
+    table capture does not read is refused with one clear error."""
     rows = 40_000
     _tables(reference_db, rows)
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
@@ -325,7 +327,10 @@ def test_cdc_snapshot_asks_the_running_capture_to_read_a_table_again(reference_d
         assert asked.returncode == 0, asked.stderr
 
         def status_seen() -> bool:
-            seen.extend(read_status(settings))
+            report = measure(settings)  # cdc lag
+            if report.reads:
+                jsonschema.validate(orjson.loads(orjson.dumps(report.to_dict())), JSON_SCHEMA)
+            seen.extend(report.reads)
             return bool(seen)
 
         wait_for(status_seen, what="the read in cdc snapshot --status")
