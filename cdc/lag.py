@@ -288,7 +288,10 @@ def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal
     else:
         from cdc.read_status import read_status
 
-        report.reads = read_status(settings)
+        try:
+            report.reads = read_status(settings)
+        except LogStoreError:  # no log yet: nothing is read
+            report.reads = []
     _warn(report)
     from derived_views.failures import read_all
 
