@@ -26,8 +26,9 @@ Guarantees and restart rules:
   consistent point minus one, in groups that never look complete until the last is in the log.
 * **Tables that join later.** A published table the ledger (``<prefix>.__snapshots``) does not name
   gets no change event until its snapshot is in the log: :mod:`cdc.capture.table_snapshots` takes it at a
-  temporary slot's consistent point B, drops the table's changes committed before B, and writes its
-  rows as one group at position B - 1 once every transaction before B is in the log.
+  temporary slot's consistent point B and drops the table's changes committed before B; once every
+  transaction before B is in the log, :mod:`cdc.capture.online_read` writes its rows in chunks beside the
+  stream, holding the table's own later changes until the last chunk is in the log.
 * **Heartbeats.** When the captured tables are idle but the server's WAL moves, an empty group moves the
   position to the server's reported end (minus one) and the slot is confirmed there, so WAL does not
   pile up.
@@ -45,6 +46,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
+from pathlib import Path
 
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
@@ -55,10 +57,14 @@ from cdc.capture.errors import PrerequisiteError, PrivilegeError, SlotError, Sou
 from cdc.capture.events import EventBuilder
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.group_writer import GroupWriter
+from cdc.capture.held_changes import HeldChanges
 from cdc.capture.initial_snapshot import take_initial_snapshot
 from cdc.capture.lsn import Lsn
+from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress_plan, resumed_keep
+from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.slot_continuity import require_continuity, slot_skipped_ahead
 from cdc.capture.snapshot import CHUNK_ROWS
+from cdc.capture.snapshot_requests import SnapshotRequest
 from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten, published_shape
 from cdc.capture.stream_core import (
     AppendGroup,
@@ -74,7 +80,7 @@ from cdc.capture.stream_core import (
     WriteSnapshot,
 )
 from cdc.capture.streaming import ChangeReplayer, Transaction, TransactionAssembler
-from cdc.capture.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate
+from cdc.capture.table_snapshots import PendingSnapshot, ReadProgress, SnapshotLedger, TableGate
 from cdc.capture.tables import TableShape
 from cdc.capture.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
 from cdc.data_dir import secure_data_dir
@@ -115,6 +121,14 @@ class CaptureStats:
     reconnects: int = 0
     #: new snapshots taken because the slot did not continue the log (:mod:`cdc.capture.slot_continuity`)
     resnapshots: int = 0
+    #: reads beside the stream begun again from a new snapshot (:mod:`cdc.capture.online_read`)
+    reads_abandoned: int = 0
+    #: changes of tables being read that waited in a holding file for their read's last chunk
+    held_changes: int = 0
+    #: reads resumed past the last key an earlier run wrote
+    reads_resumed: int = 0
+    #: tables read again on request (``cdc snapshot``)
+    reads_requested: int = 0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -159,6 +173,11 @@ class Capture:
         self._slots_made = 0  # temporary slots, for unique names
         self._read_back_warned: set[str] = set()  # tables warned of once: their partial updates are read back
         self._failover = False  # the slot a snapshot makes is a failover slot (cdc.failover)
+        self.reads: list[OnlineRead] = []  # tables read beside the stream, in the order they began
+        self._turn = 0  # the read whose chunk came last
+        #: by OID: reads an earlier run left under way (their progress, their held changes), to resume
+        self.resumes: dict[int, tuple[ReadProgress, HeldChanges]] = {}
+        self._resume_snapshotted: set[int] = set()  # resumes whose new snapshot waits for the stream
 
     @property
     def position(self) -> Lsn:
@@ -187,6 +206,9 @@ class Capture:
         assert self.topics is not None
         self.topics.ensure(shape)
         self._shape_changed = True
+        reading = [read for read in self.reads if shape.relid == read.relid and not read.abandoned]
+        if reading:
+            self._abandon(reading, f"the columns of {shape.qualified} changed")
 
     def _database_name(self) -> str:
         return self.settings.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
@@ -269,12 +291,13 @@ class Capture:
                 on_new_shape=self._new_shape,
                 gate=self.gate,
             )
+            self.replayer.on_message = self._requested
             self.writer = SnapshotWriter(
                 store, self.builder, self.replayer, self.ledger,
                 partial(published_shape, self.catalog, self.settings.topic_for), topics.ensure,
-                self.tuning.snapshot_chunk_rows, self.progress,
+                self.tuning.snapshot_chunk_rows, self.progress, self.settings.snapshot_chunk_rows,
             )  # fmt: skip
-            self.groups = GroupWriter(store, self.replayer, self._read_back_warned)
+            self.groups = GroupWriter(store, self.replayer, self._read_back_warned, abandon=self._abandon_topics)
             watermark = store.latest_watermark()
             self.position = Lsn.from_hex16(watermark.position) if watermark else Lsn(0)
             try:
@@ -285,9 +308,11 @@ class Capture:
                     self.stats.resnapshots += 1
                     self._snapshot()
                 if not self.stop.is_set():
+                    self._reopen_reads()
                     self._stream_with_reconnect()
             finally:
                 self._drop_table_snapshots()
+                self._discard_resumes()
                 self.catalog.close()
         return self.stats
 
@@ -366,6 +391,8 @@ class Capture:
                     )  # fmt: skip
                     if self._carry_out(pass_, repl):
                         return
+                    if self.reads:
+                        self._read_chunk()
             except SourceError as exc:
                 self.metrics.errors.labels(kind=type(exc).__name__).inc()
                 group = core.take_pending()
@@ -410,10 +437,7 @@ class Capture:
                 case SendStatus():
                     self._send(command, repl)
                 case WriteSnapshot(snapshot=pending):
-                    try:
-                        self._write_table_snapshot(pending, repl)
-                    finally:
-                        pending.close()
+                    self._start_read(pending)
                 case Heartbeat(end=end):
                     self._heartbeat(end, repl)
                 case Discover():
@@ -437,55 +461,157 @@ class Capture:
     # -- tables added mid-stream (see cdc.capture.table_snapshots) ---------------------------------------------
 
     def _discover(self) -> None:
-        """Take a snapshot of the tables that need one (:mod:`cdc.capture.discovery`), written when the stream reaches it."""
+        """Take a snapshot of the tables that need one (:mod:`cdc.capture.discovery`), read when the stream reaches it."""
         self._slots_made += 1
+        resuming = set(self.resumes) - self._resume_snapshotted
         pending = snapshot_new_tables(
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
-            slot=f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}",
+            slot=f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}", resuming=resuming,
         )  # fmt: skip
         if pending is not None:
             self.stats.tables_added += len(pending.tables)
+            self._resume_snapshotted |= {t.relid for t in pending.tables}
             self.core.waiting.append(pending)
 
-    def _write_table_snapshot(self, pending: PendingSnapshot, repl: ReplicationConnection) -> None:
-        """One group at the boundary minus one (:mod:`cdc.capture.snapshot_writer`), with the membership and
-        columns read before the snapshot was taken, never later ones (which could include a partition
-        attached after the snapshot, whose rows it does not hold)."""
+    def _requested(self, message: LogicalMessage) -> None:
+        """A ``cdc snapshot`` request (:mod:`cdc.capture.snapshot_requests`) in a transaction being written:
+        its tables' ledger entries are forgotten, so the discovery after this group reads them again."""
+        request = SnapshotRequest.parse(message.content)
+        for name in request.tables if request is not None else ():
+            if self.ledger.entries.pop(name, None) is not None:
+                self._shape_changed = True
+                self.stats.reads_requested += 1
+                log.info("%s is read again, as asked at %s", name, Lsn(message.lsn))
+
+    def _reopen_reads(self) -> None:
+        """Find the reads an earlier run left under way (a progress record in the ledger and its holding
+        file): their held changes are kept (cut to the log's position) and the gate holds their tables'
+        changes from their first boundary on, until a new snapshot resumes them. Other holding files of
+        this slot are deleted (their reads start over)."""
+        assert self.groups is not None
+        held_dir = self.settings.data_dir / "held"
+        kept: set[Path] = set()
+        for progress in self.ledger.reads.values():
+            path = held_path(held_dir, self.settings.slot, progress.relid)
+            if progress.relid in self.resumes or not path.exists():
+                continue
+            held = HeldChanges.reopen(path, self.position)
+            kept.add(path)
+            self.resumes[progress.relid] = (progress, held)
+            self.gate.holds[progress.relid] = progress.boundary
+            self.groups.held[progress.topic] = held
+            log.info("resuming the read of %s after %d rows", progress.topic, progress.rows)
+        for path in held_dir.glob(f"{self.settings.slot}-*.held") if held_dir.exists() else ():
+            if path not in kept:
+                path.unlink(missing_ok=True)
+
+    def _start_read(self, pending: PendingSnapshot) -> None:
+        """The stream reached ``pending``'s boundary: each of its tables is read beside the stream
+        (:mod:`cdc.capture.online_read`), with the membership and columns read before the snapshot was
+        taken, never later ones (which could include a partition attached after the snapshot, whose
+        rows it does not hold). A table an earlier run began reading resumes past its last durable key."""
+        assert self.writer is not None and self.groups is not None
+        self.core.snapshot_durable(pending.as_of)
+        held_dir = self.settings.data_dir / "held"
+        for table in pending.tables:
+            shape = self.writer.shape_of(table)
+            keys = keyset_keys(shape, self.catalog.table(table.relid).primary_key)
+            resume = self.resumes.pop(table.relid, None)
+            self._resume_snapshotted.discard(table.relid)
+            if resume is not None:
+                progress, held = resume
+                plan = progress_plan(progress, keys, shape, pending.boundary)
+                keep = resumed_keep(shape, keys or (), plan.earlier if plan is not None else (), pending.boundary)
+            else:
+                held = HeldChanges(held_path(held_dir, self.settings.slot, table.relid))
+                plan, keep = progress_plan(None, keys, shape, pending.boundary), None
+            read = OnlineRead.start(pending, table, self.writer, held, plan, keep)
+            self.reads.append(read)
+            self.groups.held[read.topic] = held
+            log.info(
+                "reading %s as of %s beside the stream%s", table.qualified, pending.as_of,
+                f", resumed after {read.resumed_rows} rows" if read.resumed_after is not None else "",
+            )  # fmt: skip
+        if pending.users == 0:
+            pending.close()
+        self.core.reading = bool(self.reads)
+
+    def _read_chunk(self) -> None:
+        """Append the next chunk of one of the first ``CDC_SNAPSHOT_CONCURRENCY`` reads, each in turn."""
         assert self.writer is not None
-        as_of = Lsn(pending.boundary - 1)
-        status_at = time.monotonic()
+        running = self.reads[: self.settings.snapshot_concurrency]
+        self._turn = (self._turn + 1) % len(running)
+        read = running[self._turn]
+        if read.next_chunk(self.writer, self.position.hex16()):
+            self._finish(read)
 
-        def keep_alive() -> None:
-            nonlocal status_at
-            if time.monotonic() - status_at >= self.tuning.status_seconds:
-                repl.send_status(self.confirmed, self.confirmed)  # the stream waits; keep it alive
-                status_at = time.monotonic()
-
-        written = self.writer.write(pending.tables, pending.reader, as_of, on_block=keep_alive, progress=False)
-        for shape in written.shapes:
-            self.gate.holds.pop(shape.relid, None)
-        self.core.snapshot_durable(as_of)
+    def _finish(self, read: OnlineRead) -> None:
+        """``read``'s last part (rows, held records, ledger record) is in the log: its table's changes go
+        straight to the log from now on."""
+        self._end_read(read)
+        written = read.parts.written
         self._count_snapshot(written)
+        self.stats.held_changes += read.held.count
+        self.stats.reads_resumed += read.resumed_after is not None
         log.info(
-            "snapshot of %s written: %d rows as of %s",
-            ", ".join(s.qualified for s in written.shapes),
-            written.rows,
-            as_of,
-        )
+            "snapshot of %s written: %d rows as of %s in %d groups, %d changes held during the read",
+            read.table.qualified, written.rows, read.pending.as_of, written.groups, read.held.count,
+        )  # fmt: skip
+
+    def _end_read(self, read: OnlineRead) -> None:
+        """Forget ``read`` (finished or abandoned): its holding file is deleted, the gate holds its table no more."""
+        assert self.groups is not None
+        if read in self.reads:
+            self.reads.remove(read)
+        self.groups.held.pop(read.topic, None)
+        self.gate.holds.pop(read.relid, None)
+        read.close()
+        self.core.reading = bool(self.reads)
+
+    def _abandon_topics(self, topics: set[str]) -> None:
+        """The group being written needs rows of these held topics the log may not hold yet: read their tables again."""
+        reading = [read for read in self.reads if read.topic in topics and not read.abandoned]
+        self._abandon(reading, "an update changed a key and left TOAST values unchanged")
+
+    def _abandon(self, reads: list[OnlineRead], why: str) -> None:
+        """Stop ``reads`` at once: the gate refuses their tables' changes from here on (the next discovery
+        takes a new snapshot); their files go once the group being written is done (:meth:`_reap`)."""
+        for read in reads:
+            read.abandoned = True
+            self.gate.holds.pop(read.relid, None)
+            self.gate.wanted[read.relid] = read.table.qualified
+            self.stats.reads_abandoned += 1
+            log.info("the read of %s starts again from a new snapshot: %s", read.table.qualified, why)
+
+    def _reap(self) -> None:
+        for read in [read for read in self.reads if read.abandoned]:
+            self._end_read(read)
 
     def _drop_table_snapshots(self) -> None:
-        """Forget waiting snapshots (their tables are found again by the next discovery)."""
+        """Forget waiting snapshots and reads under way (their tables are found again by the next discovery);
+        reads an earlier run left stay to be resumed."""
         for pending in self.core.waiting:
             pending.close()
         self.core.waiting.clear()
-        self.gate.holds.clear()
+        for read in list(self.reads):
+            self._end_read(read)
+        self._resume_snapshotted.clear()
+        self.gate.holds = {relid: boundary for relid, boundary in self.gate.holds.items() if relid in self.resumes}
+
+    def _discard_resumes(self) -> None:
+        for _, held in self.resumes.values():
+            held.discard()
+        self.resumes.clear()
 
     # -- groups --------------------------------------------------------------------------------------
 
     def _append(self, group: list[Transaction]) -> SendStatus:
         """Append ``group`` as one group (:mod:`cdc.capture.group_writer`); the status that confirms it, to send."""
         assert self.groups is not None
-        written = self.groups.append(group)
+        try:
+            written = self.groups.append(group)
+        finally:
+            self._reap()
         status = self.core.group_durable(group)
         self.stats.events += written.events
         self.stats.groups += 1

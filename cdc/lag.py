@@ -111,6 +111,8 @@ class LagReport:
     views: list[ViewLag]
     warnings: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    #: tables read beside the stream (:mod:`cdc.read_status`): rows done, estimated, rate, time left
+    reads: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -337,6 +339,13 @@ def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal
     report = LagReport(SCHEMA_VERSION, _iso(time.time() * 1000) or "", source, log, views)
     if unreadable is not None:
         report.violations.append(f"the log cannot be read: {unreadable}")
+    else:
+        from cdc.read_status import read_status
+
+        try:
+            report.reads = read_status(settings)
+        except LogStoreError:  # no log yet: nothing is read
+            report.reads = []
     _warn(report)
     from derived_views import read_failures as read_all
 
@@ -402,6 +411,20 @@ JSON_SCHEMA: dict[str, Any] = {
         "generated_at": {"type": "string"},
         "ok": {"type": "boolean"},
         "warnings": {"type": "array", "items": {"type": "string"}},
+        "reads": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["table", "rows", "estimated_rows", "rows_per_second", "eta_seconds"],
+                "properties": {
+                    "table": {"type": "string"},
+                    "rows": _INT,
+                    "estimated_rows": _NULLABLE_INT,
+                    "rows_per_second": {"type": ["number", "null"], "minimum": 0},
+                    "eta_seconds": {"type": ["number", "null"], "minimum": 0},
+                },
+            },
+        },
         "violations": {"type": "array", "items": {"type": "string"}},
         "source": {
             "type": "object",

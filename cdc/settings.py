@@ -43,6 +43,8 @@ ACCEPTS: dict[str, str] = {
     "retention_bytes": "how many bytes non-compacted partitions keep, or -1 for no limit",
     "metrics_port": "a TCP port from 0 to 65535 (0 turns the metrics endpoint off)",
     "log_format": "json or kv",
+    "snapshot_concurrency": "how many tables capture reads at once beside the stream, from 1 to 64",
+    "snapshot_chunk_rows": "rows per chunk of a table read beside the stream, from 100 to 1000000",
     "deletion_vectors": "true or false",
     "log": "empty (the embedded log under CDC_DATA_DIR) or kafka://host:port[,host:port...] (the log in Kafka)",
     "kafka_security_protocol": "plaintext, ssl, sasl_plaintext or sasl_ssl",
@@ -99,6 +101,10 @@ class Settings(BaseSettings):
     views_file: Path = Field(default=Path("views.toml"), description="The views file (derived_views.definitions).")
     metrics_port: int = Field(default=0, ge=0, le=65535)
     log_format: str = Field(default="kv")
+    snapshot_concurrency: int = Field(default=2, ge=1, le=64, description="Tables read at once beside the stream.")
+    snapshot_chunk_rows: int = Field(
+        default=20_000, ge=100, le=1_000_000, description="Rows per chunk (and group) of a table read beside the stream."
+    )
     deletion_vectors: bool = Field(
         default=False, description="New view tables use Delta deletion vectors (faster MERGEs; fewer readers)."
     )

@@ -9,7 +9,7 @@ in), and no snapshot of it already waits for the stream.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from cdc.capture.catalog import Catalog, PublishedTable, steady
 from cdc.capture.errors import PrivilegeError, SourceError
@@ -34,6 +34,7 @@ def tables_to_snapshot(
     include: Callable[[str, str], bool],
     ledger: SnapshotLedger,
     gate: TableGate,
+    resuming: Collection[int] = (),
 ) -> list[PublishedTable]:
     """The published, included tables that need a snapshot now; clears ``gate.wanted`` (a wanted table
     no longer published is no longer captured).
@@ -48,7 +49,7 @@ def tables_to_snapshot(
             continue
         if ledger.covers(table.log_name, table.relid, table.membership, table.columns):
             ledger.note_columns(table.log_name, table.columns)
-        elif table.relid not in gate.holds:
+        elif table.relid not in gate.holds or table.relid in resuming:
             tables.append(table)
     gate.wanted.clear()
     if not tables:
@@ -71,16 +72,19 @@ def snapshot_new_tables(
     ledger: SnapshotLedger,
     gate: TableGate,
     slot: str,
+    resuming: Collection[int] = (),
 ) -> PendingSnapshot | None:
     """A snapshot of the tables that need one (:func:`tables_to_snapshot`), taken at the consistent point
-    of a temporary slot named ``slot``; their events wait in ``gate`` until it is written."""
-    tables = tables_to_snapshot(catalog, publication, include, ledger, gate)
+    of a temporary slot named ``slot``; their events wait in ``gate`` until it is written. ``resuming``:
+    tables whose read an earlier run began, which the gate holds from that read's boundary on."""
+    tables = tables_to_snapshot(catalog, publication, include, ledger, gate, resuming)
     if not tables:
         return None
     require_readable(catalog, tables, publication)
     pending = take_snapshot(url, slot, tables)
     for table in tables:
-        gate.holds[table.relid] = pending.boundary
+        if table.relid not in resuming:
+            gate.holds[table.relid] = pending.boundary
     log.info(
         "snapshot of %s at %s, written when the stream reaches it",
         ", ".join(t.qualified for t in tables),

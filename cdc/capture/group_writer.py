@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
-from cdc.capture.key_changes import KeyChangeValues, LogRows
+from cdc.capture.events import PreviousValues
+from cdc.capture.held_changes import HeldChanges
+from cdc.capture.key_changes import KeyChangeValues, LogRows, discarded_values
 from cdc.capture.stream_core import group_position
 from cdc.capture.streaming import ChangeReplayer, Transaction
+from cdc.capture.tables import TableShape
 from log_store import ProducerRecord
 from log_store.log import Log
 
@@ -37,11 +40,21 @@ class GroupWriter:
 
     ``read_back_warned`` names the tables already warned of (:meth:`append`); the caller keeps it across
     the writers of one process, so a capture that starts again after a Kafka failure does not warn again.
+
+    ``held``: topic -> the holding file of a table being read beside the stream
+    (:mod:`cdc.capture.online_read`): its records go there instead of to the log, and the file is
+    fsynced before :meth:`append` returns. ``abandon`` is called with the topics of ``held`` whose
+    records of a group would need a row the log may not hold yet (an update that leaves TOAST values
+    unchanged and changes the key, or any such update on a log that cannot fold partial rows); it must
+    take them out of the gate, so that the group writes nothing of those tables (their records of the
+    group, if any, still go to the holding file, which the caller deletes after the group).
     """
 
     log: Log
     replayer: ChangeReplayer
     read_back_warned: set[str] = field(default_factory=set)
+    held: dict[str, HeldChanges] = field(default_factory=dict)
+    abandon: Callable[[set[str]], None] = lambda topics: None
 
     def append(self, group: list[Transaction]) -> GroupWritten:
         """Append ``group`` at its last commit's position (:func:`~cdc.capture.stream_core.group_position`), then close it.
@@ -52,11 +65,21 @@ class GroupWriter:
         """
         replayer = self.replayer
         written = GroupWritten()
-        changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(replayer.records(tx) for tx in group)
         wanted = replayer.key_changes(group, partial=replayer.builder.whole_rows)
-        values = KeyChangeValues(wanted, LogRows(self.log)) if wanted else None
+        abandoned: set[str] = set()
+        if self.held and (abandoned := {topic for topic, _ in wanted if topic in self.held}):
+            self.abandon(abandoned)
+            wanted = {(topic, key) for topic, key in wanted if topic not in abandoned}
+        changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(
+            _diverted(replayer.records(tx), self.held, tx.commit_lsn) if self.held else replayer.records(tx) for tx in group
+        )
+        if self.held:
+            # the held records are durable before the log commits the group that gave them
+            changes = itertools.chain(changes, _synced(list(self.held.values())))
+        values = KeyChangeValues(wanted, LogRows(self.log)) if wanted or abandoned else None
         try:
-            previous = replayer.builder.previous_values_from(values) if values else nullcontext()
+            provider = _discarding(abandoned, values) if values and abandoned else values
+            previous = replayer.builder.previous_values_from(provider) if provider else nullcontext()
             with replayer.tentative_schemas(), previous:
                 records = _counted(values.watch(changes) if values else changes, written)
                 self.log.append_group(records, group_position(group[-1]).hex16())
@@ -78,6 +101,36 @@ class GroupWriter:
                 table,
             )
         self.read_back_warned |= read_back
+
+
+def _diverted(records: Iterator[ProducerRecord], held: dict[str, HeldChanges], lsn: int) -> Iterator[ProducerRecord]:
+    """Pass the records of the transaction committed at ``lsn`` through, except those of a topic in
+    ``held``, which go to its holding file."""
+    for record in records:
+        target = held.get(record[0])
+        if target is None:
+            yield record
+        else:
+            target.add(lsn, (record,))
+
+
+def _discarding(topics: set[str], values: KeyChangeValues) -> PreviousValues:
+    """``values``, but JSON nulls for the tables of ``topics``: their records of the group go to a holding
+    file that is deleted unread (their read starts over), so no value of theirs is ever written."""
+
+    def previous(shape: TableShape, old_key: bytes, names: list[str], same_key: bool = False) -> dict[str, bytes]:
+        if shape.topic in topics:
+            return discarded_values(shape, old_key, names, same_key)
+        return values(shape, old_key, names, same_key)
+
+    return previous
+
+
+def _synced(files: list[HeldChanges]) -> Iterator[ProducerRecord]:
+    """No record: fsyncs ``files`` when the records before it are all taken."""
+    for held in files:
+        held.sync()
+    yield from ()
 
 
 def _counted(records: Iterator[ProducerRecord], written: GroupWritten) -> Iterator[ProducerRecord]:

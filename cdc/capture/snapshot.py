@@ -112,6 +112,44 @@ def column_query(shape: TableShape, row_filter: str | None = None) -> ColumnQuer
     return ColumnQuery(select, row_filter)
 
 
+#: Key column types a read beside the stream pages through by key (keyset pagination), and whose order
+#: Python knows as PostgreSQL does (so that a read can resume after its last durable key).
+KEYSET_TYPES = frozenset({"int2", "int4", "int8", "uuid"})
+
+
+def keyset_query(
+    shape: TableShape, keys: tuple[str, ...], after: tuple[str, ...] | None, limit: int, row_filter: str | None = None
+) -> sql.Composed:
+    """The query of the next ``limit`` rows of ``shape`` by primary key ``keys`` (index order) past the key
+    ``after`` (its columns' texts; ``None``: from the first row), among those ``row_filter`` passes: the
+    aggregates of :func:`column_query` over them, then per key column the last row's text.
+
+    ``(a, b) > (x, y) ORDER BY a, b LIMIT n`` is a range scan of the key's index, a composite key's
+    included. The rows reach the aggregates in the subquery's order (as PostgreSQL's documentation
+    says a sorted subquery's rows do); the last key is taken from the same order."""
+    types = {column.name: column.type_name for column in shape.columns}
+    names = sql.SQL(", ").join(sql.Identifier(key) for key in keys)
+    conditions: list[sql.Composable] = []
+    if after is not None:
+        bounds = sql.SQL(", ").join(
+            sql.SQL("{}::{}").format(sql.Literal(text), sql.Identifier(types[key])) for key, text in zip(keys, after, strict=True)
+        )
+        conditions.append(sql.SQL("({}) > ({})").format(names, bounds))
+    if row_filter is not None:
+        conditions.append(sql.SQL("({})").format(sql.SQL(row_filter)))  # type: ignore[arg-type]
+    where = sql.SQL(" WHERE {}").format(sql.SQL(" AND ").join(conditions)) if conditions else sql.SQL("")
+    inner = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT {}").format(
+        sql.SQL(", ").join(sql.Identifier(c.name) for c in shape.columns),
+        sql.Identifier(shape.schema, shape.table),
+        where,
+        names,
+        sql.Literal(limit),
+    )
+    aggregates = [sql.SQL("string_agg({}, E'\\n')").format(text_expression(c)) for c in shape.columns]
+    last = [sql.SQL("(array_agg({}::text))[count(*)]").format(sql.Identifier(key)) for key in keys]
+    return sql.SQL("SELECT {} FROM ({}) AS chunk").format(sql.SQL(", ").join([*aggregates, sql.SQL("count(*)"), *last]), inner)
+
+
 def chunk_columns(shape: TableShape, row: Sequence[object]) -> tuple[pa.Array | None, list[pa.Array | pa.Scalar]]:
     """The keys (``None`` for a keyless table) of one chunk's result row as an Arrow ``large_binary``
     array, and the pieces that :func:`~cdc.capture.arrow_fragments.join` makes its ``after`` objects of; JSON byte
@@ -332,6 +370,33 @@ class SnapshotReader:
                 stop.set()
                 feeder.join()
                 _cancel_waiting(ahead)
+
+    def keyset_chunk(
+        self,
+        shape: TableShape,
+        build: ChunkBuilder[T],
+        keys: tuple[str, ...],
+        after: tuple[str, ...] | None,
+        first: int,
+        limit: int,
+        *,
+        row_filter: str | None = None,
+    ) -> tuple[T, tuple[str, ...]] | None:
+        """The next chunk of at most ``limit`` rows past the key ``after`` (:func:`keyset_query`), as
+        ``build(first, count, keys, after)``, with its last row's key texts; ``None`` past the last row."""
+        try:
+            with self._conn.cursor(binary=True) as cursor:
+                cursor.adapters.register_loader("text", ByteaBinaryLoader)
+                row = cursor.execute(keyset_query(shape, keys, after, limit, row_filter)).fetchone()
+        except psycopg.Error as exc:
+            raise SourceError(f"snapshot query failed: {str(exc).strip().splitlines()[0]}") from exc
+        assert row is not None
+        columns = row[: len(row) - len(keys)]
+        count = int(cast(int, columns[-1]))
+        if not count:
+            return None
+        last = tuple(bytes(cast(bytes, text)).decode() for text in row[len(row) - len(keys) :])
+        return build(first, count, *chunk_columns(shape, columns)), last
 
     def _block_ranges(self, shape: TableShape, chunk_rows: int, chunk_bytes: int) -> list[tuple[int, int | None]]:
         """The table's block ranges of about ``chunk_rows`` rows and at most about ``chunk_bytes`` each,

@@ -21,9 +21,11 @@ What a snapshot puts in the log, in this order per table:
 The very last read is marked "last", and the ledger's records (``<prefix>.__snapshots``) follow it.
 They form the final part, which always goes into the group at the snapshot's position ``as_of``, so a
 snapshot that was cut short never looks complete. The initial snapshot writes the parts before it in
-groups at position 0 (one fsync each, memory bounded); a table snapshot writes everything in that one
-group. Schema records handed out for a group the log did not take are forgotten again, so the next
-attempt writes them too.
+groups at position 0 (one fsync each, memory bounded); a table read beside the stream
+(:mod:`cdc.capture.online_read`, :meth:`SnapshotWriter.start_online`) writes a group per chunk at the
+stream's position, with a progress record each when read by key, and its final part (the last rows,
+the held changes, the progress tombstone, the ledger record) in the last. Schema records handed out for
+a group the log did not take are forgotten again, so the next attempt writes them too.
 """
 
 from __future__ import annotations
@@ -34,12 +36,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from cdc.capture.catalog import Catalog, PublishedTable, rule_of
-from cdc.capture.events import EventBuilder, TxContext, mark_last_read, tombstone_headers
+from cdc.capture.events import EventBuilder, ReadEncoder, TxContext, mark_last_read, tombstone_headers
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.lsn import Lsn
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.streaming import ChangeReplayer
-from cdc.capture.table_snapshots import SnapshotLedger
+from cdc.capture.table_snapshots import ReadProgress, SnapshotLedger
 from cdc.capture.tables import TableShape
 from event_format import SNAPSHOT_POSITION, is_truncate_key
 from event_format.masks import Mask
@@ -119,6 +121,41 @@ class SnapshotWritten:
     groups: int = 0
 
 
+@dataclass(frozen=True)
+class KeysetPlan:
+    """How a table is read beside the stream by key: its primary key in index order, the key of the last
+    row already in the log (``None``: from the start), the rows already there, the boundary of this run,
+    and the boundary and last key of each earlier run of a resumed read."""
+
+    keys: tuple[str, ...]
+    after: tuple[str, ...] | None
+    rows: int
+    boundary: int
+    earlier: tuple[tuple[int, tuple[str, ...] | None], ...] = ()
+
+
+@dataclass
+class OnlineParts:
+    """A snapshot written a part at a time beside the stream (:meth:`SnapshotWriter.start_online`)."""
+
+    heads: list[_Table]
+    parts: Iterator[tuple[Iterable[Item], bool]]
+    written: SnapshotWritten
+    as_of: Lsn
+    done: bool = False
+
+    @property
+    def rows(self) -> int:
+        """Rows read so far."""
+        return sum(head.rows for head in self.heads)
+
+    def close(self) -> None:
+        """Stop reading (the reader's threads end)."""
+        close = getattr(self.parts, "close", None)
+        if close is not None:
+            close()
+
+
 @dataclass
 class SnapshotWriter:
     """Writes snapshots into ``log`` (see the module's docstring for what and in which order)."""
@@ -131,6 +168,8 @@ class SnapshotWriter:
     ensure_topic: Callable[[TableShape], None]
     chunk_rows: int
     progress: bool = False
+    #: rows per chunk of a read beside the stream (``CDC_SNAPSHOT_CHUNK_ROWS``)
+    online_chunk_rows: int = 20_000
 
     def write(
         self,
@@ -174,13 +213,113 @@ class SnapshotWriter:
         written.rows = sum(head.rows for head in heads)
         return written
 
+    def start_online(
+        self,
+        tables: list[PublishedTable],
+        reader: SnapshotReader,
+        as_of: Lsn,
+        held: Callable[[], Iterable[Item]],
+        plans: Mapping[int, KeysetPlan] | None = None,
+    ) -> OnlineParts:
+        """A read of ``tables`` beside the stream (:mod:`cdc.capture.online_read`), written a part at a
+        time by :meth:`write_next`: the first part holds the markers and schema records and the first
+        chunk, the final one the last rows, then ``held()``'s records, then the ledger records.
+
+        ``plans``: by OID, the tables read by key (keyset pagination), whose every part carries a progress
+        record (:class:`~cdc.capture.table_snapshots.ReadProgress`); a plan that resumes an earlier read
+        writes no markers and starts past its key. Other tables are read by block ranges."""
+        online = OnlineParts([], iter(()), SnapshotWritten(), as_of)
+        online.parts = self._online_parts(online, tables, reader, as_of, held, plans or {})
+        return online
+
+    def write_next(self, online: OnlineParts, position: str) -> bool:
+        """Append the next part of ``online`` as a group at ``position``; whether it was the final one
+        (the ledger then covers its tables). Schema records of a part the log did not take are
+        written again with the next attempt."""
+        with self.replayer.tentative_schemas():
+            items, final = next(online.parts)
+            self.log.append_group(items, position, chunk_records=_SNAPSHOT_ITEMS)
+        online.written.groups += 1
+        if final:
+            heads = online.heads
+            self.ledger.add((h.shape for h in heads), online.as_of, {h.shape.relid: h.published for h in heads})
+            online.written.shapes = [h.shape for h in heads]
+            online.written.rows = sum(h.rows for h in heads)
+            online.done = True
+        return final
+
+    def _online_parts(
+        self,
+        online: OnlineParts,
+        tables: list[PublishedTable],
+        reader: SnapshotReader,
+        as_of: Lsn,
+        held: Callable[[], Iterable[Item]],
+        plans: Mapping[int, KeysetPlan],
+    ) -> Iterator[tuple[Iterable[Item], bool]]:
+        ts_ms = time.time_ns() // 1_000_000
+        for published in tables:
+            plan = plans.get(published.relid)
+            if plan is not None and plan.after is not None:
+                shape = self.shape_of(published)
+                self.ensure_topic(shape)
+                context = TxContext(as_of, reader.xmin, ts_ms, snapshot="true")
+                online.heads.append(_Table(published, shape, context, self.replayer.schema_records(shape, as_of), plan.rows))
+            else:
+                online.heads.append(self._table(published, as_of, reader.xmin, ts_ms))
+        carry: list[Item] = []
+        last: ProducerColumns | None = None  # held back so that the final read is marked "last"
+        progress: list[Item] = []
+        for table in online.heads:
+            carry += table.head
+            encode = self.builder.read_encoder(table.shape, table.context)
+            plan = plans.get(table.shape.relid)
+            for block, key in self._online_blocks(table, reader, encode, plan):
+                table.context.sequence += len(block)
+                table.rows += len(block)
+                online.written.events += len(block)
+                online.written.value_bytes += block.value_bytes()
+                if last is not None:
+                    yield [*carry, last, *progress], False
+                    carry = []
+                last = block
+                progress = []
+                if plan is not None:
+                    fingerprint = table.shape.fingerprint().hex()
+                    state = ReadProgress(
+                        table.shape.relid, table.shape.topic, plan.boundary, key, table.rows, fingerprint, plan.earlier
+                    )
+                    progress = [self.ledger.progress_record(table.shape, state, ts_ms)]
+        final: list[Item] = carry
+        if last is not None:
+            final += [last.slice(0, len(last) - 1), mark_last_read(last.record(len(last) - 1))]
+        done: list[Item] = [self.ledger.progress_done(t.shape, ts_ms) for t in online.heads if t.shape.relid in plans]
+        ledger: list[Item] = [self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in online.heads]
+        yield itertools.chain(final, held(), done, ledger), True
+
+    def _online_blocks(
+        self, table: _Table, reader: SnapshotReader, encode: ReadEncoder, plan: KeysetPlan | None
+    ) -> Iterator[tuple[ProducerColumns, tuple[str, ...] | None]]:
+        """The table's chunks with the key of each one's last row: by key past the plan's, else by block range."""
+        row_filter = table.published.row_filter
+        if plan is None:
+            for block in reader.column_chunks(table.shape, encode, self.online_chunk_rows, row_filter=row_filter):
+                yield block, None
+            return
+        after, first = plan.after, 0
+        rows = self.online_chunk_rows
+        while chunk := reader.keyset_chunk(table.shape, encode, plan.keys, after, first, rows, row_filter=row_filter):
+            block, after = chunk
+            first += len(block)
+            yield block, after
+
     def _append_partial(
-        self, parts: Iterator[tuple[list[Item], bool]], upcoming: tuple[list[Item], bool], chunks: int
-    ) -> tuple[list[Item], bool]:
+        self, parts: Iterator[tuple[Iterable[Item], bool]], upcoming: tuple[Iterable[Item], bool], chunks: int
+    ) -> tuple[Iterable[Item], bool]:
         """Append up to ``chunks`` parts from ``upcoming`` on, never the final one, as a group at position 0;
         returns the first part not appended."""
 
-        def group() -> Iterator[list[Item]]:
+        def group() -> Iterator[Iterable[Item]]:
             nonlocal upcoming
             for _ in range(max(1, chunks)):
                 yield upcoming[0]
@@ -219,9 +358,11 @@ class SnapshotWriter:
         written: SnapshotWritten,
         on_block: Callable[[], None],
         progress: bool,
-    ) -> Iterator[tuple[list[Item], bool]]:
+        tail: Callable[[], Iterable[Item]] = tuple,
+    ) -> Iterator[tuple[Iterable[Item], bool]]:
         """The snapshot's items a list at a time (a chunk's reads as one block of columns), and whether
-        the list is the final part (the last read, marked "last", and the ledger records).
+        the list is the final part (the last read, marked "last", then ``tail()``'s items, then the
+        ledger records).
 
         A table's markers and schema record go out with the next chunk of reads, so that the first list
         already holds rows.
@@ -246,7 +387,7 @@ class SnapshotWriter:
         if held is not None:
             final += [held.slice(0, len(held) - 1), mark_last_read(held.record(len(held) - 1))]
         ledger: list[Item] = [self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in tables]
-        yield final + ledger, True
+        yield itertools.chain(final, tail(), ledger), True
 
     def _with_progress(
         self, blocks: Iterable[ProducerColumns], shape: TableShape, reader: SnapshotReader

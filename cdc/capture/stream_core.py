@@ -148,6 +148,8 @@ class StreamCore(Generic[Tx, Snap]):
         self.confirmed = Lsn(0)
         #: table snapshots waiting for the stream, ordered by boundary
         self.waiting: list[Snap] = []
+        #: whether a table is being read beside the stream (its chunks are appended between passes)
+        self.reading = False
         #: ``once``: the server position to drain to, and when to lower it to the flushed WAL
         self.target: int | None = None
         self.retarget_at = float("inf")
@@ -172,6 +174,8 @@ class StreamCore(Generic[Tx, Snap]):
 
     def read_timeout(self) -> float:
         """How long the next read may wait for frames: short while a group fills."""
+        if self.reading:
+            return 0.0  # a chunk follows each pass: only take what already arrived
         return self.tuning.batch_seconds / 4 if self.pending else 0.25
 
     def committed(self, tx: Tx, now: float) -> Sequence[Command[Tx, Snap]] | Iterator[Command[Tx, Snap]]:
@@ -219,7 +223,7 @@ class StreamCore(Generic[Tx, Snap]):
             self.last_discovery = now
         if self.target is not None and idle and now >= self.retarget_at:
             yield Retarget()
-        drained = self.target is not None and idle and self.server_end >= self.target and not self.waiting
+        drained = self.target is not None and idle and self.server_end >= self.target and not self.waiting and not self.reading
         if idle and self.server_end - 1 > self.position and (drained or now - self.last_heartbeat >= tuning.heartbeat_seconds):
             yield Heartbeat(Lsn(self.server_end))
             self.last_heartbeat = self.last_status = now

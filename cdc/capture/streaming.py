@@ -49,6 +49,7 @@ from cdc.capture.pgoutput.messages import (
     Update,
 )
 from cdc.capture.row_codec import InsertEncoder
+from cdc.capture.snapshot_requests import PREFIX as REQUEST_PREFIX
 from cdc.capture.spill import SpillBuffer
 from cdc.capture.tables import TableShape
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
@@ -63,6 +64,8 @@ _U32 = struct.Struct("!I")
 #: the top-level ``ts_ms`` of fast-path inserts is read from the clock once per this many events
 _CLOCK_EVERY = 1024
 _DATA_TYPES = frozenset(b"RYIUDT")
+#: The prefixes of the logical messages capture acts on (the others are skipped at once).
+_CAPTURE_PREFIXES = frozenset({MESSAGE_PREFIX, REQUEST_PREFIX})
 #: where an XLogData frame's payload starts: 'w', Int64 data start, Int64 WAL end, Int64 send time
 _PAYLOAD_AT = 25
 #: an XLogData frame's data start (the LSN of the message it carries), after the 'w'
@@ -173,10 +176,16 @@ class TransactionAssembler:
         """Take one message that came at ``lsn`` (its XLogData data start): a change is stored with its
         LSN, so that a decode error at replay names where it is; returns the transaction it commits."""
         kind = payload[0] if payload else 0
-        if kind == 0x4D:  # 'M': a logical message; a transactional one is kept with its transaction's changes
+        if kind == 0x4D:  # 'M': a logical message; capture's own transactional ones are kept with their
+            # transaction, to be replayed in order with its changes (new masks, requests to capture)
+            message = self._decoder.decode(payload, lsn)
             target = self._streams.get(self._stream_xid) if self._stream_xid is not None else self._current
-            flags_at = 1 if self._stream_xid is None else 5
-            if target is not None and len(payload) > flags_at and payload[flags_at] & 1:
+            if (
+                isinstance(message, LogicalMessage)
+                and message.transactional
+                and message.prefix in _CAPTURE_PREFIXES
+                and target is not None
+            ):
                 target.changes.append(payload, lsn)
             return None
         if kind in _DATA_TYPES:
@@ -289,6 +298,9 @@ class ChangeReplayer:
         self.emitted_schemas: dict[str, EmittedSchema] = dict(emitted_schemas or {})
         self.on_new_shape = on_new_shape
         self.gate = gate
+        #: told of each request message (:mod:`cdc.capture.snapshot_requests`) of a transaction written to the log
+        self.on_message: Callable[[LogicalMessage], None] | None = None
+        self._replaying = False
 
     def shape_from_relation(self, relation: Relation) -> TableShape:
         """The table's shape from a Relation message; the key is the primary key whenever the old key the
@@ -341,11 +353,13 @@ class ChangeReplayer:
     def replay_relations(self, tx: Transaction) -> None:
         """Replay a transaction the log already holds only to follow its Relation messages (the server
         resends what each transaction needs), then close it; its records are thrown away."""
+        self._replaying = True
         try:
             with self.builder.previous_values_from(discarded_values):
                 for _ in self.records(tx):
                     pass
         finally:
+            self._replaying = False
             tx.close()
 
     def schema_records(self, shape: TableShape, lsn: int, sequence: int = 0) -> list[ProducerRecord]:
@@ -403,8 +417,11 @@ class ChangeReplayer:
                 self.relations.pop(message.relid, None)
         elif isinstance(message, TypeInfo):
             self.type_names[message.oid] = message.name
-        elif isinstance(message, LogicalMessage) and message.prefix == MESSAGE_PREFIX:
-            self._masks_changed(message.content, admitted)
+        elif isinstance(message, LogicalMessage):
+            if message.prefix == MESSAGE_PREFIX:  # masks change here, in a replay of a held transaction too
+                self._masks_changed(message.content, admitted)
+            elif self.on_message is not None and not self._replaying:
+                self.on_message(message)
 
     def _masks_changed(self, content: bytes, admitted: dict[int, bool]) -> None:
         """The stream reached a change of the publication's masks (:mod:`event_format.masks`): every later

@@ -29,7 +29,8 @@ snapshotted the way PostgreSQL's own logical replication synchronises a table ad
    reports WAL past B with nothing in flight), the table's rows are written as one group at position
    B - 1: ``op=r`` with ``source.lsn`` B - 1, preceded by truncate markers when the topic already holds
    records (they supersede what an earlier capture of the table left), followed by the ledger record.
-   From then on every change of the table is written.
+   The rows go in chunks beside the stream, the table's changes at or after B held until the last one
+   (:mod:`cdc.capture.online_read`). From then on every change of the table is written.
 
 Why no change is lost or doubled: every change of the table belongs to one transaction with commit LSN
 L. If L < B it is in the snapshot and never written from the stream; if L >= B it is not in the
@@ -39,19 +40,16 @@ crash before the group is durable leaves neither rows nor ledger record; the nex
 snapshot at a later point, and the changes the first attempt dropped are older than that point too.
 
 Why not the watermark algorithm of DBLog (Debezium's incremental snapshot): written with
-``pg_logical_emit_message`` (executable by any role; the stream needs the ``messages`` option) its
-watermarks would need no more privileges either, and it interleaves chunks with the stream and resumes
-per chunk, which matters for very large tables. But a chunk row whose key changes inside the watermark
-window is dropped in favour of the streamed event, and that event can be a partial row (an update
-leaving a TOAST value unchanged carries no value for it), so the log would hold a partial row with no
-full row before it (promise 4). Its correctness also rests on the per-key window dedupe and on chunk
-state kept across restarts; this design rests on one boundary that PostgreSQL defines, the same one
-the initial snapshot uses. Here the table is read in one transaction while the stream waits (memory
-stays bounded: the group is written in chunks), and a crash restarts that table's snapshot.
+``pg_logical_emit_message`` its watermarks would need no more privileges, and it interleaves chunks with
+the stream too. But a chunk row whose key changes inside the watermark window is dropped in favour of
+the streamed event, and that event can be a partial row (an update leaving a TOAST value unchanged
+carries no value for it), so the log would hold a partial row with no full row before it (promise 4).
+Here one boundary that PostgreSQL defines orders every read row before every change of the table that
+the log gets from the stream (:mod:`cdc.capture.online_read`), so neither case arises.
 
 Costs and requirements: one more replication slot and WAL sender for a moment; creating the slot waits
 for the transactions running at that moment to end (as the initial snapshot does); the snapshot
-transaction stays open until the stream reaches B (well under a second unless capture lags). Privileges:
+transaction stays open until the last chunk of the read (:mod:`cdc.capture.online_read`). Privileges:
 REPLICATION and SELECT on the table, as for the initial snapshot; a table created after the capture
 role was set up needs its own ``GRANT SELECT`` (or ``ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON
 TABLES``), else capture stops with a :class:`~cdc.capture.errors.PrivilegeError` naming the grant.
@@ -90,12 +88,35 @@ class LedgerEntry:
     columns: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ReadProgress:
+    """A read beside the stream (:mod:`cdc.capture.online_read`) as far as the log holds it: the table's
+    OID and topic, the boundary B its current run reads at, the primary key (in index order) of its last
+    row in the log (column texts; ``None``: no row yet), the rows written, the shape's fingerprint (hex),
+    and for each earlier run of the read (it was resumed) its boundary and the last key it wrote."""
+
+    relid: int
+    topic: str
+    boundary: int
+    key: tuple[str, ...] | None
+    rows: int
+    fingerprint: str
+    earlier: tuple[tuple[int, tuple[str, ...] | None], ...] = ()
+
+
+def _progress_key(log_name: str) -> bytes:
+    return orjson.dumps(["read", log_name])
+
+
 class SnapshotLedger:
-    """The tables whose snapshot the log holds complete, loaded from and written to ``topic``."""
+    """The tables whose snapshot the log holds complete, loaded from and written to ``topic``; and the
+    progress of the reads under way beside the stream (:attr:`reads`: records keyed ``["read", name]``,
+    written with each chunk, a tombstone with the read's last)."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.entries: dict[str, LedgerEntry] = {}
+        self.reads: dict[str, ReadProgress] = {}
 
     @classmethod
     def load(cls, log: Log, topic: str) -> SnapshotLedger:
@@ -111,6 +132,9 @@ class SnapshotLedger:
                 if record.key is None:
                     continue
                 name = orjson.loads(record.key)
+                if isinstance(name, list):  # ["read", name]: a read's progress
+                    ledger._load_progress(str(name[1]), record.value)
+                    continue
                 if record.value is None:
                     ledger.entries.pop(name, None)
                 else:
@@ -120,6 +144,36 @@ class SnapshotLedger:
                     )
             offset = batch[-1].offset + 1
         return ledger
+
+    def _load_progress(self, name: str, value: bytes | None) -> None:
+        if value is None:
+            self.reads.pop(name, None)
+            return
+        data = orjson.loads(value)
+        key = data.get("key")
+        self.reads[name] = ReadProgress(
+            int(data["relid"]), str(data["topic"]), int(data["boundary"]), tuple(key) if key is not None else None,
+            int(data["rows"]), str(data["fingerprint"]),
+            tuple((int(b), tuple(k) if k is not None else None) for b, k in data.get("earlier", ())),
+        )  # fmt: skip
+
+    def progress_record(self, shape: TableShape, progress: ReadProgress, ts_ms: int) -> ProducerRecord:
+        """The record of a read's ``progress`` (append it with the chunk it counts)."""
+        value = {
+            "relid": progress.relid,
+            "topic": progress.topic,
+            "boundary": progress.boundary,
+            "key": list(progress.key) if progress.key is not None else None,
+            "rows": progress.rows,
+            "fingerprint": progress.fingerprint,
+            "earlier": [[b, list(k) if k is not None else None] for b, k in progress.earlier],
+        }
+        return ProducerRecord(self.topic, _progress_key(shape.log_name), orjson.dumps(value), ts_ms)
+
+    def progress_done(self, shape: TableShape, ts_ms: int) -> ProducerRecord:
+        """The tombstone of a read's progress (append it with the read's last chunk)."""
+        self.reads.pop(shape.log_name, None)
+        return ProducerRecord(self.topic, _progress_key(shape.log_name), None, ts_ms)
 
     def covers(self, name: str, relid: int, membership: str | None = None, columns: str | None = None) -> bool:
         """Whether the log holds a complete snapshot of this table under this log name.
@@ -205,6 +259,19 @@ class PendingSnapshot:
     tables: list[PublishedTable]
     reader: SnapshotReader
     started: float = field(default_factory=time.monotonic)
+    #: reads (:mod:`cdc.capture.online_read`) that use the snapshot: it closes with the last
+    users: int = 0
+
+    def release(self) -> None:
+        """One read of the snapshot ended: close it when it was the last."""
+        self.users -= 1
+        if self.users <= 0:
+            self.close()
+
+    @property
+    def as_of(self) -> Lsn:
+        """The position the snapshot's rows are as of: every transaction committing before the boundary."""
+        return Lsn(self.boundary - 1)
 
     def close(self) -> None:
         self.reader.close()

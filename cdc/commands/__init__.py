@@ -7,7 +7,7 @@ import click
 
 def register(root: click.Group) -> None:
     """Attach every sub-command to ``root``; each module owns its commands' options and help."""
-    from cdc.commands import capture_cmd, demo_cmd, lag_cmd, log_cmd, setup_cmd, views_cmd
+    from cdc.commands import capture_cmd, demo_cmd, lag_cmd, log_cmd, setup_cmd, snapshot_cmd, views_cmd
 
     root.add_command(log_cmd.log_group)
     root.add_command(demo_cmd.demo)
@@ -16,5 +16,6 @@ def register(root: click.Group) -> None:
     root.add_command(lag_cmd.wait)
     root.add_command(setup_cmd.setup)
     root.add_command(capture_cmd.capture)
+    root.add_command(snapshot_cmd.snapshot)
     for command in views_cmd.COMMANDS:
         root.add_command(command)

@@ -102,9 +102,21 @@ def render(report: LagReport) -> Group:
         )
     if not report.views:
         views.caption = "no view has synced yet"
+    reads = Table(title="tables read beside the stream", title_justify="left")
+    for column in ("table", "rows", "estimated", "rows/s", "time left"):
+        reads.add_column(column)
+    for read in report.reads:
+        rate, left = read["rows_per_second"], read["eta_seconds"]
+        reads.add_row(
+            str(read["table"]),
+            str(read["rows"]),
+            str(read["estimated_rows"] or "-"),
+            f"{rate:,.0f}" if rate is not None else "-",
+            _seconds(left) if left is not None else "-",
+        )
     notes = [f"[yellow]warning:[/] {w}" for w in report.warnings]
     notes += [f"[red]over limit:[/] {v}" for v in report.violations]
-    return Group(src, log, views, *notes)
+    return Group(src, log, views, *([reads] if report.reads else []), *notes)
 
 
 def _watch(settings: Settings, interval: float, max_lag_seconds: float | None, max_wal_bytes: int | None) -> None:

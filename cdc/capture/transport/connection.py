@@ -121,8 +121,8 @@ class ReplicationConnection:
         options = [f"proto_version '{proto_version}'", f"publication_names {_quote_literal(_quote_ident(publication))}"]
         if streaming and proto_version >= 2:
             options.append("streaming 'on'")
-        # logical messages: a transactional one with the prefix cdc.masks carries new masks to the
-        # stream at the position of their change (event_format.masks); others are skipped
+        # logical messages: requests to capture (cdc.snapshot) and new masks (cdc.masks, see
+        # event_format.masks) travel as transactional ones, at the position of their change; others are skipped
         options.append("messages 'true'")
         text = f"START_REPLICATION SLOT {_quote_ident(slot)} LOGICAL {Lsn(start)} ({', '.join(options)})"
         self._pg.send_query(text.encode())

@@ -1,0 +1,205 @@
+"""Reading a table beside the stream: the rows of one exported snapshot in chunks, its own changes held.
+
+A table that joins the capture mid-stream, or must be read again (:mod:`cdc.capture.table_snapshots`
+says when), is read at the consistent point B of a temporary slot, as before; what changed is that
+the stream never waits for the read:
+
+1. When the stream reaches B (every transaction committing before B is in the log), the table's read
+   begins. Each pass of the streaming loop appends one chunk of one read (up to
+   ``CDC_SNAPSHOT_CONCURRENCY`` reads take turns; the others wait, holding their changes) as its own
+   group at the stream's current position (a chunk is not a source transaction: the position does not
+   move). The first chunk follows the truncate markers and the schema record; each chunk's rows are
+   ``op=r`` as of B - 1. A table with a primary key of integer or uuid columns is read by key
+   (:func:`~cdc.capture.snapshot.keyset_query`) and each chunk's group carries the read's progress
+   record (:class:`~cdc.capture.table_snapshots.ReadProgress`: the last key written); other tables are
+   read by block ranges.
+2. Every other table's changes reach the log as they come. The table's own changes committing at or
+   after B are encoded as for the log but go to a holding file
+   (:class:`~cdc.capture.held_changes.HeldChanges`, fsynced before the log commits their group);
+   those committing before B are dropped (the snapshot holds their effect).
+3. The last chunk's group ends with the held records, in commit order, the progress tombstone and the
+   table's ledger record: from then on the table's changes go straight to the log.
+
+Per-key order (promise 3): every row read is as of B - 1 and precedes every held change (all at or
+after B), which precede every later change; changes before B are never written. No partial row before
+a full one (promise 4): a partial update of a key at or after B finds, before it in the log, that key's
+row as of B - 1 (it existed then) or the insert at or after B that created it (held in order). An
+update that changes a key and leaves TOAST values unchanged takes them from the old key's row in the
+log, which a read under way may not hold yet: such an update starts the read over, and so does a change
+of the table's columns (a new schema in the stream), so a row is never mixed from two shapes. A read
+started over deletes its held records; its table is read again from a new snapshot at a later point
+(its truncate markers supersede the chunks already written; that point is past every held change).
+
+**Resume** (a read by key, after ``kill -9`` or any stop): the next run finds the progress record and
+the holding file, cuts the file to the log's watermark (the slot sends the rest again) and holds the
+table's changes from the first run's boundary B1 on; its new snapshot at B2 is read from the key past
+the last durable one, K1, without markers. Held changes at or after B2 all go to the log; one between
+B1 and B2 only when its key is at most K1 (those rows were read at B1, without it), since the B2
+snapshot holds its effect on the later keys (:func:`resumed_keep`; runs B1 < B2 < ... each with its
+last key). A key change crossing K1 is a delete of one key and a create of the other, each judged by
+its own key. A read whose table's columns changed since, or a read by block ranges, starts over.
+
+What a read holds on PostgreSQL: the REPEATABLE READ transaction that imported the snapshot stays open
+(with its xmin, which keeps VACUUM from removing rows deleted since B) until the last chunk of every
+table of the snapshot is read; the temporary slot only for the moment of its creation. That
+transaction also keeps the ACCESS SHARE lock of each table it read: DDL that needs a stronger lock on a
+table being read (``ALTER TABLE``, ``TRUNCATE``) waits for the read's end, and the table's later
+writers queue behind that DDL. A change of columns therefore reaches the stream after the read; the
+restart on a new schema guards a read whose snapshot predates a change it has not seen. Views that sync
+during the read see the table's rows arrive chunk by chunk; the table is exact again, as of the
+watermark, once the ledger record is in the log.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from uuid import UUID
+
+import orjson
+
+from cdc.capture.catalog import PublishedTable
+from cdc.capture.held_changes import HeldChanges
+from cdc.capture.snapshot import KEYSET_TYPES
+from cdc.capture.snapshot_writer import KeysetPlan, OnlineParts, SnapshotWriter
+from cdc.capture.table_snapshots import PendingSnapshot, ReadProgress
+from cdc.capture.tables import TableShape
+
+#: Whether a held record, by its commit LSN and key, goes to the log when its read ends.
+Keep = Callable[[int, bytes | None], bool]
+
+
+def held_path(held_dir: Path, slot: str, relid: int) -> Path:
+    """The holding file of a table's read (one read per table at a time)."""
+    return held_dir / f"{slot}-{relid}.held"
+
+
+def keyset_keys(shape: TableShape, primary_key: tuple[str, ...]) -> tuple[str, ...] | None:
+    """The key a table is read by beside the stream (its primary key, in index order), or ``None`` when it
+    is read by block ranges instead (no primary key, or one with a type outside
+    :data:`~cdc.capture.snapshot.KEYSET_TYPES`): such a read starts over after a crash."""
+    types = {column.name: column.type_name for column in shape.columns if column.key}
+    if not primary_key or set(primary_key) != set(types) or any(types[k] not in KEYSET_TYPES for k in primary_key):
+        return None
+    return primary_key
+
+
+def _typed(type_name: str, value: object) -> object:
+    return UUID(str(value)) if type_name == "uuid" else int(str(value))
+
+
+def resumed_keep(
+    shape: TableShape, keys: tuple[str, ...], earlier: tuple[tuple[int, tuple[str, ...] | None], ...], boundary: int
+) -> Keep:
+    """Which held changes of a resumed read go to the log: the read's runs began at boundaries B1 < B2 <
+    ... (``earlier``, each with the last key it wrote, K1, K2, ...) and this run at ``boundary``. A change
+    at or after ``boundary`` goes to the log. One committed in [Bi, Bi+1) only when its key is at most Ki:
+    those rows were read at or before Bi, without it; every later run's snapshot (taken after it) holds
+    its effect on the keys read there. A key change crossing Ki is a delete of one key and a create of the
+    other: each is judged by its own key."""
+    types = {column.name: column.type_name for column in shape.columns}
+
+    def typed(key: tuple[str, ...] | None) -> tuple[object, ...] | None:
+        return tuple(_typed(types[k], text) for k, text in zip(keys, key, strict=True)) if key is not None else None
+
+    runs = [(start, typed(last)) for start, last in earlier]
+
+    def keep(lsn: int, key: bytes | None) -> bool:
+        if lsn >= boundary:
+            return True
+        bound = None
+        for start, last in runs:
+            if lsn >= start:
+                bound = last
+        if bound is None or key is None:
+            return False
+        values = orjson.loads(key)
+        return tuple(_typed(types[k], values[k]) for k in keys) <= bound  # type: ignore[operator]
+
+    return keep
+
+
+@dataclass
+class OnlineRead:
+    """One table read beside the stream from a snapshot (shared with the other tables of that snapshot),
+    and its held changes."""
+
+    table: PublishedTable
+    pending: PendingSnapshot
+    held: HeldChanges
+    parts: OnlineParts
+    shape: TableShape
+    #: rows already in the log when this read began (a resumed read), and the key it resumed after
+    resumed_rows: int = 0
+    resumed_after: tuple[str, ...] | None = None
+    estimate: int = 0
+    started: float = field(default_factory=time.monotonic)
+    chunks: int = 0
+    abandoned: bool = False
+
+    @classmethod
+    def start(
+        cls,
+        pending: PendingSnapshot,
+        table: PublishedTable,
+        writer: SnapshotWriter,
+        held: HeldChanges,
+        plan: KeysetPlan | None,
+        keep: Keep | None,
+    ) -> OnlineRead:
+        """The read of ``table`` in ``pending``'s snapshot (nothing is written until :meth:`next_chunk`)."""
+        shape = writer.shape_of(table)
+        parts = writer.start_online(
+            [table], pending.reader, pending.as_of, lambda: held.records(keep), {table.relid: plan} if plan else None
+        )
+        pending.users += 1
+        resumed = plan is not None and plan.after is not None
+        return cls(
+            table, pending, held, parts, shape,
+            resumed_rows=plan.rows if plan is not None and resumed else 0,
+            resumed_after=plan.after if plan is not None and resumed else None,
+            estimate=pending.reader.estimate(table.relid),
+        )  # fmt: skip
+
+    @property
+    def topic(self) -> str:
+        return self.shape.topic
+
+    @property
+    def relid(self) -> int:
+        return self.table.relid
+
+    @property
+    def done(self) -> bool:
+        return self.parts.done
+
+    @property
+    def rows(self) -> int:
+        """Rows of the table in the log, those of an earlier run of a resumed read included."""
+        return self.parts.rows
+
+    def next_chunk(self, writer: SnapshotWriter, position: str) -> bool:
+        """Append the next chunk as a group at ``position``; whether the read is complete (the last chunk,
+        the held records and the ledger record are then in the log)."""
+        self.chunks += 1
+        return writer.write_next(self.parts, position)
+
+    def close(self) -> None:
+        """Stop reading, release the snapshot (its transaction ends with its last read) and delete the held records."""
+        self.parts.close()
+        self.pending.release()
+        self.held.discard()
+
+
+def progress_plan(
+    progress: ReadProgress | None, keys: tuple[str, ...] | None, shape: TableShape, boundary: int
+) -> KeysetPlan | None:
+    """The plan of a read by ``keys`` at ``boundary``: past ``progress``'s key when it is a resumable
+    earlier read of the same shape, else from the start."""
+    if keys is None:
+        return None
+    if progress is not None and progress.key is not None and progress.fingerprint == shape.fingerprint().hex():
+        return KeysetPlan(keys, progress.key, progress.rows, boundary, (*progress.earlier, (progress.boundary, progress.key)))
+    return KeysetPlan(keys, None, 0, boundary)

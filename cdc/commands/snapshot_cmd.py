@@ -1,0 +1,71 @@
+"""``cdc snapshot``: ask the running capture (or the next one) to read tables again, and show reads under way.
+
+The request travels through PostgreSQL (:mod:`cdc.capture.snapshot_requests`): no shell on the capture
+host, no stop. The status is read from the log: each chunk of a read by key carries a progress record.
+"""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+from cdc.capture.errors import ConfigError, SourceError
+from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
+from cdc.cli import pass_context
+from cdc.read_status import read_status
+from cdc.settings import Settings
+
+
+@click.command("snapshot")
+@click.argument("tables", nargs=-1)
+@click.option("--status", is_flag=True, help="Show the reads under way: rows done, estimated, rate, ETA.")
+@click.option("--json", "as_json", is_flag=True, help="With --status: one JSON object per read.")
+@pass_context
+def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool) -> None:
+    """Read TABLE... (schema.table) again beside the stream, as op=r events; or show reads under way."""
+    settings: Settings = ctx.settings  # type: ignore[attr-defined]
+    if status:
+        for read in read_status(settings):
+            click.echo(orjson.dumps(read).decode() if as_json else _status_line(read))
+        return
+    if not tables:
+        raise ConfigError("name at least one table to read again (schema.table), or ask for --status")
+    lsn = request_snapshot(settings, tables)
+    click.echo(f"asked capture to read {', '.join(tables)} again (request at LSN {lsn})")
+
+
+def request_snapshot(settings: Settings, tables: tuple[str, ...]) -> str:
+    """Emit the request for ``tables`` (each a published table capture includes); its LSN."""
+    import psycopg
+
+    from cdc.capture.catalog import Catalog
+
+    catalog = Catalog(settings.database_url)
+    try:
+        published = {t.log_name for t in catalog.published_tables(settings.publication)}
+    finally:
+        catalog.close()
+    included = set(settings.tables)
+    for name in tables:
+        if name not in published or (included and name not in included):
+            raise ConfigError(
+                f"{name} is not a table capture reads: name a table of publication {settings.publication} "
+                f"as schema.table{' that CDC_TABLES includes' if included else ''}"
+            )
+    try:
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT pg_logical_emit_message(true, %s, %s::bytea)::text",
+                (PREFIX, SnapshotRequest(tuple(tables)).content()),
+            ).fetchone()
+    except psycopg.Error as exc:
+        raise SourceError(f"cannot send the request: {str(exc).strip().splitlines()[0]}") from None
+    return str(row[0]) if row else "?"
+
+
+def _status_line(read: dict[str, object]) -> str:
+    rows, estimate, rate, left = read["rows"], read["estimated_rows"], read["rows_per_second"], read["eta_seconds"]
+    done = f"{rows}/{estimate} rows" if estimate else f"{rows} rows"
+    speed = f", {float(rate):,.0f} rows/s" if isinstance(rate, float) else ""
+    eta = f", about {float(left):.0f} s left" if isinstance(left, float) else ""
+    return f"{read['table']}: {done}{speed}{eta}"

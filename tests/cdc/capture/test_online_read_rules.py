@@ -1,0 +1,43 @@
+"""Which tables are read by key, and which held changes a resumed read writes (pure rules, no database)."""
+
+from __future__ import annotations
+
+from cdc.capture.online_read import keyset_keys, progress_plan, resumed_keep
+from cdc.capture.table_snapshots import ReadProgress
+from cdc.capture.tables import TableShape
+
+INT4, TEXT, UUID = 23, 25, 2950
+
+
+def _shape(columns: list[tuple[str, int]], keys: list[str]) -> TableShape:
+    return TableShape.build(1, "public", "t", "cdc.public.t", [(n, oid, -1) for n, oid in columns], keys)
+
+
+def test_only_integer_and_uuid_primary_keys_are_read_by_key_in_index_order() -> None:
+    composite = _shape([("part", INT4), ("id", INT4), ("v", TEXT)], ["part", "id"])
+    assert keyset_keys(composite, ("id", "part")) == ("id", "part")
+    assert keyset_keys(_shape([("id", TEXT)], ["id"]), ("id",)) is None
+    assert keyset_keys(_shape([("id", INT4)], []), ()) is None
+
+
+def test_a_resumed_read_keeps_a_change_of_an_earlier_window_only_for_the_keys_read_before_it() -> None:
+    shape = _shape([("id", INT4), ("v", TEXT)], ["id"])
+    # runs began at 100 (wrote keys up to 50) and 200 (up to 80); this run begins at 300
+    keep = resumed_keep(shape, ("id",), ((100, ("50",)), (200, ("80",))), 300)
+    assert keep(150, b'{"id":50}') and not keep(150, b'{"id":51}')  # window of the first run
+    assert keep(250, b'{"id":80}') and not keep(250, b'{"id":81}')  # window of the second run
+    assert keep(300, b'{"id":99999}') and keep(301, b'{"id":1}')  # at or after this run's boundary
+    # a key change from 40 to 60 in the first window: the delete of 40 is kept, the create of 60 is not
+    assert keep(150, b'{"id":40}') and not keep(150, b'{"id":60}')
+    # no key written before this run: nothing of the earlier windows
+    assert not resumed_keep(shape, ("id",), ((100, None),), 300)(150, b'{"id":1}')
+
+
+def test_a_resume_goes_on_past_the_key_of_the_same_shape_only() -> None:
+    shape = _shape([("id", INT4), ("v", TEXT)], ["id"])
+    progress = ReadProgress(1, "cdc.public.t", 100, ("50",), 50, shape.fingerprint().hex())
+    plan = progress_plan(progress, ("id",), shape, 200)
+    assert plan is not None and plan.after == ("50",) and plan.rows == 50 and plan.earlier == ((100, ("50",)),)
+    other = ReadProgress(1, "cdc.public.t", 100, ("50",), 50, "00")
+    fresh = progress_plan(other, ("id",), shape, 200)
+    assert fresh is not None and fresh.after is None and fresh.rows == 0 and fresh.boundary == 200

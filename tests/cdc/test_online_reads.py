@@ -1,0 +1,386 @@
+"""A table read again while capture streams: the stream never waits, and the table's log stays exact.
+
+Real PostgreSQL, real capture (in a thread), real log. A writer changes the table being read (updates of
+keys anywhere in it, deletes, key changes, inserts, updates that leave a TOAST value unchanged) and
+another table, from before the read starts until after it ended.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from pathlib import Path
+from typing import cast
+
+import jsonschema
+import orjson
+import psycopg
+import pytest
+
+from cdc.coordinator import Capture
+from cdc.lag import JSON_SCHEMA, measure
+from cdc.read_status import read_status
+from event_format import is_truncate_key
+from log_store import Record
+from log_store.watermark import PUBLISHED_NAME, read_published
+from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for, source_table, wait_for
+from tests.faults.harness import CdcProcess, cdc_env
+
+pytestmark = pytest.mark.pg
+
+ROWS = 200_000
+CHUNK = 4_000
+#: every TOASTED-th row holds a document stored out of line (TOAST), which updates of other columns leave out
+TOASTED = 500
+BIG = "cdc.public.big"
+BUSY = "cdc.public.busy"
+
+
+def _tables(url: str, rows: int = ROWS) -> None:
+    execute(
+        url,
+        "CREATE TABLE big (id int PRIMARY KEY, v int NOT NULL, doc text)",
+        "CREATE TABLE busy (id int PRIMARY KEY, n int NOT NULL)",
+        f"INSERT INTO big SELECT g, 0, CASE WHEN g % {TOASTED} = 0 THEN "
+        "(SELECT string_agg(md5(s::text || g::text), '') FROM generate_series(1, 200) s) "
+        f"ELSE 'd' || g END FROM generate_series(1, {rows}) g",
+        "INSERT INTO busy SELECT g, 0 FROM generate_series(1, 50) g",
+        "ALTER PUBLICATION cdc_publication ADD TABLE big, busy",
+    )
+
+
+class _Writer(threading.Thread):
+    """Small transactions on both tables until stopped; each touches ``busy``, most touch ``big``."""
+
+    def __init__(self, url: str, seed: int) -> None:
+        super().__init__(name="writer", daemon=True)
+        self.url, self.random, self.stop, self.transactions = url, random.Random(seed), threading.Event(), 0
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                while not self.stop.is_set():
+                    with conn.transaction():
+                        self._change(conn)
+                    self.transactions += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def _change(self, conn: psycopg.Connection) -> None:
+        pick = self.random
+        conn.execute("UPDATE busy SET n = n + 1 WHERE id = %s", (pick.randint(1, 50),))
+        small = pick.randint(1, ROWS // TOASTED - 1) * TOASTED + pick.randint(1, TOASTED - 1)  # not toasted
+        toasted = pick.randint(1, ROWS // TOASTED) * TOASTED
+        match pick.randrange(6):
+            case 0:  # anywhere in the table: inside, before or after the chunk being read
+                conn.execute("UPDATE big SET v = v + 1, doc = doc || 'x' WHERE id = %s", (small,))
+            case 1:  # the document is left out of the update (unchanged TOAST)
+                conn.execute("UPDATE big SET v = v + 1 WHERE id = %s", (toasted,))
+            case 2:
+                conn.execute("DELETE FROM big WHERE id = %s", (small,))
+            case 3:  # a key change (of a row whose values all travel with the update)
+                conn.execute("UPDATE big SET id = id + 10000000 WHERE id = %s", (small,))
+            case 4:  # a new row with a toasted document, then an update leaving it out
+                new = 5_000_000 + self.transactions
+                conn.execute(
+                    "INSERT INTO big SELECT %s, 0, string_agg(md5(random()::text), '') FROM generate_series(1, 200)",
+                    (new,),
+                )
+                conn.execute("UPDATE big SET v = 1 WHERE id = %s", (new,))
+            case _:
+                conn.execute("UPDATE busy SET n = n + 1 WHERE id = %s", (pick.randint(1, 50),))
+
+
+def _ends(data_dir: Path) -> tuple[int, int]:
+    """Records of ``big`` and of ``busy`` below the published watermark."""
+    published = data_dir / "log" / PUBLISHED_NAME
+    watermark = read_published(published) if published.exists() else None
+    if watermark is None:
+        return 0, 0
+    totals = {BIG: 0, BUSY: 0}
+    for tp, end in watermark.end_offsets.items():
+        if tp.topic in totals:
+            totals[tp.topic] += end
+    return totals[BIG], totals[BUSY]
+
+
+def assert_per_key_order(records: list[Record]) -> None:
+    """In each partition, in offset order: a key's events never go back in (lsn, sequence), and an update
+    leaving values out (partial row) always has a full row of its key before it."""
+    by_partition: dict[int, list[Record]] = {}
+    for record in records:
+        by_partition.setdefault(record.partition, []).append(record)
+    for partition, stored in by_partition.items():
+        last: dict[bytes, tuple[int, int]] = {}
+        whole: set[bytes] = set()
+        for record in sorted(stored, key=lambda r: r.offset):
+            if record.key is None or record.value is None:
+                continue
+            value = orjson.loads(record.value)
+            position = (value["source"]["lsn"], value["source"]["sequence"])
+            if is_truncate_key(record.key):
+                whole.clear()
+                continue
+            where = f"partition {partition} offset {record.offset}, key {record.key!r}"
+            assert position >= last.get(record.key, (0, 0)), f"{where}: {position} after {last[record.key]}"
+            last[record.key] = position
+            if value["op"] == "d":
+                whole.discard(record.key)
+            elif record.header("unchanged") is not None:
+                assert record.key in whole, f"{where}: a partial row with no full row before it"
+            else:
+                whole.add(record.key)
+
+
+def test_a_table_read_again_while_both_tables_change_keeps_the_stream_going_and_the_log_exact(
+    reference_db: str, tmp_path: Path
+) -> None:
+    _tables(reference_db)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=CHUNK)
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+    writer = _Writer(reference_db, seed=40)
+    samples: list[tuple[int, int]] = []
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= ROWS, what="the initial snapshot")
+        writer.start()
+        wait_for(lambda: writer.transactions > 50, what="the writer")
+        before = _ends(tmp_path)
+        # the existing rows gain a value no change event carries: capture reads the table again
+        execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT 7")
+
+        def read_done() -> bool:
+            samples.append(_ends(tmp_path))
+            return capture.stats.snapshot_rows >= 2 * ROWS - ROWS // 10
+
+        wait_for(read_done, what="the read of big")
+        wait_for(lambda: writer.transactions > 50 + len(samples) // 10, what="more writes after the read")
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, writer.error
+        wait_for(
+            lambda: (
+                replay(tmp_path, BIG) == source_table(reference_db, "big")
+                and replay(tmp_path, BUSY) == source_table(reference_db, "busy")
+            ),
+            what="the log to replay to the source",
+        )
+    finally:
+        writer.stop.set()
+        stop.set()
+        running.join(60)
+    assert capture.stats.tables_added == 1 and capture.stats.reads_abandoned == 0
+    assert capture.stats.held_changes > 0, "no change of big was held during its read"
+    assert {row["flag"] for row in replay(tmp_path, BIG).values()} >= {7}
+    assert_per_key_order(read_topic(tmp_path, BIG))
+    # the other table's changes reached the log while big's rows were only partly there
+    during = [busy for big_end, busy in samples if before[0] + CHUNK <= big_end < before[0] + ROWS - CHUNK]
+    assert len(set(during)) >= 2, f"busy did not move during the read: {samples}"
+
+
+def _progress(data_dir: Path) -> int | None:
+    """Rows of big's read under way as the ledger's progress record holds them (``None``: no read under way)."""
+    rows = None
+    for record in read_topic(data_dir, "cdc.__snapshots"):
+        if record.key == b'["read","public.big"]':
+            rows = None if record.value is None else int(orjson.loads(record.value)["rows"])
+    return rows
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_read_killed_mid_way_resumes_past_its_last_durable_chunk(reference_db: str, tmp_path: Path, seed: int) -> None:
+    """``kill -9`` of capture twice during a read of big (at seeded moments), while both tables change:
+    each new run goes on past the last chunk the log holds (no key is read twice), and the log still
+    replays to exactly the source, in per-key order."""
+    rows = 60_000
+    _tables(reference_db, rows)
+    env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="500")
+    pick = random.Random(seed)
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+    writer = _Writer(reference_db, seed=seed)
+    killed_at: list[int] = []
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        writer.start()
+        execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT 7")
+        done = 0
+        for attempt in range(1, 3):
+            target = done + pick.randint(rows // 10, rows // 3)
+            wait_for(lambda: (_progress(tmp_path) or 0) >= target, what=f"{target} rows read")  # noqa: B023
+            assert capture.kill9(), capture.stderr()
+            done = _progress(tmp_path) or 0
+            killed_at.append(done)
+            capture = CdcProcess(env, ["capture"], tmp_path / f"capture-{attempt}.err")
+        wait_for(lambda: _progress(tmp_path) is None, what="the end of the read")
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, writer.error
+        wait_for(
+            lambda: (
+                replay(tmp_path, BIG) == source_table(reference_db, "big")
+                and replay(tmp_path, BUSY) == source_table(reference_db, "busy")
+            ),
+            what="the log to replay to the source",
+        )
+        assert capture.terminate() == 0, capture.stderr()
+    finally:
+        writer.stop.set()
+        if capture.running():
+            capture.kill9()
+    records = read_topic(tmp_path, BIG)
+    assert_per_key_order(records)
+    # the read of big: rows as of one boundary per run, no key twice, markers only where the read began
+    reads: dict[int, set[bytes]] = {}
+    markers: set[int] = set()
+    for record in records:
+        value = orjson.loads(record.value) if record.value is not None else None
+        if value is None or value["op"] not in ("r", "t"):
+            continue
+        if value["op"] == "t":
+            markers.add(value["source"]["lsn"])
+        elif "flag" in value["after"]:
+            reads.setdefault(value["source"]["lsn"], set()).add(cast(bytes, record.key))
+    assert len(reads) == 3, f"one boundary per run: {sorted(reads)} (killed at {killed_at} rows)"
+    keys = [key for boundary in sorted(reads) for key in reads[boundary]]
+    assert len(keys) == len(set(keys)), "a key was read again: a run started over"
+    # each killed run wrote at least the rows its last progress record counted (the published watermark a
+    # reader sees may lag the durable one by the group a kill interrupted after its fsync)
+    first, second = (len(reads[boundary]) for boundary in sorted(reads)[:2])
+    assert first >= killed_at[0] > 0 and first + second >= killed_at[1] > first, (first, second, killed_at)
+    assert markers == {min(reads)}, "a resumed read wrote truncate markers"
+
+
+def _by_id(table: dict[bytes | None, dict[str, object]]) -> dict[object, dict[str, object]]:
+    return {row["id"]: row for row in table.values()}
+
+
+def test_two_tables_are_read_at_once_each_with_its_own_progress(reference_db: str, tmp_path: Path) -> None:
+    """Both tables gain a column with a default in one transaction: one snapshot, two reads whose chunks
+    (and progress records) alternate in the log, up to ``CDC_SNAPSHOT_CONCURRENCY`` at a time."""
+    rows = 20_000
+    _tables(reference_db, rows)
+    execute(
+        reference_db,
+        "CREATE TABLE big2 (id int, part int, v text, PRIMARY KEY (part, id))",
+        f"INSERT INTO big2 SELECT g, g % 7, 'w' || g FROM generate_series(1, {rows}) g",
+        "ALTER PUBLICATION cdc_publication ADD TABLE big2",
+    )
+    settings = settings_for(
+        reference_db, tmp_path, tables="public.big,public.big2,public.busy", snapshot_chunk_rows=1000, snapshot_concurrency=2
+    )
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        with psycopg.connect(reference_db, autocommit=True) as conn, conn.transaction():
+            conn.execute("ALTER TABLE big ADD COLUMN flag int DEFAULT 7")
+            conn.execute("ALTER TABLE big2 ADD COLUMN flag int DEFAULT 8")
+        execute(reference_db, "UPDATE big SET v = 1 WHERE id = 1", "UPDATE big2 SET v = 'x' WHERE id = 2")
+        wait_for(
+            lambda: (
+                replay(tmp_path, BIG) == source_table(reference_db, "big")
+                and _by_id(replay(tmp_path, "cdc.public.big2")) == _by_id(source_table(reference_db, "big2"))
+            ),
+            what="both tables read again",
+        )
+    finally:
+        stop.set()
+        running.join(60)
+    progress = [
+        (orjson.loads(record.key)[1], orjson.loads(record.value)["rows"] if record.value else None)
+        for record in read_topic(tmp_path, "cdc.__snapshots")
+        if record.key is not None and record.key.startswith(b'["read"')
+    ]
+    tables = [name for name, _ in progress]
+    assert sorted(set(tables)) == ["public.big", "public.big2"]
+    # alternating: the second table's progress began before the first one's ended
+    first_end = min(tables.index(name) + tables.count(name) - 1 for name in set(tables))
+    assert all(name in tables[: first_end + 1] for name in set(tables)), tables
+    for name in set(tables):
+        counts = [rows_done for table, rows_done in progress if table == name]
+        # a record per chunk with the rows so far, but the last chunk's: its group ends the read
+        assert counts[-1] is None and counts[:-1] == list(range(1000, rows, 1000)), counts
+
+
+def test_cdc_snapshot_asks_the_running_capture_to_read_a_table_again(reference_db: str, tmp_path: Path) -> None:
+    """The request travels as a logical message; capture reads the table again beside the stream (``op=r``
+    rows as of a new point), ``cdc lag`` (and ``cdc snapshot --status``) shows the read under way, and a
+    table capture does not read is refused with one clear error."""
+    rows = 40_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+    seen: list[dict[str, object]] = []
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        refused = run_cdc(reference_db, tmp_path, "snapshot", "public.nope", tables="public.big,public.busy")
+        assert refused.returncode == 2 and "public.nope is not a table capture reads" in refused.stderr, refused.stderr
+        asked = run_cdc(reference_db, tmp_path, "snapshot", "public.big", tables="public.big,public.busy")
+        assert asked.returncode == 0, asked.stderr
+
+        def status_seen() -> bool:
+            report = measure(settings)  # cdc lag
+            if report.reads:
+                jsonschema.validate(orjson.loads(orjson.dumps(report.to_dict())), JSON_SCHEMA)
+            seen.extend(report.reads)
+            return bool(seen)
+
+        wait_for(status_seen, what="the read in cdc snapshot --status")
+        wait_for(lambda: capture.stats.snapshot_rows >= 2 * rows, what="the read of big")
+    finally:
+        stop.set()
+        running.join(60)
+    assert capture.stats.reads_requested == 1
+    assert seen[0]["table"] == "public.big" and 0 < int(cast(int, seen[0]["rows"])) < rows
+    assert read_status(settings) == []
+    assert replay(tmp_path, BIG) == source_table(reference_db, "big")
+    boundaries = {
+        orjson.loads(record.value)["source"]["lsn"]
+        for record in read_topic(tmp_path, BIG)
+        if record.value is not None and orjson.loads(record.value)["op"] == "r"
+    }
+    assert len(boundaries) == 2, "the table was not read again"
+
+
+def _half_read(capture: Capture, rows: int) -> bool:
+    """Whether a read under way has written some rows of big but not half of them."""
+    reads = [read for read in capture.reads if not read.abandoned]
+    return bool(reads) and 0 < reads[0].rows < rows // 2
+
+
+def test_a_read_starts_over_when_a_key_change_needs_a_row_it_has_not_written(reference_db: str, tmp_path: Path) -> None:
+    """During a read, an update changing a key and leaving a TOAST value unchanged (its value comes from the
+    old key's row, which the log may not hold yet) starts the read over from a new snapshot; the log still
+    replays to exactly the source with no partial row before a full one, and the moved row keeps its value."""
+    rows = 40_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT 7", "UPDATE big SET v = 1 WHERE id = 1")
+        wait_for(lambda: _half_read(capture, rows), what="the read under way")
+        execute(reference_db, f"UPDATE big SET id = 90000000 WHERE id = {rows - TOASTED}")  # the document stays out of line
+        wait_for(lambda: capture.stats.reads_abandoned >= 1, what="the read to start over")
+        wait_for(
+            lambda: not capture.reads and replay(tmp_path, BIG) == source_table(reference_db, "big"),
+            what="the log to replay to the source",
+        )
+    finally:
+        stop.set()
+        running.join(60)
+    assert capture.stats.reads_abandoned == 1
+    assert_per_key_order(read_topic(tmp_path, BIG))
+    moved = replay(tmp_path, BIG)[b'{"id":90000000}']
+    assert len(str(moved["doc"])) == 6400 and moved["flag"] == 7
