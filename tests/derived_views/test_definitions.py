@@ -51,7 +51,7 @@ def test_the_example_file_is_valid_for_the_reference_schema() -> None:
         ),
         (
             '[capture."public.a"]\nfilter = "x"\n',
-            r"\[capture.public.a\] filter is not a key of \[capture.public.a\] \(known: columns, exclude, where\)",
+            r"\[capture.public.a\] filter is not a key of \[capture.public.a\] \(known: columns, exclude, where, mask\)",
         ),
         ("[warehouse]\ntable = []\n", r"\[warehouse\] table is not a key of \[warehouse\] \(known: tables, without_history\)"),
         ('[warehouse]\ntables = "public.a"\n', r"\[warehouse\] tables: Input should be a valid list"),
