@@ -35,7 +35,7 @@ from cdc.capture.catalog import PUBLISHED_FROM, RULE_OF_TABLE
 from cdc.capture.coverage import Connection, entry_name, sql_name
 from cdc.publication_rule_checks import rule_problems
 from derived_views.definitions import CaptureRule
-from event_format.masks import MESSAGE_PREFIX, Mask, comment_text, from_comment, message_content
+from event_format.masks import COMMENT_QUERY, MESSAGE_PREFIX, Mask, comment_text, from_comment, message_content
 
 
 @dataclass(frozen=True)
@@ -217,9 +217,7 @@ def apply_rules(conn: Connection, publication: str, checked: Checked) -> list[st
 
 def published_masks(conn: Connection, publication: str) -> dict[str, dict[str, Mask]]:
     """The masks ``publication``'s comment holds now (:mod:`event_format.masks`)."""
-    row = conn.execute(
-        "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s", (publication,)
-    ).fetchone()
+    row = conn.execute(COMMENT_QUERY, (publication,)).fetchone()
     return from_comment(None if row is None else _text(row[0]))
 
 

@@ -31,6 +31,8 @@ import orjson
 
 #: The prefix of the logical message that carries a publication's new masks.
 MESSAGE_PREFIX = "cdc.masks"
+#: The comment of the publication named by the one parameter: where ``cdc setup`` keeps its masks.
+COMMENT_QUERY = "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s"
 #: How the publication's comment starts when it holds masks.
 _COMMENT_HEAD = "cdc masks "
 

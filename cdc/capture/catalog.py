@@ -18,7 +18,7 @@ import psycopg
 from cdc.capture.errors import SourceError
 from cdc.capture.lsn import Lsn
 from cdc.capture.tables import NamedTable
-from event_format.masks import Mask, from_comment, from_message, key_id
+from event_format.masks import COMMENT_QUERY, Mask, from_comment, from_message, key_id
 
 #: A published table's column list (NULL when the publication names none: ``attnames`` then lists every
 #: column, generated ones too) and row filter, over ``pg_publication_tables p``, its publication
@@ -120,9 +120,7 @@ class Catalog:
         """The masks the publication's comment holds now, by ``schema.table`` (:mod:`event_format.masks`)."""
         if not self._publication:
             return {}
-        rows = self._execute(
-            "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s", (self._publication,)
-        )
+        rows = self._execute(COMMENT_QUERY, (self._publication,))
         return from_comment(str(rows[0][0]) if rows and rows[0][0] is not None else None)
 
     def stream_masks(self, schema: str, table: str) -> dict[str, tuple[str, Callable[[str], str]]]:

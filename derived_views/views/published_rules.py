@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from event_format.masks import Mask, from_comment
+from event_format.masks import COMMENT_QUERY, Mask, from_comment
 
 if TYPE_CHECKING:
     import psycopg
@@ -46,9 +46,7 @@ WHOLE = PublishedRule(None, None)
 def published_rules(conn: psycopg.Connection, publication: str) -> Rules:
     """``(schema, table)`` -> its rule, for every table ``publication`` publishes with a column list, a
     row filter or masks (a table absent is published whole, or not at all)."""
-    row = conn.execute(
-        "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s", (publication,)
-    ).fetchone()
+    row = conn.execute(COMMENT_QUERY, (publication,)).fetchone()
     masks = {tuple(name.split(".", 1)): columns for name, columns in from_comment(None if row is None else row[0]).items()}
     rules = {(schema, table): PublishedRule(None, None, masks=columns) for (schema, table), columns in masks.items()}
     if conn.info.server_version < 150000:

@@ -158,16 +158,7 @@ def test_a_table_read_again_while_both_tables_change_keeps_the_stream_going_and_
 
         wait_for(read_done, what="the read of big")
         wait_for(lambda: writer.transactions > 50 + len(samples) // 10, what="more writes after the read")
-        writer.stop.set()
-        writer.join(30)
-        assert writer.error is None, writer.error
-        wait_for(
-            lambda: (
-                replay(tmp_path, BIG) == source_table(reference_db, "big")
-                and replay(tmp_path, BUSY) == source_table(reference_db, "busy")
-            ),
-            what="the log to replay to the source",
-        )
+        _stop_writing_and_drain(writer, reference_db, tmp_path)
     finally:
         writer.stop.set()
         stop.set()
@@ -179,6 +170,17 @@ def test_a_table_read_again_while_both_tables_change_keeps_the_stream_going_and_
     # the other table's changes reached the log while big's rows were only partly there
     during = [busy for big_end, busy in samples if before[0] + CHUNK <= big_end < before[0] + ROWS - CHUNK]
     assert len(set(during)) >= 2, f"busy did not move during the read: {samples}"
+
+
+def _stop_writing_and_drain(writer: _Writer, url: str, data_dir: Path) -> None:
+    """Stop the writer (failing on its error) and wait until the log replays to both source tables."""
+    writer.stop.set()
+    writer.join(30)
+    assert writer.error is None, writer.error
+    wait_for(
+        lambda: replay(data_dir, BIG) == source_table(url, "big") and replay(data_dir, BUSY) == source_table(url, "busy"),
+        what="the log to replay to the source",
+    )
 
 
 def _progress(data_dir: Path) -> int | None:
@@ -215,16 +217,7 @@ def test_a_read_killed_mid_way_resumes_past_its_last_durable_chunk(reference_db:
             killed_at.append(done)
             capture = CdcProcess(env, ["capture"], tmp_path / f"capture-{attempt}.err")
         wait_for(lambda: _progress(tmp_path) is None, what="the end of the read")
-        writer.stop.set()
-        writer.join(30)
-        assert writer.error is None, writer.error
-        wait_for(
-            lambda: (
-                replay(tmp_path, BIG) == source_table(reference_db, "big")
-                and replay(tmp_path, BUSY) == source_table(reference_db, "busy")
-            ),
-            what="the log to replay to the source",
-        )
+        _stop_writing_and_drain(writer, reference_db, tmp_path)
         assert capture.terminate() == 0, capture.stderr()
     finally:
         writer.stop.set()

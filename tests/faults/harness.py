@@ -379,7 +379,31 @@ def transaction_differences(where: Where, load: Load) -> tuple[int, list[str]]:
     return len(load.committed), differences
 
 
-class Load(threading.Thread):
+class LoadThread(threading.Thread):
+    """A write load on a thread of its own (``_run``, until :attr:`stop` is set): an error ends it, and
+    :meth:`finish` raises it."""
+
+    stop: threading.Event
+    error: BaseException | None
+
+    def run(self) -> None:
+        try:
+            self._run()
+        except BaseException as exc:  # noqa: BLE001 - reported by finish()
+            self.error = exc
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Stop writing; fail when the load itself failed."""
+        self.stop.set()
+        self.join(60)
+        assert not self.is_alive(), "the write load did not stop"
+        assert self.error is None, f"the write load failed: {self.error!r}"
+
+
+class Load(LoadThread):
     """A steady write load on ``products``, ``orders`` and ``order_items``: small transactions of one to
     four statements (inserts, updates, deletes), about one every ``pace`` seconds, and every ``big_every``
     transactions (the first after 50) a large one of a few thousand rows. A lost connection (a server
@@ -406,19 +430,6 @@ class Load(threading.Thread):
         self.uncertain: list[Written] = []
         self._orders: list[str] = []
         self._max_product = 0
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as exc:  # noqa: BLE001 - reported by finish()
-            self.error = exc
-
-    def finish(self) -> None:
-        """Stop writing; fail when the load itself failed."""
-        self.stop.set()
-        self.join(60)
-        assert not self.is_alive(), "the write load did not stop"
-        assert self.error is None, f"the write load failed: {self.error!r}"
 
     def line(self) -> str:
         return f"rows written {self.rows} in {self.transactions} transactions ({self.big_transactions} of {self.big_rows}+ rows)"

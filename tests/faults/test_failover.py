@@ -39,7 +39,7 @@ from cdc.capture.lsn import Lsn
 from local_servers.pg_builds import installed_client_bindir
 from local_servers.postgres import find_server_bindir
 from tests.cdc.helpers import read_topic, replay
-from tests.faults.harness import Running, cdc_env, poll, run_cdc, wal_lsn, watermark
+from tests.faults.harness import LoadThread, Running, cdc_env, poll, run_cdc, wal_lsn, watermark
 from tests.faults.standby_pair import PHYSICAL_SLOT, StandbyPair
 from tests.faults.test_faults import SEED
 
@@ -67,7 +67,7 @@ def running() -> Iterator[Running]:
 
 
 @dataclass(eq=False)
-class LedgerLoad(threading.Thread):
+class LedgerLoad(LoadThread):
     """Transactions of one to five new ledger rows, half of them also updating a row of an earlier one,
     through the multi-host URL; a lost connection is opened again (to whichever server is primary)."""
 
@@ -81,17 +81,6 @@ class LedgerLoad(threading.Thread):
 
     def __post_init__(self) -> None:
         super().__init__(name="ledger-load", daemon=True)
-
-    def run(self) -> None:
-        try:
-            self._run()
-        except BaseException as exc:  # noqa: BLE001 - reported by finish()
-            self.error = exc
-
-    def finish(self) -> None:
-        self.stop.set()
-        self.join(60)
-        assert self.error is None, f"the write load failed: {self.error!r}"
 
     def _connect(self) -> psycopg.Connection[Any]:
         deadline = time.monotonic() + 120
