@@ -202,7 +202,9 @@ class Capture:
     def _new_shape(self, shape: TableShape) -> None:
         """A table's columns changed in the stream (or its first event is written): its topic must exist,
         and the next discovery (right after this batch) checks whether existing rows gained values
-        without change events, as ``ADD COLUMN ... DEFAULT`` gives them, so that the table is read again."""
+        without change events that the log does not carry, as a rewriting ``ADD COLUMN`` gives them, so
+        that the table is read again (a constant default's value is carried by the schema record, see
+        :mod:`cdc.capture.stored_defaults`)."""
         assert self.topics is not None
         self.topics.ensure(shape)
         self._shape_changed = True
@@ -467,6 +469,7 @@ class Capture:
         pending = snapshot_new_tables(
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
             slot=f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}", resuming=resuming,
+            carried=self.replayer.carried if self.replayer is not None else lambda name: (),
         )  # fmt: skip
         if pending is not None:
             self.stats.tables_added += len(pending.tables)
