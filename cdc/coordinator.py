@@ -469,7 +469,6 @@ class Capture:
         pending = snapshot_new_tables(
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
             slot=f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}", resuming=resuming,
-            carried=self.replayer.carried if self.replayer is not None else lambda name: (),
         )  # fmt: skip
         if pending is not None:
             self.stats.tables_added += len(pending.tables)

@@ -9,7 +9,7 @@ what is stable across a schema change (keys, nullability, type names).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -49,10 +49,9 @@ class PublishedTable(NamedTable):
     membership: str = ""
     #: Per leaf relation ``<oid>=<highest column number>/<highest published one>/<highest with a stored
     #: default for older rows>/<relfilenode>/<types>``, comma-separated, where ``<types>`` is
-    #: ``<attnum>:<type OID>:<typmod>:<first 8 hex digits of the name's md5>:<xmin>:<stored default>`` of
-    #: each published column, ``;``-separated, where ``<xmin>`` is the transaction that last changed the
-    #: column's ``pg_attribute`` row and ``<stored default>`` is 1 when it holds a value for the rows that
-    #: predate it (``atthasmissing``), else 0 (see :func:`columns_filled_since`).
+    #: ``<attnum>:<type OID>:<typmod>:<first 8 hex digits of the name's md5>:<xmin>`` of each published
+    #: column, ``;``-separated, where ``<xmin>`` is the transaction that last changed the column's
+    #: ``pg_attribute`` row (see :func:`columns_filled_since`).
     columns: str = ""
     #: The publication's column list for the table (``None``: it lists none, every column is published).
     column_list: tuple[str, ...] | None = None
@@ -97,7 +96,7 @@ _COLUMN_MARKS = (
     f"(SELECT coalesce(max(a.attnum), 0) {_ATTRIBUTE} AND {_PUBLISHED} AND a.atthasmissing) || '/' || "
     "(SELECT r.relfilenode::int8 FROM pg_class r WHERE r.oid = l.relid) || '/' || "
     "(SELECT coalesce(string_agg(a.attnum || ':' || a.atttypid::int8 || ':' || a.atttypmod || ':' || "
-    "substr(md5(a.attname), 1, 8) || ':' || a.xmin::text || ':' || a.atthasmissing::int, ';' "
+    "substr(md5(a.attname), 1, 8) || ':' || a.xmin::text, ';' "
     f"ORDER BY a.attnum), '') {_ATTRIBUTE} AND {_PUBLISHED}), "
     f"',' ORDER BY l.relid::oid::int8) FROM ({_LEAVES}) l), '')"
 )
@@ -437,23 +436,22 @@ def steady(table: PublishedTable) -> tuple[object, ...]:
     )
 
 
-def columns_filled_since(before: str, now: str, carried: Collection[int] = (), relid: int = 0) -> bool:
+def columns_filled_since(before: str, now: str, relid: int = 0) -> bool:
     """Whether a leaf's existing rows may have been given values without change events since ``before``
     that the log does not carry: a published column numbered above every column the leaf had then (so
     added since) exists while the leaf has been rewritten since (a volatile default, an identity, a
     domain with a constraint: the values are written with the rewrite, and stay when the default is
-    dropped again), unless it is one of ``carried``, the column numbers whose values for older rows the
-    schema topic carries (:mod:`cdc.capture.stored_defaults`: written with the first event holding the
-    column, so a later rewrite of the leaf changes none of them).
+    dropped again).
 
     A column added since that holds a stored default for the older rows (``atthasmissing``: ``ADD COLUMN
     ... DEFAULT`` with a constant, no rewrite) is no reason when the leaf is the table itself (``relid``):
     the stream writes its value for those rows into the schema topic with the first event carrying the
     column (:mod:`cdc.capture.stored_defaults`), as it writes the column itself. A rewrite clears the stored
     default and writes it into every row, so a rewrite after the column was added (and before the stream
-    carried it) is a reason, by the rule above. The leaves of a table published via its partitioned root
-    each hold their own stored default, which the root's schema record does not carry: such a column is a
-    reason there, and ``carried`` counts for the table itself only.
+    carried it) is a reason, by the rule above; so is the first rewrite after the stream carried it (see
+    below: capture cannot tell it from a type changed and back). The leaves of a table published via its
+    partitioned root each hold their own stored default, which the root's schema record does not carry:
+    such a column is a reason there.
 
     Also when a column the leaf had then holds another type and the leaf has been rewritten since
     (``ALTER COLUMN ... TYPE`` converted the stored values, with any ``USING`` expression); a type change
@@ -462,9 +460,12 @@ def columns_filled_since(before: str, now: str, carried: Collection[int] = (), r
     ``pg_attribute`` row was changed since counts as retyped too: types changed there and back between
     two looks (``numeric`` to ``numeric(12)`` to ``numeric``) end on the type they started from, yet the
     values were rounded on the way (a rename or ``SET NOT NULL`` in the same interval as a ``VACUUM FULL``
-    then costs one read more, never one less; so does the first rewrite of a leaf whose column held a
-    stored default, which clears it by changing the column's ``pg_attribute`` row, as a type changed and
-    back would). And when a column
+    then costs one read more, never one less). So does the first rewrite (``VACUUM FULL``, ``CLUSTER``) of
+    a leaf with a column holding a stored default: the rewrite writes the value into every row and clears
+    ``atthasmissing`` by updating the column's ``pg_attribute`` row, as a type changed and changed back
+    does too, rounding the values on the way; from the catalog alone the two look the same. Such a rewrite
+    reads and writes the whole table itself; it costs one read, after which no column holds a stored
+    default. And when a column
     added since has the name of a column the leaf had then (dropped and added again: the log holds the
     dropped column's values under that name, the rows now hold the new column's).
 
@@ -477,21 +478,11 @@ def columns_filled_since(before: str, now: str, carried: Collection[int] = (), r
         leaf in seen
         and (
             (leaf != relid and mark.missing > seen[leaf].highest)
-            or (
-                mark.relfilenode != seen[leaf].relfilenode
-                and (_added(seen[leaf], mark, carried if leaf == relid else ()) or _retyped(seen[leaf], mark))
-            )
+            or (mark.relfilenode != seen[leaf].relfilenode and (mark.live > seen[leaf].highest or _retyped(seen[leaf], mark)))
             or _name_reused(seen[leaf], mark)
         )
         for leaf, mark in column_marks(now).items()
     )
-
-
-def _added(before: ColumnMark, now: ColumnMark, carried: Collection[int]) -> bool:
-    """Whether ``now`` has a published column added since ``before`` whose values for older rows the log
-    does not carry (marks without columns judge by the highest number alone)."""
-    numbers = [int(number) for number in now.type_of()] or ([now.live] if now.live else [])
-    return any(number > before.highest and number not in carried for number in numbers)
 
 
 def _name_reused(before: ColumnMark, now: ColumnMark) -> bool:

@@ -35,11 +35,9 @@ def tables_to_snapshot(
     ledger: SnapshotLedger,
     gate: TableGate,
     resuming: Collection[int] = (),
-    carried: Callable[[str], Collection[int]] = lambda name: (),
 ) -> list[PublishedTable]:
     """The published, included tables that need a snapshot now; clears ``gate.wanted`` (a wanted table
-    no longer published is no longer captured). ``carried``: by log name, the column numbers whose values
-    for older rows the schema topic carries (:mod:`cdc.capture.stored_defaults`), which need no read.
+    no longer published is no longer captured).
 
     The publication is read twice: a table whose publication entry or columns change while they are
     read (its listing and its entry rows are read with different catalog snapshots) waits for the next
@@ -49,7 +47,7 @@ def tables_to_snapshot(
     for table in catalog.published_tables(publication):
         if not include(table.schema, table.table):
             continue
-        if ledger.covers(table.log_name, table.relid, table.membership, table.columns, carried(table.log_name)):
+        if ledger.covers(table.log_name, table.relid, table.membership, table.columns):
             ledger.note_columns(table.log_name, table.columns)
         elif table.relid not in gate.holds or table.relid in resuming:
             tables.append(table)
@@ -75,12 +73,11 @@ def snapshot_new_tables(
     gate: TableGate,
     slot: str,
     resuming: Collection[int] = (),
-    carried: Callable[[str], Collection[int]] = lambda name: (),
 ) -> PendingSnapshot | None:
     """A snapshot of the tables that need one (:func:`tables_to_snapshot`), taken at the consistent point
     of a temporary slot named ``slot``; their events wait in ``gate`` until it is written. ``resuming``:
     tables whose read an earlier run began, which the gate holds from that read's boundary on."""
-    tables = tables_to_snapshot(catalog, publication, include, ledger, gate, resuming, carried)
+    tables = tables_to_snapshot(catalog, publication, include, ledger, gate, resuming)
     if not tables:
         return None
     require_readable(catalog, tables, publication)

@@ -38,7 +38,6 @@ again when it sees the name reused).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -75,8 +74,3 @@ def filled_values(catalog: Catalog, shape: TableShape, previous: bytes | None) -
             text = stored[column.attnum]
             values[column.name] = None if text is None else shape.converters[index](text)
     return values
-
-
-def carried_columns(record: Mapping[str, Any]) -> frozenset[int]:
-    """The attribute numbers of the columns whose values for older rows a schema record carries."""
-    return frozenset(int(c.get("attnum", 0)) for c in record.get("columns", []) if "filled" in c and c.get("attnum"))

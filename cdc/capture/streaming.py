@@ -27,8 +27,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import orjson
-
 from cdc.capture.catalog import Catalog, TableInfo
 from cdc.capture.errors import DecodeError, SourceError
 from cdc.capture.events import EventBuilder, TxContext, new_record
@@ -53,7 +51,7 @@ from cdc.capture.pgoutput.messages import (
 from cdc.capture.row_codec import InsertEncoder
 from cdc.capture.snapshot_requests import PREFIX as REQUEST_PREFIX
 from cdc.capture.spill import SpillBuffer
-from cdc.capture.stored_defaults import carried_columns, filled_values
+from cdc.capture.stored_defaults import filled_values
 from cdc.capture.tables import TableShape
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
 from event_format.masks import MESSAGE_PREFIX
@@ -341,12 +339,6 @@ class ChangeReplayer:
             attnums=_attribute_numbers(columns, info),
             masks=self.catalog.stream_masks(relation.namespace, relation.name),
         )
-
-    def carried(self, log_name: str) -> frozenset[int]:
-        """The attribute numbers of the table's columns whose values for older rows the schema topic
-        carries (:mod:`cdc.capture.stored_defaults`)."""
-        emitted = self.emitted_schemas.get(log_name)
-        return carried_columns(orjson.loads(emitted[1])) if emitted is not None and emitted[1] else frozenset()
 
     @contextmanager
     def tentative_schemas(self) -> Iterator[None]:

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -181,7 +181,6 @@ class SnapshotLedger:
         relid: int,
         membership: str | None = None,
         columns: str | None = None,
-        carried: Collection[int] = (),
     ) -> bool:
         """Whether the log holds a complete snapshot of this table under this log name.
 
@@ -189,15 +188,14 @@ class SnapshotLedger:
         whose publication ``membership`` changed since its snapshot (removed from the publication and
         added back, a partition attached or detached), nor one given a column since whose existing
         rows may hold values no change event carried (``columns``, see
-        :func:`cdc.capture.catalog.columns_filled_since`; ``carried``: the column numbers whose values for
-        older rows the schema topic carries, :mod:`cdc.capture.stored_defaults`). ``None`` (the stream's
-        question) skips a test, and so does an entry without column marks (written by an earlier version,
-        until :meth:`note_columns`).
+        :func:`cdc.capture.catalog.columns_filled_since`; a column whose values for older rows the stream
+        carries, :mod:`cdc.capture.stored_defaults`, is none). ``None`` (the stream's question) skips a test,
+        and so does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
         """
         entry = self.entries.get(name)
         if entry is None or entry.relid != relid:
             return False
-        if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns, carried, relid):
+        if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns, relid):
             return False
         return membership is None or entry.membership is None or entry.membership == membership
 
