@@ -24,6 +24,7 @@ from derived_views.source.pending import read_in_driver, typed_batch, typed_even
 from derived_views.write.context import ViewContext
 from derived_views.write.dead_letter import dead_letter
 from derived_views.write.scd1 import merge_current
+from derived_views.write.stored_defaults import Fill, fills_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,6 +56,9 @@ class Pending:
     columns: list[tuple[str, str]]
     """``(name, Spark type)`` of the data columns, as the target table stores them (stored names,
     :mod:`derived_views.events.column_names`, as in ``frame``)."""
+    fills: tuple[Fill, ...] = ()
+    """The values of added columns that older rows hold, whose position is in the batch's range
+    (:mod:`derived_views.write.stored_defaults`)."""
 
     def release(self) -> None:
         """Free the checkpointed batch."""
@@ -155,7 +159,11 @@ def load_pending(
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target, ctx.types)
     return Pending(
-        frame, batch, as_of.progress([schema.topic], progress), [(stored_as[name], spark_type) for name, spark_type in columns]
+        frame,
+        batch,
+        as_of.progress([schema.topic], progress),
+        [(stored_as[name], spark_type) for name, spark_type in columns],
+        fills_for(ctx.spark, schema, progress.lsn if progress is not None else None, columns, stored_as),
     )
 
 
@@ -204,6 +212,7 @@ class Merge(Protocol):
         keys: Sequence[str] | None = None,
         whole_rows: bool = False,
         types: TableTypes,
+        fills: tuple[Fill, ...] = (),
     ) -> None: ...
 
 
@@ -242,6 +251,7 @@ def apply_table(
                 keys=batch.facts.keys,
                 whole_rows=not batch.facts.partial,
                 types=ctx.types,
+                fills=batch.fills,
             )
     ctx.set_progress(path, batch.progress)
     batch.release()
@@ -291,8 +301,9 @@ def rebuild_in_one_pass(
     )
     progress = as_of.progress([schema.topic], None)
     stored_columns = [(stored_as[name], spark_type) for name, spark_type in columns]
+    fills = fills_for(ctx.spark, schema, None, columns, stored_as)
     try:
-        merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True, types=ctx.types)
+        merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True, types=ctx.types, fills=fills)
     except Exception as exc:  # noqa: BLE001 - only the check's own stop is caught; anything else is raised
         if NEEDS_TWO_PASSES not in str(exc):
             raise
@@ -300,4 +311,4 @@ def rebuild_in_one_pass(
             "rebuilding %s: its events hold poison%s; checking them first", path, " or a truncate" if mode == "all" else ""
         )
         return None
-    return Pending(checked, facts_of(observation.get), progress, stored_columns)
+    return Pending(checked, facts_of(observation.get), progress, stored_columns, fills)
