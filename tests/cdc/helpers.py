@@ -81,7 +81,7 @@ Filled = tuple[str, object, int, int]
 
 def filled_columns(where: Path | Settings, topic: str) -> list[Filled]:
     """The ``filled`` facts of the latest schema record naming ``topic`` (docs/event-format.md)."""
-    prefix = topic.split(".", 1)[0]
+    prefix = topic.rsplit(".", 2)[0]  # <prefix>.<schema>.<table> (plain names)
     records = [orjson.loads(r.value) for r in read_topic(where, f"{prefix}.__schemas") if r.value is not None]
     latest = [record for record in records if record["topic"] == topic][-1:]
     return [

@@ -180,3 +180,28 @@ def test_a_masked_columns_fact_holds_the_masked_value(reference_db: str) -> None
         assert filled_values(catalog, shape("truncate:5"), previous) == {"code": "clear"}
         assert filled_values(catalog, shape(None), previous) == {"code": "clear-code"}
         assert filled_values(catalog, shape(None), None) == {}  # a table's first record comes with its snapshot
+
+
+@pytest.mark.kafka
+def test_kafka_consumers_receive_the_fact_in_the_schema_record(
+    reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str
+) -> None:
+    execute(
+        reference_db,
+        "CREATE TABLE remote (id int PRIMARY KEY, v text)",
+        "INSERT INTO remote SELECT g, 'v' || g FROM generate_series(1, 100) g",
+        "ALTER PUBLICATION cdc_publication ADD TABLE remote",
+    )
+    kafka = settings_for(
+        reference_db, tmp_path, log=f"kafka://{kafka_bootstrap}", topic_prefix=kafka_prefix, tables="public.remote"
+    )
+    Capture(kafka, once=True).run()
+    execute(
+        reference_db, "ALTER TABLE remote ADD COLUMN price numeric(10,2) DEFAULT 1.5", "UPDATE remote SET price = 2 WHERE id = 1"
+    )
+    assert Capture(kafka, once=True).run().tables_added == 0
+    topic = f"{kafka_prefix}.public.remote"
+    ((name, value, lsn, _),) = filled_columns(kafka, topic)
+    assert (name, value) == ("price", "1.50") and lsn > 0
+    replayed = {int(row["id"]): row["price"] for row in replay(kafka, topic).values()}  # type: ignore[call-overload]
+    assert replayed == {**dict.fromkeys(range(1, 101), "1.50"), 1: "2.00"}
