@@ -10,8 +10,10 @@ ledger names it (or its snapshot is under way, below): :class:`TableGate` is wha
 
 **A table added to the publication** (or recreated, or captured by a log without a ledger entry for it,
 or added back after it left the publication, or published via a root that gained or lost a partition,
-or given a column whose existing rows hold values no change event carried: ``ADD COLUMN`` with a
-default, an identity or a domain with a default, see :func:`cdc.capture.catalog.columns_filled_since`) is
+or given a column whose existing rows hold values no change event carried and a rewrite wrote: ``ADD
+COLUMN`` with a volatile default, an identity or a domain with a constraint, see
+:func:`cdc.capture.catalog.columns_filled_since`; a constant default is carried by the schema record
+instead, :mod:`cdc.capture.stored_defaults`) is
 snapshotted the way PostgreSQL's own logical replication synchronises a table added to a subscription:
 
 1. Capture notices a published, included table the ledger does not cover: at the start of every
