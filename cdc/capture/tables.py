@@ -140,7 +140,11 @@ class TableShape(NamedTable):
         ``previous`` (same attribute number), so the latest record carries every such fact.
         """
         earlier = orjson.loads(previous) if previous is not None else {}
-        kept = {int(c["attnum"]): c["filled"] for c in earlier.get("columns", []) if "filled" in c and c.get("attnum")}
+        kept = {
+            int(c["attnum"]): (c["filled"], c.get("mask", ""))
+            for c in earlier.get("columns", [])
+            if "filled" in c and c.get("attnum")
+        }
         record: dict[str, object] = {
             "schema": self.schema,
             "table": self.table,
@@ -176,13 +180,15 @@ class TableShape(NamedTable):
 
 
 def _filled(
-    column: ColumnShape, filled: Mapping[str, object] | None, kept: dict[int, object], lsn: int, sequence: int
+    column: ColumnShape, filled: Mapping[str, object] | None, kept: dict[int, tuple[object, str]], lsn: int, sequence: int
 ) -> dict[str, object]:
-    """The ``filled`` entry of ``column`` in a schema record: a new one from ``filled``, else the one kept."""
+    """The ``filled`` entry of ``column`` in a schema record: a new one from ``filled``, else the one kept
+    under the same mask (a value written clear or under another mask is not written again: the changed
+    mask reads the table again, whose rows then hold every value)."""
     if filled is not None and column.name in filled:
         return {"filled": {"value": filled[column.name], "lsn": lsn, "sequence": sequence}}
-    if column.attnum and column.attnum in kept:
-        return {"filled": kept[column.attnum]}
+    if column.attnum and column.attnum in kept and kept[column.attnum][1] == column.mask.partition(":")[0]:
+        return {"filled": kept[column.attnum][0]}
     return {}
 
 
