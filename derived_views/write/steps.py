@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from derived_views.engine.delta_sql import table_ref
 from derived_views.engine.evaluation import sized_for
 from derived_views.engine.progress import Progress, committing
+from derived_views.errors import ViewError
 from derived_views.events.batch_facts import BatchFacts, fact_columns, facts_of
 from derived_views.events.metadata_columns import OP
 from derived_views.events.schema import TableSchema
@@ -24,7 +25,7 @@ from derived_views.source.pending import read_in_driver, typed_batch, typed_even
 from derived_views.write.context import ViewContext
 from derived_views.write.dead_letter import dead_letter
 from derived_views.write.scd1 import merge_current
-from derived_views.write.stored_defaults import Fill, fills_for
+from derived_views.write.stored_defaults import Fill, NeedsTextError, fills_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -130,8 +131,9 @@ def load_pending(
     batch brings (:meth:`~derived_views.events.schema.TableSchema.view_columns`; ``progress`` ``None`` means
     the target is rebuilt, so only the log decides). A column that a poison event fills with a value
     its type cannot hold (``infinity`` or a BC date in a date or timestamp column, ``NaN`` in a decimal, a
-    multi-dimensional array: :attr:`~derived_views.events.batch_facts.BatchFacts.widen`) is typed as its JSON text
-    and the batch parsed again, so the event lands.
+    multi-dimensional array: :attr:`~derived_views.events.batch_facts.BatchFacts.widen`), or that an added
+    column's stored default in the range holds (:mod:`derived_views.write.stored_defaults`), is typed as its
+    JSON text and the batch parsed again, so the event lands.
     Columns take the stored names the target holds them under, also in a rebuild
     (:meth:`~derived_views.events.schema.TableSchema.stored_columns`).
     """
@@ -152,9 +154,17 @@ def load_pending(
             schema.parse_plan(columns),
             stored_as=stored_as,
         )
-        if not set(batch.widen) - text:
+        widen = set(batch.widen)
+        try:
+            fills = fills_for(ctx.spark, schema, progress.lsn if progress is not None else None, columns, stored_as)
+        except NeedsTextError as exc:
+            if not set(exc.columns) - text:
+                raise ViewError(f"{schema.qualified}: column {exc} does not hold an added column's stored default") from exc
+            widen |= set(exc.columns)
+            fills = ()
+        if not widen - text:
             break
-        text |= set(batch.widen)
+        text |= widen
         frame.unpersist()
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target, ctx.types)
@@ -163,7 +173,7 @@ def load_pending(
         batch,
         as_of.progress([schema.topic], progress),
         [(stored_as[name], spark_type) for name, spark_type in columns],
-        fills_for(ctx.spark, schema, progress.lsn if progress is not None else None, columns, stored_as),
+        fills,
     )
 
 
@@ -301,7 +311,10 @@ def rebuild_in_one_pass(
     )
     progress = as_of.progress([schema.topic], None)
     stored_columns = [(stored_as[name], spark_type) for name, spark_type in columns]
-    fills = fills_for(ctx.spark, schema, None, columns, stored_as)
+    try:
+        fills = fills_for(ctx.spark, schema, None, columns, stored_as)
+    except NeedsTextError:
+        return None  # the usual way makes the column text first
     try:
         merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True, types=ctx.types, fills=fills)
     except Exception as exc:  # noqa: BLE001 - only the check's own stop is caught; anything else is raised

@@ -24,8 +24,9 @@ event and every fact in one batch, so it writes the same table as the batches on
 The value is typed by the very parsing that types the events (:func:`~derived_views.events.spark_typing.typed`
 over an event carrying it), then written into the MERGE as a Spark SQL expression (its JSON text read
 back by ``from_json``), which is checked to give the same value before it is used: a value it does not
-give, or one the column's type cannot hold, stops the table's step with an error naming the column
-(never a null in its place).
+give stops the table's step with an error naming the column (never a null in its place). A value the
+column's Spark type cannot hold (``infinity`` in a date) makes the column text, as such a value in an
+event does (:class:`NeedsTextError`, caught where the batch's column types are chosen).
 """
 
 from __future__ import annotations
@@ -52,6 +53,15 @@ _JSON_OPTIONS = {
     "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
     "allowNonNumericNumbers": "true",
 }
+
+
+class NeedsTextError(Exception):
+    """A fact's value that its column's Spark type cannot hold (``infinity`` in a date column, ...): the
+    column is then stored as text, as for an event holding such a value (:attr:`columns`: source names)."""
+
+    def __init__(self, columns: tuple[str, ...]) -> None:
+        super().__init__(", ".join(columns))
+        self.columns = columns
 
 
 @dataclass(frozen=True)
@@ -92,8 +102,10 @@ def fills_for(
         [(schema.topic, 0, 0, None, "c", 0, 0, 0, '{"after":' + after.decode() + "}", [], None)], EVENT_DDL
     )
     row = typed(event, view_columns, schema.qualified, stored_as={c.name: f"v{i}" for i, c in enumerate(wanted)})
-    error = row.select("_cdc_error").first()
+    error = row.select("_cdc_error", "_cdc_widen").first()
     if error is not None and error[0]:
+        if error[1]:
+            raise NeedsTextError(tuple(str(name) for name in error[1]))
         raise ViewError(f"{schema.qualified}: the value older rows hold in an added column does not fit the view: {error[0]}")
     fills = []
     for index, column in enumerate(wanted):

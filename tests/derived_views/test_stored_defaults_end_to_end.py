@@ -38,6 +38,7 @@ ADDED = (
     "ALTER TABLE stock ADD COLUMN ok bool DEFAULT true",
     "ALTER TABLE stock ADD COLUMN tags text[] DEFAULT '{x,\"y z\"}'",
     "ALTER TABLE stock ADD COLUMN doc jsonb DEFAULT '{\"k\": [1, 2.50]}'",
+    "ALTER TABLE stock ADD COLUMN since date DEFAULT 'infinity'",  # a value Spark's date cannot hold: text
 )
 
 
@@ -109,6 +110,7 @@ def test_a_stored_default_reaches_every_view_in_one_batch(
     assert table.loc[5, "late"] == 42 and table.loc[6, "late"] == 43 and table.loc[3, "flag"] == 8
     assert list(table.loc[100, "tags"]) == ["x", "y z"] and table.loc[3, "tags"] is None
     assert table.loc[1000, "flag"] == 7  # an insert after the column carries the default itself
+    assert set(table["since"]) == {"infinity"}
 
     # history: a version current at the column's position holds the value, one ended before it null
     versions = _by_id(rows(spark, history, "id = 2 AND v = 'item 2'")), _by_id(rows(spark, history, "id = 2 AND v = 'early'"))
