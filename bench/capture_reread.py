@@ -3,9 +3,10 @@ table's commit-to-log latency (p50/p99) during the read beside the same load wit
 
 Usage: python bench/capture_reread.py [rows]   (default 1,000,000). Goals: rate ratio >= 0.5, p99 within 2x.
 
-The read is started by ``ALTER TABLE bench ADD COLUMN flag int DEFAULT 7`` (its existing rows hold a
-value no change carried). A writer commits ~200 single-row updates a second to ``busy`` all along; a
-poller notes when each reaches the log (the published watermark, polled every 2 ms).
+The read is started by ``ALTER TABLE bench ADD COLUMN flag int DEFAULT (7 + random() * 0)::int`` (a
+volatile default rewrites the table: its existing rows hold a value no change carried; a constant default
+would be carried by the schema record instead, with no read). A writer commits ~200 single-row updates
+a second to ``busy`` all along; a poller notes when each reaches the log (the published watermark, polled every 2 ms).
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def main(rows: int) -> None:
         time.sleep(5)  # the load without a read
         read_start = time.perf_counter()
         with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute("ALTER TABLE bench ADD COLUMN flag int DEFAULT 7")
+            conn.execute("ALTER TABLE bench ADD COLUMN flag int DEFAULT (7 + random() * 0)::int")
             conn.execute("UPDATE bench SET name = 'x' WHERE id = 1")
         while capture.stats.snapshot_rows < 2 * rows:
             time.sleep(0.01)

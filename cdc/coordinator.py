@@ -202,7 +202,9 @@ class Capture:
     def _new_shape(self, shape: TableShape) -> None:
         """A table's columns changed in the stream (or its first event is written): its topic must exist,
         and the next discovery (right after this batch) checks whether existing rows gained values
-        without change events, as ``ADD COLUMN ... DEFAULT`` gives them, so that the table is read again."""
+        without change events that the log does not carry, as a rewriting ``ADD COLUMN`` gives them, so
+        that the table is read again (a constant default's value is carried by the schema record, see
+        :mod:`cdc.capture.stored_defaults`)."""
         assert self.topics is not None
         self.topics.ensure(shape)
         self._shape_changed = True

@@ -279,6 +279,24 @@ class Catalog:
                 self._types[int(oid)] = str(name)  # type: ignore[call-overload]
         return self._types
 
+    def stored_defaults(self, relid: int) -> dict[int, str | None]:
+        """Attribute number -> text form of the value the rows that predate the column hold, for each live
+        column of the table that holds one (``pg_attribute.atthasmissing``); ``None`` for a SQL null.
+
+        ``ADD COLUMN ... DEFAULT <constant>`` stores that value once in ``attmissingval`` (an ``anyarray`` of
+        one element of the column's type) instead of writing the rows; a rewrite of the table (``VACUUM
+        FULL``, ``CLUSTER``, a rewriting ``ALTER TABLE``) writes it into every row and clears it. The
+        array's text is cast to ``text[]`` and its element taken: that element is the value's own text
+        form (the array output quotes it and the ``text[]`` input unquotes it), whatever the column's
+        type (an array, a ``jsonb`` document, a timestamp in this session's ``UTC``), as pgoutput sends
+        the column's values, so the column's converter reads it as it reads its values in the stream."""
+        rows = self._execute(
+            "SELECT attnum, (attmissingval::text::text[])[1] FROM pg_attribute "
+            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND atthasmissing",
+            (relid,),
+        )
+        return {int(r[0]): None if r[1] is None else str(r[1]) for r in rows}  # type: ignore[call-overload]
+
     def unreadable(self, relids: list[int]) -> list[int]:
         """Those of ``relids`` the connected role may not SELECT from."""
         rows = self._execute(
@@ -418,11 +436,22 @@ def steady(table: PublishedTable) -> tuple[object, ...]:
     )
 
 
-def columns_filled_since(before: str, now: str) -> bool:
-    """Whether a leaf's existing rows may have been given values without change events since ``before``:
-    a published column numbered above every column the leaf had then (so added since) holds a stored
-    default for the older rows, or exists while the leaf has been rewritten since (a volatile default,
-    an identity: the values are written with the rewrite, and stay when the default is dropped again).
+def columns_filled_since(before: str, now: str, relid: int = 0) -> bool:
+    """Whether a leaf's existing rows may have been given values without change events since ``before``
+    that the log does not carry: a published column numbered above every column the leaf had then (so
+    added since) exists while the leaf has been rewritten since (a volatile default, an identity, a
+    domain with a constraint: the values are written with the rewrite, and stay when the default is
+    dropped again).
+
+    A column added since that holds a stored default for the older rows (``atthasmissing``: ``ADD COLUMN
+    ... DEFAULT`` with a constant, no rewrite) is no reason when the leaf is the table itself (``relid``):
+    the stream writes its value for those rows into the schema topic with the first event carrying the
+    column (:mod:`cdc.capture.stored_defaults`), as it writes the column itself. A rewrite clears the stored
+    default and writes it into every row, so a rewrite after the column was added (and before the stream
+    carried it) is a reason, by the rule above; so is the first rewrite after the stream carried it (see
+    below: capture cannot tell it from a type changed and back). The leaves of a table published via its
+    partitioned root each hold their own stored default, which the root's schema record does not carry:
+    such a column is a reason there.
 
     Also when a column the leaf had then holds another type and the leaf has been rewritten since
     (``ALTER COLUMN ... TYPE`` converted the stored values, with any ``USING`` expression); a type change
@@ -431,7 +460,12 @@ def columns_filled_since(before: str, now: str) -> bool:
     ``pg_attribute`` row was changed since counts as retyped too: types changed there and back between
     two looks (``numeric`` to ``numeric(12)`` to ``numeric``) end on the type they started from, yet the
     values were rounded on the way (a rename or ``SET NOT NULL`` in the same interval as a ``VACUUM FULL``
-    then costs one read more, never one less). And when a column
+    then costs one read more, never one less). So does the first rewrite (``VACUUM FULL``, ``CLUSTER``) of
+    a leaf with a column holding a stored default: the rewrite writes the value into every row and clears
+    ``atthasmissing`` by updating the column's ``pg_attribute`` row, as a type changed and changed back
+    does too, rounding the values on the way; from the catalog alone the two look the same. Such a rewrite
+    reads and writes the whole table itself; it costs one read, after which no column holds a stored
+    default. And when a column
     added since has the name of a column the leaf had then (dropped and added again: the log holds the
     dropped column's values under that name, the rows now hold the new column's).
 
@@ -443,7 +477,7 @@ def columns_filled_since(before: str, now: str) -> bool:
     return any(
         leaf in seen
         and (
-            mark.missing > seen[leaf].highest
+            (leaf != relid and mark.missing > seen[leaf].highest)
             or (mark.relfilenode != seen[leaf].relfilenode and (mark.live > seen[leaf].highest or _retyped(seen[leaf], mark)))
             or _name_reused(seen[leaf], mark)
         )

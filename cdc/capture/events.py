@@ -21,7 +21,7 @@ Format: docs/event-format.md. Guarantees of this module:
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial
@@ -383,11 +383,22 @@ class EventBuilder:
         partitions = self.partitions_of(shape.topic)
         return [truncate_marker(shape.topic, value, tx.ts_ms, p, partitions) for p in range(partitions)]
 
-    def schema(self, shape: TableShape, lsn: int, previous: bytes | None = None, sequence: int = 0) -> ProducerRecord:
+    def schema(
+        self,
+        shape: TableShape,
+        lsn: int,
+        previous: bytes | None = None,
+        sequence: int = 0,
+        filled: Mapping[str, object] | None = None,
+    ) -> ProducerRecord:
         """The table's column list for ``<prefix>.__schemas``, in force from ``(lsn, sequence)``
-        (``previous``: the record it follows)."""
+        (``previous``: the record it follows; ``filled``: values of added columns' older rows, see
+        :mod:`cdc.capture.stored_defaults`)."""
         return ProducerRecord(
-            self.schema_topic, shape.schema_key(), shape.schema_value(lsn, previous, sequence), time.time_ns() // 1_000_000
+            self.schema_topic,
+            shape.schema_key(),
+            shape.schema_value(lsn, previous, sequence, filled),
+            time.time_ns() // 1_000_000,
         )
 
     @property

@@ -51,6 +51,7 @@ from cdc.capture.pgoutput.messages import (
 from cdc.capture.row_codec import InsertEncoder
 from cdc.capture.snapshot_requests import PREFIX as REQUEST_PREFIX
 from cdc.capture.spill import SpillBuffer
+from cdc.capture.stored_defaults import filled_values
 from cdc.capture.tables import TableShape
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
 from event_format.masks import MESSAGE_PREFIX
@@ -362,15 +363,21 @@ class ChangeReplayer:
             self._replaying = False
             tx.close()
 
-    def schema_records(self, shape: TableShape, lsn: int, sequence: int = 0) -> list[ProducerRecord]:
+    def schema_records(self, shape: TableShape, lsn: int, sequence: int = 0, *, stream: bool = False) -> list[ProducerRecord]:
         """The schema record of ``shape`` as of ``(lsn, sequence)`` when its columns differ from the last
-        one written (empty otherwise); a new one is noted as written and reported to ``on_new_shape``."""
+        one written (empty otherwise); a new one is noted as written and reported to ``on_new_shape``.
+
+        ``stream``: the record precedes the first streamed event with these columns, so a column added
+        since with a stored default gets the value the older rows hold (:mod:`cdc.capture.stored_defaults`);
+        a snapshot's rows hold every value themselves."""
 
         fingerprint = shape.fingerprint()
         emitted = self.emitted_schemas.get(shape.log_name)
         if emitted is not None and emitted[0] == fingerprint:
             return []
-        record = self.builder.schema(shape, lsn, emitted[1] if emitted is not None else None, sequence)
+        previous = emitted[1] if emitted is not None else None
+        filled = filled_values(self.catalog, shape, previous) if stream else None
+        record = self.builder.schema(shape, lsn, previous, sequence, filled)
         self.emitted_schemas[shape.log_name] = (fingerprint, record.value or b"")
         if self.on_new_shape is not None:
             self.on_new_shape(shape)
@@ -439,7 +446,7 @@ class ChangeReplayer:
         """None when the table's events of this transaction are held back, else the records to write first."""
         if self.gate is not None and not self.gate.admits(shape, commit_lsn):
             return None
-        return self.schema_records(shape, commit_lsn, sequence)
+        return self.schema_records(shape, commit_lsn, sequence, stream=True)
 
     def key_changes(self, txs: list[Transaction], *, partial: bool = False) -> set[tuple[str, bytes]]:
         """``(topic, old key)`` of every update in ``txs`` that changes a row's key and leaves TOAST

@@ -10,8 +10,10 @@ ledger names it (or its snapshot is under way, below): :class:`TableGate` is wha
 
 **A table added to the publication** (or recreated, or captured by a log without a ledger entry for it,
 or added back after it left the publication, or published via a root that gained or lost a partition,
-or given a column whose existing rows hold values no change event carried: ``ADD COLUMN`` with a
-default, an identity or a domain with a default, see :func:`cdc.capture.catalog.columns_filled_since`) is
+or given a column whose existing rows hold values no change event carried and a rewrite wrote: ``ADD
+COLUMN`` with a volatile default, an identity or a domain with a constraint, see
+:func:`cdc.capture.catalog.columns_filled_since`; a constant default is carried by the schema record
+instead, :mod:`cdc.capture.stored_defaults`) is
 snapshotted the way PostgreSQL's own logical replication synchronises a table added to a subscription:
 
 1. Capture notices a published, included table the ledger does not cover: at the start of every
@@ -175,20 +177,27 @@ class SnapshotLedger:
         self.reads.pop(shape.log_name, None)
         return ProducerRecord(self.topic, _progress_key(shape.log_name), None, ts_ms)
 
-    def covers(self, name: str, relid: int, membership: str | None = None, columns: str | None = None) -> bool:
+    def covers(
+        self,
+        name: str,
+        relid: int,
+        membership: str | None = None,
+        columns: str | None = None,
+    ) -> bool:
         """Whether the log holds a complete snapshot of this table under this log name.
 
         A table recreated under the same name (new OID) or renamed (new topic) is not covered, nor one
         whose publication ``membership`` changed since its snapshot (removed from the publication and
         added back, a partition attached or detached), nor one given a column since whose existing
         rows may hold values no change event carried (``columns``, see
-        :func:`cdc.capture.catalog.columns_filled_since`). ``None`` (the stream's question) skips a test, and so
-        does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
+        :func:`cdc.capture.catalog.columns_filled_since`; a column whose values for older rows the stream
+        carries, :mod:`cdc.capture.stored_defaults`, is none). ``None`` (the stream's question) skips a test,
+        and so does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
         """
         entry = self.entries.get(name)
         if entry is None or entry.relid != relid:
             return False
-        if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns):
+        if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns, relid):
             return False
         return membership is None or entry.membership is None or entry.membership == membership
 

@@ -121,7 +121,9 @@ class TableShape(NamedTable):
     def key_indexes(self) -> tuple[int, ...]:
         return tuple(i for i, column in enumerate(self.columns) if column.key)
 
-    def schema_value(self, lsn: int, previous: bytes | None = None, sequence: int = 0) -> bytes:
+    def schema_value(
+        self, lsn: int, previous: bytes | None = None, sequence: int = 0, filled: Mapping[str, object] | None = None
+    ) -> bytes:
         """The record for the ``<prefix>.__schemas`` topic (docs/event-format.md, "Schema topic").
 
         The record holds from ``(lsn, sequence)``: the first event written with it (a shape that changes
@@ -131,7 +133,18 @@ class TableShape(NamedTable):
         versions (else the events between it and this record would read as the version before it).
         The latest record alone (all compaction keeps) thus tells a consumer the columns every earlier
         event of the table was written with.
+
+        ``filled``: column name -> the value the rows predating that column hold, for columns added with a
+        stored default (:mod:`cdc.capture.stored_defaults`); each gets ``"filled": {"value", "lsn",
+        "sequence"}`` as of this record's position. A column keeps the ``filled`` its entry had in
+        ``previous`` (same attribute number), so the latest record carries every such fact.
         """
+        earlier = orjson.loads(previous) if previous is not None else {}
+        kept = {
+            int(c["attnum"]): (c["filled"], c.get("mask", ""))
+            for c in earlier.get("columns", [])
+            if "filled" in c and c.get("attnum")
+        }
         record: dict[str, object] = {
             "schema": self.schema,
             "table": self.table,
@@ -146,13 +159,14 @@ class TableShape(NamedTable):
                     "nullable": c.nullable,
                     "attnum": c.attnum,
                     **({"mask": c.mask.partition(":")[0]} if c.mask else {}),
+                    **_filled(c, filled, kept, lsn, sequence),
                 }
                 for c in self.columns
             ],
             "lsn": lsn,
             "sequence": sequence,
         }
-        versions = earlier_versions(orjson.loads(previous), self.columns) if previous is not None else []
+        versions = earlier_versions(earlier, self.columns) if previous is not None else []
         if versions:
             record["versions"] = versions
         return orjson.dumps(record)
@@ -163,6 +177,19 @@ class TableShape(NamedTable):
 
     def schema_key(self) -> bytes:
         return orjson.dumps(self.log_name)
+
+
+def _filled(
+    column: ColumnShape, filled: Mapping[str, object] | None, kept: dict[int, tuple[object, str]], lsn: int, sequence: int
+) -> dict[str, object]:
+    """The ``filled`` entry of ``column`` in a schema record: a new one from ``filled``, else the one kept
+    under the same mask (a value written clear or under another mask is not written again: the changed
+    mask reads the table again, whose rows then hold every value)."""
+    if filled is not None and column.name in filled:
+        return {"filled": {"value": filled[column.name], "lsn": lsn, "sequence": sequence}}
+    if column.attnum and column.attnum in kept and kept[column.attnum][1] == column.mask.partition(":")[0]:
+        return {"filled": kept[column.attnum][0]}
+    return {}
 
 
 def _types(columns: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -186,5 +213,10 @@ def earlier_versions(previous: dict[str, object], columns: tuple[ColumnShape, ..
 
 
 def fingerprint_of(schema_record: dict[str, object]) -> bytes:
-    """Fingerprint of a decoded schema-topic value (see :meth:`TableShape.fingerprint`)."""
-    return orjson.dumps({"topic": schema_record.get("topic"), "columns": schema_record.get("columns")})
+    """Fingerprint of a decoded schema-topic value (see :meth:`TableShape.fingerprint`): its columns
+    without the values older rows hold (``filled``), which describe the rows, not the columns."""
+    columns = [
+        {k: v for k, v in c.items() if k != "filled"} if isinstance(c, dict) else c
+        for c in schema_record.get("columns") or []  # type: ignore[attr-defined]
+    ]
+    return orjson.dumps({"topic": schema_record.get("topic"), "columns": columns})

@@ -32,8 +32,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from derived_views.events.column_names import quote, source_columns, stored_columns
 from derived_views.events.column_types import widest
@@ -93,6 +95,17 @@ def spark_type(type_name: str, typmod: int = -1) -> str:
 
 
 @dataclass(frozen=True)
+class ColumnFill:
+    """The value (its JSON text, as events encode the column) that every row whose last event is before
+    ``(lsn, sequence)`` holds in an added column: ``filled`` in the schema record
+    (:mod:`derived_views.write.stored_defaults`)."""
+
+    value: bytes
+    lsn: int
+    sequence: int
+
+
+@dataclass(frozen=True)
 class Column:
     """One source column as the schema topic describes it."""
 
@@ -103,6 +116,8 @@ class Column:
     nullable: bool = True
     attnum: int = 0
     """The source's attribute number (0: not recorded): kept by a rename, new after a drop and re-add."""
+    filled: ColumnFill | None = field(default=None, compare=False)
+    """The value the rows older than the column hold (added with a constant default), if the record says."""
 
     @property
     def spark_type(self) -> str:
@@ -264,6 +279,7 @@ class TableSchema:
                 key=bool(column.get("key", False)),
                 nullable=bool(column.get("nullable", True)),
                 attnum=int(column.get("attnum", 0)),
+                filled=_fill(column.get("filled")),
             )
             for column in record["columns"]
         )
@@ -292,6 +308,13 @@ class TableSchema:
             versions=versions,
             sequence=int(record.get("sequence", 0)),
         )
+
+
+def _fill(filled: Any) -> ColumnFill | None:
+    """A column's ``filled`` entry of a schema record (``None`` when it has none)."""
+    if not isinstance(filled, dict):
+        return None
+    return ColumnFill(orjson.dumps(filled.get("value")), int(filled["lsn"]), int(filled.get("sequence", 0)))
 
 
 def sql_string(text: str) -> str:

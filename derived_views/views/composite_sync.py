@@ -18,7 +18,9 @@ roots (:func:`affected_roots`), found from the events the output table has not a
 - an event of a child table: the root its ``on`` columns name now (state as of the watermark) and the
   root whose output row lists the child (``_cdc_children`` of the output as of its last commit): a child
   that moved or was deleted leaves its old parent;
-- a truncate of any table: every root (the output is recomputed whole, in one overwrite commit).
+- a truncate of any table: every root (the output is recomputed whole, in one overwrite commit); so
+  does a column added with a stored default, whose value every older row of the table gets in the state
+  copy (:mod:`derived_views.write.stored_defaults`).
 
 The affected roots are computed from the output table's own progress, so a crash between the state
 commits and the output commit is repaired by the next step; recomputing a root again from the same
@@ -222,8 +224,8 @@ def affected_roots(
             target=state_path(ctx, plan, table),
         )
         try:
-            if batch.facts.truncates:
-                return None
+            if batch.facts.truncates or batch.fills:
+                return None  # every root: a truncate, or a column's value given to every older row
             rows = from_stored(batch.frame.filter(F.col(OP) != "t"), table.columns)
             parts = []
             if table.log_name == plan.root.log_name:

@@ -10,6 +10,9 @@ The rules every view table keeps are in :mod:`derived_views.write.apply`.
 - ``WHEN NOT MATCHED AND s._cdc_op <> 'd' THEN INSERT``
 - ``WHEN NOT MATCHED BY SOURCE AND t._cdc_lsn < truncate_lsn THEN DELETE`` (only when the batch
   holds a truncate)
+- ``WHEN NOT MATCHED BY SOURCE AND t is before a fill THEN UPDATE SET`` each filled column (only when
+  the batch's range holds the position of a column added with a stored default, see
+  :mod:`derived_views.write.stored_defaults`; the batch's own rows before it get the value in ``s``)
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN, OP, SEQ, TS, UNCHANGED
 from derived_views.events.schema import sql_string
 from derived_views.write.apply import append, meets_table, newer, overwrite
+from derived_views.write.stored_defaults import Fill, fill_set, filled_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,6 +50,7 @@ def merge_current(
     keys: Sequence[str] | None = None,
     whole_rows: bool = False,
     types: TableTypes,
+    fills: tuple[Fill, ...] = (),
 ) -> None:
     """Apply latest-per-key typed rows to the SCD1 table at ``path`` in one commit (see module docstring).
 
@@ -56,7 +61,7 @@ def merge_current(
     """
     from pyspark.sql import functions as F
 
-    rows = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t"))
+    rows = filled_rows(source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t")), fills)
     names = [n for n, _ in columns]
     ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " + CURRENT_META_DDL
     if replace:
@@ -64,7 +69,7 @@ def merge_current(
         overwrite(kept, path, progress, types)
         return
     types.ensure(spark, path, ddl)
-    if inserts_only and not meets_table(spark, path, rows, keys):
+    if inserts_only and not fills and not meets_table(spark, path, rows, keys):
         append(spark, path, rows.select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP), progress)
         return
     update = {
@@ -83,5 +88,8 @@ def merge_current(
     )
     if truncates:
         builder = builder.when_not_matched_by_source_delete(condition=f"t.{LSN} < {max(truncates)}")
+    if fills:
+        before = " OR ".join(fill.before(f"t.{LSN}", f"t.{SEQ}") for fill in fills)
+        builder = builder.when_not_matched_by_source_update(fill_set(fills, "true", f"t.{LSN}", f"t.{SEQ}"), condition=before)
     with committing(spark, progress):
         builder.execute()

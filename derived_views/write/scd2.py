@@ -11,6 +11,11 @@ The rules every view table keeps are in :mod:`derived_views.write.apply`.
 - ``WHEN NOT MATCHED AND s._merge_key IS NULL THEN INSERT`` the version row
 - ``WHEN NOT MATCHED BY SOURCE AND t._cdc_is_current AND t valid-from < truncate THEN UPDATE``
   valid-to := the truncate, ``_cdc_is_current := false`` (only when the batch holds a truncate)
+- ``WHEN NOT MATCHED BY SOURCE AND t._cdc_is_current AND t valid-from is before a fill THEN UPDATE SET``
+  each filled column (only when the batch's range holds the position of a column added with a stored
+  default, :mod:`derived_views.write.stored_defaults`): a version current at the fill's position holds its
+  value, for its whole span; the first two clauses set it too on the versions they end at or after it,
+  and the batch's own versions current at it get it in ``s``
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from derived_views.engine.progress import Progress, committing
 from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN, OP, SEQ, TS, UNCHANGED
 from derived_views.write.apply import append, meets_table, overwrite
+from derived_views.write.stored_defaults import Fill, fill_set, filled_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
@@ -62,6 +68,7 @@ def merge_history(
     keys: Sequence[str] | None = None,
     whole_rows: bool = False,
     types: TableTypes,
+    fills: tuple[Fill, ...] = (),
 ) -> None:
     """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring).
 
@@ -78,14 +85,20 @@ def merge_history(
         types.ensure(spark, path, ddl)
         if not whole_rows:
             events = _fill_from_current(spark, path, events, names)
-    versions = _versions(events, names, truncates)
+    versions = filled_rows(
+        _versions(events, names, truncates),
+        fills,
+        "_cdc_valid_from_lsn",
+        "_cdc_valid_from_seq",
+        "_cdc_valid_to_lsn,_cdc_valid_to_seq",
+    )
     if replace:
         overwrite(versions.drop("_rank"), path, progress, types)
         return
-    if inserts_only and not meets_table(spark, path, events, keys, current_only=True):
+    if inserts_only and not fills and not meets_table(spark, path, events, keys, current_only=True):
         append(spark, path, versions.drop("_rank"), progress)
         return
-    _merge_versions(spark, path, _with_closes(versions, columns, truncates), names, truncates, progress)
+    _merge_versions(spark, path, _with_closes(versions, columns, truncates), names, truncates, progress, fills)
 
 
 def _versions(events: DataFrame, names: list[str], truncates: tuple[int, ...]) -> DataFrame:
@@ -169,7 +182,13 @@ def _with_closes(versions: DataFrame, columns: list[tuple[str, str]], truncates:
 
 
 def _merge_versions(
-    spark: SparkSession, path: str, merged: DataFrame, names: list[str], truncates: tuple[int, ...], progress: Progress
+    spark: SparkSession,
+    path: str,
+    merged: DataFrame,
+    names: list[str],
+    truncates: tuple[int, ...],
+    progress: Progress,
+    fills: tuple[Fill, ...] = (),
 ) -> None:
     """The MERGE of the staged union into the table at ``path``, in one commit carrying ``progress``: a
     close row ends the key's current version when it is newer, a version row is inserted, and a
@@ -195,6 +214,7 @@ def _merge_versions(
             )
         }
     )
+    t_from = ("t._cdc_valid_from_lsn", "t._cdc_valid_from_seq")
     builder = (
         merge_into(spark, path, merged, f"t.{KEY} = s._merge_key AND t._cdc_is_current")
         .when_matched_update(
@@ -203,6 +223,13 @@ def _merge_versions(
                 "_cdc_valid_to_seq": "s._cdc_valid_from_seq",
                 "_cdc_valid_to_ts": "s._cdc_valid_from_ts",
                 "_cdc_is_current": "false",
+                **{
+                    column: value
+                    for fill in fills
+                    for column, value in fill_set(
+                        (fill,), fill.at_or_after("s._cdc_valid_from_lsn", "s._cdc_valid_from_seq"), *t_from
+                    ).items()
+                },
             },
             condition=newer,
         )
@@ -210,9 +237,19 @@ def _merge_versions(
     )
     if truncates:
         first_t = min(truncates)
+        ended = {
+            column: value
+            for fill in fills
+            for column, value in fill_set((fill,), fill.at_or_after(str(first_t), "-1"), *t_from).items()
+        }
         builder = builder.when_not_matched_by_source_update(
-            {"_cdc_valid_to_lsn": str(first_t), "_cdc_valid_to_seq": "-1", "_cdc_is_current": "false"},
+            {"_cdc_valid_to_lsn": str(first_t), "_cdc_valid_to_seq": "-1", "_cdc_is_current": "false", **ended},
             condition=f"t._cdc_is_current AND t._cdc_valid_from_lsn < {first_t}",
+        )
+    if fills:
+        before = " OR ".join(fill.before(*t_from) for fill in fills)
+        builder = builder.when_not_matched_by_source_update(
+            fill_set(fills, "true", *t_from), condition=f"t._cdc_is_current AND ({before})"
         )
     with committing(spark, progress):
         builder.execute()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Protocol
 from derived_views.engine.delta_sql import table_ref
 from derived_views.engine.evaluation import sized_for
 from derived_views.engine.progress import Progress, committing
+from derived_views.errors import ViewError
 from derived_views.events.batch_facts import BatchFacts, fact_columns, facts_of
 from derived_views.events.metadata_columns import OP
 from derived_views.events.schema import TableSchema
@@ -24,6 +25,7 @@ from derived_views.source.pending import read_in_driver, typed_batch, typed_even
 from derived_views.write.context import ViewContext
 from derived_views.write.dead_letter import dead_letter
 from derived_views.write.scd1 import merge_current
+from derived_views.write.stored_defaults import Fill, NeedsTextError, fills_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,6 +57,9 @@ class Pending:
     columns: list[tuple[str, str]]
     """``(name, Spark type)`` of the data columns, as the target table stores them (stored names,
     :mod:`derived_views.events.column_names`, as in ``frame``)."""
+    fills: tuple[Fill, ...] = ()
+    """The values of added columns that older rows hold, whose position is in the batch's range
+    (:mod:`derived_views.write.stored_defaults`)."""
 
     def release(self) -> None:
         """Free the checkpointed batch."""
@@ -126,8 +131,9 @@ def load_pending(
     batch brings (:meth:`~derived_views.events.schema.TableSchema.view_columns`; ``progress`` ``None`` means
     the target is rebuilt, so only the log decides). A column that a poison event fills with a value
     its type cannot hold (``infinity`` or a BC date in a date or timestamp column, ``NaN`` in a decimal, a
-    multi-dimensional array: :attr:`~derived_views.events.batch_facts.BatchFacts.widen`) is typed as its JSON text
-    and the batch parsed again, so the event lands.
+    multi-dimensional array: :attr:`~derived_views.events.batch_facts.BatchFacts.widen`), or that an added
+    column's stored default in the range holds (:mod:`derived_views.write.stored_defaults`), is typed as its
+    JSON text and the batch parsed again, so the event lands.
     Columns take the stored names the target holds them under, also in a rebuild
     (:meth:`~derived_views.events.schema.TableSchema.stored_columns`).
     """
@@ -148,14 +154,26 @@ def load_pending(
             schema.parse_plan(columns),
             stored_as=stored_as,
         )
-        if not set(batch.widen) - text:
+        widen = set(batch.widen)
+        try:
+            fills = fills_for(ctx.spark, schema, progress.lsn if progress is not None else None, columns, stored_as)
+        except NeedsTextError as exc:
+            if not set(exc.columns) - text:
+                raise ViewError(f"{schema.qualified}: column {exc} does not hold an added column's stored default") from exc
+            widen |= set(exc.columns)
+            fills = ()
+        if not widen - text:
             break
-        text |= set(batch.widen)
+        text |= widen
         frame.unpersist()
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target, ctx.types)
     return Pending(
-        frame, batch, as_of.progress([schema.topic], progress), [(stored_as[name], spark_type) for name, spark_type in columns]
+        frame,
+        batch,
+        as_of.progress([schema.topic], progress),
+        [(stored_as[name], spark_type) for name, spark_type in columns],
+        fills,
     )
 
 
@@ -204,6 +222,7 @@ class Merge(Protocol):
         keys: Sequence[str] | None = None,
         whole_rows: bool = False,
         types: TableTypes,
+        fills: tuple[Fill, ...] = (),
     ) -> None: ...
 
 
@@ -242,6 +261,7 @@ def apply_table(
                 keys=batch.facts.keys,
                 whole_rows=not batch.facts.partial,
                 types=ctx.types,
+                fills=batch.fills,
             )
     ctx.set_progress(path, batch.progress)
     batch.release()
@@ -292,7 +312,11 @@ def rebuild_in_one_pass(
     progress = as_of.progress([schema.topic], None)
     stored_columns = [(stored_as[name], spark_type) for name, spark_type in columns]
     try:
-        merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True, types=ctx.types)
+        fills = fills_for(ctx.spark, schema, None, columns, stored_as)
+    except NeedsTextError:
+        return None  # the usual way makes the column text first
+    try:
+        merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True, types=ctx.types, fills=fills)
     except Exception as exc:  # noqa: BLE001 - only the check's own stop is caught; anything else is raised
         if NEEDS_TWO_PASSES not in str(exc):
             raise
@@ -300,4 +324,4 @@ def rebuild_in_one_pass(
             "rebuilding %s: its events hold poison%s; checking them first", path, " or a truncate" if mode == "all" else ""
         )
         return None
-    return Pending(checked, facts_of(observation.get), progress, stored_columns)
+    return Pending(checked, facts_of(observation.get), progress, stored_columns, fills)

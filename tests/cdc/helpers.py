@@ -70,16 +70,41 @@ def wait_for(condition: Callable[[], bool], timeout: float = 60.0, what: str = "
 
 
 def replay(where: Path | Settings, topic: str, *, strict: bool = True) -> dict[bytes | None, dict[str, object]]:
-    """:func:`replay_records` of ``topic`` (``where`` as for :func:`read_topic`)."""
-    return replay_records(read_topic(where, topic), strict=strict)
+    """:func:`replay_records` of ``topic`` (``where`` as for :func:`read_topic`), with the values of added
+    columns' older rows that the topic's schema record carries."""
+    return replay_records(read_topic(where, topic), strict=strict, filled=filled_columns(where, topic))
 
 
-def replay_records(records: list[Record], *, strict: bool = True) -> dict[bytes | None, dict[str, object]]:
+#: ``(column, value, lsn, sequence)``: every row whose last event is before ``(lsn, sequence)`` holds ``value``.
+Filled = tuple[str, object, int, int]
+
+
+def filled_columns(where: Path | Settings, topic: str) -> list[Filled]:
+    """The ``filled`` facts of the latest schema record naming ``topic`` (docs/event-format.md)."""
+    prefix = topic.rsplit(".", 2)[0]  # <prefix>.<schema>.<table> (plain names)
+    records = [orjson.loads(r.value) for r in read_topic(where, f"{prefix}.__schemas") if r.value is not None]
+    latest = [record for record in records if record["topic"] == topic][-1:]
+    return [
+        (str(c["name"]), c["filled"]["value"], int(c["filled"]["lsn"]), int(c["filled"]["sequence"]))
+        for record in latest
+        for c in record["columns"]
+        if "filled" in c
+    ]
+
+
+def replay_records(
+    records: list[Record],
+    *,
+    strict: bool = True,
+    filled: list[Filled] = (),  # type: ignore[assignment]
+) -> dict[bytes | None, dict[str, object]]:
     """The table a consumer derives from a topic's ``records``: events applied in (lsn, sequence) order, key -> row.
 
     A truncate marker empties the table; an update naming unchanged columns keeps their previous
-    values. ``strict`` also checks that the history is possible: a read or create only of an absent
-    key, an update or delete only of a present one (a compacted topic has lost the earlier events).
+    values; at the position of each of ``filled`` every row then in the table (its last event is
+    before it) gets the column's value. ``strict`` also checks that the history is possible: a read or
+    create only of an absent key, an update or delete only of a present one (a compacted topic has lost
+    the earlier events).
     """
     changes = []
     for record in records:
@@ -88,7 +113,16 @@ def replay_records(records: list[Record], *, strict: bool = True) -> dict[bytes 
             changes.append((value["source"]["lsn"], value["source"]["sequence"], value, record))
     changes.sort(key=lambda change: (change[0], change[1]))
     table: dict[bytes | None, dict[str, object]] = {}
+    facts = sorted(filled, key=lambda fact: (fact[2], fact[3]))
+
+    def fill_before(position: tuple[int, int]) -> None:
+        while facts and (facts[0][2], facts[0][3]) <= position:
+            column, fill, _, _ = facts.pop(0)
+            for row in table.values():
+                row[column] = fill
+
     for lsn, sequence, value, record in changes:
+        fill_before((lsn, sequence))
         op, key, where = value["op"], record.key, f"{value['op']} of {record.key!r} at ({lsn}, {sequence})"
         if op == "t":
             table.clear()
@@ -102,6 +136,7 @@ def replay_records(records: list[Record], *, strict: bool = True) -> dict[bytes 
         elif op == "d":
             assert not strict or key in table, f"{where}: the key is absent"
             table.pop(key, None)
+    fill_before((1 << 64, 0))
     return table
 
 

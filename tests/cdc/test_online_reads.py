@@ -149,8 +149,8 @@ def test_a_table_read_again_while_both_tables_change_keeps_the_stream_going_and_
         writer.start()
         wait_for(lambda: writer.transactions > 50, what="the writer")
         before = _ends(tmp_path)
-        # the existing rows gain a value no change event carries: capture reads the table again
-        execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT 7")
+        # the existing rows gain a value no change event carries (a volatile default): capture reads the table again
+        execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT (7 + random() * 0)::int")
 
         def read_done() -> bool:
             samples.append(_ends(tmp_path))
@@ -207,7 +207,7 @@ def test_a_read_killed_mid_way_resumes_past_its_last_durable_chunk(reference_db:
     try:
         wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
         writer.start()
-        execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT 7")
+        execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT (7 + random() * 0)::int")
         done = 0
         for attempt in range(1, 3):
             target = done + pick.randint(rows // 10, rows // 3)
@@ -271,8 +271,8 @@ def test_two_tables_are_read_at_once_each_with_its_own_progress(reference_db: st
     try:
         wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
         with psycopg.connect(reference_db, autocommit=True) as conn, conn.transaction():
-            conn.execute("ALTER TABLE big ADD COLUMN flag int DEFAULT 7")
-            conn.execute("ALTER TABLE big2 ADD COLUMN flag int DEFAULT 8")
+            conn.execute("ALTER TABLE big ADD COLUMN flag int DEFAULT (7 + random() * 0)::int")
+            conn.execute("ALTER TABLE big2 ADD COLUMN flag int DEFAULT (8 + random() * 0)::int")
         execute(reference_db, "UPDATE big SET v = 1 WHERE id = 1", "UPDATE big2 SET v = 'x' WHERE id = 2")
         wait_for(
             lambda: (
@@ -362,7 +362,11 @@ def test_a_read_starts_over_when_a_key_change_needs_a_row_it_has_not_written(ref
     running.start()
     try:
         wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
-        execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT 7", "UPDATE big SET v = 1 WHERE id = 1")
+        execute(
+            reference_db,
+            "ALTER TABLE big ADD COLUMN flag int DEFAULT (7 + random() * 0)::int",
+            "UPDATE big SET v = 1 WHERE id = 1",
+        )
         wait_for(lambda: _half_read(capture, rows), what="the read under way")
         execute(reference_db, f"UPDATE big SET id = 90000000 WHERE id = {rows - TOASTED}")  # the document stays out of line
         wait_for(lambda: capture.stats.reads_abandoned >= 1, what="the read to start over")

@@ -10,7 +10,7 @@ from cdc.capture.errors import MissingValueError
 from cdc.capture.events import EventBuilder, TxContext
 from cdc.capture.pgoutput.messages import UNCHANGED
 from cdc.capture.streaming import _attribute_numbers
-from cdc.capture.tables import TableShape
+from cdc.capture.tables import TableShape, fingerprint_of
 
 
 def _shape(columns: list[tuple[str, int, int]], attnums: tuple[tuple[str, int], ...]) -> TableShape:
@@ -46,6 +46,24 @@ def test_a_record_carries_the_versions_whose_columns_changed_type_were_renamed_o
     fourth = orjson.loads(grown.schema_value(500, renamed.schema_value(400, second, sequence=7), sequence=3))
     assert [(v["lsn"], v["sequence"]) for v in fourth["versions"]] == [(200, 0), (300, 0), (400, 7)]
     assert (fourth["lsn"], fourth["sequence"]) == (500, 3)
+
+
+def test_a_stored_defaults_fact_is_carried_by_every_later_record_under_the_same_mask() -> None:
+    """``filled`` (cdc/capture/stored_defaults.py) stays on its column's entry while the column keeps its
+    number and mask, and is no part of the fingerprint (it describes rows, not columns)."""
+    first = _shape([("id", 23, -1)], (("id", 1),))
+    added = _shape([("id", 23, -1), ("flag", 23, -1)], (("id", 1), ("flag", 2)))
+    record = added.schema_value(200, first.schema_value(100), sequence=4, filled={"flag": 7})
+    columns = orjson.loads(record)["columns"]
+    assert "filled" not in columns[0] and columns[1]["filled"] == {"value": 7, "lsn": 200, "sequence": 4}
+    assert fingerprint_of(orjson.loads(record)) == added.fingerprint()
+    renamed = _shape([("key", 23, -1), ("flag", 23, -1), ("more", 25, -1)], (("key", 1), ("flag", 2), ("more", 3)))
+    later = orjson.loads(renamed.schema_value(300, record))
+    assert [c.get("filled") for c in later["columns"]] == [None, {"value": 7, "lsn": 200, "sequence": 4}, None]
+    readded = _shape([("id", 23, -1), ("flag", 23, -1)], (("id", 1), ("flag", 9)))  # dropped and added again
+    assert "filled" not in orjson.loads(readded.schema_value(400, record))["columns"][1]
+    masked = added.with_masks({"flag": ("fixed:x", lambda _text: "x")})
+    assert "filled" not in orjson.loads(masked.schema_value(500, record))["columns"][1]
 
 
 def test_attribute_numbers_follow_a_rename_the_catalog_already_holds() -> None:

@@ -33,7 +33,7 @@ CHANGES = (
     "UPDATE products SET price = 99.50, name = 'Brass lamp' WHERE id = 2",
     "DELETE FROM order_items WHERE line_no = 3",
     "UPDATE orders SET status = 'paid' WHERE customer_id = 2",
-    # gives the existing rows a value without a change event: capture reads the table again
+    # gives the existing rows a value without a change event: the schema record carries it, the views apply it
     "ALTER TABLE categories ADD COLUMN slug text NOT NULL DEFAULT 'none'",
     "UPDATE categories SET name = 'Lights' WHERE id = 2",
     "DELETE FROM products WHERE id = 20",
