@@ -49,7 +49,8 @@ the log gets from the stream (:mod:`cdc.capture.online_read`), so neither case a
 
 Costs and requirements: one more replication slot and WAL sender for a moment; creating the slot waits
 for the transactions running at that moment to end (as the initial snapshot does); the snapshot
-transaction stays open until the last chunk of the read (:mod:`cdc.capture.online_read`). Privileges:
+transaction stays open until the last chunk of the read, or until the read gives way to DDL
+(:mod:`cdc.capture.online_read`). Privileges:
 REPLICATION and SELECT on the table, as for the initial snapshot; a table created after the capture
 role was set up needs its own ``GRANT SELECT`` (or ``ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON
 TABLES``), else capture stops with a :class:`~cdc.capture.errors.PrivilegeError` naming the grant.
@@ -191,6 +192,18 @@ class SnapshotLedger:
         if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns):
             return False
         return membership is None or entry.membership is None or entry.membership == membership
+
+    def read_again(self, name: str) -> bool:
+        """The table is to be read again (``cdc snapshot``): the ledger covers it no more (no OID matches
+        0), but its entry keeps saying under which column list and row filter the log's records were
+        written, so the read supersedes them with truncate markers alone, without a tombstone for every
+        key the topic holds (reading them all back is what made a read's first chunk slow). Whether the
+        ledger covered it until now."""
+        entry = self.entries.get(name)
+        if entry is None or entry.relid == 0:
+            return False
+        self.entries[name] = dataclasses.replace(entry, relid=0)
+        return True
 
     def note_columns(self, name: str, columns: str) -> None:
         """Judge later columns of a table the ledger covers against ``columns``, its marks now (in memory:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from pathlib import Path
 from typing import cast
 
@@ -17,6 +18,7 @@ import orjson
 import psycopg
 import pytest
 
+from cdc.commands.snapshot_cmd import request_snapshot
 from cdc.coordinator import Capture
 from cdc.lag import JSON_SCHEMA, measure
 from cdc.read_status import read_status
@@ -56,14 +58,18 @@ class _Writer(threading.Thread):
         super().__init__(name="writer", daemon=True)
         self.url, self.random, self.stop, self.transactions = url, random.Random(seed), threading.Event(), 0
         self.error: BaseException | None = None
+        self.longest_pause = 0.0  # seconds between two commits, at most
 
     def run(self) -> None:
         try:
             with psycopg.connect(self.url, autocommit=True) as conn:
+                last = time.monotonic()
                 while not self.stop.is_set():
                     with conn.transaction():
                         self._change(conn)
                     self.transactions += 1
+                    now = time.monotonic()
+                    self.longest_pause, last = max(self.longest_pause, now - last), now
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
@@ -377,3 +383,51 @@ def test_a_read_starts_over_when_a_key_change_needs_a_row_it_has_not_written(ref
     assert_per_key_order(read_topic(tmp_path, BIG))
     moved = replay(tmp_path, BIG)[b'{"id":90000000}']
     assert len(str(moved["doc"])) == 6400 and moved["flag"] == 7
+
+
+def _ddl_seconds(url: str, statement: str) -> float:
+    """Run ``statement`` with a 5 s ``lock_timeout`` (it fails when a read keeps its lock longer); its time."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '5s'")
+        started = time.monotonic()
+        conn.execute(statement)
+        return time.monotonic() - started
+
+
+def test_ddl_on_a_table_being_read_waits_about_one_chunk_and_the_read_goes_on(reference_db: str, tmp_path: Path) -> None:
+    """A read of big gives way when DDL waits for its lock: ``ADD COLUMN`` and a rewriting ``ALTER COLUMN ...
+    TYPE`` (each with a 5 s ``lock_timeout``) run within moments while the read is far from done, the
+    writer of both tables never stalls for long, and the log replays to exactly the source, in per-key order."""
+    rows = 150_000  # in chunks of 100, a read of several seconds
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
+
+    def early() -> bool:  # the read under way, most of it still to come
+        return _half_read(capture, rows // 5)
+
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+    writer = _Writer(reference_db, seed=7)
+    ddl: list[float] = []
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        writer.start()
+        request_snapshot(settings, ("public.big",))
+        wait_for(early, what="the read under way")
+        ddl.append(_ddl_seconds(reference_db, "ALTER TABLE big ADD COLUMN extra int"))
+        assert _progress(tmp_path) is not None, "the read ended before the DDL: no wait to avoid"
+        wait_for(early, what="the read under way again")
+        ddl.append(_ddl_seconds(reference_db, "ALTER TABLE big ALTER COLUMN v TYPE bigint"))  # rewrites the table
+        wait_for(lambda: _progress(tmp_path) is None and not capture.reads, timeout=120, what="the end of the read")
+        _stop_writing_and_drain(writer, reference_db, tmp_path)
+    finally:
+        writer.stop.set()
+        stop.set()
+        running.join(60)
+    assert max(ddl) < 2.0, ddl
+    assert capture.stats.reads_yielded >= 2, capture.stats
+    assert writer.longest_pause < 2.0, writer.longest_pause
+    assert_per_key_order(read_topic(tmp_path, BIG))
+    assert {row["extra"] for row in replay(tmp_path, BIG).values()} == {None}
