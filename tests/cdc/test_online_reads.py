@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import cast
 
@@ -18,6 +19,9 @@ import orjson
 import psycopg
 import pytest
 
+from cdc.capture.catalog import Catalog
+from cdc.capture.table_snapshots import take_snapshot
+from cdc.capture.tables import TableShape
 from cdc.commands.snapshot_cmd import request_snapshot
 from cdc.coordinator import Capture
 from cdc.lag import JSON_SCHEMA, measure
@@ -431,3 +435,91 @@ def test_ddl_on_a_table_being_read_waits_about_one_chunk_and_the_read_goes_on(re
     assert writer.longest_pause < 2.0, writer.longest_pause
     assert_per_key_order(read_topic(tmp_path, BIG))
     assert {row["extra"] for row in replay(tmp_path, BIG).values()} == {None}
+
+
+def test_a_read_goes_on_past_its_last_durable_key_after_capture_reconnects(reference_db: str, tmp_path: Path) -> None:
+    """The replication connection and the read's sessions are terminated during a read of big while both
+    tables change: capture reconnects in process and the read goes on past its last durable key from a
+    new snapshot (no key read twice, no markers of the second run), and the log replays to the source."""
+    rows = 60_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+    writer = _Writer(reference_db, seed=11)
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        writer.start()
+        request_snapshot(settings, ("public.big",))
+        wait_for(lambda: (_progress(tmp_path) or 0) >= rows // 10, what="the read under way")
+        pids = [pid for read in capture.reads for pid in read.pending.reader.pids]
+        execute(
+            reference_db,
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ANY(ARRAY{pids}::int[]) "
+            f"OR pid = (SELECT active_pid FROM pg_replication_slots WHERE slot_name = '{settings.slot}')",
+        )
+        wait_for(
+            lambda: capture.stats.reconnects >= 1 and _progress(tmp_path) is None and not capture.reads,
+            timeout=120,
+            what="the read to end",
+        )
+        _stop_writing_and_drain(writer, reference_db, tmp_path)
+    finally:
+        writer.stop.set()
+        stop.set()
+        running.join(60)
+    assert capture.stats.reads_resumed == 1 and capture.stats.reads_abandoned == 0, capture.stats
+    records = read_topic(tmp_path, BIG)
+    assert_per_key_order(records)
+    reads: dict[int, list[bytes]] = {}
+    markers: set[int] = set()
+    for record in records:
+        value = orjson.loads(record.value) if record.value is not None else None
+        if value is not None and value["op"] == "t":
+            markers.add(value["source"]["lsn"])
+        elif value is not None and value["op"] == "r":
+            reads.setdefault(value["source"]["lsn"], []).append(cast(bytes, record.key))
+    first, *again = sorted(reads)  # the initial snapshot, then the read's runs
+    assert len(again) == 2, f"one boundary per run of the read: {sorted(reads)}"
+    keys = [key for boundary in again for key in reads[boundary]]
+    assert len(keys) == len(set(keys)), "a key was read again: the read started over"
+    assert markers == {again[0]}, "the resumed run wrote truncate markers"
+
+
+def test_a_read_does_not_begin_in_a_snapshot_its_table_was_rewritten_or_reshaped_since(reference_db: str) -> None:
+    """``SnapshotReader.hold``: a table rewritten (``ALTER COLUMN ... TYPE``), truncated or given a column
+    after the snapshot is not read in it (the rewritten table would look empty to it), nor one whose lock
+    another session holds; otherwise the lock is held until the snapshot ends, and DDL then waits for it."""
+    execute(reference_db, "CREATE TABLE t (id int PRIMARY KEY, v int)", "INSERT INTO t SELECT g, g FROM generate_series(1, 10) g")
+    catalog = Catalog(reference_db)
+    relid = int(cast(int, catalog._execute("SELECT 't'::regclass::oid", ())[0][0]))
+    shape = TableShape(relid, "public", "t", "cdc.public.t", ())
+    now = partial(catalog.relation_state, relid)
+
+    def hold_after(*statements: str) -> str | None:
+        pending = take_snapshot(reference_db, "hold_test", [])
+        try:
+            execute(reference_db, *statements)
+            return pending.reader.hold(shape, now, 200)
+        finally:
+            pending.close()
+
+    try:
+        assert hold_after("UPDATE t SET v = v + 1") is None
+        assert hold_after("ALTER TABLE t ALTER COLUMN v TYPE bigint") == "its columns or storage changed since the snapshot"
+        assert hold_after("TRUNCATE t") is not None
+        assert hold_after("ALTER TABLE t ADD COLUMN w int DEFAULT 3") is not None
+        pending = take_snapshot(reference_db, "hold_test", [])
+        try:
+            with psycopg.connect(reference_db) as locker:
+                locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+                assert pending.reader.hold(shape, now, 200) == "another session holds or waits for a lock on it"
+            assert pending.reader.hold(shape, now, 200) is None  # the snapshot outlived the failed attempt
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                execute(reference_db, "SET lock_timeout = '300ms'", "ALTER TABLE t ADD COLUMN x int")
+        finally:
+            pending.close()
+    finally:
+        catalog.close()
