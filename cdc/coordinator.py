@@ -90,6 +90,7 @@ from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
 from cdc.source_checks import capture_problems
 from cdc.storage_errors import capture_storage_error
+from log_store import ProducerRecord
 from log_store.errors import StorageIOError
 from log_store.log import Log
 
@@ -135,6 +136,8 @@ class CaptureStats:
     reads_requested: int = 0
     #: times a read gave way to another session's lock (DDL) and went on later from a new snapshot
     reads_yielded: int = 0
+    #: reads stopped on request (``cdc snapshot --cancel``)
+    reads_cancelled: int = 0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -186,6 +189,8 @@ class Capture:
         self._resume_snapshotted: set[int] = set()  # resumes whose new snapshot waits for the stream
         self._resume_due = False  # a read was suspended in this run: discover (take its new snapshot) next
         self._next_lock_check = 0.0
+        self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
+        self._ledger_notes: list[ProducerRecord] = []  # ledger records to append after that group
 
     @property
     def position(self) -> Lsn:
@@ -494,11 +499,51 @@ class Capture:
         """A ``cdc snapshot`` request (:mod:`cdc.capture.snapshot_requests`) in a transaction being written:
         its tables' ledger entries are forgotten, so the discovery after this group reads them again."""
         request = SnapshotRequest.parse(message.content)
-        for name in request.tables if request is not None else ():
-            if self.ledger.read_again(name):
+        if request is None:
+            return
+        for name in request.tables:
+            uncancelled = self.ledger.read_requested(name, time.time_ns() // 1_000_000)
+            self._ledger_notes += uncancelled
+            if self.ledger.read_again(name) or uncancelled:
                 self._shape_changed = True
                 self.stats.reads_requested += 1
                 log.info("%s is read again, as asked at %s", name, Lsn(message.lsn))
+        self._cancels += request.cancel
+
+    def _cancel_reads(self) -> None:
+        """Carry out the cancellations of the group just written (:mod:`cdc.capture.snapshot_requests`):
+        each read of a named table, under way, waiting for its snapshot or due, stops; its held changes
+        and its progress go, and the ledger records the table as left out
+        (:meth:`~cdc.capture.table_snapshots.SnapshotLedger.cancel_record`), in a group of their own."""
+        assert self.log is not None
+        names, self._cancels = self._cancels, []
+        records, self._ledger_notes = self._ledger_notes, []
+        published = {t.log_name: t.relid for t in self.catalog.published_tables(self.settings.publication)} if names else {}
+        for name in names:
+            relid = published.get(name)
+            if relid is None or self.ledger.covers(name, relid):
+                log.info("no read of %s under way or due: nothing to cancel", name)
+                continue
+            for read in [read for read in self.reads if read.relid == relid]:
+                self._end_read(read)
+            resume = self.resumes.pop(relid, None)
+            if resume is not None:
+                self.groups.held.pop(resume[0].topic, None)  # type: ignore[union-attr]
+                resume[1].discard()
+            self._resume_snapshotted.discard(relid)
+            for pending in list(self.core.waiting):
+                pending.tables = [table for table in pending.tables if table.relid != relid]
+                if not pending.tables:
+                    self.core.waiting.remove(pending)
+                    pending.close()
+            self.gate.holds.pop(relid, None)
+            self.gate.wanted.pop(relid, None)
+            records += self.ledger.cancel_record(name, time.time_ns() // 1_000_000)
+            self.stats.reads_cancelled += 1
+            log.info("the read of %s is cancelled: its changes are left out until `cdc snapshot %s`", name, name)
+        if records:
+            self.log.append_group(records, self.position.hex16())
+        self.core.reading = bool(self.reads)
 
     def _reopen_reads(self) -> None:
         """Find the reads an earlier run left under way (a progress record in the ledger and its holding
@@ -688,6 +733,8 @@ class Capture:
         finally:
             self._reap()
         status = self.core.group_durable(group)
+        if self._cancels or self._ledger_notes:
+            self._cancel_reads()
         self.stats.events += written.events
         self.stats.groups += 1
         self.stats.transactions += len(group)

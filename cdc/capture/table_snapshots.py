@@ -109,6 +109,10 @@ def _progress_key(log_name: str) -> bytes:
     return orjson.dumps(["read", log_name])
 
 
+def _cancelled_key(log_name: str) -> bytes:
+    return orjson.dumps(["cancelled", log_name])
+
+
 class SnapshotLedger:
     """The tables whose snapshot the log holds complete, loaded from and written to ``topic``; and the
     progress of the reads under way beside the stream (:attr:`reads`: records keyed ``["read", name]``,
@@ -118,6 +122,8 @@ class SnapshotLedger:
         self.topic = topic
         self.entries: dict[str, LedgerEntry] = {}
         self.reads: dict[str, ReadProgress] = {}
+        #: tables whose read was cancelled (``cdc snapshot --cancel``), by log name: left out of capture
+        self.cancelled: set[str] = set()
 
     @classmethod
     def load(cls, log: Log, topic: str) -> SnapshotLedger:
@@ -133,6 +139,9 @@ class SnapshotLedger:
                 if record.key is None:
                     continue
                 name = orjson.loads(record.key)
+                if isinstance(name, list) and name[0] == "cancelled":
+                    (ledger.cancelled.add if record.value is not None else ledger.cancelled.discard)(str(name[1]))
+                    continue
                 if isinstance(name, list):  # ["read", name]: a read's progress
                     ledger._load_progress(str(name[1]), record.value)
                     continue
@@ -187,11 +196,32 @@ class SnapshotLedger:
         does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
         """
         entry = self.entries.get(name)
-        if entry is None or entry.relid != relid:
+        if entry is None or entry.relid != relid or name in self.cancelled:
             return False
         if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns):
             return False
         return membership is None or entry.membership is None or entry.membership == membership
+
+    def cancel_record(self, name: str, ts_ms: int) -> list[ProducerRecord]:
+        """The records of a cancelled read of the table ``name`` (append them in a group of their own): its
+        progress tombstone and a ``["cancelled", name]`` record. The table's log holds what the read wrote
+        after its truncate markers, not the rest: capture writes none of its changes from then on (a
+        partial row of a key the log lacks would break promise 4) and takes no snapshot of it, until
+        ``cdc snapshot`` asks for it again (:meth:`read_requested`)."""
+        self.cancelled.add(name)
+        self.reads.pop(name, None)
+        return [
+            ProducerRecord(self.topic, _progress_key(name), None, ts_ms),
+            ProducerRecord(self.topic, _cancelled_key(name), b"{}", ts_ms),
+        ]
+
+    def read_requested(self, name: str, ts_ms: int) -> list[ProducerRecord]:
+        """``cdc snapshot`` asks for a cancelled table again: the tombstone of its cancellation (none when
+        it was not cancelled)."""
+        if name not in self.cancelled:
+            return []
+        self.cancelled.discard(name)
+        return [ProducerRecord(self.topic, _cancelled_key(name), None, ts_ms)]
 
     def read_again(self, name: str) -> bool:
         """The table is to be read again (``cdc snapshot``): the ledger covers it no more (no OID matches
@@ -257,6 +287,8 @@ class TableGate:
     def admits(self, shape: TableShape, commit_lsn: int) -> bool:
         if self.ledger.covers(shape.log_name, shape.relid):
             return True
+        if shape.log_name in self.ledger.cancelled:
+            return False
         boundary = self.holds.get(shape.relid)
         if boundary is not None:
             return commit_lsn >= boundary

@@ -20,8 +20,11 @@ from cdc.settings import Settings
 @click.argument("tables", nargs=-1)
 @click.option("--status", is_flag=True, help="Show the reads under way: rows done, estimated, rate, ETA.")
 @click.option("--json", "as_json", is_flag=True, help="With --status: one JSON object per read.")
+@click.option(
+    "--cancel", is_flag=True, help="Stop the reads of TABLE...; capture then leaves them out until asked to read them again."
+)
 @pass_context
-def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool) -> None:
+def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool, cancel: bool) -> None:
     """Read TABLE... (schema.table) again beside the stream, as op=r events; or show reads under way."""
     settings: Settings = ctx.settings  # type: ignore[attr-defined]
     if status:
@@ -30,12 +33,16 @@ def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool) 
         return
     if not tables:
         raise ConfigError("name at least one table to read again (schema.table), or ask for --status")
-    lsn = request_snapshot(settings, tables)
-    click.echo(f"asked capture to read {', '.join(tables)} again (request at LSN {lsn})")
+    lsn = request_snapshot(settings, tables, cancel=cancel)
+    if cancel:
+        click.echo(f"asked capture to stop reading {', '.join(tables)} (request at LSN {lsn})")
+    else:
+        click.echo(f"asked capture to read {', '.join(tables)} again (request at LSN {lsn})")
 
 
-def request_snapshot(settings: Settings, tables: tuple[str, ...]) -> str:
-    """Emit the request for ``tables`` (each a published table capture includes); its LSN."""
+def request_snapshot(settings: Settings, tables: tuple[str, ...], *, cancel: bool = False) -> str:
+    """Emit the request to read ``tables`` again, or with ``cancel`` to stop reading them (each a
+    published table capture includes); its LSN."""
     import psycopg
 
     from cdc.capture.catalog import Catalog
@@ -56,7 +63,7 @@ def request_snapshot(settings: Settings, tables: tuple[str, ...]) -> str:
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT pg_logical_emit_message(true, %s, %s::bytea)::text",
-                (PREFIX, SnapshotRequest(tuple(tables)).content()),
+                (PREFIX, (SnapshotRequest(cancel=tables) if cancel else SnapshotRequest(tables)).content()),
             ).fetchone()
     except psycopg.Error as exc:
         raise SourceError(f"cannot send the request: {str(exc).strip().splitlines()[0]}") from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import cast
@@ -523,3 +524,51 @@ def test_a_read_does_not_begin_in_a_snapshot_its_table_was_rewritten_or_reshaped
             pending.close()
     finally:
         catalog.close()
+
+
+def test_cdc_snapshot_cancel_stops_a_read_and_leaves_the_table_out_until_asked_again(reference_db: str, tmp_path: Path) -> None:
+    """``cdc snapshot --cancel`` during a read of big: the read stops (no progress record, ``--status`` lists
+    nothing, the holding file is gone), big's later changes are not written (its log lacks rows the read
+    did not reach) while busy's still are, a restart keeps big left out, and ``cdc snapshot`` reads it
+    whole again: then the log replays to exactly the source."""
+    rows = 40_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
+    env = {"tables": "public.big,public.busy"}
+
+    def run(until: Callable[[Capture], bool], what: str) -> Capture:
+        stop = threading.Event()
+        capture = Capture(settings, stop=stop)
+        running = threading.Thread(target=capture.run)
+        running.start()
+        try:
+            wait_for(lambda: until(capture), what=what)
+        finally:
+            stop.set()
+            running.join(60)
+        return capture
+
+    def cancelled(capture: Capture) -> bool:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        request_snapshot(settings, ("public.big",))
+        wait_for(lambda: (_progress(tmp_path) or 0) > 0, what="the read under way")
+        asked = run_cdc(reference_db, tmp_path, "snapshot", "--cancel", "public.big", **env)
+        assert asked.returncode == 0, asked.stderr
+        wait_for(lambda: capture.stats.reads_cancelled == 1 and not capture.reads, what="the cancellation")
+        assert _progress(tmp_path) is None and read_status(settings) == []
+        assert not list((tmp_path / "held").glob("*.held"))
+        return True
+
+    def left_out(capture: Capture) -> bool:
+        big_end = _ends(tmp_path)[0]
+        execute(reference_db, "UPDATE big SET v = v + 1 WHERE id % 100 = 1", "UPDATE busy SET n = n + 1")
+        wait_for(lambda: replay(tmp_path, BUSY) == source_table(reference_db, "busy"), what="busy's change")
+        assert _ends(tmp_path)[0] == big_end, "a change of a cancelled table was written"
+        return True
+
+    run(lambda c: cancelled(c) and left_out(c), "the read to cancel")
+    restarted = run(left_out, "busy's change after a restart")
+    assert restarted.stats.tables_added == 0, "a cancelled table was read again without being asked"
+    assert run_cdc(reference_db, tmp_path, "snapshot", "public.big", **env).returncode == 0
+    run(lambda c: replay(tmp_path, BIG) == source_table(reference_db, "big"), "big read again whole")
+    assert_per_key_order(read_topic(tmp_path, BIG))
