@@ -1,7 +1,9 @@
 """``cdc snapshot``: ask the running capture (or the next one) to read tables again, and show reads under way.
 
 The request travels through PostgreSQL (:mod:`cdc.capture.snapshot_requests`): no shell on the capture
-host, no stop. The status is read from the log: each chunk of a read by key carries a progress record.
+host, no stop. Who may send one is who may execute ``pg_logical_emit_message``: on PostgreSQL 14 to 18
+every role that can connect, unless that is revoked from ``PUBLIC`` (docs/commands.md says how).
+The status is read from the log: each chunk of a read by key carries a progress record.
 """
 
 from __future__ import annotations
@@ -9,7 +11,7 @@ from __future__ import annotations
 import click
 import orjson
 
-from cdc.capture.errors import ConfigError, SourceError
+from cdc.capture.errors import ConfigError, PrivilegeError, SourceError
 from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
 from cdc.cli import pass_context
 from cdc.read_status import read_status
@@ -65,6 +67,11 @@ def request_snapshot(settings: Settings, tables: tuple[str, ...], *, cancel: boo
                 "SELECT pg_logical_emit_message(true, %s, %s::bytea)::text",
                 (PREFIX, (SnapshotRequest(cancel=tables) if cancel else SnapshotRequest(tables)).content()),
             ).fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        raise PrivilegeError(
+            "this role may not send requests to capture: run GRANT EXECUTE ON FUNCTION pg_logical_emit_message"
+            "(boolean, text, bytea) TO it (on PostgreSQL 17 and later (boolean, text, bytea, boolean))"
+        ) from None
     except psycopg.Error as exc:
         raise SourceError(f"cannot send the request: {str(exc).strip().splitlines()[0]}") from None
     return str(row[0]) if row else "?"

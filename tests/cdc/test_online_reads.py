@@ -8,6 +8,7 @@ another table, from before the read starts until after it ended.
 from __future__ import annotations
 
 import random
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -572,3 +573,30 @@ def test_cdc_snapshot_cancel_stops_a_read_and_leaves_the_table_out_until_asked_a
     assert run_cdc(reference_db, tmp_path, "snapshot", "public.big", **env).returncode == 0
     run(lambda c: replay(tmp_path, BIG) == source_table(reference_db, "big"), "big read again whole")
     assert_per_key_order(read_topic(tmp_path, BIG))
+
+
+def test_who_may_ask_capture_to_read_is_who_may_execute_pg_logical_emit_message(reference_db: str, tmp_path: Path) -> None:
+    """PostgreSQL grants ``pg_logical_emit_message`` to every role: any role that can connect may ask (as
+    docs/commands.md warns). Revoked from ``PUBLIC`` and granted to an operator role, a role without the
+    grant gets one error naming the grant (exit 3), and the operator role, with nothing else, may ask."""
+    _tables(reference_db, 10)
+    for role in ("snapshot_asker", "snapshot_operator"):
+        exists = f"SELECT FROM pg_roles WHERE rolname = '{role}'"
+        execute(reference_db, f"DO $$ BEGIN IF NOT EXISTS ({exists}) THEN CREATE ROLE {role} LOGIN; END IF; END $$")
+
+    def ask(role: str) -> subprocess.CompletedProcess[str]:
+        return run_cdc(reference_db.replace("postgres@", f"{role}@", 1), tmp_path, "snapshot", "public.big")
+
+    assert ask("snapshot_asker").returncode == 0
+    execute(
+        reference_db,
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea) FROM PUBLIC",
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC",
+        "GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea) TO snapshot_operator",
+    )
+    refused = ask("snapshot_asker")
+    assert refused.returncode == 3, refused.stderr
+    (error,) = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert "may not send requests to capture: run GRANT EXECUTE ON FUNCTION pg_logical_emit_message" in error
+    allowed = ask("snapshot_operator")
+    assert allowed.returncode == 0, allowed.stderr
