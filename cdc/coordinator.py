@@ -494,6 +494,27 @@ class Capture:
             self.stats.tables_added += len(pending.tables)
             self._resume_snapshotted |= {t.relid for t in pending.tables}
             self.core.waiting.append(pending)
+        if resuming - self._resume_snapshotted:
+            self._drop_resumes_left_out()
+
+    def _drop_resumes_left_out(self) -> None:
+        """Reads to resume whose table capture no longer takes (it left the publication or ``CDC_TABLES``)
+        are over: their holding files go, and their progress records get tombstones, so that
+        ``cdc snapshot --status`` and ``cdc lag`` stop listing them."""
+        assert self.log is not None and self.groups is not None
+        taken = {t.relid for t in self.catalog.published_tables(self.settings.publication) if self.include(t.schema, t.table)}
+        ts_ms, records = time.time_ns() // 1_000_000, []
+        for relid in [relid for relid in self.resumes if relid not in taken]:
+            progress, held = self.resumes.pop(relid)
+            self.groups.held.pop(progress.topic, None)
+            self.gate.holds.pop(relid, None)
+            held.discard()
+            name = next((name for name, read in self.ledger.reads.items() if read.relid == relid), None)
+            if name is not None:
+                records.append(self.ledger.progress_gone(name, ts_ms))
+            log.info("the read of %s is over: its table is no longer captured", progress.topic)
+        if records:
+            self.log.append_group(records, self.position.hex16())
 
     def _requested(self, message: LogicalMessage) -> None:
         """A ``cdc snapshot`` request (:mod:`cdc.capture.snapshot_requests`) in a transaction being written:
@@ -551,11 +572,16 @@ class Capture:
         changes from their first boundary on, until a new snapshot resumes them. Other holding files of
         this slot are deleted (their reads start over)."""
         assert self.groups is not None
+        assert self.log is not None
         held_dir = self.settings.data_dir / "held"
         kept: set[Path] = set()
-        for progress in self.ledger.reads.values():
+        gone = []
+        for name, progress in list(self.ledger.reads.items()):
             path = held_path(held_dir, self.settings.slot, progress.relid)
-            if progress.relid in self.resumes or not path.exists():
+            if progress.relid in self.resumes:
+                continue
+            if not path.exists():
+                gone.append(self.ledger.progress_gone(name, time.time_ns() // 1_000_000))
                 continue
             held = HeldChanges.reopen(path, self.position)
             kept.add(path)
@@ -566,6 +592,8 @@ class Capture:
         for path in held_dir.glob(f"{self.settings.slot}-*.held") if held_dir.exists() else ():
             if path not in kept:
                 path.unlink(missing_ok=True)
+        if gone:
+            self.log.append_group(gone, self.position.hex16())
 
     def _start_read(self, pending: PendingSnapshot) -> None:
         """The stream reached ``pending``'s boundary: each of its tables is read beside the stream
@@ -643,6 +671,7 @@ class Capture:
             self.reads.remove(read)
             read.suspend()
             self.resumes[read.relid] = (progress, read.held)
+            self.ledger.reads[read.shape.log_name] = progress
             self._resume_snapshotted.discard(read.relid)
             self.core.reading = bool(self.reads)
             log.info("the read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why)

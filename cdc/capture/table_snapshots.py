@@ -202,6 +202,12 @@ class SnapshotLedger:
             return False
         return membership is None or entry.membership is None or entry.membership == membership
 
+    def progress_gone(self, name: str, ts_ms: int) -> ProducerRecord:
+        """The tombstone of the progress of a read of ``name`` that is over without its last chunk: its
+        table left the capture, or its holding file is gone (a read that starts over writes new ones)."""
+        self.reads.pop(name, None)
+        return ProducerRecord(self.topic, _progress_key(name), None, ts_ms)
+
     def cancel_record(self, name: str, ts_ms: int) -> list[ProducerRecord]:
         """The records of a cancelled read of the table ``name`` (append them in a group of their own): its
         progress tombstone and a ``["cancelled", name]`` record. The table's log holds what the read wrote
@@ -210,10 +216,7 @@ class SnapshotLedger:
         ``cdc snapshot`` asks for it again (:meth:`read_requested`)."""
         self.cancelled.add(name)
         self.reads.pop(name, None)
-        return [
-            ProducerRecord(self.topic, _progress_key(name), None, ts_ms),
-            ProducerRecord(self.topic, _cancelled_key(name), b"{}", ts_ms),
-        ]
+        return [self.progress_gone(name, ts_ms), ProducerRecord(self.topic, _cancelled_key(name), b"{}", ts_ms)]
 
     def read_requested(self, name: str, ts_ms: int) -> list[ProducerRecord]:
         """``cdc snapshot`` asks for a cancelled table again: the tombstone of its cancellation (none when

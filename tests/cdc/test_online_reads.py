@@ -600,3 +600,29 @@ def test_who_may_ask_capture_to_read_is_who_may_execute_pg_logical_emit_message(
     assert "may not send requests to capture: run GRANT EXECUTE ON FUNCTION pg_logical_emit_message" in error
     allowed = ask("snapshot_operator")
     assert allowed.returncode == 0, allowed.stderr
+
+
+def test_the_progress_of_a_read_whose_table_left_the_capture_is_not_listed_for_ever(reference_db: str, tmp_path: Path) -> None:
+    """Capture is killed during a read of big, and ``CDC_TABLES`` leaves big out: the next run ends the read
+    (its holding file goes, its progress record gets a tombstone), so ``cdc snapshot --status`` lists nothing."""
+    rows = 40_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
+    env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="100")
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        request_snapshot(settings, ("public.big",))
+        wait_for(lambda: (_progress(tmp_path) or 0) > 0, what="the read under way")
+        assert capture.kill9(), capture.stderr()
+        assert [read["table"] for read in read_status(settings)] == ["public.big"]
+        execute(reference_db, "UPDATE busy SET n = n + 1")
+        env = cdc_env(reference_db, tmp_path, tables="public.busy", snapshot_chunk_rows="100")  # big is left out
+        capture = CdcProcess(env, ["capture"], tmp_path / "capture-1.err")
+        wait_for(lambda: replay(tmp_path, BUSY) == source_table(reference_db, "busy"), what="busy's change")
+        wait_for(lambda: read_status(settings) == [], what="the read's progress to go")
+        assert not list((tmp_path / "held").glob("*.held"))
+        assert capture.terminate() == 0, capture.stderr()
+    finally:
+        if capture.running():
+            capture.kill9()
