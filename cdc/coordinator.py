@@ -189,6 +189,7 @@ class Capture:
         self._resume_snapshotted: set[int] = set()  # resumes whose new snapshot waits for the stream
         self._resume_due = False  # a read was suspended in this run: discover (take its new snapshot) next
         self._next_lock_check = 0.0
+        self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
         self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
         self._ledger_notes: list[ProducerRecord] = []  # ledger records to append after that group
 
@@ -714,8 +715,28 @@ class Capture:
 
     def _abandon_topics(self, topics: set[str]) -> None:
         """The group being written needs rows of these held topics the log may not hold yet: read their tables again."""
+        why = "an update changed a key and left TOAST values unchanged"
         reading = [read for read in self.reads if read.topic in topics and not read.abandoned]
-        self._abandon(reading, "an update changed a key and left TOAST values unchanged")
+        self._abandon(reading, why)
+        for relid, (progress, held) in list(self.resumes.items()):
+            if progress.topic in topics:
+                self._resume_over(relid, progress, held, why)
+
+    def _resume_over(self, relid: int, progress: ReadProgress, held: HeldChanges, why: str) -> None:
+        """A read waiting to be resumed starts over instead (its held records would hold a row the log
+        may lack): as :meth:`_abandon`, and no snapshot already taken to resume it is read."""
+        del self.resumes[relid]
+        self._resume_snapshotted.discard(relid)
+        self._resumes_over.append((progress.topic, held))  # deleted once the group being written is done
+        for pending in list(self.core.waiting):
+            pending.tables = [table for table in pending.tables if table.relid != relid]
+            if not pending.tables:
+                self.core.waiting.remove(pending)
+                pending.close()
+        self.gate.holds.pop(relid, None)
+        self.gate.wanted[relid] = progress.topic
+        self.stats.reads_abandoned += 1
+        log.info("the read of %s starts again from a new snapshot: %s", progress.topic, why)
 
     def _abandon(self, reads: list[OnlineRead], why: str) -> None:
         """Stop ``reads`` at once: the gate refuses their tables' changes from here on (the next discovery
@@ -730,6 +751,11 @@ class Capture:
     def _reap(self) -> None:
         for read in [read for read in self.reads if read.abandoned]:
             self._end_read(read)
+        assert self.groups is not None
+        for topic, held in self._resumes_over:
+            self.groups.held.pop(topic, None)
+            held.discard()
+        self._resumes_over.clear()
 
     def _drop_table_snapshots(self) -> None:
         """Forget waiting snapshots (their tables are found again by the next discovery) and suspend the

@@ -194,10 +194,12 @@ class SnapshotLedger:
         rows may hold values no change event carried (``columns``, see
         :func:`cdc.capture.catalog.columns_filled_since`). ``None`` (the stream's question) skips a test, and so
         does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
+        Nor is a table with a read under way (a progress record: its truncate markers are in the log) or
+        whose read was cancelled, whatever its entry says.
         """
         entry = self.entries.get(name)
-        if entry is None or entry.relid != relid or name in self.cancelled:
-            return False
+        if entry is None or entry.relid != relid or name in self.cancelled or name in self.reads:
+            return False  # a read under way (its progress record) already superseded the table's records
         if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns):
             return False
         return membership is None or entry.membership is None or entry.membership == membership

@@ -626,3 +626,35 @@ def test_the_progress_of_a_read_whose_table_left_the_capture_is_not_listed_for_e
     finally:
         if capture.running():
             capture.kill9()
+
+
+def test_a_key_change_keeping_a_toasted_value_while_a_read_waits_to_resume_starts_it_over(
+    reference_db: str, tmp_path: Path
+) -> None:
+    """Capture is killed during a read of big; before the next run resumes it, a row read already (key at
+    most the last durable one) moves to another such key leaving its document unchanged. Its value is the
+    old key's, which a resumed read's held records could not carry: the read starts over, and the log
+    replays to exactly the source with no partial row before a full one."""
+    rows = 40_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
+    env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="100")
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        execute(reference_db, "DELETE FROM big WHERE id = 7")
+        request_snapshot(settings, ("public.big",))
+        wait_for(lambda: (_progress(tmp_path) or 0) > TOASTED, what="the read past a toasted row")
+        assert capture.kill9(), capture.stderr()
+        execute(reference_db, f"UPDATE big SET id = 7 WHERE id = {TOASTED}")  # the document stays out of line
+        capture = CdcProcess(env, ["capture"], tmp_path / "capture-1.err")
+        wait_for(
+            lambda: _progress(tmp_path) is None and replay(tmp_path, BIG) == source_table(reference_db, "big"),
+            what="the log to replay to the source",
+        )
+        assert capture.terminate() == 0, capture.stderr()
+    finally:
+        if capture.running():
+            capture.kill9()
+    assert_per_key_order(read_topic(tmp_path, BIG))
+    assert len(str(replay(tmp_path, BIG)[b'{"id":7}']["doc"])) == 6400
