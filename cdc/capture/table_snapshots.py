@@ -116,7 +116,8 @@ def _cancelled_key(log_name: str) -> bytes:
 class SnapshotLedger:
     """The tables whose snapshot the log holds complete, loaded from and written to ``topic``; and the
     progress of the reads under way beside the stream (:attr:`reads`: records keyed ``["read", name]``,
-    written with each chunk, a tombstone with the read's last)."""
+    written with each chunk, a tombstone with the read's last); and the tables whose read was cancelled
+    (:attr:`cancelled`: records keyed ``["cancelled", name]``, a tombstone when one is asked for again)."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
