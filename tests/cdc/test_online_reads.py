@@ -495,8 +495,9 @@ def test_a_read_does_not_begin_in_a_snapshot_its_table_was_rewritten_or_reshaped
     after the snapshot is not read in it (the rewritten table would look empty to it), nor one whose lock
     another session holds; otherwise the lock is held until the snapshot ends, and DDL then waits for it."""
     execute(reference_db, "CREATE TABLE t (id int PRIMARY KEY, v int)", "INSERT INTO t SELECT g, g FROM generate_series(1, 10) g")
+    with psycopg.connect(reference_db) as conn:
+        relid = int(cast(int, cast(tuple[int], conn.execute("SELECT 't'::regclass::oid::int8").fetchone())[0]))
     catalog = Catalog(reference_db)
-    relid = int(cast(int, catalog._execute("SELECT 't'::regclass::oid", ())[0][0]))
     shape = TableShape(relid, "public", "t", "cdc.public.t", ())
     now = partial(catalog.relation_state, relid)
 
