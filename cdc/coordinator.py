@@ -51,7 +51,7 @@ from pathlib import Path
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from cdc.capture.capture_topics import CaptureTopics
-from cdc.capture.catalog import Catalog
+from cdc.capture.catalog import Catalog, PublishedTable
 from cdc.capture.discovery import captured_tables, snapshot_new_tables
 from cdc.capture.errors import PrerequisiteError, PrivilegeError, SlotError, SourceError
 from cdc.capture.events import EventBuilder
@@ -90,6 +90,7 @@ from cdc.metrics import CaptureMetrics
 from cdc.settings import Settings
 from cdc.source_checks import capture_problems
 from cdc.storage_errors import capture_storage_error
+from log_store import ProducerRecord
 from log_store.errors import StorageIOError
 from log_store.log import Log
 
@@ -106,6 +107,10 @@ class Tuning(StreamTuning):
     snapshot_group_chunks: int = 10  # chunks per group of the initial snapshot (one fsync each)
     reconnect_seconds: float = 120.0
     memory_limit: int = 8 << 20
+    #: how often, at most, capture looks for sessions waiting for a lock a read holds (between chunks)
+    lock_check_seconds: float = 0.05
+    #: how long a read waits for its table's lock, at its start and in each chunk's query
+    read_lock_timeout_ms: int = 200
 
 
 @dataclass
@@ -129,6 +134,10 @@ class CaptureStats:
     reads_resumed: int = 0
     #: tables read again on request (``cdc snapshot``)
     reads_requested: int = 0
+    #: times a read gave way to another session's lock (DDL) and went on later from a new snapshot
+    reads_yielded: int = 0
+    #: reads stopped on request (``cdc snapshot --cancel``)
+    reads_cancelled: int = 0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -178,6 +187,11 @@ class Capture:
         #: by OID: reads an earlier run left under way (their progress, their held changes), to resume
         self.resumes: dict[int, tuple[ReadProgress, HeldChanges]] = {}
         self._resume_snapshotted: set[int] = set()  # resumes whose new snapshot waits for the stream
+        self._resume_due = False  # a read was suspended in this run: discover (take its new snapshot) next
+        self._next_lock_check = 0.0
+        self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
+        self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
+        self._ledger_notes: list[ProducerRecord] = []  # ledger records to append after that group
 
     @property
     def position(self) -> Lsn:
@@ -208,7 +222,13 @@ class Capture:
         assert self.topics is not None
         self.topics.ensure(shape)
         self._shape_changed = True
-        reading = [read for read in self.reads if shape.relid == read.relid and not read.abandoned]
+        # a read holds its table's lock from the check of its columns on (OnlineRead), so a shape of its
+        # own is the one it reads: only another one (met in the stream first) starts it over
+        fingerprint = shape.fingerprint()
+        reading = [
+            read for read in self.reads
+            if shape.relid == read.relid and not read.abandoned and read.shape.fingerprint() != fingerprint
+        ]  # fmt: skip
         if reading:
             self._abandon(reading, f"the columns of {shape.qualified} changed")
 
@@ -314,7 +334,7 @@ class Capture:
                     self._stream_with_reconnect()
             finally:
                 self._drop_table_snapshots()
-                self._discard_resumes()
+                self._close_resumes()
                 self.catalog.close()
         return self.stats
 
@@ -377,8 +397,11 @@ class Capture:
             require_continuity(self.settings.database_url, self.settings.slot, self.position)
             if self.once and core.target is None:
                 core.drain_to(self.catalog.wal_insert_position(), time.monotonic() + self.catalog.async_commit_delay())
-            # Snapshots that waited when the last session ended are taken again at a new point.
+            # Snapshots that waited when the last session ended are taken again at a new point, and
+            # reads under way go on from new ones; the slot sends again what the log does not hold.
             self._drop_table_snapshots()
+            for _, held in self.resumes.values():
+                held.cut_to(self.position)
             self._discover()
             repl.start(self.settings.slot, Lsn(0), self.settings.publication)
             assembler = TransactionAssembler(self.tuning.memory_limit)
@@ -443,7 +466,7 @@ class Capture:
                 case Heartbeat(end=end):
                     self._heartbeat(end, repl)
                 case Discover():
-                    self._shape_changed = False
+                    self._shape_changed = self._resume_due = False
                     self._discover()
                 case Retarget():
                     self.core.retarget(self.catalog.wal_flush_position())
@@ -458,7 +481,7 @@ class Capture:
         repl.send_status(status.flushed, status.flushed, reply=status.reply)
 
     def _wants_discovery(self) -> bool:
-        return bool(self.gate.wanted) or self._shape_changed
+        return bool(self.gate.wanted) or self._shape_changed or self._resume_due
 
     # -- tables added mid-stream (see cdc.capture.table_snapshots) ---------------------------------------------
 
@@ -474,16 +497,77 @@ class Capture:
             self.stats.tables_added += len(pending.tables)
             self._resume_snapshotted |= {t.relid for t in pending.tables}
             self.core.waiting.append(pending)
+        if resuming - self._resume_snapshotted:
+            self._drop_resumes_left_out()
+
+    def _drop_resumes_left_out(self) -> None:
+        """Reads to resume whose table capture no longer takes (it left the publication or ``CDC_TABLES``)
+        are over: their holding files go, and their progress records get tombstones, so that
+        ``cdc snapshot --status`` and ``cdc lag`` stop listing them."""
+        assert self.log is not None and self.groups is not None
+        taken = {t.relid for t in self.catalog.published_tables(self.settings.publication) if self.include(t.schema, t.table)}
+        ts_ms, records = time.time_ns() // 1_000_000, []
+        for relid in [relid for relid in self.resumes if relid not in taken]:
+            progress, held = self.resumes.pop(relid)
+            self.groups.held.pop(progress.topic, None)
+            self.gate.holds.pop(relid, None)
+            held.discard()
+            name = next((name for name, read in self.ledger.reads.items() if read.relid == relid), None)
+            if name is not None:
+                records.append(self.ledger.progress_gone(name, ts_ms))
+            log.info("the read of %s is over: its table is no longer captured", progress.topic)
+        if records:
+            self.log.append_group(records, self.position.hex16())
 
     def _requested(self, message: LogicalMessage) -> None:
         """A ``cdc snapshot`` request (:mod:`cdc.capture.snapshot_requests`) in a transaction being written:
         its tables' ledger entries are forgotten, so the discovery after this group reads them again."""
         request = SnapshotRequest.parse(message.content)
-        for name in request.tables if request is not None else ():
-            if self.ledger.entries.pop(name, None) is not None:
+        if request is None:
+            return
+        for name in request.tables:
+            uncancelled = self.ledger.read_requested(name, time.time_ns() // 1_000_000)
+            self._ledger_notes += uncancelled
+            if self.ledger.read_again(name) or uncancelled:
                 self._shape_changed = True
                 self.stats.reads_requested += 1
                 log.info("%s is read again, as asked at %s", name, Lsn(message.lsn))
+        self._cancels += request.cancel
+
+    def _cancel_reads(self) -> None:
+        """Carry out the cancellations of the group just written (:mod:`cdc.capture.snapshot_requests`):
+        each read of a named table, under way, waiting for its snapshot or due, stops; its held changes
+        and its progress go, and the ledger records the table as left out
+        (:meth:`~cdc.capture.table_snapshots.SnapshotLedger.cancel_record`), in a group of their own."""
+        assert self.log is not None
+        names, self._cancels = self._cancels, []
+        records, self._ledger_notes = self._ledger_notes, []
+        published = {t.log_name: t.relid for t in self.catalog.published_tables(self.settings.publication)} if names else {}
+        for name in names:
+            relid = published.get(name)
+            if relid is None or self.ledger.covers(name, relid):
+                log.info("no read of %s under way or due: nothing to cancel", name)
+                continue
+            for read in [read for read in self.reads if read.relid == relid]:
+                self._end_read(read)
+            resume = self.resumes.pop(relid, None)
+            if resume is not None:
+                self.groups.held.pop(resume[0].topic, None)  # type: ignore[union-attr]
+                resume[1].discard()
+            self._resume_snapshotted.discard(relid)
+            for pending in list(self.core.waiting):
+                pending.tables = [table for table in pending.tables if table.relid != relid]
+                if not pending.tables:
+                    self.core.waiting.remove(pending)
+                    pending.close()
+            self.gate.holds.pop(relid, None)
+            self.gate.wanted.pop(relid, None)
+            records += self.ledger.cancel_record(name, time.time_ns() // 1_000_000)
+            self.stats.reads_cancelled += 1
+            log.info("the read of %s is cancelled: its changes are left out until `cdc snapshot %s`", name, name)
+        if records:
+            self.log.append_group(records, self.position.hex16())
+        self.core.reading = bool(self.reads)
 
     def _reopen_reads(self) -> None:
         """Find the reads an earlier run left under way (a progress record in the ledger and its holding
@@ -491,11 +575,16 @@ class Capture:
         changes from their first boundary on, until a new snapshot resumes them. Other holding files of
         this slot are deleted (their reads start over)."""
         assert self.groups is not None
+        assert self.log is not None
         held_dir = self.settings.data_dir / "held"
         kept: set[Path] = set()
-        for progress in self.ledger.reads.values():
+        gone = []
+        for name, progress in list(self.ledger.reads.items()):
             path = held_path(held_dir, self.settings.slot, progress.relid)
-            if progress.relid in self.resumes or not path.exists():
+            if progress.relid in self.resumes:
+                continue
+            if not path.exists():
+                gone.append(self.ledger.progress_gone(name, time.time_ns() // 1_000_000))
                 continue
             held = HeldChanges.reopen(path, self.position)
             kept.add(path)
@@ -506,6 +595,8 @@ class Capture:
         for path in held_dir.glob(f"{self.settings.slot}-*.held") if held_dir.exists() else ():
             if path not in kept:
                 path.unlink(missing_ok=True)
+        if gone:
+            self.log.append_group(gone, self.position.hex16())
 
     def _start_read(self, pending: PendingSnapshot) -> None:
         """The stream reached ``pending``'s boundary: each of its tables is read beside the stream
@@ -517,9 +608,13 @@ class Capture:
         held_dir = self.settings.data_dir / "held"
         for table in pending.tables:
             shape = self.writer.shape_of(table)
+            why = pending.reader.hold(shape, partial(self.catalog.relation_state, table.relid), self.tuning.read_lock_timeout_ms)
+            self._resume_snapshotted.discard(table.relid)
+            if why is not None:
+                self._read_later(table, why)
+                continue
             keys = keyset_keys(shape, self.catalog.table(table.relid).primary_key)
             resume = self.resumes.pop(table.relid, None)
-            self._resume_snapshotted.discard(table.relid)
             if resume is not None:
                 progress, held = resume
                 plan = progress_plan(progress, keys, shape, pending.boundary)
@@ -527,7 +622,7 @@ class Capture:
             else:
                 held = HeldChanges(held_path(held_dir, self.settings.slot, table.relid))
                 plan, keep = progress_plan(None, keys, shape, pending.boundary), None
-            read = OnlineRead.start(pending, table, self.writer, held, plan, keep)
+            read = OnlineRead.start(pending, table, self.writer, held, plan, keep, resume[0] if resume else None)
             self.reads.append(read)
             self.groups.held[read.topic] = held
             log.info(
@@ -538,9 +633,59 @@ class Capture:
             pending.close()
         self.core.reading = bool(self.reads)
 
+    def _read_later(self, table: PublishedTable, why: str) -> None:
+        """``table`` cannot be read in the snapshot that reached the stream (:meth:`SnapshotReader.hold`
+        says why): a read that resumes waits for the next discovery's snapshot; one that had not begun
+        starts then (the gate drops the table's changes until that snapshot, which holds their effect)."""
+        self.stats.reads_yielded += 1
+        self._resume_due = True
+        if table.relid not in self.resumes:
+            self.gate.holds.pop(table.relid, None)
+            self.gate.wanted[table.relid] = table.qualified
+        log.info("the read of %s waits for a new snapshot: %s", table.qualified, why)
+
+    def _give_way_to_locks(self) -> bool:
+        """Suspend every read whose snapshot holds a lock another session waits for (``ALTER TABLE``,
+        ``TRUNCATE`` of a table read, or a session queued behind them); whether any was.
+
+        A read's snapshot transaction keeps the ``ACCESS SHARE`` lock of each table it read until it ends,
+        and the application's writers queue behind DDL that waits for it. Checked between chunks, at most
+        every ``lock_check_seconds``; the DDL then waits about one chunk's time."""
+        now = time.monotonic()
+        if now < self._next_lock_check:
+            return False
+        self._next_lock_check = now + self.tuning.lock_check_seconds
+        snapshots = {pid: read.pending for read in self.reads for pid in read.pending.reader.pids}
+        blocking = {id(snapshots[pid]) for pid in self.catalog.blocking(list(snapshots))}
+        for read in [read for read in self.reads if id(read.pending) in blocking]:
+            self.stats.reads_yielded += 1
+            self._suspend(read, "another session waits for a lock it holds")
+        return bool(blocking)
+
+    def _suspend(self, read: OnlineRead, why: str) -> None:
+        """Stop ``read`` and release its snapshot: a read by key goes on from its last durable key with a
+        new snapshot at a later point, as after a restart (:func:`~cdc.capture.online_read.resumed_keep`),
+        its held changes kept; a read by block ranges, or one that wrote no rows yet, starts over."""
+        progress = read.progress
+        if progress is None:
+            self._abandon([read], why)
+            self._end_read(read)
+        else:
+            self.reads.remove(read)
+            read.suspend()
+            self.resumes[read.relid] = (progress, read.held)
+            self.ledger.reads[read.shape.log_name] = progress
+            self._resume_snapshotted.discard(read.relid)
+            self.core.reading = bool(self.reads)
+            log.info("the read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why)
+        self._resume_due = True
+
     def _read_chunk(self) -> None:
-        """Append the next chunk of one of the first ``CDC_SNAPSHOT_CONCURRENCY`` reads, each in turn."""
+        """Append the next chunk of one of the first ``CDC_SNAPSHOT_CONCURRENCY`` reads, each in turn,
+        unless the reads gave way to a lock (:meth:`_give_way_to_locks`)."""
         assert self.writer is not None
+        if self._give_way_to_locks() or not self.reads:
+            return
         running = self.reads[: self.settings.snapshot_concurrency]
         self._turn = (self._turn + 1) % len(running)
         read = running[self._turn]
@@ -572,8 +717,28 @@ class Capture:
 
     def _abandon_topics(self, topics: set[str]) -> None:
         """The group being written needs rows of these held topics the log may not hold yet: read their tables again."""
+        why = "an update changed a key and left TOAST values unchanged"
         reading = [read for read in self.reads if read.topic in topics and not read.abandoned]
-        self._abandon(reading, "an update changed a key and left TOAST values unchanged")
+        self._abandon(reading, why)
+        for relid, (progress, held) in list(self.resumes.items()):
+            if progress.topic in topics:
+                self._resume_over(relid, progress, held, why)
+
+    def _resume_over(self, relid: int, progress: ReadProgress, held: HeldChanges, why: str) -> None:
+        """A read waiting to be resumed starts over instead (its held records would hold a row the log
+        may lack): as :meth:`_abandon`, and no snapshot already taken to resume it is read."""
+        del self.resumes[relid]
+        self._resume_snapshotted.discard(relid)
+        self._resumes_over.append((progress.topic, held))  # deleted once the group being written is done
+        for pending in list(self.core.waiting):
+            pending.tables = [table for table in pending.tables if table.relid != relid]
+            if not pending.tables:
+                self.core.waiting.remove(pending)
+                pending.close()
+        self.gate.holds.pop(relid, None)
+        self.gate.wanted[relid] = progress.topic
+        self.stats.reads_abandoned += 1
+        log.info("the read of %s starts again from a new snapshot: %s", progress.topic, why)
 
     def _abandon(self, reads: list[OnlineRead], why: str) -> None:
         """Stop ``reads`` at once: the gate refuses their tables' changes from here on (the next discovery
@@ -588,21 +753,31 @@ class Capture:
     def _reap(self) -> None:
         for read in [read for read in self.reads if read.abandoned]:
             self._end_read(read)
+        assert self.groups is not None
+        for topic, held in self._resumes_over:
+            self.groups.held.pop(topic, None)
+            held.discard()
+        self._resumes_over.clear()
 
     def _drop_table_snapshots(self) -> None:
-        """Forget waiting snapshots and reads under way (their tables are found again by the next discovery);
-        reads an earlier run left stay to be resumed."""
+        """Forget waiting snapshots (their tables are found again by the next discovery) and suspend the
+        reads by key under way (:meth:`_suspend`): with reads an earlier run left, they are resumed from
+        new snapshots; the others start over."""
         for pending in self.core.waiting:
             pending.close()
         self.core.waiting.clear()
         for read in list(self.reads):
-            self._end_read(read)
+            if read.progress is None:
+                self._end_read(read)
+            else:
+                self._suspend(read, "the replication session ended")
         self._resume_snapshotted.clear()
         self.gate.holds = {relid: boundary for relid, boundary in self.gate.holds.items() if relid in self.resumes}
 
-    def _discard_resumes(self) -> None:
+    def _close_resumes(self) -> None:
+        """Close the holding files of reads not finished: the next run resumes them (:meth:`_reopen_reads`)."""
         for _, held in self.resumes.values():
-            held.discard()
+            held.close()
         self.resumes.clear()
 
     # -- groups --------------------------------------------------------------------------------------
@@ -615,6 +790,8 @@ class Capture:
         finally:
             self._reap()
         status = self.core.group_durable(group)
+        if self._cancels or self._ledger_notes:
+            self._cancel_reads()
         self.stats.events += written.events
         self.stats.groups += 1
         self.stats.transactions += len(group)

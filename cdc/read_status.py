@@ -26,7 +26,7 @@ def read_status(settings: Settings) -> list[dict[str, object]]:
         while batch := log.read(partition, offset):
             for record in batch:
                 name = orjson.loads(record.key) if record.key else None
-                if isinstance(name, list):
+                if isinstance(name, list) and name[0] == "read":
                     if record.value is None:
                         runs.pop(str(name[1]), None)
                     else:

@@ -33,6 +33,16 @@ PUBLISHED_FROM = (
     "JOIN pg_namespace n ON n.nspname = p.schemaname JOIN pg_class c ON c.relnamespace = n.oid AND c.relname = p.tablename"
 )
 
+#: What a table's rows as a snapshot reads them depend on, per relation (the table and its leaf partitions):
+#: its file node (a rewrite or ``TRUNCATE`` gives a new one) and its live columns with their types.
+#: Read inside a snapshot it is the state as of the snapshot; read on a fresh connection, the state now.
+#: Parameters: the table's OID twice.
+RELATION_STATE = (
+    "SELECT c.oid::int8, c.relfilenode::int8, (SELECT string_agg(a.attname || ':' || a.atttypid || ':' || a.atttypmod, "
+    "',' ORDER BY a.attnum) FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped) "
+    "FROM pg_class c WHERE c.oid = %s OR c.oid IN (SELECT relid FROM pg_partition_tree(%s) WHERE isleaf) ORDER BY 1"
+)
+
 #: Session settings that fix the text form of values (see :mod:`cdc.capture.values`).
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO -c bytea_output=hex -c IntervalStyle=postgres"
 
@@ -320,6 +330,22 @@ class Catalog:
         """Seconds within which the server flushes an asynchronous commit: three times ``wal_writer_delay``."""
         rows = self._execute("SELECT setting::float8 / 1000 FROM pg_settings WHERE name = 'wal_writer_delay'", ())
         return 3 * float(rows[0][0]) + 0.1 if rows else 1.0  # type: ignore[arg-type]
+
+    def relation_state(self, relid: int) -> list[tuple[object, ...]]:
+        """The table's :data:`RELATION_STATE` now."""
+        return self._execute(RELATION_STATE, (relid, relid))
+
+    def blocking(self, pids: list[int]) -> list[int]:
+        """Those of the backends ``pids`` that another session waits for: it waits for a lock one of them
+        holds (``ALTER TABLE``, ``TRUNCATE`` of a table they read) or queues behind one.
+
+        ``pg_locks`` and ``pg_blocking_pids`` take the lock manager's locks for a moment; the query lists
+        only the sessions that wait, usually none, so it is cheap."""
+        rows = self._execute(
+            "SELECT DISTINCT b FROM pg_locks w, unnest(pg_blocking_pids(w.pid)) b WHERE NOT w.granted AND b = ANY(%s)",
+            (pids,),
+        )
+        return [int(r[0]) for r in rows]  # type: ignore[call-overload]
 
     @property
     def type_names(self) -> dict[int, str]:

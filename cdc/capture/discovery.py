@@ -45,7 +45,7 @@ def tables_to_snapshot(
     """
     tables: list[PublishedTable] = []
     for table in catalog.published_tables(publication):
-        if not include(table.schema, table.table):
+        if not include(table.schema, table.table) or table.log_name in ledger.cancelled:
             continue
         if ledger.covers(table.log_name, table.relid, table.membership, table.columns):
             ledger.note_columns(table.log_name, table.columns)

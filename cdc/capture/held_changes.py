@@ -86,15 +86,23 @@ class HeldChanges:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
             self._file = os.fdopen(fd, "r+b")
         else:
-            self._file = open(path, "r+b")  # noqa: SIM115 - closed by discard()
-            end = 0
-            for lsn, offset, _ in _entries(self._file):
-                if lsn > keep_to:
-                    break
-                end, self.count = offset, self.count + 1
-            self._file.truncate(end)
-            self._file.seek(end)
-            os.fsync(self._file.fileno())
+            self._file = open(path, "r+b")  # noqa: SIM115 - closed by discard() or close()
+            self.cut_to(keep_to)
+        self._dirty = False
+
+    def cut_to(self, position: int) -> None:
+        """Cut off the records of transactions committed after ``position`` (the log's watermark: the slot
+        sends those again) and any torn entry, durably."""
+        self._file.flush()
+        self._file.seek(0)
+        end, self.count = 0, 0
+        for lsn, offset, _ in _entries(self._file):
+            if lsn > position:
+                break
+            end, self.count = offset, self.count + 1
+        self._file.truncate(end)
+        self._file.seek(end)
+        os.fsync(self._file.fileno())
         self._dirty = False
 
     @classmethod
@@ -124,6 +132,10 @@ class HeldChanges:
             for lsn, _, record in _entries(source):
                 if keep is None or keep(lsn, record.key):
                     yield record
+
+    def close(self) -> None:
+        """Close the file, leaving it for the next run to resume its read with (:meth:`reopen`)."""
+        self._file.close()
 
     def discard(self) -> None:
         """Close and delete the file."""

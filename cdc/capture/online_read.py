@@ -39,14 +39,25 @@ snapshot holds its effect on the later keys (:func:`resumed_keep`; runs B1 < B2 
 last key). A key change crossing K1 is a delete of one key and a create of the other, each judged by
 its own key. A read whose table's columns changed since, or a read by block ranges, starts over.
 
-What a read holds on PostgreSQL: the REPEATABLE READ transaction that imported the snapshot stays open
-(with its xmin, which keeps VACUUM from removing rows deleted since B) until the last chunk of every
-table of the snapshot is read; the temporary slot only for the moment of its creation. That
-transaction also keeps the ACCESS SHARE lock of each table it read: DDL that needs a stronger lock on a
-table being read (``ALTER TABLE``, ``TRUNCATE``) waits for the read's end, and the table's later
-writers queue behind that DDL. A change of columns therefore reaches the stream after the read; the
-restart on a new schema guards a read whose snapshot predates a change it has not seen. Views that sync
-during the read see the table's rows arrive chunk by chunk; the table is exact again, as of the
+What a read holds on PostgreSQL: the REPEATABLE READ transaction that imported the snapshot (with its
+xmin, which keeps VACUUM from removing rows deleted since B) and, from each read's start on, the
+ACCESS SHARE lock of the tables of the snapshot begun so far; the temporary slot only for the moment of
+its creation. A read never makes DDL wait for it (**giving way**): between chunks capture asks which
+sessions wait for a lock a read's snapshot holds (``pg_blocking_pids``; ``ALTER TABLE`` or ``TRUNCATE``
+of a table read, or a session queued behind one). Each read of that snapshot then stops and ends its
+transaction, and goes on later from a new snapshot at a later point, exactly as a resumed read above
+(past its last durable key, its held changes kept; one by block ranges, or one that wrote no row yet,
+starts over); a reconnect of the replication session does the same. So the DDL waits about one chunk,
+the application's writers never queue behind it for a whole read, and xmin and locks are held for one
+snapshot's run, not the read's. A read begins by locking its table (``lock_timeout``
+``read_lock_timeout_ms``) and checking that no rewrite, ``TRUNCATE`` or change of its columns
+committed since its snapshot (:meth:`~cdc.capture.snapshot.SnapshotReader.hold`): PostgreSQL shows a
+table rewritten after a snapshot as empty to it, and a changed shape would mix two. Such a read waits
+for the next snapshot; a change of columns then restarts the read in the new shape (its progress no
+longer matches), never a mixed row. A new schema met in the stream restarts a read only when it differs
+from the shape the read writes.
+
+Views that sync during the read see the table's rows arrive chunk by chunk; the table is exact again, as of the
 watermark, once the ledger record is in the log.
 """
 
@@ -138,6 +149,8 @@ class OnlineRead:
     started: float = field(default_factory=time.monotonic)
     chunks: int = 0
     abandoned: bool = False
+    #: the progress record of the earlier run this read resumed (``None``: it read from the first key)
+    resumed_from: ReadProgress | None = None
 
     @classmethod
     def start(
@@ -148,8 +161,10 @@ class OnlineRead:
         held: HeldChanges,
         plan: KeysetPlan | None,
         keep: Keep | None,
+        progress: ReadProgress | None = None,
     ) -> OnlineRead:
-        """The read of ``table`` in ``pending``'s snapshot (nothing is written until :meth:`next_chunk`)."""
+        """The read of ``table`` in ``pending``'s snapshot (nothing is written until :meth:`next_chunk`);
+        ``progress``: the earlier run's, when ``plan`` resumes it."""
         shape = writer.shape_of(table)
         parts = writer.start_online(
             [table], pending.reader, pending.as_of, lambda: held.records(keep), {table.relid: plan} if plan else None
@@ -160,7 +175,7 @@ class OnlineRead:
             table, pending, held, parts, shape,
             resumed_rows=plan.rows if plan is not None and resumed else 0,
             resumed_after=plan.after if plan is not None and resumed else None,
-            estimate=pending.reader.estimate(table.relid),
+            estimate=pending.reader.estimate(table.relid), resumed_from=progress if resumed else None,
         )  # fmt: skip
 
     @property
@@ -180,16 +195,28 @@ class OnlineRead:
         """Rows of the table in the log, those of an earlier run of a resumed read included."""
         return self.parts.rows
 
+    @property
+    def progress(self) -> ReadProgress | None:
+        """How far the log holds this read by key (its last durable progress record, or the one it resumed
+        from); ``None`` for a read by block ranges or one that wrote no rows yet: those start over."""
+        progress = self.parts.progress or self.resumed_from
+        return progress if progress is not None and progress.key is not None else None
+
     def next_chunk(self, writer: SnapshotWriter, position: str) -> bool:
         """Append the next chunk as a group at ``position``; whether the read is complete (the last chunk,
         the held records and the ledger record are then in the log)."""
         self.chunks += 1
         return writer.write_next(self.parts, position)
 
-    def close(self) -> None:
-        """Stop reading, release the snapshot (its transaction ends with its last read) and delete the held records."""
+    def suspend(self) -> None:
+        """Stop reading and release the snapshot (its transaction ends with its last read), keeping the held
+        records for the run that resumes the read."""
         self.parts.close()
         self.pending.release()
+
+    def close(self) -> None:
+        """Stop reading, release the snapshot and delete the held records."""
+        self.suspend()
         self.held.discard()
 
 

@@ -41,7 +41,7 @@ from psycopg import sql
 from psycopg.types.string import ByteaBinaryLoader
 
 from cdc.capture import arrow_fragments
-from cdc.capture.catalog import SESSION_OPTIONS
+from cdc.capture.catalog import RELATION_STATE, SESSION_OPTIONS
 from cdc.capture.errors import SourceError
 from cdc.capture.tables import ColumnShape, TableShape
 
@@ -285,6 +285,41 @@ class SnapshotReader:
                 "the slot's snapshot is valid only while the connection that created it is open: retry capture"
             ) from None
         return conn
+
+    @property
+    def pids(self) -> list[int]:
+        """The server processes of the snapshot's sessions (what another session's lock may wait for)."""
+        return [conn.info.backend_pid for conn in [self._conn, *self._helpers]]
+
+    def hold(self, shape: TableShape, now: Callable[[], list[tuple[object, ...]]], lock_timeout_ms: int) -> str | None:
+        """Lock the table (``ACCESS SHARE``, its partitions too) in every session for the rest of the
+        snapshot, so that no rewrite, ``TRUNCATE`` or change of its columns commits while it is read;
+        ``None`` once it is held, else why it cannot be read in this snapshot (nothing is then held).
+
+        A lock that cannot be had within ``lock_timeout_ms`` (another session holds or waits for a
+        stronger one: DDL) is one reason; a table whose columns or file node (:data:`RELATION_STATE`)
+        differ between the snapshot and ``now()`` (the state on a fresh connection, asked once the lock
+        is held) the other: a rewrite or ``TRUNCATE`` committed since the snapshot makes the table look
+        empty to it (PostgreSQL's documented exception to MVCC), and a change of its columns would give
+        rows of a shape the snapshot never held. The lock timeout stays for the snapshot's later
+        queries, so none of them waits long for a lock either."""
+        sessions = [self._conn, *self._helpers]
+        table = sql.Identifier(shape.schema, shape.table)
+        try:
+            for conn in sessions:
+                conn.execute("SAVEPOINT cdc_hold")
+            for conn in sessions:
+                conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{lock_timeout_ms}ms",))
+                conn.execute(sql.SQL("LOCK TABLE {} IN ACCESS SHARE MODE").format(table))
+            then = self._conn.execute(RELATION_STATE, (shape.relid, shape.relid)).fetchall()
+            why = None if then == now() else "its columns or storage changed since the snapshot"
+        except psycopg.errors.LockNotAvailable:
+            why = "another session holds or waits for a lock on it"
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot lock {shape.qualified} for its read: {str(exc).strip().splitlines()[0]}") from exc
+        for conn in sessions:
+            conn.execute("ROLLBACK TO SAVEPOINT cdc_hold" if why else "RELEASE SAVEPOINT cdc_hold")
+        return why
 
     def estimate(self, relid: int) -> int:
         """Estimated row count (pg_class.reltuples summed over partitions), for progress only."""

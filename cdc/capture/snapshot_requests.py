@@ -8,7 +8,13 @@ when the transaction is written to the log, forgets the named tables' ledger ent
 discovery reads them again beside the stream (:mod:`cdc.capture.online_read`), as ``op=r`` events
 after truncate markers. A capture that is not running gets the request when it next streams past it.
 
-Content: ``{"tables": ["<schema>.<table>", ...]}`` (UTF-8 JSON).
+``cdc snapshot --cancel TABLE...`` travels the same way and stops the reads of the named tables, under
+way or due: a read cannot be undone in the log (its truncate markers already hide the rows it has not
+read again), so capture leaves the table out from then on instead of writing changes of rows the log
+lacks, until ``cdc snapshot TABLE`` asks for it again (:meth:`~cdc.capture.table_snapshots.SnapshotLedger.cancel_record`).
+
+Content: ``{"tables": ["<schema>.<table>", ...]}``, or ``{"cancel": [...]}`` (UTF-8 JSON; a capture
+that knows no ``cancel`` ignores it).
 """
 
 from __future__ import annotations
@@ -23,18 +29,21 @@ PREFIX = "cdc.snapshot"
 
 @dataclass(frozen=True)
 class SnapshotRequest:
-    """Tables (``schema.table``) to read again."""
+    """Tables (``schema.table``) to read again, and tables whose read to stop."""
 
-    tables: tuple[str, ...]
+    tables: tuple[str, ...] = ()
+    cancel: tuple[str, ...] = ()
 
     def content(self) -> bytes:
-        return orjson.dumps({"tables": list(self.tables)})
+        return orjson.dumps({"cancel": list(self.cancel)} if self.cancel else {"tables": list(self.tables)})
 
     @classmethod
     def parse(cls, content: bytes) -> SnapshotRequest | None:
         """The request in a message's content, ``None`` when it holds none (a malformed message is ignored)."""
         try:
             data = orjson.loads(content)
-            return cls(tuple(str(name) for name in data["tables"]))
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+            tables = tuple(str(name) for name in data.get("tables", ()))
+            cancel = tuple(str(name) for name in data.get("cancel", ()))
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
             return None
+        return cls(tables, cancel) if tables or cancel else None

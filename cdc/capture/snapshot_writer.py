@@ -143,6 +143,10 @@ class OnlineParts:
     written: SnapshotWritten
     as_of: Lsn
     done: bool = False
+    #: the progress of a read by key as far as the log holds it (the last part appended), and that of
+    #: the part about to be appended
+    progress: ReadProgress | None = None
+    upcoming: ReadProgress | None = None
 
     @property
     def rows(self) -> int:
@@ -240,6 +244,7 @@ class SnapshotWriter:
             items, final = next(online.parts)
             self.log.append_group(items, position, chunk_records=_SNAPSHOT_ITEMS)
         online.written.groups += 1
+        online.progress = online.upcoming
         if final:
             heads = online.heads
             self.ledger.add((h.shape for h in heads), online.as_of, {h.shape.relid: h.published for h in heads})
@@ -270,6 +275,7 @@ class SnapshotWriter:
         carry: list[Item] = []
         last: ProducerColumns | None = None  # held back so that the final read is marked "last"
         progress: list[Item] = []
+        state: ReadProgress | None = None
         for table in online.heads:
             carry += table.head
             encode = self.builder.read_encoder(table.shape, table.context)
@@ -280,16 +286,18 @@ class SnapshotWriter:
                 online.written.events += len(block)
                 online.written.value_bytes += block.value_bytes()
                 if last is not None:
+                    online.upcoming = state
                     yield [*carry, last, *progress], False
                     carry = []
                 last = block
-                progress = []
+                progress, state = [], None
                 if plan is not None:
                     fingerprint = table.shape.fingerprint().hex()
                     state = ReadProgress(
                         table.shape.relid, table.shape.topic, plan.boundary, key, table.rows, fingerprint, plan.earlier
                     )
                     progress = [self.ledger.progress_record(table.shape, state, ts_ms)]
+        online.upcoming = None
         final: list[Item] = carry
         if last is not None:
             final += [last.slice(0, len(last) - 1), mark_last_read(last.record(len(last) - 1))]

@@ -51,7 +51,8 @@ the log gets from the stream (:mod:`cdc.capture.online_read`), so neither case a
 
 Costs and requirements: one more replication slot and WAL sender for a moment; creating the slot waits
 for the transactions running at that moment to end (as the initial snapshot does); the snapshot
-transaction stays open until the last chunk of the read (:mod:`cdc.capture.online_read`). Privileges:
+transaction stays open until the last chunk of the read, or until the read gives way to DDL
+(:mod:`cdc.capture.online_read`). Privileges:
 REPLICATION and SELECT on the table, as for the initial snapshot; a table created after the capture
 role was set up needs its own ``GRANT SELECT`` (or ``ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON
 TABLES``), else capture stops with a :class:`~cdc.capture.errors.PrivilegeError` naming the grant.
@@ -110,15 +111,22 @@ def _progress_key(log_name: str) -> bytes:
     return orjson.dumps(["read", log_name])
 
 
+def _cancelled_key(log_name: str) -> bytes:
+    return orjson.dumps(["cancelled", log_name])
+
+
 class SnapshotLedger:
     """The tables whose snapshot the log holds complete, loaded from and written to ``topic``; and the
     progress of the reads under way beside the stream (:attr:`reads`: records keyed ``["read", name]``,
-    written with each chunk, a tombstone with the read's last)."""
+    written with each chunk, a tombstone with the read's last); and the tables whose read was cancelled
+    (:attr:`cancelled`: records keyed ``["cancelled", name]``, a tombstone when one is asked for again)."""
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
         self.entries: dict[str, LedgerEntry] = {}
         self.reads: dict[str, ReadProgress] = {}
+        #: tables whose read was cancelled (``cdc snapshot --cancel``), by log name: left out of capture
+        self.cancelled: set[str] = set()
 
     @classmethod
     def load(cls, log: Log, topic: str) -> SnapshotLedger:
@@ -134,6 +142,9 @@ class SnapshotLedger:
                 if record.key is None:
                     continue
                 name = orjson.loads(record.key)
+                if isinstance(name, list) and name[0] == "cancelled":
+                    (ledger.cancelled.add if record.value is not None else ledger.cancelled.discard)(str(name[1]))
+                    continue
                 if isinstance(name, list):  # ["read", name]: a read's progress
                     ledger._load_progress(str(name[1]), record.value)
                     continue
@@ -193,13 +204,51 @@ class SnapshotLedger:
         :func:`cdc.capture.catalog.columns_filled_since`; a column whose values for older rows the stream
         carries, :mod:`cdc.capture.stored_defaults`, is none). ``None`` (the stream's question) skips a test,
         and so does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
+        Nor is a table with a read under way (a progress record: its truncate markers are in the log) or
+        whose read was cancelled, whatever its entry says.
         """
         entry = self.entries.get(name)
-        if entry is None or entry.relid != relid:
-            return False
+        if entry is None or entry.relid != relid or name in self.cancelled or name in self.reads:
+            return False  # a read under way (its progress record) already superseded the table's records
         if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns, relid):
             return False
         return membership is None or entry.membership is None or entry.membership == membership
+
+    def progress_gone(self, name: str, ts_ms: int) -> ProducerRecord:
+        """The tombstone of the progress of a read of ``name`` that is over without its last chunk: its
+        table left the capture, or its holding file is gone (a read that starts over writes new ones)."""
+        self.reads.pop(name, None)
+        return ProducerRecord(self.topic, _progress_key(name), None, ts_ms)
+
+    def cancel_record(self, name: str, ts_ms: int) -> list[ProducerRecord]:
+        """The records of a cancelled read of the table ``name`` (append them in a group of their own): its
+        progress tombstone and a ``["cancelled", name]`` record. The table's log holds what the read wrote
+        after its truncate markers, not the rest: capture writes none of its changes from then on (a
+        partial row of a key the log lacks would break promise 4) and takes no snapshot of it, until
+        ``cdc snapshot`` asks for it again (:meth:`read_requested`)."""
+        self.cancelled.add(name)
+        self.reads.pop(name, None)
+        return [self.progress_gone(name, ts_ms), ProducerRecord(self.topic, _cancelled_key(name), b"{}", ts_ms)]
+
+    def read_requested(self, name: str, ts_ms: int) -> list[ProducerRecord]:
+        """``cdc snapshot`` asks for a cancelled table again: the tombstone of its cancellation (none when
+        it was not cancelled)."""
+        if name not in self.cancelled:
+            return []
+        self.cancelled.discard(name)
+        return [ProducerRecord(self.topic, _cancelled_key(name), None, ts_ms)]
+
+    def read_again(self, name: str) -> bool:
+        """The table is to be read again (``cdc snapshot``): the ledger covers it no more (no OID matches
+        0), but its entry keeps saying under which column list and row filter the log's records were
+        written, so the read supersedes them with truncate markers alone, without a tombstone for every
+        key the topic holds (reading them all back is what made a read's first chunk slow). Whether the
+        ledger covered it until now."""
+        entry = self.entries.get(name)
+        if entry is None or entry.relid == 0:
+            return False
+        self.entries[name] = dataclasses.replace(entry, relid=0)
+        return True
 
     def note_columns(self, name: str, columns: str) -> None:
         """Judge later columns of a table the ledger covers against ``columns``, its marks now (in memory:
@@ -253,6 +302,8 @@ class TableGate:
     def admits(self, shape: TableShape, commit_lsn: int) -> bool:
         if self.ledger.covers(shape.log_name, shape.relid):
             return True
+        if shape.log_name in self.ledger.cancelled:
+            return False
         boundary = self.holds.get(shape.relid)
         if boundary is not None:
             return commit_lsn >= boundary

@@ -1,15 +1,23 @@
 """``cdc snapshot``: ask the running capture (or the next one) to read tables again, and show reads under way.
 
 The request travels through PostgreSQL (:mod:`cdc.capture.snapshot_requests`): no shell on the capture
-host, no stop. The status is read from the log: each chunk of a read by key carries a progress record.
+host, no stop. Who may send one is who may execute ``pg_logical_emit_message``: on PostgreSQL 14 to 18
+every role that can connect, unless that is revoked from ``PUBLIC`` (docs/commands.md says how).
+The status is read from the log: each chunk of a read by key carries a progress record.
 """
 
 from __future__ import annotations
 
+import sys
+from typing import cast
+
 import click
 import orjson
+from rich.console import Console
+from rich.progress_bar import ProgressBar
+from rich.table import Table
 
-from cdc.capture.errors import ConfigError, SourceError
+from cdc.capture.errors import ConfigError, PrivilegeError, SourceError
 from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
 from cdc.cli import pass_context
 from cdc.read_status import read_status
@@ -18,24 +26,38 @@ from cdc.settings import Settings
 
 @click.command("snapshot")
 @click.argument("tables", nargs=-1)
-@click.option("--status", is_flag=True, help="Show the reads under way: rows done, estimated, rate, ETA.")
+@click.option(
+    "--status", is_flag=True, help="Show the reads under way: rows done, estimated, rate, ETA (a bar each on a terminal)."
+)
 @click.option("--json", "as_json", is_flag=True, help="With --status: one JSON object per read.")
+@click.option(
+    "--cancel", is_flag=True, help="Stop the reads of TABLE...; capture then leaves them out until asked to read them again."
+)
 @pass_context
-def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool) -> None:
+def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool, cancel: bool) -> None:
     """Read TABLE... (schema.table) again beside the stream, as op=r events; or show reads under way."""
     settings: Settings = ctx.settings  # type: ignore[attr-defined]
     if status:
-        for read in read_status(settings):
+        reads = read_status(settings)
+        if not as_json and sys.stdout.isatty():
+            if reads:
+                Console().print(status_bars(reads))
+            return
+        for read in reads:
             click.echo(orjson.dumps(read).decode() if as_json else _status_line(read))
         return
     if not tables:
         raise ConfigError("name at least one table to read again (schema.table), or ask for --status")
-    lsn = request_snapshot(settings, tables)
-    click.echo(f"asked capture to read {', '.join(tables)} again (request at LSN {lsn})")
+    lsn = request_snapshot(settings, tables, cancel=cancel)
+    if cancel:
+        click.echo(f"asked capture to stop reading {', '.join(tables)} (request at LSN {lsn})")
+    else:
+        click.echo(f"asked capture to read {', '.join(tables)} again (request at LSN {lsn})")
 
 
-def request_snapshot(settings: Settings, tables: tuple[str, ...]) -> str:
-    """Emit the request for ``tables`` (each a published table capture includes); its LSN."""
+def request_snapshot(settings: Settings, tables: tuple[str, ...], *, cancel: bool = False) -> str:
+    """Emit the request to read ``tables`` again, or with ``cancel`` to stop reading them (each a
+    published table capture includes); its LSN."""
     import psycopg
 
     from cdc.capture.catalog import Catalog
@@ -56,11 +78,36 @@ def request_snapshot(settings: Settings, tables: tuple[str, ...]) -> str:
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT pg_logical_emit_message(true, %s, %s::bytea)::text",
-                (PREFIX, SnapshotRequest(tuple(tables)).content()),
+                (PREFIX, (SnapshotRequest(cancel=tables) if cancel else SnapshotRequest(tables)).content()),
             ).fetchone()
+    except psycopg.errors.InsufficientPrivilege:
+        raise PrivilegeError(
+            "this role may not send requests to capture: run GRANT EXECUTE ON FUNCTION pg_logical_emit_message"
+            "(boolean, text, bytea) TO it (on PostgreSQL 17 and later (boolean, text, bytea, boolean))"
+        ) from None
     except psycopg.Error as exc:
         raise SourceError(f"cannot send the request: {str(exc).strip().splitlines()[0]}") from None
     return str(row[0]) if row else "?"
+
+
+def status_bars(reads: list[dict[str, object]]) -> Table:
+    """The reads under way as a terminal shows them: per read a bar of rows done over rows estimated,
+    the counts, the rate and the time left (a read without an estimate gets no bar)."""
+    table = Table(box=None, show_header=True, header_style="bold")
+    for name in ("table", "progress", "rows", "rate", "left"):
+        table.add_column(name, justify="right" if name in ("rows", "rate", "left") else "left")
+    for read in reads:
+        rows, estimate = int(cast(int, read["rows"])), read["estimated_rows"]
+        total = max(int(cast(int, estimate)), rows) if estimate else None
+        rate, left = read["rows_per_second"], read["eta_seconds"]
+        table.add_row(
+            str(read["table"]),
+            ProgressBar(total=total, completed=rows, width=30) if total else "",
+            f"{rows:,}/{total:,}" if total else f"{rows:,}",
+            f"{float(cast(float, rate)):,.0f} rows/s" if rate is not None else "",
+            f"{float(cast(float, left)):.0f} s" if left is not None else "",
+        )
+    return table
 
 
 def _status_line(read: dict[str, object]) -> str:

@@ -8,7 +8,11 @@ another table, from before the read starts until after it ended.
 from __future__ import annotations
 
 import random
+import subprocess
 import threading
+import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import cast
 
@@ -17,6 +21,10 @@ import orjson
 import psycopg
 import pytest
 
+from cdc.capture.catalog import Catalog
+from cdc.capture.table_snapshots import take_snapshot
+from cdc.capture.tables import TableShape
+from cdc.commands.snapshot_cmd import request_snapshot
 from cdc.coordinator import Capture
 from cdc.lag import JSON_SCHEMA, measure
 from cdc.read_status import read_status
@@ -56,14 +64,18 @@ class _Writer(threading.Thread):
         super().__init__(name="writer", daemon=True)
         self.url, self.random, self.stop, self.transactions = url, random.Random(seed), threading.Event(), 0
         self.error: BaseException | None = None
+        self.longest_pause = 0.0  # seconds between two commits, at most
 
     def run(self) -> None:
         try:
             with psycopg.connect(self.url, autocommit=True) as conn:
+                last = time.monotonic()
                 while not self.stop.is_set():
                     with conn.transaction():
                         self._change(conn)
                     self.transactions += 1
+                    now = time.monotonic()
+                    self.longest_pause, last = max(self.longest_pause, now - last), now
         except BaseException as exc:  # noqa: BLE001 - reported by the test
             self.error = exc
 
@@ -381,3 +393,274 @@ def test_a_read_starts_over_when_a_key_change_needs_a_row_it_has_not_written(ref
     assert_per_key_order(read_topic(tmp_path, BIG))
     moved = replay(tmp_path, BIG)[b'{"id":90000000}']
     assert len(str(moved["doc"])) == 6400 and moved["flag"] == 7
+
+
+def _ddl_seconds(url: str, statement: str) -> float:
+    """Run ``statement`` with a 5 s ``lock_timeout`` (it fails when a read keeps its lock longer); its time."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET lock_timeout = '5s'")
+        started = time.monotonic()
+        conn.execute(statement)
+        return time.monotonic() - started
+
+
+def test_ddl_on_a_table_being_read_waits_about_one_chunk_and_the_read_goes_on(reference_db: str, tmp_path: Path) -> None:
+    """A read of big gives way when DDL waits for its lock: ``ADD COLUMN`` and a rewriting ``ALTER COLUMN ...
+    TYPE`` (each with a 5 s ``lock_timeout``) run within moments while the read is far from done, the
+    writer of both tables never stalls for long, and the log replays to exactly the source, in per-key order."""
+    rows = 150_000  # in chunks of 100, a read of several seconds
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
+
+    def early() -> bool:  # the read under way, most of it still to come
+        return _half_read(capture, rows // 5)
+
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+    writer = _Writer(reference_db, seed=7)
+    ddl: list[float] = []
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        writer.start()
+        request_snapshot(settings, ("public.big",))
+        wait_for(early, what="the read under way")
+        ddl.append(_ddl_seconds(reference_db, "ALTER TABLE big ADD COLUMN extra int"))
+        assert _progress(tmp_path) is not None, "the read ended before the DDL: no wait to avoid"
+        wait_for(early, what="the read under way again")
+        ddl.append(_ddl_seconds(reference_db, "ALTER TABLE big ALTER COLUMN v TYPE bigint"))  # rewrites the table
+        wait_for(lambda: _progress(tmp_path) is None and not capture.reads, timeout=120, what="the end of the read")
+        _stop_writing_and_drain(writer, reference_db, tmp_path)
+    finally:
+        writer.stop.set()
+        stop.set()
+        running.join(60)
+    assert max(ddl) < 2.0, ddl
+    assert capture.stats.reads_yielded >= 2, capture.stats
+    assert writer.longest_pause < 2.0, writer.longest_pause
+    assert_per_key_order(read_topic(tmp_path, BIG))
+    assert {row["extra"] for row in replay(tmp_path, BIG).values()} == {None}
+
+
+def test_a_read_goes_on_past_its_last_durable_key_after_capture_reconnects(reference_db: str, tmp_path: Path) -> None:
+    """The replication connection and the read's sessions are terminated during a read of big while both
+    tables change: capture reconnects in process and the read goes on past its last durable key from a
+    new snapshot (no key read twice, no markers of the second run), and the log replays to the source."""
+    rows = 60_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+    writer = _Writer(reference_db, seed=11)
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        writer.start()
+        request_snapshot(settings, ("public.big",))
+        wait_for(lambda: (_progress(tmp_path) or 0) >= rows // 10, what="the read under way")
+        pids = [pid for read in capture.reads for pid in read.pending.reader.pids]
+        execute(
+            reference_db,
+            f"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = ANY(ARRAY{pids}::int[]) "
+            f"OR pid = (SELECT active_pid FROM pg_replication_slots WHERE slot_name = '{settings.slot}')",
+        )
+        wait_for(
+            lambda: capture.stats.reconnects >= 1 and _progress(tmp_path) is None and not capture.reads,
+            timeout=120,
+            what="the read to end",
+        )
+        _stop_writing_and_drain(writer, reference_db, tmp_path)
+    finally:
+        writer.stop.set()
+        stop.set()
+        running.join(60)
+    assert capture.stats.reads_resumed == 1 and capture.stats.reads_abandoned == 0, capture.stats
+    records = read_topic(tmp_path, BIG)
+    assert_per_key_order(records)
+    reads: dict[int, list[bytes]] = {}
+    markers: set[int] = set()
+    for record in records:
+        value = orjson.loads(record.value) if record.value is not None else None
+        if value is not None and value["op"] == "t":
+            markers.add(value["source"]["lsn"])
+        elif value is not None and value["op"] == "r":
+            reads.setdefault(value["source"]["lsn"], []).append(cast(bytes, record.key))
+    first, *again = sorted(reads)  # the initial snapshot, then the read's runs
+    assert len(again) == 2, f"one boundary per run of the read: {sorted(reads)}"
+    keys = [key for boundary in again for key in reads[boundary]]
+    assert len(keys) == len(set(keys)), "a key was read again: the read started over"
+    assert markers == {again[0]}, "the resumed run wrote truncate markers"
+
+
+def test_a_read_does_not_begin_in_a_snapshot_its_table_was_rewritten_or_reshaped_since(reference_db: str) -> None:
+    """``SnapshotReader.hold``: a table rewritten (``ALTER COLUMN ... TYPE``), truncated or given a column
+    after the snapshot is not read in it (the rewritten table would look empty to it), nor one whose lock
+    another session holds; otherwise the lock is held until the snapshot ends, and DDL then waits for it."""
+    execute(reference_db, "CREATE TABLE t (id int PRIMARY KEY, v int)", "INSERT INTO t SELECT g, g FROM generate_series(1, 10) g")
+    with psycopg.connect(reference_db) as conn:
+        relid = int(cast(int, cast(tuple[int], conn.execute("SELECT 't'::regclass::oid::int8").fetchone())[0]))
+    catalog = Catalog(reference_db)
+    shape = TableShape(relid, "public", "t", "cdc.public.t", ())
+    now = partial(catalog.relation_state, relid)
+
+    def hold_after(*statements: str) -> str | None:
+        pending = take_snapshot(reference_db, "hold_test", [])
+        try:
+            execute(reference_db, *statements)
+            return pending.reader.hold(shape, now, 200)
+        finally:
+            pending.close()
+
+    try:
+        assert hold_after("UPDATE t SET v = v + 1") is None
+        assert hold_after("ALTER TABLE t ALTER COLUMN v TYPE bigint") == "its columns or storage changed since the snapshot"
+        assert hold_after("TRUNCATE t") is not None
+        assert hold_after("ALTER TABLE t ADD COLUMN w int DEFAULT 3") is not None
+        pending = take_snapshot(reference_db, "hold_test", [])
+        try:
+            with psycopg.connect(reference_db) as locker:
+                locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+                assert pending.reader.hold(shape, now, 200) == "another session holds or waits for a lock on it"
+            assert pending.reader.hold(shape, now, 200) is None  # the snapshot outlived the failed attempt
+            with pytest.raises(psycopg.errors.LockNotAvailable):
+                execute(reference_db, "SET lock_timeout = '300ms'", "ALTER TABLE t ADD COLUMN x int")
+        finally:
+            pending.close()
+    finally:
+        catalog.close()
+
+
+def test_cdc_snapshot_cancel_stops_a_read_and_leaves_the_table_out_until_asked_again(reference_db: str, tmp_path: Path) -> None:
+    """``cdc snapshot --cancel`` during a read of big: the read stops (no progress record, ``--status`` lists
+    nothing, the holding file is gone), big's later changes are not written (its log lacks rows the read
+    did not reach) while busy's still are, a restart keeps big left out, and ``cdc snapshot`` reads it
+    whole again: then the log replays to exactly the source."""
+    rows = 150_000  # in chunks of 100, a read of several seconds: the command arrives while it is under way
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
+    env = {"tables": "public.big,public.busy"}
+
+    def run(until: Callable[[Capture], bool], what: str) -> Capture:
+        stop = threading.Event()
+        capture = Capture(settings, stop=stop)
+        running = threading.Thread(target=capture.run)
+        running.start()
+        try:
+            wait_for(lambda: until(capture), what=what)
+        finally:
+            stop.set()
+            running.join(60)
+        return capture
+
+    def cancelled(capture: Capture) -> bool:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        request_snapshot(settings, ("public.big",))
+        wait_for(lambda: (_progress(tmp_path) or 0) > 0, what="the read under way")
+        asked = run_cdc(reference_db, tmp_path, "snapshot", "--cancel", "public.big", **env)
+        assert asked.returncode == 0, asked.stderr
+        wait_for(lambda: capture.stats.reads_cancelled == 1 or capture.stats.snapshot_rows >= 2 * rows, what="the cancellation")
+        assert capture.stats.reads_cancelled == 1 and not capture.reads, "the read ended before the cancellation came"
+        assert _progress(tmp_path) is None and read_status(settings) == []
+        assert not list((tmp_path / "held").glob("*.held"))
+        return True
+
+    def left_out(capture: Capture) -> bool:
+        big_end = _ends(tmp_path)[0]
+        execute(reference_db, "UPDATE big SET v = v + 1 WHERE id % 100 = 1", "UPDATE busy SET n = n + 1")
+        wait_for(lambda: replay(tmp_path, BUSY) == source_table(reference_db, "busy"), what="busy's change")
+        assert _ends(tmp_path)[0] == big_end, "a change of a cancelled table was written"
+        return True
+
+    run(lambda c: cancelled(c) and left_out(c), "the read to cancel")
+    restarted = run(left_out, "busy's change after a restart")
+    assert restarted.stats.tables_added == 0, "a cancelled table was read again without being asked"
+    assert run_cdc(reference_db, tmp_path, "snapshot", "public.big", **env).returncode == 0
+    run(lambda c: replay(tmp_path, BIG) == source_table(reference_db, "big"), "big read again whole")
+    assert_per_key_order(read_topic(tmp_path, BIG))
+
+
+def test_who_may_ask_capture_to_read_is_who_may_execute_pg_logical_emit_message(reference_db: str, tmp_path: Path) -> None:
+    """PostgreSQL grants ``pg_logical_emit_message`` to every role: any role that can connect may ask (as
+    docs/commands.md warns). Revoked from ``PUBLIC`` and granted to an operator role, a role without the
+    grant gets one error naming the grant (exit 3), and the operator role, with nothing else, may ask."""
+    _tables(reference_db, 10)
+    for role in ("snapshot_asker", "snapshot_operator"):
+        exists = f"SELECT FROM pg_roles WHERE rolname = '{role}'"
+        execute(reference_db, f"DO $$ BEGIN IF NOT EXISTS ({exists}) THEN CREATE ROLE {role} LOGIN; END IF; END $$")
+
+    def ask(role: str) -> subprocess.CompletedProcess[str]:
+        return run_cdc(reference_db.replace("postgres@", f"{role}@", 1), tmp_path, "snapshot", "public.big")
+
+    assert ask("snapshot_asker").returncode == 0
+    execute(
+        reference_db,
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea) FROM PUBLIC",
+        "REVOKE EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, text) FROM PUBLIC",
+        "GRANT EXECUTE ON FUNCTION pg_logical_emit_message(boolean, text, bytea) TO snapshot_operator",
+    )
+    refused = ask("snapshot_asker")
+    assert refused.returncode == 3, refused.stderr
+    (error,) = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert "may not send requests to capture: run GRANT EXECUTE ON FUNCTION pg_logical_emit_message" in error
+    allowed = ask("snapshot_operator")
+    assert allowed.returncode == 0, allowed.stderr
+
+
+def test_the_progress_of_a_read_whose_table_left_the_capture_is_not_listed_for_ever(reference_db: str, tmp_path: Path) -> None:
+    """Capture is killed during a read of big, and ``CDC_TABLES`` leaves big out: the next run ends the read
+    (its holding file goes, its progress record gets a tombstone), so ``cdc snapshot --status`` lists nothing."""
+    rows = 40_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
+    env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="100")
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        request_snapshot(settings, ("public.big",))
+        wait_for(lambda: (_progress(tmp_path) or 0) > 0, what="the read under way")
+        assert capture.kill9(), capture.stderr()
+        assert [read["table"] for read in read_status(settings)] == ["public.big"]
+        execute(reference_db, "UPDATE busy SET n = n + 1")
+        env = cdc_env(reference_db, tmp_path, tables="public.busy", snapshot_chunk_rows="100")  # big is left out
+        capture = CdcProcess(env, ["capture"], tmp_path / "capture-1.err")
+        wait_for(lambda: replay(tmp_path, BUSY) == source_table(reference_db, "busy"), what="busy's change")
+        wait_for(lambda: read_status(settings) == [], what="the read's progress to go")
+        assert not list((tmp_path / "held").glob("*.held"))
+        assert capture.terminate() == 0, capture.stderr()
+    finally:
+        if capture.running():
+            capture.kill9()
+
+
+def test_a_key_change_keeping_a_toasted_value_while_a_read_waits_to_resume_starts_it_over(
+    reference_db: str, tmp_path: Path
+) -> None:
+    """Capture is killed during a read of big; before the next run resumes it, a row read already (key at
+    most the last durable one) moves to another such key leaving its document unchanged. Its value is the
+    old key's, which a resumed read's held records could not carry: the read starts over, and the log
+    replays to exactly the source with no partial row before a full one."""
+    rows = 40_000
+    _tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
+    env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="100")
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        execute(reference_db, "DELETE FROM big WHERE id = 7")
+        request_snapshot(settings, ("public.big",))
+        wait_for(lambda: (_progress(tmp_path) or 0) > TOASTED, what="the read past a toasted row")
+        assert capture.kill9(), capture.stderr()
+        execute(reference_db, f"UPDATE big SET id = 7 WHERE id = {TOASTED}")  # the document stays out of line
+        capture = CdcProcess(env, ["capture"], tmp_path / "capture-1.err")
+        wait_for(
+            lambda: _progress(tmp_path) is None and replay(tmp_path, BIG) == source_table(reference_db, "big"),
+            what="the log to replay to the source",
+        )
+        assert capture.terminate() == 0, capture.stderr()
+    finally:
+        if capture.running():
+            capture.kill9()
+    assert_per_key_order(read_topic(tmp_path, BIG))
+    assert len(str(replay(tmp_path, BIG)[b'{"id":7}']["doc"])) == 6400
