@@ -14,8 +14,10 @@ of the server read, which a multi-host URL picks), ``role`` (``primary`` or ``st
 (the slot's failover flag; null before PostgreSQL 17 or without the slot), ``synced_on_standby``
 (whether ``CDC_STANDBY_URL``'s standby holds a synced, persistent copy of the slot; null without it),
 ``log``: ``watermark`` (null or ``lsn``, ``sequence``, ``appended_at``), ``partitions`` (list of
-``topic``, ``partition``, ``end_offset``) and ``read_again`` (the tables whose column list, row filter or
-masks changed since the log read them: capture reads each again under its new rule),
+``topic``, ``partition``, ``end_offset``), ``read_again`` (the tables whose column list, row filter or
+masks changed since the log read them: capture reads each again under its new rule) and ``cancelled``
+(the tables whose read ``cdc snapshot --cancel`` stopped: capture leaves them out until they are asked
+for again),
 ``views``: list of ``view``, ``tables``, ``as_of_lsn``, ``as_of_appended_at``, ``events_pending``,
 ``wal_bytes_behind``, ``seconds_behind``.
 
@@ -44,7 +46,7 @@ from cdc.redact import redact_url
 from cdc.settings import Settings
 
 if TYPE_CHECKING:
-    from log_store.log import Log
+    from cdc.capture.table_snapshots import SnapshotLedger
 
 SCHEMA_VERSION = 1
 _WARN_SAFE_FRACTION = 0.2
@@ -87,6 +89,8 @@ class LogLag:
     partitions: list[PartitionEnd] = field(default_factory=list)
     #: tables whose rule (column list, row filter, masks) changed since the log read them
     read_again: list[str] = field(default_factory=list)
+    #: tables whose read was cancelled: capture leaves them out, the log lacks some of their rows
+    cancelled: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -234,6 +238,7 @@ def _source_free_disk(conn: psycopg.Connection[Any]) -> int | None:
 
 def measure_log(settings: Settings) -> LogLag:
     """End offsets at the latest watermark (an absent embedded log is an empty one)."""
+    from cdc.capture.table_snapshots import SnapshotLedger
     from cdc.log_backend import open_log
     from log_store import TopicPartition
 
@@ -252,21 +257,20 @@ def measure_log(settings: Settings) -> LogLag:
         for topic in store.topics():
             for partition in range(store.partitions(topic)):
                 lag.partitions.append(PartitionEnd(topic, partition, watermark.end_offset(TopicPartition(topic, partition))))
-        lag.read_again = _rules_changed(settings, store)
+        topic = f"{settings.topic_prefix}.__snapshots"
+        if topic in store.topics():
+            ledger = SnapshotLedger.load(store, topic)
+            lag.read_again = _rules_changed(settings, ledger)
+            lag.cancelled = sorted(ledger.cancelled)
     return lag
 
 
-def _rules_changed(settings: Settings, store: Log) -> list[str]:
+def _rules_changed(settings: Settings, ledger: SnapshotLedger) -> list[str]:
     """The published tables whose rule digest (column list, row filter, masks: see
     :meth:`cdc.capture.catalog.Catalog.published_tables`) differs from the one the log's snapshot ledger
     holds for them: capture reads each of them again (a source that cannot be reached: none)."""
     from cdc.capture.catalog import Catalog, rule_of
-    from cdc.capture.table_snapshots import SnapshotLedger
 
-    topic = f"{settings.topic_prefix}.__snapshots"
-    if topic not in store.topics():
-        return []
-    ledger = SnapshotLedger.load(store, topic)
     catalog = Catalog(settings.database_url, publication=settings.publication, mask_key=settings.mask_key_bytes)
     try:
         tables = catalog.published_tables(settings.publication)
@@ -369,6 +373,11 @@ def _warn(report: LagReport) -> None:
         "(until then the log holds it under the old one)"
         for table in report.log.read_again
     )
+    report.warnings.extend(
+        f"{table}: its read was cancelled (cdc snapshot --cancel); capture leaves it out and its views lack "
+        f"changes until `cdc snapshot {table}` reads it whole again"
+        for table in report.log.cancelled
+    )
     source = report.source
     if not source.exists:
         report.warnings.append(f"slot {source.slot} does not exist: run `cdc setup`")
@@ -468,7 +477,7 @@ JSON_SCHEMA: dict[str, Any] = {
         },
         "log": {
             "type": "object",
-            "required": ["watermark", "partitions", "read_again"],
+            "required": ["watermark", "partitions", "read_again", "cancelled"],
             "properties": {
                 "watermark": {
                     "type": ["object", "null"],
@@ -484,6 +493,7 @@ JSON_SCHEMA: dict[str, Any] = {
                     },
                 },
                 "read_again": {"type": "array", "items": {"type": "string"}},
+                "cancelled": {"type": "array", "items": {"type": "string"}},
             },
         },
         "views": {

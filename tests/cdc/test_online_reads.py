@@ -576,9 +576,16 @@ def test_cdc_snapshot_cancel_stops_a_read_and_leaves_the_table_out_until_asked_a
     run(lambda c: cancelled(c) and left_out(c), "the read to cancel")
     restarted = run(left_out, "busy's change after a restart")
     assert restarted.stats.tables_added == 0, "a cancelled table was read again without being asked"
+    lag = measure(settings)  # cdc lag says the table is left out, and how to bring it back
+    assert lag.log.cancelled == ["public.big"]
+    assert [w for w in lag.warnings if "cancelled" in w] == [
+        "public.big: its read was cancelled (cdc snapshot --cancel); capture leaves it out and its views lack "
+        "changes until `cdc snapshot public.big` reads it whole again"
+    ]
     assert run_cdc(reference_db, tmp_path, "snapshot", "public.big", **env).returncode == 0
     run(lambda c: replay(tmp_path, BIG) == source_table(reference_db, "big"), "big read again whole")
     assert_per_key_order(read_topic(tmp_path, BIG))
+    assert measure(settings).log.cancelled == []
 
 
 def test_who_may_ask_capture_to_read_is_who_may_execute_pg_logical_emit_message(reference_db: str, tmp_path: Path) -> None:
