@@ -2,7 +2,7 @@
 
 Usage: python -m bench.views_side_by_side [--warmup S] [--no-levers] [seconds] [transactions_per_second]
 [preload] [burst] [arms]
-(default 60 s, 2 tx/s, 100,000 products, a burst of 10,000 changed rows, arms ``cdc,cdc-all,merge,sdp``,
+(default 60 s, 2 tx/s, 100,000 products, a burst of 10,000 changed rows, arms ``cdc,cdc-all,cdc-dv,merge,sdp``,
 a warm-up of 20 s per arm, then the levers)
 
 One log: ``cdc capture`` runs as its own process for the whole run (its cost is the same for every arm
@@ -15,6 +15,8 @@ ones) at a steady rate for ``seconds``, then one transaction changing the price 
   in this process, polling the watermark every 0.1 s;
 * ``cdc-all``: the same with every kind of view on: the products' current and history tables, a search
   index and a cache entity of the products (a views directory of its own);
+* ``cdc-dv``: the same as ``cdc`` with deletion vectors (``CDC_DELETION_VECTORS=true``, an opt-in: tables
+  ``deltalake``'s ``to_pyarrow_table()`` cannot read; a views directory of its own);
 * ``merge``: a Structured Streaming job over the ``cdclog`` source (``rows=events``) whose
   ``foreachBatch`` keeps each key's latest event of the micro-batch and MERGEs it into Delta (the Delta
   documentation's upsert pattern), triggered as fast as it can, in this process's Spark session;
@@ -113,14 +115,14 @@ class Arm:
 
 
 def _totals_equal(url: str, path: str) -> bool:
-    """Whether the Delta table at ``path`` holds as many products, with the same sum of prices, as the source."""
-    import pyarrow.compute as pc
-    from deltalake import DeltaTable
+    """Whether the Delta table at ``path`` holds as many products, with the same sum of prices, as the source
+    (read by ``deltalake``'s SQL engine, which also reads a table with deletion vectors)."""
+    from derived_views.engine.delta_reads import read_query
 
     with psycopg.connect(url) as conn:
         count, total = conn.execute("SELECT count(*), sum(price) FROM products").fetchone()  # type: ignore[misc]
-    table = DeltaTable(path).to_pyarrow_table(columns=["price"])
-    return bool(table.num_rows == count and pc.sum(table.column("price")).as_py() == total)
+    held = read_query(path, "SELECT count(*) AS n, sum(price) AS total FROM t").to_pylist()[0]
+    return bool(held["n"] == count and held["total"] == total)
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -292,26 +294,31 @@ def _step_phases() -> PhaseTimes:
     )
 
 
-def _cdc_arm(settings: Settings, load: Workload, cpu: Callable[[], float], views: str | None = None) -> Arm:
-    """``cdc sync --continuous`` of the warehouse, or of every view in ``views`` (a views file of its own,
-    in a views directory of its own)."""
+def _cdc_arm(settings: Settings, load: Workload, cpu: Callable[[], float], name: str = "cdc") -> Arm:
+    """``cdc sync --continuous``: ``cdc``, of the warehouse's current table; ``cdc-all``, of every view in
+    :data:`ALL_VIEWS`; ``cdc-dv``, of the current table with deletion vectors (``CDC_DELETION_VECTORS``).
+    The last two in a views directory of their own."""
     from derived_views import ViewContext
     from derived_views.definitions import load as load_definitions
 
     spark = bench_spark()
     ctx = view_context.context_from_settings(settings, spark)
     names = ["warehouse"]
-    if views is not None:
-        views_dir = Path(tempfile.mkdtemp(prefix="cdc-bench-side-all-"))
-        (views_dir / "views.toml").write_text(views)
-        definitions = load_definitions(views_dir / "views.toml")
+    if name != "cdc":
+        views_dir = Path(tempfile.mkdtemp(prefix=f"cdc-bench-side-{name}-"))
+        (views_dir / "views.toml").write_text(ALL_VIEWS if name == "cdc-all" else VIEWS)
         ctx = ViewContext(
-            spark, str(views_dir), ctx.log, ctx.prefix, definitions=definitions, deletion_vectors=ctx.deletion_vectors
+            spark,
+            str(views_dir),
+            ctx.log,
+            ctx.prefix,
+            definitions=load_definitions(views_dir / "views.toml"),
+            deletion_vectors=name == "cdc-dv",
         )
-        names = []  # every view
+        names = []  # every view of the file
     applied: list[tuple[int, float]] = []
     phases = _step_phases()
-    arm = Arm("cdc-all" if views is not None else "cdc")
+    arm = Arm(name)
     measuring = threading.Event()
 
     def on_step(report: runner.StepReport) -> None:
@@ -476,10 +483,8 @@ def main(seconds: float, rate: float, preload: int, burst: int, arms: list[str],
             postmaster = int((_server.data_dir / "postmaster.pid").read_text().split()[0])
             cpu = lambda: _cpu(os.getpid(), frozenset({capture_pid, postmaster}))  # noqa: E731 - this process and its JVM
             for name in arms:
-                if name == "cdc":
-                    results.append(_cdc_arm(settings, load, cpu))
-                elif name == "cdc-all":
-                    results.append(_cdc_arm(settings, load, cpu, ALL_VIEWS))
+                if name in ("cdc", "cdc-all", "cdc-dv"):
+                    results.append(_cdc_arm(settings, load, cpu, name))
                 elif name == "merge":
                     results.append(_merge_arm(settings, load, workdir, cpu))
                 elif name == "sdp":
@@ -556,7 +561,7 @@ if __name__ == "__main__":
         float(words[1]) if len(words) > 1 else 2.0,
         int(words[2]) if len(words) > 2 else 100_000,
         int(words[3]) if len(words) > 3 else 10_000,
-        (words[4] if len(words) > 4 else "cdc,cdc-all,merge,sdp").split(","),
+        (words[4] if len(words) > 4 else "cdc,cdc-all,cdc-dv,merge,sdp").split(","),
         warmup,
         levers,
     )
