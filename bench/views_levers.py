@@ -15,6 +15,8 @@ import signal
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -29,6 +31,8 @@ if TYPE_CHECKING:
 #: Keys a layout's MERGE changes, and how many such MERGEs each layout gets (different keys each time).
 MERGE_KEYS = 20
 MERGES = 3
+#: Spark's cap on the rows of one written file (Delta's writes, a MERGE's rewrites included, honour it).
+MAX_RECORDS_PER_FILE = "spark.sql.files.maxRecordsPerFile"
 #: Delta's MERGE metrics printed per layout.
 METRICS = ("numTargetRowsCopied", "numTargetFilesRemoved", "numTargetFilesAdded", "numTargetDeletionVectorsAdded")
 
@@ -42,23 +46,25 @@ def file_layout(spark: SparkSession, table: str, workdir: Path) -> None:
 
     rows = spark.read.format("delta").load(table)
     count = rows.count()
-    layouts: list[tuple[str, str]] = [("as cdc sync laid it out (anchor)", table)]
-    for label, name, frame, options in (
-        ("files of 10,000 rows", "rows10k", rows, {"maxRecordsPerFile": "10000"}),
-        ("files of 2,000 rows", "rows2k", rows, {"maxRecordsPerFile": "2000"}),
-        ("10 files clustered by key", "clustered", rows.repartitionByRange(10, "_cdc_key").sortWithinPartitions("_cdc_key"), {}),
-        ("deletion vectors (CDC_DELETION_VECTORS)", "dv", rows, {}),
+    clustered = rows.repartitionByRange(10, "_cdc_key").sortWithinPartitions("_cdc_key")
+    layouts: list[tuple[str, str, str | None]] = [("as cdc sync laid it out (anchor)", table, None)]
+    for label, name, frame, max_rows in (
+        ("files of at most 10,000 rows", "rows10k", rows, "10000"),
+        ("files of at most 2,000 rows", "rows2k", rows, "2000"),
+        ("10 files clustered by key", "clustered", clustered, None),
+        ("deletion vectors (CDC_DELETION_VECTORS)", "dv", rows, None),
     ):
         path = str(workdir / name)
-        frame.write.format("delta").options(**options).save(path)
+        with _max_rows_per_file(spark, max_rows):
+            frame.write.format("delta").save(path)
         if name == "dv":
             spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
-        layouts.append((label, path))
+        layouts.append((label, path, max_rows))
     chooser = random.Random(11)
     samples = [chooser.sample(range(1, count + 1), MERGE_KEYS) for _ in range(MERGES)]
     print(f"file layout: {MERGES} MERGEs of {MERGE_KEYS} random keys each into {count:,} rows (mean per MERGE)")
     print(f"  {'layout':<42}{'files':>7}{'rows copied':>13}{'files -/+':>11}{'DVs':>5}{'wall s':>8}  deltalake reads it")
-    for label, path in layouts:
+    for label, path, max_rows in layouts:
         files = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["numFiles"])
         metrics: list[dict[str, int]] = []
         walls: list[float] = []
@@ -70,8 +76,10 @@ def file_layout(spark: SparkSession, table: str, workdir: Path) -> None:
                 .withColumn("price", F.col("price") + 1)
                 .withColumn("_cdc_lsn", F.col("_cdc_lsn") + 1)
             )
+            source = changed.localCheckpoint()
             started = time.perf_counter()
-            _merge(spark, path, changed.localCheckpoint())
+            with _max_rows_per_file(spark, max_rows):  # the files a MERGE rewrites keep the layout
+                _merge(spark, path, source)
             walls.append(time.perf_counter() - started)
             metrics.append(_last_merge(spark, path))
         mean = {name: statistics.mean(m.get(name, 0) for m in metrics) for name in METRICS}
@@ -80,6 +88,19 @@ def file_layout(spark: SparkSession, table: str, workdir: Path) -> None:
             f"{mean['numTargetFilesRemoved']:6.1f}/{mean['numTargetFilesAdded']:<4.1f}"
             f"{mean['numTargetDeletionVectorsAdded']:5.1f}{statistics.median(walls):8.2f}  {_deltalake_reads(path)}"
         )
+
+
+@contextmanager
+def _max_rows_per_file(spark: SparkSession, rows: str | None) -> Iterator[None]:
+    """Within the block, the session's writes (a MERGE's rewritten files too) split files past ``rows`` rows."""
+    if rows is None:
+        yield
+        return
+    spark.conf.set(MAX_RECORDS_PER_FILE, rows)
+    try:
+        yield
+    finally:
+        spark.conf.unset(MAX_RECORDS_PER_FILE)
 
 
 def _merge(spark: SparkSession, path: str, changed: DataFrame) -> None:
