@@ -44,6 +44,9 @@ def file_layout(spark: SparkSession, table: str, workdir: Path) -> None:
     and whether ``deltalake`` (hence pandas, Polars) can read the table."""
     from pyspark.sql import functions as F
 
+    from derived_views.write.context import DELETION_VECTORS
+
+    spark.conf.set(DELETION_VECTORS, "false")  # the copies are written as cdc sync writes tables by default
     rows = spark.read.format("delta").load(table)
     count = rows.count()
     clustered = rows.repartitionByRange(10, "_cdc_key").sortWithinPartitions("_cdc_key")

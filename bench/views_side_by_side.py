@@ -300,6 +300,7 @@ def _cdc_arm(settings: Settings, load: Workload, cpu: Callable[[], float], name:
     The last two in a views directory of their own."""
     from derived_views import ViewContext
     from derived_views.definitions import load as load_definitions
+    from derived_views.engine.spark_session import new_session
 
     spark = bench_spark()
     ctx = view_context.context_from_settings(settings, spark)
@@ -308,7 +309,7 @@ def _cdc_arm(settings: Settings, load: Workload, cpu: Callable[[], float], name:
         views_dir = Path(tempfile.mkdtemp(prefix=f"cdc-bench-side-{name}-"))
         (views_dir / "views.toml").write_text(ALL_VIEWS if name == "cdc-all" else VIEWS)
         ctx = ViewContext(
-            spark,
+            new_session(spark),  # its settings (deletion vectors) stay its own
             str(views_dir),
             ctx.log,
             ctx.prefix,
@@ -348,8 +349,10 @@ def _merge_arm(settings: Settings, load: Workload, workdir: Path, cpu: Callable[
     from pyspark.sql import functions as F
 
     import derived_views
+    from derived_views.write.context import DELETION_VECTORS
 
     spark = bench_spark()
+    spark.conf.set(DELETION_VECTORS, "false")  # Delta's default, as a user's job gets it
     derived_views.register(spark)
     target = str(workdir / "merge" / "products")
     applied: list[tuple[int, float]] = []
