@@ -2,6 +2,8 @@
 ``bench.views_side_by_side``, which describes them).
 
 - :func:`file_layout`: what a MERGE of a few random keys rewrites, by the target's file layout;
+- :func:`merge_forms`: ``cdc sync``'s MERGE of the current table beside the plain upsert MERGE a user writes,
+  on copies of one table with the same batches;
 - :func:`scheduled`: a fresh ``cdc sync --once`` of one small transaction beside a bare Spark start.
 
 Prints figures only; asserts nothing.
@@ -64,14 +66,13 @@ def file_layout(spark: SparkSession, table: str, workdir: Path) -> None:
             spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
         layouts.append((label, path, max_rows))
     chooser = random.Random(11)
-    samples = [chooser.sample(range(1, count + 1), MERGE_KEYS) for _ in range(MERGES)]
-    print(f"file layout: {MERGES} MERGEs of {MERGE_KEYS} random keys each into {count:,} rows (mean per MERGE)")
-    print(f"  {'layout':<42}{'files':>7}{'rows copied':>13}{'files -/+':>11}{'DVs':>5}{'wall s':>8}  deltalake reads it")
-    for label, path, max_rows in layouts:
-        files = int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["numFiles"])
-        metrics: list[dict[str, int]] = []
-        walls: list[float] = []
-        for keys in samples:
+    # one round more than measured: the first round (left out) compiles and loads what later ones reuse
+    samples = [chooser.sample(range(1, count + 1), MERGE_KEYS) for _ in range(MERGES + 1)]
+    files = {path: int(spark.sql(f"DESCRIBE DETAIL delta.`{path}`").collect()[0]["numFiles"]) for _, path, _ in layouts}
+    metrics: dict[str, list[dict[str, int]]] = {path: [] for _, path, _ in layouts}
+    walls: dict[str, list[float]] = {path: [] for _, path, _ in layouts}
+    for round_number, keys in enumerate(samples):
+        for _label, path, max_rows in layouts:  # round by round, so that every layout meets the same load
             changed = (
                 spark.read.format("delta")
                 .load(path)
@@ -83,13 +84,17 @@ def file_layout(spark: SparkSession, table: str, workdir: Path) -> None:
             started = time.perf_counter()
             with _max_rows_per_file(spark, max_rows):  # the files a MERGE rewrites keep the layout
                 _merge(spark, path, source)
-            walls.append(time.perf_counter() - started)
-            metrics.append(_last_merge(spark, path))
-        mean = {name: statistics.mean(m.get(name, 0) for m in metrics) for name in METRICS}
+            if round_number:
+                walls[path].append(time.perf_counter() - started)
+                metrics[path].append(_last_merge(spark, path))
+    print(f"file layout: {MERGES} MERGEs of {MERGE_KEYS} random keys each into {count:,} rows (mean per MERGE, after one more)")
+    print(f"  {'layout':<42}{'files':>7}{'rows copied':>13}{'files -/+':>11}{'DVs':>5}{'wall s':>8}  deltalake reads it")
+    for label, path, _ in layouts:
+        mean = {name: statistics.mean(m.get(name, 0) for m in metrics[path]) for name in METRICS}
         print(
-            f"  {label:<42}{files:7d}{mean['numTargetRowsCopied']:13,.0f}"
+            f"  {label:<42}{files[path]:7d}{mean['numTargetRowsCopied']:13,.0f}"
             f"{mean['numTargetFilesRemoved']:6.1f}/{mean['numTargetFilesAdded']:<4.1f}"
-            f"{mean['numTargetDeletionVectorsAdded']:5.1f}{statistics.median(walls):8.2f}  {_deltalake_reads(path)}"
+            f"{mean['numTargetDeletionVectorsAdded']:5.1f}{statistics.median(walls[path]):8.2f}  {_deltalake_reads(path)}"
         )
 
 
@@ -133,6 +138,98 @@ def _deltalake_reads(path: str) -> str:
     except Exception as exc:  # noqa: BLE001 - the answer is the figure
         return f"no ({str(exc).splitlines()[0][:60]})"
     return "yes"
+
+
+#: Rows a batch of :func:`merge_forms` updates, and rows it inserts (a step of the steady workload: 7
+#: transactions of 5 updates and 5 inserts).
+BATCH_UPDATES = BATCH_INSERTS = 35
+
+
+def merge_forms(spark: SparkSession, table: str, workdir: Path) -> None:
+    """:data:`MERGES` batches of :data:`BATCH_UPDATES` updates and :data:`BATCH_INSERTS` inserts, each applied
+    to two copies of the table at ``table`` (``cdc sync``'s current table): by ``cdc sync``'s own MERGE
+    (:func:`derived_views.write.scd1.merge_current`: the LSN guard, SQL over a temporary view of the
+    batch) and by the Delta documentation's upsert (``DeltaTable.merge`` with ``whenMatchedUpdateAll``,
+    ``whenNotMatchedInsertAll``), in turns (which goes first alternates). Prints each one's median wall
+    time and Delta's ``executionTimeMs``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from derived_views.engine.progress import Progress
+    from derived_views.events.metadata_columns import KEY, LSN, OP, SEQ, TS, UNCHANGED
+    from derived_views.write.context import DELETION_VECTORS
+    from derived_views.write.scd1 import merge_current
+    from derived_views.write.table_evolution import TableTypes
+
+    spark.conf.set(DELETION_VECTORS, "false")
+    rows = spark.read.format("delta").load(table)
+    paths = {form: str(workdir / f"form-{form}") for form in ("cdc", "plain")}
+    for path in paths.values():
+        rows.write.format("delta").save(path)
+    meta = {KEY, LSN, SEQ, TS, OP}
+    columns = [(f.name, f.dataType.simpleString()) for f in rows.schema.fields if f.name not in meta]
+    top_id, top_lsn = rows.agg(F.max("id"), F.max(LSN)).collect()[0]
+    chooser = random.Random(13)
+    types = TableTypes()
+    walls: dict[str, list[float]] = {"cdc": [], "plain": []}
+    executions: dict[str, list[int]] = {"cdc": [], "plain": []}
+    for turn in range(MERGES + 1):  # the first turn (left out) compiles and loads what later ones reuse
+        lsn = top_lsn + 1 + turn
+        updated = chooser.sample(range(1, int(top_id) + 1), BATCH_UPDATES)
+        inserted = chooser.sample(range(1, int(top_id) + 1), BATCH_INSERTS)
+        first_new = int(top_id) + 1 + turn * BATCH_INSERTS
+        new_ids = F.element_at(F.array(*[F.lit(first_new + i) for i in range(BATCH_INSERTS)]), F.col("_n") + 1)
+        source = spark.read.format("delta").load(table)
+        updates = source.where(F.col("id").isin(updated)).withColumn("price", F.col("price") + 1).withColumn(OP, F.lit("u"))
+        inserts = (
+            source.where(F.col("id").isin(inserted))
+            .withColumn("_n", F.row_number().over(Window.orderBy("id")) - 1)
+            .withColumn("id", new_ids.cast("bigint"))
+            .withColumn(KEY, F.to_json(F.struct("id")))
+            .withColumn(OP, F.lit("c"))
+            .drop("_n")
+        )
+        batch = (
+            updates.unionByName(inserts)
+            .withColumn(LSN, F.lit(lsn).cast("bigint"))
+            .withColumn(SEQ, F.monotonically_increasing_id())
+            .withColumn("_cdc_error", F.lit(None).cast("string"))
+            .withColumn(UNCHANGED, F.array().cast("array<string>"))
+            .localCheckpoint()
+        )
+        for form in ("cdc", "plain") if turn % 2 == 0 else ("plain", "cdc"):
+            started = time.perf_counter()
+            if form == "cdc":
+                progress = Progress(position=f"{lsn:016X}")
+                merge_current(spark, paths[form], batch, columns, progress, types=types, whole_rows=True)
+            else:
+                _upsert(spark, paths[form], batch.drop("_cdc_error", UNCHANGED))
+            if turn:
+                walls[form].append(time.perf_counter() - started)
+                executions[form].append(_last_merge(spark, paths[form]).get("executionTimeMs", 0))
+    print(
+        f"MERGE forms: {MERGES} batches of {BATCH_UPDATES} updates and {BATCH_INSERTS} inserts into copies of "
+        f"{rows.count():,} rows (median, after one more)"
+    )
+    for form, label in (("plain", "the documented upsert (anchor)"), ("cdc", "cdc sync's MERGE (LSN guard, SQL)")):
+        wall, execution = statistics.median(walls[form]), statistics.median(executions[form]) / 1000
+        ratio = wall / statistics.median(walls["plain"])
+        print(f"  {label:<42}wall {wall:6.2f} s  Delta executionTimeMs {execution:6.2f} s  {ratio:5.2f}x")
+
+
+def _upsert(spark: SparkSession, path: str, changed: DataFrame) -> None:
+    """The Delta documentation's upsert, with deletes (the ``merge`` arm's MERGE)."""
+    from delta.tables import DeltaTable
+
+    (
+        DeltaTable.forPath(spark, path)
+        .alias("t")
+        .merge(changed.alias("s"), "t._cdc_key = s._cdc_key")
+        .whenMatchedDelete("s._cdc_op = 'd'")
+        .whenMatchedUpdateAll("s._cdc_op <> 'd'")
+        .whenNotMatchedInsertAll("s._cdc_op <> 'd'")
+        .execute()
+    )
 
 
 def scheduled(settings: Settings, writer: Writer, views_file: Path) -> None:

@@ -43,6 +43,8 @@ Then the levers (``--no-levers`` leaves them out), each beside its anchor in the
 * file layout: a MERGE of 20 random keys into the ``cdc`` arm's table as ``cdc sync`` laid it out (the
   anchor), and into copies of it with smaller files, clustered by key, and with deletion vectors
   (``CDC_DELETION_VECTORS``): Delta's own MERGE metrics (rows copied unchanged, files removed/added);
+* the MERGE itself: ``cdc sync``'s MERGE of the current table beside the Delta documentation's upsert (the
+  anchor), the same batches into copies of the ``cdc`` arm's table;
 * the scheduled case: a fresh ``cdc sync --once`` of one small transaction beside a bare Spark start (the
   anchor), with Spark started by the command, and attached to a warm ``cdc spark-server``
   (functions of ``bench/views_scheduled.py``).
@@ -349,10 +351,9 @@ def _merge_arm(settings: Settings, load: Workload, workdir: Path, cpu: Callable[
     from pyspark.sql import functions as F
 
     import derived_views
-    from derived_views.write.context import DELETION_VECTORS
 
-    spark = bench_spark()
-    spark.conf.set(DELETION_VECTORS, "false")  # Delta's default, as a user's job gets it
+    # a session of its own: Delta's defaults as a user's job gets them, none of the settings a cdc arm set
+    spark = bench_spark().newSession()
     derived_views.register(spark)
     target = str(workdir / "merge" / "products")
     applied: list[tuple[int, float]] = []
@@ -495,12 +496,13 @@ def main(seconds: float, rate: float, preload: int, burst: int, arms: list[str],
                 print(f"{load_average()} after the {name} arm", flush=True)
             _print_arms(results, seconds, rate, preload, burst, warmup)
             if levers:
-                from bench.views_levers import file_layout, scheduled
+                from bench.views_levers import file_layout, merge_forms, scheduled
 
                 scheduled(settings, load.writer, views_file)
                 cdc = next((arm for arm in results if arm.name == "cdc"), None)
-                if cdc is not None:  # last: its MERGEs change the arm's table
-                    file_layout(bench_spark(), cdc.table, workdir / "layouts")
+                if cdc is not None:
+                    merge_forms(bench_spark(), cdc.table, workdir / "forms")
+                    file_layout(bench_spark(), cdc.table, workdir / "layouts")  # last: its MERGEs change the table
     shutil.rmtree(workdir, ignore_errors=True)
     print(f"{load_average()} at the end")
 
