@@ -275,6 +275,7 @@ def _measure(
 def _step_phases() -> PhaseTimes:
     """Seconds per phase of a sync step, timed where the step calls each function."""
     from derived_views.engine import evaluation
+    from derived_views.views import cache, search
     from derived_views.write import scd1, steps
 
     return PhaseTimes(
@@ -292,6 +293,13 @@ def _step_phases() -> PhaseTimes:
             (scd1, "append"): "  of it: append",
             (warehouse, "merge_history"): "history MERGE",
             (runner, "_sync_view"): "each view (side by side)",
+            (search, "sync"): "search index (all)",
+            (search, "sync_states"): "  of it: its state copies",
+            (search, "_write_documents"): "  of it: documents",
+            (search, "_write_terms"): "  of it: terms",
+            (cache, "sync"): "cache entity (all)",
+            (cache, "affected_roots"): "  of it: affected roots",
+            (cache, "merge_roots"): "  of it: entries MERGE",
         }
     )
 
