@@ -304,7 +304,7 @@ def _step_phases() -> PhaseTimes:
     )
 
 
-def _cdc_arm(settings: Settings, load: Workload, cpu: Callable[[], float], name: str = "cdc") -> Arm:
+def _cdc_arm(settings: Settings, load: Workload, workdir: Path, cpu: Callable[[], float], name: str = "cdc") -> Arm:
     """``cdc sync --continuous``: ``cdc``, of the warehouse's current table; ``cdc-all``, of every view in
     :data:`ALL_VIEWS`; ``cdc-dv``, of the current table with deletion vectors (``CDC_DELETION_VECTORS``).
     The last two in a views directory of their own."""
@@ -316,7 +316,8 @@ def _cdc_arm(settings: Settings, load: Workload, cpu: Callable[[], float], name:
     ctx = view_context.context_from_settings(settings, spark)
     names = ["warehouse"]
     if name != "cdc":
-        views_dir = Path(tempfile.mkdtemp(prefix=f"cdc-bench-side-{name}-"))
+        views_dir = workdir / name
+        views_dir.mkdir()
         (views_dir / "views.toml").write_text(ALL_VIEWS if name == "cdc-all" else VIEWS)
         ctx = ViewContext(
             new_session(spark),  # its settings (deletion vectors) stay its own
@@ -496,7 +497,7 @@ def main(seconds: float, rate: float, preload: int, burst: int, arms: list[str],
             cpu = lambda: _cpu(os.getpid(), frozenset({capture_pid, postmaster}))  # noqa: E731 - this process and its JVM
             for name in arms:
                 if name in ("cdc", "cdc-all", "cdc-dv"):
-                    results.append(_cdc_arm(settings, load, cpu, name))
+                    results.append(_cdc_arm(settings, load, workdir, cpu, name))
                 elif name == "merge":
                     results.append(_merge_arm(settings, load, workdir, cpu))
                 elif name == "sdp":
