@@ -294,11 +294,11 @@ def _step_phases() -> PhaseTimes:
             (warehouse, "merge_history"): "history MERGE",
             (runner, "_sync_view"): "each view (side by side)",
             (search, "sync"): "search index (all)",
-            (search, "sync_states"): "  of it: its state copies",
-            (search, "_write_documents"): "  of it: documents",
-            (search, "_write_terms"): "  of it: terms",
+            (search, "affected_roots"): "  of it: affected documents",
+            (search, "merge_roots"): "  of it: documents MERGE",
+            (search, "_merge_terms"): "  of it: terms MERGE",
             (cache, "sync"): "cache entity (all)",
-            (cache, "affected_roots"): "  of it: affected roots",
+            (cache, "affected_roots"): "  of it: affected entries",
             (cache, "merge_roots"): "  of it: entries MERGE",
         }
     )
@@ -553,7 +553,8 @@ def _print_phases(arm: Arm) -> None:
     ordered = sorted(arm.steps, key=lambda phases: phases.get("step", 0.0))
     chosen = [("median", ordered[len(ordered) // 2])] + [("slowest", phases) for phases in ordered[-1:-4:-1]]
     print(f"{arm.name} step phases, seconds ({len(ordered)} steps measured; phases overlap where tables apply side by side):")
-    names = sorted({name for _, phases in chosen for name in phases}, key=lambda name: (name != "step", name))
+    seen = {name for _, phases in chosen for name in phases}
+    names = [name for name in _step_phases().names if name in seen]
     print(f"  {'phase':<30}" + "".join(f"{label:>9}" for label, _ in chosen))
     for name in names:
         print(f"  {name:<30}" + "".join(f"{phases.get(name, 0.0):9.2f}" for _, phases in chosen))
