@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from bench.views_scheduled import _BARE_START, _line, _start_server, _timed
+from bench.views_scheduled import BARE_START, line, start_server, timed
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -259,24 +259,24 @@ def scheduled(settings: Settings, writer: Writer, views_file: Path) -> None:
                 raise RuntimeError("capture did not log the change within 120 s")
             time.sleep(0.05)
 
-    _timed([cdc, "sync", "--once"], env)  # catch up with the other arms' changes
-    bare = _timed([sys.executable, "-c", _BARE_START], env)
+    timed([cdc, "sync", "--once"], env)  # catch up with the other arms' changes
+    bare = timed([sys.executable, "-c", BARE_START], env)
     small_change()
-    cold = _timed([cdc, "sync", "--once"], env)
-    server, remote, server_start = _start_server(cdc, env)
+    cold = timed([cdc, "sync", "--once"], env)
+    server, remote, server_start = start_server(cdc, env)
     try:
         attached_env = {**env, "CDC_SPARK_REMOTE": remote}
         attached = []
         for _ in range(2):
             small_change()
-            attached.append(_timed([cdc, "sync", "--once"], attached_env))
+            attached.append(timed([cdc, "sync", "--once"], attached_env))
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=60)
-    bare_again = _timed([sys.executable, "-c", _BARE_START], env)
+    bare_again = timed([sys.executable, "-c", BARE_START], env)
     anchor = min(bare, bare_again)
     print(f"scheduled: bare Spark start (JVM + Delta, no work) {anchor:7.2f} s   (anchor; {bare:.2f} and {bare_again:.2f} s)")
-    print(_line("  cdc sync --once of 5 changed rows, cold", cold, anchor))
+    print(line("  cdc sync --once of 5 changed rows, cold", cold, anchor))
     print(f"  attached to a warm Spark (cdc spark-server, listening after {server_start:.2f} s):")
-    print(_line("  cdc sync --once of 5 changed rows, first", attached[0], anchor))
-    print(_line("  cdc sync --once of 5 changed rows, next", attached[1], anchor))
+    print(line("  cdc sync --once of 5 changed rows, first", attached[0], anchor))
+    print(line("  cdc sync --once of 5 changed rows, next", attached[1], anchor))
