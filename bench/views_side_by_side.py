@@ -27,7 +27,8 @@ ones) at a steady rate for ``seconds``, then one transaction changing the price 
   not: see docs/spark-source.md.)
 
 Every arm first runs the steady workload for ``--warmup`` seconds, left out of its figures: the first
-arm starts this process's JVM, whose first steps compile and load what later arms find ready.
+arm starts this process's JVM, whose first steps compile and load what later arms find ready. The warm-up
+must span several steps: with 5 s (about one step) the first arm stayed about twice as slow.
 
 Printed per arm: commit-to-visible p50 and p99 of the steady transactions (visible: the first commit of
 the arm's table that holds the transaction's commit LSN; for ``cdc-all``, the first step that brought
