@@ -206,6 +206,8 @@ class PhaseTimes:
 
     def __init__(self, wrapped: dict[tuple[ModuleType, str], str]) -> None:
         self.seconds: dict[str, float] = {}
+        #: the phases, in the order given
+        self.names = list(dict.fromkeys(wrapped.values()))
         self._lock = threading.Lock()
         for (module, attribute), phase in wrapped.items():
             setattr(module, attribute, self._timed(getattr(module, attribute), phase))

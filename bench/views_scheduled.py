@@ -36,10 +36,10 @@ from pathlib import Path
 from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
 from local_servers.postgres import LocalPostgres, free_port
 
-_BARE_START = "from derived_views.engine.spark_session import build_spark; build_spark('cdc-bare').stop()"
+BARE_START = "from derived_views.engine.spark_session import build_spark; build_spark('cdc-bare').stop()"
 
 
-def _timed(command: list[str], env: dict[str, str]) -> float:
+def timed(command: list[str], env: dict[str, str]) -> float:
     """Seconds a fresh process running ``command`` takes; fails on a non-zero exit."""
     started = time.perf_counter()
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -49,7 +49,7 @@ def _timed(command: list[str], env: dict[str, str]) -> float:
     return elapsed
 
 
-def _start_server(cdc: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str, float]:
+def start_server(cdc: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str, float]:
     """``cdc spark-server`` on a free port; returns it, its URL and the seconds until it listened."""
     port = free_port()
     started = time.perf_counter()
@@ -67,7 +67,7 @@ def _start_server(cdc: str, env: dict[str, str]) -> tuple[subprocess.Popen[bytes
     return server, f"sc://127.0.0.1:{port}", time.perf_counter() - started
 
 
-def _line(label: str, seconds: float, anchor: float, target: str = "") -> str:
+def line(label: str, seconds: float, anchor: float, target: str = "") -> str:
     return f"{label:<44}{seconds:7.2f} s   {seconds / anchor:5.1f}x" + (f"   ({target})" if target else "")
 
 
@@ -93,38 +93,38 @@ def main(keep: bool) -> None:
     try:
         migrate.upgrade(url)
         insert_sample_data(url)
-        _timed([cdc, "setup"], env)
-        _timed([cdc, "capture", "--once"], env)
-        bare = _timed([sys.executable, "-c", _BARE_START], env)
-        first = _timed([cdc, "sync", "--once"], env)
-        idle = _timed([cdc, "sync", "--once"], env)
+        timed([cdc, "setup"], env)
+        timed([cdc, "capture", "--once"], env)
+        bare = timed([sys.executable, "-c", BARE_START], env)
+        first = timed([cdc, "sync", "--once"], env)
+        idle = timed([cdc, "sync", "--once"], env)
         _change_one_product(url)
-        _timed([cdc, "capture", "--once"], env)
-        change = _timed([cdc, "sync", "--once"], env)
+        timed([cdc, "capture", "--once"], env)
+        change = timed([cdc, "sync", "--once"], env)
 
-        spark_server, remote, server_start = _start_server(cdc, env)
+        spark_server, remote, server_start = start_server(cdc, env)
         attached = {**env, "CDC_DATA_DIR": str(remote_dir), "CDC_SLOT": "cdc_bench_attached", "CDC_SPARK_REMOTE": remote}
-        _timed([cdc, "setup"], attached)
-        _timed([cdc, "capture", "--once"], attached)
-        first_attached = _timed([cdc, "sync", "--once"], attached)
-        idle_attached = _timed([cdc, "sync", "--once"], attached)
+        timed([cdc, "setup"], attached)
+        timed([cdc, "capture", "--once"], attached)
+        first_attached = timed([cdc, "sync", "--once"], attached)
+        idle_attached = timed([cdc, "sync", "--once"], attached)
         changes_attached = []
         for _ in range(2):
             _change_one_product(url)
-            _timed([cdc, "capture", "--once"], attached)
-            changes_attached.append(_timed([cdc, "sync", "--once"], attached))
-        bare_again = _timed([sys.executable, "-c", _BARE_START], env)
+            timed([cdc, "capture", "--once"], attached)
+            changes_attached.append(timed([cdc, "sync", "--once"], attached))
+        bare_again = timed([sys.executable, "-c", BARE_START], env)
         anchor = min(bare, bare_again)
         print(f"bare Spark start (JVM + Delta, no work)     {anchor:7.2f} s   (anchor; {bare:.2f} and {bare_again:.2f} s)")
         print("Spark started by each command:")
-        print(_line("  first sync of the demo data, all views", first, anchor))
-        print(_line("  sync with nothing pending", idle, anchor, "target <= 1.5x"))
-        print(_line("  sync of the demo's change, all views", change, anchor, "target <= 3x"))
+        print(line("  first sync of the demo data, all views", first, anchor))
+        print(line("  sync with nothing pending", idle, anchor, "target <= 1.5x"))
+        print(line("  sync of the demo's change, all views", change, anchor, "target <= 3x"))
         print(f"attached to a warm Spark (cdc spark-server; the server listened after {server_start:.2f} s):")
-        print(_line("  first sync of the demo data, all views", first_attached, anchor))
-        print(_line("  sync with nothing pending", idle_attached, anchor, "target <= 1.5x"))
-        print(_line("  sync of the demo's change, first", changes_attached[0], anchor))
-        print(_line("  sync of the demo's change, next", changes_attached[1], anchor, "target <= 3x"))
+        print(line("  first sync of the demo data, all views", first_attached, anchor))
+        print(line("  sync with nothing pending", idle_attached, anchor, "target <= 1.5x"))
+        print(line("  sync of the demo's change, first", changes_attached[0], anchor))
+        print(line("  sync of the demo's change, next", changes_attached[1], anchor, "target <= 3x"))
         if keep:
             print(f"kept: CDC_DATABASE_URL={url} CDC_DATA_DIR={local_dir} CDC_PARTITIONS=3 CDC_VIEWS_FILE={EXAMPLE_VIEWS}")
             print(
