@@ -555,11 +555,7 @@ class Capture:
                 self.groups.held.pop(resume[0].topic, None)  # type: ignore[union-attr]
                 resume[1].discard()
             self._resume_snapshotted.discard(relid)
-            for pending in list(self.core.waiting):
-                pending.tables = [table for table in pending.tables if table.relid != relid]
-                if not pending.tables:
-                    self.core.waiting.remove(pending)
-                    pending.close()
+            self._unwait(relid)
             self.gate.holds.pop(relid, None)
             self.gate.wanted.pop(relid, None)
             records += self.ledger.cancel_record(name, time.time_ns() // 1_000_000)
@@ -724,17 +720,21 @@ class Capture:
             if progress.topic in topics:
                 self._resume_over(relid, progress, held, why)
 
+    def _unwait(self, relid: int) -> None:
+        """Take a table out of the snapshots waiting to be read (one left with no table is released)."""
+        for pending in list(self.core.waiting):
+            pending.tables = [table for table in pending.tables if table.relid != relid]
+            if not pending.tables:
+                self.core.waiting.remove(pending)
+                pending.close()
+
     def _resume_over(self, relid: int, progress: ReadProgress, held: HeldChanges, why: str) -> None:
         """A read waiting to be resumed starts over instead (its held records would hold a row the log
         may lack): as :meth:`_abandon`, and no snapshot already taken to resume it is read."""
         del self.resumes[relid]
         self._resume_snapshotted.discard(relid)
         self._resumes_over.append((progress.topic, held))  # deleted once the group being written is done
-        for pending in list(self.core.waiting):
-            pending.tables = [table for table in pending.tables if table.relid != relid]
-            if not pending.tables:
-                self.core.waiting.remove(pending)
-                pending.close()
+        self._unwait(relid)
         self.gate.holds.pop(relid, None)
         self.gate.wanted[relid] = progress.topic
         self.stats.reads_abandoned += 1

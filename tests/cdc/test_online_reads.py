@@ -28,6 +28,7 @@ from cdc.commands.snapshot_cmd import request_snapshot
 from cdc.coordinator import Capture
 from cdc.lag import JSON_SCHEMA, measure
 from cdc.read_status import read_status
+from cdc.settings import Settings
 from event_format import is_truncate_key
 from log_store import Record
 from log_store.watermark import PUBLISHED_NAME, read_published
@@ -145,15 +146,26 @@ def assert_per_key_order(records: list[Record]) -> None:
                 whole.add(record.key)
 
 
+def _started(settings: Settings) -> tuple[Capture, Callable[[], None]]:
+    """Capture streaming in a thread of this process, and the call that stops it and waits for its end."""
+    stop = threading.Event()
+    capture = Capture(settings, stop=stop)
+    running = threading.Thread(target=capture.run)
+    running.start()
+
+    def stop_capture() -> None:
+        stop.set()
+        running.join(60)
+
+    return capture, stop_capture
+
+
 def test_a_table_read_again_while_both_tables_change_keeps_the_stream_going_and_the_log_exact(
     reference_db: str, tmp_path: Path
 ) -> None:
     _tables(reference_db)
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=CHUNK)
-    stop = threading.Event()
-    capture = Capture(settings, stop=stop)
-    running = threading.Thread(target=capture.run)
-    running.start()
+    capture, stop_capture = _started(settings)
     writer = _Writer(reference_db, seed=40)
     samples: list[tuple[int, int]] = []
     try:
@@ -173,8 +185,7 @@ def test_a_table_read_again_while_both_tables_change_keeps_the_stream_going_and_
         _stop_writing_and_drain(writer, reference_db, tmp_path)
     finally:
         writer.stop.set()
-        stop.set()
-        running.join(60)
+        stop_capture()
     assert capture.stats.tables_added == 1 and capture.stats.reads_abandoned == 0
     assert capture.stats.held_changes > 0, "no change of big was held during its read"
     assert {row["flag"] for row in replay(tmp_path, BIG).values()} >= {7}
@@ -276,10 +287,7 @@ def test_two_tables_are_read_at_once_each_with_its_own_progress(reference_db: st
     settings = settings_for(
         reference_db, tmp_path, tables="public.big,public.big2,public.busy", snapshot_chunk_rows=1000, snapshot_concurrency=2
     )
-    stop = threading.Event()
-    capture = Capture(settings, stop=stop)
-    running = threading.Thread(target=capture.run)
-    running.start()
+    capture, stop_capture = _started(settings)
     try:
         wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
         with psycopg.connect(reference_db, autocommit=True) as conn, conn.transaction():
@@ -294,8 +302,7 @@ def test_two_tables_are_read_at_once_each_with_its_own_progress(reference_db: st
             what="both tables read again",
         )
     finally:
-        stop.set()
-        running.join(60)
+        stop_capture()
     progress = [
         (orjson.loads(record.key)[1], orjson.loads(record.value)["rows"] if record.value else None)
         for record in read_topic(tmp_path, "cdc.__snapshots")
@@ -319,10 +326,7 @@ def test_cdc_snapshot_asks_the_running_capture_to_read_a_table_again(reference_d
     rows = 40_000
     _tables(reference_db, rows)
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
-    stop = threading.Event()
-    capture = Capture(settings, stop=stop)
-    running = threading.Thread(target=capture.run)
-    running.start()
+    capture, stop_capture = _started(settings)
     seen: list[dict[str, object]] = []
     try:
         wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
@@ -341,8 +345,7 @@ def test_cdc_snapshot_asks_the_running_capture_to_read_a_table_again(reference_d
         wait_for(status_seen, what="the read in cdc snapshot --status")
         wait_for(lambda: capture.stats.snapshot_rows >= 2 * rows, what="the read of big")
     finally:
-        stop.set()
-        running.join(60)
+        stop_capture()
     assert capture.stats.reads_requested == 1
     assert seen[0]["table"] == "public.big" and 0 < int(cast(int, seen[0]["rows"])) < rows
     assert read_status(settings) == []
@@ -368,10 +371,7 @@ def test_a_read_starts_over_when_a_key_change_needs_a_row_it_has_not_written(ref
     rows = 40_000
     _tables(reference_db, rows)
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
-    stop = threading.Event()
-    capture = Capture(settings, stop=stop)
-    running = threading.Thread(target=capture.run)
-    running.start()
+    capture, stop_capture = _started(settings)
     try:
         wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
         execute(
@@ -387,8 +387,7 @@ def test_a_read_starts_over_when_a_key_change_needs_a_row_it_has_not_written(ref
             what="the log to replay to the source",
         )
     finally:
-        stop.set()
-        running.join(60)
+        stop_capture()
     assert capture.stats.reads_abandoned == 1
     assert_per_key_order(read_topic(tmp_path, BIG))
     moved = replay(tmp_path, BIG)[b'{"id":90000000}']
@@ -415,10 +414,7 @@ def test_ddl_on_a_table_being_read_waits_about_one_chunk_and_the_read_goes_on(re
     def early() -> bool:  # the read under way, most of it still to come
         return _half_read(capture, rows // 5)
 
-    stop = threading.Event()
-    capture = Capture(settings, stop=stop)
-    running = threading.Thread(target=capture.run)
-    running.start()
+    capture, stop_capture = _started(settings)
     writer = _Writer(reference_db, seed=7)
     ddl: list[float] = []
     try:
@@ -434,8 +430,7 @@ def test_ddl_on_a_table_being_read_waits_about_one_chunk_and_the_read_goes_on(re
         _stop_writing_and_drain(writer, reference_db, tmp_path)
     finally:
         writer.stop.set()
-        stop.set()
-        running.join(60)
+        stop_capture()
     assert max(ddl) < 2.0, ddl
     assert capture.stats.reads_yielded >= 2, capture.stats
     assert writer.longest_pause < 2.0, writer.longest_pause
@@ -450,10 +445,7 @@ def test_a_read_goes_on_past_its_last_durable_key_after_capture_reconnects(refer
     rows = 60_000
     _tables(reference_db, rows)
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
-    stop = threading.Event()
-    capture = Capture(settings, stop=stop)
-    running = threading.Thread(target=capture.run)
-    running.start()
+    capture, stop_capture = _started(settings)
     writer = _Writer(reference_db, seed=11)
     try:
         wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
@@ -474,8 +466,7 @@ def test_a_read_goes_on_past_its_last_durable_key_after_capture_reconnects(refer
         _stop_writing_and_drain(writer, reference_db, tmp_path)
     finally:
         writer.stop.set()
-        stop.set()
-        running.join(60)
+        stop_capture()
     assert capture.stats.reads_resumed == 1 and capture.stats.reads_abandoned == 0, capture.stats
     records = read_topic(tmp_path, BIG)
     assert_per_key_order(records)
@@ -543,15 +534,11 @@ def test_cdc_snapshot_cancel_stops_a_read_and_leaves_the_table_out_until_asked_a
     env = {"tables": "public.big,public.busy"}
 
     def run(until: Callable[[Capture], bool], what: str) -> Capture:
-        stop = threading.Event()
-        capture = Capture(settings, stop=stop)
-        running = threading.Thread(target=capture.run)
-        running.start()
+        capture, stop_capture = _started(settings)
         try:
             wait_for(lambda: until(capture), what=what)
         finally:
-            stop.set()
-            running.join(60)
+            stop_capture()
         return capture
 
     def cancelled(capture: Capture) -> bool:
