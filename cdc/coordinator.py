@@ -53,7 +53,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from cdc.capture.capture_topics import CaptureTopics
 from cdc.capture.catalog import Catalog, PublishedTable
 from cdc.capture.discovery import captured_tables, snapshot_new_tables
-from cdc.capture.errors import PrerequisiteError, PrivilegeError, SlotError, SourceError
+from cdc.capture.errors import ConfigError, PrerequisiteError, PrivilegeError, SlotError, SourceError
 from cdc.capture.events import EventBuilder
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.group_writer import GroupWriter
@@ -61,11 +61,13 @@ from cdc.capture.held_changes import HeldChanges
 from cdc.capture.initial_snapshot import take_initial_snapshot
 from cdc.capture.lsn import Lsn
 from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress_plan, resumed_keep
+from cdc.capture.partial_reads import PartialRequests, flush_records, going_on
 from cdc.capture.pgoutput.messages import LogicalMessage
+from cdc.capture.read_conditions import checked_condition
 from cdc.capture.slot_continuity import require_continuity, slot_skipped_ahead
 from cdc.capture.snapshot import CHUNK_ROWS
 from cdc.capture.snapshot_requests import SnapshotRequest
-from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten, published_shape
+from cdc.capture.snapshot_writer import KeysetPlan, SnapshotWriter, SnapshotWritten, published_shape
 from cdc.capture.stream_core import (
     AppendGroup,
     Command,
@@ -80,7 +82,7 @@ from cdc.capture.stream_core import (
     WriteSnapshot,
 )
 from cdc.capture.streaming import ChangeReplayer, Transaction, TransactionAssembler
-from cdc.capture.table_snapshots import PendingSnapshot, ReadProgress, SnapshotLedger, TableGate
+from cdc.capture.table_snapshots import PartialRead, PendingSnapshot, ReadProgress, SnapshotLedger, TableGate
 from cdc.capture.tables import TableShape
 from cdc.capture.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
 from cdc.data_dir import secure_data_dir
@@ -192,6 +194,7 @@ class Capture:
         self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
         self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
         self._ledger_notes: list[ProducerRecord] = []  # ledger records to append after that group
+        self.partial = PartialRequests()  # partial reads asked for, not begun (cdc.capture.partial_reads)
 
     @property
     def position(self) -> Lsn:
@@ -489,12 +492,15 @@ class Capture:
         """Take a snapshot of the tables that need one (:mod:`cdc.capture.discovery`), read when the stream reaches it."""
         self._slots_made += 1
         resuming = set(self.resumes) - self._resume_snapshotted
+        busy = {read.shape.log_name for read in self.reads} | {t.log_name for p in self.core.waiting for t in p.tables}
         pending = snapshot_new_tables(
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
             slot=f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}", resuming=resuming,
+            partial=self.partial.due(busy),
         )  # fmt: skip
         if pending is not None:
-            self.stats.tables_added += len(pending.tables)
+            self.partial.taken(pending)
+            self.stats.tables_added += len(pending.tables) - len(pending.partial)
             self._resume_snapshotted |= {t.relid for t in pending.tables}
             self.core.waiting.append(pending)
         if resuming - self._resume_snapshotted:
@@ -519,11 +525,15 @@ class Capture:
         if records:
             self.log.append_group(records, self.position.hex16())
 
-    def _requested(self, message: LogicalMessage) -> None:
+    def _requested(self, message: LogicalMessage, commit_ts_ms: int) -> None:
         """A ``cdc snapshot`` request (:mod:`cdc.capture.snapshot_requests`) in a transaction being written:
-        its tables' ledger entries are forgotten, so the discovery after this group reads them again."""
+        its tables' ledger entries are forgotten, so the discovery after this group reads them again (a
+        partial read's table is read in part instead, :mod:`cdc.capture.partial_reads`)."""
         request = SnapshotRequest.parse(message.content)
         if request is None:
+            return
+        if request.where is not None:
+            self._partial_requested(request, commit_ts_ms, Lsn(message.lsn))
             return
         for name in request.tables:
             uncancelled = self.ledger.read_requested(name, time.time_ns() // 1_000_000)
@@ -533,6 +543,30 @@ class Capture:
                 self.stats.reads_requested += 1
                 log.info("%s is read again, as asked at %s", name, Lsn(message.lsn))
         self._cancels += request.cancel
+
+    def _partial_requested(self, request: SnapshotRequest, commit_ts_ms: int, lsn: Lsn) -> None:
+        """A partial read asked for (``cdc snapshot --where``): queued when ``CDC_REQUEST_KEY`` signed it and
+        its condition passes the checks again here; any other is logged and ignored."""
+        published = {t.log_name: t for t in self.catalog.published_tables(self.settings.publication)}
+        table = published.get(request.tables[0]) if len(request.tables) == 1 else None
+        if not request.signed_by(self.settings.request_key_bytes, commit_ts_ms):
+            log.warning(
+                "ignored a request at %s to read %s in part: it is not signed with CDC_REQUEST_KEY, or more than five "
+                "minutes passed between signing and sending it", lsn, ", ".join(request.tables),
+            )  # fmt: skip
+            return
+        if table is None or not self.include(table.schema, table.table) or request.where is None:
+            log.warning("ignored a request at %s to read %s in part: capture does not read it", lsn, request.tables)
+            return
+        try:
+            condition = checked_condition(request.where, table, self.catalog)
+        except ConfigError as exc:
+            log.warning("ignored a request at %s to read %s in part: %s", lsn, table.log_name, exc)
+            return
+        self.partial.ask(table.log_name, PartialRead(condition.sql))
+        self._resume_due = True
+        self.stats.reads_requested += 1
+        log.info("the rows of %s where %s are read again, as asked at %s", table.log_name, condition.sql, lsn)
 
     def _cancel_reads(self) -> None:
         """Carry out the cancellations of the group just written (:mod:`cdc.capture.snapshot_requests`):
@@ -545,6 +579,8 @@ class Capture:
         published = {t.log_name: t.relid for t in self.catalog.published_tables(self.settings.publication)} if names else {}
         for name in names:
             relid = published.get(name)
+            if relid is not None and self._cancel_partial(name, relid):
+                continue
             if relid is None or self.ledger.covers(name, relid):
                 log.info("no read of %s under way or due: nothing to cancel", name)
                 continue
@@ -565,11 +601,28 @@ class Capture:
             self.log.append_group(records, self.position.hex16())
         self.core.reading = bool(self.reads)
 
+    def _cancel_partial(self, name: str, relid: int) -> bool:
+        """Stop the partial reads of ``name`` (asked for, waiting or under way: one under way writes its held
+        changes first); whether there was one. The table stays captured: the log holds all of it."""
+        if not self.ledger.covers(name, relid):
+            return False
+        asked = self.partial.queued.pop(name, None) is not None
+        waiting = any(relid in pending.partial for pending in self.core.waiting)
+        self._unwait(relid)
+        reading = [read for read in self.reads if read.relid == relid and read.condition is not None]
+        for read in reading:
+            self._end_read(read, flush=True)
+        if asked or waiting or reading:
+            self.stats.reads_cancelled += 1
+            log.info("the partial read of %s is cancelled", name)
+        return asked or waiting or bool(reading)
+
     def _reopen_reads(self) -> None:
         """Find the reads an earlier run left under way (a progress record in the ledger and its holding
         file): their held changes are kept (cut to the log's position) and the gate holds their tables'
         changes from their first boundary on, until a new snapshot resumes them. Other holding files of
-        this slot are deleted (their reads start over)."""
+        this slot are deleted (their reads start over). A partial read's held changes go to the log now,
+        and it goes on as a new partial read (:mod:`cdc.capture.partial_reads`)."""
         assert self.groups is not None
         assert self.log is not None
         held_dir = self.settings.data_dir / "held"
@@ -578,6 +631,13 @@ class Capture:
         for name, progress in list(self.ledger.reads.items()):
             path = held_path(held_dir, self.settings.slot, progress.relid)
             if progress.relid in self.resumes:
+                continue
+            if progress.condition is not None:
+                held = HeldChanges.reopen(path, self.position) if path.exists() else HeldChanges(path)
+                self.log.append_group(flush_records(held, self.ledger, name), self.position.hex16())
+                held.discard()
+                self.partial.queued.setdefault(name, going_on(progress, progress.condition, progress.rows))
+                log.info("the partial read of %s goes on after %d rows", progress.topic, progress.rows)
                 continue
             if not path.exists():
                 gone.append(self.ledger.progress_gone(name, time.time_ns() // 1_000_000))
@@ -607,9 +667,14 @@ class Capture:
             why = pending.reader.hold(shape, partial(self.catalog.relation_state, table.relid), self.tuning.read_lock_timeout_ms)
             self._resume_snapshotted.discard(table.relid)
             if why is not None:
-                self._read_later(table, why)
+                self._read_later(table, why, pending)
                 continue
             keys = keyset_keys(shape, self.catalog.table(table.relid).primary_key)
+            wanted = pending.partial.get(table.relid)
+            if wanted is not None:
+                self._start_partial(pending, table, shape, keys, wanted)
+                continue
+            self.partial.queued.pop(table.log_name, None)  # a whole read holds every row a partial one would
             resume = self.resumes.pop(table.relid, None)
             if resume is not None:
                 progress, held = resume
@@ -629,13 +694,38 @@ class Capture:
             pending.close()
         self.core.reading = bool(self.reads)
 
-    def _read_later(self, table: PublishedTable, why: str) -> None:
+    def _start_partial(
+        self,
+        pending: PendingSnapshot,
+        table: PublishedTable,
+        shape: TableShape,
+        keys: tuple[str, ...] | None,
+        wanted: PartialRead,
+    ) -> None:
+        """Begin the partial read ``wanted`` of ``table`` in ``pending``'s snapshot (:mod:`cdc.capture.partial_reads`):
+        by key past ``wanted.after`` when it was read in the same shape, else from the first row."""
+        assert self.writer is not None and self.groups is not None
+        plan = None
+        if keys is not None:
+            same = wanted.after is not None and wanted.fingerprint == shape.fingerprint().hex()
+            plan = KeysetPlan(keys, wanted.after if same else None, wanted.rows if same else 0, pending.boundary)
+        held = HeldChanges(held_path(self.settings.data_dir / "held", self.settings.slot, table.relid))
+        read = OnlineRead.start(pending, table, self.writer, held, plan, None, condition=wanted.condition)
+        self.reads.append(read)
+        self.groups.held[read.topic] = held
+        log.info("reading the rows of %s where %s as of %s beside the stream", table.qualified, wanted.condition, pending.as_of)
+
+    def _read_later(self, table: PublishedTable, why: str, pending: PendingSnapshot) -> None:
         """``table`` cannot be read in the snapshot that reached the stream (:meth:`SnapshotReader.hold`
         says why): a read that resumes waits for the next discovery's snapshot; one that had not begun
-        starts then (the gate drops the table's changes until that snapshot, which holds their effect)."""
+        starts then (the gate drops the table's changes until that snapshot, which holds their effect;
+        a partial read's are written all along)."""
         self.stats.reads_yielded += 1
         self._resume_due = True
-        if table.relid not in self.resumes:
+        wanted = pending.partial.get(table.relid)
+        if wanted is not None:
+            self.partial.queued.setdefault(table.log_name, wanted)
+        elif table.relid not in self.resumes:
             self.gate.holds.pop(table.relid, None)
             self.gate.wanted[table.relid] = table.qualified
         log.info("the read of %s waits for a new snapshot: %s", table.qualified, why)
@@ -661,9 +751,15 @@ class Capture:
     def _suspend(self, read: OnlineRead, why: str) -> None:
         """Stop ``read`` and release its snapshot: a read by key goes on from its last durable key with a
         new snapshot at a later point, as after a restart (:func:`~cdc.capture.online_read.resumed_keep`),
-        its held changes kept; a read by block ranges, or one that wrote no rows yet, starts over."""
+        its held changes kept; a read by block ranges, or one that wrote no rows yet, starts over. A partial
+        read writes its held changes now and goes on as a new one (:mod:`cdc.capture.partial_reads`)."""
         progress = read.progress
-        if progress is None:
+        if read.condition is not None:
+            assert self.log is not None
+            self._end_read(read, flush=True)
+            self.partial.queued.setdefault(read.shape.log_name, going_on(progress, read.condition, read.rows))
+            log.info("the partial read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why)
+        elif progress is None:
             self._abandon([read], why)
             self._end_read(read)
         else:
@@ -701,9 +797,13 @@ class Capture:
             read.table.qualified, written.rows, read.pending.as_of, written.groups, read.held.count,
         )  # fmt: skip
 
-    def _end_read(self, read: OnlineRead) -> None:
-        """Forget ``read`` (finished or abandoned): its holding file is deleted, the gate holds its table no more."""
-        assert self.groups is not None
+    def _end_read(self, read: OnlineRead, *, flush: bool = False) -> None:
+        """Forget ``read`` (finished or abandoned): its holding file is deleted, the gate holds its table no
+        more. ``flush``: a partial read that stops early writes its held changes first, in a group of their own."""
+        assert self.groups is not None and self.log is not None
+        if flush:
+            read.parts.close()
+            self.log.append_group(flush_records(read.held, self.ledger, read.shape.log_name), self.position.hex16())
         if read in self.reads:
             self.reads.remove(read)
         self.groups.held.pop(read.topic, None)
@@ -724,6 +824,7 @@ class Capture:
         """Take a table out of the snapshots waiting to be read (one left with no table is released)."""
         for pending in list(self.core.waiting):
             pending.tables = [table for table in pending.tables if table.relid != relid]
+            pending.partial.pop(relid, None)
             if not pending.tables:
                 self.core.waiting.remove(pending)
                 pending.close()
@@ -745,6 +846,8 @@ class Capture:
         takes a new snapshot); their files go once the group being written is done (:meth:`_reap`)."""
         for read in reads:
             read.abandoned = True
+            if read.condition is not None:  # its held changes are not all in the log: read the whole table
+                self.ledger.read_again(read.shape.log_name)
             self.gate.holds.pop(read.relid, None)
             self.gate.wanted[read.relid] = read.table.qualified
             self.stats.reads_abandoned += 1
@@ -764,10 +867,11 @@ class Capture:
         reads by key under way (:meth:`_suspend`): with reads an earlier run left, they are resumed from
         new snapshots; the others start over."""
         for pending in self.core.waiting:
+            self.partial.put_back(pending)
             pending.close()
         self.core.waiting.clear()
         for read in list(self.reads):
-            if read.progress is None:
+            if read.progress is None and read.condition is None:
                 self._end_read(read)
             else:
                 self._suspend(read, "the replication session ended")

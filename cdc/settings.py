@@ -54,6 +54,7 @@ ACCEPTS: dict[str, str] = {
     "kafka_ssl_key_location": "the path of a PEM file that exists",
     "kafka_timeout_ms": "how long one Kafka request may take, in milliseconds, from 100 to 600000",
     "mask_key": "a secret of at least 16 characters (the key of hash masks)",
+    "request_key": "a secret of at least 16 characters (the key that signs `cdc snapshot --where` requests)",
 }
 
 #: librdkafka's names of the security settings that ``CDC_KAFKA_*`` settings give.
@@ -122,6 +123,10 @@ class Settings(BaseSettings):
         default=SecretStr(""),
         description="The key of hash masks (event_format.masks): never written to the log; at least 16 bytes.",
     )
+    request_key: SecretStr = Field(
+        default=SecretStr(""),
+        description="The key that signs `cdc snapshot --where` requests (cdc.capture.snapshot_requests); at least 16 bytes.",
+    )
 
     @field_validator("tables", mode="before")
     @classmethod
@@ -155,7 +160,7 @@ class Settings(BaseSettings):
             raise ValueError(f"it is {len(value)} characters long")
         return value
 
-    @field_validator("mask_key")
+    @field_validator("mask_key", "request_key")
     @classmethod
     def _long_enough(cls, value: SecretStr) -> SecretStr:
         if value.get_secret_value() and len(value.get_secret_value().encode()) < 16:
@@ -166,6 +171,11 @@ class Settings(BaseSettings):
     def mask_key_bytes(self) -> bytes | None:
         """The hash masks' key (``None`` when ``CDC_MASK_KEY`` is not set)."""
         return self.mask_key.get_secret_value().encode() or None
+
+    @property
+    def request_key_bytes(self) -> bytes | None:
+        """The key of signed requests (``None`` when ``CDC_REQUEST_KEY`` is not set)."""
+        return self.request_key.get_secret_value().encode() or None
 
     @field_validator("database_url", "standby_url")
     @classmethod

@@ -9,7 +9,7 @@ what is stable across a schema change (keys, nullability, type names).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -314,6 +314,17 @@ class Catalog:
             (relids,),
         )
         return [int(r[0]) for r in rows]  # type: ignore[call-overload]
+
+    def volatile_functions(self, names: Sequence[str]) -> list[str]:
+        """Those of the ``pg_catalog`` functions ``names`` that have a volatile form."""
+        if not names:
+            return []
+        rows = self._execute(
+            "SELECT DISTINCT proname FROM pg_catalog.pg_proc WHERE pronamespace = 'pg_catalog'::regnamespace "
+            "AND proname = ANY(%s) AND provolatile = 'v' ORDER BY 1",
+            (list(names),),
+        )
+        return [str(r[0]) for r in rows]
 
     def wal_insert_position(self) -> int:
         """The server's WAL insert position now: every transaction committed so far ends before it

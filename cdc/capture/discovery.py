@@ -3,17 +3,18 @@
 A table joins the log through a snapshot (:mod:`cdc.capture.table_snapshots`) when the publication covers it,
 ``CDC_TABLES`` includes it, the ledger does not cover it (see :meth:`SnapshotLedger.covers`: also a
 table added back, whose partitions changed or that was given a column its existing rows hold values
-in), and no snapshot of it already waits for the stream.
+in), and no snapshot of it already waits for the stream. A table the ledger covers is read again in
+part when ``cdc snapshot --where`` asks for it (:mod:`cdc.capture.partial_reads`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 from cdc.capture.catalog import Catalog, PublishedTable, steady
 from cdc.capture.errors import PrivilegeError, SourceError
-from cdc.capture.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
+from cdc.capture.table_snapshots import PartialRead, PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 
 log = logging.getLogger("cdc.capture")
 
@@ -35,9 +36,11 @@ def tables_to_snapshot(
     ledger: SnapshotLedger,
     gate: TableGate,
     resuming: Collection[int] = (),
+    partial: Collection[str] = (),
 ) -> list[PublishedTable]:
-    """The published, included tables that need a snapshot now; clears ``gate.wanted`` (a wanted table
-    no longer published is no longer captured).
+    """The published, included tables that need a snapshot now (``partial``: log names of tables the
+    ledger covers to read in part); clears ``gate.wanted`` (a wanted table no longer published is no
+    longer captured).
 
     The publication is read twice: a table whose publication entry or columns change while they are
     read (its listing and its entry rows are read with different catalog snapshots) waits for the next
@@ -49,6 +52,8 @@ def tables_to_snapshot(
             continue
         if ledger.covers(table.log_name, table.relid, table.membership, table.columns):
             ledger.note_columns(table.log_name, table.columns)
+            if table.log_name in partial:
+                tables.append(table)
         elif table.relid not in gate.holds or table.relid in resuming:
             tables.append(table)
     gate.wanted.clear()
@@ -73,17 +78,22 @@ def snapshot_new_tables(
     gate: TableGate,
     slot: str,
     resuming: Collection[int] = (),
+    partial: Mapping[str, PartialRead] | None = None,
 ) -> PendingSnapshot | None:
     """A snapshot of the tables that need one (:func:`tables_to_snapshot`), taken at the consistent point
     of a temporary slot named ``slot``; their events wait in ``gate`` until it is written. ``resuming``:
-    tables whose read an earlier run began, which the gate holds from that read's boundary on."""
-    tables = tables_to_snapshot(catalog, publication, include, ledger, gate, resuming)
+    tables whose read an earlier run began, which the gate holds from that read's boundary on;
+    ``partial``: by log name, tables to read in part (their changes pass the gate all along)."""
+    partial = partial or {}
+    tables = tables_to_snapshot(catalog, publication, include, ledger, gate, resuming, partial)
     if not tables:
         return None
     require_readable(catalog, tables, publication)
     pending = take_snapshot(url, slot, tables)
     for table in tables:
-        if table.relid not in resuming:
+        if table.log_name in partial and ledger.covers(table.log_name, table.relid):
+            pending.partial[table.relid] = partial[table.log_name]
+        elif table.relid not in resuming:
             gate.holds[table.relid] = pending.boundary
     log.info(
         "snapshot of %s at %s, written when the stream reaches it",

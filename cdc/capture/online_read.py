@@ -151,6 +151,8 @@ class OnlineRead:
     abandoned: bool = False
     #: the progress record of the earlier run this read resumed (``None``: it read from the first key)
     resumed_from: ReadProgress | None = None
+    #: a partial read's condition (``cdc snapshot --where``): see :mod:`cdc.capture.partial_reads`
+    condition: str | None = None
 
     @classmethod
     def start(
@@ -162,20 +164,23 @@ class OnlineRead:
         plan: KeysetPlan | None,
         keep: Keep | None,
         progress: ReadProgress | None = None,
+        condition: str | None = None,
     ) -> OnlineRead:
         """The read of ``table`` in ``pending``'s snapshot (nothing is written until :meth:`next_chunk`);
-        ``progress``: the earlier run's, when ``plan`` resumes it."""
+        ``progress``: the earlier run's, when ``plan`` resumes it; ``condition``: a partial read's."""
         shape = writer.shape_of(table)
         parts = writer.start_online(
-            [table], pending.reader, pending.as_of, lambda: held.records(keep), {table.relid: plan} if plan else None
-        )
+            [table], pending.reader, pending.as_of, lambda: held.records(keep), {table.relid: plan} if plan else None,
+            {table.relid: condition} if condition is not None else None,
+        )  # fmt: skip
         pending.users += 1
         resumed = plan is not None and plan.after is not None
         return cls(
             table, pending, held, parts, shape,
             resumed_rows=plan.rows if plan is not None and resumed else 0,
             resumed_after=plan.after if plan is not None and resumed else None,
-            estimate=pending.reader.estimate(table.relid), resumed_from=progress if resumed else None,
+            estimate=pending.reader.estimate(table.relid) if condition is None else 0, resumed_from=progress if resumed else None,
+            condition=condition,
         )  # fmt: skip
 
     @property

@@ -39,6 +39,7 @@ from cdc.capture.catalog import Catalog, PublishedTable, rule_of
 from cdc.capture.events import EventBuilder, ReadEncoder, TxContext, mark_last_read, tombstone_headers
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.lsn import Lsn
+from cdc.capture.read_conditions import with_row_filter
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.streaming import ChangeReplayer
 from cdc.capture.table_snapshots import ReadProgress, SnapshotLedger
@@ -108,6 +109,8 @@ class _Table:
     context: TxContext
     head: list[ProducerRecord]
     rows: int = 0
+    #: the condition of a partial read (``cdc snapshot --where``): no markers, no ledger record
+    condition: str | None = None
 
 
 @dataclass
@@ -224,6 +227,7 @@ class SnapshotWriter:
         as_of: Lsn,
         held: Callable[[], Iterable[Item]],
         plans: Mapping[int, KeysetPlan] | None = None,
+        conditions: Mapping[int, str] | None = None,
     ) -> OnlineParts:
         """A read of ``tables`` beside the stream (:mod:`cdc.capture.online_read`), written a part at a
         time by :meth:`write_next`: the first part holds the markers and schema records and the first
@@ -231,9 +235,13 @@ class SnapshotWriter:
 
         ``plans``: by OID, the tables read by key (keyset pagination), whose every part carries a progress
         record (:class:`~cdc.capture.table_snapshots.ReadProgress`); a plan that resumes an earlier read
-        writes no markers and starts past its key. Other tables are read by block ranges."""
+        writes no markers and starts past its key. Other tables are read by block ranges.
+
+        ``conditions``: by OID, the tables of which only the rows a condition selects are read (a partial
+        read, ``cdc snapshot --where``): the log keeps its other rows, so no markers go before them, and
+        the ledger's record of the table stays as it is."""
         online = OnlineParts([], iter(()), SnapshotWritten(), as_of)
-        online.parts = self._online_parts(online, tables, reader, as_of, held, plans or {})
+        online.parts = self._online_parts(online, tables, reader, as_of, held, plans or {}, conditions or {})
         return online
 
     def write_next(self, online: OnlineParts, position: str) -> bool:
@@ -247,7 +255,8 @@ class SnapshotWriter:
         online.progress = online.upcoming
         if final:
             heads = online.heads
-            self.ledger.add((h.shape for h in heads), online.as_of, {h.shape.relid: h.published for h in heads})
+            whole = [h for h in heads if h.condition is None]  # a partial read leaves the ledger's record as it is
+            self.ledger.add((h.shape for h in whole), online.as_of, {h.shape.relid: h.published for h in whole})
             online.written.shapes = [h.shape for h in heads]
             online.written.rows = sum(h.rows for h in heads)
             online.done = True
@@ -261,15 +270,19 @@ class SnapshotWriter:
         as_of: Lsn,
         held: Callable[[], Iterable[Item]],
         plans: Mapping[int, KeysetPlan],
+        conditions: Mapping[int, str],
     ) -> Iterator[tuple[Iterable[Item], bool]]:
         ts_ms = time.time_ns() // 1_000_000
         for published in tables:
             plan = plans.get(published.relid)
-            if plan is not None and plan.after is not None:
+            condition = conditions.get(published.relid)
+            if (plan is not None and plan.after is not None) or condition is not None:
                 shape = self.shape_of(published)
                 self.ensure_topic(shape)
                 context = TxContext(as_of, reader.xmin, ts_ms, snapshot="true")
-                online.heads.append(_Table(published, shape, context, self.replayer.schema_records(shape, as_of), plan.rows))
+                rows = plan.rows if plan is not None else 0
+                head = self.replayer.schema_records(shape, as_of)
+                online.heads.append(_Table(published, shape, context, head, rows, condition))
             else:
                 online.heads.append(self._table(published, as_of, reader.xmin, ts_ms))
         carry: list[Item] = []
@@ -294,22 +307,26 @@ class SnapshotWriter:
                 if plan is not None:
                     fingerprint = table.shape.fingerprint().hex()
                     state = ReadProgress(
-                        table.shape.relid, table.shape.topic, plan.boundary, key, table.rows, fingerprint, plan.earlier
-                    )
+                        table.shape.relid, table.shape.topic, plan.boundary, key, table.rows, fingerprint, plan.earlier,
+                        table.condition,
+                    )  # fmt: skip
                     progress = [self.ledger.progress_record(table.shape, state, ts_ms)]
         online.upcoming = None
         final: list[Item] = carry
         if last is not None:
             final += [last.slice(0, len(last) - 1), mark_last_read(last.record(len(last) - 1))]
         done: list[Item] = [self.ledger.progress_done(t.shape, ts_ms) for t in online.heads if t.shape.relid in plans]
-        ledger: list[Item] = [self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in online.heads]
+        ledger: list[Item] = [
+            self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in online.heads if t.condition is None
+        ]
         yield itertools.chain(final, held(), done, ledger), True
 
     def _online_blocks(
         self, table: _Table, reader: SnapshotReader, encode: ReadEncoder, plan: KeysetPlan | None
     ) -> Iterator[tuple[ProducerColumns, tuple[str, ...] | None]]:
-        """The table's chunks with the key of each one's last row: by key past the plan's, else by block range."""
-        row_filter = table.published.row_filter
+        """The table's chunks with the key of each one's last row: by key past the plan's, else by block range;
+        of the rows the publication's row filter and the read's condition select."""
+        row_filter = with_row_filter(table.published.row_filter, table.condition)
         if plan is None:
             for block in reader.column_chunks(table.shape, encode, self.online_chunk_rows, row_filter=row_filter):
                 yield block, None

@@ -96,7 +96,8 @@ class ReadProgress:
     """A read beside the stream (:mod:`cdc.capture.online_read`) as far as the log holds it: the table's
     OID and topic, the boundary B its current run reads at, the primary key (in index order) of its last
     row in the log (column texts; ``None``: no row yet), the rows written, the shape's fingerprint (hex),
-    and for each earlier run of the read (it was resumed) its boundary and the last key it wrote."""
+    and for each earlier run of the read (it was resumed) its boundary and the last key it wrote; for a
+    partial read (``cdc snapshot --where``), its condition."""
 
     relid: int
     topic: str
@@ -105,6 +106,7 @@ class ReadProgress:
     rows: int
     fingerprint: str
     earlier: tuple[tuple[int, tuple[str, ...] | None], ...] = ()
+    condition: str | None = None
 
 
 def _progress_key(log_name: str) -> bytes:
@@ -168,11 +170,12 @@ class SnapshotLedger:
             int(data["relid"]), str(data["topic"]), int(data["boundary"]), tuple(key) if key is not None else None,
             int(data["rows"]), str(data["fingerprint"]),
             tuple((int(b), tuple(k) if k is not None else None) for b, k in data.get("earlier", ())),
+            data.get("where"),
         )  # fmt: skip
 
     def progress_record(self, shape: TableShape, progress: ReadProgress, ts_ms: int) -> ProducerRecord:
         """The record of a read's ``progress`` (append it with the chunk it counts)."""
-        value = {
+        value: dict[str, object] = {
             "relid": progress.relid,
             "topic": progress.topic,
             "boundary": progress.boundary,
@@ -181,6 +184,8 @@ class SnapshotLedger:
             "fingerprint": progress.fingerprint,
             "earlier": [[b, list(k) if k is not None else None] for b, k in progress.earlier],
         }
+        if progress.condition is not None:
+            value["where"] = progress.condition
         return ProducerRecord(self.topic, _progress_key(shape.log_name), orjson.dumps(value), ts_ms)
 
     def progress_done(self, shape: TableShape, ts_ms: int) -> ProducerRecord:
@@ -311,6 +316,19 @@ class TableGate:
         return False
 
 
+@dataclass(frozen=True)
+class PartialRead:
+    """A request to read again the rows of a table that ``condition`` selects (:mod:`cdc.capture.read_conditions`,
+    as checked SQL), past the key ``after`` (``None``: from the first; a read that stopped early goes on
+    from its last key), ``rows`` of them already read."""
+
+    condition: str
+    after: tuple[str, ...] | None = None
+    rows: int = 0
+    #: the shape's fingerprint (hex) ``after`` was read in: a read in another shape starts from the first key
+    fingerprint: str = ""
+
+
 @dataclass
 class PendingSnapshot:
     """Tables read in a snapshot taken at ``boundary``, waiting for the stream to reach it."""
@@ -319,6 +337,8 @@ class PendingSnapshot:
     tables: list[PublishedTable]
     reader: SnapshotReader
     started: float = field(default_factory=time.monotonic)
+    #: by OID, the tables of which only some rows are read (``cdc snapshot --where``), and what to read
+    partial: dict[int, PartialRead] = field(default_factory=dict)
     #: reads (:mod:`cdc.capture.online_read`) that use the snapshot: it closes with the last
     users: int = 0
 

@@ -3,13 +3,17 @@
 The request travels through PostgreSQL (:mod:`cdc.capture.snapshot_requests`): no shell on the capture
 host, no stop. Who may send one is who may execute ``pg_logical_emit_message``: on PostgreSQL 14 to 18
 every role that can connect, unless that is revoked from ``PUBLIC`` (docs/commands.md says how).
-The status is read from the log: each chunk of a read by key carries a progress record.
+``--where`` requests are signed with ``CDC_REQUEST_KEY`` and their condition is checked here first
+(:mod:`cdc.capture.read_conditions`; PostgreSQL plans it over the table), so a wrong one is an error
+now rather than a warning in capture's log later. The status is read from the log: each chunk of a
+read by key carries a progress record.
 """
 
 from __future__ import annotations
 
 import sys
-from typing import cast
+import time
+from typing import TYPE_CHECKING, cast
 
 import click
 import orjson
@@ -18,10 +22,14 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from cdc.capture.errors import ConfigError, PrivilegeError, SourceError
+from cdc.capture.read_conditions import ConditionError, checked_condition, with_row_filter
 from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
 from cdc.cli import pass_context
 from cdc.read_status import read_status
 from cdc.settings import Settings
+
+if TYPE_CHECKING:
+    from cdc.capture.catalog import Catalog, PublishedTable
 
 
 @click.command("snapshot")
@@ -33,8 +41,13 @@ from cdc.settings import Settings
 @click.option(
     "--cancel", is_flag=True, help="Stop the reads of TABLE...; capture then leaves them out until asked to read them again."
 )
+@click.option(
+    "--where",
+    metavar="CONDITION",
+    help="Read again only the rows of TABLE this SQL condition selects (one table; signed with CDC_REQUEST_KEY).",
+)
 @pass_context
-def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool, cancel: bool) -> None:
+def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool, cancel: bool, where: str | None) -> None:
     """Read TABLE... (schema.table) again beside the stream, as op=r events; or show reads under way."""
     settings: Settings = ctx.settings  # type: ignore[attr-defined]
     if status:
@@ -48,37 +61,43 @@ def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool, 
         return
     if not tables:
         raise ConfigError("name at least one table to read again (schema.table), or ask for --status")
-    lsn = request_snapshot(settings, tables, cancel=cancel)
+    if where is not None and (cancel or len(tables) != 1):
+        raise ConfigError("--where reads the matching rows of one table: name exactly one table, without --cancel")
+    lsn = request_snapshot(settings, tables, cancel=cancel, where=where)
     if cancel:
         click.echo(f"asked capture to stop reading {', '.join(tables)} (request at LSN {lsn})")
+    elif where is not None:
+        click.echo(f"asked capture to read the rows of {tables[0]} where {where} again (request at LSN {lsn})")
     else:
         click.echo(f"asked capture to read {', '.join(tables)} again (request at LSN {lsn})")
 
 
-def request_snapshot(settings: Settings, tables: tuple[str, ...], *, cancel: bool = False) -> str:
-    """Emit the request to read ``tables`` again, or with ``cancel`` to stop reading them (each a
-    published table capture includes); its LSN."""
+def request_snapshot(settings: Settings, tables: tuple[str, ...], *, cancel: bool = False, where: str | None = None) -> str:
+    """Emit the request to read ``tables`` again (with ``where``: the one table's rows it selects), or with
+    ``cancel`` to stop reading them (each a published table capture includes); its LSN."""
     import psycopg
 
     from cdc.capture.catalog import Catalog
 
     catalog = Catalog(settings.database_url)
     try:
-        published = {t.log_name for t in catalog.published_tables(settings.publication)}
+        published = {t.log_name: t for t in catalog.published_tables(settings.publication)}
+        included = set(settings.tables)
+        for name in tables:
+            if name not in published or (included and name not in included):
+                raise ConfigError(
+                    f"{name} is not a table capture reads: name a table of publication {settings.publication} "
+                    f"as schema.table{' that CDC_TABLES includes' if included else ''}"
+                )
+        request = SnapshotRequest(cancel=tables) if cancel else SnapshotRequest(tables)
+        if where is not None:
+            request = _signed(settings, catalog, published[tables[0]], where)
     finally:
         catalog.close()
-    included = set(settings.tables)
-    for name in tables:
-        if name not in published or (included and name not in included):
-            raise ConfigError(
-                f"{name} is not a table capture reads: name a table of publication {settings.publication} "
-                f"as schema.table{' that CDC_TABLES includes' if included else ''}"
-            )
     try:
         with psycopg.connect(settings.database_url, autocommit=True) as conn:
             row = conn.execute(
-                "SELECT pg_logical_emit_message(true, %s, %s::bytea)::text",
-                (PREFIX, (SnapshotRequest(cancel=tables) if cancel else SnapshotRequest(tables)).content()),
+                "SELECT pg_logical_emit_message(true, %s, %s::bytea)::text", (PREFIX, request.content())
             ).fetchone()
     except psycopg.errors.InsufficientPrivilege:
         raise PrivilegeError(
@@ -88,6 +107,26 @@ def request_snapshot(settings: Settings, tables: tuple[str, ...], *, cancel: boo
     except psycopg.Error as exc:
         raise SourceError(f"cannot send the request: {str(exc).strip().splitlines()[0]}") from None
     return str(row[0]) if row else "?"
+
+
+def _signed(settings: Settings, catalog: Catalog, table: PublishedTable, where: str) -> SnapshotRequest:
+    """The signed request to read the rows of ``table`` that ``where`` selects, once PostgreSQL planned it."""
+    import psycopg
+
+    key = settings.request_key_bytes
+    if key is None:
+        raise ConfigError("--where requests are signed: set CDC_REQUEST_KEY to the secret capture has (at least 16 characters)")
+    condition = checked_condition(where, table, catalog)
+    try:
+        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION READ ONLY")
+                conn.execute("SET LOCAL statement_timeout = '10s'")
+                qualified = ".".join('"' + part.replace('"', '""') + '"' for part in (table.schema, table.table))
+                conn.execute(f"EXPLAIN SELECT 1 FROM {qualified} WHERE {with_row_filter(table.row_filter, condition.sql)}")  # type: ignore[arg-type]
+    except psycopg.Error as exc:
+        raise ConditionError(f"--where {where!r} cannot be run on {table.log_name}: {str(exc).strip().splitlines()[0]}") from None
+    return SnapshotRequest((table.log_name,), where=condition.sql).signed(key, time.time_ns() // 1_000_000)
 
 
 def status_bars(reads: list[dict[str, object]]) -> Table:

@@ -1,0 +1,85 @@
+"""Reading again only the rows of a table a condition selects (``cdc snapshot TABLE --where "..."``).
+
+A partial read is a read beside the stream (:mod:`cdc.capture.online_read`) with three differences:
+
+- its chunks select the rows that the publication's row filter AND the condition pass
+  (:mod:`cdc.capture.read_conditions` says what a condition may hold, :mod:`cdc.capture.snapshot_requests`
+  how a request is signed);
+- the table stays in the log as it is: no truncate markers, no tombstones, and the ledger keeps its
+  record of the table (the log still holds every row; the read adds newer ``op=r`` records of some);
+- until the stream reaches the read's boundary B, the table's changes go to the log as they come (they
+  all commit before B); from B on they are held until the read's last chunk, as for a whole read.
+
+Per-key order (promise 3) holds as for a whole read: every row read is as of B - 1, after every change
+of it before B, and before every held change (at or after B). No partial row without a full row before
+it (promise 4): the log held a full row of every key before the read began, and the read only adds
+full rows.
+
+**A read that stops early** (it gives way to DDL, its replication session ends, capture stops or is
+killed) cannot be started over as a whole read is, by dropping what it held: a new snapshot would hold
+the effect of those changes only on the rows the condition selects. Instead its held changes go to
+the log at once, in a group of their own with the progress tombstone (:func:`flush_records`): they
+all commit at or after B, after every row it read, so that is where a finished read would put them.
+The read then goes on past its last durable key (or from the first, for a read by block ranges or a
+table whose columns changed since) from a new snapshot, as a new partial read. Only when a group needs
+the row of a key it cannot take from the log (an update that changes the key and leaves a TOAST value
+unchanged, whose old row may sit in the holding file) does the read become a whole read of the table,
+which holds no such doubt ("one read more, never one less").
+
+A request is kept in memory until its read begins: a capture that stops before that forgets it (the
+request's message is behind the confirmed position), and ``cdc snapshot --where`` must be asked again.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+
+from cdc.capture.held_changes import HeldChanges
+from cdc.capture.table_snapshots import PartialRead, PendingSnapshot, ReadProgress, SnapshotLedger
+from log_store import ProducerRecord
+
+
+@dataclass
+class PartialRequests:
+    """The partial reads asked for and not begun, by table log name (one per table: a newer request
+    replaces an older one that has not begun)."""
+
+    queued: dict[str, PartialRead] = field(default_factory=dict)
+
+    def ask(self, name: str, read: PartialRead) -> None:
+        self.queued[name] = read
+
+    def due(self, busy: Collection[str]) -> dict[str, PartialRead]:
+        """The requests whose table no read uses now (``busy``: the log names of tables being read or waiting
+        for their snapshot): a table has one holding file, so its next read waits for the one under way."""
+        return {name: read for name, read in self.queued.items() if name not in busy}
+
+    def taken(self, pending: PendingSnapshot) -> None:
+        """``pending``'s snapshot serves these requests: forget them."""
+        for table in pending.tables:
+            if table.relid in pending.partial:
+                self.queued.pop(table.log_name, None)
+
+    def put_back(self, pending: PendingSnapshot) -> None:
+        """``pending``'s snapshot is dropped before its reads began: ask for its partial reads again."""
+        for table in pending.tables:
+            read = pending.partial.get(table.relid)
+            if read is not None:
+                self.queued.setdefault(table.log_name, read)
+
+
+def going_on(progress: ReadProgress | None, condition: str, rows: int) -> PartialRead:
+    """The partial read that goes on after one that stopped early: past its last durable key when it had
+    one (``progress``), else from the first."""
+    if progress is None or progress.key is None:
+        return PartialRead(condition, rows=rows)
+    return PartialRead(condition, progress.key, progress.rows, progress.fingerprint)
+
+
+def flush_records(held: HeldChanges, ledger: SnapshotLedger, name: str) -> Iterable[ProducerRecord]:
+    """The records of a partial read that stopped early, to append as one group at the stream's position:
+    its held changes in commit order, then its progress tombstone."""
+    return itertools.chain(held.records(), [ledger.progress_gone(name, time.time_ns() // 1_000_000)])

@@ -1,0 +1,138 @@
+"""``cdc snapshot TABLE --where``: the rows a condition selects read again beside the stream, and nothing else.
+
+Real PostgreSQL, real capture (in a thread), real log, the real ``cdc`` command. The table has a column
+the publication leaves out and a row filter; a writer updates rows of it (the selected ones included)
+and another table all along.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import psycopg
+import pytest
+
+from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
+from event_format import is_truncate_key
+from log_store.errors import LogNotFoundError
+from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for, source_table, wait_for
+from tests.cdc.test_online_reads import BIG, _started, assert_per_key_order
+
+pytestmark = pytest.mark.pg
+
+ROWS = 150_000
+KEY = "a-request-key-of-32-characters.."
+#: what the publication publishes of big, and what the request asks for
+PUBLISHED = "id % 3 <> 0"
+WHERE = "id % 10 = 0"
+
+
+def _tables(url: str) -> None:
+    execute(
+        url,
+        "CREATE TABLE big (id int PRIMARY KEY, v int NOT NULL, doc text, secret text)",
+        "CREATE TABLE busy (id int PRIMARY KEY, n int NOT NULL)",
+        f"INSERT INTO big SELECT g, 0, 'd' || g, 's' || g FROM generate_series(1, {ROWS}) g",
+        "INSERT INTO busy SELECT g, 0 FROM generate_series(1, 50) g",
+        f"ALTER PUBLICATION cdc_publication ADD TABLE big (id, v, doc) WHERE ({PUBLISHED}), busy",
+        f"CREATE VIEW big_published AS SELECT id, v, doc FROM big WHERE {PUBLISHED}",
+    )
+
+
+class _Updates(threading.Thread):
+    """Updates of random rows of big (selected ones too) and of busy until stopped: no row comes or goes."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(name="updates", daemon=True)
+        self.url, self.stop, self.transactions, self.error = url, threading.Event(), 0, None
+
+    def run(self) -> None:
+        try:
+            with psycopg.connect(self.url, autocommit=True) as conn:
+                while not self.stop.is_set():
+                    with conn.transaction():
+                        conn.execute("UPDATE big SET v = v + 1, secret = 'x' WHERE id = 1 + (random() * %s)::int", (ROWS - 1,))
+                        conn.execute("UPDATE big SET v = v + 1 WHERE id = 10 * (1 + (random() * %s)::int)", (ROWS // 10 - 1,))
+                        conn.execute("UPDATE busy SET n = n + 1 WHERE id = 1 + (random() * 49)::int")
+                    self.transactions += 1
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+
+def _reads(data_dir: Path) -> dict[int, list[int]]:
+    """The ids of big's ``op=r`` records, by the position they are as of."""
+    by_lsn: dict[int, list[int]] = {}
+    try:
+        records = read_topic(data_dir, BIG)
+    except LogNotFoundError:  # capture has not created it yet
+        return by_lsn
+    for record in records:
+        value = orjson.loads(record.value) if record.value is not None and not is_truncate_key(record.key) else None
+        if value is not None and value["op"] == "r":
+            by_lsn.setdefault(value["source"]["lsn"], []).append(value["after"]["id"])
+    return by_lsn
+
+
+def _forged(url: str) -> None:
+    """A request as any role that may connect could send it: signed with another key."""
+    request = SnapshotRequest(("public.big",), where="true").signed(b"not the key at all.............", time.time_ns() // 10**6)
+    execute(url, f"SELECT pg_logical_emit_message(true, '{PREFIX}', convert_to('{request.content().decode()}', 'UTF8'))")
+
+
+def test_cdc_snapshot_where_reads_again_exactly_the_rows_it_selects_beside_the_stream(reference_db: str, tmp_path: Path) -> None:
+    """A forged request is ignored; a signed one reads again exactly the published rows the condition
+    selects (no unpublished column, no row the row filter leaves out, no truncate marker), gives way to an
+    ``ADD COLUMN`` mid-way and goes on past its last key, and the log replays to the source in per-key order."""
+    _tables(reference_db)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100, request_key=KEY)
+    capture, stop_capture = _started(settings)
+    updates = _Updates(reference_db)
+    try:
+        wait_for(lambda: len(_reads(tmp_path)) == 1, what="the initial snapshot")
+        updates.start()
+        _forged(reference_db)
+        asked = run_cdc(reference_db, tmp_path, "snapshot", "public.big", "--where", WHERE, request_key=KEY)
+        assert asked.returncode == 0, asked.stderr
+        wait_for(lambda: any(read.condition for read in capture.reads if read.rows > 500), what="the partial read under way")
+        execute(reference_db, "ALTER TABLE big ADD COLUMN extra int")  # the read gives way, then goes on
+        wait_for(lambda: len(_reads(tmp_path)) >= 3 and not capture.reads, timeout=120, what="the end of the partial read")
+        updates.stop.set()
+        updates.join(30)
+        assert updates.error is None, updates.error
+        # strict=False: a partial read's op=r rows are of keys the table already holds (an upsert)
+        wait_for(
+            lambda: replay(tmp_path, BIG, strict=False) == source_table(reference_db, "big_published"),
+            what="the log to replay to the source",
+        )
+    finally:
+        updates.stop.set()
+        stop_capture()
+    assert capture.stats.reads_requested == 1, "the forged request was taken"
+    assert capture.stats.reads_yielded >= 1 and capture.stats.tables_added == 0, capture.stats
+    first, *again = sorted(_reads(tmp_path).items())
+    assert len(first[1]) == ROWS - ROWS // 3
+    reread = [key for _, keys in again for key in keys]
+    assert sorted(reread) == [i for i in range(1, ROWS + 1) if i % 10 == 0 and i % 3 != 0], "not exactly the selected rows"
+    records = read_topic(tmp_path, BIG)
+    assert sum(is_truncate_key(r.key) for r in records) == 0, "a partial read wrote truncate markers"
+    assert all(b"secret" not in (r.value or b"") for r in records)
+    assert_per_key_order(records)
+
+
+def test_a_where_request_that_capture_would_not_run_is_one_clear_error(reference_db: str, tmp_path: Path) -> None:
+    _tables(reference_db)
+    cases = {
+        (WHERE, ""): "set CDC_REQUEST_KEY",
+        ("secret = 's1'", KEY): "secret is not a column the publication publishes",
+        ("doc > 5", KEY): "operator does not exist: text",
+        ("random() < 0.5", KEY): "calls random, which may act",
+        ("id = 1) OR (true", KEY): "is not an SQL condition",
+    }
+    for (where, key), error in cases.items():
+        refused = run_cdc(reference_db, tmp_path, "snapshot", "public.big", "--where", where, request_key=key)
+        assert refused.returncode == 2 and error in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
+    both = run_cdc(reference_db, tmp_path, "snapshot", "public.big", "public.busy", "--where", WHERE, request_key=KEY)
+    assert both.returncode == 2 and "name exactly one table" in both.stderr, both.stderr
