@@ -81,7 +81,7 @@ def read_condition(text: str, columns: Collection[str]) -> ReadCondition:
     problems: list[str] = []
 
     class _Check(Visitor):  # type: ignore[misc]
-        def visit(self, ancestors: object, node: ast.Node) -> None:
+        def visit(self, _ancestors: object, node: ast.Node) -> None:
             kind = type(node).__name__
             if kind in _REFUSED:
                 problems.append(f"it holds {_REFUSED[kind]}")

@@ -19,7 +19,8 @@ from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
 from event_format import is_truncate_key
 from log_store.errors import LogNotFoundError
 from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for, source_table, wait_for
-from tests.cdc.test_online_reads import BIG, _started, assert_per_key_order
+from tests.cdc.test_online_reads import BIG, _progress, _started, assert_per_key_order
+from tests.faults.harness import CdcProcess, cdc_env
 
 pytestmark = pytest.mark.pg
 
@@ -136,3 +137,50 @@ def test_a_where_request_that_capture_would_not_run_is_one_clear_error(reference
         assert refused.returncode == 2 and error in refused.stderr and "Traceback" not in refused.stderr, refused.stderr
     both = run_cdc(reference_db, tmp_path, "snapshot", "public.big", "public.busy", "--where", WHERE, request_key=KEY)
     assert both.returncode == 2 and "name exactly one table" in both.stderr, both.stderr
+
+
+def test_a_partial_read_killed_mid_way_goes_on_past_its_last_key_and_cancel_stops_one(reference_db: str, tmp_path: Path) -> None:
+    """``kill -9`` of capture during a partial read: the next run writes what the read held and goes on
+    past its last durable key (no selected row missing, none read twice). Then ``--cancel`` stops another
+    partial read under way: its held changes are written, no progress or holding file is left, and the
+    table stays captured: the log replays to the source."""
+    _tables(reference_db)
+    env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="100", request_key=KEY)
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+    updates = _Updates(reference_db)
+    try:
+        wait_for(lambda: len(_reads(tmp_path)) == 1, what="the initial snapshot")
+        updates.start()
+        asked = run_cdc(reference_db, tmp_path, "snapshot", "public.big", "--where", WHERE, request_key=KEY)
+        assert asked.returncode == 0, asked.stderr
+        wait_for(lambda: (_progress(tmp_path) or 0) >= 1_000, what="the partial read under way")
+        assert capture.kill9(), capture.stderr()
+        killed_at = _progress(tmp_path) or 0
+        capture = CdcProcess(env, ["capture"], tmp_path / "capture-1.err")
+        wait_for(lambda: len(_reads(tmp_path)) >= 3 and _progress(tmp_path) is None, timeout=120, what="the read's end")
+        asked = run_cdc(reference_db, tmp_path, "snapshot", "public.big", "--where", "id % 7 = 0", request_key=KEY)
+        assert asked.returncode == 0, asked.stderr
+        wait_for(lambda: (_progress(tmp_path) or 0) > 0, what="the second partial read under way")
+        cancelled = run_cdc(reference_db, tmp_path, "snapshot", "--cancel", "public.big", request_key=KEY)
+        assert cancelled.returncode == 0, cancelled.stderr
+        wait_for(lambda: _progress(tmp_path) is None, what="the cancellation")
+        updates.stop.set()
+        updates.join(30)
+        assert updates.error is None, updates.error
+        wait_for(
+            lambda: replay(tmp_path, BIG, strict=False) == source_table(reference_db, "big_published"),
+            what="the log to replay to the source",
+        )
+        assert not list((tmp_path / "held").glob("*.held"))
+        assert capture.terminate() == 0, capture.stderr()
+    finally:
+        updates.stop.set()
+        if capture.running():
+            capture.kill9()
+    _, run1, run2, *cancelled_runs = sorted(_reads(tmp_path).items())
+    assert len(run1[1]) >= killed_at > 0
+    reread = sorted(run1[1] + run2[1])
+    assert reread == [i for i in range(1, ROWS + 1) if i % 10 == 0 and i % 3 != 0], "a selected row missing or read twice"
+    stopped = [key for _, keys in cancelled_runs for key in keys]
+    assert stopped and all(key % 7 == 0 for key in stopped) and len(stopped) < len(range(7, ROWS + 1, 7)) * 2 // 3
+    assert_per_key_order(read_topic(tmp_path, BIG))
