@@ -47,7 +47,8 @@ def _write(url: str, stop: threading.Event, counts: list[int]) -> None:
 
 def test_a_table_read_again_while_written_syncs_and_verifies_exactly(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     """``cdc snapshot`` of t while a writer changes it: a sync during the read goes through, and once the
-    read is in the log a sync makes the warehouse equal to the source (``cdc verify``)."""
+    read is in the log a sync makes the warehouse equal to the source (``cdc verify``); so does a partial
+    read (``--where``), whose ``op=r`` rows are of keys the warehouse already holds."""
     execute(
         pg_url,
         "CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL, doc text)",
@@ -56,7 +57,7 @@ def test_a_table_read_again_while_written_syncs_and_verifies_exactly(spark: Spar
         "(SELECT string_agg(md5(s::text || g::text), '') FROM generate_series(1, 200) s) ELSE 'd' || g END "
         f"FROM generate_series(1, {ROWS}) g",
     )
-    settings = settings_for(pg_url, tmp_path, snapshot_chunk_rows=200)
+    settings = settings_for(pg_url, tmp_path, snapshot_chunk_rows=200, request_key="a-request-key-of-32-characters..")
     ctx = context(spark, settings)
     through(settings, ctx)
     stop, stop_writing, counts = threading.Event(), threading.Event(), [0]
@@ -70,6 +71,11 @@ def test_a_table_read_again_while_written_syncs_and_verifies_exactly(spark: Spar
         wait_for(lambda: bool(read_status(settings)), what="the read under way")
         sync(ctx, ["warehouse"])  # a sync in the middle of the read
         wait_for(lambda: capture.stats.reads_requested == 1 and not read_status(settings) and not capture.reads, what="the read")
+        request_snapshot(settings, ("public.t",), where="id % 10 = 0")
+        wait_for(
+            lambda: capture.stats.reads_requested == 2 and not (capture.partial.queued or capture.core.waiting or capture.reads),
+            what="the partial read",
+        )
         stop_writing.set()
         writer.join(30)
         with psycopg.connect(pg_url) as conn:
