@@ -193,7 +193,6 @@ class Capture:
         self._next_lock_check = 0.0
         self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
         self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
-        self._ledger_notes: list[ProducerRecord] = []  # ledger records to append after that group
         self.partial = PartialRequests()  # partial reads asked for, not begun (cdc.capture.partial_reads)
 
     @property
@@ -525,26 +524,42 @@ class Capture:
         if records:
             self.log.append_group(records, self.position.hex16())
 
-    def _requested(self, message: LogicalMessage, commit_ts_ms: int) -> None:
+    def _requested(self, message: LogicalMessage, commit_ts_ms: int) -> list[ProducerRecord]:
         """A ``cdc snapshot`` request (:mod:`cdc.capture.snapshot_requests`) in a transaction being written:
         its tables' ledger entries are forgotten, so the discovery after this group reads them again (a
-        partial read's table is read in part instead, :mod:`cdc.capture.partial_reads`)."""
+        partial read's table is read in part instead, :mod:`cdc.capture.partial_reads`). The records to
+        write in the same group: the ledger's note of each request taken (a capture that stops before
+        the read ends finds it when it starts again), and the tombstone of a cancellation it lifts."""
         request = SnapshotRequest.parse(message.content)
         if request is None:
-            return
+            return []
         if request.where is not None:
-            self._partial_requested(request, commit_ts_ms, Lsn(message.lsn))
-            return
+            return self._partial_requested(request, commit_ts_ms, Lsn(message.lsn))
+        records: list[ProducerRecord] = []
         for name in request.tables:
-            uncancelled = self.ledger.read_requested(name, time.time_ns() // 1_000_000)
-            self._ledger_notes += uncancelled
+            ts_ms = time.time_ns() // 1_000_000
+            uncancelled = self.ledger.read_requested(name, ts_ms)
             if self.ledger.read_again(name) or uncancelled:
+                self._drop_partial(name)
+                records += [*uncancelled, self.ledger.asked_record(name, None, ts_ms)]
                 self._shape_changed = True
                 self.stats.reads_requested += 1
                 log.info("%s is read again, as asked at %s", name, Lsn(message.lsn))
         self._cancels += request.cancel
+        return records
 
-    def _partial_requested(self, request: SnapshotRequest, commit_ts_ms: int, lsn: Lsn) -> None:
+    def _drop_partial(self, name: str) -> None:
+        """A whole read of ``name`` is asked for: its partial reads, asked for, waiting or under way, give way
+        to it (one under way ends at once, its held changes deleted: the whole read's snapshot, taken
+        later, holds their effect, and the gate drops the table's changes until then)."""
+        self.partial.queued.pop(name, None)
+        for pending in list(self.core.waiting):
+            for relid in [t.relid for t in pending.tables if t.log_name == name and t.relid in pending.partial]:
+                self._unwait(relid)
+        partial = [read for read in self.reads if read.shape.log_name == name and read.condition is not None]
+        self._abandon(partial, "a whole read was asked for")
+
+    def _partial_requested(self, request: SnapshotRequest, commit_ts_ms: int, lsn: Lsn) -> list[ProducerRecord]:
         """A partial read asked for (``cdc snapshot --where``): queued when ``CDC_REQUEST_KEY`` signed it and
         its condition passes the checks again here; any other is logged and ignored."""
         published = {t.log_name: t for t in self.catalog.published_tables(self.settings.publication)}
@@ -554,19 +569,26 @@ class Capture:
                 "ignored a request at %s to read %s in part: it is not signed with CDC_REQUEST_KEY, or more than five "
                 "minutes passed between signing and sending it", lsn, ", ".join(request.tables),
             )  # fmt: skip
-            return
+            return []
         if table is None or not self.include(table.schema, table.table) or request.where is None:
             log.warning("ignored a request at %s to read %s in part: capture does not read it", lsn, request.tables)
-            return
+            return []
+        if not self.ledger.covers(table.log_name, table.relid):
+            log.warning(
+                "ignored a request at %s to read %s in part: a whole read of it is under way or due (it holds those rows), "
+                "or its read was cancelled (`cdc snapshot %s` reads it whole)", lsn, table.log_name, table.log_name,
+            )  # fmt: skip
+            return []
         try:
             condition = checked_condition(request.where, table, self.catalog)
         except ConfigError as exc:
             log.warning("ignored a request at %s to read %s in part: %s", lsn, table.log_name, exc)
-            return
+            return []
         self.partial.ask(table.log_name, PartialRead(condition.sql))
         self._resume_due = True
         self.stats.reads_requested += 1
         log.info("the rows of %s where %s are read again, as asked at %s", table.log_name, condition.sql, lsn)
+        return [self.ledger.asked_record(table.log_name, condition.sql, time.time_ns() // 1_000_000)]
 
     def _cancel_reads(self) -> None:
         """Carry out the cancellations of the group just written (:mod:`cdc.capture.snapshot_requests`):
@@ -575,11 +597,12 @@ class Capture:
         (:meth:`~cdc.capture.table_snapshots.SnapshotLedger.cancel_record`), in a group of their own."""
         assert self.log is not None
         names, self._cancels = self._cancels, []
-        records, self._ledger_notes = self._ledger_notes, []
+        records: list[ProducerRecord] = []
         published = {t.log_name: t.relid for t in self.catalog.published_tables(self.settings.publication)} if names else {}
         for name in names:
             relid = published.get(name)
             if relid is not None and self._cancel_partial(name, relid):
+                records += self.ledger.asked_done(name, None, time.time_ns() // 1_000_000)
                 continue
             if relid is None or self.ledger.covers(name, relid):
                 log.info("no read of %s under way or due: nothing to cancel", name)
@@ -622,7 +645,8 @@ class Capture:
         file): their held changes are kept (cut to the log's position) and the gate holds their tables'
         changes from their first boundary on, until a new snapshot resumes them. Other holding files of
         this slot are deleted (their reads start over). A partial read's held changes go to the log now,
-        and it goes on as a new partial read (:mod:`cdc.capture.partial_reads`)."""
+        and it goes on as a new partial read (:mod:`cdc.capture.partial_reads`). A read ``cdc snapshot``
+        asked for that has not ended (the ledger's note of it) is asked for again."""
         assert self.groups is not None
         assert self.log is not None
         held_dir = self.settings.data_dir / "held"
@@ -653,6 +677,11 @@ class Capture:
                 path.unlink(missing_ok=True)
         if gone:
             self.log.append_group(gone, self.position.hex16())
+        for name, where in self.ledger.asked.items():  # asked for by `cdc snapshot`, not ended
+            if where is None:
+                self.ledger.read_again(name)
+            else:
+                self.partial.queued.setdefault(name, PartialRead(where))
 
     def _start_read(self, pending: PendingSnapshot) -> None:
         """The stream reached ``pending``'s boundary: each of its tables is read beside the stream
@@ -894,7 +923,7 @@ class Capture:
         finally:
             self._reap()
         status = self.core.group_durable(group)
-        if self._cancels or self._ledger_notes:
+        if self._cancels:
             self._cancel_reads()
         self.stats.events += written.events
         self.stats.groups += 1

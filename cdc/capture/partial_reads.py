@@ -26,8 +26,10 @@ the row of a key it cannot take from the log (an update that changes the key and
 unchanged, whose old row may sit in the holding file) does the read become a whole read of the table,
 which holds no such doubt ("one read more, never one less").
 
-A request is kept in memory until its read begins: a capture that stops before that forgets it (the
-request's message is behind the confirmed position), and ``cdc snapshot --where`` must be asked again.
+A request outlives a stop of capture: the ledger's note of it (:meth:`~cdc.capture.table_snapshots.SnapshotLedger.asked_record`)
+is written in the group of the transaction that carried it and tombstoned with the read's last rows; a
+capture that starts with the note asks for the read again (from the first row, unless the read's
+progress record says how far it got).
 """
 
 from __future__ import annotations

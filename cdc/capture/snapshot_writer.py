@@ -316,6 +316,7 @@ class SnapshotWriter:
         if last is not None:
             final += [last.slice(0, len(last) - 1), mark_last_read(last.record(len(last) - 1))]
         done: list[Item] = [self.ledger.progress_done(t.shape, ts_ms) for t in online.heads if t.shape.relid in plans]
+        done += [record for t in online.heads for record in self.ledger.asked_done(t.shape.log_name, t.condition, ts_ms)]
         ledger: list[Item] = [
             self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in online.heads if t.condition is None
         ]
@@ -412,6 +413,7 @@ class SnapshotWriter:
         if held is not None:
             final += [held.slice(0, len(held) - 1), mark_last_read(held.record(len(held) - 1))]
         ledger: list[Item] = [self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in tables]
+        ledger += [record for t in tables for record in self.ledger.asked_done(t.shape.log_name, None, ts_ms)]
         yield itertools.chain(final, tail(), ledger), True
 
     def _with_progress(

@@ -300,8 +300,9 @@ class ChangeReplayer:
         self.on_new_shape = on_new_shape
         self.gate = gate
         #: told of each request message (:mod:`cdc.capture.snapshot_requests`) of a transaction written to
-        #: the log, with the transaction's commit time (milliseconds)
-        self.on_message: Callable[[LogicalMessage, int], None] | None = None
+        #: the log, with the transaction's commit time (milliseconds); the records it returns (the ledger's
+        #: note of the request) go into the same group
+        self.on_message: Callable[[LogicalMessage, int], list[ProducerRecord]] | None = None
         self._replaying = False
 
     def shape_from_relation(self, relation: Relation) -> TableShape:
@@ -429,7 +430,7 @@ class ChangeReplayer:
             if message.prefix == MESSAGE_PREFIX:  # masks change here, in a replay of a held transaction too
                 self._masks_changed(message.content, admitted)
             elif self.on_message is not None and not self._replaying:
-                self.on_message(message, context.ts_ms)
+                yield from self.on_message(message, context.ts_ms)
 
     def _masks_changed(self, content: bytes, admitted: dict[int, bool]) -> None:
         """The stream reached a change of the publication's masks (:mod:`event_format.masks`): every later

@@ -117,6 +117,10 @@ def _cancelled_key(log_name: str) -> bytes:
     return orjson.dumps(["cancelled", log_name])
 
 
+def _asked_key(log_name: str) -> bytes:
+    return orjson.dumps(["asked", log_name])
+
+
 class SnapshotLedger:
     """The tables whose snapshot the log holds complete, loaded from and written to ``topic``; and the
     progress of the reads under way beside the stream (:attr:`reads`: records keyed ``["read", name]``,
@@ -129,6 +133,9 @@ class SnapshotLedger:
         self.reads: dict[str, ReadProgress] = {}
         #: tables whose read was cancelled (``cdc snapshot --cancel``), by log name: left out of capture
         self.cancelled: set[str] = set()
+        #: reads ``cdc snapshot`` asked for and that have not ended, by log name: the condition of a partial
+        #: one, ``None`` for a whole one (records keyed ``["asked", name]``, see :meth:`asked_record`)
+        self.asked: dict[str, str | None] = {}
 
     @classmethod
     def load(cls, log: Log, topic: str) -> SnapshotLedger:
@@ -146,6 +153,12 @@ class SnapshotLedger:
                 name = orjson.loads(record.key)
                 if isinstance(name, list) and name[0] == "cancelled":
                     (ledger.cancelled.add if record.value is not None else ledger.cancelled.discard)(str(name[1]))
+                    continue
+                if isinstance(name, list) and name[0] == "asked":
+                    if record.value is None:
+                        ledger.asked.pop(str(name[1]), None)
+                    else:
+                        ledger.asked[str(name[1])] = orjson.loads(record.value).get("where")
                     continue
                 if isinstance(name, list):  # ["read", name]: a read's progress
                     ledger._load_progress(str(name[1]), record.value)
@@ -233,7 +246,23 @@ class SnapshotLedger:
         ``cdc snapshot`` asks for it again (:meth:`read_requested`)."""
         self.cancelled.add(name)
         self.reads.pop(name, None)
-        return [self.progress_gone(name, ts_ms), ProducerRecord(self.topic, _cancelled_key(name), b"{}", ts_ms)]
+        asked = self.asked_done(name, None, ts_ms)
+        return [self.progress_gone(name, ts_ms), ProducerRecord(self.topic, _cancelled_key(name), b"{}", ts_ms), *asked]
+
+    def asked_record(self, name: str, where: str | None, ts_ms: int) -> ProducerRecord:
+        """The record of a read ``cdc snapshot`` asked for (``where``: a partial read's condition), written
+        in the group of the transaction that carried the request: a capture that stops before the read
+        ends finds it when it starts again, and reads the table again (:meth:`read_again`) or in part."""
+        self.asked[name] = where
+        return ProducerRecord(self.topic, _asked_key(name), orjson.dumps({"where": where}), ts_ms)
+
+    def asked_done(self, name: str, condition: str | None, ts_ms: int) -> list[ProducerRecord]:
+        """The tombstone of the request for a read of ``name`` that ends now, when the read serves it: a
+        whole read (``condition`` ``None``) serves any, a partial read one with its own condition."""
+        if name not in self.asked or (condition is not None and self.asked[name] != condition):
+            return []
+        del self.asked[name]
+        return [ProducerRecord(self.topic, _asked_key(name), None, ts_ms)]
 
     def read_requested(self, name: str, ts_ms: int) -> list[ProducerRecord]:
         """``cdc snapshot`` asks for a cancelled table again: the tombstone of its cancellation (none when

@@ -658,3 +658,48 @@ def test_a_key_change_keeping_a_toasted_value_while_a_read_waits_to_resume_start
             capture.kill9()
     assert_per_key_order(read_topic(tmp_path, BIG))
     assert len(str(replay(tmp_path, BIG)[b'{"id":7}']["doc"])) == 6400
+
+
+def test_a_read_asked_for_survives_a_kill_before_it_ends_also_one_by_block_ranges(reference_db: str, tmp_path: Path) -> None:
+    """``cdc snapshot`` of a table read by block ranges (a text key: no progress records), then ``kill -9``
+    of capture while its rows are half written (its truncate markers already hide the old ones): the
+    ledger's note of the request makes the next run read the table whole again, so the log replays to
+    exactly the source; once the read ended the note is gone and a restart reads nothing."""
+    rows = 150_000
+    execute(
+        reference_db,
+        "CREATE TABLE words (k text PRIMARY KEY, v int NOT NULL)",
+        f"INSERT INTO words SELECT 'w' || g, g FROM generate_series(1, {rows}) g",
+        "ALTER PUBLICATION cdc_publication ADD TABLE words",
+    )
+    topic = "cdc.public.words"
+    env = cdc_env(reference_db, tmp_path, tables="public.words", snapshot_chunk_rows="100")
+    settings = settings_for(reference_db, tmp_path, tables="public.words")
+
+    def written() -> int:
+        published = tmp_path / "log" / PUBLISHED_NAME
+        watermark = read_published(published) if published.exists() else None
+        return sum(end for tp, end in watermark.end_offsets.items() if tp.topic == topic) if watermark else 0
+
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+    try:
+        wait_for(lambda: written() >= rows, what="the initial snapshot")
+        before = written()
+        request_snapshot(settings, ("public.words",))
+        wait_for(lambda: written() >= before + rows // 10, what="the read under way")
+        assert capture.kill9(), capture.stderr()
+        assert written() < before + rows, "the read ended before the kill"
+        capture = CdcProcess(env, ["capture"], tmp_path / "capture-1.err")
+        wait_for(lambda: replay(tmp_path, topic) == source_table(reference_db, "words", key="k"), what="the table read again whole")
+        assert capture.terminate() == 0, capture.stderr()
+    finally:
+        if capture.running():
+            capture.kill9()
+    asked = [r for r in read_topic(tmp_path, "cdc.__snapshots") if r.key == b'["asked","public.words"]']
+    assert [r.value is None for r in asked] == [False, True], "the request's note and its tombstone"
+    restarted, stop_capture = _started(settings)
+    try:
+        wait_for(lambda: restarted.confirmed > 0, what="capture to stream")
+    finally:
+        stop_capture()
+    assert restarted.stats.tables_added == 0 and restarted.stats.snapshot_rows == 0
