@@ -690,7 +690,8 @@ def test_a_read_asked_for_survives_a_kill_before_it_ends_also_one_by_block_range
         assert capture.kill9(), capture.stderr()
         assert written() < before + rows, "the read ended before the kill"
         capture = CdcProcess(env, ["capture"], tmp_path / "capture-1.err")
-        wait_for(lambda: replay(tmp_path, topic) == source_table(reference_db, "words", key="k"), what="the table read again whole")
+        source = source_table(reference_db, "words", key="k")
+        wait_for(lambda: replay(tmp_path, topic) == source, what="the table read again whole")
         assert capture.terminate() == 0, capture.stderr()
     finally:
         if capture.running():
