@@ -742,6 +742,7 @@ class Capture:
         read = OnlineRead.start(pending, table, self.writer, held, plan, None, condition=wanted.condition)
         self.reads.append(read)
         self.groups.held[read.topic] = held
+        self.groups.folded.add(read.topic)  # the log holds a full row of every key: never abandoned for one
         log.info("reading the rows of %s where %s as of %s beside the stream", table.qualified, wanted.condition, pending.as_of)
 
     def _read_later(self, table: PublishedTable, why: str, pending: PendingSnapshot) -> None:
@@ -836,6 +837,7 @@ class Capture:
         if read in self.reads:
             self.reads.remove(read)
         self.groups.held.pop(read.topic, None)
+        self.groups.folded.discard(read.topic)
         self.gate.holds.pop(read.relid, None)
         read.close()
         self.core.reading = bool(self.reads)

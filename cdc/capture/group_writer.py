@@ -47,7 +47,10 @@ class GroupWriter:
     records of a group would need a row the log may not hold yet (an update that leaves TOAST values
     unchanged and changes the key, or any such update on a log that cannot fold partial rows); it must
     take them out of the gate, so that the group writes nothing of those tables (their records of the
-    group, if any, still go to the holding file, which the caller deletes after the group).
+    group, if any, still go to the holding file, which the caller deletes after the group). A topic of
+    ``folded`` (a partial read, :mod:`cdc.capture.partial_reads`) is never abandoned: the log holds a
+    full row of each of its keys, and its holding file the newer changes, so a key's row is the log's
+    with the held records folded over it, then the group's.
     """
 
     log: Log
@@ -55,6 +58,7 @@ class GroupWriter:
     read_back_warned: set[str] = field(default_factory=set)
     held: dict[str, HeldChanges] = field(default_factory=dict)
     abandon: Callable[[set[str]], None] = lambda topics: None
+    folded: set[str] = field(default_factory=set)
 
     def append(self, group: list[Transaction]) -> GroupWritten:
         """Append ``group`` at its last commit's position (:func:`~cdc.capture.stream_core.group_position`), then close it.
@@ -67,21 +71,25 @@ class GroupWriter:
         written = GroupWritten()
         wanted = replayer.key_changes(group, partial=replayer.builder.whole_rows)
         abandoned: set[str] = set()
-        if self.held and (abandoned := {topic for topic, _ in wanted if topic in self.held}):
+        if self.held and (abandoned := {topic for topic, _ in wanted if topic in self.held and topic not in self.folded}):
             self.abandon(abandoned)
             wanted = {(topic, key) for topic, key in wanted if topic not in abandoned}
+        folded = {topic: held for topic, held in self.held.items() if topic in self.folded}
+        values = KeyChangeValues(wanted, LogRows(self.log), folded) if wanted or abandoned else None
+        watched = values.watch if values else _passed
+        # watched before they are diverted: a held record changes the row a later one of the group folds onto
         changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(
-            _diverted(replayer.records(tx), self.held, tx.commit_lsn) if self.held else replayer.records(tx) for tx in group
+            _diverted(watched(replayer.records(tx)), self.held, tx.commit_lsn) if self.held else watched(replayer.records(tx))
+            for tx in group
         )
         if self.held:
             # the held records are durable before the log commits the group that gave them
             changes = itertools.chain(changes, _synced(list(self.held.values())))
-        values = KeyChangeValues(wanted, LogRows(self.log)) if wanted or abandoned else None
         try:
             provider = _discarding(abandoned, values) if values and abandoned else values
             previous = replayer.builder.previous_values_from(provider) if provider else nullcontext()
             with replayer.tentative_schemas(), previous:
-                records = _counted(values.watch(changes) if values else changes, written)
+                records = _counted(changes, written)
                 self.log.append_group(records, group_position(group[-1]).hex16())
         finally:
             for tx in group:
@@ -101,6 +109,10 @@ class GroupWriter:
                 table,
             )
         self.read_back_warned |= read_back
+
+
+def _passed(records: Iterator[ProducerRecord]) -> Iterator[ProducerRecord]:
+    return records
 
 
 def _diverted(records: Iterator[ProducerRecord], held: dict[str, HeldChanges], lsn: int) -> Iterator[ProducerRecord]:

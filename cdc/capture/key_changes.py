@@ -36,7 +36,7 @@ as soon as every such key of the partition is found.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -50,6 +50,7 @@ from log_store import ProducerRecord, TopicPartition
 from log_store.partitioner import partition_for_key
 
 if TYPE_CHECKING:
+    from cdc.capture.held_changes import HeldChanges
     from log_store.log import Log
 
 #: A full row: column name -> its JSON value bytes (as written in the log).
@@ -203,7 +204,9 @@ class KeyChangeValues:
     each to the rows it tracks; the instance is the builder's ``previous_values`` callable.
     """
 
-    def __init__(self, wanted: set[tuple[str, bytes]], log_rows: LogRows) -> None:
+    def __init__(self, wanted: set[tuple[str, bytes]], log_rows: LogRows, held: Mapping[str, HeldChanges] | None = None) -> None:
+        """``held``: topic -> the holding file of a partial read of its table, whose records are newer than
+        the log's and are folded over them."""
         self.rows: dict[tuple[str, bytes], Row | _Incomplete | None] = {}
         by_topic: dict[str, set[bytes]] = {}
         for topic, key in wanted:
@@ -211,6 +214,10 @@ class KeyChangeValues:
         for topic, keys in by_topic.items():
             self.rows.update({(topic, key): row for key, row in log_rows.rows(topic, keys).items()})
         self.topics = {topic for topic, _ in wanted}
+        for topic, file in (held or {}).items():
+            if topic in by_topic:
+                for _ in self.watch(file.records()):
+                    pass
 
     def watch(self, records: Iterable[ProducerRecord]) -> Iterator[ProducerRecord]:
         """Pass ``records`` through, updating the tracked rows with each one."""

@@ -21,10 +21,12 @@ the effect of those changes only on the rows the condition selects. Instead its 
 the log at once, in a group of their own with the progress tombstone (:func:`flush_records`): they
 all commit at or after B, after every row it read, so that is where a finished read would put them.
 The read then goes on past its last durable key (or from the first, for a read by block ranges or a
-table whose columns changed since) from a new snapshot, as a new partial read. Only when a group needs
-the row of a key it cannot take from the log (an update that changes the key and leaves a TOAST value
-unchanged, whose old row may sit in the holding file) does the read become a whole read of the table,
-which holds no such doubt ("one read more, never one less").
+table whose columns changed since) from a new snapshot, as a new partial read. An update that needs a
+key's earlier row (it changes the key and leaves a TOAST value unchanged; on Kafka any update leaving
+one unchanged) does not stop it, as it stops a whole read: the log holds a full row of every key, and
+the holding file the newer changes, so the row is the log's with the held records folded over it
+(:class:`~cdc.capture.group_writer.GroupWriter`). A partial read becomes a whole read of the table only
+when a whole read is asked for, or when the table's columns change under it in the stream.
 
 A request outlives a stop of capture: the ledger's note of it (:meth:`~cdc.capture.table_snapshots.SnapshotLedger.asked_record`)
 is written in the group of the transaction that carried it and tombstoned with the read's last rows; a

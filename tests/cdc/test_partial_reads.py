@@ -7,6 +7,7 @@ and another table all along.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from pathlib import Path
@@ -16,10 +17,12 @@ import psycopg
 import pytest
 
 from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
+from cdc.commands.snapshot_cmd import request_snapshot
 from event_format import is_truncate_key
 from log_store.errors import LogNotFoundError
 from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for, source_table, wait_for
-from tests.cdc.test_online_reads import BIG, _progress, _started, assert_per_key_order
+from tests.cdc.test_online_reads import BIG, TOASTED, _progress, _started, assert_per_key_order
+from tests.cdc.test_online_reads import _tables as online_tables
 from tests.faults.harness import CdcProcess, cdc_env
 
 pytestmark = pytest.mark.pg
@@ -183,4 +186,36 @@ def test_a_partial_read_killed_mid_way_goes_on_past_its_last_key_and_cancel_stop
     assert reread == [i for i in range(1, ROWS + 1) if i % 10 == 0 and i % 3 != 0], "a selected row missing or read twice"
     stopped = [key for _, keys in cancelled_runs for key in keys]
     assert stopped and all(key % 7 == 0 for key in stopped) and len(stopped) < len(range(7, ROWS + 1, 7)) * 2 // 3
+    assert_per_key_order(read_topic(tmp_path, BIG))
+
+
+def test_a_key_change_leaving_a_toasted_value_takes_it_from_the_held_changes_during_a_partial_read(
+    reference_db: str, tmp_path: Path
+) -> None:
+    """During a partial read, a row's document is rewritten (a held change) and then its key changes with
+    the document left unchanged: the new key's row gets the rewritten document (the held change folded
+    over the log's row), the read goes on (no whole read of the table) and the log replays to the source."""
+    rows = 150_000
+    online_tables(reference_db, rows)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100, request_key=KEY)
+    capture, stop_capture = _started(settings)
+    moved = rows - TOASTED  # its document is stored out of line
+    try:
+        wait_for(lambda: len(_reads(tmp_path)) == 1, what="the initial snapshot")
+        request_snapshot(settings, ("public.big",), where=WHERE)
+        wait_for(lambda: (_progress(tmp_path) or 0) > 0, what="the partial read under way")
+        execute(
+            reference_db,
+            f"UPDATE big SET doc = (SELECT string_agg(md5('new' || s), '') FROM generate_series(1, 200) s) WHERE id = {moved}",
+        )
+        wait_for(lambda: any(read.held.count for read in capture.reads), what="the rewrite held")  # in a group of its own
+        execute(reference_db, f"UPDATE big SET id = 90000000 WHERE id = {moved}")
+        assert _progress(tmp_path) is not None, "the read ended before the updates"
+        wait_for(lambda: _progress(tmp_path) is None and not capture.reads, what="the end of the partial read")
+        wait_for(lambda: replay(tmp_path, BIG, strict=False) == source_table(reference_db, "big"), what="the log to replay")
+    finally:
+        stop_capture()
+    assert capture.stats.reads_abandoned == 0 and capture.stats.tables_added == 0, capture.stats
+    new_doc = replay(tmp_path, BIG, strict=False)[b'{"id":90000000}']["doc"]
+    assert str(new_doc).startswith(hashlib.md5(b"new1").hexdigest()) and len(str(new_doc)) == 6400
     assert_per_key_order(read_topic(tmp_path, BIG))
