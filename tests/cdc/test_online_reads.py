@@ -700,7 +700,9 @@ def test_a_read_asked_for_survives_a_kill_before_it_ends_also_one_by_block_range
     assert [r.value is None for r in asked] == [False, True], "the request's note and its tombstone"
     restarted, stop_capture = _started(settings)
     try:
-        wait_for(lambda: restarted.confirmed > 0, what="capture to stream")
+        end = written()
+        execute(reference_db, "UPDATE words SET v = -1 WHERE k = 'w1'")
+        wait_for(lambda: written() > end, what="capture to stream the update")
     finally:
         stop_capture()
     assert restarted.stats.tables_added == 0 and restarted.stats.snapshot_rows == 0
