@@ -469,8 +469,10 @@ class SnapshotReader:
         returns, so the sessions are free for the snapshot's end (a read giving way to DDL waits for the
         chunks being fetched, one per session); the chunks fetched ahead are dropped.
 
-        Measured on a 1M-row table (``bench/capture_reread.py``, two sessions): the read itself went
-        from 1.9 s to about 1.0 s; the server's work per chunk is most of what is left.
+        Measured on a 1M-row table (``bench/capture_reread.py``, two sessions, two cores shared with
+        other work): the read itself took 0.9-1.5 s where one chunk at a time on the capture thread took
+        2.0-3.3 s (``COPY`` of the table to /dev/null: 0.45 s); what is left is the server's work per
+        chunk (``timestamptz`` output about a third of it) and the log's append, each about half a second.
         """
         sessions = [self._conn, *self._helpers]
         names = [column.name for column in shape.columns]
