@@ -1,6 +1,6 @@
 """Reads by key fetched ahead on every session of a snapshot (:meth:`SnapshotReader.keyset_chunks`).
 
-Real PostgreSQL: a snapshot exported by a transaction that stays open, imported by three sessions; rows
+Real PostgreSQL: a snapshot exported by a transaction that stays open, imported by three sessions (or one); rows
 changed after it are never read; every row of the snapshot is read once, in key order, from the first
 key or past any key; a read closed part way or failing ends its threads.
 """
@@ -106,11 +106,12 @@ def _assert_in_order(chunks: list[Chunk], first: int, limit: int, expected: list
     assert all(count == limit for _, count, _ in chunks[:-1]) and 0 < chunks[-1][1] <= limit
 
 
-def test_a_read_by_key_on_three_sessions_reads_each_row_of_its_snapshot_once_in_key_order(
-    reference_db: str, keyed: list[dict[str, object]]
+@pytest.mark.parametrize("sessions", [3, 1])
+def test_a_read_by_key_on_several_sessions_reads_each_row_of_its_snapshot_once_in_key_order(
+    reference_db: str, keyed: list[dict[str, object]], sessions: int
 ) -> None:
-    with _reader(reference_db, sessions=3) as reader:
-        assert len(reader.pids) == 3
+    with _reader(reference_db, sessions) as reader:
+        assert len(reader.pids) == sessions
         _assert_in_order(_read(reader, None, 0, 100), 0, 100, keyed)
         # past a key (a resumed read), to a last chunk that is exactly full
         past = keyed[502]
