@@ -10,7 +10,8 @@ the stream never waits for the read:
    group at the stream's current position (a chunk is not a source transaction: the position does not
    move). The first chunk follows the truncate markers and the schema record; each chunk's rows are
    ``op=r`` as of B - 1. A table with a primary key of integer or uuid columns is read by key
-   (:func:`~cdc.capture.snapshot.keyset_query`) and each chunk's group carries the read's progress
+   (:func:`~cdc.capture.snapshot.keyset_query`; chunks fetched ahead on the snapshot's sessions,
+   :meth:`~cdc.capture.snapshot.SnapshotReader.keyset_chunks`) and each chunk's group carries the read's progress
    record (:class:`~cdc.capture.table_snapshots.ReadProgress`: the last key written); other tables are
    read by block ranges.
 2. Every other table's changes reach the log as they come. The table's own changes committing at or
@@ -47,7 +48,8 @@ sessions wait for a lock a read's snapshot holds (``pg_blocking_pids``; ``ALTER 
 of a table read, or a session queued behind one). Each read of that snapshot then stops and ends its
 transaction, and goes on later from a new snapshot at a later point, exactly as a resumed read above
 (past its last durable key, its held changes kept; one by block ranges, or one that wrote no row yet,
-starts over); a reconnect of the replication session does the same. So the DDL waits about one chunk,
+starts over); a reconnect of the replication session does the same. So the DDL waits about one chunk
+(the chunks fetched ahead, one per session at once, are waited for and dropped),
 the application's writers never queue behind it for a whole read, and xmin and locks are held for one
 snapshot's run, not the read's. A read begins by locking its table (``lock_timeout``
 ``read_lock_timeout_ms``) and checking that no rewrite, ``TRUNCATE`` or change of its columns

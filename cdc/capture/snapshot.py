@@ -27,6 +27,7 @@ from __future__ import annotations
 import queue
 import re
 import threading
+from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import closing
@@ -118,11 +119,19 @@ KEYSET_TYPES = frozenset({"int2", "int4", "int8", "uuid"})
 
 
 def keyset_query(
-    shape: TableShape, keys: tuple[str, ...], after: tuple[str, ...] | None, limit: int, row_filter: str | None = None
+    shape: TableShape,
+    keys: tuple[str, ...],
+    after: tuple[str, ...] | None,
+    limit: int,
+    row_filter: str | None = None,
+    *,
+    skip: int = 0,
 ) -> sql.Composed:
     """The query of the next ``limit`` rows of ``shape`` by primary key ``keys`` (index order) past the key
     ``after`` (its columns' texts; ``None``: from the first row), among those ``row_filter`` passes: the
-    aggregates of :func:`column_query` over them, then per key column the last row's text.
+    aggregates of :func:`column_query` over them (:func:`last_key` reads the last row's key from them). ``skip``: the
+    rows past ``after`` to pass over first (``OFFSET``), so that several sessions read consecutive chunks
+    from one known key at once.
 
     ``(a, b) > (x, y) ORDER BY a, b LIMIT n`` is a range scan of the key's index, a composite key's
     included. The rows reach the aggregates in the subquery's order (as PostgreSQL's documentation
@@ -138,16 +147,16 @@ def keyset_query(
     if row_filter is not None:
         conditions.append(sql.SQL("({})").format(sql.SQL(row_filter)))  # type: ignore[arg-type]
     where = sql.SQL(" WHERE {}").format(sql.SQL(" AND ").join(conditions)) if conditions else sql.SQL("")
-    inner = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT {}").format(
+    inner = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT {} OFFSET {}").format(
         sql.SQL(", ").join(sql.Identifier(c.name) for c in shape.columns),
         sql.Identifier(shape.schema, shape.table),
         where,
         names,
         sql.Literal(limit),
+        sql.Literal(skip),
     )
     aggregates = [sql.SQL("string_agg({}, E'\\n')").format(text_expression(c)) for c in shape.columns]
-    last = [sql.SQL("(array_agg({}::text))[count(*)]").format(sql.Identifier(key)) for key in keys]
-    return sql.SQL("SELECT {} FROM ({}) AS chunk").format(sql.SQL(", ").join([*aggregates, sql.SQL("count(*)"), *last]), inner)
+    return sql.SQL("SELECT {} FROM ({}) AS chunk").format(sql.SQL(", ").join([*aggregates, sql.SQL("count(*)")]), inner)
 
 
 def chunk_columns(shape: TableShape, row: Sequence[object]) -> tuple[pa.Array | None, list[pa.Array | pa.Scalar]]:
@@ -219,6 +228,8 @@ CHUNK_ROWS = 20_000
 #: on a 1M-row table: chunks of 20,000 rows with 6 waiting read 1.21-1.31M rows/s, chunks of 10,000
 #: with 12 waiting 1.0-1.15M.
 CONVERTERS, AHEAD, FETCHED = 2, 6, 4
+#: Built chunks of a read by key (:meth:`SnapshotReader.keyset_chunks`) that may wait for the caller.
+KEYSET_AHEAD = 4
 #: Stored bytes (heap and TOAST) a snapshot chunk reads at most, by the table's statistics.
 CHUNK_BYTES = 8 << 20
 
@@ -246,6 +257,33 @@ def _taken(results: queue.Queue[T], producer: threading.Thread) -> T:
 
 def _built(shape: TableShape, row: Sequence[object], build: ChunkBuilder[T], first: int, count: int) -> T:
     return build(first, count, *chunk_columns(shape, row))
+
+
+def _fetched_row(conn: psycopg.Connection[tuple[object, ...]], query: sql.Composed) -> Sequence[object]:
+    """The one result row of a chunk query on ``conn``, its texts as the server sends them (bytes)."""
+    try:
+        with conn.cursor(binary=True) as cursor:
+            cursor.adapters.register_loader("text", ByteaBinaryLoader)
+            row = cursor.execute(query).fetchone()
+    except psycopg.Error as exc:
+        raise SourceError(f"snapshot query failed: {str(exc).strip().splitlines()[0]}") from exc
+    assert row is not None
+    return row
+
+
+def _keyset_built(
+    shape: TableShape, row: Sequence[object], key_columns: list[int], build: ChunkBuilder[T], first: int, count: int
+) -> tuple[T, tuple[str, ...]]:
+    """A keyset chunk's result row built, with its last row's key texts."""
+    return build(first, count, *chunk_columns(shape, row)), last_key(row, key_columns)
+
+
+def last_key(row: Sequence[object], key_columns: list[int]) -> tuple[str, ...]:
+    """The key texts of the last row of a non-empty chunk's result row (:func:`keyset_query`): the last
+    line of each key column's texts (a key type's text, see :data:`KEYSET_TYPES`, is sent as it is and
+    holds no newline)."""
+    texts = [bytes(cast(bytes, row[index])) for index in key_columns]
+    return tuple(text[text.rfind(b"\n") + 1 :].decode() for text in texts)
 
 
 class SnapshotReader:
@@ -406,7 +444,7 @@ class SnapshotReader:
                 feeder.join()
                 _cancel_waiting(ahead)
 
-    def keyset_chunk(
+    def keyset_chunks(
         self,
         shape: TableShape,
         build: ChunkBuilder[T],
@@ -416,22 +454,75 @@ class SnapshotReader:
         limit: int,
         *,
         row_filter: str | None = None,
-    ) -> tuple[T, tuple[str, ...]] | None:
-        """The next chunk of at most ``limit`` rows past the key ``after`` (:func:`keyset_query`), as
-        ``build(first, count, keys, after)``, with its last row's key texts; ``None`` past the last row."""
-        try:
-            with self._conn.cursor(binary=True) as cursor:
-                cursor.adapters.register_loader("text", ByteaBinaryLoader)
-                row = cursor.execute(keyset_query(shape, keys, after, limit, row_filter)).fetchone()
-        except psycopg.Error as exc:
-            raise SourceError(f"snapshot query failed: {str(exc).strip().splitlines()[0]}") from exc
-        assert row is not None
-        columns = row[: len(row) - len(keys)]
-        count = int(cast(int, columns[-1]))
-        if not count:
-            return None
-        last = tuple(bytes(cast(bytes, text)).decode() for text in row[len(row) - len(keys) :])
-        return build(first, count, *chunk_columns(shape, columns)), last
+    ) -> Generator[tuple[T, tuple[str, ...]], None, None]:
+        """The chunks of at most ``limit`` rows past the key ``after`` (:func:`keyset_query`), in key order,
+        each as ``build(first, count, keys, after)`` (``first`` counts on from the argument) with its last
+        row's key texts; the last chunk is the first one not full.
+
+        Read ahead of the caller, on every session of the snapshot at once: each session fetches the
+        chunk after the last one asked for, from the last key known, passing over the rows of the chunks
+        still being fetched (``OFFSET``; the sessions all see the same snapshot, and the key orders its
+        rows the same for each); chunks are turned into columns on one of :data:`CONVERTERS` threads
+        while the caller writes earlier ones, and at most :data:`KEYSET_AHEAD` built chunks wait for it.
+        Each session runs one statement at a time (psycopg's connection lock), so reads sharing a
+        snapshot share its sessions. Closing the iterator (or an error) ends its threads before it
+        returns, so the sessions are free for the snapshot's end (a read giving way to DDL waits for the
+        chunks being fetched, one per session); the chunks fetched ahead are dropped.
+
+        Measured on a 1M-row table (``bench/capture_reread.py``, two sessions, two cores shared with
+        other work): the read itself took 0.9-1.5 s where one chunk at a time on the capture thread took
+        2.0-3.3 s (``COPY`` of the table to /dev/null: 0.45 s); what is left is the server's work per
+        chunk (``timestamptz`` output about a third of it) and the log's append, each about half a second.
+        """
+        sessions = [self._conn, *self._helpers]
+        names = [column.name for column in shape.columns]
+        key_columns = [names.index(key) for key in keys]
+        stop = threading.Event()
+        ahead: queue.Queue[Future[tuple[T, tuple[str, ...]]] | BaseException | None] = queue.Queue(maxsize=KEYSET_AHEAD)
+        with (
+            ThreadPoolExecutor(len(sessions), thread_name_prefix="snapshot-keyset") as fetchers,
+            ThreadPoolExecutor(CONVERTERS, thread_name_prefix="snapshot-convert") as pool,
+        ):
+
+            def feed() -> None:
+                last, rows = after, first
+                # (session, chunk query result) in key order; the oldest is taken first, and its session
+                # then fetches the chunk past the last one asked for, counting from the key just learnt
+                fetching: deque[tuple[psycopg.Connection[tuple[object, ...]], Future[Sequence[object]]]] = deque()
+                try:
+                    for index, conn in enumerate(sessions):
+                        query = keyset_query(shape, keys, last, limit, row_filter, skip=index * limit)
+                        fetching.append((conn, fetchers.submit(_fetched_row, conn, query)))
+                    while not stop.is_set():
+                        conn, fetched = fetching.popleft()
+                        row = fetched.result()
+                        count = int(cast(int, row[-1]))
+                        if count:
+                            future = pool.submit(_keyset_built, shape, row, key_columns, build, rows, count)
+                            if not _hand_over(ahead, future, stop):
+                                future.cancel()
+                                return
+                            rows += count
+                            last = last_key(row, key_columns)
+                        if count < limit:
+                            _hand_over(ahead, None, stop)
+                            return
+                        query = keyset_query(shape, keys, last, limit, row_filter, skip=len(fetching) * limit)
+                        fetching.append((conn, fetchers.submit(_fetched_row, conn, query)))
+                except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+                    _hand_over(ahead, exc, stop)
+
+            feeder = threading.Thread(target=feed, name="snapshot-keyset-feed", daemon=True)
+            feeder.start()
+            try:
+                while (item := _taken(ahead, feeder)) is not None:
+                    if isinstance(item, BaseException):
+                        raise item
+                    yield item.result()
+            finally:
+                stop.set()
+                feeder.join()
+                _cancel_waiting(ahead)
 
     def _block_ranges(self, shape: TableShape, chunk_rows: int, chunk_bytes: int) -> list[tuple[int, int | None]]:
         """The table's block ranges of about ``chunk_rows`` rows and at most about ``chunk_bytes`` each,

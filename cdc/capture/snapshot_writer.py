@@ -33,6 +33,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import closing
 from dataclasses import dataclass, field
 
 from cdc.capture.catalog import Catalog, PublishedTable, rule_of
@@ -332,12 +333,10 @@ class SnapshotWriter:
             for block in reader.column_chunks(table.shape, encode, self.online_chunk_rows, row_filter=row_filter):
                 yield block, None
             return
-        after, first = plan.after, 0
         rows = self.online_chunk_rows
-        while chunk := reader.keyset_chunk(table.shape, encode, plan.keys, after, first, rows, row_filter=row_filter):
-            block, after = chunk
-            first += len(block)
-            yield block, after
+        chunks = reader.keyset_chunks(table.shape, encode, plan.keys, plan.after, 0, rows, row_filter=row_filter)
+        with closing(chunks):
+            yield from chunks
 
     def _append_partial(
         self, parts: Iterator[tuple[Iterable[Item], bool]], upcoming: tuple[Iterable[Item], bool], chunks: int

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from cdc.capture import snapshot
 from cdc.capture.online_read import keyset_keys, progress_plan, resumed_keep
+from cdc.capture.snapshot import KEYSET_TYPES, last_key
 from cdc.capture.table_snapshots import ReadProgress
 from cdc.capture.tables import TableShape
 
@@ -18,6 +20,14 @@ def test_only_integer_and_uuid_primary_keys_are_read_by_key_in_index_order() -> 
     assert keyset_keys(composite, ("id", "part")) == ("id", "part")
     assert keyset_keys(_shape([("id", TEXT)], ["id"]), ("id",)) is None
     assert keyset_keys(_shape([("id", INT4)], []), ()) is None
+
+
+def test_a_chunk_read_by_key_ends_at_the_last_line_of_each_key_column() -> None:
+    # a key type's text is sent as it is (never escaped, no newline): the last line is the last row's
+    assert KEYSET_TYPES <= snapshot._PLAIN
+    row = [b"1\n2\n10", b"x\\n\ny\nz", b"0f\nab\ncd", 3]
+    assert last_key(row, [0, 2]) == ("10", "cd")
+    assert last_key([b"7", b"v", 1], [0]) == ("7",)
 
 
 def test_a_resumed_read_keeps_a_change_of_an_earlier_window_only_for_the_keys_read_before_it() -> None:
