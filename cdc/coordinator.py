@@ -194,6 +194,9 @@ class Capture:
         self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
         self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
         self.partial = PartialRequests()  # partial reads asked for, not begun (cdc.capture.partial_reads)
+        self._reshaped: list[OnlineRead] = []  # partial reads to stop after the group being written
+        #: partial reads stopped with their session: (read, its progress), flushed when the next one begins
+        self._parked: list[tuple[OnlineRead, ReadProgress | None]] = []
 
     @property
     def position(self) -> Lsn:
@@ -231,8 +234,12 @@ class Capture:
             read for read in self.reads
             if shape.relid == read.relid and not read.abandoned and read.shape.fingerprint() != fingerprint
         ]  # fmt: skip
-        if reading:
-            self._abandon(reading, f"the columns of {shape.qualified} changed")
+        # a partial read stops once this group is in the log, its held changes written, and goes on in the
+        # new shape (cdc.capture.partial_reads); a whole read starts over
+        self._reshaped += [read for read in reading if read.condition is not None]
+        whole = [read for read in reading if read.condition is None]
+        if whole:
+            self._abandon(whole, f"the columns of {shape.qualified} changed")
 
     def _database_name(self) -> str:
         return self.settings.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
@@ -337,6 +344,7 @@ class Capture:
             finally:
                 self._drop_table_snapshots()
                 self._close_resumes()
+                self._parked.clear()  # the next run writes their held changes, from their progress records
                 self.catalog.close()
         return self.stats
 
@@ -402,6 +410,7 @@ class Capture:
             # Snapshots that waited when the last session ended are taken again at a new point, and
             # reads under way go on from new ones; the slot sends again what the log does not hold.
             self._drop_table_snapshots()
+            self._flush_parked()
             for _, held in self.resumes.values():
                 held.cut_to(self.position)
             self._discover()
@@ -492,10 +501,13 @@ class Capture:
         self._slots_made += 1
         resuming = set(self.resumes) - self._resume_snapshotted
         busy = {read.shape.log_name for read in self.reads} | {t.log_name for p in self.core.waiting for t in p.tables}
+        in_part = {read.shape.log_name for read in self.reads if read.condition is not None} | {
+            t.log_name for p in self.core.waiting for t in p.tables if t.relid in p.partial
+        }
         pending = snapshot_new_tables(
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
             slot=f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}", resuming=resuming,
-            partial=self.partial.due(busy),
+            partial=self.partial.due(busy), read_in_part=in_part,
         )  # fmt: skip
         if pending is not None:
             self.partial.taken(pending)
@@ -534,7 +546,13 @@ class Capture:
         if request is None:
             return []
         if request.where is not None:
-            return self._partial_requested(request, commit_ts_ms, Lsn(message.lsn))
+            try:
+                return self._partial_requested(request, commit_ts_ms, Lsn(message.lsn))
+            except SourceError:
+                raise  # the connection to the source: the group is not confirmed, the slot sends it again
+            except Exception:  # a request must never stop capture: any role may send one
+                log.exception("ignored a request at %s to read %s in part", Lsn(message.lsn), request.tables)
+                return []
         records: list[ProducerRecord] = []
         for name in request.tables:
             ts_ms = time.time_ns() // 1_000_000
@@ -552,7 +570,7 @@ class Capture:
         """A whole read of ``name`` is asked for: its partial reads, asked for, waiting or under way, give way
         to it (one under way ends at once, its held changes deleted: the whole read's snapshot, taken
         later, holds their effect, and the gate drops the table's changes until then)."""
-        self.partial.queued.pop(name, None)
+        self.partial.drop(name)
         for pending in list(self.core.waiting):
             for relid in [t.relid for t in pending.tables if t.log_name == name and t.relid in pending.partial]:
                 self._unwait(relid)
@@ -562,14 +580,14 @@ class Capture:
     def _partial_requested(self, request: SnapshotRequest, commit_ts_ms: int, lsn: Lsn) -> list[ProducerRecord]:
         """A partial read asked for (``cdc snapshot --where``): queued when ``CDC_REQUEST_KEY`` signed it and
         its condition passes the checks again here; any other is logged and ignored."""
-        published = {t.log_name: t for t in self.catalog.published_tables(self.settings.publication)}
-        table = published.get(request.tables[0]) if len(request.tables) == 1 else None
         if not request.signed_by(self.settings.request_key_bytes, commit_ts_ms):
             log.warning(
-                "ignored a request at %s to read %s in part: it is not signed with CDC_REQUEST_KEY, or more than five "
-                "minutes passed between signing and sending it", lsn, ", ".join(request.tables),
+                "ignored a request at %s to read a table in part: it is not signed with CDC_REQUEST_KEY, or more than "
+                "five minutes passed between signing and sending it", lsn,
             )  # fmt: skip
             return []
+        published = {t.log_name: t for t in self.catalog.published_tables(self.settings.publication)}
+        table = published.get(request.tables[0]) if len(request.tables) == 1 else None
         if table is None or not self.include(table.schema, table.table) or request.where is None:
             log.warning("ignored a request at %s to read %s in part: capture does not read it", lsn, request.tables)
             return []
@@ -629,12 +647,12 @@ class Capture:
         changes first); whether there was one. The table stays captured: the log holds all of it."""
         if not self.ledger.covers(name, relid):
             return False
-        asked = self.partial.queued.pop(name, None) is not None
+        asked = self.partial.drop(name)
         waiting = any(relid in pending.partial for pending in self.core.waiting)
         self._unwait(relid)
         reading = [read for read in self.reads if read.relid == relid and read.condition is not None]
-        for read in reading:
-            self._end_read(read, flush=True)
+        for read in reading:  # its request's tombstone goes with its held changes
+            self._end_read(read, flush=True, done=self.ledger.asked_done(name, None, time.time_ns() // 1_000_000))
         if asked or waiting or reading:
             self.stats.reads_cancelled += 1
             log.info("the partial read of %s is cancelled", name)
@@ -657,11 +675,7 @@ class Capture:
             if progress.relid in self.resumes:
                 continue
             if progress.condition is not None:
-                held = HeldChanges.reopen(path, self.position) if path.exists() else HeldChanges(path)
-                self.log.append_group(flush_records(held, self.ledger, name), self.position.hex16())
-                held.discard()
-                self.partial.queued.setdefault(name, going_on(progress, progress.condition, progress.rows))
-                log.info("the partial read of %s goes on after %d rows", progress.topic, progress.rows)
+                self._flush_held(name, progress, path)
                 continue
             if not path.exists():
                 gone.append(self.ledger.progress_gone(name, time.time_ns() // 1_000_000))
@@ -677,11 +691,28 @@ class Capture:
                 path.unlink(missing_ok=True)
         if gone:
             self.log.append_group(gone, self.position.hex16())
-        for name, where in self.ledger.asked.items():  # asked for by `cdc snapshot`, not ended
+        for name, where in self.ledger.asked:  # asked for by `cdc snapshot`, not ended
             if where is None:
                 self.ledger.read_again(name)
-            else:
-                self.partial.queued.setdefault(name, PartialRead(where))
+            elif not self.partial.holds(name, where):  # (the read that goes on from its progress is that one)
+                self.partial.ask(name, PartialRead(where))
+
+    def _flush_held(self, name: str, progress: ReadProgress, path: Path) -> None:
+        """A partial read an earlier run or session left (its progress record, its holding file at ``path``):
+        its held changes go to the log now, and it goes on past its last key (:mod:`cdc.capture.partial_reads`)."""
+        assert self.log is not None and progress.condition is not None
+        held = HeldChanges.reopen(path, self.position) if path.exists() else HeldChanges(path)
+        self.log.append_group(flush_records(held, self.ledger, name, self.position), self.position.hex16())
+        held.discard()
+        self.partial.first(name, going_on(progress, progress.condition, progress.rows))
+        log.info("the partial read of %s goes on after %d rows", progress.topic, progress.rows)
+
+    def _flush_parked(self) -> None:
+        """The partial reads the last session stopped: their held changes go to the log, before any group of
+        this session, and they go on (:meth:`_flush_held`)."""
+        parked, self._parked = self._parked, []
+        for read, progress in parked:
+            self._flush_held(read.shape.log_name, progress or read.initial_progress(), read.held.path)
 
     def _start_read(self, pending: PendingSnapshot) -> None:
         """The stream reached ``pending``'s boundary: each of its tables is read beside the stream
@@ -703,7 +734,7 @@ class Capture:
             if wanted is not None:
                 self._start_partial(pending, table, shape, keys, wanted)
                 continue
-            self.partial.queued.pop(table.log_name, None)  # a whole read holds every row a partial one would
+            self.partial.drop(table.log_name)  # a whole read holds every row a partial one would
             resume = self.resumes.pop(table.relid, None)
             if resume is not None:
                 progress, held = resume
@@ -733,13 +764,26 @@ class Capture:
     ) -> None:
         """Begin the partial read ``wanted`` of ``table`` in ``pending``'s snapshot (:mod:`cdc.capture.partial_reads`):
         by key past ``wanted.after`` when it was read in the same shape, else from the first row."""
-        assert self.writer is not None and self.groups is not None
+        assert self.writer is not None and self.groups is not None and self.log is not None
+        try:  # the columns the publication publishes may have changed since it was asked for
+            checked_condition(wanted.condition, table, self.catalog)
+        except ConfigError as exc:
+            log.warning("the partial read of %s is not done: %s", table.log_name, exc)
+            done = self.ledger.asked_done(table.log_name, wanted.condition, time.time_ns() // 1_000_000)
+            if done:
+                self.log.append_group(done, self.position.hex16())
+            return
         plan = None
         if keys is not None:
             same = wanted.after is not None and wanted.fingerprint == shape.fingerprint().hex()
             plan = KeysetPlan(keys, wanted.after if same else None, wanted.rows if same else 0, pending.boundary)
         held = HeldChanges(held_path(self.settings.data_dir / "held", self.settings.slot, table.relid))
         read = OnlineRead.start(pending, table, self.writer, held, plan, None, condition=wanted.condition)
+        # its progress is in the log before any change of the table is held: a kill -9 at any moment leaves
+        # a record that makes the next run write what the holding file holds
+        self.log.append_group(
+            [self.ledger.progress_record(shape, read.initial_progress(), time.time_ns() // 1_000_000)], self.position.hex16()
+        )
         self.reads.append(read)
         self.groups.held[read.topic] = held
         self.groups.folded.add(read.topic)  # the log holds a full row of every key: never abandoned for one
@@ -754,7 +798,7 @@ class Capture:
         self._resume_due = True
         wanted = pending.partial.get(table.relid)
         if wanted is not None:
-            self.partial.queued.setdefault(table.log_name, wanted)
+            self.partial.first(table.log_name, wanted)
         elif table.relid not in self.resumes:
             self.gate.holds.pop(table.relid, None)
             self.gate.wanted[table.relid] = table.qualified
@@ -785,10 +829,7 @@ class Capture:
         read writes its held changes now and goes on as a new one (:mod:`cdc.capture.partial_reads`)."""
         progress = read.progress
         if read.condition is not None:
-            assert self.log is not None
-            self._end_read(read, flush=True)
-            self.partial.queued.setdefault(read.shape.log_name, going_on(progress, read.condition, read.rows))
-            log.info("the partial read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why)
+            self._stop_partial(read, why)
         elif progress is None:
             self._abandon([read], why)
             self._end_read(read)
@@ -802,22 +843,53 @@ class Capture:
             log.info("the read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why)
         self._resume_due = True
 
+    def _stop_partial(self, read: OnlineRead, why: str, *, park: bool = False) -> None:
+        """Stop the partial read ``read`` early (:mod:`cdc.capture.partial_reads`): its held changes go to the
+        log and it goes on from a new snapshot past its last durable key. ``park``: its session is ending
+        (maybe because the log failed): nothing is written now; the next session writes them first
+        (:meth:`_flush_parked`), or the next run does, from the progress record in the log."""
+        progress = read.parts.progress or read.initial_progress()
+        if park:
+            self._detach(read)
+            read.suspend()
+            read.held.close()
+            self._parked.append((read, progress))
+        else:
+            self._end_read(read, flush=True)
+            self.partial.first(read.shape.log_name, going_on(progress, read.condition or "", read.rows))
+        self._resume_due = True
+        log.info("the partial read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why)
+
     def _read_chunk(self) -> None:
         """Append the next chunk of one of the first ``CDC_SNAPSHOT_CONCURRENCY`` reads, each in turn,
-        unless the reads gave way to a lock (:meth:`_give_way_to_locks`)."""
+        unless the reads gave way to a lock (:meth:`_give_way_to_locks`). A partial read whose condition
+        fails on a row (``1 / n`` with ``n = 0``, a cast of a text that is no number) ends there, its held
+        changes written and its request forgotten: asked again, it would fail again."""
         assert self.writer is not None
         if self._give_way_to_locks() or not self.reads:
             return
         running = self.reads[: self.settings.snapshot_concurrency]
         self._turn = (self._turn + 1) % len(running)
         read = running[self._turn]
-        if read.next_chunk(self.writer, self.position.hex16()):
+        try:
+            finished = read.next_chunk(self.writer, self.position.hex16())
+        except SourceError as exc:
+            sqlstate = str(getattr(exc.__cause__, "sqlstate", None) or "")
+            if read.condition is None or sqlstate[:2] not in ("22", "42"):
+                raise
+            log.error("the partial read of %s ends: its condition failed on a row: %s", read.shape.log_name, exc)
+            done = self.ledger.asked_done(read.shape.log_name, read.condition, time.time_ns() // 1_000_000)
+            self._end_read(read, flush=True, done=done)
+            return
+        if finished:
             self._finish(read)
 
     def _finish(self, read: OnlineRead) -> None:
         """``read``'s last part (rows, held records, ledger record) is in the log: its table's changes go
         straight to the log from now on."""
         self._end_read(read)
+        if read.condition is not None:
+            self._resume_due = True  # a whole read of the table may wait for it to end (discovery)
         written = read.parts.written
         self._count_snapshot(written)
         self.stats.held_changes += read.held.count
@@ -827,19 +899,27 @@ class Capture:
             read.table.qualified, written.rows, read.pending.as_of, written.groups, read.held.count,
         )  # fmt: skip
 
-    def _end_read(self, read: OnlineRead, *, flush: bool = False) -> None:
+    def _end_read(self, read: OnlineRead, *, flush: bool = False, done: list[ProducerRecord] | None = None) -> None:
         """Forget ``read`` (finished or abandoned): its holding file is deleted, the gate holds its table no
-        more. ``flush``: a partial read that stops early writes its held changes first, in a group of their own."""
-        assert self.groups is not None and self.log is not None
+        more. ``flush``: a partial read that stops early writes its held changes first, in a group of their
+        own, with ``done`` (its request's tombstone, when it ends for good)."""
+        assert self.log is not None
         if flush:
             read.parts.close()
-            self.log.append_group(flush_records(read.held, self.ledger, read.shape.log_name), self.position.hex16())
+            records = flush_records(read.held, self.ledger, read.shape.log_name, self.position, done or ())
+            self.log.append_group(records, self.position.hex16())
+        self._detach(read)
+        read.close()
+        self.core.reading = bool(self.reads)
+
+    def _detach(self, read: OnlineRead) -> None:
+        """Take ``read`` out of the reads under way: its table's records go straight to the log again."""
+        assert self.groups is not None
         if read in self.reads:
             self.reads.remove(read)
         self.groups.held.pop(read.topic, None)
         self.groups.folded.discard(read.topic)
         self.gate.holds.pop(read.relid, None)
-        read.close()
         self.core.reading = bool(self.reads)
 
     def _abandon_topics(self, topics: set[str]) -> None:
@@ -902,7 +982,9 @@ class Capture:
             pending.close()
         self.core.waiting.clear()
         for read in list(self.reads):
-            if read.progress is None and read.condition is None:
+            if read.condition is not None:
+                self._stop_partial(read, "the replication session ended", park=True)
+            elif read.progress is None:
                 self._end_read(read)
             else:
                 self._suspend(read, "the replication session ended")
@@ -925,6 +1007,9 @@ class Capture:
         finally:
             self._reap()
         status = self.core.group_durable(group)
+        reshaped, self._reshaped = self._reshaped, []
+        for read in [read for read in reshaped if read in self.reads]:
+            self._stop_partial(read, f"the columns of {read.shape.qualified} changed")
         if self._cancels:
             self._cancel_reads()
         self.stats.events += written.events

@@ -315,13 +315,14 @@ class Catalog:
         )
         return [int(r[0]) for r in rows]  # type: ignore[call-overload]
 
-    def volatile_functions(self, names: Sequence[str]) -> list[str]:
-        """Those of the ``pg_catalog`` functions ``names`` that have a volatile form."""
+    def not_immutable_functions(self, names: Sequence[str]) -> list[str]:
+        """Those of the ``pg_catalog`` functions ``names`` that have a form that is not immutable, or none."""
         if not names:
             return []
         rows = self._execute(
-            "SELECT DISTINCT proname FROM pg_catalog.pg_proc WHERE pronamespace = 'pg_catalog'::regnamespace "
-            "AND proname = ANY(%s) AND provolatile = 'v' ORDER BY 1",
+            "SELECT n FROM unnest(%s::text[]) n WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_proc WHERE "
+            "pronamespace = 'pg_catalog'::regnamespace AND proname = n) OR EXISTS (SELECT FROM pg_catalog.pg_proc "
+            "WHERE pronamespace = 'pg_catalog'::regnamespace AND proname = n AND provolatile <> 'i') ORDER BY 1",
             (list(names),),
         )
         return [str(r[0]) for r in rows]

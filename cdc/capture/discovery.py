@@ -37,10 +37,12 @@ def tables_to_snapshot(
     gate: TableGate,
     resuming: Collection[int] = (),
     partial: Collection[str] = (),
+    read_in_part: Collection[str] = (),
 ) -> list[PublishedTable]:
     """The published, included tables that need a snapshot now (``partial``: log names of tables the
-    ledger covers to read in part); clears ``gate.wanted`` (a wanted table no longer published is no
-    longer captured).
+    ledger covers to read in part; ``read_in_part``: those with a partial read under way or waiting, whose
+    whole read, when one is due, waits for it to end: a table has one holding file); clears
+    ``gate.wanted`` (a wanted table no longer published is no longer captured).
 
     The publication is read twice: a table whose publication entry or columns change while they are
     read (its listing and its entry rows are read with different catalog snapshots) waits for the next
@@ -54,6 +56,8 @@ def tables_to_snapshot(
             ledger.note_columns(table.log_name, table.columns)
             if table.log_name in partial:
                 tables.append(table)
+        elif table.log_name in read_in_part:
+            continue
         elif table.relid not in gate.holds or table.relid in resuming:
             tables.append(table)
     gate.wanted.clear()
@@ -79,13 +83,14 @@ def snapshot_new_tables(
     slot: str,
     resuming: Collection[int] = (),
     partial: Mapping[str, PartialRead] | None = None,
+    read_in_part: Collection[str] = (),
 ) -> PendingSnapshot | None:
     """A snapshot of the tables that need one (:func:`tables_to_snapshot`), taken at the consistent point
     of a temporary slot named ``slot``; their events wait in ``gate`` until it is written. ``resuming``:
     tables whose read an earlier run began, which the gate holds from that read's boundary on;
     ``partial``: by log name, tables to read in part (their changes pass the gate all along)."""
     partial = partial or {}
-    tables = tables_to_snapshot(catalog, publication, include, ledger, gate, resuming, partial)
+    tables = tables_to_snapshot(catalog, publication, include, ledger, gate, resuming, partial, read_in_part)
     if not tables:
         return None
     require_readable(catalog, tables, publication)

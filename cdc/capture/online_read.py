@@ -209,6 +209,13 @@ class OnlineRead:
         progress = self.parts.progress or self.resumed_from
         return progress if progress is not None and progress.key is not None else None
 
+    def initial_progress(self) -> ReadProgress:
+        """The progress of this read before its first chunk: no key past the one it starts after."""
+        return ReadProgress(
+            self.relid, self.topic, self.pending.boundary, self.resumed_after, self.resumed_rows,
+            self.shape.fingerprint().hex(), condition=self.condition,
+        )  # fmt: skip
+
     def next_chunk(self, writer: SnapshotWriter, position: str) -> bool:
         """Append the next chunk as a group at ``position``; whether the read is complete (the last chunk,
         the held records and the ledger record are then in the log)."""

@@ -48,31 +48,46 @@ from log_store import ProducerRecord
 
 @dataclass
 class PartialRequests:
-    """The partial reads asked for and not begun, by table log name (one per table: a newer request
-    replaces an older one that has not begun)."""
+    """The partial reads asked for and not begun, by table log name, in the order they are to run (a
+    table has one holding file, so its reads run one after another)."""
 
-    queued: dict[str, PartialRead] = field(default_factory=dict)
+    queued: dict[str, list[PartialRead]] = field(default_factory=dict)
 
     def ask(self, name: str, read: PartialRead) -> None:
-        self.queued[name] = read
+        """Queue ``read`` after the table's others (none is dropped: each was reported as sent)."""
+        self.queued.setdefault(name, []).append(read)
+
+    def first(self, name: str, read: PartialRead) -> None:
+        """Queue ``read`` before the table's others (a read that goes on, or one whose snapshot was dropped)."""
+        self.queued.setdefault(name, []).insert(0, read)
+
+    def drop(self, name: str) -> bool:
+        """Forget the table's requests; whether there were any."""
+        return bool(self.queued.pop(name, None))
+
+    def holds(self, name: str, condition: str) -> bool:
+        return any(read.condition == condition for read in self.queued.get(name, ()))
 
     def due(self, busy: Collection[str]) -> dict[str, PartialRead]:
-        """The requests whose table no read uses now (``busy``: the log names of tables being read or waiting
-        for their snapshot): a table has one holding file, so its next read waits for the one under way."""
-        return {name: read for name, read in self.queued.items() if name not in busy}
+        """The next request of each table no read uses now (``busy``: the log names of tables being read or
+        waiting for their snapshot)."""
+        return {name: reads[0] for name, reads in self.queued.items() if reads and name not in busy}
 
     def taken(self, pending: PendingSnapshot) -> None:
         """``pending``'s snapshot serves these requests: forget them."""
         for table in pending.tables:
-            if table.relid in pending.partial:
-                self.queued.pop(table.log_name, None)
+            reads = self.queued.get(table.log_name)
+            if table.relid in pending.partial and reads:
+                reads.pop(0)
+                if not reads:
+                    del self.queued[table.log_name]
 
     def put_back(self, pending: PendingSnapshot) -> None:
-        """``pending``'s snapshot is dropped before its reads began: ask for its partial reads again."""
+        """``pending``'s snapshot is dropped before its reads began: ask for its partial reads again, first."""
         for table in pending.tables:
             read = pending.partial.get(table.relid)
             if read is not None:
-                self.queued.setdefault(table.log_name, read)
+                self.first(table.log_name, read)
 
 
 def going_on(progress: ReadProgress | None, condition: str, rows: int) -> PartialRead:
@@ -83,7 +98,12 @@ def going_on(progress: ReadProgress | None, condition: str, rows: int) -> Partia
     return PartialRead(condition, progress.key, progress.rows, progress.fingerprint)
 
 
-def flush_records(held: HeldChanges, ledger: SnapshotLedger, name: str) -> Iterable[ProducerRecord]:
-    """The records of a partial read that stopped early, to append as one group at the stream's position:
-    its held changes in commit order, then its progress tombstone."""
-    return itertools.chain(held.records(), [ledger.progress_gone(name, time.time_ns() // 1_000_000)])
+def flush_records(
+    held: HeldChanges, ledger: SnapshotLedger, name: str, position: int, done: Iterable[ProducerRecord] = ()
+) -> Iterable[ProducerRecord]:
+    """The records of a partial read that stopped early, to append as one group at the stream's
+    ``position``: its held changes in commit order (those of transactions after ``position`` cut off: a
+    group the log did not take may have left some, and the slot sends them again), then its progress
+    tombstone, then ``done`` (the tombstone of its request, when it ends for good)."""
+    held.cut_to(position)
+    return itertools.chain(held.records(), [ledger.progress_gone(name, time.time_ns() // 1_000_000)], done)

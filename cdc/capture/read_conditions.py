@@ -10,10 +10,16 @@ what cannot reach further than the rows the publication already publishes:
   otherwise pick rows by a value the log must never reveal, not even by which rows are read again;
 - no subquery (``EXISTS``, ``IN (SELECT ...)``, a scalar subquery) and no parameter: nothing but the row
   itself is looked at;
-- functions and operators of ``pg_catalog`` only, printed qualified with it (so a function of the same
-  name in another schema on the search path is never the one called), and none that is volatile
-  (:func:`checked_condition`: ``random()``, ``pg_terminate_backend()``, ``nextval()``...): a condition
-  reads, it never acts.
+- functions, operators, types and collations of ``pg_catalog`` only: functions, types and the operators
+  the printer can qualify are printed qualified with it, and the sessions that run a condition (the
+  read's, ``cdc snapshot``'s ``EXPLAIN``) set ``search_path`` to ``pg_catalog`` alone, so the operators
+  behind ``LIKE``, ``IN``, ``BETWEEN`` resolve there too: an object of the same name elsewhere is never
+  the one called;
+- only functions that just compute from their arguments (:func:`checked_condition`): immutable ones, and
+  a few stable ones of time (:data:`STABLE_ALLOWED`: ``now()``, ``date_trunc()``...). Stable is not
+  enough in general: ``table_to_xml()`` reads whole tables and ``txid_current()`` gives the read's
+  transaction an ID (and the next temporary slot would wait for it for ever); volatile ones act
+  (``pg_terminate_backend()``, ``nextval()``). A condition reads the row, it never acts.
 
 Whether it is a valid expression for the table (types, names) PostgreSQL says when ``cdc snapshot`` asks
 it to plan the read (``EXPLAIN``), before the request is sent.
@@ -35,6 +41,14 @@ CATALOG = "pg_catalog"
 #: ``A_Expr`` kinds whose operator name the printer can print qualified (``OPERATOR(pg_catalog.=)``);
 #: the others (LIKE, IN, BETWEEN, DISTINCT...) are SQL syntax over built-in operators.
 _QUALIFIABLE_KINDS = frozenset({0, 1, 2})  # AEXPR_OP, AEXPR_OP_ANY, AEXPR_OP_ALL
+#: Stable ``pg_catalog`` functions a condition may call: time arithmetic and formatting (stable only because
+#: they depend on the session's time zone or the transaction's start).
+STABLE_ALLOWED = frozenset({
+    "now", "statement_timestamp", "transaction_timestamp", "date_trunc", "date_part", "extract", "date_bin",
+    "to_char", "to_date", "to_timestamp", "age", "timezone", "make_timestamptz", "isfinite",
+})  # fmt: skip
+#: The setting every session that runs a condition has (see the module docstring).
+SEARCH_PATH_OPTION = "-c search_path=pg_catalog"
 #: Parse-tree nodes a condition may not hold, and why.
 _REFUSED = {
     "SubLink": "a subquery",
@@ -103,7 +117,11 @@ def read_condition(text: str, columns: Collection[str]) -> ReadCondition:
                 if name is not None and node.kind in _QUALIFIABLE_KINDS:
                     node.name = (ast.String(sval=CATALOG), ast.String(sval=name))
             elif isinstance(node, ast.TypeName):
-                _qualified(node.names, problems, "type")
+                name = _qualified(node.names, problems, "type")
+                if name is not None:
+                    node.names = (ast.String(sval=CATALOG), ast.String(sval=name))
+            elif isinstance(node, ast.CollateClause):
+                _qualified(node.collname, problems, "collation")
 
     _Check()(where)
     if problems:
@@ -142,15 +160,16 @@ def _qualified(names: object, problems: list[str], what: str) -> str | None:
 
 
 def checked_condition(text: str, table: PublishedTable, catalog: Catalog) -> ReadCondition:
-    """``text`` as :func:`read_condition` checks it over ``table``'s published columns, and calling no
-    volatile function (:meth:`~cdc.capture.catalog.Catalog.volatile_functions`)."""
+    """``text`` as :func:`read_condition` checks it over ``table``'s published columns, calling only
+    functions every form of which in ``pg_catalog`` is immutable
+    (:meth:`~cdc.capture.catalog.Catalog.not_immutable_functions`), or of :data:`STABLE_ALLOWED`."""
     columns = [name for name, _, _ in catalog.table(table.relid).columns if table.publishes(name)]
     condition = read_condition(text, columns)
-    volatile = catalog.volatile_functions(condition.functions)
-    if volatile:
+    refused = [name for name in catalog.not_immutable_functions(condition.functions) if name not in STABLE_ALLOWED]
+    if refused:
         raise ConditionError(
-            f"--where {text!r} calls {', '.join(volatile)}, which may act or differ from call to call (a volatile "
-            "function); a condition may only read the row"
+            f"--where {text!r} calls {', '.join(refused)}, which may read beyond the row, act, or differ from call to "
+            "call (not an immutable function); a condition may only compute from the row's columns"
         )
     return condition
 

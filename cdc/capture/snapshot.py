@@ -44,6 +44,7 @@ from psycopg.types.string import ByteaBinaryLoader
 from cdc.capture import arrow_fragments
 from cdc.capture.catalog import RELATION_STATE, SESSION_OPTIONS
 from cdc.capture.errors import SourceError
+from cdc.capture.read_conditions import SEARCH_PATH_OPTION
 from cdc.capture.tables import ColumnShape, TableShape
 
 #: The table itself, or the leaf partitions of a partitioned table (parameters: relid three times).
@@ -310,7 +311,9 @@ class SnapshotReader:
     @staticmethod
     def _open(url: str, snapshot_name: str) -> psycopg.Connection[tuple[object, ...]]:
         try:
-            conn = psycopg.connect(url, options=SESSION_OPTIONS, client_encoding="UTF8")
+            # search_path: a partial read's condition resolves in pg_catalog alone (cdc.capture.read_conditions);
+            # every query of a read names its tables in full and calls built-ins only
+            conn = psycopg.connect(url, options=f"{SESSION_OPTIONS} {SEARCH_PATH_OPTION}", client_encoding="UTF8")
         except psycopg.OperationalError as exc:
             raise SourceError(f"cannot connect for the snapshot: {str(exc).strip().splitlines()[0]}") from None
         try:

@@ -68,7 +68,7 @@ class SnapshotRequest:
         """Whether ``key`` signed this request, and ``at`` is within :data:`FRESH_MS` of ``commit_ts_ms``."""
         if key is None or not self.signature or abs(commit_ts_ms - self.at) > FRESH_MS:
             return False
-        return hmac.compare_digest(self._digest(key), self.signature)
+        return hmac.compare_digest(self._digest(key).encode(), self.signature.encode())
 
     def _digest(self, key: bytes) -> str:
         signed = orjson.dumps({"tables": list(self.tables), "where": self.where, "at": self.at}, option=orjson.OPT_SORT_KEYS)
@@ -83,7 +83,9 @@ class SnapshotRequest:
             cancel = tuple(str(name) for name in data.get("cancel", ()))
             where = data.get("where")
             at, signature = int(data.get("at", 0)), str(data.get("signature", ""))
-        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError, OverflowError):
+            return None
+        if where is not None and not isinstance(where, str):
             return None
         if not tables and not cancel:
             return None

@@ -117,8 +117,8 @@ def _cancelled_key(log_name: str) -> bytes:
     return orjson.dumps(["cancelled", log_name])
 
 
-def _asked_key(log_name: str) -> bytes:
-    return orjson.dumps(["asked", log_name])
+def _asked_key(log_name: str, where: str | None) -> bytes:
+    return orjson.dumps(["asked", log_name, where])
 
 
 class SnapshotLedger:
@@ -133,9 +133,10 @@ class SnapshotLedger:
         self.reads: dict[str, ReadProgress] = {}
         #: tables whose read was cancelled (``cdc snapshot --cancel``), by log name: left out of capture
         self.cancelled: set[str] = set()
-        #: reads ``cdc snapshot`` asked for and that have not ended, by log name: the condition of a partial
-        #: one, ``None`` for a whole one (records keyed ``["asked", name]``, see :meth:`asked_record`)
-        self.asked: dict[str, str | None] = {}
+        #: reads ``cdc snapshot`` asked for and that have not ended, as (log name, the condition of a partial
+        #: one or ``None`` for a whole one), in the order asked (records keyed ``["asked", name, where]``,
+        #: see :meth:`asked_record`)
+        self.asked: dict[tuple[str, str | None], None] = {}
 
     @classmethod
     def load(cls, log: Log, topic: str) -> SnapshotLedger:
@@ -155,10 +156,11 @@ class SnapshotLedger:
                     (ledger.cancelled.add if record.value is not None else ledger.cancelled.discard)(str(name[1]))
                     continue
                 if isinstance(name, list) and name[0] == "asked":
+                    asked = (str(name[1]), None if name[2] is None else str(name[2]))
                     if record.value is None:
-                        ledger.asked.pop(str(name[1]), None)
+                        ledger.asked.pop(asked, None)
                     else:
-                        ledger.asked[str(name[1])] = orjson.loads(record.value).get("where")
+                        ledger.asked[asked] = None
                     continue
                 if isinstance(name, list):  # ["read", name]: a read's progress
                     ledger._load_progress(str(name[1]), record.value)
@@ -253,16 +255,16 @@ class SnapshotLedger:
         """The record of a read ``cdc snapshot`` asked for (``where``: a partial read's condition), written
         in the group of the transaction that carried the request: a capture that stops before the read
         ends finds it when it starts again, and reads the table again (:meth:`read_again`) or in part."""
-        self.asked[name] = where
-        return ProducerRecord(self.topic, _asked_key(name), orjson.dumps({"where": where}), ts_ms)
+        self.asked[(name, where)] = None
+        return ProducerRecord(self.topic, _asked_key(name, where), orjson.dumps({"where": where}), ts_ms)
 
     def asked_done(self, name: str, condition: str | None, ts_ms: int) -> list[ProducerRecord]:
-        """The tombstone of the request for a read of ``name`` that ends now, when the read serves it: a
-        whole read (``condition`` ``None``) serves any, a partial read one with its own condition."""
-        if name not in self.asked or (condition is not None and self.asked[name] != condition):
-            return []
-        del self.asked[name]
-        return [ProducerRecord(self.topic, _asked_key(name), None, ts_ms)]
+        """The tombstones of the requests for reads of ``name`` that a read ending now serves: a whole read
+        (``condition`` ``None``) serves them all, a partial read those with its own condition."""
+        done = [asked for asked in self.asked if asked[0] == name and (condition is None or asked[1] == condition)]
+        for asked in done:
+            del self.asked[asked]
+        return [ProducerRecord(self.topic, _asked_key(*asked), None, ts_ms) for asked in done]
 
     def read_requested(self, name: str, ts_ms: int) -> list[ProducerRecord]:
         """``cdc snapshot`` asks for a cancelled table again: the tombstone of its cancellation (none when

@@ -22,7 +22,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from cdc.capture.errors import ConfigError, PrivilegeError, SourceError
-from cdc.capture.read_conditions import ConditionError, checked_condition, with_row_filter
+from cdc.capture.read_conditions import SEARCH_PATH_OPTION, ConditionError, checked_condition, with_row_filter
 from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
 from cdc.cli import pass_context
 from cdc.read_status import read_status
@@ -50,6 +50,8 @@ if TYPE_CHECKING:
 def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool, cancel: bool, where: str | None) -> None:
     """Read TABLE... (schema.table) again beside the stream, as op=r events; or show reads under way."""
     settings: Settings = ctx.settings  # type: ignore[attr-defined]
+    if status and where is not None:
+        raise ConfigError("--where asks for a read; --status shows the reads under way: use one or the other")
     if status:
         reads = read_status(settings)
         if not as_json and sys.stdout.isatty():
@@ -118,12 +120,19 @@ def _signed(settings: Settings, catalog: Catalog, table: PublishedTable, where: 
         raise ConfigError("--where requests are signed: set CDC_REQUEST_KEY to the secret capture has (at least 16 characters)")
     condition = checked_condition(where, table, catalog)
     try:
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        with psycopg.connect(settings.database_url, autocommit=True, options=SEARCH_PATH_OPTION) as conn:
             with conn.transaction():
                 conn.execute("SET TRANSACTION READ ONLY")
                 conn.execute("SET LOCAL statement_timeout = '10s'")
                 qualified = ".".join('"' + part.replace('"', '""') + '"' for part in (table.schema, table.table))
                 conn.execute(f"EXPLAIN SELECT 1 FROM {qualified} WHERE {with_row_filter(table.row_filter, condition.sql)}")  # type: ignore[arg-type]
+    except psycopg.errors.InsufficientPrivilege:
+        raise PrivilegeError(
+            f"checking --where plans it over {table.log_name}, which this role may not read: run GRANT SELECT ON "
+            f"{table.qualified} TO it"
+        ) from None
+    except psycopg.OperationalError as exc:
+        raise SourceError(f"cannot check the condition: {str(exc).strip().splitlines()[0]}") from None
     except psycopg.Error as exc:
         raise ConditionError(f"--where {where!r} cannot be run on {table.log_name}: {str(exc).strip().splitlines()[0]}") from None
     return SnapshotRequest((table.log_name,), where=condition.sql).signed(key, time.time_ns() // 1_000_000)

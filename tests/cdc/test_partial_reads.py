@@ -128,11 +128,16 @@ def test_cdc_snapshot_where_reads_again_exactly_the_rows_it_selects_beside_the_s
 
 def test_a_where_request_that_capture_would_not_run_is_one_clear_error(reference_db: str, tmp_path: Path) -> None:
     _tables(reference_db)
+    execute(reference_db, "CREATE DOMAIN public.my_domain AS int CHECK (VALUE > -1)")
     cases = {
         (WHERE, ""): "set CDC_REQUEST_KEY",
         ("secret = 's1'", KEY): "secret is not a column the publication publishes",
         ("doc > 5", KEY): "operator does not exist: text",
-        ("random() < 0.5", KEY): "calls random, which may act",
+        ("random() < 0.5", KEY): "calls random, which may read beyond the row",
+        ("strpos(table_to_xml('public.big'::regclass, true, false, '')::text, '<id>' || id) > 0", KEY): "calls table_to_xml",
+        ("txid_current() > 0", KEY): "calls txid_current",
+        # a type of another schema on the search path is never the one a condition names
+        ("CAST(id AS my_domain) > 0", KEY): 'type "pg_catalog.my_domain" does not exist',
         ("id = 1) OR (true", KEY): "is not an SQL condition",
     }
     for (where, key), error in cases.items():

@@ -18,6 +18,8 @@ KEY = b"k" * 32
         ("lower(name) LIKE 'a%' AND id IN (1, 2)", "pg_catalog.lower(name) LIKE 'a%' AND id IN (1, 2)"),
         ('"Mixed" IS NULL OR ts > now()', '"Mixed" IS NULL OR ts OPERATOR(pg_catalog.>) pg_catalog.now()'),
         ("id BETWEEN 1 AND 5", "id BETWEEN 1 AND 5"),
+        ("CAST(name AS evil) IS NULL", "CAST(name AS pg_catalog.evil) IS NULL"),
+        ("ts > '2026-01-01'::timestamptz", "ts OPERATOR(pg_catalog.>) CAST('2026-01-01' AS timestamp with time zone)"),
     ],
 )
 def test_a_condition_is_printed_back_from_its_parse_tree_with_catalog_names(text: str, printed: str) -> None:
@@ -40,6 +42,7 @@ def test_a_condition_is_printed_back_from_its_parse_tree_with_catalog_names(text
         ("id::public.t = 1", "a type outside pg_catalog (public.t)"),
         ("id OPERATOR(public.=) 1", "an operator outside pg_catalog"),
         ("count(*) > 1", "an aggregate or window function"),
+        ("name COLLATE public.x = 'a'", "a collation outside pg_catalog (public.x)"),
         ("   ", "needs a condition"),
     ],
 )
