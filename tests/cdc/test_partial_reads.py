@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -81,9 +82,12 @@ def _reads(data_dir: Path) -> dict[int, list[int]]:
 
 
 def _forged(url: str) -> None:
-    """A request as any role that may connect could send it: signed with another key."""
+    """Requests as any role that may connect could send them: signed with another key, and with a signature
+    that is no hex text at all."""
     request = SnapshotRequest(("public.big",), where="true").signed(b"not the key at all.............", time.time_ns() // 10**6)
-    execute(url, f"SELECT pg_logical_emit_message(true, '{PREFIX}', convert_to('{request.content().decode()}', 'UTF8'))")
+    odd = SnapshotRequest(("public.big",), where="true", at=request.at, signature="\u00e9\u00e9")
+    for content in (request.content(), odd.content()):
+        execute(url, f"SELECT pg_logical_emit_message(true, '{PREFIX}', convert_to('{content.decode()}', 'UTF8'))")
 
 
 def test_cdc_snapshot_where_reads_again_exactly_the_rows_it_selects_beside_the_stream(reference_db: str, tmp_path: Path) -> None:
@@ -217,10 +221,121 @@ def test_a_key_change_leaving_a_toasted_value_takes_it_from_the_held_changes_dur
         execute(reference_db, f"UPDATE big SET id = 90000000 WHERE id = {moved}")
         assert _progress(tmp_path) is not None, "the read ended before the updates"
         wait_for(lambda: _progress(tmp_path) is None and not capture.reads, what="the end of the partial read")
+        # two requests in a row: the second waits for the first (one holding file per table), none is dropped
+        request_snapshot(settings, ("public.big",), where="id = 10")
+        request_snapshot(settings, ("public.big",), where="id = 20")
+        wait_for(lambda: capture.stats.reads_requested == 3 and not _asked(tmp_path), what="both requests read")
         wait_for(lambda: replay(tmp_path, BIG, strict=False) == source_table(reference_db, "big"), what="the log to replay")
     finally:
         stop_capture()
     assert capture.stats.reads_abandoned == 0 and capture.stats.tables_added == 0, capture.stats
+    last_two = sorted(_reads(tmp_path).items())[-2:]
+    assert [keys for _, keys in last_two] == [[10], [20]], last_two
     new_doc = replay(tmp_path, BIG, strict=False)[b'{"id":90000000}']["doc"]
     assert str(new_doc).startswith(hashlib.md5(b"new1").hexdigest()) and len(str(new_doc)) == 6400
+    assert_per_key_order(read_topic(tmp_path, BIG))
+
+
+def test_a_partial_read_by_block_ranges_killed_writes_what_it_held_and_a_failing_condition_ends_its_read(
+    reference_db: str, tmp_path: Path
+) -> None:
+    """A table with a text key is read by block ranges (no progress per chunk): ``kill -9`` during its
+    partial read while other rows change, and the next run still writes the changes the read held (the
+    read's progress record is in the log from its first moment) and reads the selected rows again. Then a
+    condition that fails on a row (a division by zero PostgreSQL cannot see when it plans it) ends its read:
+    capture goes on streaming, the request is forgotten, and the log replays to the source."""
+    rows = 300_000
+    execute(
+        reference_db,
+        "CREATE TABLE words (k text PRIMARY KEY, v int NOT NULL)",
+        f"INSERT INTO words SELECT 'w' || g, g FROM generate_series(1, {rows}) g",
+        "ALTER PUBLICATION cdc_publication ADD TABLE words",
+    )
+    topic = "cdc.public.words"
+    env = cdc_env(reference_db, tmp_path, tables="public.words", snapshot_chunk_rows="100", request_key=KEY)
+    settings = settings_for(reference_db, tmp_path, tables="public.words", request_key=KEY)
+    source = partial(source_table, reference_db, "words", key="k")
+
+    def reads() -> list[int]:
+        try:
+            records = read_topic(tmp_path, topic)
+        except LogNotFoundError:
+            return []
+        return [orjson.loads(r.value)["source"]["lsn"] for r in records if r.value and orjson.loads(r.value)["op"] == "r"]
+
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+    try:
+        wait_for(lambda: len(reads()) >= rows, what="the initial snapshot")
+        request_snapshot(settings, ("public.words",), where="v % 2 = 0")
+        wait_for(lambda: _reading(tmp_path, "public.words"), what="the partial read under way")
+        execute(reference_db, "UPDATE words SET v = v + 2 WHERE v % 2 = 1 AND v < 3000")  # rows it does not select
+        wait_for(lambda: any(p.stat().st_size > 0 for p in (tmp_path / "held").glob("*.held")), what="the update held")
+        assert capture.kill9(), capture.stderr()
+        assert _reading(tmp_path, "public.words"), "the read ended before the kill"
+        capture = CdcProcess(env, ["capture"], tmp_path / "capture-1.err")
+        wait_for(lambda: replay(tmp_path, topic, strict=False) == source(), what="the log to replay to the source")
+        wait_for(lambda: not _asked(tmp_path), what="the end of the partial read")
+        request_snapshot(settings, ("public.words",), where="v / (v % 1000 - 500) > -10")  # fails at v = 500
+        wait_for(lambda: not _asked(tmp_path), what="the failing read's end")
+        execute(reference_db, "UPDATE words SET v = 0 WHERE k = 'w1'")
+        wait_for(lambda: replay(tmp_path, topic, strict=False) == source(), what="capture streaming on")
+        assert capture.terminate() == 0, capture.stderr()
+    finally:
+        if capture.running():
+            capture.kill9()
+    assert "its condition failed on a row" in (tmp_path / "capture-1.err").read_text()
+    assert_per_key_order(read_topic(tmp_path, topic))
+
+
+def _reading(data_dir: Path, name: str) -> bool:
+    """Whether the ledger holds the progress of a read of ``name`` under way."""
+    present = False
+    for record in read_topic(data_dir, "cdc.__snapshots"):
+        if record.key == orjson.dumps(["read", name]):
+            present = record.value is not None
+    return present
+
+
+def _asked(data_dir: Path) -> set[bytes]:
+    """The ledger's notes of reads asked for and not ended."""
+    notes: dict[bytes, bool] = {}
+    for record in read_topic(data_dir, "cdc.__snapshots"):
+        if record.key is not None and record.key.startswith(b'["asked"'):
+            notes[record.key] = record.value is not None
+    return {key for key, present in notes.items() if present}
+
+
+def test_a_whole_read_that_falls_due_during_a_partial_read_waits_for_it(reference_db: str, tmp_path: Path) -> None:
+    """The publication's row filter of big changes while a partial read of it is under way: the whole read
+    that change calls for waits until the partial one ended (one holding file per table), then supersedes
+    it; the log replays to the rows the new filter publishes, in per-key order, while rows keep changing."""
+    _tables(reference_db)
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100, request_key=KEY)
+    capture, stop_capture = _started(settings)
+    updates = _Updates(reference_db)
+    try:
+        wait_for(lambda: len(_reads(tmp_path)) == 1, what="the initial snapshot")
+        updates.start()
+        request_snapshot(settings, ("public.big",), where="id % 7 <> 0")
+        wait_for(lambda: any(read.condition for read in capture.reads if read.rows > 0), what="the partial read under way")
+        execute(
+            reference_db,
+            "ALTER PUBLICATION cdc_publication SET TABLE big (id, v, doc) WHERE (id % 3 <> 1), busy",
+            "CREATE OR REPLACE VIEW big_published AS SELECT id, v, doc FROM big WHERE id % 3 <> 1",
+        )
+        request_snapshot(settings, ("public.busy",))  # a discovery right after it: big's whole read falls due
+        wait_for(lambda: capture.stats.reads_requested == 2, what="the request for busy")
+        assert any(read.condition for read in capture.reads), "the partial read ended before the filter changed"
+        wait_for(lambda: capture.stats.tables_added == 2 and not capture.reads, timeout=120, what="the whole reads")
+        updates.stop.set()
+        updates.join(30)
+        assert updates.error is None, updates.error
+        wait_for(
+            lambda: replay(tmp_path, BIG, strict=False) == source_table(reference_db, "big_published"),
+            what="the log to replay to the rows the new filter publishes",
+        )
+    finally:
+        updates.stop.set()
+        stop_capture()
+    assert capture.stats.reads_abandoned == 0, capture.stats
     assert_per_key_order(read_topic(tmp_path, BIG))
