@@ -15,18 +15,26 @@ of it before B, and before every held change (at or after B). No partial row wit
 it (promise 4): the log held a full row of every key before the read began, and the read only adds
 full rows.
 
-**A read that stops early** (it gives way to DDL, its replication session ends, capture stops or is
-killed) cannot be started over as a whole read is, by dropping what it held: a new snapshot would hold
-the effect of those changes only on the rows the condition selects. Instead its held changes go to
-the log at once, in a group of their own with the progress tombstone (:func:`flush_records`): they
-all commit at or after B, after every row it read, so that is where a finished read would put them.
-The read then goes on past its last durable key (or from the first, for a read by block ranges or a
-table whose columns changed since) from a new snapshot, as a new partial read. An update that needs a
-key's earlier row (it changes the key and leaves a TOAST value unchanged; on Kafka any update leaving
-one unchanged) does not stop it, as it stops a whole read: the log holds a full row of every key, and
-the holding file the newer changes, so the row is the log's with the held records folded over it
-(:class:`~cdc.capture.group_writer.GroupWriter`). A partial read becomes a whole read of the table only
-when a whole read is asked for, or when the table's columns change under it in the stream.
+**A read that stops early** (it gives way to DDL, the table's columns change under it, its replication
+session ends, capture stops or is killed) cannot be started over as a whole read is, by dropping what it
+held: a new snapshot would hold the effect of those changes only on the rows the condition selects.
+Instead its held changes go to the log in a group of their own with the progress tombstone
+(:func:`flush_records`): they all commit at or after B, after every row it read, so that is where a
+finished read would put them. When the session ends that group is written by the next session before
+any other (:class:`~cdc.coordinator.Capture` parks the read: the log may be what failed), and after a
+stop or a ``kill -9`` by the next run, from the read's progress record, which is in the log from the
+read's first moment (before any change is held) and names the last key written. The read then goes on
+past that key (or from the first row, for a read by block ranges or in a changed shape) from a new
+snapshot, as a new partial read.
+
+An update that needs a key's earlier row (it changes the key and leaves a TOAST value unchanged; on
+Kafka any update leaving one unchanged) does not stop it, as it stops a whole read: the log holds a full
+row of every key, and the holding file the newer changes, so the row is the log's with the held records
+folded over it (:class:`~cdc.capture.group_writer.GroupWriter`). A condition that fails on a row (a
+division by zero no plan could foresee) ends its read, its held changes written, and its request is
+forgotten. A table has one holding file, so its reads take turns: requests wait for the read under way,
+and a whole read that falls due (the publication's rule for the table changed) waits for a partial one
+to end; a whole read asked for ends a partial one at once (its snapshot, later, holds everything).
 
 A request outlives a stop of capture: the ledger's note of it (:meth:`~cdc.capture.table_snapshots.SnapshotLedger.asked_record`)
 is written in the group of the transaction that carried it and tombstoned with the read's last rows; a

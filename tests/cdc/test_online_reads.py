@@ -696,7 +696,7 @@ def test_a_read_asked_for_survives_a_kill_before_it_ends_also_one_by_block_range
     finally:
         if capture.running():
             capture.kill9()
-    asked = [r for r in read_topic(tmp_path, "cdc.__snapshots") if r.key == b'["asked","public.words"]']
+    asked = [r for r in read_topic(tmp_path, "cdc.__snapshots") if r.key == b'["asked","public.words",null]']
     assert [r.value is None for r in asked] == [False, True], "the request's note and its tombstone"
     restarted, stop_capture = _started(settings)
     try:
