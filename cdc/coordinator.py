@@ -338,6 +338,8 @@ class Capture:
                 elif slot_skipped_ahead(url, slot, self.position):
                     self.stats.resnapshots += 1
                     self._snapshot()
+                    if not self.stop.is_set():
+                        self._forget_reads()
                 if not self.stop.is_set():
                     self._reopen_reads()
                     self._stream_with_reconnect()
@@ -657,6 +659,19 @@ class Capture:
             self.stats.reads_cancelled += 1
             log.info("the partial read of %s is cancelled", name)
         return asked or waiting or bool(reading)
+
+    def _forget_reads(self) -> None:
+        """A new snapshot of every table is in the log: the reads an earlier run left under way are over
+        (their held changes are older than its rows, and would overwrite newer values): their progress
+        records get tombstones and their holding files go."""
+        assert self.log is not None
+        ts_ms = time.time_ns() // 1_000_000
+        gone = [self.ledger.progress_gone(name, ts_ms) for name in list(self.ledger.reads)]
+        held_dir = self.settings.data_dir / "held"
+        for path in held_dir.glob(f"{self.settings.slot}-*.held") if held_dir.exists() else ():
+            path.unlink(missing_ok=True)
+        if gone:
+            self.log.append_group(gone, self.position.hex16())
 
     def _reopen_reads(self) -> None:
         """Find the reads an earlier run left under way (a progress record in the ledger and its holding

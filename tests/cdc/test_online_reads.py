@@ -706,3 +706,33 @@ def test_a_read_asked_for_survives_a_kill_before_it_ends_also_one_by_block_range
     finally:
         stop_capture()
     assert restarted.stats.tables_added == 0 and restarted.stats.snapshot_rows == 0
+
+
+def test_a_new_snapshot_of_every_table_ends_the_reads_an_earlier_run_left(reference_db: str, tmp_path: Path) -> None:
+    """A read of big is under way, holding an update of a row it already read, when capture is killed;
+    the slot is then dropped and made again (``cdc setup``), so the next run snapshots every table anew.
+    That snapshot is newer than anything the read held: the read is over (its progress tombstoned, its
+    holding file gone), and the row keeps its newest value."""
+    rows = 60_000
+    _tables(reference_db, rows)
+    env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="500")
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy")
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+    try:
+        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
+        request_snapshot(settings, ("public.big",))
+        wait_for(lambda: (_progress(tmp_path) or 0) >= 5_000, what="the read under way")
+        execute(reference_db, "UPDATE big SET v = 111 WHERE id = 1")  # a row the read already wrote
+        wait_for(lambda: any(p.stat().st_size > 0 for p in (tmp_path / "held").glob("*.held")), what="the update held")
+        assert capture.kill9(), capture.stderr()
+        assert _progress(tmp_path) is not None, "the read ended before the kill"
+        execute(reference_db, "UPDATE big SET v = 222 WHERE id = 1", "SELECT pg_drop_replication_slot('cdc_slot')")
+        assert run_cdc(reference_db, tmp_path, "setup", tables="public.big,public.busy").returncode == 0
+        capture = CdcProcess(env, ["capture"], tmp_path / "capture-1.err")
+        wait_for(lambda: replay(tmp_path, BIG) == source_table(reference_db, "big"), what="the log to replay to the source")
+        assert _progress(tmp_path) is None and not list((tmp_path / "held").glob("*.held"))
+        assert capture.terminate() == 0, capture.stderr()
+    finally:
+        if capture.running():
+            capture.kill9()
+    assert "taking a new snapshot that supersedes the log's rows" in (tmp_path / "capture-1.err").read_text()
