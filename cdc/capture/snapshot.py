@@ -435,17 +435,7 @@ class SnapshotReader:
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                     _hand_over(ahead, exc, stop)
 
-            feeder = threading.Thread(target=feed, name="snapshot-feed", daemon=True)
-            feeder.start()
-            try:
-                while (item := _taken(ahead, feeder)) is not None:
-                    if isinstance(item, BaseException):
-                        raise item
-                    yield item.result()
-            finally:
-                stop.set()
-                feeder.join()
-                _cancel_waiting(ahead)
+            yield from _drained(ahead, threading.Thread(target=feed, name="snapshot-feed", daemon=True), stop)
 
     def keyset_chunks(
         self,
@@ -515,17 +505,7 @@ class SnapshotReader:
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                     _hand_over(ahead, exc, stop)
 
-            feeder = threading.Thread(target=feed, name="snapshot-keyset-feed", daemon=True)
-            feeder.start()
-            try:
-                while (item := _taken(ahead, feeder)) is not None:
-                    if isinstance(item, BaseException):
-                        raise item
-                    yield item.result()
-            finally:
-                stop.set()
-                feeder.join()
-                _cancel_waiting(ahead)
+            yield from _drained(ahead, threading.Thread(target=feed, name="snapshot-keyset-feed", daemon=True), stop)
 
     def _block_ranges(self, shape: TableShape, chunk_rows: int, chunk_bytes: int) -> list[tuple[int, int | None]]:
         """The table's block ranges of about ``chunk_rows`` rows and at most about ``chunk_bytes`` each,
@@ -596,6 +576,24 @@ class SnapshotReader:
                 pass
             finally:
                 conn.close()
+
+
+def _drained(
+    ahead: queue.Queue[Future[T] | BaseException | None], feeder: threading.Thread, stop: threading.Event
+) -> Iterator[T]:
+    """The built chunks ``feeder`` (started here) hands over through ``ahead``, in order, until its ``None``
+    (an exception it hands over is raised); at the end, however it comes, ``feeder`` is stopped and
+    waited for, and the chunks still waiting are cancelled."""
+    feeder.start()
+    try:
+        while (item := _taken(ahead, feeder)) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item.result()
+    finally:
+        stop.set()
+        feeder.join()
+        _cancel_waiting(ahead)
 
 
 def _cancel_waiting(ahead: queue.Queue[Future[T] | BaseException | None]) -> None:

@@ -45,6 +45,20 @@ BIG = "cdc.public.big"
 BUSY = "cdc.public.busy"
 
 
+#: a table read by block ranges (its key is text: no progress record per chunk), made by :func:`words_table`
+WORDS = "cdc.public.words"
+
+
+def words_table(url: str, rows: int) -> None:
+    """``words (k text PRIMARY KEY, v int)`` with ``rows`` rows (``'w<n>'``, ``n``), published."""
+    execute(
+        url,
+        "CREATE TABLE words (k text PRIMARY KEY, v int NOT NULL)",
+        f"INSERT INTO words SELECT 'w' || g, g FROM generate_series(1, {rows}) g",
+        "ALTER PUBLICATION cdc_publication ADD TABLE words",
+    )
+
+
 def _tables(url: str, rows: int = ROWS) -> None:
     execute(
         url,
@@ -666,13 +680,8 @@ def test_a_read_asked_for_survives_a_kill_before_it_ends_also_one_by_block_range
     ledger's note of the request makes the next run read the table whole again, so the log replays to
     exactly the source; once the read ended the note is gone and a restart reads nothing."""
     rows = 150_000
-    execute(
-        reference_db,
-        "CREATE TABLE words (k text PRIMARY KEY, v int NOT NULL)",
-        f"INSERT INTO words SELECT 'w' || g, g FROM generate_series(1, {rows}) g",
-        "ALTER PUBLICATION cdc_publication ADD TABLE words",
-    )
-    topic = "cdc.public.words"
+    words_table(reference_db, rows)
+    topic = WORDS
     env = cdc_env(reference_db, tmp_path, tables="public.words", snapshot_chunk_rows="100")
     settings = settings_for(reference_db, tmp_path, tables="public.words")
 

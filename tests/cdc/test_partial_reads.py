@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 
@@ -19,10 +21,12 @@ import pytest
 
 from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
 from cdc.commands.snapshot_cmd import request_snapshot
+from cdc.coordinator import Capture
+from cdc.settings import Settings
 from event_format import is_truncate_key
 from log_store.errors import LogNotFoundError
 from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for, source_table, wait_for
-from tests.cdc.test_online_reads import BIG, TOASTED, _progress, _started, assert_per_key_order
+from tests.cdc.test_online_reads import BIG, TOASTED, WORDS, _progress, _started, assert_per_key_order, words_table
 from tests.cdc.test_online_reads import _tables as online_tables
 from tests.faults.harness import CdcProcess, cdc_env
 
@@ -67,6 +71,35 @@ class _Updates(threading.Thread):
             self.error = exc
 
 
+@contextmanager
+def _streaming_while_updated(url: str, data_dir: Path) -> Iterator[tuple[Capture, Settings, _Updates]]:
+    """Capture (in a thread, chunks of 100 rows, ``CDC_REQUEST_KEY`` set) past its initial snapshot of big and
+    busy, and :class:`_Updates` running; both stopped at the end."""
+    _tables(url)
+    settings = settings_for(url, data_dir, tables="public.big,public.busy", snapshot_chunk_rows=100, request_key=KEY)
+    capture, stop_capture = _started(settings)
+    updates = _Updates(url)
+    try:
+        wait_for(lambda: len(_reads(data_dir)) == 1, what="the initial snapshot")
+        updates.start()
+        yield capture, settings, updates
+    finally:
+        updates.stop.set()
+        stop_capture()
+
+
+def _stop_and_drain(updates: _Updates, url: str, data_dir: Path) -> None:
+    """Stop ``updates`` (failing on its error) and wait until big's log replays to the rows published.
+
+    Replayed with ``strict=False``: a partial read's ``op=r`` rows are of keys the table already holds."""
+    updates.stop.set()
+    updates.join(30)
+    assert updates.error is None, updates.error
+    wait_for(
+        lambda: replay(data_dir, BIG, strict=False) == source_table(url, "big_published"), what="the log to replay to the source"
+    )
+
+
 def _reads(data_dir: Path) -> dict[int, list[int]]:
     """The ids of big's ``op=r`` records, by the position they are as of."""
     by_lsn: dict[int, list[int]] = {}
@@ -94,30 +127,14 @@ def test_cdc_snapshot_where_reads_again_exactly_the_rows_it_selects_beside_the_s
     """A forged request is ignored; a signed one reads again exactly the published rows the condition
     selects (no unpublished column, no row the row filter leaves out, no truncate marker), gives way to an
     ``ADD COLUMN`` mid-way and goes on past its last key, and the log replays to the source in per-key order."""
-    _tables(reference_db)
-    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100, request_key=KEY)
-    capture, stop_capture = _started(settings)
-    updates = _Updates(reference_db)
-    try:
-        wait_for(lambda: len(_reads(tmp_path)) == 1, what="the initial snapshot")
-        updates.start()
+    with _streaming_while_updated(reference_db, tmp_path) as (capture, settings, updates):
         _forged(reference_db)
         asked = run_cdc(reference_db, tmp_path, "snapshot", "public.big", "--where", WHERE, request_key=KEY)
         assert asked.returncode == 0, asked.stderr
         wait_for(lambda: any(read.condition for read in capture.reads if read.rows > 500), what="the partial read under way")
         execute(reference_db, "ALTER TABLE big ADD COLUMN extra int")  # the read gives way, then goes on
         wait_for(lambda: len(_reads(tmp_path)) >= 3 and not capture.reads, timeout=120, what="the end of the partial read")
-        updates.stop.set()
-        updates.join(30)
-        assert updates.error is None, updates.error
-        # strict=False: a partial read's op=r rows are of keys the table already holds (an upsert)
-        wait_for(
-            lambda: replay(tmp_path, BIG, strict=False) == source_table(reference_db, "big_published"),
-            what="the log to replay to the source",
-        )
-    finally:
-        updates.stop.set()
-        stop_capture()
+        _stop_and_drain(updates, reference_db, tmp_path)
     assert capture.stats.reads_requested == 1, "the forged request was taken"
     assert capture.stats.reads_yielded >= 1 and capture.stats.tables_added == 0, capture.stats
     first, *again = sorted(_reads(tmp_path).items())
@@ -175,13 +192,7 @@ def test_a_partial_read_killed_mid_way_goes_on_past_its_last_key_and_cancel_stop
         wait_for(lambda: (_progress(tmp_path) or 0) > 0, what="the second partial read under way")
         request_snapshot(settings, ("public.big",), cancel=True)
         wait_for(lambda: _progress(tmp_path) is None, what="the cancellation")
-        updates.stop.set()
-        updates.join(30)
-        assert updates.error is None, updates.error
-        wait_for(
-            lambda: replay(tmp_path, BIG, strict=False) == source_table(reference_db, "big_published"),
-            what="the log to replay to the source",
-        )
+        _stop_and_drain(updates, reference_db, tmp_path)
         assert not list((tmp_path / "held").glob("*.held"))
         assert capture.terminate() == 0, capture.stderr()
     finally:
@@ -245,13 +256,8 @@ def test_a_partial_read_by_block_ranges_killed_writes_what_it_held_and_a_failing
     condition that fails on a row (a division by zero PostgreSQL cannot see when it plans it) ends its read:
     capture goes on streaming, the request is forgotten, and the log replays to the source."""
     rows = 300_000
-    execute(
-        reference_db,
-        "CREATE TABLE words (k text PRIMARY KEY, v int NOT NULL)",
-        f"INSERT INTO words SELECT 'w' || g, g FROM generate_series(1, {rows}) g",
-        "ALTER PUBLICATION cdc_publication ADD TABLE words",
-    )
-    topic = "cdc.public.words"
+    words_table(reference_db, rows)
+    topic = WORDS
     env = cdc_env(reference_db, tmp_path, tables="public.words", snapshot_chunk_rows="100", request_key=KEY)
     settings = settings_for(reference_db, tmp_path, tables="public.words", request_key=KEY)
     source = partial(source_table, reference_db, "words", key="k")
@@ -309,13 +315,7 @@ def test_a_whole_read_that_falls_due_during_a_partial_read_waits_for_it(referenc
     """The publication's row filter of big changes while a partial read of it is under way: the whole read
     that change calls for waits until the partial one ended (one holding file per table), then supersedes
     it; the log replays to the rows the new filter publishes, in per-key order, while rows keep changing."""
-    _tables(reference_db)
-    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100, request_key=KEY)
-    capture, stop_capture = _started(settings)
-    updates = _Updates(reference_db)
-    try:
-        wait_for(lambda: len(_reads(tmp_path)) == 1, what="the initial snapshot")
-        updates.start()
+    with _streaming_while_updated(reference_db, tmp_path) as (capture, settings, updates):
         request_snapshot(settings, ("public.big",), where="id % 7 <> 0")
         wait_for(lambda: any(read.condition for read in capture.reads if read.rows > 0), what="the partial read under way")
         execute(
@@ -327,15 +327,6 @@ def test_a_whole_read_that_falls_due_during_a_partial_read_waits_for_it(referenc
         wait_for(lambda: capture.stats.reads_requested == 2, what="the request for busy")
         assert any(read.condition for read in capture.reads), "the partial read ended before the filter changed"
         wait_for(lambda: capture.stats.tables_added == 2 and not capture.reads, timeout=120, what="the whole reads")
-        updates.stop.set()
-        updates.join(30)
-        assert updates.error is None, updates.error
-        wait_for(
-            lambda: replay(tmp_path, BIG, strict=False) == source_table(reference_db, "big_published"),
-            what="the log to replay to the rows the new filter publishes",
-        )
-    finally:
-        updates.stop.set()
-        stop_capture()
+        _stop_and_drain(updates, reference_db, tmp_path)  # to the rows the new filter publishes
     assert capture.stats.reads_abandoned == 0, capture.stats
     assert_per_key_order(read_topic(tmp_path, BIG))
