@@ -56,28 +56,18 @@ def _run(env: dict[str, str], *command: str) -> subprocess.CompletedProcess[str]
     return result
 
 
-#: ``cdc/spark_job.py`` with every log range read by Spark tasks, however small (a test's log is far below
-#: the size the driver reads itself): the executors then read the log
-TASK_READS_JOB = """
-from derived_views.source import pending
-
-pending.DRIVER_READ_LIMIT = 0
-from cdc.cli import main
-
-main()
-"""
-
 #: ``sync --once`` then ``rebuild warehouse`` in one application (one driver and its executors started
-#: once), every log range read by tasks as in :data:`TASK_READS_JOB`; stops at the first that fails
-SYNC_THEN_REBUILD_JOB = """
+#: once); stops at the first command that fails. The rebuild's log ranges are read by Spark tasks however
+#: small (a test's log is far below the size the driver reads itself): the executors then read the log. The
+#: sync reads with ``{sync_limit}`` as its driver-read limit
+_SYNC_THEN_REBUILD = """
 import sys
 
 from derived_views.source import pending
-
-pending.DRIVER_READ_LIMIT = 0
 from cdc.cli import main
 
-for command in (["sync", "--once"], ["rebuild", "warehouse"]):
+for command, limit in ((["sync", "--once"], {sync_limit}), (["rebuild", "warehouse"], 0)):
+    pending.DRIVER_READ_LIMIT = limit
     sys.argv = ["cdc", *command]
     try:
         main()
@@ -85,6 +75,12 @@ for command in (["sync", "--once"], ["rebuild", "warehouse"]):
         if stop.code:
             raise
 """
+
+#: both commands' log ranges read by tasks
+SYNC_THEN_REBUILD_JOB = _SYNC_THEN_REBUILD.format(sync_limit=0)
+
+#: the sync as ``cdc/spark_job.py`` runs it (a change this small read in the driver), the rebuild by tasks
+DRIVER_SYNC_THEN_REBUILD_JOB = _SYNC_THEN_REBUILD.format(sync_limit="pending.DRIVER_READ_LIMIT")
 
 
 def _submit(
@@ -133,6 +129,18 @@ def _task_executors(events: Path) -> dict[str, int]:
     return counts
 
 
+def _application_ids(events: Path) -> set[str]:
+    """The id of every application whose event log is in ``events`` (at least one)."""
+    ids = set()
+    for log in _event_files(events):
+        for line in log.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("Event") == "SparkListenerApplicationStart":
+                ids.add(str(event["App ID"]))
+    assert ids, f"no application start in the event logs of {events}"
+    return ids
+
+
 def _plans(events: Path) -> str:
     """Every physical plan the applications in ``events`` ran, as one text."""
     plans = []
@@ -166,8 +174,8 @@ def test_views_sync_rebuild_and_verify_through_spark_submit_on_a_cluster(
     spark: SparkSession, spark_cluster: SparkCluster, reference_db: str, tmp_path: Path
 ) -> None:
     """The embedded log, on a path every executor reads: a first sync (in this process: the tables exist
-    before the cluster's runs), a change synced on the cluster, a rebuild by replay (the log read by the
-    ``cdclog`` source in the executors), every view verified equal to the source."""
+    before the cluster's run), then one application on the cluster: a change synced, a rebuild by replay
+    (the log read by the ``cdclog`` source in the executors); every view verified equal to the source."""
     insert_sample_data(reference_db)
     env = _env(reference_db, tmp_path / "data")
     events = tmp_path / "events"
@@ -176,19 +184,19 @@ def test_views_sync_rebuild_and_verify_through_spark_submit_on_a_cluster(
     sync(context(spark, _settings(env)), list(VIEWS))
     _change_one_product(reference_db)
     _run(env, str(BIN / "cdc"), "capture", "--once")
-    change = _submit(spark_cluster, env, events, "sync", "--once")
+    job = tmp_path / "sync_then_rebuild_job.py"
+    job.write_text(DRIVER_SYNC_THEN_REBUILD_JOB)
+    submitted = _submit(spark_cluster, env, events, job=str(job))
     # spark-submit joins the Python driver's stderr to its stdout
-    assert "cache.order: 1 events" in change.stdout, change.stdout[-3000:]
-    job = tmp_path / "task_reads_job.py"
-    job.write_text(TASK_READS_JOB)
-    _submit(spark_cluster, env, events, "rebuild", "warehouse", job=str(job))
+    assert "cache.order: 1 events" in submitted.stdout, submitted.stdout[-3000:]
+    assert "rebuilt warehouse" in submitted.stdout, submitted.stdout[-3000:]
     _verify_every_view(spark, env)
 
     executors = _task_executors(events)
     assert "driver" not in executors and len(executors) >= 2 and sum(executors.values()) > 0, executors
     assert "cdclog" in _plans(events).lower()  # the rebuild read the log through the source, in tasks
-    finished = spark_cluster.status()["completedapps"]
-    assert isinstance(finished, list) and len(finished) >= 2, finished
+    finished = {app["id"] for app in spark_cluster.status()["completedapps"]}
+    assert _application_ids(events) <= finished, finished  # the application ran on the cluster, and ended
 
 
 @pytest.mark.kafka
