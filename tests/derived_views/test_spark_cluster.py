@@ -1,7 +1,8 @@
 """The views on a real Spark standalone cluster: ``spark-submit`` of ``cdc/spark_job.py``, and ``cdc spark-server``.
 
 The cluster (:mod:`tests.fix_spark_cluster`) is a master and two one-core workers. Each scenario captures
-the reference schema's sample data, runs the view commands on the cluster exactly as the docs show
+the reference schema's sample data (in the embedded-log scenario the Connect server's run and
+spark-submit's share one capture), runs the view commands on the cluster exactly as the docs show
 (``docs/scaling.md``), verifies every view equal to the source, and reads Spark's event log to assert that
 the tasks ran in the workers' executors, the log's reads among them.
 """
@@ -20,7 +21,7 @@ import pytest
 from cdc.commands.demo_cmd import EXAMPLE_VIEWS, _change_one_product
 from derived_views.engine.spark_jars import installed_jars
 from migrations.sample_data import insert_sample_data
-from tests.derived_views.pipeline import context, sync, verify_views
+from tests.derived_views.pipeline import context, verify_views
 from tests.fix_spark_cluster import SparkCluster, spark_home
 from tests.spark_server_process import running_spark_server, server_environment
 
@@ -170,20 +171,30 @@ def _verify_every_view(spark: SparkSession, env: dict[str, str]) -> None:
     assert verify_views(context(spark, _settings(env)), env["CDC_DATABASE_URL"], list(VIEWS)) > 0
 
 
-def test_views_sync_rebuild_and_verify_through_spark_submit_on_a_cluster(
+def test_a_spark_server_then_spark_submit_sync_rebuild_and_verify_the_views_on_a_cluster(
     spark: SparkSession, spark_cluster: SparkCluster, reference_db: str, tmp_path: Path
 ) -> None:
-    """The embedded log, on a path every executor reads: a first sync (in this process: the tables exist
-    before the cluster's run), then one application on the cluster: a change synced, a rebuild by replay
-    (the log read by the ``cdclog`` source in the executors); every view verified equal to the source."""
+    """The embedded log, on a path every executor reads. First ``cdc spark-server`` with the cluster as its
+    master: the commands attached to it capture, sync and verify every view, and the master lists the server
+    as an application holding the workers' cores. The server stopped, one ``spark-submit`` application
+    syncs a change and rebuilds by replay (the log read by the ``cdclog`` source in the executors); every
+    view verified equal to the source again."""
     insert_sample_data(reference_db)
     env = _env(reference_db, tmp_path / "data")
+    cdc = str(BIN / "cdc")
+    server_env = server_environment(CDC_SPARK_MASTER=spark_cluster.master, SPARK_LOCAL_IP="127.0.0.1")
+    with running_spark_server(tmp_path, "spark.executor.memory=1g", env=server_env) as url:
+        attached = {**env, "CDC_SPARK_REMOTE": url}
+        _run(attached, cdc, "setup")
+        _run(attached, cdc, "capture", "--once")
+        _run(attached, cdc, "sync", "--once")
+        _verify_every_view(spark, env)
+        apps = spark_cluster.status()["activeapps"]
+        assert isinstance(apps, list) and len(apps) == 1 and apps[0]["cores"] == 2, apps
+
     events = tmp_path / "events"
-    _run(env, str(BIN / "cdc"), "setup")
-    _run(env, str(BIN / "cdc"), "capture", "--once")
-    sync(context(spark, _settings(env)), list(VIEWS))
     _change_one_product(reference_db)
-    _run(env, str(BIN / "cdc"), "capture", "--once")
+    _run(env, cdc, "capture", "--once")
     job = tmp_path / "sync_then_rebuild_job.py"
     job.write_text(DRIVER_SYNC_THEN_REBUILD_JOB)
     submitted = _submit(spark_cluster, env, events, job=str(job))
@@ -223,24 +234,6 @@ def test_views_on_kafka_rebuild_through_spark_submit_on_a_cluster(
     executors = _task_executors(events)
     assert "driver" not in executors and len(executors) >= 2, executors
     assert "kafka" in _plans(events).lower()  # Spark's Kafka source read the topics, in tasks
-
-
-def test_a_spark_server_on_the_cluster_serves_the_view_commands(
-    spark: SparkSession, spark_cluster: SparkCluster, reference_db: str, tmp_path: Path
-) -> None:
-    """``cdc spark-server`` with the cluster as its master: the commands attached to it sync and verify every
-    view, and the master lists the server as an application holding the workers' cores."""
-    insert_sample_data(reference_db)
-    server_env = server_environment(CDC_SPARK_MASTER=spark_cluster.master, SPARK_LOCAL_IP="127.0.0.1")
-    with running_spark_server(tmp_path, "spark.executor.memory=1g", env=server_env) as url:
-        env = _env(reference_db, tmp_path / "data", CDC_SPARK_REMOTE=url)
-        cdc = str(BIN / "cdc")
-        _run(env, cdc, "setup")
-        _run(env, cdc, "capture", "--once")
-        _run(env, cdc, "sync", "--once")
-        _verify_every_view(spark, {k: v for k, v in env.items() if k != "CDC_SPARK_REMOTE"})
-        apps = spark_cluster.status()["activeapps"]
-        assert isinstance(apps, list) and len(apps) == 1 and apps[0]["cores"] == 2, apps
 
 
 def test_spark_submit_without_delta_jars_is_one_clear_error(tmp_path: Path) -> None:
