@@ -120,7 +120,7 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkClu
             if len(workers) == WORKERS:
                 break
             assert time.monotonic() < deadline, "the Spark master did not see two workers within 120 s"
-            time.sleep(0.5)
+            time.sleep(0.05)
         yield cluster
     finally:
         for process in reversed(processes):

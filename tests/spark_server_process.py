@@ -51,7 +51,7 @@ def running_spark_server(workdir: Path, *settings: str, env: dict[str, str] | No
         while not answers(port):
             assert server.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "the Spark Connect server did not listen within 180 s"
-            time.sleep(0.5)
+            time.sleep(0.05)
         yield f"sc://127.0.0.1:{port}"
     finally:
         server.send_signal(signal.SIGTERM)

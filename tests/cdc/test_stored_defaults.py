@@ -24,7 +24,7 @@ from tests.cdc.test_publication_rules import files_holding, secret
 
 pytestmark = pytest.mark.pg
 
-ROWS = 200_000
+ROWS = 20_000
 #: column -> its definition: a default of each kind of value the events encode differently
 ADDED = {
     "flag": "int DEFAULT 7",
