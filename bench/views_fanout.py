@@ -207,7 +207,7 @@ class Phases:
         table = lambda frame, path, *rest: "documents" if path.endswith("/documents") else "terms"  # noqa: E731
         for name, phase in (
             ("sync_states", "state copies"),
-            ("affected_roots", "affected roots"),
+            ("affected_keys", "affected roots"),
             ("merge_roots", "documents"),
             ("_merge_terms", "terms"),
             ("overwrite", table),

@@ -295,7 +295,7 @@ def _step_phases() -> PhaseTimes:
             (warehouse, "merge_history"): "history MERGE",
             (runner, "_sync_view"): "each view (side by side)",
             (search, "sync"): "search index (all)",
-            (search, "affected_roots"): "  of it: affected documents",
+            (search, "affected_keys"): "  of it: affected documents",
             (search, "merge_roots"): "  of it: documents MERGE",
             (search, "_merge_terms"): "  of it: terms MERGE",
             (cache, "sync"): "cache entity (all)",

@@ -205,6 +205,21 @@ def affected_roots(
     in the driver: one Spark job per table with events finds them, and the step's later jobs read them
     as a local relation (deterministic, no checkpoint to write); ``None`` when a truncate among them
     means every root."""
+    keys = affected_keys(ctx, as_of, plan, schemas, progress, output)
+    return None if keys is None else roots_frame(ctx, keys)
+
+
+def roots_frame(ctx: ViewContext, keys: Any) -> DataFrame:
+    """The roots ``keys`` (a pyarrow table of :func:`affected_keys`) as a local relation of ``ctx``'s session
+    (each session of a step builds its own: a frame is not shared between sessions)."""
+    return ctx.spark.createDataFrame(keys, f"{KEY} string")
+
+
+def affected_keys(
+    ctx: ViewContext, as_of: LogAsOf, plan: Composite, schemas: Mapping[str, TableSchema], progress: Progress, output: str
+) -> Any:
+    """The roots of :func:`affected_roots` as a pyarrow table of ``_cdc_key`` in the driver (``None``:
+    every root)."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql import functions as F
@@ -241,7 +256,7 @@ def affected_roots(
         finally:
             batch.release()
     keys = pc.unique(pa.chunked_array([chunk for column in found for chunk in column.cast(pa.string()).chunks], pa.string()))
-    return ctx.spark.createDataFrame(pa.table({KEY: keys}), f"{KEY} string")
+    return pa.table({KEY: keys})
 
 
 def _values(rows: DataFrame, columns: tuple[str, ...]) -> tuple[DataFrame, list[str]]:

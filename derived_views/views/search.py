@@ -12,19 +12,25 @@ Paths below ``CDC_DATA_DIR``, for the view ``search.<index>``:
   index's ``text`` columns (:func:`derived_views.views.bm25.tokenize`; an array contributes its elements).
 - ``search/<index>/_dead_letter``: poison events.
 
-A sync step re-computes the affected documents (:func:`derived_views.views.composite_sync.affected_roots`:
-a renamed category re-indexes its products and nothing else) and MERGEs them on ``_cdc_key``; the terms
-of the same documents are then recomputed from ``documents`` and MERGEd on ``(doc, term)``, a term the
-document no longer has being deleted by the same commit. Each table tracks its own progress (with the
-definition's fingerprint), so each is exact as of the watermark of its newest commit; terms are
-computed from ``documents`` after it reached the same watermark. ``cdc search`` ranks with BM25
-(:mod:`derived_views.views.bm25`) over the terms, reading with ``deltalake`` (no JVM).
+A sync step finds the affected documents once (:func:`derived_views.views.composite_sync.affected_roots`:
+a renamed category re-indexes its products and nothing else), re-computes them from the state copies and
+MERGEs them on ``_cdc_key``; beside it, in a Spark session of its own, the terms of the same documents are
+computed from the same rows of the state copies (not read back from ``documents``) and MERGEd on
+``(doc, term)``, a term the document no longer has being deleted by the same commit. Each table tracks
+its own progress (with the definition's fingerprint) in its own commits, so each is exact as of the
+watermark of its newest commit, whatever the other's: a document is a pure function of the state copies
+as of the watermark, and so are its terms. After a crash between the two commits, the table behind
+finds its own affected roots from its own progress and catches up; a step applied again changes
+nothing. ``cdc search`` ranks with BM25 (:mod:`derived_views.views.bm25`) over the terms, reading with
+``deltalake`` (no JVM).
 """
 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
@@ -34,14 +40,14 @@ from derived_views.engine.delta_sql import merge_into
 from derived_views.engine.evaluation import sized_for
 from derived_views.engine.progress import Progress
 from derived_views.errors import MissingTableError
-from derived_views.events.column_names import from_stored, quote, source_columns
+from derived_views.events.column_names import quote, source_columns
 from derived_views.events.metadata_columns import KEY, LSN
 from derived_views.events.schema import TableSchema
 from derived_views.source.as_of import LogAsOf, pending_events
 from derived_views.views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
 from derived_views.views.composite import Composite
 from derived_views.views.composite_sync import (
-    affected_roots,
+    affected_keys,
     check_definition,
     composed,
     merge_roots,
@@ -49,6 +55,7 @@ from derived_views.views.composite_sync import (
     overwrite,
     path,
     reshaped,
+    roots_frame,
     source_schemas,
     sync_states,
     tables_read,
@@ -125,85 +132,95 @@ def _merge_terms(ctx: ViewContext, table: str, roots: DataFrame, terms: DataFram
 class _Step:
     """What one sync step of an index shares between its two output tables."""
 
-    ctx: ViewContext
     as_of: LogAsOf
     plan: Composite
     schemas: dict[str, TableSchema]
     topics: list[str]
-    roots: dict[str, DataFrame | None] = field(default_factory=dict)
-    """Affected roots already computed, by the progress they were computed from."""
+    keys: dict[str, Any] = field(default_factory=dict)
+    """Affected roots already found (pyarrow tables of ``_cdc_key``), by the progress they were found from."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def affected(self, progress: Progress, output: str) -> DataFrame | None:
+    def affected(self, ctx: ViewContext, progress: Progress, output: str) -> DataFrame | None:
+        """The roots the events after ``progress`` affect, as a frame of ``ctx``'s session (``None``: all);
+        found once for both tables when they start from the same progress."""
         key = json.dumps(progress.offsets, sort_keys=True)
-        if key not in self.roots:
-            self.roots[key] = affected_roots(self.ctx, self.as_of, self.plan, self.schemas, progress, output)
-        return self.roots[key]
+        with self.lock:
+            if key not in self.keys:
+                self.keys[key] = affected_keys(ctx, self.as_of, self.plan, self.schemas, progress, output)
+        keys = self.keys[key]
+        return None if keys is None else roots_frame(ctx, keys)
 
-    def pending(self, table: str, replace: bool) -> tuple[Progress | None, Progress] | None:
+    def pending(self, ctx: ViewContext, table: str, replace: bool) -> tuple[Progress | None, Progress] | None:
         """``(progress, new progress)`` of the table at ``table``; ``None`` when it is current."""
-        progress, replace = starting_point(self.ctx, table, replace)
-        if progress is not None and is_current(progress, self.as_of, self.topics, self.ctx, table):
+        progress, replace = starting_point(ctx, table, replace)
+        if progress is not None and is_current(progress, self.as_of, self.topics, ctx, table):
             return None
         return progress, with_fields(self.as_of.progress(self.topics, progress), definition=self.plan.stamp)
 
 
-#: How a step writes one output table: ``(step, table path, affected roots or None for all, new progress)``.
-_Write = Callable[["_Step", str, "DataFrame | None", Progress], None]
+#: How a step writes one output table: ``(context, plan, table path, affected roots or None for all, new progress)``.
+_Write = Callable[[ViewContext, Composite, str, "DataFrame | None", Progress], None]
 
 
-def _apply_output(step: _Step, name: str, replace: bool, write: _Write) -> TableResult | None:
-    """Bring the index's table ``name`` to the step's watermark with ``write``: over the affected roots'
-    rows, or whole (roots ``None``) when the table is new, rebuilt or its definition changed."""
-    table = path(step.ctx, step.plan, name)
-    pending = step.pending(table, replace)
-    if pending is None:
-        return None
+def _apply_output(
+    step: _Step, ctx: ViewContext, name: str, pending: tuple[Progress | None, Progress], write: _Write
+) -> TableResult:
+    """Bring the index's table ``name`` to the step's watermark with ``write`` (in ``ctx``'s session): over
+    the affected roots' rows, or whole (roots ``None``) when the table is new, rebuilt or its definition
+    changed."""
+    table = path(ctx, step.plan, name)
     progress, new_progress = pending
-    with sized_for(
-        step.ctx.spark, pending_events(step.as_of.watermark, step.topics, progress), tables_read(step.ctx, step.plan, TABLES)
-    ):
-        roots = None if progress is None or reshaped(step.plan, progress) else step.affected(progress, table)
-        write(step, table, roots, new_progress)
-    step.ctx.set_progress(table, new_progress)
+    with sized_for(ctx.spark, pending_events(step.as_of.watermark, step.topics, progress), tables_read(ctx, step.plan, TABLES)):
+        roots = None if progress is None or reshaped(step.plan, progress) else step.affected(ctx, progress, table)
+        write(ctx, step.plan, table, roots, new_progress)
+    ctx.set_progress(table, new_progress)
     return TableResult(table, 0 if roots is None else roots.count(), 0)
 
 
-def _write_documents(step: _Step, table: str, roots: DataFrame | None, new_progress: Progress) -> None:
+def _write_documents(ctx: ViewContext, plan: Composite, table: str, roots: DataFrame | None, new_progress: Progress) -> None:
     if roots is None:
-        overwrite(step.ctx, documents(step.ctx, step.plan, None), table, new_progress)
+        overwrite(ctx, documents(ctx, plan, None), table, new_progress)
     else:
-        merge_roots(step.ctx, table, roots, documents(step.ctx, step.plan, roots), new_progress)
+        merge_roots(ctx, table, roots, documents(ctx, plan, roots), new_progress)
 
 
-def _write_terms(step: _Step, table: str, roots: DataFrame | None, new_progress: Progress) -> None:
-    docs = from_stored(step.ctx.spark.read.format("delta").load(path(step.ctx, step.plan, "documents")), step.plan.output_columns)
+def _write_terms(ctx: ViewContext, plan: Composite, table: str, roots: DataFrame | None, new_progress: Progress) -> None:
+    """The terms of the documents of ``roots``, computed from the state copies as the documents are (not
+    read back from ``documents``, which may be behind or ahead of the terms after a crash)."""
+    terms = _term_rows(plan, documents(ctx, plan, roots))
     if roots is None:
-        overwrite(step.ctx, _term_rows(step.plan, docs), table, new_progress)
+        overwrite(ctx, terms, table, new_progress)
     else:
-        _merge_terms(step.ctx, table, roots, _term_rows(step.plan, docs.join(roots, KEY, "left_semi")), new_progress)
+        _merge_terms(ctx, table, roots, terms, new_progress)
 
 
-#: The index's output tables in the order a step writes them (terms are derived from the documents).
-_OUTPUTS = (("documents", _write_documents), ("terms", _write_terms))
+#: The index's output tables and how a step writes each (both from the state copies, so side by side).
+_OUTPUTS = {"documents": _write_documents, "terms": _write_terms}
 
 
 def sync(ctx: ViewContext, as_of: LogAsOf, plan: Composite, *, replace: bool = False) -> list[TableResult]:
-    """Bring the index's state copies, then its documents, then its terms to the range's watermark
-    (rebuild them from the log when ``replace``)."""
+    """Bring the index's state copies, then its documents and its terms (side by side, each in a
+    session of its own) to the range's watermark (rebuild them from the log when ``replace``)."""
     schemas = source_schemas(ctx, as_of, plan)
     if not replace:
         for name in TABLES:
             table = path(ctx, plan, name)
             check_definition(plan, table, ctx.progress(table))
-    step = _Step(ctx, as_of, plan, schemas, sorted({schema.topic for schema in schemas.values()}))
+    step = _Step(as_of, plan, schemas, sorted({schema.topic for schema in schemas.values()}))
     results = sync_states(ctx, as_of, plan, schemas, replace=replace)
-    for name, write in _OUTPUTS:
-        result = _apply_output(step, name, replace, write)
-        if result is not None:
-            results.append(result)
-    for roots in step.roots.values():
-        if roots is not None:
-            roots.unpersist()
+    lanes = {"documents": ctx.beside(), "terms": ctx}
+    pending = {name: step.pending(lanes[name], path(ctx, plan, name), replace) for name in _OUTPUTS}
+    work = {name: todo for name, todo in pending.items() if todo is not None}
+    if len(work) < 2:
+        results.extend(_apply_output(step, lanes[name], name, todo, _OUTPUTS[name]) for name, todo in work.items())
+        return results
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="search-documents") as pool:
+        beside = pool.submit(_apply_output, step, lanes["documents"], "documents", work["documents"], _OUTPUTS["documents"])
+        try:
+            terms = _apply_output(step, ctx, "terms", work["terms"], _OUTPUTS["terms"])
+        finally:
+            documents_result = beside.result()  # raises the documents' error, if any, after the terms ran
+    results.extend([documents_result, terms])
     return results
 
 

@@ -71,6 +71,44 @@ def test_search_reindexes_exactly_the_renamed_categorys_products(ctx: ViewContex
     assert [h.key["id"] for h in search.query(ctx.views_dir, "products", "lamp")] == [1]
 
 
+def test_terms_a_step_left_behind_its_documents_catch_up_exactly(
+    ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The documents and the terms commit apart (side by side): a step that commits the documents but
+    dies before the terms' commit leaves the terms as of their older watermark; the next step, with no
+    new event (the documents already current), brings the terms to the documents' rows, as a rebuild."""
+    from derived_views.engine.progress import read_progress
+    from derived_views.views import runner, search
+
+    _seed(log)
+    runner.step(ctx, ["search"])
+    documents, terms = (ctx.path("search", "products", name) for name in ("documents", "terms"))
+
+    def killed(*_args: object) -> None:
+        raise RuntimeError("killed between the documents' and the terms' commits")
+
+    monkeypatch.setattr(search, "_merge_terms", killed)
+    with log.transaction() as tx:
+        tx.update("public.categories", {"id": 1, "name": "Illumination"})
+        tx.update("public.products", product(3, "Hose reel", category=2, description="green garden hose"))
+    assert runner.step(ctx, ["search"]).failures
+    monkeypatch.undo()
+    ctx.forget()
+    behind, ahead = read_progress(ctx.spark, terms), read_progress(ctx.spark, documents)
+    assert behind is not None and ahead is not None and behind.lsn < ahead.lsn
+    assert search.query(ctx.views_dir, "products", "illumination") == []
+    runner.step(ctx, ["search"])
+    ctx.forget()
+    caught_up = read_progress(ctx.spark, terms)
+    assert caught_up is not None and caught_up.lsn == ahead.lsn
+    assert sorted(h.key["id"] for h in search.query(ctx.views_dir, "products", "illumination")) == [1, 2]
+    assert [h.key["id"] for h in search.query(ctx.views_dir, "products", "reel")] == [3]
+    assert search.query(ctx.views_dir, "products", "lighting") == []
+    incremental = _table(ctx, terms)
+    runner.step(ctx, ["search"], replace=True)
+    assert _table(ctx, terms) == incremental
+
+
 def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewContext, log: LogBuilder) -> None:
     """Re-indexing a renamed category's products must not bring back products truncated before it."""
     from derived_views.views import runner, search
