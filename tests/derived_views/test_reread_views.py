@@ -73,7 +73,7 @@ def test_a_table_read_again_while_written_syncs_and_verifies_exactly(spark: Spar
         wait_for(lambda: capture.stats.reads_requested == 1 and not read_status(settings) and not capture.reads, what="the read")
         request_snapshot(settings, ("public.t",), where="id % 10 = 0")
         wait_for(
-            lambda: capture.stats.reads_requested == 2 and not (capture.partial.queued or capture.core.waiting or capture.reads),
+            lambda: capture.stats.reads_requested == 2 and not capture.ledger.asked and not capture.reads,
             what="the partial read",
         )
         stop_writing.set()
