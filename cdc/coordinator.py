@@ -525,7 +525,7 @@ class Capture:
         ``cdc snapshot --status`` and ``cdc lag`` stop listing them."""
         assert self.log is not None and self.groups is not None
         taken = {t.relid for t in self.catalog.published_tables(self.settings.publication) if self.include(t.schema, t.table)}
-        ts_ms, records = time.time_ns() // 1_000_000, []
+        records: list[ProducerRecord] = []
         for relid in [relid for relid in self.resumes if relid not in taken]:
             progress, held = self.resumes.pop(relid)
             self.groups.held.pop(progress.topic, None)
@@ -533,7 +533,7 @@ class Capture:
             held.discard()
             name = next((name for name, read in self.ledger.reads.items() if read.relid == relid), None)
             if name is not None:
-                records.append(self.ledger.progress_gone(name, ts_ms))
+                records.append(self.ledger.progress_gone(name))
             log.info("the read of %s is over: its table is no longer captured", progress.topic)
         if records:
             self.log.append_group(records, self.position.hex16())
@@ -557,11 +557,10 @@ class Capture:
                 return []
         records: list[ProducerRecord] = []
         for name in request.tables:
-            ts_ms = time.time_ns() // 1_000_000
-            uncancelled = self.ledger.read_requested(name, ts_ms)
+            uncancelled = self.ledger.read_requested(name)
             if self.ledger.read_again(name) or uncancelled:
                 self._drop_partial(name)
-                records += [*uncancelled, self.ledger.asked_record(name, None, ts_ms)]
+                records += [*uncancelled, self.ledger.asked_record(name, None)]
                 self._shape_changed = True
                 self.stats.reads_requested += 1
                 log.info("%s is read again, as asked at %s", name, Lsn(message.lsn))
@@ -608,7 +607,7 @@ class Capture:
         self._resume_due = True
         self.stats.reads_requested += 1
         log.info("the rows of %s where %s are read again, as asked at %s", table.log_name, condition.sql, lsn)
-        return [self.ledger.asked_record(table.log_name, condition.sql, time.time_ns() // 1_000_000)]
+        return [self.ledger.asked_record(table.log_name, condition.sql)]
 
     def _cancel_reads(self) -> None:
         """Carry out the cancellations of the group just written (:mod:`cdc.capture.snapshot_requests`):
@@ -622,7 +621,7 @@ class Capture:
         for name in names:
             relid = published.get(name)
             if relid is not None and self._cancel_partial(name, relid):
-                records += self.ledger.asked_done(name, None, time.time_ns() // 1_000_000)
+                records += self.ledger.asked_done(name, None)
                 continue
             if relid is None or self.ledger.covers(name, relid):
                 log.info("no read of %s under way or due: nothing to cancel", name)
@@ -637,7 +636,7 @@ class Capture:
             self._unwait(relid)
             self.gate.holds.pop(relid, None)
             self.gate.wanted.pop(relid, None)
-            records += self.ledger.cancel_record(name, time.time_ns() // 1_000_000)
+            records += self.ledger.cancel_record(name)
             self.stats.reads_cancelled += 1
             log.info("the read of %s is cancelled: its changes are left out until `cdc snapshot %s`", name, name)
         if records:
@@ -654,7 +653,7 @@ class Capture:
         self._unwait(relid)
         reading = [read for read in self.reads if read.relid == relid and read.condition is not None]
         for read in reading:  # its request's tombstone goes with its held changes
-            self._end_read(read, flush=True, done=self.ledger.asked_done(name, None, time.time_ns() // 1_000_000))
+            self._end_read(read, flush=True, done=self.ledger.asked_done(name, None))
         if asked or waiting or reading:
             self.stats.reads_cancelled += 1
             log.info("the partial read of %s is cancelled", name)
@@ -665,8 +664,7 @@ class Capture:
         (their held changes are older than its rows, and would overwrite newer values): their progress
         records get tombstones and their holding files go."""
         assert self.log is not None
-        ts_ms = time.time_ns() // 1_000_000
-        gone = [self.ledger.progress_gone(name, ts_ms) for name in list(self.ledger.reads)]
+        gone = [self.ledger.progress_gone(name) for name in list(self.ledger.reads)]
         held_dir = self.settings.data_dir / "held"
         for path in held_dir.glob(f"{self.settings.slot}-*.held") if held_dir.exists() else ():
             path.unlink(missing_ok=True)
@@ -693,7 +691,7 @@ class Capture:
                 self._flush_held(name, progress, path)
                 continue
             if not path.exists():
-                gone.append(self.ledger.progress_gone(name, time.time_ns() // 1_000_000))
+                gone.append(self.ledger.progress_gone(name))
                 continue
             held = HeldChanges.reopen(path, self.position)
             kept.add(path)
@@ -784,7 +782,7 @@ class Capture:
             checked_condition(wanted.condition, table, self.catalog)
         except ConfigError as exc:
             log.warning("the partial read of %s is not done: %s", table.log_name, exc)
-            done = self.ledger.asked_done(table.log_name, wanted.condition, time.time_ns() // 1_000_000)
+            done = self.ledger.asked_done(table.log_name, wanted.condition)
             if done:
                 self.log.append_group(done, self.position.hex16())
             return
@@ -796,9 +794,7 @@ class Capture:
         read = OnlineRead.start(pending, table, self.writer, held, plan, None, condition=wanted.condition)
         # its progress is in the log before any change of the table is held: a kill -9 at any moment leaves
         # a record that makes the next run write what the holding file holds
-        self.log.append_group(
-            [self.ledger.progress_record(shape, read.initial_progress(), time.time_ns() // 1_000_000)], self.position.hex16()
-        )
+        self.log.append_group([self.ledger.progress_record(shape, read.initial_progress())], self.position.hex16())
         self.reads.append(read)
         self.groups.held[read.topic] = held
         self.groups.folded.add(read.topic)  # the log holds a full row of every key: never abandoned for one
@@ -893,7 +889,7 @@ class Capture:
             if read.condition is None or sqlstate[:2] not in ("22", "42"):
                 raise
             log.error("the partial read of %s ends: its condition failed on a row: %s", read.shape.log_name, exc)
-            done = self.ledger.asked_done(read.shape.log_name, read.condition, time.time_ns() // 1_000_000)
+            done = self.ledger.asked_done(read.shape.log_name, read.condition)
             self._end_read(read, flush=True, done=done)
             return
         if finished:

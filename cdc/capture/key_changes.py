@@ -36,6 +36,7 @@ as soon as every such key of the partition is found.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -216,8 +217,7 @@ class KeyChangeValues:
         self.topics = {topic for topic, _ in wanted}
         for topic, file in (held or {}).items():
             if topic in by_topic:
-                for _ in self.watch(file.records()):
-                    pass
+                deque(self.watch(file.records()), maxlen=0)  # folded over the log's rows, nothing kept
 
     def watch(self, records: Iterable[ProducerRecord]) -> Iterator[ProducerRecord]:
         """Pass ``records`` through, updating the tracked rows with each one."""

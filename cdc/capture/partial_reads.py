@@ -45,7 +45,6 @@ progress record says how far it got).
 from __future__ import annotations
 
 import itertools
-import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
@@ -114,4 +113,4 @@ def flush_records(
     group the log did not take may have left some, and the slot sends them again), then its progress
     tombstone, then ``done`` (the tombstone of its request, when it ends for good)."""
     held.cut_to(position)
-    return itertools.chain(held.records(), [ledger.progress_gone(name, time.time_ns() // 1_000_000)], done)
+    return itertools.chain(held.records(), [ledger.progress_gone(name)], done)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import orjson
 
@@ -61,8 +61,8 @@ class SnapshotRequest:
 
     def signed(self, key: bytes, at: int) -> SnapshotRequest:
         """This request signed with ``key`` at ``at`` (milliseconds since the epoch)."""
-        request = SnapshotRequest(self.tables, self.cancel, self.where, at)
-        return SnapshotRequest(self.tables, self.cancel, self.where, at, request._digest(key))
+        unsigned = replace(self, at=at, signature="")
+        return replace(unsigned, signature=unsigned._digest(key))
 
     def signed_by(self, key: bytes | None, commit_ts_ms: int) -> bool:
         """Whether ``key`` signed this request, and ``at`` is within :data:`FRESH_MS` of ``commit_ts_ms``."""
@@ -89,4 +89,4 @@ class SnapshotRequest:
             return None
         if not tables and not cancel:
             return None
-        return cls(tables, cancel, str(where) if where is not None else None, at, signature)
+        return cls(tables, cancel, where, at, signature)

@@ -188,7 +188,7 @@ class SnapshotLedger:
             data.get("where"),
         )  # fmt: skip
 
-    def progress_record(self, shape: TableShape, progress: ReadProgress, ts_ms: int) -> ProducerRecord:
+    def progress_record(self, shape: TableShape, progress: ReadProgress, ts_ms: int | None = None) -> ProducerRecord:
         """The record of a read's ``progress`` (append it with the chunk it counts)."""
         value: dict[str, object] = {
             "relid": progress.relid,
@@ -201,12 +201,16 @@ class SnapshotLedger:
         }
         if progress.condition is not None:
             value["where"] = progress.condition
-        return ProducerRecord(self.topic, _progress_key(shape.log_name), orjson.dumps(value), ts_ms)
+        return self._record(_progress_key(shape.log_name), orjson.dumps(value), ts_ms)
 
-    def progress_done(self, shape: TableShape, ts_ms: int) -> ProducerRecord:
+    def progress_done(self, shape: TableShape, ts_ms: int | None = None) -> ProducerRecord:
         """The tombstone of a read's progress (append it with the read's last chunk)."""
         self.reads.pop(shape.log_name, None)
-        return ProducerRecord(self.topic, _progress_key(shape.log_name), None, ts_ms)
+        return self._record(_progress_key(shape.log_name), None, ts_ms)
+
+    def _record(self, key: bytes, value: bytes | None, ts_ms: int | None) -> ProducerRecord:
+        """A record of the ledger's topic, stamped ``ts_ms`` (the records of one group share one), else now."""
+        return ProducerRecord(self.topic, key, value, time.time_ns() // 1_000_000 if ts_ms is None else ts_ms)
 
     def covers(
         self,
@@ -234,45 +238,44 @@ class SnapshotLedger:
             return False
         return membership is None or entry.membership is None or entry.membership == membership
 
-    def progress_gone(self, name: str, ts_ms: int) -> ProducerRecord:
+    def progress_gone(self, name: str, ts_ms: int | None = None) -> ProducerRecord:
         """The tombstone of the progress of a read of ``name`` that is over without its last chunk: its
         table left the capture, or its holding file is gone (a read that starts over writes new ones)."""
         self.reads.pop(name, None)
-        return ProducerRecord(self.topic, _progress_key(name), None, ts_ms)
+        return self._record(_progress_key(name), None, ts_ms)
 
-    def cancel_record(self, name: str, ts_ms: int) -> list[ProducerRecord]:
+    def cancel_record(self, name: str, ts_ms: int | None = None) -> list[ProducerRecord]:
         """The records of a cancelled read of the table ``name`` (append them in a group of their own): its
         progress tombstone and a ``["cancelled", name]`` record. The table's log holds what the read wrote
         after its truncate markers, not the rest: capture writes none of its changes from then on (a
         partial row of a key the log lacks would break promise 4) and takes no snapshot of it, until
         ``cdc snapshot`` asks for it again (:meth:`read_requested`)."""
         self.cancelled.add(name)
-        self.reads.pop(name, None)
         asked = self.asked_done(name, None, ts_ms)
-        return [self.progress_gone(name, ts_ms), ProducerRecord(self.topic, _cancelled_key(name), b"{}", ts_ms), *asked]
+        return [self.progress_gone(name, ts_ms), self._record(_cancelled_key(name), b"{}", ts_ms), *asked]
 
-    def asked_record(self, name: str, where: str | None, ts_ms: int) -> ProducerRecord:
+    def asked_record(self, name: str, where: str | None, ts_ms: int | None = None) -> ProducerRecord:
         """The record of a read ``cdc snapshot`` asked for (``where``: a partial read's condition), written
         in the group of the transaction that carried the request: a capture that stops before the read
         ends finds it when it starts again, and reads the table again (:meth:`read_again`) or in part."""
         self.asked[(name, where)] = None
-        return ProducerRecord(self.topic, _asked_key(name, where), orjson.dumps({"where": where}), ts_ms)
+        return self._record(_asked_key(name, where), orjson.dumps({"where": where}), ts_ms)
 
-    def asked_done(self, name: str, condition: str | None, ts_ms: int) -> list[ProducerRecord]:
+    def asked_done(self, name: str, condition: str | None, ts_ms: int | None = None) -> list[ProducerRecord]:
         """The tombstones of the requests for reads of ``name`` that a read ending now serves: a whole read
         (``condition`` ``None``) serves them all, a partial read those with its own condition."""
         done = [asked for asked in self.asked if asked[0] == name and (condition is None or asked[1] == condition)]
         for asked in done:
             del self.asked[asked]
-        return [ProducerRecord(self.topic, _asked_key(*asked), None, ts_ms) for asked in done]
+        return [self._record(_asked_key(*asked), None, ts_ms) for asked in done]
 
-    def read_requested(self, name: str, ts_ms: int) -> list[ProducerRecord]:
+    def read_requested(self, name: str, ts_ms: int | None = None) -> list[ProducerRecord]:
         """``cdc snapshot`` asks for a cancelled table again: the tombstone of its cancellation (none when
         it was not cancelled)."""
         if name not in self.cancelled:
             return []
         self.cancelled.discard(name)
-        return [ProducerRecord(self.topic, _cancelled_key(name), None, ts_ms)]
+        return [self._record(_cancelled_key(name), None, ts_ms)]
 
     def read_again(self, name: str) -> bool:
         """The table is to be read again (``cdc snapshot``): the ledger covers it no more (no OID matches
@@ -310,7 +313,7 @@ class SnapshotLedger:
         if table is not None:
             value["membership"] = table.membership
             value["columns"] = table.columns
-        return ProducerRecord(self.topic, orjson.dumps(shape.log_name), orjson.dumps(value), ts_ms)
+        return self._record(orjson.dumps(shape.log_name), orjson.dumps(value), ts_ms)
 
     def add(self, shapes: Iterable[TableShape], lsn: int, tables: dict[int, PublishedTable] | None = None) -> None:
         """Note snapshots whose group is durable (a recreated table replaces its old entry); ``tables``:
