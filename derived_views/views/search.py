@@ -7,16 +7,20 @@ Paths below ``CDC_DATA_DIR``, for the view ``search.<index>``:
 - ``search/<index>/documents``: one row per root row that passes the filter: the root's kept columns,
   each join's columns under their names, ``_cdc_key`` (the root's key as canonical JSON) and
   ``_cdc_lsn`` (the newest source event the document was computed from).
-- ``search/<index>/terms``: one row per (document, term): ``doc`` (the document's ``_cdc_key``),
-  ``term``, ``tf`` (occurrences) and ``doc_len`` (tokens in the document). Tokens come from the
-  index's ``text`` columns (:func:`derived_views.views.bm25.tokenize`; an array contributes its elements).
+- ``search/<index>/terms``: one row per document: ``doc`` (the document's ``_cdc_key``), ``terms``
+  (``array<struct<term, tf>>``, sorted by term: each distinct term and its occurrences) and ``doc_len``
+  (tokens in the document). Tokens come from the index's ``text`` columns
+  (:func:`derived_views.views.bm25.tokenize`; an array contributes its elements). One row per document,
+  not per (document, term), because Delta's MERGE rewrites every file holding a matched row: a step
+  changing a few documents copies ~20x fewer rows (:mod:`bench.views_terms_layout`). A table of the
+  earlier per-term layout records another stamp (:data:`TERMS_LAYOUT`) and is rewritten whole once.
 - ``search/<index>/_dead_letter``: poison events.
 
 A sync step finds the affected documents once (:func:`derived_views.views.composite_sync.affected_roots`:
 a renamed category re-indexes its products and nothing else), re-computes them from the state copies and
 MERGEs them on ``_cdc_key``; beside it, in a Spark session of its own, the terms of the same documents are
 computed from the same rows of the state copies (not read back from ``documents``) and MERGEd on
-``(doc, term)``, a term the document no longer has being deleted by the same commit. Each table tracks
+``doc`` (a document gone or filtered out loses its row in the same commit). Each table tracks
 its own progress (with the definition's fingerprint) in its own commits, so each is exact as of the
 watermark of its newest commit, whatever the other's: a document is a pure function of the state copies
 as of the watermark, and so are its terms. After a crash between the two commits, the table behind
@@ -54,7 +58,6 @@ from derived_views.views.composite_sync import (
     merge_with_progress,
     overwrite,
     path,
-    reshaped,
     roots_frame,
     source_schemas,
     sync_states,
@@ -69,7 +72,15 @@ if TYPE_CHECKING:
 NAME = "search"
 #: The index's tables below its directory, and what each holds.
 TABLES = {"documents": "a document per root row", "terms": "term frequencies per document"}
-TERMS_DDL = "doc string, term string, tf int, doc_len int"
+TERMS_DDL = "doc string, terms array<struct<term:string,tf:int>>, doc_len int"
+#: The terms table's layout, recorded after the definition's stamp in its commits: a table written with
+#: another layout (the earlier one row per (document, term) recorded none) is rewritten whole once.
+TERMS_LAYOUT = "terms-per-doc"
+
+
+def _stamp(plan: Composite, name: str) -> str:
+    """What the commits of the index's table ``name`` record as their definition."""
+    return f"{plan.stamp}/{TERMS_LAYOUT}" if name == "terms" else plan.stamp
 
 
 def documents(ctx: ViewContext, plan: Composite, roots: DataFrame | None) -> DataFrame:
@@ -93,37 +104,29 @@ def _term_rows(plan: Composite, docs: DataFrame) -> DataFrame:
     words = F.filter(F.split(F.lower(text), SPARK_SPLIT), lambda t: t != "")
     tokens = docs.select(F.col(KEY).alias("doc"), words.alias("tokens"))
     exploded = tokens.select("doc", F.size("tokens").alias("doc_len"), F.explode("tokens").alias("term"))
-    return exploded.groupBy("doc", "term").agg(
+    counted = exploded.groupBy("doc", "term").agg(
         F.count(F.lit(1)).cast("int").alias("tf"), F.first("doc_len").cast("int").alias("doc_len")
+    )
+    return counted.groupBy("doc").agg(
+        F.sort_array(F.collect_list(F.struct("term", "tf"))).alias("terms"), F.first("doc_len").alias("doc_len")
     )
 
 
 def _merge_terms(ctx: ViewContext, table: str, roots: DataFrame, terms: DataFrame, progress: Progress) -> None:
-    """Replace the terms of the documents in ``roots`` by ``terms`` in one commit: a term a document no
-    longer has is deleted by the same MERGE (its row in the source carries ``_cdc_drop``)."""
+    """Replace the terms of the documents in ``roots`` by ``terms`` in one commit: a root without terms
+    (gone, filtered out or without a token) loses its row."""
     from pyspark.sql import functions as F
 
     ctx.types.ensure(ctx.spark, table, TERMS_DDL)
     if roots.isEmpty():
         mark_as_of(ctx, table, progress)
         return
-    docs = roots.select(F.col(KEY).alias("doc"))
-    old = ctx.spark.read.format("delta").load(table).join(docs, "doc", "left_semi").select("doc", "term")
-    stale = old.join(terms.select("doc", "term"), ["doc", "term"], "left_anti").select(
-        "doc",
-        "term",
-        F.lit(None).cast("int").alias("tf"),
-        F.lit(None).cast("int").alias("doc_len"),
-        F.lit(True).alias("_cdc_drop"),
-    )
-    source = terms.select("doc", "term", "tf", "doc_len", F.lit(False).alias("_cdc_drop")).unionByName(stale)
+    source = roots.select(F.col(KEY).alias("doc")).distinct().join(terms, "doc", "left")
     builder = (
-        merge_into(ctx.spark, table, source, "t.doc = s.doc AND t.term = s.term")
-        .when_matched_delete(condition="s._cdc_drop")
-        .when_matched_update({"tf": "s.tf", "doc_len": "s.doc_len"})
-        .when_not_matched_insert(
-            {"doc": "s.doc", "term": "s.term", "tf": "s.tf", "doc_len": "s.doc_len"}, condition="NOT s._cdc_drop"
-        )
+        merge_into(ctx.spark, table, source, "t.doc = s.doc")
+        .when_matched_delete(condition="s.terms IS NULL")
+        .when_matched_update({"terms": "s.terms", "doc_len": "s.doc_len"})
+        .when_not_matched_insert({"doc": "s.doc", "terms": "s.terms", "doc_len": "s.doc_len"}, condition="s.terms IS NOT NULL")
     )
     merge_with_progress(ctx, table, builder.execute, progress)
 
@@ -150,12 +153,14 @@ class _Step:
         keys = self.keys[key]
         return None if keys is None else roots_frame(ctx, keys)
 
-    def pending(self, ctx: ViewContext, table: str, replace: bool) -> tuple[Progress | None, Progress] | None:
-        """``(progress, new progress)`` of the table at ``table``; ``None`` when it is current."""
+    def pending(self, ctx: ViewContext, name: str, replace: bool) -> tuple[Progress | None, Progress] | None:
+        """``(progress, new progress)`` of the index's table ``name``; ``None`` when it is current (and of
+        the current stamp: a table of an earlier layout is rewritten even without new events)."""
+        table, stamp = path(ctx, self.plan, name), _stamp(self.plan, name)
         progress, replace = starting_point(ctx, table, replace)
-        if progress is not None and is_current(progress, self.as_of, self.topics, ctx, table):
+        if progress is not None and progress.definition == stamp and is_current(progress, self.as_of, self.topics, ctx, table):
             return None
-        return progress, with_fields(self.as_of.progress(self.topics, progress), definition=self.plan.stamp)
+        return progress, with_fields(self.as_of.progress(self.topics, progress), definition=stamp)
 
 
 #: How a step writes one output table: ``(context, plan, table path, affected roots or None for all, new progress)``.
@@ -171,7 +176,8 @@ def _apply_output(
     table = path(ctx, step.plan, name)
     progress, new_progress = pending
     with sized_for(ctx.spark, pending_events(step.as_of.watermark, step.topics, progress), tables_read(ctx, step.plan, TABLES)):
-        roots = None if progress is None or reshaped(step.plan, progress) else step.affected(ctx, progress, table)
+        whole = progress is None or progress.definition != _stamp(step.plan, name)
+        roots = None if whole or progress is None else step.affected(ctx, progress, table)
         write(ctx, step.plan, table, roots, new_progress)
     ctx.set_progress(table, new_progress)
     return TableResult(table, 0 if roots is None else roots.count(), 0)
@@ -209,7 +215,7 @@ def sync(ctx: ViewContext, as_of: LogAsOf, plan: Composite, *, replace: bool = F
     step = _Step(as_of, plan, schemas, sorted({schema.topic for schema in schemas.values()}))
     results = sync_states(ctx, as_of, plan, schemas, replace=replace)
     lanes = {"documents": ctx.beside(), "terms": ctx}
-    pending = {name: step.pending(lanes[name], path(ctx, plan, name), replace) for name in _OUTPUTS}
+    pending = {name: step.pending(lanes[name], name, replace) for name in _OUTPUTS}
     work = {name: todo for name, todo in pending.items() if todo is not None}
     if len(work) < 2:
         results.extend(_apply_output(step, lanes[name], name, todo, _OUTPUTS[name]) for name, todo in work.items())
@@ -245,12 +251,14 @@ def query(views_dir: str, index: str, text: str, limit: int = 10, stored: Sequen
     words = sorted(set(tokenize(text)))
     if not words:
         return []
-    stats = read_query(
-        terms_path, "SELECT count(*) AS n, avg(doc_len) AS avg_len FROM (SELECT doc, max(doc_len) AS doc_len FROM t GROUP BY doc)"
-    ).to_pylist()[0]
+    stats = read_query(terms_path, "SELECT count(*) AS n, avg(doc_len) AS avg_len FROM t").to_pylist()[0]
     n_docs, avg_len = int(stats["n"] or 0), float(stats["avg_len"] or 0.0)
+    postings = "SELECT doc, doc_len, unnest(terms) AS e FROM t"
     found = read_query(
-        terms_path, "SELECT doc, term, tf, doc_len FROM t WHERE term IN (" + ", ".join(sql_text(word) for word in words) + ")"
+        terms_path,
+        f"SELECT doc, e['term'] AS term, e['tf'] AS tf, doc_len FROM ({postings}) WHERE e['term'] IN ("
+        + ", ".join(sql_text(word) for word in words)
+        + ")",
     ).to_pylist()
     best = rank([Posting(r["doc"], r["term"], r["tf"], r["doc_len"]) for r in found], n_docs, avg_len, limit)
     if not best:

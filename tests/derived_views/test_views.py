@@ -109,6 +109,49 @@ def test_terms_a_step_left_behind_its_documents_catch_up_exactly(
     assert _table(ctx, terms) == incremental
 
 
+def test_terms_of_the_per_term_layout_are_rewritten_per_document_and_stay_exact(ctx: ViewContext, log: LogBuilder) -> None:
+    """A terms table written one row per (document, term), as earlier versions did (its commits record
+    the plan's stamp without the layout), is rewritten whole in the per-document layout by the next step,
+    even one without new events; later steps (a document losing and gaining terms, one deleted)
+    keep it equal to a rebuild."""
+    from dataclasses import replace as with_fields
+
+    from pyspark.sql import functions as F
+
+    from derived_views.engine.progress import read_progress
+    from derived_views.views import runner, search
+    from derived_views.views.composite_sync import overwrite
+
+    _seed(log)
+    runner.step(ctx, ["search"])
+    terms = ctx.path("search", "products", "terms")
+    current = read_progress(ctx.spark, terms)
+    assert current is not None
+    per_term = ctx.spark.read.format("delta").load(terms).select("doc", F.explode("terms").alias("e"), "doc_len")
+    old = per_term.select("doc", "e.term", "e.tf", "doc_len")
+    old_stamp = current.definition.rsplit("/", 1)[0]
+    overwrite(ctx, old.localCheckpoint(), terms, with_fields(current, definition=old_stamp))
+    ctx.forget()
+    assert "term" in ctx.spark.read.format("delta").load(terms).columns
+    runner.step(ctx, ["search"])
+    ctx.forget()
+    rewritten = read_progress(ctx.spark, terms)
+    assert rewritten is not None and rewritten.definition == current.definition
+    assert ctx.spark.read.format("delta").load(terms).columns == ["doc", "terms", "doc_len"]
+    assert sorted(h.key["id"] for h in search.query(ctx.views_dir, "products", "lamp")) == [1, 2]
+    with log.transaction() as tx:
+        tx.update("public.products", product(1, "Brass reading lamp", category=1, description="dim light"))
+        tx.delete("public.products", {"id": 3})
+    runner.step(ctx, ["search"])
+    ctx.forget()
+    assert [h.key["id"] for h in search.query(ctx.views_dir, "products", "reading")] == [1]
+    assert search.query(ctx.views_dir, "products", "warm") == []
+    assert search.query(ctx.views_dir, "products", "hose") == []
+    incremental = _table(ctx, terms)
+    runner.step(ctx, ["search"], replace=True)
+    assert _table(ctx, terms) == incremental
+
+
 def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewContext, log: LogBuilder) -> None:
     """Re-indexing a renamed category's products must not bring back products truncated before it."""
     from derived_views.views import runner, search
