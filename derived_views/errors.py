@@ -60,6 +60,14 @@ class MissingTableError(ViewError):
         self.path = path
 
 
+class EarlierLayoutError(ViewError):
+    """A view table a command reads was written in the layout of an earlier version; the next sync rewrites it."""
+
+    def __init__(self, path: str, view: str) -> None:
+        super().__init__(f"{path} has the layout an earlier version wrote: run `cdc sync {view} --once` to rewrite it")
+        self.path = path
+
+
 class LogUnavailableError(ViewError):
     """The log holds nothing a view can read (no watermark yet, or a missing topic)."""
 

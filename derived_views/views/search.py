@@ -43,7 +43,7 @@ from derived_views.engine.delta_reads import read_query, sql_text
 from derived_views.engine.delta_sql import merge_into
 from derived_views.engine.evaluation import sized_for
 from derived_views.engine.progress import Progress
-from derived_views.errors import MissingTableError
+from derived_views.errors import EarlierLayoutError, MissingTableError
 from derived_views.events.column_names import quote, source_columns
 from derived_views.events.metadata_columns import KEY, LSN
 from derived_views.events.schema import TableSchema
@@ -248,6 +248,8 @@ def query(views_dir: str, index: str, text: str, limit: int = 10, stored: Sequen
     terms_path = f"{base}/terms"
     if not DeltaTable.is_deltatable(terms_path):
         raise MissingTableError(terms_path, f"{NAME}.{index}")
+    if "terms" not in {f.name for f in DeltaTable(terms_path).schema().fields}:  # one row per (document, term)
+        raise EarlierLayoutError(terms_path, f"{NAME}.{index}")
     words = sorted(set(tokenize(text)))
     if not words:
         return []

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from derived_views.errors import EarlierLayoutError
 from event_format import SNAPSHOT_POSITION
 from tests.derived_views.conftest import EXAMPLE_VIEWS
 from tests.derived_views.log_builder import LogBuilder, product
@@ -133,6 +134,8 @@ def test_terms_of_the_per_term_layout_are_rewritten_per_document_and_stay_exact(
     overwrite(ctx, old.localCheckpoint(), terms, with_fields(current, definition=old_stamp))
     ctx.forget()
     assert "term" in ctx.spark.read.format("delta").load(terms).columns
+    with pytest.raises(EarlierLayoutError, match=r"run `cdc sync search.products --once`"):
+        search.query(ctx.views_dir, "products", "lamp")
     runner.step(ctx, ["search"])
     ctx.forget()
     rewritten = read_progress(ctx.spark, terms)
