@@ -39,7 +39,6 @@ Guarantees and restart rules:
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
@@ -60,7 +59,7 @@ from cdc.capture.group_writer import GroupWriter
 from cdc.capture.held_changes import HeldChanges
 from cdc.capture.initial_snapshot import take_initial_snapshot
 from cdc.capture.lsn import Lsn
-from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress_plan, resumed_keep
+from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress_plan, run_keep
 from cdc.capture.partial_reads import PartialRequests, flush_records, going_on
 from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.read_conditions import checked_condition
@@ -113,6 +112,8 @@ class Tuning(StreamTuning):
     lock_check_seconds: float = 0.05
     #: how long a read waits for its table's lock, at its start and in each chunk's query
     read_lock_timeout_ms: int = 200
+    #: how long a read by key reads from one snapshot before it goes on from a new one (xmin held at most that)
+    read_snapshot_seconds: float = 2.0
 
 
 @dataclass
@@ -140,6 +141,8 @@ class CaptureStats:
     reads_yielded: int = 0
     #: reads stopped on request (``cdc snapshot --cancel``)
     reads_cancelled: int = 0
+    #: times a read by key went on from a new snapshot because its own had been held long enough
+    snapshots_renewed: int = 0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -181,7 +184,6 @@ class Capture:
         self.groups: GroupWriter | None = None
         self._shape_changed = False  # a table's columns changed in the stream since the last discovery
         self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
-        self._slots_made = 0  # temporary slots, for unique names
         self._read_back_warned: set[str] = set()  # tables warned of once: their partial updates are read back
         self._failover = False  # the slot a snapshot makes is a failover slot (cdc.failover)
         self.reads: list[OnlineRead] = []  # tables read beside the stream, in the order they began
@@ -500,7 +502,6 @@ class Capture:
 
     def _discover(self) -> None:
         """Take a snapshot of the tables that need one (:mod:`cdc.capture.discovery`), read when the stream reaches it."""
-        self._slots_made += 1
         resuming = set(self.resumes) - self._resume_snapshotted
         busy = {read.shape.log_name for read in self.reads} | {t.log_name for p in self.core.waiting for t in p.tables}
         in_part = {read.shape.log_name for read in self.reads if read.condition is not None} | {
@@ -508,12 +509,15 @@ class Capture:
         }
         pending = snapshot_new_tables(
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
-            slot=f"{self.settings.slot[:40]}_add_{os.getpid()}_{self._slots_made}", resuming=resuming,
+            boundary=Lsn(max(self.core.server_end, self.position + 1)), resuming=resuming,
             partial=self.partial.due(busy), read_in_part=in_part,
         )  # fmt: skip
         if pending is not None:
+            for table in pending.tables:  # the runs that resume reads: their held records are all older
+                if (resume := self.resumes.get(table.relid)) is not None:
+                    resume[1].run_started(len(resume[0].earlier) + 1, pending.xids, taken_now=True, wal_end=pending.wal_end)
             self.partial.taken(pending)
-            self.stats.tables_added += len(pending.tables) - len(pending.partial)
+            self.stats.tables_added += sum(t.relid not in pending.partial and t.relid not in resuming for t in pending.tables)
             self._resume_snapshotted |= {t.relid for t in pending.tables}
             self.core.waiting.append(pending)
         if resuming - self._resume_snapshotted:
@@ -693,7 +697,8 @@ class Capture:
             if not path.exists():
                 gone.append(self.ledger.progress_gone(name))
                 continue
-            held = HeldChanges.reopen(path, self.position)
+            held = HeldChanges.reopen(path, self.position, next_run=len(progress.earlier) + 1)
+            held.remember(progress.snapshots)
             kept.add(path)
             self.resumes[progress.relid] = (progress, held)
             self.gate.holds[progress.relid] = progress.boundary
@@ -749,14 +754,19 @@ class Capture:
                 continue
             self.partial.drop(table.log_name)  # a whole read holds every row a partial one would
             resume = self.resumes.pop(table.relid, None)
-            if resume is not None:
-                progress, held = resume
-                plan = progress_plan(progress, keys, shape, pending.boundary)
-                keep = resumed_keep(shape, keys or (), plan.earlier if plan is not None else (), pending.boundary)
-            else:
+            plan = progress_plan(resume[0] if resume else None, keys, shape, pending.boundary)
+            if resume is not None and plan is not None and plan.after is not None:
+                held = resume[1]
+            else:  # from the first key: the new snapshot sees every change held so far
+                if resume is not None:
+                    resume[1].discard()
+                    self.groups.held.pop(resume[0].topic, None)
+                    resume = None
                 held = HeldChanges(held_path(held_dir, self.settings.slot, table.relid))
-                plan, keep = progress_plan(None, keys, shape, pending.boundary), None
+            keep = run_keep(shape, keys, tuple(last for _, last in plan.earlier) if plan is not None else ())
             read = OnlineRead.start(pending, table, self.writer, held, plan, keep, resume[0] if resume else None)
+            read.parts.may_finish = partial(self._stream_reached, pending.wal_end)
+            read.parts.recent_snapshots = partial(self._recent_snapshots, held)
             self.reads.append(read)
             self.groups.held[read.topic] = held
             log.info(
@@ -766,6 +776,20 @@ class Capture:
         if pending.users == 0:
             pending.close()
         self.core.reading = bool(self.reads)
+
+    def _recent_snapshots(self, held: HeldChanges) -> tuple[tuple[int, str, int], ...]:
+        """The runs of a read whose snapshot may see a transaction the log does not hold yet."""
+        return held.recent(self.position)
+
+    def _stream_reached(self, end: Lsn) -> bool:
+        """Whether the stream received, and wrote or held, every transaction committing before ``end`` (the
+        WAL's end when a read's snapshot was taken: the transactions it sees). Until then a read's last rows wait, so that
+        each of those transactions is judged against the read's snapshots (held, or dropped as already in
+        the rows) rather than written after them again; the server is asked where its WAL ends meanwhile."""
+        if self.core.server_end >= end:
+            return not self.core.pending  # received, and each of them past the group writer
+        self.core.want_end = max(self.core.want_end, end)
+        return False
 
     def _start_partial(
         self,
@@ -833,7 +857,25 @@ class Capture:
             self._suspend(read, "another session waits for a lock it holds")
         return bool(blocking)
 
-    def _suspend(self, read: OnlineRead, why: str) -> None:
+    def _renew_snapshots(self) -> bool:
+        """Suspend every read by key whose snapshot is ``read_snapshot_seconds`` old and that wrote a chunk
+        from it (:meth:`_suspend`): it goes on past its last durable key from a new snapshot, taken at once
+        (no slot, nothing waited for: :func:`~cdc.capture.table_snapshots.take_snapshot`). So no snapshot
+        of a read holds the server's xmin horizon (what VACUUM may remove) for longer than that and a
+        chunk. A read by block ranges keeps its one snapshot to the end (it could not go on from another).
+        Whether any was suspended."""
+        now = time.monotonic()
+        old = [
+            read
+            for read in self.reads
+            if read.parts.progress is not None and now - read.pending.started >= self.tuning.read_snapshot_seconds
+        ]
+        for read in old:
+            self.stats.snapshots_renewed += 1
+            self._suspend(read, f"its snapshot is {now - read.pending.started:.1f} s old", renewal=True)
+        return bool(old)
+
+    def _suspend(self, read: OnlineRead, why: str, *, renewal: bool = False) -> None:
         """Stop ``read`` and release its snapshot: a read by key goes on from its last durable key with a
         new snapshot at a later point, as after a restart (:func:`~cdc.capture.online_read.resumed_keep`),
         its held changes kept; a read by block ranges, or one that wrote no rows yet, starts over. A partial
@@ -851,7 +893,10 @@ class Capture:
             self.ledger.reads[read.shape.log_name] = progress
             self._resume_snapshotted.discard(read.relid)
             self.core.reading = bool(self.reads)
-            log.info("the read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why)
+            log.log(
+                logging.DEBUG if renewal else logging.INFO,
+                "the read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why,
+            )  # fmt: skip
         self._resume_due = True
 
     def _stop_partial(self, read: OnlineRead, why: str, *, park: bool = False) -> None:
@@ -877,7 +922,7 @@ class Capture:
         fails on a row (``1 / n`` with ``n = 0``, a cast of a text that is no number) ends there, its held
         changes written and its request forgotten: asked again, it would fail again."""
         assert self.writer is not None
-        if self._give_way_to_locks() or not self.reads:
+        if self._give_way_to_locks() or self._renew_snapshots() or not self.reads:
             return
         running = self.reads[: self.settings.snapshot_concurrency]
         self._turn = (self._turn + 1) % len(running)

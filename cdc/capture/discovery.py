@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection, Mapping
 
 from cdc.capture.catalog import Catalog, PublishedTable, steady
 from cdc.capture.errors import PrivilegeError, SourceError
+from cdc.capture.lsn import Lsn
 from cdc.capture.table_snapshots import PartialRead, PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 
 log = logging.getLogger("cdc.capture")
@@ -80,13 +81,15 @@ def snapshot_new_tables(
     include: Callable[[str, str], bool],
     ledger: SnapshotLedger,
     gate: TableGate,
-    slot: str,
+    boundary: Lsn,
     resuming: Collection[int] = (),
     partial: Mapping[str, PartialRead] | None = None,
     read_in_part: Collection[str] = (),
 ) -> PendingSnapshot | None:
-    """A snapshot of the tables that need one (:func:`tables_to_snapshot`), taken at the consistent point
-    of a temporary slot named ``slot``; their events wait in ``gate`` until it is written. ``resuming``:
+    """A snapshot of the tables that need one (:func:`tables_to_snapshot`), seeing every transaction
+    before ``boundary`` (the stream's reach, see :func:`~cdc.capture.table_snapshots.take_snapshot`);
+    their events wait in ``gate`` until it is written. ``None`` when no table needs one, or when no
+    snapshot could be had at once (``gate.wanted`` then names the tables, for the next pass). ``resuming``:
     tables whose read an earlier run began, which the gate holds from that read's boundary on;
     ``partial``: by log name, tables to read in part (their changes pass the gate all along)."""
     partial = partial or {}
@@ -94,14 +97,17 @@ def snapshot_new_tables(
     if not tables:
         return None
     require_readable(catalog, tables, publication)
-    pending = take_snapshot(url, slot, tables)
+    pending = take_snapshot(url, tables, boundary)
+    if pending is None:
+        gate.wanted.update({t.relid: t.qualified for t in tables})
+        return None
     for table in tables:
         if table.log_name in partial and ledger.covers(table.log_name, table.relid):
             pending.partial[table.relid] = partial[table.log_name]
         elif table.relid not in resuming:
             gate.holds[table.relid] = pending.boundary
     log.info(
-        "snapshot of %s at %s, written when the stream reaches it",
+        "snapshot of %s at %s, read beside the stream",
         ", ".join(t.qualified for t in tables),
         pending.boundary,
     )

@@ -78,8 +78,9 @@ class GroupWriter:
         values = KeyChangeValues(wanted, LogRows(self.log), folded) if wanted or abandoned else None
         watched = values.watch if values else _passed
         # watched before they are diverted: a held record changes the row a later one of the group folds onto
+        held = self.held
         changes: Iterator[ProducerRecord] = itertools.chain.from_iterable(
-            _diverted(watched(replayer.records(tx)), self.held, tx.commit_lsn) if self.held else watched(replayer.records(tx))
+            _diverted(watched(replayer.records(tx)), held, tx.commit_lsn, tx.xid) if held else watched(replayer.records(tx))
             for tx in group
         )
         if self.held:
@@ -115,15 +116,15 @@ def _passed(records: Iterator[ProducerRecord]) -> Iterator[ProducerRecord]:
     return records
 
 
-def _diverted(records: Iterator[ProducerRecord], held: dict[str, HeldChanges], lsn: int) -> Iterator[ProducerRecord]:
-    """Pass the records of the transaction committed at ``lsn`` through, except those of a topic in
+def _diverted(records: Iterator[ProducerRecord], held: dict[str, HeldChanges], lsn: int, xid: int) -> Iterator[ProducerRecord]:
+    """Pass the records of the transaction ``xid`` committed at ``lsn`` through, except those of a topic in
     ``held``, which go to its holding file."""
     for record in records:
         target = held.get(record[0])
         if target is None:
             yield record
         else:
-            target.add(lsn, (record,))
+            target.add(lsn, (record,), xid)
 
 
 def _discarding(topics: set[str], values: KeyChangeValues) -> PreviousValues:

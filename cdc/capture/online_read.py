@@ -103,30 +103,27 @@ def _typed(type_name: str, value: object) -> object:
     return UUID(str(value)) if type_name == "uuid" else int(str(value))
 
 
-def resumed_keep(
-    shape: TableShape, keys: tuple[str, ...], earlier: tuple[tuple[int, tuple[str, ...] | None], ...], boundary: int
-) -> Keep:
-    """Which held changes of a resumed read go to the log: the read's runs began at boundaries B1 < B2 <
-    ... (``earlier``, each with the last key it wrote, K1, K2, ...) and this run at ``boundary``. A change
-    at or after ``boundary`` goes to the log. One committed in [Bi, Bi+1) only when its key is at most Ki:
-    those rows were read at or before Bi, without it; every later run's snapshot (taken after it) holds
-    its effect on the keys read there. A key change crossing Ki is a delete of one key and a create of the
-    other: each is judged by its own key."""
+def run_keep(shape: TableShape, keys: tuple[str, ...] | None, earlier: tuple[tuple[str, ...] | None, ...]) -> Keep:
+    """Which held records go to the log when the read ends. The read's earlier runs 0 .. n-1 wrote the
+    keys up to ``earlier`` (the last key each had written, in order; ``None``: none yet), this one, run n,
+    the rest. A record marked run r (the first run whose snapshot sees its transaction,
+    :meth:`~cdc.capture.held_changes.HeldChanges.run_of`) is already in the rows of runs r and later:
+    it goes to the log only when its key was read by a run before r, so after that key's row. A key
+    change is a delete of one key and a create of the other: each is judged by its own key. A read
+    without ``keys`` (by block ranges) has one run."""
+    bounds: list[tuple[object, ...] | None] = []
     types = {column.name: column.type_name for column in shape.columns}
+    if keys is not None:
+        for last in earlier:
+            bounds.append(None if last is None else tuple(_typed(types[k], t) for k, t in zip(keys, last, strict=True)))
 
-    def typed(key: tuple[str, ...] | None) -> tuple[object, ...] | None:
-        return tuple(_typed(types[k], text) for k, text in zip(keys, key, strict=True)) if key is not None else None
-
-    runs = [(start, typed(last)) for start, last in earlier]
-
-    def keep(lsn: int, key: bytes | None) -> bool:
-        if lsn >= boundary:
-            return True
-        bound = None
-        for start, last in runs:
-            if lsn >= start:
-                bound = last
-        if bound is None or key is None:
+    def keep(run: int, key: bytes | None) -> bool:
+        if run <= 0:
+            return False
+        if run > len(bounds):
+            return True  # unseen by every snapshot of the read until its end
+        bound = bounds[run - 1]
+        if bound is None or key is None or keys is None:
             return False
         values = orjson.loads(key)
         return tuple(_typed(types[k], values[k]) for k in keys) <= bound  # type: ignore[operator]
@@ -170,6 +167,7 @@ class OnlineRead:
     ) -> OnlineRead:
         """The read of ``table`` in ``pending``'s snapshot (nothing is written until :meth:`next_chunk`);
         ``progress``: the earlier run's, when ``plan`` resumes it; ``condition``: a partial read's."""
+        held.run_started(len(plan.earlier) if plan is not None else 0, pending.xids, wal_end=pending.wal_end)
         shape = writer.shape_of(table)
         parts = writer.start_online(
             [table], pending.reader, pending.as_of, lambda: held.records(keep), {table.relid: plan} if plan else None,

@@ -143,7 +143,7 @@ class OnlineParts:
     """A snapshot written a part at a time beside the stream (:meth:`SnapshotWriter.start_online`)."""
 
     heads: list[_Table]
-    parts: Iterator[tuple[Iterable[Item], bool]]
+    parts: Iterator[tuple[Iterable[Item] | None, bool]]
     written: SnapshotWritten
     as_of: Lsn
     done: bool = False
@@ -151,6 +151,11 @@ class OnlineParts:
     #: the part about to be appended
     progress: ReadProgress | None = None
     upcoming: ReadProgress | None = None
+    #: whether the final part may be written: a read's last rows wait until the stream received every
+    #: transaction its snapshot sees (:mod:`cdc.capture.online_read`)
+    may_finish: Callable[[], bool] = lambda: True
+    #: the runs whose snapshot may see transactions the log does not hold yet, for the progress records
+    recent_snapshots: Callable[[], tuple[tuple[int, str, int], ...]] = lambda: ()
 
     @property
     def rows(self) -> int:
@@ -251,6 +256,8 @@ class SnapshotWriter:
         written again with the next attempt."""
         with self.replayer.tentative_schemas():
             items, final = next(online.parts)
+            if items is None:  # the final part waits for the stream
+                return False
             self.log.append_group(items, position, chunk_records=_SNAPSHOT_ITEMS)
         online.written.groups += 1
         online.progress = online.upcoming
@@ -272,7 +279,7 @@ class SnapshotWriter:
         held: Callable[[], Iterable[Item]],
         plans: Mapping[int, KeysetPlan],
         conditions: Mapping[int, str],
-    ) -> Iterator[tuple[Iterable[Item], bool]]:
+    ) -> Iterator[tuple[Iterable[Item] | None, bool]]:
         ts_ms = time.time_ns() // 1_000_000
         for published in tables:
             plan = plans.get(published.relid)
@@ -309,7 +316,7 @@ class SnapshotWriter:
                     fingerprint = table.shape.fingerprint().hex()
                     state = ReadProgress(
                         table.shape.relid, table.shape.topic, plan.boundary, key, table.rows, fingerprint, plan.earlier,
-                        table.condition,
+                        table.condition, online.recent_snapshots(),
                     )  # fmt: skip
                     progress = [self.ledger.progress_record(table.shape, state, ts_ms)]
         online.upcoming = None
@@ -321,6 +328,8 @@ class SnapshotWriter:
         ledger: list[Item] = [
             self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in online.heads if t.condition is None
         ]
+        while not online.may_finish():
+            yield None, False
         yield itertools.chain(final, held(), done, ledger), True
 
     def _online_blocks(

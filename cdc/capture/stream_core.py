@@ -150,6 +150,8 @@ class StreamCore(Generic[Tx, Snap]):
         self.waiting: list[Snap] = []
         #: whether a table is being read beside the stream (its chunks are appended between passes)
         self.reading = False
+        #: a position the stream must reach before a read may end (the server is asked for its WAL end)
+        self.want_end = 0
         #: ``once``: the server position to drain to, and when to lower it to the flushed WAL
         self.target: int | None = None
         self.retarget_at = float("inf")
@@ -230,8 +232,8 @@ class StreamCore(Generic[Tx, Snap]):
         if drained or (stop and not self.pending):
             yield Finish(self.confirmed)
             return
-        if not got_frames and (self.target is not None or self.waiting) and not self.asked:
-            # ask where the server's WAL ends: a drain or a waiting snapshot needs to know
+        if not got_frames and (self.target is not None or self.waiting or self.server_end < self.want_end) and not self.asked:
+            # ask where the server's WAL ends: a drain, a waiting snapshot or a read's end needs to know
             yield SendStatus(self.confirmed, reply=True)
             self.asked = True
             self.last_status = now

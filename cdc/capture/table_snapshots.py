@@ -61,23 +61,27 @@ TABLES``), else capture stops with a :class:`~cdc.capture.errors.PrivilegeError`
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import orjson
+import psycopg
 
-from cdc.capture.catalog import PublishedTable, columns_filled_since
+from cdc.capture.catalog import SESSION_OPTIONS, PublishedTable, columns_filled_since
 from cdc.capture.errors import SourceError
 from cdc.capture.lsn import Lsn
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.tables import TableShape
-from cdc.capture.transport import ReplicationConnection
+from cdc.capture.visibility import SnapshotXids
 from log_store import ProducerRecord, TopicPartition
 
 if TYPE_CHECKING:
     from log_store.log import Log
+
+log = logging.getLogger("cdc.capture")
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +111,9 @@ class ReadProgress:
     fingerprint: str
     earlier: tuple[tuple[int, tuple[str, ...] | None], ...] = ()
     condition: str | None = None
+    #: the runs whose snapshot may see a transaction the log does not hold yet
+    #: (:meth:`~cdc.capture.held_changes.HeldChanges.recent`)
+    snapshots: tuple[tuple[int, str, int], ...] = ()
 
 
 def _progress_key(log_name: str) -> bytes:
@@ -186,6 +193,7 @@ class SnapshotLedger:
             int(data["rows"]), str(data["fingerprint"]),
             tuple((int(b), tuple(k) if k is not None else None) for b, k in data.get("earlier", ())),
             data.get("where"),
+            tuple((int(r), str(t), int(e)) for r, t, e in data.get("snapshots", ())),
         )  # fmt: skip
 
     def progress_record(self, shape: TableShape, progress: ReadProgress, ts_ms: int | None = None) -> ProducerRecord:
@@ -201,6 +209,8 @@ class SnapshotLedger:
         }
         if progress.condition is not None:
             value["where"] = progress.condition
+        if progress.snapshots:
+            value["snapshots"] = [list(entry) for entry in progress.snapshots]
         return self._record(_progress_key(shape.log_name), orjson.dumps(value), ts_ms)
 
     def progress_done(self, shape: TableShape, ts_ms: int | None = None) -> ProducerRecord:
@@ -370,6 +380,10 @@ class PendingSnapshot:
     boundary: Lsn
     tables: list[PublishedTable]
     reader: SnapshotReader
+    #: which transactions the snapshot sees (:mod:`cdc.capture.visibility`)
+    xids: SnapshotXids = SnapshotXids(0, 0)
+    #: the WAL's end when it was taken: every transaction it sees commits before it
+    wal_end: Lsn = Lsn(0)
     started: float = field(default_factory=time.monotonic)
     #: by OID, the tables of which only some rows are read (``cdc snapshot --where``), and what to read
     partial: dict[int, PartialRead] = field(default_factory=dict)
@@ -391,19 +405,43 @@ class PendingSnapshot:
         self.reader.close()
 
 
-def take_snapshot(url: str, slot: str, tables: list[PublishedTable]) -> PendingSnapshot:
-    """A snapshot for ``tables`` at the consistent point of a new temporary slot named ``slot``.
+#: one statement of the exporting transaction: the snapshot's name, its transaction IDs, and how many of
+#: the IDs it holds in progress have committed already (their commit record is written, PostgreSQL has
+#: not yet made them visible: the stream may have sent them)
+_EXPORT = (
+    "SELECT pg_export_snapshot(), pg_current_snapshot()::text, "
+    "(SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE pg_xact_status(x) = 'committed'), "
+    "pg_current_wal_insert_lsn()::text"
+)
 
-    The slot is gone when this returns (it is temporary and its connection is closed); the snapshot
-    lives on in the returned reader's transaction.
+
+def take_snapshot(url: str, tables: list[PublishedTable], boundary: Lsn) -> PendingSnapshot | None:
+    """A snapshot for ``tables`` that sees every transaction committing before ``boundary``, or ``None``
+    when it cannot be had at once (take it again on a later pass).
+
+    ``boundary``: the stream's reach (every transaction committing before it was received). A plain
+    REPEATABLE READ transaction exports the snapshot, which the reader's sessions import; nothing waits
+    for any other transaction (a replication slot made for the purpose would wait for every transaction
+    holding an ID). Each of those received transactions sees its commit record written, so it is visible
+    to the snapshot unless PostgreSQL has not made it visible yet (a moment, or a synchronous standby's
+    answer): a snapshot holding an ID that has committed is refused, and taken again. The transactions
+    at or after the boundary are judged by ID against the snapshot (:class:`SnapshotXids`): those it sees
+    are in its rows, the others come after them (:mod:`cdc.capture.online_read`).
     """
-    with ReplicationConnection(url) as repl:
-        try:
-            created = repl.create_slot(slot, export_snapshot=True, temporary=True)
-        except SourceError as exc:
-            raise type(exc)(
-                f"{exc}; snapshotting a table added to the publication needs one free replication slot and "
-                "WAL sender for a moment (raise max_replication_slots or max_wal_senders if they are used up)"
-            ) from None
-        reader = SnapshotReader(url, created.snapshot_name or "")
-    return PendingSnapshot(created.consistent_point, tables, reader)
+    try:
+        conn = psycopg.connect(url, options=SESSION_OPTIONS, client_encoding="UTF8", autocommit=False)
+    except psycopg.OperationalError as exc:
+        raise SourceError(f"cannot connect for a table's snapshot: {str(exc).strip().splitlines()[0]}") from None
+    with conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        row = conn.execute(_EXPORT).fetchone()
+        assert row is not None
+        name, xids, committed = str(row[0]), SnapshotXids.parse(str(row[1])), int(row[2])  # type: ignore[call-overload]
+        wal_end = Lsn.parse(str(row[3]))
+        if committed:
+            log.info("a transaction that committed is not visible yet to a new snapshot; it is taken again")
+            conn.rollback()
+            return None
+        reader = SnapshotReader(url, name)  # imported while the exporting transaction is open
+        conn.rollback()
+    return PendingSnapshot(boundary, tables, reader, xids, wal_end)

@@ -22,7 +22,8 @@ import psycopg
 import pytest
 
 from cdc.capture.catalog import Catalog
-from cdc.capture.table_snapshots import take_snapshot
+from cdc.capture.lsn import Lsn
+from cdc.capture.table_snapshots import PendingSnapshot, take_snapshot
 from cdc.capture.tables import TableShape
 from cdc.commands.snapshot_cmd import request_snapshot
 from cdc.coordinator import Capture
@@ -273,13 +274,14 @@ def test_a_read_killed_mid_way_resumes_past_its_last_durable_chunk(reference_db:
             markers.add(value["source"]["lsn"])
         elif "flag" in value["after"]:
             reads.setdefault(value["source"]["lsn"], set()).add(cast(bytes, record.key))
-    assert len(reads) == 3, f"one boundary per run: {sorted(reads)} (killed at {killed_at} rows)"
+    # each process reads from a new snapshot at least (and every few seconds from another)
+    assert len(reads) >= 3, f"one boundary per run at least: {sorted(reads)} (killed at {killed_at} rows)"
     keys = [key for boundary in sorted(reads) for key in reads[boundary]]
     assert len(keys) == len(set(keys)), "a key was read again: a run started over"
-    # each killed run wrote at least the rows its last progress record counted (the published watermark a
-    # reader sees may lag the durable one by the group a kill interrupted after its fsync)
-    first, second = (len(reads[boundary]) for boundary in sorted(reads)[:2])
-    assert first >= killed_at[0] > 0 and first + second >= killed_at[1] > first, (first, second, killed_at)
+    # the killed runs wrote at least the rows their last progress records counted (the published watermark
+    # a reader sees may lag the durable one by the group a kill interrupted after its fsync)
+    written = [sum(len(reads[b]) for b in sorted(reads)[: n + 1]) for n in range(len(reads))]
+    assert any(n >= killed_at[0] for n in written[:-1]) and 0 < killed_at[0] < killed_at[1] <= written[-1], (written, killed_at)
     assert markers == {min(reads)}, "a resumed read wrote truncate markers"
 
 
@@ -369,7 +371,7 @@ def test_cdc_snapshot_asks_the_running_capture_to_read_a_table_again(reference_d
         for record in read_topic(tmp_path, BIG)
         if record.value is not None and orjson.loads(record.value)["op"] == "r"
     }
-    assert len(boundaries) == 2, "the table was not read again"
+    assert len(boundaries) >= 2, "the table was not read again"
 
 
 def _half_read(capture: Capture, rows: int) -> bool:
@@ -510,8 +512,13 @@ def test_a_read_does_not_begin_in_a_snapshot_its_table_was_rewritten_or_reshaped
     shape = TableShape(relid, "public", "t", "cdc.public.t", ())
     now = partial(catalog.relation_state, relid)
 
+    def snapshot() -> PendingSnapshot:
+        pending = take_snapshot(reference_db, [], Lsn(0))
+        assert pending is not None
+        return pending
+
     def hold_after(*statements: str) -> str | None:
-        pending = take_snapshot(reference_db, "hold_test", [])
+        pending = snapshot()
         try:
             execute(reference_db, *statements)
             return pending.reader.hold(shape, now, 200)
@@ -523,7 +530,7 @@ def test_a_read_does_not_begin_in_a_snapshot_its_table_was_rewritten_or_reshaped
         assert hold_after("ALTER TABLE t ALTER COLUMN v TYPE bigint") == "its columns or storage changed since the snapshot"
         assert hold_after("TRUNCATE t") is not None
         assert hold_after("ALTER TABLE t ADD COLUMN w int DEFAULT 3") is not None
-        pending = take_snapshot(reference_db, "hold_test", [])
+        pending = snapshot()
         try:
             with psycopg.connect(reference_db) as locker:
                 locker.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cdc.capture.held_changes import HeldChanges
+from cdc.capture.visibility import SnapshotXids
 from log_store import ProducerRecord
 
 
@@ -16,14 +17,18 @@ def _records(n: int) -> list[ProducerRecord]:
     ]
 
 
-def test_records_come_back_in_order_and_a_filter_picks_by_lsn_and_key(tmp_path: Path) -> None:
+def test_records_come_back_in_order_marked_with_the_first_run_that_sees_them(tmp_path: Path) -> None:
     held = HeldChanges(tmp_path / "held" / "t.held")
+    held.run_started(0, SnapshotXids(100, 105, frozenset({102})))  # sees 99, 100, 101, 103, 104
+    held.run_started(1, SnapshotXids(102, 110))  # sees up to 109
     records = _records(6)
-    for lsn, record in enumerate(records, start=100):
-        held.add(lsn, [record])
+    for xid, record in zip((99, 102, 104, 105, 112, None), records, strict=True):
+        held.add(1000 + len(record.topic), [record], xid)
     held.sync()
     assert list(held.records()) == records
-    assert list(held.records(lambda lsn, key: lsn >= 103 or key == b'{"id":0}')) == [records[0], *records[3:]]
+    runs = [run for run in range(3) for _ in held.records(lambda r, key, run=run: r == run)]  # type: ignore[misc]
+    assert runs == [0, 0, 1, 1, 2, 2]  # 99 and 104 by run 0, 102 and 105 by run 1, the rest by the next
+    assert list(held.records(lambda run, key: run >= 1 or key == b'{"id":0}')) == [records[0], *records[1:2], *records[3:]]
     assert (tmp_path / "held" / "t.held").stat().st_mode & 0o777 == 0o600
     held.discard()
     assert not (tmp_path / "held" / "t.held").exists()
@@ -60,4 +65,14 @@ def _entry_bytes(tmp_path: Path, lsn: int, record: ProducerRecord) -> bytes:
     single.sync()
     data = single.path.read_bytes()
     single.discard()
-    return data
+    return data[len(b"CDCHELD2") :]  # past the file's magic
+
+
+def test_a_file_of_another_layout_is_emptied_when_reopened(tmp_path: Path) -> None:
+    path = tmp_path / "old.held"
+    path.write_bytes(b"\x00" * 40)
+    reopened = HeldChanges.reopen(path, 1 << 62)
+    assert list(reopened.records()) == [] and reopened.count == 0
+    reopened.add(5, _records(1))
+    assert list(reopened.records()) == _records(1)
+    reopened.discard()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cdc.capture import snapshot
-from cdc.capture.online_read import keyset_keys, progress_plan, resumed_keep
+from cdc.capture.online_read import keyset_keys, progress_plan, run_keep
 from cdc.capture.snapshot import KEYSET_TYPES, last_key
 from cdc.capture.table_snapshots import ReadProgress
 from cdc.capture.tables import TableShape
@@ -30,17 +30,21 @@ def test_a_chunk_read_by_key_ends_at_the_last_line_of_each_key_column() -> None:
     assert last_key([b"7", b"v", 1], [0]) == ("7",)
 
 
-def test_a_resumed_read_keeps_a_change_of_an_earlier_window_only_for_the_keys_read_before_it() -> None:
+def test_a_held_change_goes_to_the_log_only_for_the_keys_read_by_runs_whose_snapshot_missed_it() -> None:
     shape = _shape([("id", INT4), ("v", TEXT)], ["id"])
-    # runs began at 100 (wrote keys up to 50) and 200 (up to 80); this run begins at 300
-    keep = resumed_keep(shape, ("id",), ((100, ("50",)), (200, ("80",))), 300)
-    assert keep(150, b'{"id":50}') and not keep(150, b'{"id":51}')  # window of the first run
-    assert keep(250, b'{"id":80}') and not keep(250, b'{"id":81}')  # window of the second run
-    assert keep(300, b'{"id":99999}') and keep(301, b'{"id":1}')  # at or after this run's boundary
-    # a key change from 40 to 60 in the first window: the delete of 40 is kept, the create of 60 is not
-    assert keep(150, b'{"id":40}') and not keep(150, b'{"id":60}')
-    # no key written before this run: nothing of the earlier windows
-    assert not resumed_keep(shape, ("id",), ((100, None),), 300)(150, b'{"id":1}')
+    # run 0 wrote keys up to 50, run 1 up to 80; this run, 2, reads the rest
+    keep = run_keep(shape, ("id",), (("50",), ("80",)))
+    assert not keep(0, b'{"id":1}')  # run 0's snapshot saw it: every row holds it
+    assert keep(1, b'{"id":50}') and not keep(1, b'{"id":51}')  # first seen by run 1
+    assert keep(2, b'{"id":80}') and not keep(2, b'{"id":81}')  # first seen by this run
+    assert keep(3, b'{"id":99999}') and keep(3, b'{"id":1}')  # no snapshot of the read saw it
+    # a key change from 40 to 60 first seen by run 1: the delete of 40 is kept, the create of 60 is not
+    assert keep(1, b'{"id":40}') and not keep(1, b'{"id":60}')
+    # no key written before this run: nothing an earlier run missed
+    assert not run_keep(shape, ("id",), (None,))(1, b'{"id":1}')
+    # a read in one run (by block ranges, or the first run of a read by key)
+    single = run_keep(shape, None, ())
+    assert single(1, b'{"id":1}') and not single(0, b'{"id":1}')
 
 
 def test_a_resume_goes_on_past_the_key_of_the_same_shape_only() -> None:
