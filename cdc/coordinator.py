@@ -25,8 +25,9 @@ Guarantees and restart rules:
   snapshot: :mod:`cdc.capture.initial_snapshot` makes the slot anew and writes every captured table as of its
   consistent point minus one, in groups that never look complete until the last is in the log.
 * **Tables that join later.** A published table the ledger (``<prefix>.__snapshots``) does not name
-  gets no change event until its snapshot is in the log: :mod:`cdc.capture.table_snapshots` takes it at a
-  temporary slot's consistent point B and drops the table's changes committed before B; once every
+  gets no change event until its snapshot is in the log: :mod:`cdc.capture.table_snapshots` takes a plain
+  snapshot at the stream's reach B (no slot, nothing waited for) and drops the table's changes committed
+  before B; once every
   transaction before B is in the log, :mod:`cdc.capture.online_read` writes its rows in chunks beside the
   stream, holding the table's own later changes until the last chunk is in the log.
 * **Heartbeats.** When the captured tables are idle but the server's WAL moves, an empty group moves the
@@ -877,7 +878,7 @@ class Capture:
 
     def _suspend(self, read: OnlineRead, why: str, *, renewal: bool = False) -> None:
         """Stop ``read`` and release its snapshot: a read by key goes on from its last durable key with a
-        new snapshot at a later point, as after a restart (:func:`~cdc.capture.online_read.resumed_keep`),
+        new snapshot at a later point, as after a restart (:func:`~cdc.capture.online_read.run_keep`),
         its held changes kept; a read by block ranges, or one that wrote no rows yet, starts over. A partial
         read writes its held changes now and goes on as a new one (:mod:`cdc.capture.partial_reads`)."""
         progress = read.progress

@@ -1,8 +1,8 @@
-"""Reading a table beside the stream: the rows of one exported snapshot in chunks, its own changes held.
+"""Reading a table beside the stream: its rows in chunks from snapshots renewed every few seconds, its own changes held.
 
 A table that joins the capture mid-stream, or must be read again (:mod:`cdc.capture.table_snapshots`
-says when), is read at the consistent point B of a temporary slot, as before; what changed is that
-the stream never waits for the read:
+says when), is read from a plain snapshot taken at the stream's reach B (no replication slot: nothing
+waits for other transactions), and the stream never waits for the read:
 
 1. When the stream reaches B (every transaction committing before B is in the log), the table's read
    begins. Each pass of the streaming loop appends one chunk of one read (up to
@@ -16,34 +16,44 @@ the stream never waits for the read:
    read by block ranges.
 2. Every other table's changes reach the log as they come. The table's own changes committing at or
    after B are encoded as for the log but go to a holding file
-   (:class:`~cdc.capture.held_changes.HeldChanges`, fsynced before the log commits their group);
-   those committing before B are dropped (the snapshot holds their effect).
-3. The last chunk's group ends with the held records, in commit order, the progress tombstone and the
+   (:class:`~cdc.capture.held_changes.HeldChanges`, fsynced before the log commits their group), each
+   marked with the first of the read's snapshots that sees its transaction (by transaction ID); those
+   committing before B are dropped (the snapshot holds their effect).
+3. **Runs.** A read by key holds one snapshot for ``read_snapshot_seconds`` (and one chunk) at most:
+   then it stops and goes on past its last durable key from a new snapshot at a new boundary, as a
+   resumed read (below). So no session keeps the server's xmin horizon, which decides what VACUUM may
+   remove, for longer than that. A read by block ranges cannot go on from another snapshot and keeps
+   its one to the end.
+4. The last chunk waits until the stream has received (and held or written) every transaction
+   committing before the WAL's end at the last snapshot, so that every transaction that snapshot sees is
+   judged. Its group then ends with the held records the rows lack (:func:`run_keep`: a change whose key
+   was read by a run whose snapshot did not see it), in commit order, the progress tombstone and the
    table's ledger record: from then on the table's changes go straight to the log.
 
-Per-key order (promise 3): every row read is as of B - 1 and precedes every held change (all at or
-after B), which precede every later change; changes before B are never written. No partial row before
+Per-key order (promise 3): every row read is as of its run's snapshot and precedes every held change
+written after it, each newer than the row (the snapshot that read the key did not see it), which precede
+every later change; changes before B are never written. No partial row before
 a full one (promise 4): a partial update of a key at or after B finds, before it in the log, that key's
-row as of B - 1 (it existed then) or the insert at or after B that created it (held in order). An
+row as read (it existed then) or the insert that created it (held in order). An
 update that changes a key and leaves TOAST values unchanged takes them from the old key's row in the
 log, which a read under way may not hold yet: such an update starts the read over, and so does a change
 of the table's columns (a new schema in the stream), so a row is never mixed from two shapes. A read
 started over deletes its held records; its table is read again from a new snapshot at a later point
 (its truncate markers supersede the chunks already written; that point is past every held change).
 
-**Resume** (a read by key, after ``kill -9`` or any stop): the next run finds the progress record and
-the holding file, cuts the file to the log's watermark (the slot sends the rest again) and holds the
-table's changes from the first run's boundary B1 on; its new snapshot at B2 is read from the key past
-the last durable one, K1, without markers. Held changes at or after B2 all go to the log; one between
-B1 and B2 only when its key is at most K1 (those rows were read at B1, without it), since the B2
-snapshot holds its effect on the later keys (:func:`resumed_keep`; runs B1 < B2 < ... each with its
-last key). A key change crossing K1 is a delete of one key and a create of the other, each judged by
-its own key. A read whose table's columns changed since, or a read by block ranges, starts over.
+**Resume** (a read by key, after ``kill -9``, any stop or a renewal): the next run finds the progress
+record and the holding file, cuts the file to the log's watermark (the slot sends the rest again) and
+holds the table's changes; its new snapshot is read from the key past the last durable one, K1, without
+markers. A held change goes to the log only when its key was read by a run whose snapshot did not see
+it (:func:`run_keep`; runs 0, 1, ... each with its last key): every record already held when the new
+snapshot is taken is seen by it, and the progress record keeps the snapshots that may see what the slot
+sends again, so a process that resumes marks those as the one that stopped would have. A key change
+crossing K1 is a delete of one key and a create of the other, each judged by its own key. A read whose
+table's columns changed since, or a read by block ranges, starts over.
 
 What a read holds on PostgreSQL: the REPEATABLE READ transaction that imported the snapshot (with its
-xmin, which keeps VACUUM from removing rows deleted since B) and, from each read's start on, the
-ACCESS SHARE lock of the tables of the snapshot begun so far; the temporary slot only for the moment of
-its creation. A read never makes DDL wait for it (**giving way**): between chunks capture asks which
+xmin, which keeps VACUUM from removing rows deleted since B), for one run, and, from each read's start
+on, the ACCESS SHARE lock of the tables of the snapshot begun so far. A read never makes DDL wait for it (**giving way**): between chunks capture asks which
 sessions wait for a lock a read's snapshot holds (``pg_blocking_pids``; ``ALTER TABLE`` or ``TRUNCATE``
 of a table read, or a session queued behind one). Each read of that snapshot then stops and ends its
 transaction, and goes on later from a new snapshot at a later point, exactly as a resumed read above

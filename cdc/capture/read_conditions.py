@@ -18,7 +18,7 @@ what cannot reach further than the rows the publication already publishes:
 - only functions that just compute from their arguments (:func:`checked_condition`): immutable ones, and
   a few stable ones of time (:data:`STABLE_ALLOWED`: ``now()``, ``date_trunc()``...). Stable is not
   enough in general: ``table_to_xml()`` reads whole tables and ``txid_current()`` gives the read's
-  transaction an ID (and the next temporary slot would wait for it for ever); volatile ones act
+  transaction an ID (a read holds none); volatile ones act
   (``pg_terminate_backend()``, ``nextval()``). A condition reads the row, it never acts.
 
 Whether it is a valid expression for the table (types, names) PostgreSQL says when ``cdc snapshot`` asks

@@ -1,4 +1,4 @@
-"""Tables that join the capture mid-stream: a snapshot at a temporary slot's consistent point, and the ledger.
+"""Tables that join the capture mid-stream: a snapshot taken beside the stream, and the ledger.
 
 **The ledger.** The compacted topic ``<prefix>.__snapshots`` holds one record per table whose snapshot
 the log holds complete (key: the table's log name as a JSON string, ``"<schema>.<table>"`` for plain
@@ -20,42 +20,42 @@ snapshotted the way PostgreSQL's own logical replication synchronises a table ad
    replication session, every few seconds while idle, right after a batch in which a table's columns
    changed, and when the stream carries a change of a table the ledger does not name (that change is
    held back, see 3).
-2. A ``TEMPORARY`` logical slot is created with an exported snapshot on a second replication
-   connection, and the snapshot is imported into a REPEATABLE READ transaction
-   (:class:`~cdc.capture.snapshot.SnapshotReader`); the slot is dropped as soon as that is done, only its
-   consistent point B matters. B splits every transaction in two: one committing before B is visible
-   in the snapshot, one committing at or after B is not (a slot created at B streams exactly those).
-3. Until the stream reaches B, the table's changes are dropped: all of them commit before B (they were
-   received before the slot existed, or commit before B by the check), so the snapshot holds their
-   effect. When the stream reaches B (a transaction committing at or after B arrives, or the server
-   reports WAL past B with nothing in flight), the table's rows are written as one group at position
-   B - 1: ``op=r`` with ``source.lsn`` B - 1, preceded by truncate markers when the topic already holds
-   records (they supersede what an earlier capture of the table left), followed by the ledger record.
-   The rows go in chunks beside the stream, the table's changes at or after B held until the last one
-   (:mod:`cdc.capture.online_read`). From then on every change of the table is written.
+2. A plain REPEATABLE READ transaction exports a snapshot (:func:`take_snapshot`), which the reader's
+   sessions import. Its boundary B is the stream's reach when it is taken: every transaction committing
+   before B was received, so the snapshot sees it (a snapshot in which such a transaction is not yet
+   visible, PostgreSQL's moment between the commit record and visibility, is refused and taken again).
+   No replication slot is made, so nothing waits for the transactions running on the server: a
+   session left idle in a transaction delays neither the read nor the stream.
+3. The table's changes committing before B are dropped (the snapshot holds their effect). From B on
+   they are held, each marked with the first of the read's snapshots that sees its transaction, judged
+   by transaction ID (:mod:`cdc.capture.visibility`): a transaction committing at or after B may still
+   be in the snapshot (it committed in the moment before it was taken). The table's rows are written
+   in chunks beside the stream (:mod:`cdc.capture.online_read`), ``op=r`` with ``source.lsn`` B - 1,
+   preceded by truncate markers when the topic already holds records (they supersede what an earlier
+   capture of the table left); the last chunk waits until the stream has passed the WAL's end at the
+   snapshot (every transaction it sees is then received and judged), and is followed by the held changes
+   the rows lack and the ledger record. From then on every change of the table is written.
 
-Why no change is lost or doubled: every change of the table belongs to one transaction with commit LSN
-L. If L < B it is in the snapshot and never written from the stream; if L >= B it is not in the
-snapshot and is written from the stream, after the snapshot's rows (position B - 1 < L). Before the
-table's snapshot exists no change of it is written at all, so nothing older can precede the rows. A
-crash before the group is durable leaves neither rows nor ledger record; the next session takes a new
+Why no change is lost or doubled: every change of the table belongs to one transaction. If it commits
+before B it is in the snapshot and never written from the stream; if at or after B, it is written after
+the rows unless the snapshot that read its key sees it (then the row holds it). Before the table's
+snapshot exists no change of it is written at all, so nothing older can precede the rows. A crash
+before the group is durable leaves neither rows nor ledger record; the next session takes a new
 snapshot at a later point, and the changes the first attempt dropped are older than that point too.
 
-Why not the watermark algorithm of DBLog (Debezium's incremental snapshot): written with
-``pg_logical_emit_message`` its watermarks would need no more privileges, and it interleaves chunks with
-the stream too. But a chunk row whose key changes inside the watermark window is dropped in favour of
-the streamed event, and that event can be a partial row (an update leaving a TOAST value unchanged
-carries no value for it), so the log would hold a partial row with no full row before it (promise 4).
-Here one boundary that PostgreSQL defines orders every read row before every change of the table that
-the log gets from the stream (:mod:`cdc.capture.online_read`), so neither case arises.
+Why not the watermark algorithm of DBLog (Debezium's incremental snapshot): a chunk row whose key
+changes inside the watermark window is dropped in favour of the streamed event, and that event can be
+a partial row (an update leaving a TOAST value unchanged carries no value for it), so the log would hold
+a partial row with no full row before it (promise 4); and a transaction whose commit record precedes
+the low watermark may not yet be visible to the chunk's query. Here every read row precedes every change
+of its key that the log gets from the stream, and each change is judged against the snapshot itself.
 
-Costs and requirements: one more replication slot and WAL sender for a moment; creating the slot waits
-for the transactions running at that moment to end (as the initial snapshot does); the snapshot
-transaction stays open until the last chunk of the read, or until the read gives way to DDL
-(:mod:`cdc.capture.online_read`). Privileges:
-REPLICATION and SELECT on the table, as for the initial snapshot; a table created after the capture
-role was set up needs its own ``GRANT SELECT`` (or ``ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON
-TABLES``), else capture stops with a :class:`~cdc.capture.errors.PrivilegeError` naming the grant.
+Costs and requirements: a snapshot held for a few seconds at most (a read by key goes on from a new
+one every ``read_snapshot_seconds``; a read by block ranges keeps one to its end), with its xmin and the
+ACCESS SHARE lock of the tables it reads (DDL never waits for it: :mod:`cdc.capture.online_read`).
+Privileges: SELECT on the table, as for the initial snapshot; a table created after the capture role was
+set up needs its own ``GRANT SELECT`` (or ``ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES``), else
+capture stops with a :class:`~cdc.capture.errors.PrivilegeError` naming the grant.
 """
 
 from __future__ import annotations
