@@ -12,6 +12,11 @@ Two spans are printed: from the ``ALTER`` (which rewrites the table on the serve
 stream must get through before the read can begin), and the read itself, from the moment capture
 begins it (a read under way, polled every 2 ms) until every row is in. The latency during the read is
 printed for both spans too.
+
+A session holds a transaction with an ID open from before the ``ALTER`` to the read's end (a read made
+with a replication slot would wait for it, and the stream with it), and a sampler notes every 20 ms
+how long capture's oldest transaction holding a snapshot (``backend_xmin``) has been open: the longest
+is printed beside the read's length.
 """
 
 from __future__ import annotations
@@ -60,6 +65,20 @@ def _poller(settings_dir: str, stop: threading.Event, arrivals: dict[int, float]
             time.sleep(0.05)
 
 
+def _xmin_watch(url: str, stop: threading.Event, skip: list[int], longest: list[float]) -> None:
+    """The longest time a session other than ``skip``'s has held a snapshot open, sampled every 20 ms."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not stop.is_set():
+            row = conn.execute(
+                "SELECT COALESCE(max(extract(epoch FROM clock_timestamp() - xact_start)), 0)::float8 FROM pg_stat_activity "
+                "WHERE datname = current_database() AND backend_xmin IS NOT NULL AND backend_type = 'client backend' "
+                "AND pid <> pg_backend_pid() AND pid <> ALL(%s)",
+                (skip,),
+            ).fetchone()
+            longest[0] = max(longest[0], float(row[0]) if row else 0.0)
+            time.sleep(0.02)
+
+
 def _percentiles(values: list[float]) -> str:
     if len(values) < 2:
         return "n/a"
@@ -97,6 +116,12 @@ def main(rows: int) -> None:
         for thread in threads:
             thread.start()
         time.sleep(5)  # the load without a read
+        open_tx = psycopg.connect(url)
+        open_tx.execute("CREATE TEMPORARY TABLE held_open (id int)")
+        open_tx.execute("INSERT INTO held_open VALUES (1)")  # an ID, held until the read's end
+        longest = [0.0]
+        watch = threading.Thread(target=_xmin_watch, args=(url, done, [open_tx.info.backend_pid], longest))
+        watch.start()
         read_start = time.perf_counter()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("ALTER TABLE bench ADD COLUMN flag int DEFAULT (7 + random() * 0)::int")
@@ -107,9 +132,10 @@ def main(rows: int) -> None:
         while capture.stats.snapshot_rows < 2 * rows:
             time.sleep(0.002)
         read_end = time.perf_counter()
+        open_tx.close()
         time.sleep(1)
         done.set()
-        for thread in threads:
+        for thread in [*threads, watch]:
             thread.join()
         stop.set()
         running.join()
@@ -128,6 +154,10 @@ def main(rows: int) -> None:
     print(f"busy commit-to-log without a read: {_percentiles(before)}")
     print(f"busy commit-to-log from the ALTER to the read's end: {_percentiles(during)}")
     print(f"busy commit-to-log during the read itself: {_percentiles(read_only)}")
+    print(
+        f"longest snapshot a session of capture held: {longest[0]:.2f} s of a {read_seconds:.2f} s read "
+        f"({capture.stats.snapshots_renewed} renewals), a transaction with an ID open all along"
+    )
     print(f"load average at the end: {' '.join(f'{load:.2f}' for load in os.getloadavg())}")
 
 

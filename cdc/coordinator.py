@@ -64,6 +64,7 @@ from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress
 from cdc.capture.partial_reads import PartialRequests, flush_records, going_on
 from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.read_conditions import checked_condition
+from cdc.capture.read_throttle import ReadThrottle
 from cdc.capture.slot_continuity import require_continuity, slot_skipped_ahead
 from cdc.capture.snapshot import CHUNK_ROWS
 from cdc.capture.snapshot_requests import SnapshotRequest
@@ -144,6 +145,8 @@ class CaptureStats:
     reads_cancelled: int = 0
     #: times a read by key went on from a new snapshot because its own had been held long enough
     snapshots_renewed: int = 0
+    #: passes of the loop in which no chunk was read, to keep reads within ``CDC_SNAPSHOT_ROWS_PER_SECOND``
+    reads_throttled: int = 0
 
 
 def _retryable(exc: BaseException) -> bool:
@@ -194,6 +197,7 @@ class Capture:
         self._resume_snapshotted: set[int] = set()  # resumes whose new snapshot waits for the stream
         self._resume_due = False  # a read was suspended in this run: discover (take its new snapshot) next
         self._next_lock_check = 0.0
+        self._throttle = ReadThrottle(settings.snapshot_rows_per_second)
         self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
         self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
         self.partial = PartialRequests()  # partial reads asked for, not begun (cdc.capture.partial_reads)
@@ -925,11 +929,18 @@ class Capture:
         assert self.writer is not None
         if self._give_way_to_locks() or self._renew_snapshots() or not self.reads:
             return
+        now = time.monotonic()
+        self.core.throttled = not self._throttle.allows(now)
+        if self.core.throttled:
+            self.stats.reads_throttled += 1
+            return
         running = self.reads[: self.settings.snapshot_concurrency]
         self._turn = (self._turn + 1) % len(running)
         read = running[self._turn]
         try:
+            rows = read.rows
             finished = read.next_chunk(self.writer, self.position.hex16())
+            self._throttle.took(read.rows - rows, now)
         except SourceError as exc:
             sqlstate = str(getattr(exc.__cause__, "sqlstate", None) or "")
             if read.condition is None or sqlstate[:2] not in ("22", "42"):

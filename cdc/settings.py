@@ -45,6 +45,7 @@ ACCEPTS: dict[str, str] = {
     "log_format": "json or kv",
     "snapshot_concurrency": "how many tables capture reads at once beside the stream, from 1 to 64",
     "snapshot_chunk_rows": "rows per chunk of a table read beside the stream, from 100 to 1000000",
+    "snapshot_rows_per_second": "rows per second reads beside the stream may take from the source, 0 for no ceiling",
     "deletion_vectors": "true or false",
     "log": "empty (the embedded log under CDC_DATA_DIR) or kafka://host:port[,host:port...] (the log in Kafka)",
     "kafka_security_protocol": "plaintext, ssl, sasl_plaintext or sasl_ssl",
@@ -105,6 +106,9 @@ class Settings(BaseSettings):
     snapshot_concurrency: int = Field(default=2, ge=1, le=64, description="Tables read at once beside the stream.")
     snapshot_chunk_rows: int = Field(
         default=20_000, ge=100, le=1_000_000, description="Rows per chunk (and group) of a table read beside the stream."
+    )
+    snapshot_rows_per_second: int = Field(
+        default=0, ge=0, description="A ceiling on the rows per second reads take from the source (0: none)."
     )
     deletion_vectors: bool = Field(
         default=False, description="New view tables use Delta deletion vectors (faster MERGEs; fewer readers)."

@@ -53,21 +53,21 @@ table's columns changed since, or a read by block ranges, starts over.
 
 What a read holds on PostgreSQL: the REPEATABLE READ transaction that imported the snapshot (with its
 xmin, which keeps VACUUM from removing rows deleted since B), for one run, and, from each read's start
-on, the ACCESS SHARE lock of the tables of the snapshot begun so far. A read never makes DDL wait for it (**giving way**): between chunks capture asks which
-sessions wait for a lock a read's snapshot holds (``pg_blocking_pids``; ``ALTER TABLE`` or ``TRUNCATE``
-of a table read, or a session queued behind one). Each read of that snapshot then stops and ends its
-transaction, and goes on later from a new snapshot at a later point, exactly as a resumed read above
-(past its last durable key, its held changes kept; one by block ranges, or one that wrote no row yet,
-starts over); a reconnect of the replication session does the same. So the DDL waits about one chunk
-(the chunks fetched ahead, one per session at once, are waited for and dropped),
-the application's writers never queue behind it for a whole read, and xmin and locks are held for one
-snapshot's run, not the read's. A read begins by locking its table (``lock_timeout``
-``read_lock_timeout_ms``) and checking that no rewrite, ``TRUNCATE`` or change of its columns
-committed since its snapshot (:meth:`~cdc.capture.snapshot.SnapshotReader.hold`): PostgreSQL shows a
-table rewritten after a snapshot as empty to it, and a changed shape would mix two. Such a read waits
-for the next snapshot; a change of columns then restarts the read in the new shape (its progress no
-longer matches), never a mixed row. A new schema met in the stream restarts a read only when it differs
-from the shape the read writes.
+on, the ACCESS SHARE lock of the tables of the snapshot begun so far. A read never makes DDL wait for it
+(**giving way**): between chunks capture asks which sessions wait for a lock a read's snapshot holds
+(``pg_blocking_pids``; ``ALTER TABLE`` or ``TRUNCATE`` of a table read, or a session queued behind one).
+Each read of that snapshot then stops and ends its transaction, and goes on later from a new snapshot at
+a later point, exactly as a resumed read above (past its last durable key, its held changes kept; one by
+block ranges, or one that wrote no row yet, starts over); a reconnect of the replication session does the
+same. So the DDL waits about one chunk (the chunks fetched ahead, one per session at once, are waited for
+and dropped), the application's writers never queue behind it for a whole read, and xmin and locks are
+held for one snapshot's run, not the read's. A read begins by locking its table (``lock_timeout``
+``read_lock_timeout_ms``) and checking that no rewrite, ``TRUNCATE`` or change of its columns committed
+since its snapshot (:meth:`~cdc.capture.snapshot.SnapshotReader.hold`): PostgreSQL shows a table
+rewritten after a snapshot as empty to it, and a changed shape would mix two. Such a read waits for the
+next snapshot; a change of columns then restarts the read in the new shape (its progress no longer
+matches), never a mixed row. A new schema met in the stream restarts a read only when it differs from the
+shape the read writes.
 
 Views that sync during the read see the table's rows arrive chunk by chunk; the table is exact again, as of the
 watermark, once the ledger record is in the log.

@@ -152,6 +152,8 @@ class StreamCore(Generic[Tx, Snap]):
         self.reading = False
         #: a position the stream must reach before a read may end (the server is asked for its WAL end)
         self.want_end = 0
+        #: reads wait for their rate ceiling: the loop waits for frames as when idle
+        self.throttled = False
         #: ``once``: the server position to drain to, and when to lower it to the flushed WAL
         self.target: int | None = None
         self.retarget_at = float("inf")
@@ -176,7 +178,7 @@ class StreamCore(Generic[Tx, Snap]):
 
     def read_timeout(self) -> float:
         """How long the next read may wait for frames: short while a group fills."""
-        if self.reading:
+        if self.reading and not self.throttled:
             return 0.0  # a chunk follows each pass: only take what already arrived
         return self.tuning.batch_seconds / 4 if self.pending else 0.25
 
