@@ -703,6 +703,10 @@ class Capture:
                 gone.append(self.ledger.progress_gone(name))
                 continue
             held = HeldChanges.reopen(path, self.position, next_run=len(progress.earlier) + 1)
+            if held.truncated:  # the read starts over (Capture._start_truncated_over)
+                held.discard()
+                gone.append(self.ledger.progress_gone(name))
+                continue
             held.remember(progress.snapshots)
             kept.add(path)
             self.resumes[progress.relid] = (progress, held)
@@ -743,6 +747,7 @@ class Capture:
         taken, never later ones (which could include a partition attached after the snapshot, whose
         rows it does not hold). A table an earlier run began reading resumes past its last durable key."""
         assert self.writer is not None and self.groups is not None
+        log_position = self.position
         self.core.snapshot_durable(pending.as_of)
         held_dir = self.settings.data_dir / "held"
         for table in pending.tables:
@@ -755,7 +760,7 @@ class Capture:
             keys = keyset_keys(shape, self.catalog.table(table.relid).primary_key)
             wanted = pending.partial.get(table.relid)
             if wanted is not None:
-                self._start_partial(pending, table, shape, keys, wanted)
+                self._start_partial(pending, table, shape, keys, wanted, log_position)
                 continue
             self.partial.drop(table.log_name)  # a whole read holds every row a partial one would
             resume = self.resumes.pop(table.relid, None)
@@ -769,7 +774,9 @@ class Capture:
                     resume = None
                 held = HeldChanges(held_path(held_dir, self.settings.slot, table.relid))
             keep = run_keep(shape, keys, tuple(last for _, last in plan.earlier) if plan is not None else ())
-            read = OnlineRead.start(pending, table, self.writer, held, plan, keep, resume[0] if resume else None)
+            read = OnlineRead.start(
+                pending, table, self.writer, held, plan, keep, resume[0] if resume else None, log_position=log_position
+            )
             read.parts.may_finish = partial(self._stream_reached, pending.wal_end)
             read.parts.recent_snapshots = partial(self._recent_snapshots, held)
             self.reads.append(read)
@@ -803,6 +810,7 @@ class Capture:
         shape: TableShape,
         keys: tuple[str, ...] | None,
         wanted: PartialRead,
+        log_position: int,
     ) -> None:
         """Begin the partial read ``wanted`` of ``table`` in ``pending``'s snapshot (:mod:`cdc.capture.partial_reads`):
         by key past ``wanted.after`` when it was read in the same shape, else from the first row."""
@@ -820,7 +828,9 @@ class Capture:
             same = wanted.after is not None and wanted.fingerprint == shape.fingerprint().hex()
             plan = KeysetPlan(keys, wanted.after if same else None, wanted.rows if same else 0, pending.boundary)
         held = HeldChanges(held_path(self.settings.data_dir / "held", self.settings.slot, table.relid))
-        read = OnlineRead.start(pending, table, self.writer, held, plan, None, condition=wanted.condition)
+        read = OnlineRead.start(
+            pending, table, self.writer, held, plan, None, condition=wanted.condition, log_position=log_position
+        )
         # its progress is in the log before any change of the table is held: a kill -9 at any moment leaves
         # a record that makes the next run write what the holding file holds
         self.log.append_group([self.ledger.progress_record(shape, read.initial_progress())], self.position.hex16())
@@ -1074,6 +1084,7 @@ class Capture:
             written = self.groups.append(group)
         finally:
             self._reap()
+        self._start_truncated_over()
         status = self.core.group_durable(group)
         reshaped, self._reshaped = self._reshaped, []
         for read in [read for read in reshaped if read in self.reads]:
@@ -1086,6 +1097,19 @@ class Capture:
         last = group[-1].commit_ts_ms
         self.metrics.group_durable(written.events, written.value_bytes, len(group), status.flushed, last)
         return status
+
+    def _start_truncated_over(self) -> None:
+        """Reads whose table a group just truncated start over from a new snapshot: the rows read before
+        the ``TRUNCATE`` and those read after it could not both stand beside one truncate marker."""
+        why = "its table was truncated"
+        truncated = [read for read in self.reads if read.held.truncated and read.condition is None and not read.abandoned]
+        if truncated:
+            self._abandon(truncated, why)
+            self._reap()
+        for relid, (progress, held) in list(self.resumes.items()):
+            if held.truncated:
+                self._resume_over(relid, progress, held, why)
+        self._reap()
 
     def _heartbeat(self, end: Lsn, repl: ReplicationConnection) -> None:
         """Every transaction committed before the server's WAL ``end`` is in the log: record and confirm it."""

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from cdc.capture.visibility import SnapshotXids
+from event_format import is_truncate_key
 from log_store import ProducerRecord
 
 _MAGIC = b"CDCHELD2"
@@ -95,6 +96,9 @@ class HeldChanges:
         self.count = 0
         #: the snapshots of the read's runs this process took, by run number
         self.snapshots: dict[int, SnapshotXids] = {}
+        #: a truncate marker of the table is among the records: the read must start over (rows read before
+        #: it and rows read after it cannot both stand beside one marker)
+        self.truncated = False
         self.next_run = next_run
         #: (file offset, run): the records before the offset are marked that run at most (:meth:`run_started`)
         self._caps: list[tuple[int, int]] = []
@@ -148,10 +152,11 @@ class HeldChanges:
         sends those again) and any torn entry, durably."""
         self._file.flush()
         end, self.count = len(_MAGIC), 0
-        for lsn, _, offset, _ in _entries(self._file):
+        for lsn, _, offset, record in _entries(self._file):
             if lsn > position:
                 break
             end, self.count = offset, self.count + 1
+            self.truncated = self.truncated or is_truncate_key(record.key)
         self._file.truncate(end)
         self._file.seek(end)
         self._caps = [(min(offset, end), run) for offset, run in self._caps]
@@ -171,6 +176,7 @@ class HeldChanges:
         run = self.next_run if xid is None else self.run_of(xid)
         for record in records:
             self._file.write(_entry(lsn, run, record))
+            self.truncated = self.truncated or is_truncate_key(record.key)
             self.count += 1
             self._dirty = True
 

@@ -89,6 +89,7 @@ from cdc.capture.snapshot import KEYSET_TYPES
 from cdc.capture.snapshot_writer import KeysetPlan, OnlineParts, SnapshotWriter
 from cdc.capture.table_snapshots import PendingSnapshot, ReadProgress
 from cdc.capture.tables import TableShape
+from event_format import is_truncate_key
 
 #: Whether a held record, by its commit LSN and key, goes to the log when its read ends.
 Keep = Callable[[int, bytes | None], bool]
@@ -133,8 +134,8 @@ def run_keep(shape: TableShape, keys: tuple[str, ...] | None, earlier: tuple[tup
         if run > len(bounds):
             return True  # unseen by every snapshot of the read until its end
         bound = bounds[run - 1]
-        if bound is None or key is None or keys is None:
-            return False
+        if bound is None or key is None or is_truncate_key(key) or keys is None:
+            return False  # a truncate seen by a later run starts the read over (HeldChanges.truncated)
         values = orjson.loads(key)
         return tuple(_typed(types[k], values[k]) for k in keys) <= bound  # type: ignore[operator]
 
@@ -174,14 +175,24 @@ class OnlineRead:
         keep: Keep | None,
         progress: ReadProgress | None = None,
         condition: str | None = None,
+        *,
+        log_position: int,
     ) -> OnlineRead:
         """The read of ``table`` in ``pending``'s snapshot (nothing is written until :meth:`next_chunk`);
-        ``progress``: the earlier run's, when ``plan`` resumes it; ``condition``: a partial read's."""
+        ``progress``: the earlier run's, when ``plan`` resumes it; ``condition``: a partial read's;
+        ``log_position``: the log's position (every transaction at or before it is in the log).
+
+        A snapshot taken before the stream received anything past the log's position has that position
+        as its rows' ``source.lsn``, where the log may already hold events (the initial snapshot's rows,
+        an earlier read's): the read's events are then numbered (``source.sequence``) from the
+        microseconds since the epoch, above any number an event at that position has, so that they order
+        after those events; the changes held during the read commit after that position."""
         held.run_started(len(plan.earlier) if plan is not None else 0, pending.xids, wal_end=pending.wal_end)
         shape = writer.shape_of(table)
         parts = writer.start_online(
             [table], pending.reader, pending.as_of, lambda: held.records(keep), {table.relid: plan} if plan else None,
             {table.relid: condition} if condition is not None else None,
+            time.time_ns() // 1000 if pending.as_of <= log_position else 0,
         )  # fmt: skip
         pending.users += 1
         resumed = plan is not None and plan.after is not None

@@ -234,6 +234,7 @@ class SnapshotWriter:
         held: Callable[[], Iterable[Item]],
         plans: Mapping[int, KeysetPlan] | None = None,
         conditions: Mapping[int, str] | None = None,
+        sequence_base: int = 0,
     ) -> OnlineParts:
         """A read of ``tables`` beside the stream (:mod:`cdc.capture.online_read`), written a part at a
         time by :meth:`write_next`: the first part holds the markers and schema records and the first
@@ -245,9 +246,12 @@ class SnapshotWriter:
 
         ``conditions``: by OID, the tables of which only the rows a condition selects are read (a partial
         read, ``cdc snapshot --where``): the log keeps its other rows, so no markers go before them, and
-        the ledger's record of the table stays as it is."""
+        the ledger's record of the table stays as it is.
+
+        ``sequence_base``: the first ``source.sequence`` of the read's events (see
+        :meth:`~cdc.capture.online_read.OnlineRead.start`)."""
         online = OnlineParts([], iter(()), SnapshotWritten(), as_of)
-        online.parts = self._online_parts(online, tables, reader, as_of, held, plans or {}, conditions or {})
+        online.parts = self._online_parts(online, tables, reader, as_of, held, plans or {}, conditions or {}, sequence_base)
         return online
 
     def write_next(self, online: OnlineParts, position: str) -> bool:
@@ -279,6 +283,7 @@ class SnapshotWriter:
         held: Callable[[], Iterable[Item]],
         plans: Mapping[int, KeysetPlan],
         conditions: Mapping[int, str],
+        sequence_base: int,
     ) -> Iterator[tuple[Iterable[Item] | None, bool]]:
         ts_ms = time.time_ns() // 1_000_000
         for published in tables:
@@ -287,12 +292,12 @@ class SnapshotWriter:
             if (plan is not None and plan.after is not None) or condition is not None:
                 shape = self.shape_of(published)
                 self.ensure_topic(shape)
-                context = TxContext(as_of, reader.xmin, ts_ms, snapshot="true")
+                context = TxContext(as_of, reader.xmin, ts_ms, snapshot="true", sequence=sequence_base)
                 rows = plan.rows if plan is not None else 0
                 head = self.replayer.schema_records(shape, as_of)
                 online.heads.append(_Table(published, shape, context, head, rows, condition))
             else:
-                online.heads.append(self._table(published, as_of, reader.xmin, ts_ms))
+                online.heads.append(self._table(published, as_of, reader.xmin, ts_ms, sequence_base))
         carry: list[Item] = []
         last: ProducerColumns | None = None  # held back so that the final read is marked "last"
         progress: list[Item] = []
@@ -364,14 +369,15 @@ class SnapshotWriter:
         self.log.append_group(itertools.chain.from_iterable(group()), SNAPSHOT_POSITION, chunk_records=_SNAPSHOT_ITEMS)
         return upcoming
 
-    def _table(self, table: PublishedTable, as_of: Lsn, xmin: int, ts_ms: int) -> _Table:
-        """A table's shape, with its topic made, and the records that precede its reads."""
+    def _table(self, table: PublishedTable, as_of: Lsn, xmin: int, ts_ms: int, sequence_base: int = 0) -> _Table:
+        """A table's shape, with its topic made, and the records that precede its reads (numbered from
+        ``sequence_base``)."""
         shape = self.shape_of(table)
         self.ensure_topic(shape)
-        context = TxContext(as_of, xmin, ts_ms, snapshot="true")
+        context = TxContext(as_of, xmin, ts_ms, snapshot="true", sequence=sequence_base)
         head = self._supersede(shape, context)
         if head and self._rule_changed(table):
-            position = tombstone_headers(as_of, 0)
+            position = tombstone_headers(as_of, sequence_base)
             head += [ProducerRecord(shape.topic, key, None, ts_ms, position) for key in held_keys(self.log, shape.topic)]
         head += self.replayer.schema_records(shape, as_of)
         return _Table(table, shape, context, head)
