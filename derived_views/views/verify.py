@@ -36,6 +36,7 @@ from derived_views.source.log_source import LogWatermark
 from derived_views.views import warehouse
 from derived_views.views.composite import Composite
 from derived_views.views.published_rules import WHOLE, PublishedRule, Rules, keyed, published_rules
+from derived_views.views.source_relation import relation_sql
 
 if TYPE_CHECKING:
     import psycopg
@@ -224,12 +225,13 @@ def source_rows(
     row_filter: str | None = None,
     masks: Mapping[str, Callable[[str], str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every row of a source table as a dict of its columns (those ``row_filter``, the publication's row
-    filter as the server prints it, passes), each masked column's value masked as capture masks it: the
-    mask of the text the type's output function writes (:mod:`event_format.masks`)."""
+    """Every row of a source table (its own rows, not its children's: :func:`relation_sql`) as a dict of
+    its columns (those ``row_filter``, the publication's row filter as the server prints it, passes), each
+    masked column's value masked as capture masks it: the mask of the text the type's output function
+    writes (:mod:`event_format.masks`)."""
     from psycopg.rows import dict_row
 
-    table = f"{quote_identifier(schema.schema)}.{quote_identifier(schema.table)}"
+    table = relation_sql(conn, schema.schema, schema.table)
     where = f" WHERE ({row_filter})" if row_filter is not None else ""
     with conn.cursor(row_factory=dict_row) as cursor:
         rows = list(cursor.execute(f"SELECT {_select_list(schema, masks or {})} FROM {table}{where}"))  # noqa: S608 - quoted names
