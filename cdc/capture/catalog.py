@@ -16,6 +16,7 @@ from typing import NamedTuple
 import psycopg
 
 from cdc.capture.errors import SourceError
+from cdc.capture.key_marks import KEY_MARK, key_columns
 from cdc.capture.lsn import Lsn
 from cdc.capture.tables import NamedTable
 from event_format.masks import COMMENT_QUERY, Mask, from_comment, from_message, key_id
@@ -107,7 +108,7 @@ _COLUMN_MARKS = (
     "(SELECT r.relfilenode::int8 FROM pg_class r WHERE r.oid = l.relid) || '/' || "
     "(SELECT coalesce(string_agg(a.attnum || ':' || a.atttypid::int8 || ':' || a.atttypmod || ':' || "
     "substr(md5(a.attname), 1, 8) || ':' || a.xmin::text, ';' "
-    f"ORDER BY a.attnum), '') {_ATTRIBUTE} AND {_PUBLISHED}), "
+    f"ORDER BY a.attnum), '') {_ATTRIBUTE} AND {_PUBLISHED}) || '/' || {KEY_MARK}, "
     f"',' ORDER BY l.relid::oid::int8) FROM ({_LEAVES}) l), '')"
 )
 
@@ -431,6 +432,8 @@ class ColumnMark(NamedTuple):
     relfilenode: int  #: changes whenever the table is rewritten
     #: ``<attnum>:<type OID>:<typmod>:<name hash>:<xmin>`` of each published column, ``;``-separated
     types: str = ""
+    #: the columns its events are keyed by (:mod:`cdc.capture.key_marks`; empty: marks written without it)
+    key: str = ""
 
     def type_of(self) -> dict[str, str]:
         """Column number -> ``<type OID>:<typmod>``."""
@@ -454,10 +457,12 @@ def column_marks(columns: str) -> dict[int, ColumnMark]:
         fields = numbers.split("/")
         if len(fields) == 4:  # written before the marks held types: judged without them
             fields.append("")
+        if len(fields) == 5:  # written before the marks held keys: judged without them
+            fields.append("")
         if len(fields) != len(ColumnMark._fields):
             return {}  # marks of another form judge nothing (as an entry without marks)
         first, second, third, fourth = map(int, fields[:4])
-        marks[int(leaf)] = ColumnMark(first, second, third, fourth, fields[4])
+        marks[int(leaf)] = ColumnMark(first, second, third, fourth, fields[4], fields[5])
     return marks
 
 
@@ -470,7 +475,7 @@ def steady(table: PublishedTable) -> tuple[object, ...]:
         table.relid,
         table.log_name,
         table.membership,
-        sorted((leaf, mark.highest, mark.live, mark.missing, mark.types) for leaf, mark in marks.items()),
+        sorted((leaf, mark.highest, mark.live, mark.missing, mark.types, mark.key) for leaf, mark in marks.items()),
     )
 
 
@@ -519,6 +524,20 @@ def columns_filled_since(before: str, now: str, relid: int = 0) -> bool:
             or (mark.relfilenode != seen[leaf].relfilenode and (mark.live > seen[leaf].highest or _retyped(seen[leaf], mark)))
             or _name_reused(seen[leaf], mark)
         )
+        for leaf, mark in column_marks(now).items()
+    )
+
+
+def key_changed(before: str, now: str) -> bool:
+    """Whether a leaf in both marks keys its events by other columns now than in ``before`` (a new primary
+    key, another replica identity index, a key column renamed: :mod:`cdc.capture.key_marks`); never for
+    marks that do not hold keys."""
+    seen = column_marks(before)
+    return any(
+        leaf in seen
+        and (was := key_columns(seen[leaf].key, seen[leaf].name_of())) is not None
+        and (key := key_columns(mark.key, mark.name_of())) is not None
+        and was != key
         for leaf, mark in column_marks(now).items()
     )
 
