@@ -85,7 +85,7 @@ def published_shape(catalog: Catalog, topic_for: Callable[[str, str], str], tabl
     carry no value of it either)."""
     info = catalog.table(table.relid)
     keys = info.primary_key or (info.identity_key if info.replica_identity == "index" else ())
-    columns = [column for column in info.columns if table.publishes(column[0])]
+    columns = table.published_columns(info)
     if not all(table.publishes(key) for key in keys):
         keys = ()
     return TableShape.build(
