@@ -109,6 +109,13 @@ def test_setup_on_18_publishes_stored_generated_columns_and_refuses_virtual_ones
     keyless = [orjson.loads(r.value) for r in read_topic(tmp_path, "cdc.public.g") if r.value is not None]
     assert [(value["op"], value["after"]) for value in keyless] == [("r", {"a": 2, "b": 4}), ("u", {"a": 5, "b": 10})]
 
+    # a publication that stops publishing them is a changed rule: its tables are read again without them
+    execute(url18, "ALTER PUBLICATION cdc_publication SET (publish_generated_columns = none)")
+    assert Capture(settings, once=True).run().tables_added == 2
+    assert replay(tmp_path, "cdc.public.k", strict=False) == {
+        key: {n: row[n] for n in ("id", "a")} for key, row in _rows(url18, "k").items()
+    }
+
 
 def test_before_18_no_generated_column_reaches_the_log_and_verify_agrees(pg_url: str, tmp_path: Path) -> None:
     execute(
