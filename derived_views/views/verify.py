@@ -22,6 +22,7 @@ import json
 import math
 import re
 import struct
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -277,11 +278,15 @@ def compare_rows(
     view: list[dict[str, Any]],
     extra: dict[str, str] | None = None,
 ) -> list[str]:
-    """Differences between source and view rows of one table, one line each."""
+    """Differences between source and view rows of one table, one line each; a key the view holds more than
+    once (rows stored under an earlier key of the table, which hold the same values of its key now) is one."""
     types = {c.name: c.type_name for c in schema.columns} | (extra or {})
     by_key_source = {_key(r, schema): r for r in source}
     by_key_view = {_key(r, schema): r for r in view}
     out = []
+    if len(by_key_view) < len(view) and schema.key_columns:
+        counts = Counter(_key(r, schema) for r in view)
+        out += [f"{label}: key {key} is in the view {n} times" for key, n in sorted(counts.items()) if n > 1]
     for key in sorted(by_key_source.keys() - by_key_view.keys()):
         out.append(f"{label}: key {key} is in the source but not in the view")
     for key in sorted(by_key_view.keys() - by_key_source.keys()):

@@ -69,3 +69,14 @@ def test_a_new_primary_key_or_identity_index_leaves_no_row_under_the_old_key(pg_
     # another replica identity that keeps the primary key as the events' key reads nothing again
     execute(pg_url, "ALTER TABLE pk REPLICA IDENTITY FULL", "UPDATE pk SET v = 'again' WHERE b = 103")
     assert Capture(settings, once=True).run().tables_added == 0
+
+
+def test_verify_reports_a_row_the_view_holds_under_an_old_key_too() -> None:
+    from derived_views.events.schema import Column, TableSchema
+    from derived_views.views.verify import compare_rows
+
+    schema = TableSchema("public", "pk", "cdc.public.pk", (Column("a", "int4"), Column("b", "int4", key=True)))
+    source = [{"a": 1, "b": 101}]
+    assert compare_rows("public.pk", schema, source, source) == []
+    # the row under its old key {"a": 1} and under its new key {"b": 101}: the same values twice
+    assert compare_rows("public.pk", schema, source, source * 2) == ["public.pk: key ('101',) is in the view 2 times"]
