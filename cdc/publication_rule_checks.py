@@ -7,10 +7,19 @@ the identity's out ("Column list used by the publication does not cover the repl
 same for ``DELETE`` when deletes are published. It checks at the write, on the partition written, with
 the rule of the table as published (the root's, for a publication ``publish_via_partition_root``), and
 the replica identity of the partition: its primary key (``DEFAULT``), the index it names (``USING
-INDEX``), every column (``FULL``) or none (``NOTHING``).
+INDEX``), every column (``FULL``) or none (``NOTHING``). A column list on a table whose replica identity
+is ``FULL`` is refused whatever columns it lists (15 to 18: "does not cover the replica identity").
 
-:func:`rule_problems` makes the same judgement from the catalog, so that ``cdc setup`` refuses such a
-publication before capture depends on it. A filter's columns are read from its stored expression
+PostgreSQL 18 also refuses them when the replica identity holds a generated column the publication does
+not publish ("Replica identity must not contain unpublished generated columns"): a virtual one
+(PostgreSQL publishes none; only ``FULL`` holds one), or a stored one without ``publish_generated_columns
+= stored`` (or a column list naming it). ``cdc setup`` creates its publication with that option on 18
+(capture carries stored generated columns to the views like any other); 14 to 17 publish no generated
+column and never refuse a write for one.
+
+:func:`rule_problems` and :func:`generated_column_problems` make the same judgements from the catalog,
+so that ``cdc setup`` refuses such a publication before capture depends on it (or, for generated
+columns, before it creates one). A filter's columns are read from its stored expression
 (``pg_publication_rel.prqual``, a node tree whose ``VAR`` nodes name the columns by number).
 """
 
@@ -89,6 +98,15 @@ def rule_problems(conn: Connection, publication: str) -> list[str]:
                     f"(ALTER TABLE {leaf} REPLICA IDENTITY USING INDEX on a unique index of NOT NULL columns, or "
                     "REPLICA IDENTITY FULL)"
                 )
+            if listed is not None and identity == "f":
+                problems.append(
+                    f"publication {publication} publishes a column list of {table}, and the replica identity of "
+                    f"{where} is FULL: PostgreSQL refuses every {writes} of it while the publication publishes them, "
+                    f"whatever columns the list names; publish {table} without a column list (ALTER PUBLICATION "
+                    f"{publication} SET TABLE {table}), or give {leaf} a replica identity by key (a primary key and "
+                    f"ALTER TABLE {leaf} REPLICA IDENTITY DEFAULT, or REPLICA IDENTITY USING INDEX)"
+                )
+                continue
             left_out = [c for c in held if c not in listed] if listed is not None else []
             if listed is not None and left_out:
                 problems.append(
@@ -98,4 +116,58 @@ def rule_problems(conn: Connection, publication: str) -> list[str]:
                     f"column list (ALTER PUBLICATION {publication} SET TABLE {table} (...)), or give {leaf} a "
                     "replica identity the list covers"
                 )
+    return problems
+
+
+#: Per leaf below a table (itself, when not partitioned): its name, and each generated column its replica
+#: identity holds with its kind (``s`` stored, ``v`` virtual), in column order.
+_GENERATED_IN_IDENTITY = """
+    SELECT n.nspname || '.' || c.relname, a.attname::text, a.attgenerated::text
+    FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped AND a.attgenerated <> ''
+    WHERE ((c.oid = %(oid)s AND c.relkind <> 'p')
+           OR c.oid IN (SELECT relid FROM pg_partition_tree(%(oid)s) WHERE isleaf AND relid <> %(oid)s))
+      AND (c.relreplident = 'f' OR a.attnum = ANY (
+           SELECT unnest(i.indkey) FROM pg_index i WHERE i.indrelid = c.oid
+           AND CASE c.relreplident WHEN 'd' THEN i.indisprimary WHEN 'i' THEN i.indisreplident ELSE false END))
+    ORDER BY 1, a.attnum
+"""
+
+
+def generated_column_problems(conn: Connection, publication: str, table: str, oid: int) -> list[str]:
+    """One line per generated column in the replica identity of ``table`` (OID ``oid``; of each partition
+    below it) that makes PostgreSQL 18 refuse the application's updates and deletes once ``publication``
+    (as it is, or as ``cdc setup`` creates it) publishes the table, with the fixes; none before 18, or
+    when the publication publishes neither updates nor deletes."""
+    if int(conn.info.server_version) < 180000:
+        return []
+    row = conn.execute(
+        "SELECT pubupdate OR pubdelete, pubgencols = 's', EXISTS (SELECT 1 FROM pg_publication_rel pr "
+        "WHERE pr.prpubid = p.oid AND pr.prattrs IS NOT NULL AND (pr.prrelid = %s "
+        "OR pr.prrelid IN (SELECT relid FROM pg_partition_ancestors(%s)))) FROM pg_publication p WHERE pubname = %s",
+        (oid, oid, publication),
+    ).fetchone()
+    if row is not None and not row[0]:
+        return []
+    # a stored one is published when setup creates the publication, or by an existing one's option; one
+    # a column list leaves out is judged with the column list (rule_problems)
+    stored_published = row is None or bool(row[1]) or bool(row[2])
+    problems = []
+    for leaf, column, kind in conn.execute(_GENERATED_IN_IDENTITY, {"oid": oid}).fetchall():
+        where = table if leaf == table else f"{leaf} (a partition of {table})"
+        if kind == "s" and stored_published:
+            continue
+        fix = (
+            f"run ALTER PUBLICATION {publication} SET (publish_generated_columns = stored) (capture then carries it "
+            f"to the views), or give {leaf} a replica identity without it"
+            if kind == "s"
+            else f"give {leaf} a replica identity without it (a primary key and ALTER TABLE {leaf} REPLICA IDENTITY "
+            "DEFAULT, or REPLICA IDENTITY USING INDEX), or make the column STORED"
+        )
+        problems.append(
+            f"the replica identity of {where} holds the {'stored' if kind == 's' else 'virtual'} generated column "
+            f"{column}, which publication {publication} does not publish"
+            f"{'' if kind == 's' else ' (PostgreSQL publishes no virtual generated column)'}: PostgreSQL refuses "
+            f"every UPDATE and DELETE of it while the publication publishes them; {fix}"
+        )
     return problems

@@ -22,7 +22,7 @@ from cdc.capture.errors import PrerequisiteError, SourceError
 from cdc.capture.transport import ReplicationConnection
 from cdc.capture_rules import Checked, apply_masks, apply_rules, check_rules, published_masks
 from cdc.failover import failover_problems, failover_wanted, primary_facts, standby_facts, synchronized_standby_slots
-from cdc.publication_rule_checks import rule_problems
+from cdc.publication_rule_checks import generated_column_problems, rule_problems
 from cdc.settings import Settings
 
 if TYPE_CHECKING:
@@ -377,6 +377,8 @@ def _table_checks(conn: Connection, settings: Settings) -> list[Check]:
             )
         )
         checks.extend(_key_checks(conn, name, int(oid), covered.all_tables))  # type: ignore[call-overload]
+        generated = generated_column_problems(conn, settings.publication, name, int(oid))  # type: ignore[call-overload]
+        checks.extend(Check(f"table {name} generated columns", False, problem) for problem in generated)
         if settings.uses_kafka:
             toast = _kafka_toast_check(conn, name, int(oid))  # type: ignore[call-overload]
             if toast is not None:
@@ -510,8 +512,8 @@ def apply_declared_rules(settings: Settings) -> list[str]:
 
 
 def ensure_publication(settings: Settings) -> bool:
-    """Create the publication (over ``CDC_TABLES`` with the rules the views file declares, or all tables)
-    unless it exists; True if created."""
+    """Create the publication (over ``CDC_TABLES`` with the rules the views file declares, or all tables;
+    on PostgreSQL 18 with ``publish_generated_columns = stored``) unless it exists; True if created."""
     with _connect(settings.database_url) as conn:
         if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone():
             return False
@@ -527,10 +529,13 @@ def ensure_publication(settings: Settings) -> bool:
             )
         else:
             targets = sql.SQL("FOR ALL TABLES")
+        # PostgreSQL 18 publishes stored generated columns when asked (capture carries them to the views
+        # like any column); unpublished, one in a replica identity would make it refuse updates and deletes
+        generated = ", publish_generated_columns = stored" if conn.info.server_version >= 180000 else ""
         try:
             conn.execute(
-                sql.SQL("CREATE PUBLICATION {} {} WITH (publish_via_partition_root = true)").format(
-                    sql.Identifier(settings.publication), targets
+                sql.SQL("CREATE PUBLICATION {} {} WITH (publish_via_partition_root = true{})").format(
+                    sql.Identifier(settings.publication), targets, sql.SQL(generated)
                 )
             )
         except psycopg.Error as exc:

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import psycopg
 
 from cdc.capture.errors import SourceError
+from cdc.capture.key_marks import KEY_MARK, key_columns
 from cdc.capture.lsn import Lsn
 from cdc.capture.tables import NamedTable
 from event_format.masks import COMMENT_QUERY, Mask, from_comment, from_message, key_id
@@ -69,10 +70,18 @@ class PublishedTable(NamedTable):
     row_filter: str | None = None
     #: The table's masked columns, ``(column, mask spec)`` in column-name order (:mod:`event_format.masks`).
     masks: tuple[tuple[str, str], ...] = ()
+    #: The table's stored generated columns the publication publishes (PostgreSQL 18's
+    #: ``publish_generated_columns = stored``, or a column list naming them; none before 18).
+    generated: tuple[str, ...] = ()
 
     def publishes(self, column: str) -> bool:
-        """Whether the publication publishes ``column`` of the table."""
+        """Whether the publication publishes ``column`` of the table (a generated one: see :meth:`published_columns`)."""
         return self.column_list is None or column in self.column_list
+
+    def published_columns(self, info: TableInfo) -> list[tuple[str, int, int]]:
+        """The columns of ``info`` the publication publishes, in attribute order, as pgoutput sends them:
+        a generated column only when it is one of :attr:`generated`."""
+        return [c for c in info.columns if self.publishes(c[0]) and (c[0] not in info.generated or c[0] in self.generated)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +98,8 @@ class TableInfo:
     not_null: frozenset[str]
     #: column name -> its attribute number, which a rename keeps and a drop and re-add changes
     attnums: tuple[tuple[str, int], ...] = ()
+    #: the stored generated columns among ``columns`` (published only as :meth:`PublishedTable.published_columns` says)
+    generated: frozenset[str] = frozenset()
 
 
 # the table itself, or the leaf partitions below a partitioned table
@@ -97,18 +108,34 @@ _LEAVES = (
     "pg_partition_tree(c.oid) t WHERE t.isleaf AND t.relid <> c.oid"
 )
 _ATTRIBUTE = "FROM pg_attribute a WHERE a.attrelid = l.relid AND a.attnum > 0"
-_PUBLISHED = "NOT a.attisdropped AND a.attgenerated = ''"
-#: a published table's column marks per leaf (see :meth:`Catalog.published_tables`), as SQL over ``c``
-_COLUMN_MARKS = (
-    "coalesce((SELECT string_agg(l.relid::oid::int8::text || '=' || "
-    f"(SELECT coalesce(max(a.attnum), 0) {_ATTRIBUTE}) || '/' || "
-    f"(SELECT coalesce(max(a.attnum), 0) {_ATTRIBUTE} AND {_PUBLISHED}) || '/' || "
-    f"(SELECT coalesce(max(a.attnum), 0) {_ATTRIBUTE} AND {_PUBLISHED} AND a.atthasmissing) || '/' || "
-    "(SELECT r.relfilenode::int8 FROM pg_class r WHERE r.oid = l.relid) || '/' || "
-    "(SELECT coalesce(string_agg(a.attnum || ':' || a.atttypid::int8 || ':' || a.atttypmod || ':' || "
-    "substr(md5(a.attname), 1, 8) || ':' || a.xmin::text, ';' "
-    f"ORDER BY a.attnum), '') {_ATTRIBUTE} AND {_PUBLISHED}), "
-    f"',' ORDER BY l.relid::oid::int8) FROM ({_LEAVES}) l), '')"
+#: a live column the publication publishes, over ``pg_attribute a`` and ``pg_publication_tables p``: not
+#: generated, or (PostgreSQL 18) a stored generated one the publication publishes
+_PUBLISHED = "NOT a.attisdropped AND (a.attgenerated = '' OR {generated})"
+_GENERATED_PUBLISHED = "(a.attgenerated = 's' AND a.attname = ANY (p.attnames))"
+
+
+def _column_marks(version: int) -> str:
+    """A published table's column marks per leaf (see :meth:`Catalog.published_tables`), as SQL over ``c``
+    and ``p``, for a server of ``version``: before 18 ``pg_publication_tables.attnames`` lists generated
+    columns PostgreSQL does not publish, and none is published."""
+    published = _PUBLISHED.format(generated=_GENERATED_PUBLISHED if version >= 180000 else "false")
+    return (
+        "coalesce((SELECT string_agg(l.relid::oid::int8::text || '=' || "
+        f"(SELECT coalesce(max(a.attnum), 0) {_ATTRIBUTE}) || '/' || "
+        f"(SELECT coalesce(max(a.attnum), 0) {_ATTRIBUTE} AND {published}) || '/' || "
+        f"(SELECT coalesce(max(a.attnum), 0) {_ATTRIBUTE} AND {published} AND a.atthasmissing) || '/' || "
+        "(SELECT r.relfilenode::int8 FROM pg_class r WHERE r.oid = l.relid) || '/' || "
+        "(SELECT coalesce(string_agg(a.attnum || ':' || a.atttypid::int8 || ':' || a.atttypmod || ':' || "
+        "substr(md5(a.attname), 1, 8) || ':' || a.xmin::text, ';' "
+        f"ORDER BY a.attnum), '') {_ATTRIBUTE} AND {published}) || '/' || {KEY_MARK}, "
+        f"',' ORDER BY l.relid::oid::int8) FROM ({_LEAVES}) l), '')"
+    )
+
+
+#: The table's stored generated columns the publication publishes (PostgreSQL 18), as SQL over ``c`` and ``p``.
+_GENERATED_OF_TABLE = (
+    "ARRAY(SELECT a.attname::text FROM pg_attribute a WHERE a.attrelid = c.oid AND a.attnum > 0 "
+    f"AND NOT a.attisdropped AND {_GENERATED_PUBLISHED} ORDER BY a.attnum)"
 )
 
 
@@ -196,7 +223,8 @@ class Catalog:
         Each table's ``columns`` marks, per leaf relation, what tells whether a column added later gave
         the existing rows values that no change event carried (:func:`columns_filled_since`): its highest
         column number (dropped ones included; numbers are never reused), its highest live published one
-        (generated columns are not published), its highest one holding a stored default for the rows
+        (generated columns are not, but on PostgreSQL 18 the stored ones the publication publishes), its
+        highest one holding a stored default for the rows
         that predate it (``atthasmissing``), its relfilenode, and the type (OID and typmod) of each live
         published column by number, with the transaction that last changed its ``pg_attribute`` row.
         ``ADD COLUMN ... DEFAULT`` stores such a value without writing the
@@ -224,6 +252,7 @@ class Catalog:
             else "NULL"
         )
         rule = RULE_OF_TABLE if self._server_version() >= 150000 else "NULL::name[], NULL::text"
+        generated = _GENERATED_OF_TABLE if self._server_version() >= 180000 else "ARRAY[]::text[]"
         rows = self._execute(
             "SELECT c.oid, p.schemaname, p.tablename, "
             "coalesce((SELECT string_agg(pr.oid::text, ',' ORDER BY pr.oid) FROM pg_publication_rel pr "
@@ -231,12 +260,15 @@ class Catalog:
             "OR pr.prrelid IN (SELECT a.relid FROM pg_partition_ancestors(c.oid) a))), "
             f"{namespace_entry}::text, '0') || ':' || coalesce((SELECT string_agg(t.relid::oid::int8::text, ',' "
             "ORDER BY t.relid::oid::int8) FROM pg_partition_tree(c.oid) t WHERE t.relid <> c.oid), '') "
-            f", {_COLUMN_MARKS}, {rule}, obj_description(pub.oid, 'pg_publication') "
+            f", {_column_marks(self._server_version())}, {rule}, obj_description(pub.oid, 'pg_publication'), {generated} "
             f"FROM {PUBLISHED_FROM} WHERE p.pubname = %s ORDER BY 2, 3",
             (publication,),
         )
         key = key_id(self._mask_key)
-        return [_published(*row[:7], masks=_masks_of(row[7], row[1], row[2]), key=key) for row in rows]
+        return [
+            _published(*row[:7], masks=_masks_of(row[7], row[1], row[2]), key=key, generated=tuple(map(str, row[8])))  # type: ignore[call-overload]
+            for row in rows
+        ]
 
     def _server_version(self) -> int:
         return int(self._connection().info.server_version)
@@ -252,8 +284,8 @@ class Catalog:
         if head is None:
             raise SourceError(f"table with OID {relid} no longer exists in the source database")
         columns = self._execute(
-            "SELECT attname, atttypid, atttypmod, attnotnull, attnum FROM pg_attribute "
-            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated = '' ORDER BY attnum",
+            "SELECT attname, atttypid, atttypmod, attnotnull, attnum, attgenerated = 's' FROM pg_attribute "
+            "WHERE attrelid = %s AND attnum > 0 AND NOT attisdropped AND attgenerated IN ('', 's') ORDER BY attnum",
             (relid,),
         )
         keys = self._execute(
@@ -274,6 +306,7 @@ class Catalog:
             replica_identity={"d": "default", "f": "full", "n": "nothing", "i": "index"}.get(str(head[2]), "default"),
             not_null=frozenset(str(c[0]) for c in columns if c[3]),
             attnums=tuple((str(c[0]), int(c[4])) for c in columns),  # type: ignore[call-overload]
+            generated=frozenset(str(c[0]) for c in columns if c[5]),
         )
 
     def load_types(self, oids: list[int]) -> dict[int, str]:
@@ -386,11 +419,12 @@ def _published(
     *,
     masks: tuple[tuple[str, str], ...] = (),
     key: str = "",
+    generated: tuple[str, ...] = (),
 ) -> PublishedTable:
     """One row of :meth:`Catalog.published_tables`, its rule (if any) marked in its membership."""
     listed = tuple(str(name) for name in column_list) if isinstance(column_list, list) else None
     where = str(row_filter) if row_filter is not None else None
-    rule = publication_rule(listed, where, masks, key)
+    rule = publication_rule(listed, where, masks, key, generated)
     return PublishedTable(
         int(str(relid)),
         str(schema),
@@ -400,6 +434,7 @@ def _published(
         listed,
         where,
         masks,
+        generated,
     )
 
 
@@ -409,16 +444,23 @@ def rule_of(membership: str | None) -> str:
 
 
 def publication_rule(
-    column_list: tuple[str, ...] | None, row_filter: str | None, masks: tuple[tuple[str, str], ...] = (), key: str = ""
+    column_list: tuple[str, ...] | None,
+    row_filter: str | None,
+    masks: tuple[tuple[str, str], ...] = (),
+    key: str = "",
+    generated: tuple[str, ...] = (),
 ) -> str:
-    """A digest of a table's column list, row filter and masks (empty when it has none of them). A hash
-    mask adds the key's :func:`~event_format.masks.key_id`: another key masks every value differently."""
-    if column_list is None and row_filter is None and not masks:
+    """A digest of a table's column list, row filter, masks and published generated columns (empty when it
+    has none of them). A hash mask adds the key's :func:`~event_format.masks.key_id`: another key masks
+    every value differently."""
+    if column_list is None and row_filter is None and not masks and not generated:
         return ""
     text = f"{','.join(column_list) if column_list is not None else '*'}\n{row_filter or ''}"
     if masks:
         hashed = any(spec == "hash" for _, spec in masks)
         text += "\n" + ";".join(f"{column}={spec}" for column, spec in masks) + (f"\n{key}" if hashed else "")
+    if generated:
+        text += "\ngenerated=" + ",".join(generated)
     return hashlib.md5(text.encode(), usedforsecurity=False).hexdigest()
 
 
@@ -426,11 +468,13 @@ class ColumnMark(NamedTuple):
     """One leaf relation's column numbers and storage, as :meth:`Catalog.published_tables` reads them."""
 
     highest: int  #: highest column number, dropped columns included
-    live: int  #: highest number of a published column (neither dropped nor generated)
+    live: int  #: highest number of a published column (neither dropped nor an unpublished generated one)
     missing: int  #: highest number of a published column holding a stored default for older rows
     relfilenode: int  #: changes whenever the table is rewritten
     #: ``<attnum>:<type OID>:<typmod>:<name hash>:<xmin>`` of each published column, ``;``-separated
     types: str = ""
+    #: the columns its events are keyed by (:mod:`cdc.capture.key_marks`; empty: marks written without it)
+    key: str = ""
 
     def type_of(self) -> dict[str, str]:
         """Column number -> ``<type OID>:<typmod>``."""
@@ -454,10 +498,12 @@ def column_marks(columns: str) -> dict[int, ColumnMark]:
         fields = numbers.split("/")
         if len(fields) == 4:  # written before the marks held types: judged without them
             fields.append("")
+        if len(fields) == 5:  # written before the marks held keys: judged without them
+            fields.append("")
         if len(fields) != len(ColumnMark._fields):
             return {}  # marks of another form judge nothing (as an entry without marks)
         first, second, third, fourth = map(int, fields[:4])
-        marks[int(leaf)] = ColumnMark(first, second, third, fourth, fields[4])
+        marks[int(leaf)] = ColumnMark(first, second, third, fourth, fields[4], fields[5])
     return marks
 
 
@@ -470,7 +516,7 @@ def steady(table: PublishedTable) -> tuple[object, ...]:
         table.relid,
         table.log_name,
         table.membership,
-        sorted((leaf, mark.highest, mark.live, mark.missing, mark.types) for leaf, mark in marks.items()),
+        sorted((leaf, mark.highest, mark.live, mark.missing, mark.types, mark.key) for leaf, mark in marks.items()),
     )
 
 
@@ -519,6 +565,20 @@ def columns_filled_since(before: str, now: str, relid: int = 0) -> bool:
             or (mark.relfilenode != seen[leaf].relfilenode and (mark.live > seen[leaf].highest or _retyped(seen[leaf], mark)))
             or _name_reused(seen[leaf], mark)
         )
+        for leaf, mark in column_marks(now).items()
+    )
+
+
+def key_changed(before: str, now: str) -> bool:
+    """Whether a leaf in both marks keys its events by other columns now than in ``before`` (a new primary
+    key, another replica identity index, a key column renamed: :mod:`cdc.capture.key_marks`); never for
+    marks that do not hold keys."""
+    seen = column_marks(before)
+    return any(
+        leaf in seen
+        and (was := key_columns(seen[leaf].key, seen[leaf].name_of())) is not None
+        and (key := key_columns(mark.key, mark.name_of())) is not None
+        and was != key
         for leaf, mark in column_marks(now).items()
     )
 

@@ -163,7 +163,7 @@ def checked_condition(text: str, table: PublishedTable, catalog: Catalog) -> Rea
     """``text`` as :func:`read_condition` checks it over ``table``'s published columns, calling only
     functions every form of which in ``pg_catalog`` is immutable
     (:meth:`~cdc.capture.catalog.Catalog.not_immutable_functions`), or of :data:`STABLE_ALLOWED`."""
-    columns = [name for name, _, _ in catalog.table(table.relid).columns if table.publishes(name)]
+    columns = [name for name, _, _ in table.published_columns(catalog.table(table.relid))]
     condition = read_condition(text, columns)
     refused = [name for name in catalog.not_immutable_functions(condition.functions) if name not in STABLE_ALLOWED]
     if refused:

@@ -102,14 +102,23 @@ class ColumnQuery:
         return sql.Composed([self.select, where])
 
 
-def column_query(shape: TableShape, row_filter: str | None = None) -> ColumnQuery:
+def relation(shape: TableShape, *, partitioned: bool = False) -> sql.Composable:
+    """The table as every read names it: ``ONLY`` the table itself, so that a parent by plain inheritance
+    (``INHERITS``) yields its own rows and none of its children's, as pgoutput publishes them (each
+    child is a table of its own); a partitioned table (``partitioned``) as it is, so that its rows are
+    read from its leaf partitions, as a table published via its root publishes them."""
+    name = sql.Identifier(shape.schema, shape.table)
+    return name if partitioned else sql.SQL("ONLY {}").format(name)
+
+
+def column_query(shape: TableShape, row_filter: str | None = None, *, partitioned: bool = False) -> ColumnQuery:
     """The chunk queries of ``shape``: one ``string_agg`` per column (all aggregates of one query see the
     rows in the same order) and ``count(*)``, over the rows ``row_filter`` passes (the publication's,
     so that a snapshot holds exactly the rows the stream would send; a NULL result excludes a row, as
-    it does for pgoutput)."""
+    it does for pgoutput), of :func:`relation`."""
     aggregates = [sql.SQL("string_agg({}, E'\\n')").format(text_expression(c)) for c in shape.columns]
     select = sql.SQL("SELECT {} FROM {}").format(
-        sql.SQL(", ").join([*aggregates, sql.SQL("count(*)")]), sql.Identifier(shape.schema, shape.table)
+        sql.SQL(", ").join([*aggregates, sql.SQL("count(*)")]), relation(shape, partitioned=partitioned)
     )
     return ColumnQuery(select, row_filter)
 
@@ -127,9 +136,10 @@ def keyset_query(
     row_filter: str | None = None,
     *,
     skip: int = 0,
+    partitioned: bool = False,
 ) -> sql.Composed:
     """The query of the next ``limit`` rows of ``shape`` by primary key ``keys`` (index order) past the key
-    ``after`` (its columns' texts; ``None``: from the first row), among those ``row_filter`` passes: the
+    ``after`` (its columns' texts; ``None``: from the first row) of :func:`relation`, among those ``row_filter`` passes: the
     aggregates of :func:`column_query` over them (:func:`last_key` reads the last row's key from them). ``skip``: the
     rows past ``after`` to pass over first (``OFFSET``), so that several sessions read consecutive chunks
     from one known key at once.
@@ -150,7 +160,7 @@ def keyset_query(
     where = sql.SQL(" WHERE {}").format(sql.SQL(" AND ").join(conditions)) if conditions else sql.SQL("")
     inner = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT {} OFFSET {}").format(
         sql.SQL(", ").join(sql.Identifier(c.name) for c in shape.columns),
-        sql.Identifier(shape.schema, shape.table),
+        relation(shape, partitioned=partitioned),
         where,
         names,
         sql.Literal(limit),
@@ -362,6 +372,11 @@ class SnapshotReader:
             conn.execute("ROLLBACK TO SAVEPOINT cdc_hold" if why else "RELEASE SAVEPOINT cdc_hold")
         return why
 
+    def partitioned(self, relid: int) -> bool:
+        """Whether the table is partitioned (read through its root, see :func:`relation`)."""
+        row = self._conn.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = %s", (relid,)).fetchone()
+        return bool(row and row[0])
+
     def estimate(self, relid: int) -> int:
         """Estimated row count (pg_class.reltuples summed over partitions), for progress only."""
         row = self._conn.execute(
@@ -412,7 +427,7 @@ class SnapshotReader:
         built. Should the feeder end without a word (it hands over every outcome, so it should not),
         the caller raises instead of waiting for ever.
         """
-        plan = column_query(shape, row_filter)
+        plan = column_query(shape, row_filter, partitioned=self.partitioned(shape.relid))
         ranges = self._block_ranges(shape, chunk_rows, chunk_bytes or CHUNK_BYTES)
         stop = threading.Event()
         # built chunks in range order, then None; or the exception that ended the reading
@@ -468,6 +483,7 @@ class SnapshotReader:
         chunk (``timestamptz`` output about a third of it) and the log's append, each about half a second.
         """
         sessions = [self._conn, *self._helpers]
+        query_of = partial(keyset_query, shape, keys, row_filter=row_filter, partitioned=self.partitioned(shape.relid))
         names = [column.name for column in shape.columns]
         key_columns = [names.index(key) for key in keys]
         stop = threading.Event()
@@ -484,7 +500,7 @@ class SnapshotReader:
                 fetching: deque[tuple[psycopg.Connection[tuple[object, ...]], Future[Sequence[object]]]] = deque()
                 try:
                     for index, conn in enumerate(sessions):
-                        query = keyset_query(shape, keys, last, limit, row_filter, skip=index * limit)
+                        query = query_of(last, limit, skip=index * limit)
                         fetching.append((conn, fetchers.submit(_fetched_row, conn, query)))
                     while not stop.is_set():
                         conn, fetched = fetching.popleft()
@@ -500,7 +516,7 @@ class SnapshotReader:
                         if count < limit:
                             _hand_over(ahead, None, stop)
                             return
-                        query = keyset_query(shape, keys, last, limit, row_filter, skip=len(fetching) * limit)
+                        query = query_of(last, limit, skip=len(fetching) * limit)
                         fetching.append((conn, fetchers.submit(_fetched_row, conn, query)))
                 except BaseException as exc:  # noqa: BLE001 - handed to the caller below
                     _hand_over(ahead, exc, stop)

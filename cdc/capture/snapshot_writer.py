@@ -11,7 +11,8 @@ What a snapshot puts in the log, in this order per table:
   captures;
 * a tombstone (at ``(as_of, 0)``) for every key the topic holds, when the table is read again because
   the publication's column list or row filter changed (or may have: a topic without a ledger record
-  under the rule now): the reads then supersede the records of every key they read again, and the
+  under the rule now), or its events are keyed by other columns now (a new primary key or replica
+  identity index, :mod:`cdc.capture.key_marks`): the reads then supersede the records of every key they read again, and the
   tombstones those of keys the new rule no longer publishes, so compaction removes every record written
   under the old rule (the truncate markers alone hide them from consumers, but compaction keeps a key's
   latest record whatever comes after it);
@@ -36,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 
-from cdc.capture.catalog import Catalog, PublishedTable, rule_of
+from cdc.capture.catalog import Catalog, PublishedTable, key_changed, rule_of
 from cdc.capture.events import EventBuilder, ReadEncoder, TxContext, mark_last_read, tombstone_headers
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.lsn import Lsn
@@ -84,7 +85,7 @@ def published_shape(catalog: Catalog, topic_for: Callable[[str, str], str], tabl
     carry no value of it either)."""
     info = catalog.table(table.relid)
     keys = info.primary_key or (info.identity_key if info.replica_identity == "index" else ())
-    columns = [column for column in info.columns if table.publishes(column[0])]
+    columns = table.published_columns(info)
     if not all(table.publishes(key) for key in keys):
         keys = ()
     return TableShape.build(
@@ -384,9 +385,12 @@ class SnapshotWriter:
 
     def _rule_changed(self, table: PublishedTable) -> bool:
         """Whether the records the log holds of ``table`` may have been written under another column list
-        or row filter than the publication's now (the ledger's record of it names another, or none)."""
+        or row filter than the publication's now (the ledger's record of it names another, or none), or
+        keyed by other columns (:mod:`cdc.capture.key_marks`)."""
         entry = self.ledger.entries.get(table.log_name)
-        return entry is None or entry.membership is None or rule_of(entry.membership) != rule_of(table.membership)
+        if entry is None or entry.membership is None or rule_of(entry.membership) != rule_of(table.membership):
+            return True
+        return entry.columns is not None and key_changed(entry.columns, table.columns)
 
     def _parts(
         self,

@@ -257,7 +257,12 @@ def _attribute_numbers(columns: list[tuple[str, int, int]], info: TableInfo | No
     """
     if info is None:
         return ()
-    catalog = list(zip(info.columns, (number for _, number in info.attnums), strict=False))
+    sent = {name for name, _, _ in columns}  # a generated column only when published (PostgreSQL 18)
+    catalog = [
+        (column, number)
+        for column, (_, number) in zip(info.columns, info.attnums, strict=False)
+        if column[0] not in info.generated or column[0] in sent
+    ]
     by_name = {column[0]: number for column, number in catalog}
     out = []
     for index, (name, type_oid, _) in enumerate(columns):

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING
 import orjson
 import psycopg
 
-from cdc.capture.catalog import SESSION_OPTIONS, PublishedTable, columns_filled_since
+from cdc.capture.catalog import SESSION_OPTIONS, PublishedTable, columns_filled_since, key_changed
 from cdc.capture.errors import SourceError
 from cdc.capture.lsn import Lsn
 from cdc.capture.snapshot import SnapshotReader
@@ -236,7 +236,8 @@ class SnapshotLedger:
         added back, a partition attached or detached), nor one given a column since whose existing
         rows may hold values no change event carried (``columns``, see
         :func:`cdc.capture.catalog.columns_filled_since`; a column whose values for older rows the stream
-        carries, :mod:`cdc.capture.stored_defaults`, is none). ``None`` (the stream's question) skips a test,
+        carries, :mod:`cdc.capture.stored_defaults`, is none), nor one whose events are keyed by other
+        columns since (:func:`cdc.capture.catalog.key_changed`). ``None`` (the stream's question) skips a test,
         and so does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
         Nor is a table with a read under way (a progress record: its truncate markers are in the log) or
         whose read was cancelled, whatever its entry says.
@@ -246,6 +247,8 @@ class SnapshotLedger:
             return False  # a read under way (its progress record) already superseded the table's records
         if columns is not None and entry.columns is not None and columns_filled_since(entry.columns, columns, relid):
             return False
+        if columns is not None and entry.columns is not None and key_changed(entry.columns, columns):
+            return False  # the log holds rows under keys no later event names (cdc.capture.key_marks)
         return membership is None or entry.membership is None or entry.membership == membership
 
     def progress_gone(self, name: str, ts_ms: int | None = None) -> ProducerRecord:

@@ -22,6 +22,7 @@ import json
 import math
 import re
 import struct
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
@@ -36,6 +37,7 @@ from derived_views.source.log_source import LogWatermark
 from derived_views.views import warehouse
 from derived_views.views.composite import Composite
 from derived_views.views.published_rules import WHOLE, PublishedRule, Rules, keyed, published_rules
+from derived_views.views.source_relation import relation_sql
 
 if TYPE_CHECKING:
     import psycopg
@@ -224,12 +226,13 @@ def source_rows(
     row_filter: str | None = None,
     masks: Mapping[str, Callable[[str], str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """Every row of a source table as a dict of its columns (those ``row_filter``, the publication's row
-    filter as the server prints it, passes), each masked column's value masked as capture masks it: the
-    mask of the text the type's output function writes (:mod:`event_format.masks`)."""
+    """Every row of a source table (its own rows, not its children's: :func:`relation_sql`) as a dict of
+    its columns (those ``row_filter``, the publication's row filter as the server prints it, passes), each
+    masked column's value masked as capture masks it: the mask of the text the type's output function
+    writes (:mod:`event_format.masks`)."""
     from psycopg.rows import dict_row
 
-    table = f"{quote_identifier(schema.schema)}.{quote_identifier(schema.table)}"
+    table = relation_sql(conn, schema.schema, schema.table)
     where = f" WHERE ({row_filter})" if row_filter is not None else ""
     with conn.cursor(row_factory=dict_row) as cursor:
         rows = list(cursor.execute(f"SELECT {_select_list(schema, masks or {})} FROM {table}{where}"))  # noqa: S608 - quoted names
@@ -275,11 +278,15 @@ def compare_rows(
     view: list[dict[str, Any]],
     extra: dict[str, str] | None = None,
 ) -> list[str]:
-    """Differences between source and view rows of one table, one line each."""
+    """Differences between source and view rows of one table, one line each; a key the view holds more than
+    once (rows stored under an earlier key of the table, which hold the same values of its key now) is one."""
     types = {c.name: c.type_name for c in schema.columns} | (extra or {})
     by_key_source = {_key(r, schema): r for r in source}
     by_key_view = {_key(r, schema): r for r in view}
     out = []
+    if len(by_key_view) < len(view) and schema.key_columns:
+        counts = Counter(_key(r, schema) for r in view)
+        out += [f"{label}: key {key} is in the view {n} times" for key, n in sorted(counts.items()) if n > 1]
     for key in sorted(by_key_source.keys() - by_key_view.keys()):
         out.append(f"{label}: key {key} is in the source but not in the view")
     for key in sorted(by_key_view.keys() - by_key_source.keys()):

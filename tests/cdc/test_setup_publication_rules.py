@@ -75,10 +75,16 @@ def test_a_column_list_leaving_out_replica_identity_columns_is_refused(pg_url: s
     assert [line.split(":", 2)[1] for line in errors] == [
         " publication cdc_publication publishes only the columns id, note of public.accounts, which leave out region of "
         "the replica identity of public.accounts",
-        " publication cdc_publication publishes only the columns id, v of public.logged, which leave out secret of the "
-        "replica identity of public.logged",
+        " publication cdc_publication publishes a column list of public.logged, and the replica identity of "
+        "public.logged is FULL",
     ]
     assert "add region to the column list" in errors[0]
+    # under FULL, a list naming every column is refused too: the fix is no list, or an identity by key
+    execute(pg_url, "ALTER PUBLICATION cdc_publication SET TABLE accounts, TABLE logged (id, v, secret)")
+    assert "does not cover the replica identity" in _refused(pg_url, "UPDATE logged SET v = 'w'")
+    (error,) = _errors(pg_url, tmp_path, "--check-only")
+    assert "a column list of public.logged, and the replica identity of public.logged is FULL" in error, error
+    assert "ALTER PUBLICATION cdc_publication SET TABLE public.logged)" in error, error
 
     # a publication of inserts only leaves updates and deletes alone
     execute(pg_url, "ALTER PUBLICATION cdc_publication SET (publish = 'insert')")

@@ -21,7 +21,8 @@ from tests.cdc.helpers import snapshot_threads
 
 def _chunks(monkeypatch: pytest.MonkeyPatch, fetched: Callable[[], Iterator[Sequence[object]]]) -> Iterator[object]:
     """``column_chunks`` of a reader whose fetched chunk rows are ``fetched()`` (a row's last item is its count)."""
-    monkeypatch.setattr(snapshot, "column_query", lambda shape, row_filter=None: None)
+    monkeypatch.setattr(snapshot, "column_query", lambda shape, row_filter=None, partitioned=False: None)
+    monkeypatch.setattr(snapshot.SnapshotReader, "partitioned", lambda self, relid: False)
     monkeypatch.setattr(snapshot.SnapshotReader, "blocks", lambda self, relid: (100, 100.0, 0.0))
     monkeypatch.setattr(snapshot.SnapshotReader, "_prefetched", lambda self, plan, ranges: fetched())
     monkeypatch.setattr(snapshot, "_built", lambda shape, row, build, first, count: (first, count))
