@@ -873,8 +873,8 @@ class Capture:
         return bool(blocking)
 
     def _renew_snapshots(self) -> bool:
-        """Suspend every read by key whose snapshot is ``read_snapshot_seconds`` old and that wrote a chunk
-        from it (:meth:`_suspend`): it goes on past its last durable key from a new snapshot, taken at once
+        """Suspend every read by key whose snapshot is ``read_snapshot_seconds`` old and that has a durable
+        key to go on from (:meth:`_suspend`): it goes on past it from a new snapshot, taken at once
         (no slot, nothing waited for: :func:`~cdc.capture.table_snapshots.take_snapshot`). So no snapshot
         of a read holds the server's xmin horizon (what VACUUM may remove) for longer than that and a
         chunk. A read by block ranges keeps its one snapshot to the end (it could not go on from another).
@@ -883,7 +883,7 @@ class Capture:
         old = [
             read
             for read in self.reads
-            if read.parts.progress is not None and now - read.pending.started >= self.tuning.read_snapshot_seconds
+            if read.progress is not None and now - read.pending.started >= self.tuning.read_snapshot_seconds
         ]
         for read in old:
             self.stats.snapshots_renewed += 1
@@ -948,9 +948,9 @@ class Capture:
         self._turn = (self._turn + 1) % len(running)
         read = running[self._turn]
         try:
-            rows = read.rows
+            rows = read.parts.written.events  # rows this run read (a resumed run's earlier rows aside)
             finished = read.next_chunk(self.writer, self.position.hex16())
-            self._throttle.took(read.rows - rows, now)
+            self._throttle.took(read.parts.written.events - rows, now)
         except SourceError as exc:
             sqlstate = str(getattr(exc.__cause__, "sqlstate", None) or "")
             if read.condition is None or sqlstate[:2] not in ("22", "42"):

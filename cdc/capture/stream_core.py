@@ -178,8 +178,8 @@ class StreamCore(Generic[Tx, Snap]):
 
     def read_timeout(self) -> float:
         """How long the next read may wait for frames: short while a group fills."""
-        if self.reading and not self.throttled:
-            return 0.0  # a chunk follows each pass: only take what already arrived
+        if (self.reading and not self.throttled) or self._snapshot_due(self.server_end):
+            return 0.0  # a chunk, or a read's start, follows each pass: only take what already arrived
         return self.tuning.batch_seconds / 4 if self.pending else 0.25
 
     def committed(self, tx: Tx, now: float) -> Sequence[Command[Tx, Snap]] | Iterator[Command[Tx, Snap]]:

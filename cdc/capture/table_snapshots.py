@@ -414,8 +414,18 @@ class PendingSnapshot:
 _EXPORT = (
     "SELECT pg_export_snapshot(), pg_current_snapshot()::text, "
     "(SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE pg_xact_status(x) = 'committed'), "
-    "pg_current_wal_insert_lsn()::text"
+    "pg_current_wal_insert_lsn()::text, current_setting('wal_block_size')::int"
 )
+
+#: the sizes of a WAL page's header: a page's first record starts after it (the first page of a segment has
+#: the long one), and the insert position PostgreSQL reports at a page's start already points past it
+_PAGE_HEADERS = (24, 40)
+
+
+def _record_end(insert: Lsn, page: int) -> Lsn:
+    """Where the last record written before ``insert`` (the reported insert position) ends: the stream
+    reports positions as record ends, so an insert position just past a page's header is the page's start."""
+    return Lsn(insert - insert % page) if insert % page in _PAGE_HEADERS else insert
 
 
 def take_snapshot(url: str, tables: list[PublishedTable], boundary: Lsn) -> PendingSnapshot | None:
@@ -440,7 +450,7 @@ def take_snapshot(url: str, tables: list[PublishedTable], boundary: Lsn) -> Pend
         row = conn.execute(_EXPORT).fetchone()
         assert row is not None
         name, xids, committed = str(row[0]), SnapshotXids.parse(str(row[1])), int(row[2])  # type: ignore[call-overload]
-        wal_end = Lsn.parse(str(row[3]))
+        wal_end = _record_end(Lsn.parse(str(row[3])), int(row[4]))  # type: ignore[call-overload]
         if committed:
             log.info("a transaction that committed is not visible yet to a new snapshot; it is taken again")
             conn.rollback()

@@ -75,14 +75,12 @@ class _XminWatch(threading.Thread):
 
 
 def test_a_long_read_holds_each_snapshot_a_moment_and_stays_exact(reference_db: str, tmp_path: Path) -> None:
-    """A read of many small chunks, at most 30,000 rows a second, while the table changes: no session of
-    capture keeps a snapshot much longer than ``read_snapshot_seconds``, though the read lasts many times
-    that; the log replays to the source, in per-key order."""
+    """A read of many small chunks while the table changes: no session of capture keeps a snapshot much
+    longer than ``read_snapshot_seconds``, though the read lasts many times that; the log replays to the
+    source, in per-key order."""
     rows = 60_000
     _tables(reference_db, rows)
-    settings = settings_for(
-        reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100, snapshot_rows_per_second=30_000
-    )
+    settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
     stop = threading.Event()
     capture = Capture(settings, stop=stop, tuning=Tuning(read_snapshot_seconds=0.3))
     running = threading.Thread(target=capture.run)
@@ -106,18 +104,18 @@ def test_a_long_read_holds_each_snapshot_a_moment_and_stays_exact(reference_db: 
     assert watch.samples > 20
     assert watch.longest < 0.3 + 1.5 < lasted, f"a snapshot was held {watch.longest:.2f} s of a {lasted:.2f} s read"
     assert capture.stats.snapshots_renewed >= 2, capture.stats
-    assert capture.stats.reads_throttled > 0, "the read never waited for its rate ceiling"
     assert replay(tmp_path, BIG) == source_table(reference_db, "big")
     assert_per_key_order(read_topic(tmp_path, BIG))
 
 
 def test_a_truncate_between_two_runs_of_a_read_starts_it_over_and_the_log_stays_exact(reference_db: str, tmp_path: Path) -> None:
-    """``TRUNCATE`` and new rows while a read goes from snapshot to snapshot: the rows read before it are
-    not left beside those read after it; the read starts over and the log replays to the source."""
-    rows = 30_000
+    """``TRUNCATE`` and new rows while a read goes from snapshot to snapshot, at most 4,000 rows a second:
+    the rows read before it are not left beside those read after it; the read starts over and the log
+    replays to the source."""
+    rows = 12_000
     _tables(reference_db, rows)
     settings = settings_for(
-        reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100, snapshot_rows_per_second=20_000
+        reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100, snapshot_rows_per_second=4_000
     )
     stop = threading.Event()
     capture = Capture(settings, stop=stop, tuning=Tuning(read_snapshot_seconds=0.2))
@@ -135,3 +133,4 @@ def test_a_truncate_between_two_runs_of_a_read_starts_it_over_and_the_log_stays_
         stop.set()
         running.join(60)
     assert len(replay(tmp_path, BIG)) == 500
+    assert capture.stats.reads_throttled > 0, "the read never waited for its rate ceiling"
