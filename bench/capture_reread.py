@@ -120,10 +120,11 @@ def main(rows: int) -> None:
         open_tx.execute("CREATE TEMPORARY TABLE held_open (id int)")
         open_tx.execute("INSERT INTO held_open VALUES (1)")  # an ID, held until the read's end
         longest = [0.0]
-        watch = threading.Thread(target=_xmin_watch, args=(url, done, [open_tx.info.backend_pid], longest))
-        watch.start()
-        read_start = time.perf_counter()
-        with psycopg.connect(url, autocommit=True) as conn:
+        with psycopg.connect(url, autocommit=True) as conn:  # the ALTER's own session is not capture's
+            skip = [open_tx.info.backend_pid, conn.info.backend_pid]
+            watch = threading.Thread(target=_xmin_watch, args=(url, done, skip, longest))
+            watch.start()
+            read_start = time.perf_counter()
             conn.execute("ALTER TABLE bench ADD COLUMN flag int DEFAULT (7 + random() * 0)::int")
             conn.execute("UPDATE bench SET name = 'x' WHERE id = 1")
         while not capture.reads and capture.stats.snapshot_rows < 2 * rows:
