@@ -59,29 +59,26 @@ def run_checks(settings: Settings) -> list[Check]:
         slots_max = int(conn.execute("SHOW max_replication_slots").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
         slots_used = int(conn.execute("SELECT count(*) FROM pg_replication_slots").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
         slot = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone()
-        # capture's own slot and WAL sender, plus a temporary pair while it snapshots a table that joins
-        # the publication later (cdc.capture.table_snapshots)
-        slots_needed = 1 if slot is not None else 2
-        temporary = "a temporary one while it snapshots a table added to the publication"
+        # capture's own slot and WAL sender (a table read beside the stream needs neither:
+        # cdc.capture.table_snapshots)
+        slots_needed = 0 if slot is not None else 1
         checks.append(
             Check(
                 "max_replication_slots",
                 slots_used + slots_needed <= slots_max,
                 f"{max(0, slots_max - slots_used)} of {slots_max} replication slots are free, capture needs "
-                f"{slots_needed} ({temporary if slot is not None else 'its slot and ' + temporary}); "
-                "raise max_replication_slots or drop an unused slot",
+                f"{slots_needed} (its slot); raise max_replication_slots or drop an unused slot",
             )
         )
         senders_max = int(conn.execute("SHOW max_wal_senders").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
         senders_used = int(conn.execute("SELECT count(*) FROM pg_stat_replication").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
-        senders_needed = 1 if slot is not None and slot[0] else 2  # a running capture already holds one
+        senders_needed = 0 if slot is not None and slot[0] else 1  # a running capture already holds one
         checks.append(
             Check(
                 "max_wal_senders",
                 senders_used + senders_needed <= senders_max,
                 f"{max(0, senders_max - senders_used)} of {senders_max} WAL senders are free, capture needs "
-                f"{senders_needed} (its stream and, for a moment, one to snapshot a table added to the "
-                "publication); raise max_wal_senders and restart PostgreSQL",
+                f"{senders_needed} (its stream); raise max_wal_senders and restart PostgreSQL",
             )
         )
         checks.extend(_publication_checks(conn, settings))

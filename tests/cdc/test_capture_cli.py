@@ -61,13 +61,14 @@ def test_setup_reports_wal_level_replica_then_too_few_slots_in_one_line(tmp_path
             conn.execute("ALTER SYSTEM SET wal_level = logical")
             conn.execute("ALTER SYSTEM SET max_replication_slots = 1")
         server.restart()
+        with psycopg.connect(url, autocommit=True) as conn:  # another client's slot takes the only one
+            conn.execute("SELECT pg_create_physical_replication_slot('other_client')")
         result = subprocess.run([CDC, "setup"], env=_env(url, tmp_path), capture_output=True, text=True, timeout=60)
     finally:
         server.stop()
     assert result.returncode == 3, result.stderr
     assert result.stderr.strip().splitlines() == [
-        "error: 1 of 1 replication slots are free, capture needs 2 (its slot and a temporary one while it "
-        "snapshots a table added to the publication); raise max_replication_slots or drop an unused slot"
+        "error: 0 of 1 replication slots are free, capture needs 1 (its slot); raise max_replication_slots or drop an unused slot"
     ]
 
 
