@@ -273,7 +273,9 @@ def compare_table(label: str, layout: Layout, source: Batches, view: Batches, ex
         report.add(layout.differences(label, _rows_in(source, layout, buckets, chosen), _rows_in(view, layout, buckets, chosen)))
     if left:
         rows = sum(source_counts[b] for b in left), sum(view_counts[b] for b in left)
-        report.add([f"{label}: {len(left)} more buckets of keys differ ({rows[0]} source rows, {rows[1]} view rows), not listed"])
+        report.differences.append(
+            f"{label}: {len(left)} more buckets of keys differ ({rows[0]} source rows, {rows[1]} view rows), not listed"
+        )
     return compared
 
 
@@ -315,6 +317,8 @@ class ViewTable:
     rows: int
     batches: Callable[[], Iterator[list[Row]]]
     """A new read of the rows, of the same table version each time."""
+    holding_values: Callable[[list[str]], list[str]]
+    """Those of the given columns (source names) that hold a value other than NULL in the rows read."""
 
 
 def view_table(path: str, view: str, layout: Layout, names: Iterable[str] = (), where: str = "") -> ViewTable:
@@ -339,7 +343,16 @@ def view_table(path: str, view: str, layout: Layout, names: Iterable[str] = (), 
     selected = ", ".join(quote_identifier(held[name]) for name in present) or "1"
     sql = f"SELECT {selected} FROM t" + (f" WHERE {where}" if where else "")  # noqa: S608 - quoted names
     columns = frozenset(back.get(c, c) for c in stored)
-    return ViewTable(columns, rows, lambda: _aligned(stream_query(path, sql, table), layout, present))
+    condition = f" WHERE {where}" if where else ""
+
+    def holding_values(names: list[str]) -> list[str]:
+        if not names:
+            return []
+        counts = ", ".join(f"count({quote_identifier(held.get(name, name))})" for name in names)
+        found = stream_query(path, f"SELECT {counts} FROM t{condition}", table).read_all()  # noqa: S608 - quoted names
+        return [name for i, name in enumerate(names) if found.column(i)[0].as_py()]
+
+    return ViewTable(columns, rows, lambda: _aligned(stream_query(path, sql, table), layout, present), holding_values)
 
 
 def _aligned(reader: Iterable[Any], layout: Layout, present: list[str]) -> Iterator[list[Row]]:

@@ -1,0 +1,94 @@
+"""``cdc verify`` of a table larger than it holds at once: compared by bucket hashes, then row by row in the
+buckets that differ, in memory that does not grow with the table, each difference named by key and column."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from derived_views.events.schema import Column, TableSchema
+from tests.derived_views.pipeline import capture, context, execute, settings_for, sync
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROWS = 30_000
+#: Python memory a verify of ROWS rows may hold at its peak: a batch of rows and the buckets' figures, not
+#: the table (held whole as Python objects, both sides take over 40 MB).
+PEAK_BYTES = 16 << 20
+
+
+@pytest.mark.pg
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_large_table_is_verified_in_bounded_memory_and_each_difference_named(
+    spark: SparkSession, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table of ROWS rows (negative integers, NaN and negative zero, float4, decimals) verifies equal with
+    a bounded peak of Python memory; then a row deleted from the view, one added, -1 turned into -2 (which
+    Python hashes alike) and -0.0 into 0.0 (which compare equal) are each named."""
+    from pyspark.sql import functions as F
+
+    from derived_views.views import runner, verify_tables, warehouse
+    from derived_views.views.verify import verify
+
+    execute(
+        pg_url,
+        "CREATE TABLE t (id bigint PRIMARY KEY, n int, price numeric(12,2), f float8, r real, name text)",
+        "CREATE PUBLICATION cdc_publication FOR ALL TABLES",
+        "INSERT INTO t SELECT g, g % 7 - 3, ((g * 37) % 99900 + 100) / 100.0, "
+        "CASE WHEN g % 11 = 0 THEN 'NaN' WHEN g % 13 = 0 THEN '-0' ELSE g / 7.0 END, g / 3.0, 'item ' || g "
+        f"FROM generate_series(1, {ROWS}) g",
+    )
+    settings = settings_for(pg_url, tmp_path)
+    ctx = context(spark, settings)
+    capture(settings)
+    sync(ctx, ["warehouse"])
+    watermark = runner.latest(ctx)
+    assert watermark is not None
+    monkeypatch.setattr(verify_tables, "HELD_ROWS", 1_000, raising=False)  # compared by hash at a test's size
+
+    tracemalloc.start()
+    try:
+        report = verify(ctx, "warehouse", pg_url, watermark)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert report.ok, report.differences[:5]
+    assert report.compared == ROWS
+    assert peak < PEAK_BYTES, f"verify held {peak / 2**20:.1f} MB of Python memory at its peak"
+
+    current = warehouse.current_path(ctx, "public.t")
+    spark.sql(f"DELETE FROM delta.`{current}` WHERE id = 5")
+    added = spark.read.format("delta").load(current).filter("id = 7").withColumn("id", F.lit(ROWS + 1).cast("bigint"))
+    added.write.format("delta").mode("append").save(current)
+    spark.sql(f"UPDATE delta.`{current}` SET n = -2 WHERE id = 2")  # the source holds -1
+    spark.sql(f"UPDATE delta.`{current}` SET f = 0.0 WHERE id = 13")  # the source holds -0
+    assert verify(ctx, "warehouse", pg_url, watermark).differences == [
+        "public.t: key ('5',) is in the source but not in the view",
+        f"public.t: key ('{ROWS + 1}',) is in the view but not in the source",
+        "public.t: key ('13',) column f: source '-0' != view 0.0",
+        "public.t: key ('2',) column n: source -1 != view -2",
+    ]
+
+
+def test_differences_past_the_kept_ones_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view that differs everywhere: the first KEPT differences are listed, the buckets left counted."""
+    from derived_views.views import verify_tables
+    from derived_views.views.verify_tables import Layout, Report, compare_table
+
+    monkeypatch.setattr(verify_tables, "HELD_ROWS", 100)
+    monkeypatch.setattr(verify_tables, "KEPT", 10)
+    schema = TableSchema("public", "t", "cdc.public.t", (Column("id", "int8", key=True), Column("v", "text")))
+    source = [[(i, f"v{i}") for i in range(5_000)]]
+    view = [[(i, f"w{i}") for i in range(5_000)]]
+    report = Report("warehouse")
+    assert compare_table("t", Layout.of(schema), lambda: source, lambda: view, 5_000, report) == 5_000
+    assert not report.ok
+    assert len(report.differences) == 10 + 1
+    assert report.count > 10 + 1  # the rest of the read buckets counted
+    assert all(" column v: source 'v" in line for line in report.differences[:-1])
+    assert report.differences[-1].startswith("t: ") and report.differences[-1].endswith("view rows), not listed")
