@@ -1,13 +1,10 @@
 """Compare a view with the source tables read in one consistent snapshot, and list the differences.
 
 The source is read with psycopg in a single ``REPEATABLE READ`` read-only transaction, so every table
-comes from the same snapshot, in the session settings capture reads with (``TimeZone=UTC``,
-``DateStyle=ISO``). Every value PostgreSQL holds is read: a date or timestamp no Python ``date`` or
-``datetime`` holds (``infinity``, ``-infinity``, a BC date, a year past 9999), in a column or an array,
-is read as the server's text (:func:`read_every_value`) and compared in that form. The view tables are
-read with ``deltalake``, not with the Spark that wrote them. Values are compared after bringing both
-sides to the same Python form (:func:`normalize`): decimals as :class:`~decimal.Decimal`, instants as
-UTC-aware datetimes, JSON documents parsed, uuids and other text-form types as the server's text. The
+comes from the same snapshot, in the session settings capture reads with; every value PostgreSQL holds
+is read, and both sides' values are brought to one comparable form (:mod:`derived_views.views.verify_values`).
+The view tables are read with ``deltalake``, not with the Spark that wrote them. A warehouse table is
+compared in memory that does not grow with its size (:mod:`derived_views.views.verify_tables`). The
 comparison is exact only when the view has synced to a watermark at or after the snapshot and no
 transaction committed between them, so ``cdc verify`` syncs the view first and is meant for a quiet
 source (or a paused workload).
@@ -83,15 +80,6 @@ def _estimated_rows(conn: psycopg.Connection, schema: TableSchema) -> float:
     name = '"' + schema.schema.replace('"', '""') + '"."' + schema.table.replace('"', '""') + '"'
     row = conn.execute("SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = to_regclass(%s)", (name,)).fetchone()
     return float(row[0]) if row and row[0] is not None else 0.0
-
-
-def compare_rows(label: str, schema: TableSchema, source: list[dict[str, Any]], view: list[dict[str, Any]]) -> list[str]:
-    """Differences between source and view rows of one table, one line each."""
-    layout = Layout.of(schema)
-    report = Report(label)
-    sides = [[tuple(row.get(name) for name in layout.names) for row in rows] for rows in (source, view)]
-    compare_table(label, layout, lambda: [sides[0]], lambda: [sides[1]], max(len(source), len(view)), report)
-    return report.differences
 
 
 def _delta_rows(path: str, view: str, names: Iterable[str] = (), where: str = "") -> list[dict[str, Any]]:

@@ -169,6 +169,14 @@ def _decimal_form(value: Any, type_name: str) -> str:
     return str(value if type(value) is Decimal else normalize(value, type_name))
 
 
+def _text_array_form(value: Any, type_name: str) -> Any:
+    """An array of text as a tuple of its elements (each hashed as the text it is); any other value (an
+    array a view holds as its JSON text, a nested list) in its comparable form."""
+    if value.__class__ is list and not any(element.__class__ is list for element in value):
+        return tuple(value)
+    return _compared_form(value, type_name)
+
+
 def _compared_form(value: Any, type_name: str) -> str:
     return repr(normalize(value, type_name))
 
@@ -182,6 +190,8 @@ def _form(type_name: str, key: bool) -> Callable[[Any, str], Any] | None:
         return _decimal_form
     if type_name in _PLAIN_TEXT:
         return _text_form if key else None
+    if type_name.lstrip("_") in _PLAIN_TEXT and not key:
+        return _text_array_form
     if key or type_name.startswith("_") or type_name in _FLOATS:
         return _compared_form  # a key's buckets must agree; floats: 0.0 == -0.0; arrays: lists
     return None
@@ -189,10 +199,11 @@ def _form(type_name: str, key: bool) -> Callable[[Any, str], Any] | None:
 
 #: How a column's values are put in their hashed form, inline in :func:`_row_form` (``v``: the value).
 _INLINE: dict[Callable[[Any, str], Any], str] = {
-    _int_form: "(v if v.__class__ is int and 0 <= v < SMALL else f(v, t))",
-    _text_form: "(v if v.__class__ is str else f(v, t))",
-    _decimal_form: "(str(v) if v.__class__ is Decimal else f(v, t))",
-    _compared_form: "f(v, t)",
+    _int_form: "({v} if {v}.__class__ is int and 0 <= {v} < SMALL else {f}({v}, {t}))",
+    _text_form: "({v} if {v}.__class__ is str else {f}({v}, {t}))",
+    _decimal_form: "(str({v}) if {v}.__class__ is Decimal else {f}({v}, {t}))",
+    _text_array_form: "(tuple({v}) if {v}.__class__ is list and not any(e.__class__ is list for e in {v}) else {f}({v}, {t}))",
+    _compared_form: "{f}({v}, {t})",
 }
 
 
@@ -208,7 +219,7 @@ def _row_form(layout: Layout, columns: Iterable[int]) -> Callable[[Row], Row]:
             parts.append(f"r[{i}]")
             continue
         names[f"f{i}"], names[f"t{i}"] = form, layout.types[i]
-        parts.append(_INLINE[form].replace("v", f"r[{i}]").replace("f(", f"f{i}(").replace(", t)", f", t{i})"))
+        parts.append(_INLINE[form].format(v=f"r[{i}]", f=f"f{i}", t=f"t{i}"))
     return eval(f"lambda r: ({', '.join(parts)},)", names)  # type: ignore[no-any-return]  # noqa: S307 - see above
 
 
