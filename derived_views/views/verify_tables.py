@@ -23,6 +23,7 @@ them; past those, the buckets left are counted in one line.
 from __future__ import annotations
 
 import collections
+import decimal
 import itertools
 import math
 import operator
@@ -56,6 +57,8 @@ _NOT_PLAIN_TEXT = frozenset({"timetz", "inet", "cidr", "json", "jsonb"})
 _FLOATS = frozenset({"float4", "float8", "_float4", "_float8"})
 #: Integers whose hash is their value (``hash(-1) == hash(-2)``, and hashes wrap at 2**61 - 1).
 _SMALL = (1 << 61) - 1
+#: Rounds no decimal (``Decimal.normalize`` rounds to its context's precision, 28 digits by default).
+_EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 
 Row = tuple[Any, ...]
 
@@ -166,7 +169,10 @@ def _text_form(value: Any, type_name: str) -> Any:
 
 
 def _decimal_form(value: Any, type_name: str) -> str:
-    return str(value if type(value) is Decimal else normalize(value, type_name))
+    """A decimal as the text of its value without trailing zeros (``1.50`` and ``1.5000`` alike: a view
+    may store a decimal at another scale), every digit kept."""
+    value = value if type(value) is Decimal else normalize(value, type_name)
+    return str(value.normalize(_EXACT)) if isinstance(value, Decimal) else str(value)
 
 
 def _text_array_form(value: Any, type_name: str) -> Any:
@@ -201,7 +207,7 @@ def _form(type_name: str, key: bool) -> Callable[[Any, str], Any] | None:
 _INLINE: dict[Callable[[Any, str], Any], str] = {
     _int_form: "({v} if {v}.__class__ is int and 0 <= {v} < SMALL else {f}({v}, {t}))",
     _text_form: "({v} if {v}.__class__ is str else {f}({v}, {t}))",
-    _decimal_form: "(str({v}) if {v}.__class__ is Decimal else {f}({v}, {t}))",
+    _decimal_form: "(str({v}.normalize(EXACT)) if {v}.__class__ is Decimal else {f}({v}, {t}))",
     _text_array_form: "(tuple({v}) if {v}.__class__ is list and not any(e.__class__ is list for e in {v}) else {f}({v}, {t}))",
     _compared_form: "{f}({v}, {t})",
 }
@@ -212,7 +218,7 @@ def _row_form(layout: Layout, columns: Iterable[int]) -> Callable[[Row], Row]:
 
     Built as one expression (a call per value costs as much as reading it): each column's part is a
     fixed template of :data:`_INLINE` over ``r[<position>]``; names and types are arguments, never code."""
-    parts, names = [], {"SMALL": _SMALL, "Decimal": Decimal, "str": str, "int": int}
+    parts, names = [], {"SMALL": _SMALL, "EXACT": _EXACT, "Decimal": Decimal}
     for i in columns:
         form = _form(layout.types[i], i in layout.key)
         if form is None:

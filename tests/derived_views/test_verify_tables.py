@@ -96,24 +96,26 @@ def test_differences_past_the_kept_ones_are_counted(monkeypatch: pytest.MonkeyPa
     assert report.differences[-1].startswith("t: ") and report.differences[-1].endswith("view rows), not listed")
 
 
-def _hashed_differences(type_name: str, source: Any, view: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Differences of two 3,000-row tables compared by hash, equal but for key 7's value of column c."""
+def _differences(type_name: str, source: Any, view: Any, held: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Differences of two 1,200-row tables equal but for key 7's value of column c, compared at once
+    (``held`` above their size) or by hash."""
     from derived_views.views import verify_tables
     from derived_views.views.verify_tables import Layout, Report, compare_table
 
-    monkeypatch.setattr(verify_tables, "HELD_ROWS", 100)
+    monkeypatch.setattr(verify_tables, "HELD_ROWS", held)
     schema = TableSchema("public", "t", "cdc.public.t", (Column("id", "int8", key=True), Column("c", type_name)))
-    sides = [[[(i, value if i == 7 else None) for i in range(3_000)]] for value in (source, view)]
+    sides = [[[(i, value if i == 7 else None) for i in range(1_200)]] for value in (source, view)]
     report = Report("warehouse")
-    compare_table("t", Layout.of(schema), lambda: sides[0], lambda: sides[1], 3_000, report)
+    compare_table("t", Layout.of(schema), lambda: sides[0], lambda: sides[1], 1_200, report)
     return report.differences
 
 
-@pytest.mark.parametrize(("type_name", "source", "view"), SAME)
-def test_a_value_and_its_view_form_compare_equal_by_hash(
-    type_name: str, source: Any, view: Any, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("held", [100, 10_000], ids=["by hash", "at once"])
+@pytest.mark.parametrize(("type_name", "source", "view"), [*SAME, ("numeric", Decimal("1.50"), Decimal("1.500000000000000000"))])
+def test_a_value_and_its_view_form_compare_equal(
+    type_name: str, source: Any, view: Any, held: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert _hashed_differences(type_name, source, view, monkeypatch) == []
+    assert _differences(type_name, source, view, held, monkeypatch) == []
 
 
 @pytest.mark.parametrize(
@@ -122,11 +124,14 @@ def test_a_value_and_its_view_form_compare_equal_by_hash(
         *DIFFERENT,
         ("int4", -1, -2),
         ("numeric", Decimal("-1"), Decimal("-2")),
+        ("numeric", Decimal("1." + "0" * 40 + "1"), Decimal("1." + "0" * 40 + "2")),
         ("int8", 1, 1 + (1 << 61) - 1),
         ("_text", ["a", None], ["a", "None"]),
     ],
 )
-def test_a_changed_value_is_found_by_hash(type_name: str, source: Any, view: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Values Python hashes alike (-1 and -2, integers 2**61 - 1 apart, 0.0 and -0.0) are told apart too."""
-    differences = _hashed_differences(type_name, source, view, monkeypatch)
+@pytest.mark.parametrize("held", [100, 10_000], ids=["by hash", "at once"])
+def test_a_changed_value_is_found(type_name: str, source: Any, view: Any, held: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values Python hashes alike or finds equal (-1 and -2, integers 2**61 - 1 apart, 0.0 and -0.0) are
+    told apart too."""
+    differences = _differences(type_name, source, view, held, monkeypatch)
     assert len(differences) == 1 and differences[0].startswith("t: key ('7',) column c: "), differences
