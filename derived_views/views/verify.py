@@ -68,17 +68,20 @@ def _leaked_columns(label: str, rule: PublishedRule, view: ViewTable, publicatio
     ]
 
 
+def _regclass(schema: TableSchema) -> str:
+    return '"' + schema.schema.replace('"', '""') + '"."' + schema.table.replace('"', '""') + '"'
+
+
 def _exists(conn: psycopg.Connection, schema: TableSchema) -> bool:
     """Whether the source still has the table ``schema`` describes."""
-    name = '"' + schema.schema.replace('"', '""') + '"."' + schema.table.replace('"', '""') + '"'
-    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()
+    row = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (_regclass(schema),)).fetchone()
     return bool(row and row[0])
 
 
 def _estimated_rows(conn: psycopg.Connection, schema: TableSchema) -> float:
     """The planner's estimate of the source table's rows (0 when never analyzed)."""
-    name = '"' + schema.schema.replace('"', '""') + '"."' + schema.table.replace('"', '""') + '"'
-    row = conn.execute("SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = to_regclass(%s)", (name,)).fetchone()
+    query = "SELECT greatest(reltuples, 0) FROM pg_class WHERE oid = to_regclass(%s)"
+    row = conn.execute(query, (_regclass(schema),)).fetchone()
     return float(row[0]) if row and row[0] is not None else 0.0
 
 

@@ -82,7 +82,7 @@ class Report:
 
     @property
     def count(self) -> int:
-        """How many differences were found."""
+        """How many differences were found (past :data:`KEPT`, the buckets not read again as one)."""
         return len(self.differences) + self.more
 
     def add(self, lines: Iterable[str]) -> None:
@@ -344,6 +344,7 @@ def view_table(path: str, view: str, layout: Layout, names: Iterable[str] = (), 
 
     Read with ``deltalake``, not Spark: a second reader of the table's files, the one every view table
     promises to open, and one that answers a small table in milliseconds where a Spark read plans a job."""
+    import pyarrow as pa
     from deltalake import DeltaTable
 
     if not DeltaTable.is_deltatable(path):
@@ -352,15 +353,13 @@ def view_table(path: str, view: str, layout: Layout, names: Iterable[str] = (), 
     stored = [f.name for f in table.schema().fields]
     held = source_columns(names, stored)
     back = {column: name for name, column in held.items()}
-    import pyarrow as pa
-
     files = pa.table(table.get_add_actions(flatten=True))
     rows = sum(n or 0 for n in files.column("num_records").to_pylist()) if "num_records" in files.column_names else 0
     present = [name for name in layout.names if name in held]
-    selected = ", ".join(quote_identifier(held[name]) for name in present) or "1"
-    sql = f"SELECT {selected} FROM t" + (f" WHERE {where}" if where else "")  # noqa: S608 - quoted names
-    columns = frozenset(back.get(c, c) for c in stored)
     condition = f" WHERE {where}" if where else ""
+    selected = ", ".join(quote_identifier(held[name]) for name in present) or "1"
+    sql = f"SELECT {selected} FROM t{condition}"  # noqa: S608 - quoted names
+    columns = frozenset(back.get(c, c) for c in stored)
 
     def holding_values(names: list[str]) -> list[str]:
         if not names:
