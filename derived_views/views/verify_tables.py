@@ -49,6 +49,8 @@ BUCKETS = 1 << 16
 #: Difference lines kept in a report; the others are counted.
 KEPT = 1_000
 _ROWS_PER_BUCKET = 256
+#: More than one bucket in this many differing: compared again by each value's comparable form.
+_SYSTEMATIC = 8
 _FETCH = 10_000
 _INT_TYPES = frozenset({"int2", "int4", "int8", "oid"})
 _PLAIN_TEXT = frozenset({"text", "varchar", "bpchar", "name", "citext", "uuid"})
@@ -189,7 +191,8 @@ def _compared_form(value: Any, type_name: str) -> str:
 
 def _form(type_name: str, key: bool) -> Callable[[Any, str], Any] | None:
     """How a column's values are hashed (``None``: as they are, for a non-key column whose values both
-    sides hold as the same Python values: a difference of form only makes a bucket read again)."""
+    sides hold as the same Python values: a difference of form only makes a bucket read again). ``key``:
+    in a form equal on both sides for values that compare equal (a key's buckets must agree)."""
     if type_name in _INT_TYPES:
         return _int_form
     if type_name == "numeric":
@@ -198,8 +201,8 @@ def _form(type_name: str, key: bool) -> Callable[[Any, str], Any] | None:
         return _text_form if key else None
     if type_name.lstrip("_") in _PLAIN_TEXT and not key:
         return _text_array_form
-    if key or type_name.startswith("_") or type_name in _FLOATS:
-        return _compared_form  # a key's buckets must agree; floats: 0.0 == -0.0; arrays: lists
+    if key or type_name.startswith("_") or type_name in _FLOATS or type_name in _NOT_PLAIN_TEXT - {"json", "jsonb"}:
+        return _compared_form  # floats: 0.0 == -0.0; arrays: lists; timetz, inet: the server's text differs
     return None
 
 
@@ -213,14 +216,15 @@ _INLINE: dict[Callable[[Any, str], Any], str] = {
 }
 
 
-def _row_form(layout: Layout, columns: Iterable[int]) -> Callable[[Row], Row]:
-    """A function of a row giving the hashed form of its ``columns`` (:func:`_form`), in that order.
+def _row_form(layout: Layout, columns: Iterable[int], thorough: bool = False) -> Callable[[Row], Row]:
+    """A function of a row giving the hashed form of its ``columns`` (:func:`_form`; ``thorough``: each in
+    its comparable form, as a key's), in that order.
 
     Built as one expression (a call per value costs as much as reading it): each column's part is a
     fixed template of :data:`_INLINE` over ``r[<position>]``; names and types are arguments, never code."""
     parts, names = [], {"SMALL": _SMALL, "EXACT": _EXACT, "Decimal": Decimal}
     for i in columns:
-        form = _form(layout.types[i], i in layout.key)
+        form = _form(layout.types[i], thorough or i in layout.key)
         if form is None:
             parts.append(f"r[{i}]")
             continue
@@ -232,12 +236,15 @@ def _row_form(layout: Layout, columns: Iterable[int]) -> Callable[[Row], Row]:
 Batches = Callable[[], Iterable[list[Row]]]
 
 
-def _summed(batches: Batches, layout: Layout, buckets: int) -> tuple[list[int], list[int], list[Row] | None]:
-    """Per bucket the count and the hash sum of one side's rows, and the rows themselves when no more
-    than :data:`HELD_ROWS` (else ``None``). A row's bucket is the hash of its key's hashed form."""
+def _summed(
+    batches: Batches, layout: Layout, buckets: int, thorough: bool = False
+) -> tuple[list[int], list[int], list[Row] | None]:
+    """Per bucket the count and the hash sum of one side's rows (``thorough``: of their values in their
+    comparable forms), and the rows themselves when no more than :data:`HELD_ROWS` (else ``None``). A
+    row's bucket is the hash of its key's hashed form."""
     counts, sums = [0] * buckets, [0] * buckets
     held: list[Row] | None = []
-    form = _row_form(layout, range(len(layout.names)))
+    form = _row_form(layout, range(len(layout.names)), thorough)
     key = operator.itemgetter(*layout.key)
     for batch in batches():
         for row in batch:
@@ -278,6 +285,13 @@ def compare_table(label: str, layout: Layout, source: Batches, view: Batches, ex
         return compared
     del source_rows, view_rows
     differing = [b for b in range(buckets) if source_counts[b] != view_counts[b] or source_sums[b] != view_sums[b]]
+    if len(differing) > buckets // _SYSTEMATIC:
+        # many buckets differ: maybe a column one side holds in another form (JSON text spelled
+        # otherwise, say); hash both sides again with every value in its comparable form, so that only
+        # the buckets that truly differ are read again (each such read is a read of both sides)
+        source_sums = _summed(source, layout, buckets, thorough=True)[1]
+        view_sums = _summed(view, layout, buckets, thorough=True)[1]
+        differing = [b for b in range(buckets) if source_counts[b] != view_counts[b] or source_sums[b] != view_sums[b]]
     left = collections.deque(differing)
     while left and len(report.differences) < KEPT:
         # the next buckets, as many as hold no more than HELD_ROWS rows a side (one, if it holds more)
