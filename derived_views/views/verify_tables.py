@@ -12,8 +12,9 @@ figures and one batch of rows, whatever the table's size.
 Hashes are taken of each value in a form that is the same on both sides for a value they hold alike
 (integers and decimals as themselves or their text, floats and arrays in their comparable form,
 :func:`~derived_views.views.verify_values.normalize`), so equal tables cost one read of each side; a
-value one side holds in another form only makes its bucket read again. A row that differs goes unseen
-only when its bucket's 64-bit sum is unchanged by chance.
+value one side holds in another form only makes its bucket read again (when many buckets differ, both
+sides are first hashed again with every value in its comparable form, one more read of each). A row
+that differs goes unseen only when its bucket's 64-bit sum is unchanged by chance.
 
 Every difference names its key and its column, as a comparison of whole tables would: a key in one
 side only, or a column whose values differ. Differences are listed by key, the first :data:`KEPT` of
