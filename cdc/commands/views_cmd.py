@@ -170,7 +170,7 @@ def verify(ctx: object, view: str, no_sync: bool) -> None:
         if report.ok:
             click.echo(f"{name} equals the source: {report.compared} rows compared as of LSN {watermark.position}")
         else:
-            differing.append(f"{name} differs from the source in {len(report.differences)} places")
+            differing.append(f"{name} differs from the source in {report.count} places")
     if differing:
         raise VerifyMismatchError(
             f"{'; '.join(differing)} (as of LSN {watermark.position}); run `cdc rebuild {view}` to replace it from the log"

@@ -20,16 +20,31 @@ def sql_text(value: str) -> str:
 
 def read_query(path: str, sql: str) -> Any:
     """The rows of ``sql`` over the Delta table at ``path`` (named ``t`` in it), as a ``pyarrow.Table``."""
+    return stream_query(path, sql).read_all()
+
+
+def stream_query(path: str, sql: str, table: Any = None) -> Any:
+    """The rows of ``sql`` over the Delta table at ``path`` (named ``t`` in it; ``table``: that table as
+    :func:`open_table` opened it), as a ``pyarrow.RecordBatchReader``: batch by batch, as the engine
+    produces them."""
     import pyarrow as pa
-    from deltalake import DeltaTable, QueryBuilder
+    from deltalake import QueryBuilder
+
+    table = open_table(path) if table is None else table
+    return pa.RecordBatchReader.from_stream(QueryBuilder().register("t", table).execute(sql))
+
+
+def open_table(path: str) -> Any:
+    """The Delta table at ``path`` as a ``deltalake.DeltaTable``; one clear error for a table that uses a
+    feature ``deltalake`` cannot read."""
+    from deltalake import DeltaTable
     from deltalake.exceptions import DeltaProtocolError
 
     try:
-        table = DeltaTable(path)
+        return DeltaTable(path)
     except DeltaProtocolError as exc:
         view = path.rstrip("/").rsplit("/", 2)[-2]
         raise ViewError(
             f"the Delta table {path} uses a feature deltalake cannot read ({str(exc).splitlines()[0]}); it was "
             f"created by an earlier version: stop the view's syncs, remove its directory and run `cdc rebuild {view}`"
         ) from None
-    return pa.RecordBatchReader.from_stream(QueryBuilder().register("t", table).execute(sql)).read_all()

@@ -6,7 +6,9 @@ The rules every view table keeps are in :mod:`derived_views.write.apply`.
 
 - ``WHEN MATCHED AND s is newer AND s._cdc_op = 'd' THEN DELETE``
 - ``WHEN MATCHED AND s is newer THEN UPDATE SET`` every column (an unchanged column keeps ``t``'s value;
-  a batch without partial rows sets every column from ``s``, so only ``t``'s key and position are read)
+  a batch without partial rows sets every column from ``s``, so only ``t``'s key and position are read);
+  in a batch that holds a truncate (a truncate, or a re-read's marker), a column of the table that the
+  events no longer carry is set to NULL
 - ``WHEN NOT MATCHED AND s._cdc_op <> 'd' THEN INSERT``
 - ``WHEN NOT MATCHED BY SOURCE AND t._cdc_lsn < truncate_lsn THEN DELETE`` (only when the batch
   holds a truncate)
@@ -78,6 +80,12 @@ def merge_current(
         else f"CASE WHEN array_contains(s.{UNCHANGED}, {sql_string(n)}) THEN t.{quote(n)} ELSE s.{quote(n)} END"
         for n in names
     }
+    if truncates:
+        # the rows a read after a truncate marker writes replace the table's rows whole: a column the
+        # events no longer carry (dropped, or left out of the publication's column list) is NULL in them,
+        # as in the rows inserted, so no value of it written before stays in a current row
+        held = types.of(spark, path) or {}
+        update.update({quote(c): "NULL" for c in held if c not in names and c not in (KEY, LSN, SEQ, TS, OP)})
     meta = {c: f"s.{c}" for c in (KEY, LSN, SEQ, TS, OP)}
     insert = {**{quote(n): f"s.{quote(n)}" for n in names}, **meta}
     builder = (

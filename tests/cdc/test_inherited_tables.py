@@ -12,8 +12,9 @@ import pytest
 
 from cdc.coordinator import Capture
 from derived_views.events.schema import Column, TableSchema
-from derived_views.views.verify import SESSION_OPTIONS, compare_rows, source_rows
+from derived_views.views.verify import SESSION_OPTIONS, source_rows
 from tests.cdc.helpers import execute, replay, settings_for
+from tests.derived_views.test_verify_source import compare_rows
 
 pytestmark = pytest.mark.pg
 

@@ -1,0 +1,159 @@
+"""``cdc verify`` of a table larger than it holds at once: compared by bucket hashes, then row by row in the
+buckets that differ, in memory that does not grow with the table, each difference named by key and column."""
+
+from __future__ import annotations
+
+import tracemalloc
+from decimal import Decimal
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from derived_views.events.schema import Column, TableSchema
+from tests.derived_views.pipeline import capture, context, execute, settings_for, sync
+from tests.derived_views.test_verify_values import DIFFERENT, SAME
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ROWS = 30_000
+#: Python memory a verify of ROWS rows may hold at its peak: a batch of rows and the buckets' figures, not
+#: the table (held whole as Python objects, both sides take over 40 MB).
+PEAK_BYTES = 16 << 20
+
+
+@pytest.mark.pg
+@pytest.mark.spark
+@pytest.mark.slow
+def test_a_large_table_is_verified_in_bounded_memory_and_each_difference_named(
+    spark: SparkSession, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A table of ROWS rows (negative integers, NaN and negative zero, float4, decimals) verifies equal with
+    a bounded peak of Python memory; then a row deleted from the view, one added, -1 turned into -2 (which
+    Python hashes alike) and -0.0 into 0.0 (which compare equal) are each named."""
+    from pyspark.sql import functions as F
+
+    from derived_views.views import runner, verify_tables, warehouse
+    from derived_views.views.verify import verify
+
+    execute(
+        pg_url,
+        "CREATE TABLE t (id bigint PRIMARY KEY, n int, price numeric(12,2), f float8, r real, name text)",
+        "CREATE PUBLICATION cdc_publication FOR ALL TABLES",
+        "INSERT INTO t SELECT g, g % 7 - 3, ((g * 37) % 99900 + 100) / 100.0, "
+        "CASE WHEN g % 11 = 0 THEN 'NaN'::float8 WHEN g % 13 = 0 THEN '-0'::float8 ELSE g / 7.0 END, g / 3.0, 'item ' || g "
+        f"FROM generate_series(1, {ROWS}) g",
+    )
+    settings = settings_for(pg_url, tmp_path)
+    ctx = context(spark, settings)
+    capture(settings)
+    sync(ctx, ["warehouse"])
+    watermark = runner.latest(ctx)
+    assert watermark is not None
+    monkeypatch.setattr(verify_tables, "HELD_ROWS", 1_000, raising=False)  # compared by hash at a test's size
+
+    tracemalloc.start()
+    try:
+        report = verify(ctx, "warehouse", pg_url, watermark)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert report.ok, report.differences[:5]
+    assert report.compared == ROWS
+    assert peak < PEAK_BYTES, f"verify held {peak / 2**20:.1f} MB of Python memory at its peak"
+
+    current = warehouse.current_path(ctx, "public.t")
+    spark.sql(f"DELETE FROM delta.`{current}` WHERE id = 5")
+    added = spark.read.format("delta").load(current).filter("id = 7").withColumn("id", F.lit(ROWS + 1).cast("bigint"))
+    added.write.format("delta").mode("append").save(current)
+    spark.sql(f"UPDATE delta.`{current}` SET n = -2 WHERE id = 2")  # the source holds -1
+    spark.sql(f"UPDATE delta.`{current}` SET f = 0.0 WHERE id = 13")  # the source holds -0
+    assert verify(ctx, "warehouse", pg_url, watermark).differences == [
+        "public.t: key ('5',) is in the source but not in the view",
+        f"public.t: key ('{ROWS + 1}',) is in the view but not in the source",
+        "public.t: key ('13',) column f: source '-0' != view 0.0",
+        "public.t: key ('2',) column n: source -1 != view -2",
+    ]
+
+
+def test_differences_past_the_kept_ones_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A view that differs everywhere: the first KEPT differences are listed, the buckets left counted."""
+    from derived_views.views import verify_tables
+    from derived_views.views.verify_tables import Layout, Report, compare_table
+
+    monkeypatch.setattr(verify_tables, "HELD_ROWS", 100)
+    monkeypatch.setattr(verify_tables, "KEPT", 10)
+    schema = TableSchema("public", "t", "cdc.public.t", (Column("id", "int8", key=True), Column("v", "text")))
+    source = [[(i, f"v{i}") for i in range(5_000)]]
+    view = [[(i, f"w{i}") for i in range(5_000)]]
+    report = Report("warehouse")
+    assert compare_table("t", Layout.of(schema), lambda: source, lambda: view, 5_000, report) == 5_000
+    assert not report.ok
+    assert len(report.differences) == 10 + 1
+    assert report.count > 10 + 1  # the rest of the read buckets counted
+    assert all(" column v: source 'v" in line for line in report.differences[:-1])
+    assert report.differences[-1].startswith("t: ") and report.differences[-1].endswith("view rows), not listed")
+
+
+def _differences(type_name: str, source: Any, view: Any, held: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Differences of two 1,200-row tables equal but for key 7's value of column c, compared at once
+    (``held`` above their size) or by hash."""
+    from derived_views.views import verify_tables
+    from derived_views.views.verify_tables import Layout, Report, compare_table
+
+    monkeypatch.setattr(verify_tables, "HELD_ROWS", held)
+    schema = TableSchema("public", "t", "cdc.public.t", (Column("id", "int8", key=True), Column("c", type_name)))
+    sides = [[[(i, value if i == 7 else None) for i in range(1_200)]] for value in (source, view)]
+    report = Report("warehouse")
+    compare_table("t", Layout.of(schema), lambda: sides[0], lambda: sides[1], 1_200, report)
+    return report.differences
+
+
+@pytest.mark.parametrize("held", [100, 10_000], ids=["by hash", "at once"])
+@pytest.mark.parametrize(("type_name", "source", "view"), [*SAME, ("numeric", Decimal("1.50"), Decimal("1.500000000000000000"))])
+def test_a_value_and_its_view_form_compare_equal(
+    type_name: str, source: Any, view: Any, held: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert _differences(type_name, source, view, held, monkeypatch) == []
+
+
+@pytest.mark.parametrize(
+    ("type_name", "source", "view"),
+    [
+        *DIFFERENT,
+        ("int4", -1, -2),
+        ("numeric", Decimal("-1"), Decimal("-2")),
+        ("numeric", Decimal("1." + "0" * 40 + "1"), Decimal("1." + "0" * 40 + "2")),
+        ("int8", 1, 1 + (1 << 61) - 1),
+        ("_text", ["a", None], ["a", "None"]),
+    ],
+)
+@pytest.mark.parametrize("held", [100, 10_000], ids=["by hash", "at once"])
+def test_a_changed_value_is_found(type_name: str, source: Any, view: Any, held: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values Python hashes alike or finds equal (-1 and -2, integers 2**61 - 1 apart, 0.0 and -0.0) are
+    told apart too."""
+    differences = _differences(type_name, source, view, held, monkeypatch)
+    assert len(differences) == 1 and differences[0].startswith("t: key ('7',) column c: "), differences
+
+
+def test_a_column_held_in_another_form_everywhere_costs_one_more_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """JSON spelled otherwise in every row of the view: the buckets all differ by hash, so both sides are
+    hashed again by each value's comparable form, and only the bucket that truly differs is read again."""
+    from derived_views.views import verify_tables
+    from derived_views.views.verify_tables import Layout, Report, compare_table
+
+    monkeypatch.setattr(verify_tables, "HELD_ROWS", 100)
+    schema = TableSchema("public", "t", "cdc.public.t", (Column("id", "int8", key=True), Column("doc", "jsonb")))
+    source = [[(i, f'{{"n": {i}}}') for i in range(5_000)]]
+    view = [[(i, f'{{"n":{i if i != 7 else -7}}}') for i in range(5_000)]]
+    reads = [0, 0]
+
+    def side(rows: list[list[tuple[int, str]]], which: int) -> list[list[tuple[int, str]]]:
+        reads[which] += 1
+        return rows
+
+    report = Report("warehouse")
+    compare_table("t", Layout.of(schema), lambda: side(source, 0), lambda: side(view, 1), 5_000, report)
+    assert report.differences == ["t: key ('7',) column doc: source {'n': 7} != view {'n': -7}"]
+    assert reads == [3, 3]  # hashed as held, hashed in comparable forms, the differing bucket
