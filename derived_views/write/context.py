@@ -42,9 +42,12 @@ DELETION_VECTORS = "spark.databricks.delta.properties.defaults.enableDeletionVec
 #: relation, a locally checkpointed batch or a Delta read, hence deterministic, so Delta need not
 #: materialize it again. New view tables get a Delta checkpoint every 100 commits instead of 10: a
 #: checkpoint is written by the commit that reaches it (a multi-second pause of that sync step), and a
-#: view syncing continuously commits once per table and step.
+#: view syncing continuously commits once per table and step. A write that changes no row (a MERGE that
+#: matches nothing, an append of no row) still commits: its commit carries the table's new progress, which
+#: Delta would otherwise drop with the empty commit, leaving the table to read the same events again.
 SESSION_CONF = {
     "spark.databricks.delta.merge.materializeSource": "none",
+    "spark.databricks.delta.skipRecordingEmptyCommits": "false",
     "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
     # also in a session this process did not build (a Spark Connect server started with other settings)
     **PARQUET_TIMESTAMPS,
