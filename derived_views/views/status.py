@@ -13,7 +13,8 @@ import logging
 from pathlib import Path
 from typing import Protocol
 
-from derived_views.engine.progress import Progress, committed_progress
+from derived_views.engine.positions import local_position
+from derived_views.engine.progress import Progress
 
 log = logging.getLogger("cdc.views")
 
@@ -36,8 +37,9 @@ def delta_tables(root: Path) -> list[Path]:
 
 
 def table_progress(path: Path) -> Progress | None:
-    """The progress of the table's newest commit that has one; None when none of its commits has."""
-    return committed_progress(str(path))
+    """What the table is as of: its newest commit's progress, moved on by its position file when a step
+    had nothing to apply to it since (:mod:`derived_views.engine.positions`); None when neither records any."""
+    return local_position(str(path))
 
 
 def readable_progress(path: Path) -> Progress | None:

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from derived_views.definitions import ViewDefinitions
-from derived_views.engine.progress import Progress, read_progress
+from derived_views.engine.positions import table_position
+from derived_views.engine.progress import Progress
 from derived_views.engine.spark_session import PARQUET_TIMESTAMPS, new_session
 from derived_views.errors import SourceSchemaError
 from derived_views.events.schema import TableSchema, schemas_topic
@@ -160,7 +161,7 @@ class ViewContext:
     def progress(self, path: str) -> Progress:
         """Applied progress of the table at ``path`` (empty when it does not exist)."""
         if path not in self._progress:
-            self._progress[path] = read_progress(self.spark, path) or Progress()
+            self._progress[path] = table_position(self.spark, path) or Progress()
         return self._progress[path]
 
     def set_progress(self, path: str, progress: Progress) -> None:
