@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdc.settings import Settings
+    from derived_views import ViewTable
 
 
 def location_from_settings(settings: Settings) -> LogLocation:
@@ -39,3 +40,12 @@ def context_from_settings(settings: Settings, spark: SparkSession | None = None,
         definitions=definitions,
         deletion_vectors=settings.deletion_vectors,
     )
+
+
+def listed_tables(settings: Settings, *, lenient: bool = False) -> list[ViewTable]:
+    """Every table of every view the settings' views file defines over the captured tables, with what
+    each is as of (no Spark; ``lenient``: a views file that does not fit the source lists what it can)."""
+    from derived_views import captured_tables, view_tables
+
+    captured = captured_tables(location_from_settings(settings), settings.topic_prefix)
+    return view_tables(settings.views_dir.resolve(), captured, load_definitions(settings.views_file), lenient=lenient)

@@ -247,18 +247,14 @@ def cache_get(ctx: object, entity: str, key: str) -> None:
 @pass_context
 def views_cmd(ctx: object, as_json: bool) -> None:
     """List the views' tables, what each holds, its Delta path and the LSN it is as of (no Spark)."""
-    from dataclasses import asdict
-
-    from cdc.view_context import location_from_settings
-    from derived_views import captured_tables, view_tables
+    from cdc.view_context import listed_tables
     from derived_views.definitions import load
 
     settings = ctx.settings  # type: ignore[attr-defined]
     definitions = load(settings.views_file)
-    captured = captured_tables(location_from_settings(settings), settings.topic_prefix)
-    tables = view_tables(settings.views_dir.resolve(), captured, definitions)
+    tables = listed_tables(settings)
     if as_json:
-        click.echo(json.dumps({"definitions": definitions.source, "tables": [asdict(t) for t in tables]}, indent=2))
+        click.echo(json.dumps({"definitions": definitions.source, "tables": [t.shown() for t in tables]}, indent=2))
         return
     click.echo(f"views as defined by {definitions.source}")
     for table in tables:
