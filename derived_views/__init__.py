@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from derived_views.engine.engine_settings import EngineSettings
+    from derived_views.engine.maintenance import MaintenancePolicy
     from derived_views.engine.spark_jars import resolved_jars
     from derived_views.engine.spark_server import server_command, server_environment
     from derived_views.source.log_location import LogLocation
@@ -66,11 +67,13 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "server_environment": ("derived_views.engine.spark_server", "server_environment"),
     "resolved_jars": ("derived_views.engine.spark_jars", "resolved_jars"),
     "EngineSettings": ("derived_views.engine.engine_settings", "EngineSettings"),
+    "MaintenancePolicy": ("derived_views.engine.maintenance", "MaintenancePolicy"),
 }
 
 __all__ = [
     "EngineSettings",
     "LogLocation",
+    "MaintenancePolicy",
     "SourceTable",
     "StepReport",
     "ViewContext",

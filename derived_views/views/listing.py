@@ -12,13 +12,16 @@ being left out.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from derived_views.definitions import ViewDefinitions
+from derived_views.engine.maintenance import MaintenancePolicy
 from derived_views.engine.progress import Progress
+from derived_views.engine.table_health import TableHealth, table_health
 from derived_views.errors import ViewsFileError
 from derived_views.events.column_names import stored_columns
 from derived_views.events.schema import TableSchema, schemas_topic
@@ -29,6 +32,8 @@ from derived_views.views.composite import SourceTable, checked, source_tables
 from derived_views.views.status import readable_progress
 from derived_views.write.context import read_schemas
 from log_store.topic_names import dir_name
+
+log = logging.getLogger("cdc.views")
 
 
 @dataclass(frozen=True)
@@ -47,15 +52,24 @@ class ViewTable:
     """The log topics the table consumes."""
     progress: Progress = field(default_factory=Progress)
     """What the table has applied (empty: not synced yet)."""
+    health: TableHealth | None = None
+    """Its files, size, versions and last maintenance (``None``: no table yet, or unreadable)."""
 
     def shown(self) -> dict[str, Any]:
         """The table as ``cdc views --json`` shows it."""
+        health = self.health
         return {
             "view": self.view,
             "holds": self.holds,
             "path": self.path,
             "as_of_lsn": self.as_of_lsn,
             "stored_columns": self.stored_columns,
+            "files": health.files if health else None,
+            "bytes": health.bytes if health else None,
+            "version": health.version if health else None,
+            "versions_since_compaction": health.versions_since_compaction if health else None,
+            "compacted_at": health.compacted_at if health else None,
+            "vacuumed_at": health.vacuumed_at if health else None,
         }
 
 
@@ -65,7 +79,17 @@ def _table(view: str, holds: str, path: Path, columns: Iterable[str] = (), topic
     columns = list(columns)
     held = _columns(path) if (path / "_delta_log").is_dir() else []
     renamed = {name: stored for name, stored in stored_columns(columns, held).items() if stored != name}
-    return ViewTable(view, holds, str(path), as_of, renamed, tuple(sorted(set(topics))), progress or Progress())
+    health = _health(path) if (path / "_delta_log").is_dir() else None
+    return ViewTable(view, holds, str(path), as_of, renamed, tuple(sorted(set(topics))), progress or Progress(), health)
+
+
+def _health(path: Path) -> TableHealth | None:
+    """The table's health (``None``, with a warning, when its reader cannot open it)."""
+    try:
+        return table_health(str(path), MaintenancePolicy().small_file_bytes)
+    except Exception as exc:  # noqa: BLE001 - deltalake raises its own error kinds for a damaged log
+        log.warning("cannot read the files of the Delta table %s: %s", path, str(exc).splitlines()[0])
+        return None
 
 
 def _columns(path: Path) -> list[str]:
