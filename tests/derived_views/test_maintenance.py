@@ -118,7 +118,8 @@ def test_views_maintain_shows_then_compacts_and_keeps_old_versions_readable(
     assert _ids_as_of(current, 0) == [1]
 
     assert run(cli, ["views", "--json"]) == 0
-    (listed,) = [t for t in json.loads(capsys.readouterr().out)["tables"] if t["path"] == current]
+    tables = json.loads(capsys.readouterr().out)["tables"]
+    (listed,) = [t for t in tables if t["path"] == current and t["view"] == "warehouse"]
     assert listed["files"] == 1 and listed["version"] == versions[current] + 1 and listed["compacted_at"], listed
     assert listed["versions_since_compaction"] == 0 and listed["vacuumed_at"] is None, listed
 
