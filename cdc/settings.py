@@ -49,6 +49,7 @@ ACCEPTS: dict[str, str] = {
     "snapshot_rows_per_second": "rows per second reads beside the stream may take from the source, 0 for no ceiling",
     "deletion_vectors": "true or false",
     "maintenance": "true or false",
+    "change_data_feed": "true or false",
     "maintenance_interval_s": "seconds between looks at the view tables' health, more than 0",
     "maintenance_small_files": "how many small files a view table may hold before it is compacted, at least 2",
     "maintenance_small_file_bytes": "the size under which a file is small, in bytes, at least 1024",
@@ -119,6 +120,9 @@ class Settings(BaseSettings):
     )
     deletion_vectors: bool = Field(
         default=False, description="New view tables use Delta deletion vectors (faster MERGEs; fewer readers)."
+    )
+    change_data_feed: bool = Field(
+        default=False, description="New view tables record Delta's Change Data Feed (readChangeFeed jobs read it)."
     )
     maintenance: bool = Field(default=True, description="`cdc sync --continuous` compacts and vacuums the view tables.")
     maintenance_interval_s: float = Field(default=300.0, gt=0, description="Seconds between looks at the tables' health.")

@@ -39,6 +39,7 @@ def context_from_settings(settings: Settings, spark: SparkSession | None = None,
         settings.topic_prefix,
         definitions=definitions,
         deletion_vectors=settings.deletion_vectors,
+        change_data_feed=settings.change_data_feed,
     )
 
 

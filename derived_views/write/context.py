@@ -38,6 +38,12 @@ if TYPE_CHECKING:
 #: ``QueryBuilder`` (which the read-only commands use).
 DELETION_VECTORS = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
 
+#: Whether new tables record Delta's Change Data Feed (``CDC_CHANGE_DATA_FEED``, off by default): each commit
+#: then also writes the rows it inserted, updated (before and after) and deleted, which a user's Spark job
+#: reads with ``readStream.option("readChangeFeed", "true")`` (or ``table_changes``) from the table's
+#: first version on. It costs the MERGEs extra files; ``VACUUM`` removes those with the rest.
+CHANGE_DATA_FEED = "spark.databricks.delta.properties.defaults.enableChangeDataFeed"
+
 #: Session settings the views rely on: timestamps stored in microseconds
 #: (:data:`~derived_views.engine.spark_session.PARQUET_TIMESTAMPS`), and these. Every MERGE source is a local
 #: relation, a locally checkpointed batch or a Delta read, hence deterministic, so Delta need not
@@ -71,6 +77,9 @@ class ViewContext:
     deletion_vectors: bool = False
     """Whether tables this context creates use deletion vectors (``CDC_DELETION_VECTORS``, an opt-in: see
     :data:`DELETION_VECTORS`)."""
+    change_data_feed: bool = False
+    """Whether tables this context creates record the Change Data Feed (``CDC_CHANGE_DATA_FEED``, an opt-in:
+    see :data:`CHANGE_DATA_FEED`)."""
     writer: str = field(default_factory=lambda: uuid.uuid4().hex)
     """This context's name as the last writer of tables other processes write too (see
     :func:`derived_views.views.runner.shared_copies_lock`)."""
@@ -84,6 +93,7 @@ class ViewContext:
         for key, value in SESSION_CONF.items():
             self.spark.conf.set(key, value)
         self.spark.conf.set(DELETION_VECTORS, "true" if self.deletion_vectors else "false")
+        self.spark.conf.set(CHANGE_DATA_FEED, "true" if self.change_data_feed else "false")
         self._lanes.put(self)
 
     def beside(self) -> ViewContext:
@@ -108,6 +118,7 @@ class ViewContext:
             self._progress,
             self.definitions,
             deletion_vectors=self.deletion_vectors,
+            change_data_feed=self.change_data_feed,
             writer=self.writer,
             _applying=self._applying,
             types=self.types,
