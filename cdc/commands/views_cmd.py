@@ -257,7 +257,7 @@ def views_cmd(click_ctx: click.Context, ctx: object, as_json: bool) -> None:
 
     settings = ctx.settings  # type: ignore[attr-defined]
     definitions = load(settings.views_file)
-    tables = listed_tables(settings)
+    tables = listed_tables(settings, health=True)
     if as_json:
         click.echo(json.dumps({"definitions": definitions.source, "tables": [t.shown() for t in tables]}, indent=2))
         return

@@ -73,14 +73,16 @@ class ViewTable:
         }
 
 
-def _table(view: str, holds: str, path: Path, columns: Iterable[str] = (), topics: Iterable[str] = ()) -> ViewTable:
+def _table(
+    view: str, holds: str, path: Path, columns: Iterable[str] = (), topics: Iterable[str] = (), *, health: bool = False
+) -> ViewTable:
     progress = readable_progress(path) if (path / "_delta_log").is_dir() else None
     as_of = f"{progress.lsn >> 32:X}/{progress.lsn & 0xFFFFFFFF:X}" if progress is not None and progress.position else None
     columns = list(columns)
     held = _columns(path) if (path / "_delta_log").is_dir() else []
     renamed = {name: stored for name, stored in stored_columns(columns, held).items() if stored != name}
-    health = _health(path) if (path / "_delta_log").is_dir() else None
-    return ViewTable(view, holds, str(path), as_of, renamed, tuple(sorted(set(topics))), progress or Progress(), health)
+    found = _health(path) if health and (path / "_delta_log").is_dir() else None
+    return ViewTable(view, holds, str(path), as_of, renamed, tuple(sorted(set(topics))), progress or Progress(), found)
 
 
 def _health(path: Path) -> TableHealth | None:
@@ -110,15 +112,16 @@ def captured_tables(location: LogLocation | str, prefix: str) -> list[TableSchem
 
 
 def view_tables(
-    views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions, *, lenient: bool = False
+    views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions, *, lenient: bool = False, health: bool = False
 ) -> list[ViewTable]:
     """Every table of every view: the warehouse's for the ``captured`` tables the definitions keep, then
     each search index's and cache entity's (and the copies of the tables they read, their own or the
     warehouse's current tables, once the log names those tables).
 
     The definitions are checked against the ``captured`` tables first (:func:`derived_views.views.composite.checked`);
-    ``lenient``: a views file that does not fit them lists each index's and entity's own tables only."""
-    tables = _warehouse_tables(views_dir, captured, definitions)
+    ``lenient``: a views file that does not fit them lists each index's and entity's own tables only;
+    ``health``: each table's files, size, versions and last maintenance are read too."""
+    tables = _warehouse_tables(views_dir, captured, definitions, health=health)
     try:
         plans = {plan.view: plan for plan in checked(definitions, source_tables(captured))} if captured else {}
     except ViewsFileError:
@@ -139,10 +142,13 @@ def view_tables(
                         views_dir / module.NAME / name / table,
                         outputs if table == "documents" else (),
                         [topic_of[source.log_name] for source in read if source.log_name in topic_of],
+                        health=health,
                     )
                 )
             for source in read:
-                tables.append(_read_table(views_dir, definitions, module.NAME, name, view, source, topic_of.get(source.log_name)))
+                tables.append(
+                    _read_table(views_dir, definitions, module.NAME, name, view, source, topic_of.get(source.log_name), health)
+                )
     return tables
 
 
@@ -159,7 +165,9 @@ def view_as_of_lsn(tables: list[ViewTable]) -> int | None:
     return min(table.progress.lsn for table in tables)
 
 
-def _warehouse_tables(views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions) -> list[ViewTable]:
+def _warehouse_tables(
+    views_dir: Path, captured: list[TableSchema], definitions: ViewDefinitions, *, health: bool
+) -> list[ViewTable]:
     """The warehouse's current (and, where kept, history) table of each captured table it keeps."""
     tables = []
     for schema in captured:
@@ -170,18 +178,25 @@ def _warehouse_tables(views_dir: Path, captured: list[TableSchema], definitions:
             if kind == "history" and not definitions.warehouse.keeps_history(qualified):
                 continue
             path = views_dir / warehouse.NAME / kind / dir_name(schema.log_name)
-            tables.append(_table(warehouse.NAME, f"{qualified} ({kind})", path, schema.names, [schema.topic]))
+            tables.append(_table(warehouse.NAME, f"{qualified} ({kind})", path, schema.names, [schema.topic], health=health))
     return tables
 
 
 def _read_table(
-    views_dir: Path, definitions: ViewDefinitions, module: str, name: str, view: str, source: SourceTable, topic: str | None
+    views_dir: Path,
+    definitions: ViewDefinitions,
+    module: str,
+    name: str,
+    view: str,
+    source: SourceTable,
+    topic: str | None,
+    health: bool,
 ) -> ViewTable:
     """A source table a search index or cache entity reads: the warehouse's current table when the
     warehouse keeps it, else the view's own copy."""
     topics = [topic] if topic else []
     if definitions.warehouse.keeps(source.dotted_name):
         path = views_dir / warehouse.NAME / "current" / dir_name(source.log_name)
-        return _table(view, f"reads {source.dotted_name} (current)", path, source.columns, topics)
+        return _table(view, f"reads {source.dotted_name} (current)", path, source.columns, topics, health=health)
     path = views_dir / module / name / "_state" / dir_name(source.log_name)
-    return _table(view, f"copy of {source.dotted_name}", path, source.columns, topics)
+    return _table(view, f"copy of {source.dotted_name}", path, source.columns, topics, health=health)
