@@ -288,36 +288,46 @@ def _rules_changed(settings: Settings, ledger: SnapshotLedger) -> list[str]:
 
 
 def measure_views(settings: Settings, log: LogLag) -> list[ViewLag]:
-    """Per view, the least advanced of its tables against the log's latest watermark."""
-    from derived_views import view_progress
+    """Per view, the least advanced of its tables against the log's latest watermark.
+
+    Every table the view has over the captured tables counts (:func:`cdc.view_context.listed_tables`):
+    one not synced yet leaves the view without an as-of LSN, with every event of its topics pending, and
+    at least as far behind as its least advanced synced table."""
+    from cdc.view_context import listed_tables
+    from derived_views import tables_of
     from derived_views.definitions import load
 
     ends = {(p.topic, p.partition): p.end_offset for p in log.partitions}
     latest = log.watermark or {}
     latest_lsn = Lsn.parse(latest["lsn"]) if latest.get("lsn") else Lsn(0)
     latest_ms = _ms(latest.get("appended_at"))
+    listed = listed_tables(settings, lenient=True)
     out: list[ViewLag] = []
-    for view, tables in view_progress(settings, tuple(load(settings.views_file).view_names())).items():
+    for view in load(settings.views_file).view_names():
+        tables = tables_of(listed, view)
         if not tables:
             continue
-        slowest = min(tables, key=lambda progress: progress.lsn)
         applied: dict[tuple[str, int], int] = {}
-        for progress in tables:
-            for topic, partitions in progress.offsets.items():
-                for partition, offset in partitions.items():
-                    key = (topic, int(partition))
-                    applied[key] = min(applied.get(key, int(offset)), int(offset))
+        for table in tables:
+            for topic, partition in ends:
+                if topic in table.topics:
+                    offset = table.progress.next_offset(topic, str(partition))
+                    applied[topic, partition] = min(applied.get((topic, partition), offset), offset)
         pending = sum(max(0, ends.get(key, 0) - offset) for key, offset in applied.items())
-        as_of = Lsn(slowest.lsn)
+        synced = [table.progress for table in tables if table.progress.position]
+        slowest = min(synced, key=lambda progress: progress.lsn, default=None)
+        whole = slowest is not None and len(synced) == len(tables)
+        oldest_ms = slowest.watermark_ts_ms if slowest is not None else latest_ms
+        as_of = Lsn(slowest.lsn if slowest is not None else 0)
         out.append(
             ViewLag(
                 view=view,
                 tables=len(tables),
-                as_of_lsn=str(as_of) if slowest.position else None,
-                as_of_appended_at=_iso(slowest.watermark_ts_ms),
+                as_of_lsn=str(as_of) if whole else None,
+                as_of_appended_at=_iso(oldest_ms) if whole else None,
                 events_pending=pending,
-                wal_bytes_behind=max(0, latest_lsn - as_of) if pending else 0,
-                seconds_behind=max(0.0, (latest_ms - slowest.watermark_ts_ms) / 1000) if pending else 0.0,
+                wal_bytes_behind=max(0, latest_lsn - as_of) if pending and slowest is not None else 0,
+                seconds_behind=max(0.0, (latest_ms - oldest_ms) / 1000) if pending else 0.0,
             )
         )
     return out

@@ -18,6 +18,7 @@ from log_store import LogConfig
 from log_store.topic_names import topic_name
 
 if TYPE_CHECKING:
+    from derived_views import MaintenancePolicy
     from log_store.kafka.log import KafkaSettings
 
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -47,6 +48,13 @@ ACCEPTS: dict[str, str] = {
     "snapshot_chunk_rows": "rows per chunk of a table read beside the stream, from 100 to 1000000",
     "snapshot_rows_per_second": "rows per second reads beside the stream may take from the source, 0 for no ceiling",
     "deletion_vectors": "true or false",
+    "maintenance": "true or false",
+    "change_data_feed": "true or false",
+    "maintenance_interval_s": "seconds between looks at the view tables' health, more than 0",
+    "maintenance_small_files": "how many small files a view table may hold before it is compacted, at least 2",
+    "maintenance_small_file_bytes": "the size under which a file is small, in bytes, at least 1024",
+    "maintenance_versions": "how many commits a view table may take before it is compacted again, at least 1",
+    "vacuum_retention_hours": "hours old files stay for readers of older versions, at least 1 (Delta's default: 168)",
     "log": "empty (the embedded log under CDC_DATA_DIR) or kafka://host:port[,host:port...] (the log in Kafka)",
     "kafka_security_protocol": "plaintext, ssl, sasl_plaintext or sasl_ssl",
     "kafka_sasl_mechanism": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
@@ -112,6 +120,17 @@ class Settings(BaseSettings):
     )
     deletion_vectors: bool = Field(
         default=False, description="New view tables use Delta deletion vectors (faster MERGEs; fewer readers)."
+    )
+    change_data_feed: bool = Field(
+        default=False, description="New view tables record Delta's Change Data Feed (readChangeFeed jobs read it)."
+    )
+    maintenance: bool = Field(default=True, description="`cdc sync --continuous` compacts and vacuums the view tables.")
+    maintenance_interval_s: float = Field(default=300.0, gt=0, description="Seconds between looks at the tables' health.")
+    maintenance_small_files: int = Field(default=32, ge=2, description="Small files a view table holds before compaction.")
+    maintenance_small_file_bytes: int = Field(default=16 << 20, ge=1024, description="A file under this size is small.")
+    maintenance_versions: int = Field(default=200, ge=1, description="Commits since the last compaction before the next.")
+    vacuum_retention_hours: float = Field(
+        default=168.0, ge=1, description="Vacuum keeps the files of every version younger than this (Delta's 7 days)."
     )
     log: str = Field(default="", description="Empty: the embedded log; kafka://host:port,...: the log in Kafka.")
     kafka_security_protocol: str = Field(default="")
@@ -268,6 +287,19 @@ class Settings(BaseSettings):
             retention_ms=self.retention_ms,
             retention_bytes=self.retention_bytes,
             timeout_s=self.kafka_timeout_ms / 1000,
+        )
+
+    def maintenance_policy(self) -> MaintenancePolicy:
+        """When the view tables are compacted and which old files vacuum removes
+        (:mod:`derived_views.engine.maintenance`)."""
+        from derived_views import MaintenancePolicy
+
+        return MaintenancePolicy(
+            small_files=self.maintenance_small_files,
+            small_file_bytes=self.maintenance_small_file_bytes,
+            versions=self.maintenance_versions,
+            retention_hours=self.vacuum_retention_hours,
+            interval_s=self.maintenance_interval_s,
         )
 
     def log_location(self) -> str:

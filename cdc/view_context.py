@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdc.settings import Settings
+    from derived_views import ViewTable
 
 
 def location_from_settings(settings: Settings) -> LogLocation:
@@ -38,4 +39,16 @@ def context_from_settings(settings: Settings, spark: SparkSession | None = None,
         settings.topic_prefix,
         definitions=definitions,
         deletion_vectors=settings.deletion_vectors,
+        change_data_feed=settings.change_data_feed,
     )
+
+
+def listed_tables(settings: Settings, *, lenient: bool = False, health: bool = False) -> list[ViewTable]:
+    """Every table of every view the settings' views file defines over the captured tables, with what
+    each is as of (no Spark; ``lenient``: a views file that does not fit the source lists what it can;
+    ``health``: with each table's files, size, versions and last maintenance)."""
+    from derived_views import captured_tables, view_tables
+
+    captured = captured_tables(location_from_settings(settings), settings.topic_prefix)
+    definitions = load_definitions(settings.views_file)
+    return view_tables(settings.views_dir.resolve(), captured, definitions, lenient=lenient, health=health)

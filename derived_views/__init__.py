@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from derived_views.engine.engine_settings import EngineSettings
+    from derived_views.engine.maintenance import MaintenancePolicy
     from derived_views.engine.spark_jars import resolved_jars
     from derived_views.engine.spark_server import server_command, server_environment
     from derived_views.source.log_location import LogLocation
@@ -33,10 +34,9 @@ if TYPE_CHECKING:
     from derived_views.views import cache, runner, search
     from derived_views.views.composite import SourceTable, checked
     from derived_views.views.job import session_facts, start_session
-    from derived_views.views.listing import captured_tables, view_tables
+    from derived_views.views.listing import ViewTable, captured_tables, tables_of, view_as_of_lsn, view_tables
     from derived_views.views.published_rules import published_rules
     from derived_views.views.runner import StepReport
-    from derived_views.views.status import view_as_of_lsn, view_progress
     from derived_views.views.verify import shown, verify
     from derived_views.write.context import ViewContext
     from derived_views.write.failures import read_all as read_failures
@@ -56,8 +56,9 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "shown": ("derived_views.views.verify", "shown"),
     "captured_tables": ("derived_views.views.listing", "captured_tables"),
     "view_tables": ("derived_views.views.listing", "view_tables"),
-    "view_progress": ("derived_views.views.status", "view_progress"),
-    "view_as_of_lsn": ("derived_views.views.status", "view_as_of_lsn"),
+    "ViewTable": ("derived_views.views.listing", "ViewTable"),
+    "tables_of": ("derived_views.views.listing", "tables_of"),
+    "view_as_of_lsn": ("derived_views.views.listing", "view_as_of_lsn"),
     "read_failures": ("derived_views.write.failures", "read_all"),
     "SourceTable": ("derived_views.views.composite", "SourceTable"),
     "checked": ("derived_views.views.composite", "checked"),
@@ -66,14 +67,17 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "server_environment": ("derived_views.engine.spark_server", "server_environment"),
     "resolved_jars": ("derived_views.engine.spark_jars", "resolved_jars"),
     "EngineSettings": ("derived_views.engine.engine_settings", "EngineSettings"),
+    "MaintenancePolicy": ("derived_views.engine.maintenance", "MaintenancePolicy"),
 }
 
 __all__ = [
     "EngineSettings",
     "LogLocation",
+    "MaintenancePolicy",
     "SourceTable",
     "StepReport",
     "ViewContext",
+    "ViewTable",
     "cache",
     "captured_tables",
     "checked",
@@ -88,9 +92,9 @@ __all__ = [
     "session_facts",
     "shown",
     "start_session",
+    "tables_of",
     "verify",
     "view_as_of_lsn",
-    "view_progress",
     "view_tables",
 ]
 

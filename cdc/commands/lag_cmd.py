@@ -180,9 +180,12 @@ def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
     \f
     Pass ``pg_current_wal_lsn()`` read after the commit. A view as of position P holds every transaction
     whose commit LSN is <= P; the commit record of a transaction that committed before the LSN was read
-    starts below it, so the view is far enough once P >= LSN - 1.
+    starts below it, so the view is far enough once P >= LSN - 1. A view is as of its least advanced
+    table, counting every table it has over the captured tables: one its first sync has not written yet
+    leaves the view not synced.
     """
-    from derived_views import view_as_of_lsn
+    from cdc.view_context import listed_tables
+    from derived_views import tables_of, view_as_of_lsn
     from derived_views.definitions import load
     from derived_views.errors import UnknownViewError
 
@@ -197,7 +200,7 @@ def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
         raise UnknownViewError(view, known, definitions.source)
     deadline = time.monotonic() + timeout
     while True:
-        as_of = view_as_of_lsn(settings, view)
+        as_of = view_as_of_lsn(tables_of(listed_tables(settings), view))
         if as_of is not None and as_of + 1 >= target:
             click.echo(f"{view} is as of {Lsn(as_of)}: it holds every commit before {target}")
             return

@@ -118,7 +118,8 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
 
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        runner.continuous(view_ctx, names, interval, should_stop=stop.is_set, on_step=_on_step)
+        policy = ctx.settings.maintenance_policy() if ctx.settings.maintenance else None  # type: ignore[attr-defined]
+        runner.continuous(view_ctx, names, interval, should_stop=stop.is_set, on_step=_on_step, maintenance=policy)
     except Exception:
         for name in names:
             metrics.errors.labels(view=name).inc()
@@ -242,33 +243,68 @@ def cache_get(ctx: object, entity: str, key: str) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=False))
 
 
-@click.command("views")
+@click.group("views", invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
 @pass_context
-def views_cmd(ctx: object, as_json: bool) -> None:
-    """List the views' tables, what each holds, its Delta path and the LSN it is as of (no Spark)."""
-    from dataclasses import asdict
-
-    from cdc.view_context import location_from_settings
-    from derived_views import captured_tables, view_tables
+@click.pass_context
+def views_cmd(click_ctx: click.Context, ctx: object, as_json: bool) -> None:
+    """List the views' tables: what each holds, the LSN it is as of, its files, size, versions and last
+    maintenance, and its Delta path (no Spark)."""
+    if click_ctx.invoked_subcommand is not None:
+        return
+    from cdc.view_context import listed_tables
     from derived_views.definitions import load
 
     settings = ctx.settings  # type: ignore[attr-defined]
     definitions = load(settings.views_file)
-    captured = captured_tables(location_from_settings(settings), settings.topic_prefix)
-    tables = view_tables(settings.views_dir.resolve(), captured, definitions)
+    tables = listed_tables(settings, health=True)
     if as_json:
-        click.echo(json.dumps({"definitions": definitions.source, "tables": [asdict(t) for t in tables]}, indent=2))
+        click.echo(json.dumps({"definitions": definitions.source, "tables": [t.shown() for t in tables]}, indent=2))
         return
     click.echo(f"views as defined by {definitions.source}")
     for table in tables:
-        click.echo(f"{table.view:<16} {table.holds:<40} {table.as_of_lsn or 'not synced':<14} {table.path}")
+        health = table.health
+        size = f"{health.files} files {_size(health.bytes)} v{health.version}" if health else "no table"
+        done = f"compacted {health.compacted_at or 'never'}, vacuumed {health.vacuumed_at or 'never'}" if health else ""
+        click.echo(f"{table.view:<16} {table.holds:<40} {table.as_of_lsn or 'not synced':<14} {size:<24} {table.path}")
+        if done:
+            click.echo(" " * 17 + done)
         if table.stored_columns:
             click.echo(
                 " " * 17
                 + "columns stored under another name: "
                 + ", ".join(f"{json.dumps(source)} as {stored}" for source, stored in table.stored_columns.items())
             )
+
+
+def _size(size: int) -> str:
+    """A byte count for people: ``812 kB``, ``3.4 MB``."""
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("kB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+@views_cmd.command("maintain")
+@click.argument("tables", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Show what is due, do nothing.")
+@pass_context
+def views_maintain(ctx: object, tables: tuple[str, ...], dry_run: bool) -> None:
+    """Compact and vacuum the view tables that need it, once (what `cdc sync --continuous` does by
+    itself). TABLES: paths below CDC_DATA_DIR (warehouse/current/public.orders) or directories above
+    tables (warehouse/history); default every view table."""
+    from derived_views import runner
+
+    settings = ctx.settings  # type: ignore[attr-defined]
+    names = runner.resolve([], _definitions(ctx))
+    view_ctx = _context(ctx, one_shot=True)
+    tasks = runner.maintain(view_ctx, names, settings.maintenance_policy(), list(tables), dry_run=dry_run)
+    root = str(settings.views_dir.resolve()).rstrip("/") + "/"
+    for task in tasks:
+        verb = {"compact": "compact", "vacuum": "vacuum"}[task.action]
+        click.echo(f"{'would ' + verb if dry_run else verb + 'ed'} {task.path.removeprefix(root)}: {task.reason}")
+    if not tasks:
+        click.echo("every view table is healthy: nothing to do", err=True)
 
 
 @click.command("spark-server")

@@ -7,7 +7,9 @@ therefore one atomic Delta commit: after a crash, the table's newest commit that
 exactly which events are in it, and the next sync reads from there. Commits without progress (schema
 changes, table creation, maintenance) are skipped when looking it up.
 
-This is also the view's as-of watermark (promise 5): ``cdc`` reads it with :func:`read_progress`.
+This is also the view's as-of watermark (promise 5): ``cdc`` reads it with :func:`read_progress`. A step
+that has nothing to apply to a table records its newer watermark without a commit, in a file beside its
+log (:mod:`derived_views.engine.positions`): :func:`~derived_views.engine.positions.table_position` reads both.
 """
 
 from __future__ import annotations
@@ -42,6 +44,9 @@ class Progress:
     definition: str = ""
     """Fingerprint of the views-file definition the table was computed with (search indexes and cache
     entities, :attr:`derived_views.views.composite.Composite.fingerprint`; empty for other tables)."""
+    base: str = ""
+    """Position of the commit this progress extends when it was recorded without a commit of its own, in
+    the table's position file (:mod:`derived_views.engine.positions`); empty when a commit carries it."""
 
     @property
     def lsn(self) -> int:

@@ -323,9 +323,10 @@ def latest_version(ctx: ViewContext, table: str) -> int:
 def merge_with_progress(ctx: ViewContext, table: str, merge: Callable[[], None], progress: Progress) -> None:
     """Run ``merge`` (a MERGE into ``table``) so that ``progress`` is recorded even when it changes nothing.
 
-    Delta writes no commit for a MERGE whose source is empty (nor, so its progress would be lost and the
-    range read again by every later process); such a step records ``progress`` in a commit of its own
-    that changes no data (:func:`derived_views.write.steps.mark_as_of`)."""
+    Delta may write no commit for a MERGE that changes nothing (the views' sessions ask it to record one,
+    :data:`derived_views.write.context.SESSION_CONF`, but a session set up otherwise may not), so its
+    progress would be lost and the range read again by every later process; such a step records
+    ``progress`` without changing data (:func:`derived_views.write.steps.mark_as_of`)."""
     before = latest_version(ctx, table)
     with committing(ctx.spark, progress):
         merge()

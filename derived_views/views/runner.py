@@ -34,6 +34,8 @@ from pathlib import Path
 from derived_views.definitions import ViewDefinitions
 from derived_views.definitions import check as check_definitions
 from derived_views.engine.delta_sql import is_local
+from derived_views.engine.maintenance import MaintenancePolicy, Task
+from derived_views.engine.maintenance import run as run_task
 from derived_views.errors import (
     DefinitionChangedError,
     LogUnavailableError,
@@ -46,6 +48,7 @@ from derived_views.source.as_of import LogAsOf
 from derived_views.source.log_source import LogWatermark, read_watermark
 from derived_views.views import cache, search, warehouse
 from derived_views.views.composite import Composite, checked, plan_for, source_tables
+from derived_views.views.upkeep import Upkeep, due_tasks, matching, view_table_paths
 from derived_views.write.context import ViewContext
 from derived_views.write.failures import TableFailure, summary
 from derived_views.write.failures import record as record_failures
@@ -321,11 +324,46 @@ def continuous(
     *,
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[StepReport], None] = lambda report: None,
+    maintenance: MaintenancePolicy | None = None,
 ) -> None:
     """Sync whenever the watermark moves, polling it every ``interval`` seconds until ``should_stop()``;
-    the views' locks are held throughout."""
+    the views' locks are held throughout. With a ``maintenance`` policy the loop also keeps the views'
+    tables healthy, between its steps (:mod:`derived_views.views.upkeep`)."""
     with view_locks(ctx, resolve(names, ctx.definitions)):
-        _loop(ctx, names, interval, should_stop, on_step)
+        _loop(ctx, names, interval, should_stop, on_step, Upkeep(maintenance) if maintenance else None)
+
+
+def maintain(ctx: ViewContext, names: list[str], policy: MaintenancePolicy, only: list[str], *, dry_run: bool) -> list[Task]:
+    """Do (or, ``dry_run``, only list) every maintenance task due on the tables of the views ``names``
+    (those ``only`` names, see :func:`derived_views.views.upkeep.matching`), holding the views' locks."""
+    chosen = resolve(names, ctx.definitions)
+    with view_locks(ctx, chosen):
+        tasks = due_tasks(matching(view_table_paths(ctx, chosen, latest(ctx)), ctx.views_dir, only), policy)
+        if not dry_run:
+            for task in tasks:
+                _run_task(ctx, chosen, task, policy)
+        return tasks
+
+
+def _run_task(ctx: ViewContext, names: list[str], task: Task, policy: MaintenancePolicy) -> None:
+    """Do ``task``, holding the lock of the warehouse's current tables when other views' steps write them."""
+    with shared_copies_lock(ctx, names):
+        run_task(ctx.spark, task, policy)
+
+
+def _maintain_one(ctx: ViewContext, names: list[str], upkeep: Upkeep | None, watermark: LogWatermark | None) -> bool:
+    """Do the next maintenance task due, if any; whether one was done (a failed task is logged and
+    comes back at a later pass while it is still due)."""
+    task = upkeep.next_task(ctx, names, watermark) if upkeep else None
+    if task is None or upkeep is None:
+        return False
+    try:
+        _run_task(ctx, names, task, upkeep.policy)
+    except ViewError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - maintenance must never stop the stream of changes
+        log.warning("%s of %s failed: %s; it is retried at a later pass", task.action, task.path, summary(exc))
+    return True
 
 
 def _loop(
@@ -334,6 +372,7 @@ def _loop(
     interval: float,
     should_stop: Callable[[], bool],
     on_step: Callable[[StepReport], None],
+    upkeep: Upkeep | None = None,
 ) -> None:
     seen: str | None = None
     last_request = time.monotonic()
@@ -343,6 +382,10 @@ def _loop(
             report = _step(ctx, names)
             seen = report.watermark.position if report.watermark else None
             on_step(report)
+            _maintain_one(ctx, names, upkeep, report.watermark)  # at most one task after a step
+            last_request = time.monotonic()
+            continue
+        if _maintain_one(ctx, names, upkeep, watermark):  # idle: one task, then the watermark again
             last_request = time.monotonic()
             continue
         if time.monotonic() - last_request > KEEP_ALIVE_S:

@@ -10,6 +10,7 @@ and without ``/``, so no table name reaches outside ``warehouse/current`` or ``w
   faithful types from :mod:`derived_views.events.schema`) plus ``_cdc_key`` (the key as canonical JSON),
   ``_cdc_lsn``/``_cdc_seq`` (position of the event the row comes from), ``_cdc_commit_ts`` and
   ``_cdc_op``. A keyless table is append-only (its rows never match, so every insert is appended).
+  Its history keeps the same rows as versions, each current until a truncate ends it.
 - ``warehouse/history/<schema>.<table>``: one row per version with the source's columns plus
   ``_cdc_valid_from_lsn/_seq/_ts``, ``_cdc_valid_to_lsn/_seq/_ts`` (NULL while current; a truncate
   closes with sequence -1), ``_cdc_is_current`` and ``_cdc_op`` (``d`` rows mark deletions).
@@ -28,7 +29,8 @@ the batch that needs it (no progress moves with it, so a crash in between repeat
 - a dropped column stays in the tables and is no longer filled (rows written afterwards hold NULL there).
 
 A table whose batch fails is reported and the other tables are applied (:mod:`derived_views.write.failures`).
-Each table's as-of watermark is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.engine.progress`).
+Each table's as-of watermark is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.engine.progress`),
+moved on without a commit while it has nothing to apply (:mod:`derived_views.engine.positions`).
 """
 
 from __future__ import annotations
@@ -96,9 +98,9 @@ def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[
     A table whose batch fails is reported in its :class:`TableResult` (``error``) and the others go on
     (:mod:`derived_views.write.failures`): it commits nothing, so it stays exact as of its last watermark.
 
-    Tables with events in the range go first (in name order), then the idle ones, whose step is at most
-    a metadata commit recording the newer watermark (:func:`~derived_views.write.steps.is_current`): those
-    commits never delay a change becoming visible. Each table records its own progress, so the order
+    Tables with events in the range go first (in name order), then the idle ones, whose step only
+    records the newer watermark (:func:`~derived_views.write.steps.is_current`; in a small file beside
+    the table, no Delta commit): that never delays a change becoming visible. Each table records its own progress, so the order
     changes nothing else.
     """
     results: list[TableResult] = []

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from derived_views.definitions import ViewDefinitions
-from derived_views.engine.progress import Progress, read_progress
+from derived_views.engine.positions import table_position
+from derived_views.engine.progress import Progress
 from derived_views.engine.spark_session import PARQUET_TIMESTAMPS, new_session
 from derived_views.errors import SourceSchemaError
 from derived_views.events.schema import TableSchema, schemas_topic
@@ -37,14 +38,23 @@ if TYPE_CHECKING:
 #: ``QueryBuilder`` (which the read-only commands use).
 DELETION_VECTORS = "spark.databricks.delta.properties.defaults.enableDeletionVectors"
 
+#: Whether new tables record Delta's Change Data Feed (``CDC_CHANGE_DATA_FEED``, off by default): each commit
+#: then also writes the rows it inserted, updated (before and after) and deleted, which a user's Spark job
+#: reads with ``readStream.option("readChangeFeed", "true")`` (or ``table_changes``) from the table's
+#: first version on. It costs the MERGEs extra files; ``VACUUM`` removes those with the rest.
+CHANGE_DATA_FEED = "spark.databricks.delta.properties.defaults.enableChangeDataFeed"
+
 #: Session settings the views rely on: timestamps stored in microseconds
 #: (:data:`~derived_views.engine.spark_session.PARQUET_TIMESTAMPS`), and these. Every MERGE source is a local
 #: relation, a locally checkpointed batch or a Delta read, hence deterministic, so Delta need not
 #: materialize it again. New view tables get a Delta checkpoint every 100 commits instead of 10: a
 #: checkpoint is written by the commit that reaches it (a multi-second pause of that sync step), and a
-#: view syncing continuously commits once per table and step.
+#: view syncing continuously commits once per table and step. A write that changes no row (a MERGE that
+#: matches nothing, an append of no row) still commits: its commit carries the table's new progress, which
+#: Delta would otherwise drop with the empty commit, leaving the table to read the same events again.
 SESSION_CONF = {
     "spark.databricks.delta.merge.materializeSource": "none",
+    "spark.databricks.delta.skipRecordingEmptyCommits": "false",
     "spark.databricks.delta.properties.defaults.checkpointInterval": "100",
     # also in a session this process did not build (a Spark Connect server started with other settings)
     **PARQUET_TIMESTAMPS,
@@ -67,6 +77,9 @@ class ViewContext:
     deletion_vectors: bool = False
     """Whether tables this context creates use deletion vectors (``CDC_DELETION_VECTORS``, an opt-in: see
     :data:`DELETION_VECTORS`)."""
+    change_data_feed: bool = False
+    """Whether tables this context creates record the Change Data Feed (``CDC_CHANGE_DATA_FEED``, an opt-in:
+    see :data:`CHANGE_DATA_FEED`)."""
     writer: str = field(default_factory=lambda: uuid.uuid4().hex)
     """This context's name as the last writer of tables other processes write too (see
     :func:`derived_views.views.runner.shared_copies_lock`)."""
@@ -80,6 +93,7 @@ class ViewContext:
         for key, value in SESSION_CONF.items():
             self.spark.conf.set(key, value)
         self.spark.conf.set(DELETION_VECTORS, "true" if self.deletion_vectors else "false")
+        self.spark.conf.set(CHANGE_DATA_FEED, "true" if self.change_data_feed else "false")
         self._lanes.put(self)
 
     def beside(self) -> ViewContext:
@@ -104,6 +118,7 @@ class ViewContext:
             self._progress,
             self.definitions,
             deletion_vectors=self.deletion_vectors,
+            change_data_feed=self.change_data_feed,
             writer=self.writer,
             _applying=self._applying,
             types=self.types,
@@ -157,7 +172,7 @@ class ViewContext:
     def progress(self, path: str) -> Progress:
         """Applied progress of the table at ``path`` (empty when it does not exist)."""
         if path not in self._progress:
-            self._progress[path] = read_progress(self.spark, path) or Progress()
+            self._progress[path] = table_position(self.spark, path) or Progress()
         return self._progress[path]
 
     def set_progress(self, path: str, progress: Progress) -> None:

@@ -16,6 +16,11 @@ The rules every view table keeps are in :mod:`derived_views.write.apply`.
   default, :mod:`derived_views.write.stored_defaults`): a version current at the fill's position holds its
   value, for its whole span; the first two clauses set it too on the versions they end at or after it,
   and the batch's own versions current at it get it in ``s``
+
+A keyless table (no primary key or replica identity index: its events carry a null key) is append-only,
+as its current table is: every inserted or updated row is a version of its own, current until a
+truncate ends it (the truncate clause above); a delete names no version, so it adds none. The current
+versions therefore equal the current table.
 """
 
 from __future__ import annotations
@@ -80,7 +85,8 @@ def merge_history(
 
     names = [n for n, _ in columns]
     ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " + HISTORY_META_DDL
-    events = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t") & F.col(KEY).isNotNull())
+    keyless_delete = F.col(KEY).isNull() & (F.col(OP) == "d")
+    events = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t") & ~keyless_delete)
     if not replace:
         types.ensure(spark, path, ddl)
         if not whole_rows:
@@ -103,17 +109,19 @@ def merge_history(
 
 def _versions(events: DataFrame, names: list[str], truncates: tuple[int, ...]) -> DataFrame:
     """One version row per event: valid from the event, to the key's next event (a delete: to itself;
-    a truncate in between: to the truncate), with ``_rank`` the event's place among its key's."""
+    a truncate in between: to the truncate), with ``_rank`` the event's place among its key's. A keyless
+    event's version has no next event (only a truncate ends it) and rank 1."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     by_key = Window.partitionBy(KEY).orderBy(LSN, SEQ)
+    keyed = F.col(KEY).isNotNull()
     nxt = events.select(
         "*",
-        F.lead(LSN).over(by_key).alias("_next_lsn"),
-        F.lead(SEQ).over(by_key).alias("_next_seq"),
-        F.lead(TS).over(by_key).alias("_next_ts"),
-        F.row_number().over(by_key).alias("_rank"),
+        F.when(keyed, F.lead(LSN).over(by_key)).alias("_next_lsn"),
+        F.when(keyed, F.lead(SEQ).over(by_key)).alias("_next_seq"),
+        F.when(keyed, F.lead(TS).over(by_key)).alias("_next_ts"),
+        F.when(keyed, F.row_number().over(by_key)).otherwise(F.lit(1)).alias("_rank"),
     )
     is_delete = F.col(OP) == "d"
     truncated = _close_at(truncates, F.col(LSN), F.col("_next_lsn"))
@@ -147,7 +155,7 @@ def _with_closes(versions: DataFrame, columns: list[tuple[str, str]], truncates:
     from pyspark.sql import functions as F
 
     names = [n for n, _ in columns]
-    first = versions.filter(F.col("_rank") == 1)
+    first = versions.filter((F.col("_rank") == 1) & F.col(KEY).isNotNull())  # a keyless version ends no other
     first_truncate = _close_at(truncates, F.lit(-1), F.col("_cdc_valid_from_lsn"))
     close_lsn = F.col("_cdc_valid_from_lsn")
     close_seq = F.col("_cdc_valid_from_seq")

@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from derived_views.engine.delta_sql import table_ref
+from derived_views.engine.delta_sql import is_local, table_ref
 from derived_views.engine.evaluation import sized_for
+from derived_views.engine.positions import record_position
 from derived_views.engine.progress import Progress, committing
 from derived_views.errors import ViewError
 from derived_views.events.batch_facts import BatchFacts, fact_columns, facts_of
@@ -66,7 +67,8 @@ class Pending:
         self.frame.unpersist()
 
 
-#: An idle table records a newer watermark at most this often (see :func:`is_current`).
+#: An idle table on object storage records a newer watermark at most this often, in a commit (see
+#: :func:`mark_as_of`); one on local disk records it at every step, in its position file.
 IDLE_MARK_MS = 5_000
 
 
@@ -75,10 +77,10 @@ def is_current(
 ) -> bool:
     """Whether a table with ``progress`` has already applied everything of ``topics`` up to the range.
 
-    Such a table is also exact as of the range's newer watermark. When ``ctx`` and ``path`` are given
-    and its recorded watermark is more than :data:`IDLE_MARK_MS` older, the table records the new one
-    in a metadata-only commit, so that its as-of LSN keeps moving while its source tables are idle.
-    A table that never recorded progress is never current: its first sync creates it, even empty.
+    Such a table is also exact as of the range's newer watermark. When ``ctx`` and ``path`` are given,
+    the table records the new one (:func:`mark_as_of`; on object storage only when its recorded one is
+    more than :data:`IDLE_MARK_MS` older), so that its as-of LSN keeps moving while its source tables
+    are idle. A table that never recorded progress is never current: its first sync creates it, even empty.
     """
     if not progress.position:
         return False
@@ -88,17 +90,22 @@ def is_current(
         and ctx is not None
         and path is not None
         and progress.position < as_of.watermark.position
-        and as_of.watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS
+        and (is_local(path) or as_of.watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS)
     ):
         mark_as_of(ctx, path, as_of.progress(topics, progress))
     return current
 
 
 def mark_as_of(ctx: ViewContext, path: str, progress: Progress) -> None:
-    """Record ``progress`` on the table at ``path`` in a commit that changes no data."""
-    with committing(ctx.spark, progress):
-        ctx.spark.sql(f"ALTER TABLE {table_ref(path)} SET TBLPROPERTIES ('cdc.asOfPosition' = '{progress.position}')")
-    ctx.set_progress(path, progress)
+    """Record ``progress`` on the table at ``path`` without changing its data: in its position file
+    (:mod:`derived_views.engine.positions`, no Delta commit), or, on object storage, in a commit that
+    changes no data."""
+    recorded = record_position(path, progress, ctx.progress(path))
+    if recorded is None:
+        with committing(ctx.spark, progress):
+            ctx.spark.sql(f"ALTER TABLE {table_ref(path)} SET TBLPROPERTIES ('cdc.asOfPosition' = '{progress.position}')")
+        recorded = progress
+    ctx.set_progress(path, recorded)
 
 
 def starting_point(ctx: ViewContext, path: str, replace: bool) -> tuple[Progress | None, bool]:

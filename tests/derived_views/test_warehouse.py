@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -287,30 +288,31 @@ def test_a_rebuild_writes_in_one_pass_unless_a_poison_event_or_a_truncate_needs_
     assert sorted(r["target"] for r in dead) == sorted(paths[2:4])
 
 
-def test_tables_with_changes_commit_before_idle_tables_record_the_newer_watermark(
-    ctx: ViewContext, log: LogBuilder, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An idle table's metadata commit (its as-of moving on) never delays a change: it comes after the
-    commits of the tables with events, although its name sorts first."""
-    from derived_views.views import warehouse
-    from derived_views.write import steps
+def test_idle_tables_record_the_newer_watermark_without_a_commit(ctx: ViewContext, log: LogBuilder) -> None:
+    """A step gives a table with no event no Delta version: its position moves on beside its log, and the
+    view's readers (``cdc views``, ``cdc lag``, ``cdc wait``) see the table as of the step's watermark."""
+    from deltalake import DeltaTable
+
+    from derived_views.views import runner, warehouse
+    from derived_views.views.status import table_progress
 
     with log.transaction() as tx:
         tx.insert("public.categories", {"id": 1, "name": "Home"})
         tx.insert("public.products", product(1, "Lamp"))
     _sync(ctx)
-    with log.transaction() as tx:
-        tx.update("public.products", product(1, "Desk lamp"))
-    monkeypatch.setattr(steps, "IDLE_MARK_MS", 0)  # every idle table records the newer watermark
-    _sync(ctx)
-
-    def last_commit(path: str) -> tuple[str, Any]:
-        row = ctx.spark.sql(f"DESCRIBE HISTORY delta.`{path}` LIMIT 1").first()
-        assert row is not None
-        return row["operation"], row["timestamp"]
-
-    idle = [last_commit(path(ctx, "public.categories")) for path in (warehouse.current_path, warehouse.history_path)]
-    changed = [last_commit(path(ctx, "public.products")) for path in (warehouse.current_path, warehouse.history_path)]
-    assert {operation for operation, _ in idle} == {"SET TBLPROPERTIES"}, idle
-    assert {operation for operation, _ in changed} == {"MERGE"}, changed
-    assert max(at for _, at in changed) <= min(at for _, at in idle), (changed, idle)
+    idle = [path(ctx, "public.categories") for path in (warehouse.current_path, warehouse.history_path)]
+    changed = [path(ctx, "public.products") for path in (warehouse.current_path, warehouse.history_path)]
+    versions = {table: DeltaTable(table).version() for table in idle + changed}
+    for name in ("Desk lamp", "Floor lamp"):
+        with log.transaction() as tx:
+            tx.update("public.products", product(1, name))
+        report = runner.step(ctx, ["warehouse"])
+        assert report.watermark is not None
+        for table in idle + changed:
+            recorded = table_progress(Path(table))
+            assert recorded is not None and recorded.position == report.watermark.position, table
+            ctx.forget()  # a new process reads the same
+            assert ctx.progress(table).position == report.watermark.position, table
+    assert {table: DeltaTable(table).version() for table in idle} == {table: versions[table] for table in idle}
+    assert all(DeltaTable(table).version() == versions[table] + 2 for table in changed)
+    assert _current(ctx, "public.products")[1]["name"] == "Floor lamp"

@@ -272,8 +272,7 @@ def verify_warehouse(url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch, 
     """``cdc verify warehouse`` (which syncs first), run in this process so that it uses the test session's
     Spark (one Spark run, without starting another JVM): exit 0, and then every warehouse table is as of
     the log's latest watermark: it records that watermark, or it applied every event of its topic up to
-    it (a table with no new event records a newer watermark at most every
-    :data:`~derived_views.write.steps.IDLE_MARK_MS`, so a sync soon after the last one leaves it as it was)."""
+    it (a table with no new event records the newer watermark beside its log, which a crash may lose)."""
     from cdc.cli import cli, run
     from cdc.commands import register
     from derived_views.views.status import delta_tables, table_progress

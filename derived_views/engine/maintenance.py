@@ -1,0 +1,139 @@
+"""Keeping a view table healthy: compaction of small files, removal of old files, checkpoints.
+
+Every sync step adds files and a version to each table it changes, and a MERGE leaves the files it
+replaced behind for readers of older versions. Left alone, reads slow down with the file count and the
+disk fills. For each table, :func:`due` decides from its :class:`~derived_views.engine.table_health.TableHealth`
+what :class:`MaintenancePolicy` asks for, and :func:`run` does it through delta-spark:
+
+- **compaction** (``OPTIMIZE``) when the table holds at least :attr:`~MaintenancePolicy.small_files` files
+  under :attr:`~MaintenancePolicy.small_file_bytes`, or :attr:`~MaintenancePolicy.versions` commits were
+  made since it was last compacted. ``OPTIMIZE`` rewrites small files into large ones in one commit that
+  changes no data (``dataChange=false``): the table's progress and every reader's result stay as they were;
+- **vacuum** (``VACUUM ... RETAIN n HOURS``) when files that no version newer than the retention needs
+  are still on disk (files a compaction or MERGE replaced, and files a failed write left). A reader of a
+  version younger than the retention (a running query, a time-travel read, a ``cdclog``-fed job) keeps
+  every file it needs;
+- **checkpoints** as Delta writes them: a commit that reaches the table's checkpoint interval (100 for
+  view tables) writes one, and Delta removes log entries older than its log retention (30 days) then.
+
+Each task is one Delta commit (or, for ``VACUUM``, a deletion of files no kept version references): a
+process killed during one leaves the table as it was or as the task left it, never in between, and the
+next pass finds what is still due. Every task is recorded in the table's maintenance record
+(:mod:`derived_views.engine.table_health`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from derived_views.engine.delta_sql import is_local, table_ref
+from derived_views.engine.table_health import TableHealth, record_maintenance, table_health
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("cdc.views")
+
+COMPACT = "compact"
+VACUUM = "vacuum"
+
+#: Delta's check that a ``VACUUM`` keeps at least the table's deleted-file retention (7 days by default).
+_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+
+
+@dataclass(frozen=True)
+class MaintenancePolicy:
+    """When a table is compacted and which old files are removed (``CDC_MAINTENANCE_*`` and
+    ``CDC_VACUUM_RETENTION_HOURS``, see ``docs/configuration.md``)."""
+
+    small_files: int = 32
+    """Compact a table holding at least this many small files."""
+    small_file_bytes: int = 16 << 20
+    """A file under this size is small."""
+    versions: int = 200
+    """Compact a table after this many commits since its last compaction."""
+    retention_hours: float = 168.0
+    """Vacuum keeps every file a version younger than this needs (Delta's default: 7 days)."""
+    interval_s: float = 300.0
+    """How often a continuous sync looks at its tables' health."""
+
+
+@dataclass(frozen=True)
+class Task:
+    """One maintenance task of one table, and why it is due."""
+
+    path: str
+    action: str
+    reason: str
+
+
+def due(health: TableHealth, policy: MaintenancePolicy, old_files: int) -> list[Task]:
+    """The tasks ``policy`` asks of a table with ``health`` and ``old_files`` files a vacuum would remove."""
+    tasks = []
+    reasons = []
+    if health.small_files >= policy.small_files:
+        reasons.append(f"{health.small_files} small files (compacted from {policy.small_files})")
+    if health.versions_since_compaction >= policy.versions:
+        since = health.versions_since_compaction
+        reasons.append(f"{since} versions since its last compaction (compacted from {policy.versions})")
+    if reasons and health.files > 1:
+        tasks.append(Task(health.path, COMPACT, ", ".join(reasons)))
+    if old_files:
+        tasks.append(Task(health.path, VACUUM, f"{old_files} files no version of the last {policy.retention_hours:g} h needs"))
+    return tasks
+
+
+#: On object storage, where the files a vacuum would remove are not checked one by one, a table is
+#: vacuumed at most this often (its log keeps the removed files' entries until its next checkpoint).
+REMOTE_VACUUM_EVERY_MS = 24 * 3600 * 1000
+
+
+def removable_files(path: str, policy: MaintenancePolicy) -> int:
+    """How many files a vacuum with the policy's retention would remove from the table at ``path``: files
+    the log no longer references past the retention, and (on local disk) files no commit ever added, read
+    with ``deltalake`` without removing any. The log names removed files until its next checkpoint, also
+    once a vacuum deleted them: on local disk only those still there count; on object storage a table
+    vacuumed in the last :data:`REMOTE_VACUUM_EVERY_MS` counts none."""
+    import time
+
+    from deltalake import DeltaTable
+
+    local = is_local(path)
+    table = DeltaTable(path.removeprefix("file://"))
+    hours = int(policy.retention_hours)
+    files = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=local)
+    if local:
+        root = path.removeprefix("file://")
+        return sum(1 for file in files if os.path.exists(file if os.path.isabs(file) else os.path.join(root, file)))
+    recent = time.time() * 1000 - REMOTE_VACUUM_EVERY_MS
+    if any(c.get("operation") == "VACUUM END" and int(c.get("timestamp", 0)) > recent for c in table.history(1000)):
+        return 0
+    return len(files)
+
+
+def tasks_for(path: str, policy: MaintenancePolicy) -> list[Task]:
+    """The tasks due on the table at ``path``."""
+    return due(table_health(path, policy.small_file_bytes), policy, removable_files(path, policy))
+
+
+def run(spark: SparkSession, task: Task, policy: MaintenancePolicy) -> None:
+    """Do ``task`` through delta-spark and record it in the table's maintenance record."""
+    ref = table_ref(task.path)
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    if task.action == COMPACT:
+        spark.sql(f"OPTIMIZE {ref}").collect()
+        from deltalake import DeltaTable
+
+        record_maintenance(task.path, compacted_at=now, compacted_version=DeltaTable(task.path.removeprefix("file://")).version())
+    else:
+        spark.conf.set(_RETENTION_CHECK, "false")  # the retention is the policy's, which settings bound
+        try:
+            spark.sql(f"VACUUM {ref} RETAIN {policy.retention_hours:g} HOURS").collect()
+        finally:
+            spark.conf.unset(_RETENTION_CHECK)
+        record_maintenance(task.path, vacuumed_at=now)
+    log.info("%s %s: %s", "compacted" if task.action == COMPACT else "vacuumed", task.path, task.reason)

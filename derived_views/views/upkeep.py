@@ -1,0 +1,96 @@
+"""Which view tables need maintenance, and when a continuous sync does it.
+
+The tasks themselves (compaction, vacuum; checkpoints are Delta's) are
+:mod:`derived_views.engine.maintenance`; here they are found for every Delta table of the chosen views
+(current, history, dead-letter, index, entity and copy tables) and handed out one at a time.
+
+**Scheduling.** A continuous sync (:func:`derived_views.views.runner.continuous`) looks at its tables'
+health every :attr:`~derived_views.engine.maintenance.MaintenancePolicy.interval_s` seconds and queues
+the tasks due. It does them in its own loop, between steps, one table's task at a time: after each step
+at most one task, and while the log is idle one task per poll, the watermark read again before the next.
+So maintenance never runs beside a step (no Delta conflict with the view's own writes), and a change
+reaching the log waits at most for one table's task besides the step that applies it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from derived_views.engine.delta_sql import is_local
+from derived_views.engine.maintenance import COMPACT, MaintenancePolicy, Task, tasks_for
+from derived_views.source.log_source import LogWatermark
+from derived_views.views import cache, search, warehouse
+from derived_views.views.status import delta_tables
+from derived_views.write.context import ViewContext
+from derived_views.write.failures import summary
+
+log = logging.getLogger("cdc.views")
+
+
+def view_table_paths(ctx: ViewContext, names: list[str], watermark: LogWatermark | None) -> list[str]:
+    """Every Delta table of the views ``names``: each table below their directories on local disk; on
+    object storage the warehouse's current and history tables of the tables captured as of ``watermark``,
+    and each index's and entity's own tables."""
+    paths: list[str] = []
+    for name in names:
+        directory = ctx.path(*name.split(".", 1))
+        if is_local(directory):
+            paths.extend(str(table) for table in delta_tables(Path(directory.removeprefix("file://"))))
+        elif name == warehouse.NAME:
+            kept = [
+                n
+                for n, s in (ctx.schemas(watermark) if watermark else {}).items()
+                if ctx.definitions.warehouse.keeps(s.dotted_name)
+            ]
+            paths.extend(warehouse.current_path(ctx, table) for table in kept)
+            paths.extend(warehouse.history_path(ctx, table) for table in kept)
+        else:
+            kind = name.split(".", 1)[0]
+            paths.extend(f"{directory}/{table}" for table in (search.TABLES if kind == search.NAME else cache.TABLES))
+    return paths
+
+
+def matching(paths: list[str], views_dir: str, wanted: list[str]) -> list[str]:
+    """The ``paths`` named by ``wanted``: a table's path relative to the views directory
+    (``warehouse/current/public.orders``), or a directory above tables (``warehouse/history``); all when empty."""
+    if not wanted:
+        return paths
+    root = views_dir.rstrip("/") + "/"
+    prefixes = [name.strip("/") for name in wanted]
+    return [
+        path
+        for path in paths
+        if any(path[len(root) :] == prefix or path[len(root) :].startswith(f"{prefix}/") for prefix in prefixes)
+    ]
+
+
+def due_tasks(paths: list[str], policy: MaintenancePolicy) -> list[Task]:
+    """The tasks due on the tables at ``paths``, compactions first (a vacuum after them removes the files
+    they replaced once those age past the retention); a table that cannot be read is skipped, with a warning."""
+    tasks: list[Task] = []
+    for path in paths:
+        try:
+            tasks.extend(tasks_for(path, policy))
+        except Exception as exc:  # noqa: BLE001 - one unreadable table must not stop the others' maintenance
+            log.warning("cannot read the health of the view table %s: %s", path, summary(exc))
+    return sorted(tasks, key=lambda task: task.action != COMPACT)
+
+
+@dataclass
+class Upkeep:
+    """The maintenance a continuous sync does between its steps (see the module docstring)."""
+
+    policy: MaintenancePolicy
+    queue: deque[Task] = field(default_factory=deque)
+    next_check: float = 0.0
+
+    def next_task(self, ctx: ViewContext, names: list[str], watermark: LogWatermark | None) -> Task | None:
+        """The next task due, looking at the tables' health again once the interval has passed."""
+        if not self.queue and time.monotonic() >= self.next_check:
+            self.queue.extend(due_tasks(view_table_paths(ctx, names, watermark), self.policy))
+            self.next_check = time.monotonic() + self.policy.interval_s
+        return self.queue.popleft() if self.queue else None
