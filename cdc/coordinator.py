@@ -86,6 +86,7 @@ from cdc.capture.streaming import ChangeReplayer, Transaction, TransactionAssemb
 from cdc.capture.table_snapshots import PartialRead, PendingSnapshot, ReadProgress, SnapshotLedger, TableGate
 from cdc.capture.tables import TableShape
 from cdc.capture.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
+from cdc.capture.visibility import ReceivedXids
 from cdc.data_dir import secure_data_dir
 from cdc.failover import slot_failover
 from cdc.log_backend import open_log
@@ -149,6 +150,10 @@ class CaptureStats:
     reads_throttled: int = 0
 
 
+def _lasting_caps(held: HeldChanges) -> tuple[tuple[int, int], ...]:
+    return tuple(held.lasting_caps)
+
+
 def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, SourceError) and not isinstance(exc, (SlotError, PrivilegeError, PrerequisiteError))
 
@@ -198,6 +203,9 @@ class Capture:
         self._resume_due = False  # a read was suspended in this run: discover (take its new snapshot) next
         self._next_lock_check = 0.0
         self._throttle = ReadThrottle(settings.snapshot_rows_per_second)
+        self._received = ReceivedXids()  # transactions the stream received, that a new snapshot must see
+        self._next_wal_nudge = 0.0  # when a read's end may next make the server flush its WAL
+        self._waiting_since: float | None = None  # since when a read's end waits for the stream
         self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
         self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
         self.partial = PartialRequests()  # partial reads asked for, not begun (cdc.capture.partial_reads)
@@ -464,6 +472,7 @@ class Capture:
                 # streamed block does not promise that earlier commits were all sent.
                 tx = assembler.feed(frame.payload, frame.data_start)
                 if tx is not None:
+                    self._received.add(tx.xid)
                     self._carry_out(core.committed(tx, time.monotonic()), repl)
             elif isinstance(frame, Keepalive):
                 self.metrics.wal_bytes_behind.set(max(0, frame.wal_end - core.confirmed))
@@ -515,7 +524,7 @@ class Capture:
         pending = snapshot_new_tables(
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
             boundary=Lsn(max(self.core.server_end, self.position + 1)), resuming=resuming,
-            partial=self.partial.due(busy), read_in_part=in_part,
+            partial=self.partial.due(busy), read_in_part=in_part, received=self._received,
         )  # fmt: skip
         if pending is not None:
             for table in pending.tables:  # the runs that resume reads: their held records are all older
@@ -707,7 +716,7 @@ class Capture:
                 held.discard()
                 gone.append(self.ledger.progress_gone(name))
                 continue
-            held.remember(progress.snapshots)
+            held.remember(progress.snapshots, progress.caps)
             kept.add(path)
             self.resumes[progress.relid] = (progress, held)
             self.gate.holds[progress.relid] = progress.boundary
@@ -779,6 +788,7 @@ class Capture:
             )
             read.parts.may_finish = partial(self._stream_reached, pending.wal_end)
             read.parts.recent_snapshots = partial(self._recent_snapshots, held)
+            read.parts.held_caps = partial(_lasting_caps, held)
             self.reads.append(read)
             self.groups.held[read.topic] = held
             log.info(
@@ -798,9 +808,17 @@ class Capture:
         WAL's end when a read's snapshot was taken: the transactions it sees). Until then a read's last rows wait, so that
         each of those transactions is judged against the read's snapshots (held, or dropped as already in
         the rows) rather than written after them again; the server is asked where its WAL ends meanwhile."""
+        now = time.monotonic()
         if self.core.server_end >= end:
+            self._waiting_since = None
             return not self.core.pending  # received, and each of them past the group writer
         self.core.want_end = max(self.core.want_end, end)
+        self._waiting_since = self._waiting_since or now
+        if now - self._waiting_since >= 0.5 and now >= self._next_wal_nudge:
+            # the server sends only flushed WAL, and what lies before ``end`` (hint bits' page images, say)
+            # may stay unflushed on an idle server: a transaction that takes an ID flushes it with its commit
+            self._next_wal_nudge = now + 1.0
+            self.catalog.flush_wal()
         return False
 
     def _start_partial(
@@ -867,7 +885,7 @@ class Capture:
         self._next_lock_check = now + self.tuning.lock_check_seconds
         snapshots = {pid: read.pending for read in self.reads for pid in read.pending.reader.pids}
         blocking = {id(snapshots[pid]) for pid in self.catalog.blocking(list(snapshots))}
-        for read in [read for read in self.reads if id(read.pending) in blocking]:
+        for read in [read for read in self.reads if id(read.pending) in blocking and not read.parts.finishing]:
             self.stats.reads_yielded += 1
             self._suspend(read, "another session waits for a lock it holds")
         return bool(blocking)
@@ -883,7 +901,9 @@ class Capture:
         old = [
             read
             for read in self.reads
-            if read.progress is not None and now - read.pending.started >= self.tuning.read_snapshot_seconds
+            if read.progress is not None
+            and not read.parts.finishing
+            and now - read.pending.started >= self.tuning.read_snapshot_seconds
         ]
         for read in old:
             self.stats.snapshots_renewed += 1
@@ -951,6 +971,8 @@ class Capture:
             rows = read.parts.written.events  # rows this run read (a resumed run's earlier rows aside)
             finished = read.next_chunk(self.writer, self.position.hex16())
             self._throttle.took(read.parts.written.events - rows, now)
+            if not finished and read.parts.finishing:
+                self.core.throttled = True  # the last part waits for the stream: wait for frames, not spin
         except SourceError as exc:
             sqlstate = str(getattr(exc.__cause__, "sqlstate", None) or "")
             if read.condition is None or sqlstate[:2] not in ("22", "42"):

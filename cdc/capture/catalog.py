@@ -371,6 +371,14 @@ class Catalog:
         rows = self._execute("SELECT pg_current_wal_flush_lsn()::text", ())
         return int(Lsn.parse(str(rows[0][0]))) if rows else 0
 
+    def flush_wal(self) -> None:
+        """Make the server flush its WAL: a transaction that takes an ID and commits (one commit record; on a
+        server that takes no writes, nothing)."""
+        try:
+            self._execute("SELECT pg_current_xact_id()::text", ())
+        except (SourceError, psycopg.Error):
+            pass  # a standby, or a role that may not write: the server flushes on its own, later
+
     def async_commit_delay(self) -> float:
         """Seconds within which the server flushes an asynchronous commit: three times ``wal_writer_delay``."""
         rows = self._execute("SELECT setting::float8 / 1000 FROM pg_settings WHERE name = 'wal_writer_delay'", ())

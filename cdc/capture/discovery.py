@@ -16,6 +16,7 @@ from cdc.capture.catalog import Catalog, PublishedTable, steady
 from cdc.capture.errors import PrivilegeError, SourceError
 from cdc.capture.lsn import Lsn
 from cdc.capture.table_snapshots import PartialRead, PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
+from cdc.capture.visibility import ReceivedXids
 
 log = logging.getLogger("cdc.capture")
 
@@ -85,6 +86,7 @@ def snapshot_new_tables(
     resuming: Collection[int] = (),
     partial: Mapping[str, PartialRead] | None = None,
     read_in_part: Collection[str] = (),
+    received: ReceivedXids | None = None,
 ) -> PendingSnapshot | None:
     """A snapshot of the tables that need one (:func:`tables_to_snapshot`), seeing every transaction
     before ``boundary`` (the stream's reach, see :func:`~cdc.capture.table_snapshots.take_snapshot`);
@@ -97,7 +99,7 @@ def snapshot_new_tables(
     if not tables:
         return None
     require_readable(catalog, tables, publication)
-    pending = take_snapshot(url, tables, boundary)
+    pending = take_snapshot(url, tables, boundary, received)
     if pending is None:
         gate.wanted.update({t.relid: t.qualified for t in tables})
         return None

@@ -102,6 +102,11 @@ class HeldChanges:
         self.next_run = next_run
         #: (file offset, run): the records before the offset are marked that run at most (:meth:`run_started`)
         self._caps: list[tuple[int, int]] = []
+        #: the caps that lowered marks of records already in the file (a run's number given again): kept with
+        #: the read's progress, so that a process that resumes it reads the records as this one did
+        self.lasting_caps: list[tuple[int, int]] = []
+        # the highest run number a record may carry (an earlier process's records: any)
+        self._highest = next_run if keep_to is None else 1 << 62
         self._ends: dict[int, tuple[SnapshotXids, int]] = {}  # run -> its snapshot, the WAL's end then
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if keep_to is None:
@@ -124,8 +129,14 @@ class HeldChanges:
         that the next run marks what the slot sends again as this process would have."""
         return tuple((run, xids.text(), end) for run, (xids, end) in sorted(self._ends.items()) if end > position)
 
-    def remember(self, recent: tuple[tuple[int, str, int], ...]) -> None:
-        """Know again the runs an earlier process recorded with :meth:`recent`."""
+    def remember(self, recent: tuple[tuple[int, str, int], ...], caps: tuple[tuple[int, int], ...] = ()) -> None:
+        """Know again the runs an earlier process recorded with :meth:`recent`, and the caps it kept
+        (:attr:`lasting_caps`, cut to the file's end as it is now)."""
+        self._file.flush()
+        end = self._file.seek(0, os.SEEK_END)
+        for offset, run in caps:
+            self._caps.append((min(offset, end), run))
+            self.lasting_caps.append((min(offset, end), run))
         for run, text, end in recent:
             self.snapshots.setdefault(run, SnapshotXids.parse(text))
             self._ends.setdefault(run, (self.snapshots[run], end))
@@ -140,8 +151,13 @@ class HeldChanges:
         self._ends[run] = (snapshot, wal_end)
         self.next_run = run + 1
         if taken_now:
+            reused = run < self._highest  # a run that wrote nothing gives its number to this one
             self._file.flush()
-            self._caps.append((self._file.tell(), run))
+            cap = (self._file.tell(), run)
+            self._caps.append(cap)
+            if reused:
+                self.lasting_caps.append(cap)
+        self._highest = max(self._highest, self.next_run)
 
     def run_of(self, xid: int) -> int:
         """The first run whose snapshot sees the committed transaction ``xid`` (see the module's docstring)."""

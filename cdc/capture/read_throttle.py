@@ -1,7 +1,8 @@
 """A ceiling on the rows per second that reads beside the stream take from the source (``CDC_SNAPSHOT_ROWS_PER_SECOND``).
 
 A busy primary can be spared a read's full speed: chunks are appended only while the rows read since the
-throttle began stay within the rate (a chunk may overshoot by its own size, never twice in a row). The
+throttle began stay within the rate (a chunk may overshoot by its own size, never twice in a row; no more
+than one second's rows are saved up while no read runs). The
 stream is never held back by it: while a read waits, the loop waits for frames as when idle.
 """
 
@@ -22,7 +23,10 @@ class ReadThrottle:
         """Whether a chunk may be read at ``now``."""
         if self.rows_per_second <= 0 or self.started is None:
             return True
-        return self.rows <= self.rows_per_second * (now - self.started)
+        allowed = self.rows_per_second * (now - self.started)
+        if allowed - self.rows > self.rows_per_second:  # no more than a second's rows saved up (after a pause)
+            self.started = now - (self.rows + self.rows_per_second) / self.rows_per_second
+        return self.rows <= allowed
 
     def took(self, rows: int, now: float) -> None:
         """A chunk of ``rows`` rows was read at ``now``."""

@@ -155,8 +155,13 @@ class OnlineParts:
     #: whether the final part may be written: a read's last rows wait until the stream received every
     #: transaction its snapshot sees (:mod:`cdc.capture.online_read`)
     may_finish: Callable[[], bool] = lambda: True
+    #: every row is read and the final part waits for :attr:`may_finish` (the read is then neither
+    #: renewed nor suspended: its last rows would be read again)
+    finishing: bool = False
     #: the runs whose snapshot may see transactions the log does not hold yet, for the progress records
     recent_snapshots: Callable[[], tuple[tuple[int, str, int], ...]] = lambda: ()
+    #: the holding file's lasting caps, for the progress records
+    held_caps: Callable[[], tuple[tuple[int, int], ...]] = lambda: ()
 
     @property
     def rows(self) -> int:
@@ -322,20 +327,21 @@ class SnapshotWriter:
                     fingerprint = table.shape.fingerprint().hex()
                     state = ReadProgress(
                         table.shape.relid, table.shape.topic, plan.boundary, key, table.rows, fingerprint, plan.earlier,
-                        table.condition, online.recent_snapshots(),
+                        table.condition, online.recent_snapshots(), online.held_caps(),
                     )  # fmt: skip
                     progress = [self.ledger.progress_record(table.shape, state, ts_ms)]
         online.upcoming = None
         final: list[Item] = carry
         if last is not None:
             final += [last.slice(0, len(last) - 1), mark_last_read(last.record(len(last) - 1))]
+        online.finishing = True
+        while not online.may_finish():
+            yield None, False
         done: list[Item] = [self.ledger.progress_done(t.shape, ts_ms) for t in online.heads if t.shape.relid in plans]
         done += [record for t in online.heads for record in self.ledger.asked_done(t.shape.log_name, t.condition, ts_ms)]
         ledger: list[Item] = [
             self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in online.heads if t.condition is None
         ]
-        while not online.may_finish():
-            yield None, False
         yield itertools.chain(final, held(), done, ledger), True
 
     def _online_blocks(

@@ -75,7 +75,7 @@ from cdc.capture.errors import SourceError
 from cdc.capture.lsn import Lsn
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.tables import TableShape
-from cdc.capture.visibility import SnapshotXids
+from cdc.capture.visibility import ReceivedXids, SnapshotXids
 from log_store import ProducerRecord, TopicPartition
 
 if TYPE_CHECKING:
@@ -114,6 +114,8 @@ class ReadProgress:
     #: the runs whose snapshot may see a transaction the log does not hold yet
     #: (:meth:`~cdc.capture.held_changes.HeldChanges.recent`)
     snapshots: tuple[tuple[int, str, int], ...] = ()
+    #: the holding file's lasting caps (:attr:`~cdc.capture.held_changes.HeldChanges.lasting_caps`)
+    caps: tuple[tuple[int, int], ...] = ()
 
 
 def _progress_key(log_name: str) -> bytes:
@@ -194,6 +196,7 @@ class SnapshotLedger:
             tuple((int(b), tuple(k) if k is not None else None) for b, k in data.get("earlier", ())),
             data.get("where"),
             tuple((int(r), str(t), int(e)) for r, t, e in data.get("snapshots", ())),
+            tuple((int(o), int(r)) for o, r in data.get("caps", ())),
         )  # fmt: skip
 
     def progress_record(self, shape: TableShape, progress: ReadProgress, ts_ms: int | None = None) -> ProducerRecord:
@@ -211,6 +214,8 @@ class SnapshotLedger:
             value["where"] = progress.condition
         if progress.snapshots:
             value["snapshots"] = [list(entry) for entry in progress.snapshots]
+        if progress.caps:
+            value["caps"] = [list(cap) for cap in progress.caps]
         return self._record(_progress_key(shape.log_name), orjson.dumps(value), ts_ms)
 
     def progress_done(self, shape: TableShape, ts_ms: int | None = None) -> ProducerRecord:
@@ -428,16 +433,21 @@ def _record_end(insert: Lsn, page: int) -> Lsn:
     return Lsn(insert - insert % page) if insert % page in _PAGE_HEADERS else insert
 
 
-def take_snapshot(url: str, tables: list[PublishedTable], boundary: Lsn) -> PendingSnapshot | None:
+def take_snapshot(
+    url: str, tables: list[PublishedTable], boundary: Lsn, received: ReceivedXids | None = None
+) -> PendingSnapshot | None:
     """A snapshot for ``tables`` that sees every transaction committing before ``boundary``, or ``None``
     when it cannot be had at once (take it again on a later pass).
 
-    ``boundary``: the stream's reach (every transaction committing before it was received). A plain
-    REPEATABLE READ transaction exports the snapshot, which the reader's sessions import; nothing waits
-    for any other transaction (a replication slot made for the purpose would wait for every transaction
-    holding an ID). Each of those received transactions sees its commit record written, so it is visible
-    to the snapshot unless PostgreSQL has not made it visible yet (a moment, or a synchronous standby's
-    answer): a snapshot holding an ID that has committed is refused, and taken again. The transactions
+    ``boundary``: the stream's reach (every transaction committing before it was received; ``received``
+    their IDs). A plain REPEATABLE READ transaction exports the snapshot, which the reader's sessions
+    import; nothing waits for any other transaction (a replication slot made for the purpose would wait
+    for every transaction holding an ID). Each received transaction has its commit record written, so
+    it is visible to the snapshot unless PostgreSQL has not made it visible yet (a moment, or a
+    synchronous standby's answer): a snapshot that does not see one of them is refused, and taken again
+    (:class:`~cdc.capture.visibility.ReceivedXids`). A process that received nothing yet (it starts, and
+    its holding files hold what an earlier one received) refuses a snapshot holding, as in progress, an
+    ID that has committed. The transactions
     at or after the boundary are judged by ID against the snapshot (:class:`SnapshotXids`): those it sees
     are in its rows, the others come after them (:mod:`cdc.capture.online_read`).
     """
@@ -451,7 +461,7 @@ def take_snapshot(url: str, tables: list[PublishedTable], boundary: Lsn) -> Pend
         assert row is not None
         name, xids, committed = str(row[0]), SnapshotXids.parse(str(row[1])), int(row[2])  # type: ignore[call-overload]
         wal_end = _record_end(Lsn.parse(str(row[3])), int(row[4]))  # type: ignore[call-overload]
-        if committed:
+        if received.unseen_by(xids) if received else committed:
             log.info("a transaction that committed is not visible yet to a new snapshot; it is taken again")
             conn.rollback()
             return None

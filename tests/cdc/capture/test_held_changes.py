@@ -76,3 +76,43 @@ def test_a_file_of_another_layout_is_emptied_when_reopened(tmp_path: Path) -> No
     reopened.add(5, _records(1))
     assert list(reopened.records()) == _records(1)
     reopened.discard()
+
+
+def test_a_cap_that_lowers_marks_lasts_through_a_reopen(tmp_path: Path) -> None:
+    """A run that wrote nothing gives its number to the next, whose snapshot sees what the file holds: the
+    records marked for a later run are read as that run's, also by a process that reopens the file with
+    the caps kept in the read's progress."""
+    path = tmp_path / "t.held"
+    records = _records(3)
+    held = HeldChanges(path)
+    held.run_started(0, SnapshotXids(10, 10))
+    held.run_started(1, SnapshotXids(20, 20))  # wrote nothing
+    held.add(100, [records[0]], 25)  # unseen: marked 2
+    held.run_started(1, SnapshotXids(30, 30), taken_now=True)  # run 1 again, from a later snapshot
+    held.add(101, [records[1]], 26)  # seen by the new run 1
+    held.add(102, [records[2]], 35)  # unseen: marked 2
+    held.sync()
+    marks = [
+        run for record in held.records() for run in range(3) if list(held.records(lambda r, k, run=run: r == run)).count(record)
+    ]  # type: ignore[misc]
+    assert marks == [1, 1, 2]
+    caps = tuple(held.lasting_caps)
+    held.close()
+    reopened = HeldChanges.reopen(path, 1 << 62, next_run=2)
+    reopened.remember((), caps)
+    assert [
+        run
+        for record in reopened.records()
+        for run in range(3)
+        if list(reopened.records(lambda r, k, run=run: r == run)).count(record)
+    ] == [1, 1, 2]  # type: ignore[misc]
+    reopened.discard()
+
+
+def _marks(held: HeldChanges, runs: int) -> list[int]:
+    """The run each record is read as marked with, in the file's order."""
+    marked: dict[bytes | None, int] = {}
+    for run in range(runs):
+        for record in held.records(lambda r, key, run=run: r == run):  # type: ignore[misc]
+            marked[record.key] = run
+    return [marked[record.key] for record in held.records()]

@@ -18,3 +18,12 @@ def test_no_ceiling_allows_every_chunk() -> None:
     throttle = ReadThrottle(0)
     throttle.took(10**9, 0.0)
     assert throttle.allows(0.0)
+
+
+def test_a_pause_saves_up_no_more_than_a_seconds_rows() -> None:
+    throttle = ReadThrottle(1000)
+    throttle.took(500, 0.0)
+    assert throttle.allows(3600.0)  # an hour without reads
+    throttle.took(1000, 3600.0)
+    throttle.took(1000, 3600.0)
+    assert not throttle.allows(3600.0)

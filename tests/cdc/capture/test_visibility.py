@@ -17,5 +17,7 @@ def test_the_stream_ids_are_placed_in_the_snapshot_epoch_across_a_wraparound() -
     snapshot = SnapshotXids(epoch + 3, epoch + 10, frozenset({epoch + 5}))  # epoch 1, IDs 3 to 10
     assert snapshot.sees(epoch - 20 & 0xFFFFFFFF)  # 4294967276 of epoch 0: long committed
     assert snapshot.sees(4) and not snapshot.sees(5) and not snapshot.sees(10) and not snapshot.sees(11)
+    late = SnapshotXids(epoch * 2 - 20, epoch * 2 - 10)  # the epoch ends just after the snapshot
+    assert not late.sees(3) and not late.sees(0xFFFFFFF7) and late.sees(0xFFFFFFF0 - 20)
     before = SnapshotXids(epoch - 10, epoch + 2)  # the wraparound happens inside the snapshot
     assert before.sees(0xFFFFFFF8) and before.sees(1) and not before.sees(2) and not before.sees(3)
