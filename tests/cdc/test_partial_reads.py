@@ -100,18 +100,28 @@ def _stop_and_drain(updates: _Updates, url: str, data_dir: Path) -> None:
     )
 
 
-def _reads(data_dir: Path) -> dict[int, list[int]]:
-    """The ids of big's ``op=r`` records, by the position they are as of."""
-    by_lsn: dict[int, list[int]] = {}
+def _reads(data_dir: Path) -> dict[tuple[int, int], list[int]]:
+    """The ids of big's ``op=r`` records, run by run of each read, by the position the run is as of and
+    its first sequence number (runs may share a position when the stream did not move between them;
+    a run's rows are numbered one after the other)."""
     try:
         records = read_topic(data_dir, BIG)
     except LogNotFoundError:  # capture has not created it yet
-        return by_lsn
+        return {}
+    rows = []
     for record in records:
         value = orjson.loads(record.value) if record.value is not None and not is_truncate_key(record.key) else None
         if value is not None and value["op"] == "r":
-            by_lsn.setdefault(value["source"]["lsn"], []).append(value["after"]["id"])
-    return by_lsn
+            rows.append((value["source"]["lsn"], value["source"]["sequence"], value["after"]["id"]))
+    runs: dict[tuple[int, int], list[int]] = {}
+    run: list[int] = []
+    last = (-1, -2)
+    for lsn, sequence, key in sorted(rows):
+        if (lsn, sequence) != (last[0], last[1] + 1):
+            run = runs.setdefault((lsn, sequence), [])
+        run.append(key)
+        last = (lsn, sequence)
+    return runs
 
 
 def _forged(url: str) -> None:
