@@ -349,7 +349,8 @@ def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal
         log = measure_log(settings)
     except LogStoreError as exc:  # Kafka down: the source's lag still shows, and says why capture is stuck
         log, unreadable = LogLag(), exc
-    views = measure_views(settings, log)
+    # a view's tables are listed from the captured topics, which an unreadable log cannot tell
+    views = measure_views(settings, log) if unreadable is None else []
     report = LagReport(SCHEMA_VERSION, _iso(time.time() * 1000) or "", source, log, views)
     if unreadable is not None:
         report.violations.append(f"the log cannot be read: {unreadable}")
