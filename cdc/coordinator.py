@@ -206,6 +206,7 @@ class Capture:
         self._received = ReceivedXids()  # transactions the stream received, that a new snapshot must see
         self._next_wal_nudge = 0.0  # when a read's end may next make the server flush its WAL
         self._waiting_since: float | None = None  # since when a read's end waits for the stream
+        self._label_floor = 0  # the highest position a snapshot's rows were labelled with (see _discover)
         self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
         self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
         self.partial = PartialRequests()  # partial reads asked for, not begun (cdc.capture.partial_reads)
@@ -346,6 +347,7 @@ class Capture:
             self.groups = GroupWriter(store, self.replayer, self._read_back_warned, abandon=self._abandon_topics)
             watermark = store.latest_watermark()
             self.position = Lsn.from_hex16(watermark.position) if watermark else Lsn(0)
+            self._label_floor = int(self.position)
             try:
                 url, slot = self.settings.database_url, self.settings.slot
                 if self.position == 0:
@@ -515,7 +517,21 @@ class Capture:
     # -- tables added mid-stream (see cdc.capture.table_snapshots) ---------------------------------------------
 
     def _discover(self) -> None:
-        """Take a snapshot of the tables that need one (:mod:`cdc.capture.discovery`), read when the stream reaches it."""
+        """Take a snapshot of the tables that need one (:mod:`cdc.capture.discovery`), read when the stream reaches it.
+
+        A read's rows are as of its boundary minus one, which must lie past every position a snapshot's
+        rows were labelled with before (the log's position at the start, the reads begun since): rows
+        labelled alike would not order after those. While the stream has not moved past it, the snapshot
+        waits (the server is asked where its WAL ends, and to flush it)."""
+        boundary = Lsn(max(self.core.server_end, self.position + 1))
+        if boundary - 1 <= self._label_floor:
+            self.core.want_end = max(self.core.want_end, self._label_floor + 2)
+            self._resume_due = True
+            now = time.monotonic()
+            if now >= self._next_wal_nudge:
+                self._next_wal_nudge = now + 1.0
+                self.catalog.flush_wal()
+            return
         resuming = set(self.resumes) - self._resume_snapshotted
         busy = {read.shape.log_name for read in self.reads} | {t.log_name for p in self.core.waiting for t in p.tables}
         in_part = {read.shape.log_name for read in self.reads if read.condition is not None} | {
@@ -523,7 +539,7 @@ class Capture:
         }
         pending = snapshot_new_tables(
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
-            boundary=Lsn(max(self.core.server_end, self.position + 1)), resuming=resuming,
+            boundary=boundary, resuming=resuming,
             partial=self.partial.due(busy), read_in_part=in_part, received=self._received,
         )  # fmt: skip
         if pending is not None:
@@ -757,6 +773,7 @@ class Capture:
         rows it does not hold). A table an earlier run began reading resumes past its last durable key."""
         assert self.writer is not None and self.groups is not None
         log_position = self.position
+        self._label_floor = max(self._label_floor, int(pending.as_of))
         self.core.snapshot_durable(pending.as_of)
         held_dir = self.settings.data_dir / "held"
         for table in pending.tables:

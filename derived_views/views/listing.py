@@ -95,10 +95,15 @@ def _health(path: Path) -> TableHealth | None:
 
 
 def _columns(path: Path) -> list[str]:
-    """The column names of the Delta table at ``path`` (from its log's newest schema, ``deltalake``)."""
+    """The column names of the Delta table at ``path`` (from its log's newest schema, ``deltalake``); none,
+    with a warning, when its reader cannot open it (a damaged log: the table's sync reports it)."""
     from deltalake import DeltaTable
 
-    return [f.name for f in DeltaTable(str(path)).schema().fields]
+    try:
+        return [f.name for f in DeltaTable(str(path)).schema().fields]
+    except Exception as exc:  # noqa: BLE001 - deltalake raises its own error kinds for a damaged log
+        log.warning("cannot read the columns of the Delta table %s: %s", path, str(exc).splitlines()[0])
+        return []
 
 
 def captured_tables(location: LogLocation | str, prefix: str) -> list[TableSchema]:
