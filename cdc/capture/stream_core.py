@@ -227,7 +227,13 @@ class StreamCore(Generic[Tx, Snap]):
             self.last_discovery = now
         if self.target is not None and idle and now >= self.retarget_at:
             yield Retarget()
-        drained = self.target is not None and idle and self.server_end >= self.target and not self.waiting and not self.reading
+        drained = (
+            self.target is not None
+            and idle
+            and self.server_end >= max(self.target, self.want_end)  # a read waiting for the stream to move
+            and not self.waiting
+            and not self.reading
+        )
         if idle and self.server_end - 1 > self.position and (drained or now - self.last_heartbeat >= tuning.heartbeat_seconds):
             yield Heartbeat(Lsn(self.server_end))
             self.last_heartbeat = self.last_status = now
