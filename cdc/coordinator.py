@@ -1,4 +1,4 @@
-"""The capture loop: initial snapshot, then streaming from the slot, exactly once into the log.
+"""The capture loop: streaming from the slot exactly once into the log, and the tables read beside it.
 
 Guarantees and restart rules:
 
@@ -21,9 +21,9 @@ Guarantees and restart rules:
   confirmed position, which may be behind P after a crash between the fsync and the confirmation, and
   every transaction whose commit LSN <= P is skipped. Relation messages of skipped transactions still
   update the relation cache (the server resends what each transaction needs).
-* **Snapshot.** The watermark position ``0000000000000000`` (or no watermark) means no complete
-  snapshot: :mod:`cdc.capture.initial_snapshot` makes the slot anew and writes every captured table as of its
-  consistent point minus one, in groups that never look complete until the last is in the log.
+* **A new log.** No watermark (or the position ``0000000000000000``): :mod:`cdc.capture.initial_snapshot` makes
+  the slot anew and the log begins at its consistent point minus one; every captured table is then read
+  beside the stream as a table that joins later is (below), resumable past its last durable chunk.
 * **Tables that join later.** A published table the ledger (``<prefix>.__snapshots``) does not name
   gets no change event until its snapshot is in the log: :mod:`cdc.capture.table_snapshots` takes a plain
   snapshot at the stream's reach B (no slot, nothing waited for) and drops the table's changes committed
@@ -58,7 +58,7 @@ from cdc.capture.events import EventBuilder
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.group_writer import GroupWriter
 from cdc.capture.held_changes import HeldChanges
-from cdc.capture.initial_snapshot import take_initial_snapshot
+from cdc.capture.initial_snapshot import begin_log, take_initial_snapshot
 from cdc.capture.lsn import Lsn
 from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress_plan, run_keep
 from cdc.capture.partial_reads import PartialRequests, flush_records, going_on
@@ -66,7 +66,6 @@ from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.read_conditions import checked_condition
 from cdc.capture.read_throttle import ReadThrottle
 from cdc.capture.slot_continuity import require_continuity, slot_skipped_ahead
-from cdc.capture.snapshot import CHUNK_ROWS
 from cdc.capture.snapshot_requests import SnapshotRequest
 from cdc.capture.snapshot_writer import KeysetPlan, SnapshotWriter, SnapshotWritten, published_shape
 from cdc.capture.stream_core import (
@@ -106,8 +105,9 @@ class Tuning(StreamTuning):
     """Batching and timing knobs of capture: the streaming loop's (:class:`StreamTuning`) and the snapshot's,
     reconnection's and memory's (defaults suit the benchmarks and the tests)."""
 
-    #: rows per snapshot chunk (see :data:`cdc.capture.snapshot.AHEAD` for the measured trade-off)
-    snapshot_chunk_rows: int = CHUNK_ROWS
+    #: rows per chunk of every read (``None``: ``CDC_SNAPSHOT_CHUNK_ROWS``; see :data:`cdc.capture.snapshot.AHEAD`
+    #: for the measured trade-off)
+    snapshot_chunk_rows: int | None = None
     snapshot_group_chunks: int = 10  # chunks per group of the initial snapshot (one fsync each)
     reconnect_seconds: float = 120.0
     memory_limit: int = 8 << 20
@@ -207,6 +207,7 @@ class Capture:
         self._next_wal_nudge = 0.0  # when a read's end may next make the server flush its WAL
         self._waiting_since: float | None = None  # since when a read's end waits for the stream
         self._label_floor = 0  # the highest position a snapshot's rows were labelled with (see _discover)
+        self._first_reads: set[int] = set()  # tables a new log reads first: not counted as tables added
         self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
         self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
         self.partial = PartialRequests()  # partial reads asked for, not begun (cdc.capture.partial_reads)
@@ -339,10 +340,11 @@ class Capture:
                 gate=self.gate,
             )
             self.replayer.on_message = self._requested
+            chunk_rows = self.tuning.snapshot_chunk_rows or self.settings.snapshot_chunk_rows
             self.writer = SnapshotWriter(
                 store, self.builder, self.replayer, self.ledger,
                 partial(published_shape, self.catalog, self.settings.topic_for), topics.ensure,
-                self.tuning.snapshot_chunk_rows, self.progress, self.settings.snapshot_chunk_rows,
+                chunk_rows, self.progress, chunk_rows,
             )  # fmt: skip
             self.groups = GroupWriter(store, self.replayer, self._read_back_warned, abandon=self._abandon_topics)
             watermark = store.latest_watermark()
@@ -351,7 +353,7 @@ class Capture:
             try:
                 url, slot = self.settings.database_url, self.settings.slot
                 if self.position == 0:
-                    self._snapshot()
+                    self._begin_log()
                 elif slot_skipped_ahead(url, slot, self.position):
                     self.stats.resnapshots += 1
                     self._snapshot()
@@ -369,14 +371,28 @@ class Capture:
 
     # -- snapshot ------------------------------------------------------------------------------------
 
+    def _begin_log(self) -> None:
+        """A log without a position starts from a new slot (:func:`~cdc.capture.initial_snapshot.begin_log`);
+        every captured table is then read beside the stream, as a table that joins later is."""
+        assert self.log is not None and self.writer is not None
+        tables = captured_tables(self.catalog, self.settings.publication, self.include)
+        captured = {self.writer.shape_of(table).topic for table in tables}
+        self.position = begin_log(
+            self.settings.database_url, self.settings.slot, self.log, self.writer,
+            captured=captured, uncaptured=self._table_of_topic, failover=self._failover,
+        )  # fmt: skip
+        self._label_floor = 0  # no row is labelled yet: the reads may be as of the slot's start
+        self._first_reads = {table.relid for table in tables}
+
     def _snapshot(self) -> None:
-        """Take the initial snapshot (:mod:`cdc.capture.initial_snapshot`) of every captured table."""
+        """Take a new snapshot of every captured table from a new slot (:mod:`cdc.capture.initial_snapshot`), the
+        slot having skipped changes the log lacks."""
         assert self.writer is not None
         tables = captured_tables(self.catalog, self.settings.publication, self.include)
         taken = take_initial_snapshot(
             self.settings.database_url, self.settings.slot, tables, self.writer,
-            first=self.position == 0, uncaptured=self._table_of_topic,
-            group_chunks=self.tuning.snapshot_group_chunks, stopped=self.stop.is_set, failover=self._failover,
+            uncaptured=self._table_of_topic, group_chunks=self.tuning.snapshot_group_chunks,
+            stopped=self.stop.is_set, failover=self._failover,
         )  # fmt: skip
         if taken is not None:
             self.position, written = taken
@@ -512,7 +528,16 @@ class Capture:
         repl.send_status(status.flushed, status.flushed, reply=status.reply)
 
     def _wants_discovery(self) -> bool:
-        return bool(self.gate.wanted) or self._shape_changed or self._resume_due
+        """Whether a discovery is due now: a table's change met the gate, a table's columns changed, or a
+        read waits for a new snapshot. Tables waiting for their turn to be read (``gate.wanted``) wait
+        for a read to end first, so that a new log's tables do not make every pass look at the catalog."""
+        wanted = bool(self.gate.wanted) and self._room() > 0
+        return wanted or self._shape_changed or self._resume_due
+
+    def _room(self) -> int:
+        """How many more reads may begin: ``CDC_SNAPSHOT_CONCURRENCY`` less those under way or waiting for the stream."""
+        waiting = sum(len(p.tables) for p in self.core.waiting)
+        return self.settings.snapshot_concurrency - len(self.reads) - waiting
 
     # -- tables added mid-stream (see cdc.capture.table_snapshots) ---------------------------------------------
 
@@ -540,14 +565,18 @@ class Capture:
         pending = snapshot_new_tables(
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
             boundary=boundary, resuming=resuming,
-            partial=self.partial.due(busy), read_in_part=in_part, received=self._received,
+            partial=self.partial.due(busy), read_in_part=in_part, received=self._received, room=self._room(),
         )  # fmt: skip
         if pending is not None:
             for table in pending.tables:  # the runs that resume reads: their held records are all older
                 if (resume := self.resumes.get(table.relid)) is not None:
                     resume[1].run_started(len(resume[0].earlier) + 1, pending.xids, taken_now=True, wal_end=pending.wal_end)
             self.partial.taken(pending)
-            self.stats.tables_added += sum(t.relid not in pending.partial and t.relid not in resuming for t in pending.tables)
+            self.stats.tables_added += sum(
+                t.relid not in pending.partial and t.relid not in resuming and t.relid not in self._first_reads
+                for t in pending.tables
+            )
+            self._first_reads -= {t.relid for t in pending.tables}
             self._resume_snapshotted |= {t.relid for t in pending.tables}
             self.core.waiting.append(pending)
         if resuming - self._resume_snapshotted:
@@ -772,7 +801,6 @@ class Capture:
         taken, never later ones (which could include a partition attached after the snapshot, whose
         rows it does not hold). A table an earlier run began reading resumes past its last durable key."""
         assert self.writer is not None and self.groups is not None
-        log_position = self.position
         self._label_floor = max(self._label_floor, int(pending.as_of))
         self.core.snapshot_durable(pending.as_of)
         held_dir = self.settings.data_dir / "held"
@@ -786,7 +814,7 @@ class Capture:
             keys = keyset_keys(shape, self.catalog.table(table.relid).primary_key)
             wanted = pending.partial.get(table.relid)
             if wanted is not None:
-                self._start_partial(pending, table, shape, keys, wanted, log_position)
+                self._start_partial(pending, table, shape, keys, wanted)
                 continue
             self.partial.drop(table.log_name)  # a whole read holds every row a partial one would
             resume = self.resumes.pop(table.relid, None)
@@ -801,7 +829,7 @@ class Capture:
                 held = HeldChanges(held_path(held_dir, self.settings.slot, table.relid))
             keep = run_keep(shape, keys, tuple(last for _, last in plan.earlier) if plan is not None else ())
             read = OnlineRead.start(
-                pending, table, self.writer, held, plan, keep, resume[0] if resume else None, log_position=log_position
+                pending, table, self.writer, held, plan, keep, resume[0] if resume else None
             )
             read.parts.may_finish = partial(self._stream_reached, pending.wal_end)
             read.parts.recent_snapshots = partial(self._recent_snapshots, held)
@@ -845,7 +873,6 @@ class Capture:
         shape: TableShape,
         keys: tuple[str, ...] | None,
         wanted: PartialRead,
-        log_position: int,
     ) -> None:
         """Begin the partial read ``wanted`` of ``table`` in ``pending``'s snapshot (:mod:`cdc.capture.partial_reads`):
         by key past ``wanted.after`` when it was read in the same shape, else from the first row."""
@@ -864,7 +891,7 @@ class Capture:
             plan = KeysetPlan(keys, wanted.after if same else None, wanted.rows if same else 0, pending.boundary)
         held = HeldChanges(held_path(self.settings.data_dir / "held", self.settings.slot, table.relid))
         read = OnlineRead.start(
-            pending, table, self.writer, held, plan, None, condition=wanted.condition, log_position=log_position
+            pending, table, self.writer, held, plan, None, condition=wanted.condition
         )
         # its progress is in the log before any change of the table is held: a kill -9 at any moment leaves
         # a record that makes the next run write what the holding file holds

@@ -87,15 +87,29 @@ def snapshot_new_tables(
     partial: Mapping[str, PartialRead] | None = None,
     read_in_part: Collection[str] = (),
     received: ReceivedXids | None = None,
+    room: int | None = None,
 ) -> PendingSnapshot | None:
     """A snapshot of the tables that need one (:func:`tables_to_snapshot`), seeing every transaction
     before ``boundary`` (the stream's reach, see :func:`~cdc.capture.table_snapshots.take_snapshot`);
     their events wait in ``gate`` until it is written. ``None`` when no table needs one, or when no
     snapshot could be had at once (``gate.wanted`` then names the tables, for the next pass). ``resuming``:
     tables whose read an earlier run began, which the gate holds from that read's boundary on;
-    ``partial``: by log name, tables to read in part (their changes pass the gate all along)."""
+    ``partial``: by log name, tables to read in part (their changes pass the gate all along).
+
+    ``room``: how many more reads may begin now (``CDC_SNAPSHOT_CONCURRENCY`` less the reads under way
+    or waiting). Reads that resume or read in part always begin; of the tables read whole from their first
+    row, only those that fit are in the snapshot, and the others wait in ``gate.wanted`` (their changes
+    dropped: the snapshot that reads them later holds their effect). So a snapshot is never held open by
+    tables waiting for their turn: a new log's hundreds of tables are read a few at a time, each from a
+    snapshot of its own, begun when it begins."""
     partial = partial or {}
     tables = tables_to_snapshot(catalog, publication, include, ledger, gate, resuming, partial, read_in_part)
+    if room is not None:
+        fresh = [t for t in tables if t.relid not in resuming and t.log_name not in partial]
+        later = fresh[max(0, room - (len(tables) - len(fresh))) :]
+        if later:
+            gate.wanted.update({t.relid: t.qualified for t in later})
+            tables = [t for t in tables if t not in later]
     if not tables:
         return None
     require_readable(catalog, tables, publication)

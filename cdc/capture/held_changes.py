@@ -28,15 +28,34 @@ ends or starts over.
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Concatenate, ParamSpec, TypeVar
 
 from cdc.capture.visibility import SnapshotXids
 from event_format import is_truncate_key
 from log_store import ProducerRecord
+from log_store.errors import StorageIOError
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _storage(method: Callable[Concatenate[HeldChanges, _P], _R]) -> Callable[Concatenate[HeldChanges, _P], _R]:
+    """A file operation the operating system refuses (a full disk, permission bits) is the log's
+    :class:`StorageIOError` naming the holding file, which capture reports as it reports the log's own."""
+
+    @functools.wraps(method)
+    def refused_as_storage(self: HeldChanges, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        except OSError as exc:
+            raise StorageIOError(self.path, exc) from exc
+
+    return refused_as_storage
 
 _MAGIC = b"CDCHELD2"
 _ENTRY = struct.Struct("!qiIiiqH")
@@ -89,6 +108,7 @@ def _entries(source: BinaryIO) -> Iterator[tuple[int, int, int, ProducerRecord]]
 class HeldChanges:
     """An append-only file of held change records (see the module's docstring for the layout)."""
 
+    @_storage
     def __init__(self, path: Path, *, keep_to: int | None = None, next_run: int = 0) -> None:
         """A new empty file at ``path``; with ``keep_to``, the existing one (:meth:`reopen`). ``next_run``:
         the number of the read's next run."""
@@ -163,6 +183,7 @@ class HeldChanges:
         """The first run whose snapshot sees the committed transaction ``xid`` (see the module's docstring)."""
         return min((run for run, snapshot in self.snapshots.items() if snapshot.sees(xid)), default=self.next_run)
 
+    @_storage
     def cut_to(self, position: int) -> None:
         """Cut off the records of transactions committed after ``position`` (the log's watermark: the slot
         sends those again) and any torn entry, durably."""
@@ -186,6 +207,7 @@ class HeldChanges:
         read's next run. A file of another layout is emptied."""
         return cls(path, keep_to=position, next_run=next_run)
 
+    @_storage
     def add(self, lsn: int, records: Iterable[ProducerRecord], xid: int | None = None) -> None:
         """Append ``records`` of the transaction ``xid`` committed at ``lsn`` (buffered: durable after
         :meth:`sync`), marked with the first run that sees it (no ``xid``: the next run)."""
@@ -196,6 +218,7 @@ class HeldChanges:
             self.count += 1
             self._dirty = True
 
+    @_storage
     def sync(self) -> None:
         """Make every record added so far durable."""
         if self._dirty:
@@ -213,10 +236,17 @@ class HeldChanges:
                     yield record
 
     def close(self) -> None:
-        """Close the file, leaving it for the next run to resume its read with (:meth:`reopen`)."""
-        self._file.close()
+        """Close the file, leaving it for the next run to resume its read with (:meth:`reopen`).
+
+        Records still buffered were never synced, so no group the log committed needs them (the next run
+        cuts the file to the log's watermark): a flush the operating system refuses here (a full disk)
+        is not raised over the error that ended the run."""
+        try:
+            self._file.close()
+        except OSError:
+            pass
 
     def discard(self) -> None:
         """Close and delete the file."""
-        self._file.close()
+        self.close()
         self.path.unlink(missing_ok=True)

@@ -1,25 +1,38 @@
-"""The initial snapshot: a slot made with an exported snapshot, and every captured table read into the
-log as of the slot's consistent point C minus one.
+"""Where a log begins, and the snapshot that takes every table again when the slot lost changes.
 
-The snapshot holds exactly the transactions that committed before C, and the slot streams exactly
-those that commit at or after C. The group that completes the snapshot has C - 1 as its position
-(:mod:`cdc.capture.snapshot_writer`), so an interrupted snapshot never looks complete and the next run takes it
-again from a new slot; that slot is dropped here when a first snapshot fails (nobody would stream from
-it), but kept when the log already held a snapshot: its gap after the log's position is what makes the
-next run take the snapshot again, where a missing slot would stop capture until ``cdc setup`` made one.
+**A new log** (no watermark, or the position ``0000000000000000`` an older version left mid-snapshot)
+begins at a new slot: :func:`begin_log` makes it (dropping an idle one, so that no WAL retained for
+nobody is streamed), records its consistent point C minus one as the log's position in an empty group,
+and returns. Every captured table is then read beside the stream (:mod:`cdc.capture.online_read`), as a
+table that joins later is: in chunks from snapshots renewed every few seconds, each chunk durable with
+the last key it wrote, so a run stopped or killed part-way goes on past that key (at most the chunks
+after the last durable one are read again, and no key it wrote gets a tombstone), and no capture session
+holds a snapshot, or the server's xmin horizon, for longer than one run of a read. The slot streams from C
+on, so a table's changes committed before its read's boundary are in its rows and later ones follow
+them (held until the read ends). An earlier attempt's records on topics no longer captured get truncate
+markers in that first group.
+
+**A slot that skipped changes** (:mod:`cdc.capture.slot_continuity`): :func:`take_initial_snapshot` makes the
+slot anew with an exported snapshot and writes every captured table as of its consistent point minus
+one. The log's rows of every table are superseded by it (truncate markers) and, since the gap cannot be
+mended change by change, it is written as one snapshot: its groups before the last never look complete
+(:mod:`cdc.capture.snapshot_writer`), so a snapshot cut short is taken again whole, from a new slot, by the
+next run. The snapshot it holds lasts as long as the read.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 
 from cdc.capture.catalog import PublishedTable
 from cdc.capture.lsn import Lsn
-from cdc.capture.slot_continuity import drop_idle_slot, drop_unfinished_slot
+from cdc.capture.slot_continuity import drop_idle_slot
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten
 from cdc.capture.transport import ReplicationConnection
+from log_store.log import Log
 
 log = logging.getLogger("cdc.capture")
 
@@ -28,50 +41,67 @@ class _Stopped(Exception):
     """A stop request during the snapshot: its group is abandoned (the log cuts it back)."""
 
 
+def begin_log(
+    url: str,
+    slot: str,
+    store: Log,
+    writer: SnapshotWriter,
+    *,
+    captured: set[str],
+    uncaptured: Mapping[str, tuple[str, str]],
+    failover: bool = False,
+) -> Lsn:
+    """Make ``slot`` anew and record its consistent point minus one as ``store``'s position; that position.
+
+    ``captured``: the topics of the tables capture reads now; ``uncaptured``: topic -> (schema, table) of
+    every table the log has records of (those not captured get truncate markers). ``failover``: the slot
+    is made a failover slot (:mod:`cdc.failover`). Once the group is durable the log continues from the
+    slot; a run that fails before leaves the slot to the next one, which makes it anew.
+    """
+    drop_idle_slot(url, slot)
+    with ReplicationConnection(url) as repl:
+        created = repl.create_slot(slot, export_snapshot=False, failover=failover)
+    position = Lsn(created.consistent_point - 1)  # every transaction committed before the consistent point
+    ts_ms = time.time_ns() // 1_000_000
+    store.append_group(writer.supersede_uncaptured(captured, uncaptured, position, ts_ms), position.hex16())
+    log.info("log begins at the consistent point %s of slot %s; its tables are read beside the stream", created.consistent_point, slot)
+    return position
+
+
 def take_initial_snapshot(
     url: str,
     slot: str,
     tables: list[PublishedTable],
     writer: SnapshotWriter,
     *,
-    first: bool,
     uncaptured: Mapping[str, tuple[str, str]],
     group_chunks: int,
     stopped: Callable[[], bool],
     failover: bool = False,
 ) -> tuple[Lsn, SnapshotWritten] | None:
     """Make ``slot`` anew and write the snapshot of ``tables``; its position and what it wrote, or ``None``
-    when ``stopped`` became true first.
+    when ``stopped`` became true first (the slot then stays: its gap after the log's position makes the
+    next run take the snapshot again, where a missing slot would stop capture until ``cdc setup``).
 
-    ``first``: the log holds no snapshot yet (the slot is dropped when this one does not complete).
     ``uncaptured``: see :meth:`SnapshotWriter.write`. ``failover``: the slot is made a failover slot
     (:mod:`cdc.failover`).
     """
     drop_idle_slot(url, slot)
     with ReplicationConnection(url) as repl:
         created = repl.create_slot(slot, export_snapshot=True, failover=failover)
-        try:  # the exported snapshot lives as long as the connection that made it sends no other command
-            reader = SnapshotReader(url, created.snapshot_name or "")
-        except BaseException:
-            if first:
-                drop_unfinished_slot(url, slot, created.consistent_point)
-            raise
-    point = created.consistent_point
-    as_of = Lsn(point - 1)  # every transaction committed before the consistent point
-    log.info("snapshot at consistent point %s of %d tables", point, len(tables))
+        # the exported snapshot lives as long as the connection that made it sends no other command
+        reader = SnapshotReader(url, created.snapshot_name or "")
+    as_of = Lsn(created.consistent_point - 1)  # every transaction committed before the consistent point
+    log.info("snapshot at consistent point %s of %d tables", created.consistent_point, len(tables))
 
     def on_block() -> None:
         if stopped():
             raise _Stopped
 
-    completed = False  # the log holds the whole snapshot: the slot is what the log continues from
     try:
         written = writer.write(tables, reader, as_of, uncaptured=uncaptured, group_chunks=group_chunks, on_block=on_block)
-        completed = True
     except _Stopped:
         return None
     finally:
         reader.close()
-        if not completed and first:
-            drop_unfinished_slot(url, slot, point)
     return as_of, written

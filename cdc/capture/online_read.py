@@ -175,24 +175,18 @@ class OnlineRead:
         keep: Keep | None,
         progress: ReadProgress | None = None,
         condition: str | None = None,
-        *,
-        log_position: int,
     ) -> OnlineRead:
         """The read of ``table`` in ``pending``'s snapshot (nothing is written until :meth:`next_chunk`);
-        ``progress``: the earlier run's, when ``plan`` resumes it; ``condition``: a partial read's;
-        ``log_position``: the log's position (every transaction at or before it is in the log).
+        ``progress``: the earlier run's, when ``plan`` resumes it; ``condition``: a partial read's.
 
-        A snapshot taken before the stream received anything past the log's position has that position
-        as its rows' ``source.lsn``, where the log may already hold events (the initial snapshot's rows,
-        an earlier read's): the read's events are then numbered (``source.sequence``) from the
-        microseconds since the epoch, above any number an event at that position has, so that they order
-        after those events; the changes held during the read commit after that position."""
+        The read's events are numbered (``source.sequence``) from 0: its rows' ``source.lsn`` lies past
+        every position rows were labelled with before (``Capture._discover`` waits for that), so they
+        order after every event already in the log."""
         held.run_started(len(plan.earlier) if plan is not None else 0, pending.xids, wal_end=pending.wal_end)
         shape = writer.shape_of(table)
         parts = writer.start_online(
             [table], pending.reader, pending.as_of, lambda: held.records(keep), {table.relid: plan} if plan else None,
             {table.relid: condition} if condition is not None else None,
-            time.time_ns() // 1000 if pending.as_of <= log_position else 0,
         )  # fmt: skip
         pending.users += 1
         resumed = plan is not None and plan.after is not None

@@ -105,31 +105,3 @@ def drop_idle_slot(url: str, slot: str) -> None:
         if row[0] is not None:
             raise SlotError(f"replication slot {slot} is in use by PID {row[0]}; stop the other capture first")
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
-
-
-def drop_unfinished_slot(url: str, slot: str, consistent_point: Lsn) -> None:
-    """Drop the slot made for a first snapshot that did not complete.
-
-    The log then has no complete snapshot, so the next run drops the slot anyway and creates one with
-    a new exported snapshot: left in place it would only hold WAL for nobody. Only a slot nobody uses
-    whose confirmed position is still ``consistent_point`` (the one this run made) is dropped. A failure
-    to drop is logged, never raised over the error that ended the snapshot.
-    """
-    try:
-        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
-            dropped = conn.execute(
-                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                "WHERE slot_name = %s AND active_pid IS NULL AND confirmed_flush_lsn = %s::pg_lsn",
-                (slot, str(consistent_point)),
-            ).fetchall()
-    except psycopg.Error as exc:
-        log.warning(
-            "could not drop replication slot %s, created for a snapshot that did not complete (%s); "
-            "it holds WAL until capture runs again or SELECT pg_drop_replication_slot('%s') drops it",
-            slot,
-            str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__,
-            slot,
-        )
-        return
-    if dropped:
-        log.info("dropped replication slot %s: its snapshot did not complete, the next run takes a new one", slot)

@@ -398,6 +398,15 @@ class SnapshotReader:
         ).fetchone()
         return (int(row[0]), float(row[1]), float(row[2])) if row else (0, 0.0, 0.0)  # type: ignore[call-overload, arg-type]
 
+    def rows_within(self, relid: int, chunk_rows: int, chunk_bytes: int | None = None) -> int:
+        """``chunk_rows``, fewer when the table's rows are long: about ``chunk_bytes`` (default
+        :data:`CHUNK_BYTES`) of stored data (TOAST included) per chunk, as :meth:`column_chunks` bounds
+        its block ranges (unknown sizes, before the table was ever analysed, bound nothing)."""
+        _, per_block, block_bytes = self.blocks(relid)
+        if per_block > 0 and block_bytes > 0:
+            chunk_rows = min(chunk_rows, int((chunk_bytes or CHUNK_BYTES) * per_block / block_bytes))
+        return max(1, chunk_rows)
+
     def column_chunks(
         self,
         shape: TableShape,

@@ -215,7 +215,7 @@ class SnapshotWriter:
         with self.replayer.tentative_schemas(), relaxed_gc():
             heads = [self._table(table, as_of, reader.xmin, ts_ms) for table in tables]
             captured = {head.shape.topic for head in heads}
-            first = self._supersede_uncaptured(captured, uncaptured or {}, as_of, ts_ms)
+            first = self.supersede_uncaptured(captured, uncaptured or {}, as_of, ts_ms)
             parts = self._parts(first, heads, reader, as_of, ts_ms, written, on_block, progress and self.progress)
             if group_chunks is not None:
                 upcoming = next(parts)
@@ -240,7 +240,6 @@ class SnapshotWriter:
         held: Callable[[], Iterable[Item]],
         plans: Mapping[int, KeysetPlan] | None = None,
         conditions: Mapping[int, str] | None = None,
-        sequence_base: int = 0,
     ) -> OnlineParts:
         """A read of ``tables`` beside the stream (:mod:`cdc.capture.online_read`), written a part at a
         time by :meth:`write_next`: the first part holds the markers and schema records and the first
@@ -252,12 +251,9 @@ class SnapshotWriter:
 
         ``conditions``: by OID, the tables of which only the rows a condition selects are read (a partial
         read, ``cdc snapshot --where``): the log keeps its other rows, so no markers go before them, and
-        the ledger's record of the table stays as it is.
-
-        ``sequence_base``: the first ``source.sequence`` of the read's events (see
-        :meth:`~cdc.capture.online_read.OnlineRead.start`)."""
+        the ledger's record of the table stays as it is."""
         online = OnlineParts([], iter(()), SnapshotWritten(), as_of)
-        online.parts = self._online_parts(online, tables, reader, as_of, held, plans or {}, conditions or {}, sequence_base)
+        online.parts = self._online_parts(online, tables, reader, as_of, held, plans or {}, conditions or {})
         return online
 
     def write_next(self, online: OnlineParts, position: str) -> bool:
@@ -289,7 +285,6 @@ class SnapshotWriter:
         held: Callable[[], Iterable[Item]],
         plans: Mapping[int, KeysetPlan],
         conditions: Mapping[int, str],
-        sequence_base: int,
     ) -> Iterator[tuple[Iterable[Item] | None, bool]]:
         ts_ms = time.time_ns() // 1_000_000
         for published in tables:
@@ -298,12 +293,12 @@ class SnapshotWriter:
             if (plan is not None and plan.after is not None) or condition is not None:
                 shape = self.shape_of(published)
                 self.ensure_topic(shape)
-                context = TxContext(as_of, reader.xmin, ts_ms, snapshot="true", sequence=sequence_base)
+                context = TxContext(as_of, reader.xmin, ts_ms, snapshot="true")
                 rows = plan.rows if plan is not None else 0
                 head = self.replayer.schema_records(shape, as_of)
                 online.heads.append(_Table(published, shape, context, head, rows, condition))
             else:
-                online.heads.append(self._table(published, as_of, reader.xmin, ts_ms, sequence_base))
+                online.heads.append(self._table(published, as_of, reader.xmin, ts_ms))
         carry: list[Item] = []
         last: ProducerColumns | None = None  # held back so that the final read is marked "last"
         progress: list[Item] = []
@@ -354,7 +349,7 @@ class SnapshotWriter:
             for block in reader.column_chunks(table.shape, encode, self.online_chunk_rows, row_filter=row_filter):
                 yield block, None
             return
-        rows = self.online_chunk_rows
+        rows = reader.rows_within(table.shape.relid, self.online_chunk_rows)
         chunks = reader.keyset_chunks(table.shape, encode, plan.keys, plan.after, 0, rows, row_filter=row_filter)
         with closing(chunks):
             yield from chunks
@@ -376,15 +371,14 @@ class SnapshotWriter:
         self.log.append_group(itertools.chain.from_iterable(group()), SNAPSHOT_POSITION, chunk_records=_SNAPSHOT_ITEMS)
         return upcoming
 
-    def _table(self, table: PublishedTable, as_of: Lsn, xmin: int, ts_ms: int, sequence_base: int = 0) -> _Table:
-        """A table's shape, with its topic made, and the records that precede its reads (numbered from
-        ``sequence_base``)."""
+    def _table(self, table: PublishedTable, as_of: Lsn, xmin: int, ts_ms: int) -> _Table:
+        """A table's shape, with its topic made, and the records that precede its reads."""
         shape = self.shape_of(table)
         self.ensure_topic(shape)
-        context = TxContext(as_of, xmin, ts_ms, snapshot="true", sequence=sequence_base)
+        context = TxContext(as_of, xmin, ts_ms, snapshot="true")
         head = self._supersede(shape, context)
         if head and self._rule_changed(table):
-            position = tombstone_headers(as_of, sequence_base)
+            position = tombstone_headers(as_of, 0)
             head += [ProducerRecord(shape.topic, key, None, ts_ms, position) for key in held_keys(self.log, shape.topic)]
         head += self.replayer.schema_records(shape, as_of)
         return _Table(table, shape, context, head)
@@ -460,7 +454,7 @@ class SnapshotWriter:
         """Truncate markers (sequence 0 of ``context``) when the table's topic already holds records."""
         return self.builder.truncate(shape, context) if self._topic_has_records(shape.topic) else []
 
-    def _supersede_uncaptured(
+    def supersede_uncaptured(
         self, captured: set[str], uncaptured: Mapping[str, tuple[str, str]], as_of: Lsn, ts_ms: int
     ) -> list[ProducerRecord]:
         """Truncate markers for the topics of tables an interrupted snapshot read but this one does not."""

@@ -1,4 +1,4 @@
-"""A first capture that does not complete its snapshot drops the slot it created; a slot the log continues stays."""
+"""The slot a log continues from stays when capture fails: also a new log's, whose tables are read part-way."""
 
 from __future__ import annotations
 
@@ -22,32 +22,35 @@ def _disk_full(*args: object, **kwargs: object) -> Iterator[ProducerColumns]:
     raise OSError(errno.ENOSPC, "No space left on device")
 
 
-def test_a_failed_first_snapshot_drops_the_slot_it_created(
+def test_a_first_capture_that_fails_or_stops_part_way_keeps_its_slot_and_the_next_run_goes_on(
     reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 50) g")
-    settings = settings_for(reference_db, tmp_path)
+    execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 250) g")
+    settings = settings_for(reference_db, tmp_path, snapshot_chunk_rows=100)  # three chunks
     with monkeypatch.context() as patch:
-        # the snapshot fails after its slot exists, as when the log's disk fills up
+        # the first read fails after the log began at the slot, as when the log's disk fills up
+        patch.setattr(SnapshotReader, "keyset_chunks", _disk_full)
         patch.setattr(SnapshotReader, "column_chunks", _disk_full)
         with pytest.raises(OSError, match="No space left"):
             Capture(settings, once=True).run()
-    assert slot_names(reference_db) == [], "the failed snapshot's slot would hold WAL for nobody"
+    assert slot_names(reference_db) == ["cdc_slot"], "the log continues from the slot: it must stay"
 
     stopped = Capture(settings, once=True)
-    read = SnapshotReader.column_chunks
+    read = SnapshotReader.keyset_chunks
 
-    def stop_while_reading(self: SnapshotReader, *args: Any, **kwargs: Any) -> Iterator[ProducerColumns]:
-        for block in read(self, *args, **kwargs):
-            stopped.stop.set()  # asked to stop (SIGTERM) while the snapshot reads the first table
-            yield block
+    def stop_while_reading(self: SnapshotReader, *args: Any, **kwargs: Any) -> Iterator[Any]:
+        for chunk in read(self, *args, **kwargs):
+            stopped.stop.set()  # asked to stop (SIGTERM) while the first table is read
+            yield chunk
 
     with monkeypatch.context() as patch:
-        patch.setattr(SnapshotReader, "column_chunks", stop_while_reading)
+        patch.setattr(SnapshotReader, "keyset_chunks", stop_while_reading)
         assert stopped.run().snapshot_rows == 0
-    assert slot_names(reference_db) == [], "an interrupted snapshot's slot is never used again"
-    assert Capture(settings, once=True).run().snapshot_rows == 50
+    execute(reference_db, "INSERT INTO categories (name) VALUES ('later')")
+    assert Capture(settings, once=True).run().snapshot_rows == 251
     assert slot_names(reference_db) == ["cdc_slot"]
+    names = [e["after"]["name"] for e in events(tmp_path, "cdc.public.categories")]  # type: ignore[index]
+    assert sorted(names) == sorted([f"c{g}" for g in range(1, 251)] + ["later"])
 
 
 def test_a_failed_capture_keeps_the_slot_the_log_continues_from(

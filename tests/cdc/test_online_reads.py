@@ -232,19 +232,25 @@ def _progress(data_dir: Path) -> int | None:
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_a_read_killed_mid_way_resumes_past_its_last_durable_chunk(reference_db: str, tmp_path: Path, seed: int) -> None:
-    """``kill -9`` of capture twice during a read of big (at seeded moments), while both tables change:
-    each new run goes on past the last chunk the log holds (no key is read twice), and the log still
-    replays to exactly the source, in per-key order."""
+    """``kill -9`` of capture once during the first read of big (a new log's) and twice during a read of
+    it again (at seeded moments), while both tables change: each new run goes on past the last chunk the
+    log holds (no key is read twice, no tombstone but a delete's), and the log still replays to exactly
+    the source, in per-key order."""
     rows = 60_000
     _tables(reference_db, rows)
     env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="500")
     pick = random.Random(seed)
-    capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
     writer = _Writer(reference_db, seed=seed)
+    writer.start()  # the tables change during the first read too
+    capture = CdcProcess(env, ["capture"], tmp_path / "capture-first.err")
     killed_at: list[int] = []
     try:
-        wait_for(lambda: _ends(tmp_path)[0] >= rows, what="the initial snapshot")
-        writer.start()
+        target = pick.randint(rows // 10, rows // 2)
+        wait_for(lambda: (_progress(tmp_path) or 0) >= target, what=f"{target} rows of the first read")
+        assert capture.kill9(), capture.stderr()
+        first_killed_at = _progress(tmp_path) or 0
+        capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
+        wait_for(lambda: _progress(tmp_path) is None and _ends(tmp_path)[0] >= rows, what="the end of the first read")
         execute(reference_db, "ALTER TABLE big ADD COLUMN flag int DEFAULT (7 + random() * 0)::int")
         done = 0
         for attempt in range(1, 3):
@@ -263,18 +269,26 @@ def test_a_read_killed_mid_way_resumes_past_its_last_durable_chunk(reference_db:
             capture.kill9()
     records = read_topic(tmp_path, BIG)
     assert_per_key_order(records)
-    # the read of big: rows as of each run's boundary, no key twice, markers only where the read began
+    # both reads of big: rows as of each run's boundary, no key twice, markers only where the second began
+    first: list[bytes] = []
     reads: dict[int, set[bytes]] = {}
     markers: set[int] = set()
+    deleted: set[bytes] = set()
     for record in records:
         value = orjson.loads(record.value) if record.value is not None else None
-        if value is None or value["op"] not in ("r", "t"):
-            continue
-        if value["op"] == "t":
+        if value is None:
+            assert is_truncate_key(cast(bytes, record.key)) or record.key in deleted, f"a tombstone of {record.key!r} but no delete"
+        elif value["op"] == "d":
+            deleted.add(cast(bytes, record.key))
+        elif value["op"] == "t":
             markers.add(value["source"]["lsn"])
-        elif "flag" in value["after"]:
+        elif value["op"] == "r" and "flag" in value["after"]:
             reads.setdefault(value["source"]["lsn"], set()).add(cast(bytes, record.key))
+        elif value["op"] == "r":
+            first.append(cast(bytes, record.key))
     # each process went on past the last key the one before it wrote, never reading a key twice
+    assert len(first) == len(set(first)), "a key was read again by the first read: a run started over"
+    assert 0 < first_killed_at < len(first), (first_killed_at, len(first))
     keys = [key for boundary in sorted(reads) for key in reads[boundary]]
     assert len(keys) == len(set(keys)), "a key was read again: a run started over"
     assert 0 < killed_at[0] < killed_at[1] <= len(keys), (killed_at, len(keys))
