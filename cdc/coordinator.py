@@ -828,9 +828,7 @@ class Capture:
                     resume = None
                 held = HeldChanges(held_path(held_dir, self.settings.slot, table.relid))
             keep = run_keep(shape, keys, tuple(last for _, last in plan.earlier) if plan is not None else ())
-            read = OnlineRead.start(
-                pending, table, self.writer, held, plan, keep, resume[0] if resume else None
-            )
+            read = OnlineRead.start(pending, table, self.writer, held, plan, keep, resume[0] if resume else None)
             read.parts.may_finish = partial(self._stream_reached, pending.wal_end)
             read.parts.recent_snapshots = partial(self._recent_snapshots, held)
             read.parts.held_caps = partial(_lasting_caps, held)
@@ -890,9 +888,7 @@ class Capture:
             same = wanted.after is not None and wanted.fingerprint == shape.fingerprint().hex()
             plan = KeysetPlan(keys, wanted.after if same else None, wanted.rows if same else 0, pending.boundary)
         held = HeldChanges(held_path(self.settings.data_dir / "held", self.settings.slot, table.relid))
-        read = OnlineRead.start(
-            pending, table, self.writer, held, plan, None, condition=wanted.condition
-        )
+        read = OnlineRead.start(pending, table, self.writer, held, plan, None, condition=wanted.condition)
         # its progress is in the log before any change of the table is held: a kill -9 at any moment leaves
         # a record that makes the next run write what the holding file holds
         self.log.append_group([self.ledger.progress_record(shape, read.initial_progress())], self.position.hex16())

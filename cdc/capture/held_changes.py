@@ -57,6 +57,7 @@ def _storage(method: Callable[Concatenate[HeldChanges, _P], _R]) -> Callable[Con
 
     return refused_as_storage
 
+
 _MAGIC = b"CDCHELD2"
 _ENTRY = struct.Struct("!qiIiiqH")
 _HEADER = struct.Struct("!HI")

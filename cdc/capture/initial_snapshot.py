@@ -64,7 +64,9 @@ def begin_log(
     position = Lsn(created.consistent_point - 1)  # every transaction committed before the consistent point
     ts_ms = time.time_ns() // 1_000_000
     store.append_group(writer.supersede_uncaptured(captured, uncaptured, position, ts_ms), position.hex16())
-    log.info("log begins at the consistent point %s of slot %s; its tables are read beside the stream", created.consistent_point, slot)
+    log.info(
+        "log begins at the consistent point %s of slot %s; its tables are read beside the stream", created.consistent_point, slot
+    )
     return position
 
 
