@@ -566,6 +566,7 @@ class Capture:
             self.catalog, self.settings.database_url, self.settings.publication, self.include, self.ledger, self.gate,
             boundary=boundary, resuming=resuming,
             partial=self.partial.due(busy), read_in_part=in_part, received=self._received, room=self._room(),
+            sessions=self.settings.snapshot_sessions,
         )  # fmt: skip
         if pending is not None:
             for table in pending.tables:  # the runs that resume reads: their held records are all older

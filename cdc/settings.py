@@ -46,6 +46,7 @@ ACCEPTS: dict[str, str] = {
     "log_format": "json or kv",
     "snapshot_concurrency": "how many tables capture reads at once beside the stream, from 1 to 64",
     "snapshot_chunk_rows": "rows per chunk of a table read beside the stream, from 100 to 1000000",
+    "snapshot_sessions": "how many sessions read each snapshot's chunks at once, from 1 to 8",
     "snapshot_rows_per_second": "rows per second reads beside the stream may take from the source, 0 for no ceiling",
     "deletion_vectors": "true or false",
     "maintenance": "true or false",
@@ -114,6 +115,9 @@ class Settings(BaseSettings):
     snapshot_concurrency: int = Field(default=2, ge=1, le=64, description="Tables read at once beside the stream.")
     snapshot_chunk_rows: int = Field(
         default=20_000, ge=100, le=1_000_000, description="Rows per chunk (and group) of a table read beside the stream."
+    )
+    snapshot_sessions: int = Field(
+        default=2, ge=1, le=8, description="Sessions that read a snapshot's chunks (key ranges) at once."
     )
     snapshot_rows_per_second: int = Field(
         default=0, ge=0, description="A ceiling on the rows per second reads take from the source (0: none)."

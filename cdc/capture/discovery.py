@@ -88,11 +88,13 @@ def snapshot_new_tables(
     read_in_part: Collection[str] = (),
     received: ReceivedXids | None = None,
     room: int | None = None,
+    sessions: int = 2,
 ) -> PendingSnapshot | None:
     """A snapshot of the tables that need one (:func:`tables_to_snapshot`), seeing every transaction
     before ``boundary`` (the stream's reach, see :func:`~cdc.capture.table_snapshots.take_snapshot`);
     their events wait in ``gate`` until it is written. ``None`` when no table needs one, or when no
-    snapshot could be had at once (``gate.wanted`` then names the tables, for the next pass). ``resuming``:
+    snapshot could be had at once (``gate.wanted`` then names the tables, for the next pass); ``sessions``
+    read it (``CDC_SNAPSHOT_SESSIONS``). ``resuming``:
     tables whose read an earlier run began, which the gate holds from that read's boundary on;
     ``partial``: by log name, tables to read in part (their changes pass the gate all along).
 
@@ -113,7 +115,7 @@ def snapshot_new_tables(
     if not tables:
         return None
     require_readable(catalog, tables, publication)
-    pending = take_snapshot(url, tables, boundary, received)
+    pending = take_snapshot(url, tables, boundary, received, sessions)
     if pending is None:
         gate.wanted.update({t.relid: t.qualified for t in tables})
         return None

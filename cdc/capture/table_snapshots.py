@@ -434,7 +434,7 @@ def _record_end(insert: Lsn, page: int) -> Lsn:
 
 
 def take_snapshot(
-    url: str, tables: list[PublishedTable], boundary: Lsn, received: ReceivedXids | None = None
+    url: str, tables: list[PublishedTable], boundary: Lsn, received: ReceivedXids | None = None, sessions: int = 2
 ) -> PendingSnapshot | None:
     """A snapshot for ``tables`` that sees every transaction committing before ``boundary``, or ``None``
     when it cannot be had at once (take it again on a later pass).
@@ -449,7 +449,8 @@ def take_snapshot(
     its holding files hold what an earlier one received) refuses a snapshot holding, as in progress, an
     ID that has committed. The transactions
     at or after the boundary are judged by ID against the snapshot (:class:`SnapshotXids`): those it sees
-    are in its rows, the others come after them (:mod:`cdc.capture.online_read`).
+    are in its rows, the others come after them (:mod:`cdc.capture.online_read`). ``sessions``: how many
+    sessions import it (each reads chunks of its own, :class:`~cdc.capture.snapshot.SnapshotReader`).
     """
     try:
         conn = psycopg.connect(url, options=SESSION_OPTIONS, client_encoding="UTF8", autocommit=False)
@@ -465,6 +466,6 @@ def take_snapshot(
             log.info("a transaction that committed is not visible yet to a new snapshot; it is taken again")
             conn.rollback()
             return None
-        reader = SnapshotReader(url, name)  # imported while the exporting transaction is open
+        reader = SnapshotReader(url, name, sessions)  # imported while the exporting transaction is open
         conn.rollback()
     return PendingSnapshot(boundary, tables, reader, xids, wal_end)

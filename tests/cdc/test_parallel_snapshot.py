@@ -4,6 +4,7 @@ are bounded by stored bytes; a read stopped or failed part way ends its threads 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -133,3 +134,27 @@ def test_a_chunk_that_cannot_be_converted_fails_the_snapshot_with_its_error(
     stats = Capture(settings, once=True, tuning=Tuning(snapshot_chunk_rows=100)).run()
     assert stats.snapshot_rows == 20_000
     assert replay(tmp_path, "cdc.public.failing") == source_table(reference_db, "failing")
+
+
+def test_a_table_is_read_in_key_ranges_by_every_session_at_once(
+    reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``CDC_SNAPSHOT_SESSIONS=3``: each of the snapshot's three sessions fetches key ranges of the one table,
+    at the same time as the others, and every row is read once."""
+    _table_of_many_chunks(reference_db, "ranges", 20_000)
+    fetches: list[tuple[int, float, float]] = []  # (session's server process, start, end)
+    original = snapshot._fetched_row
+
+    def timed(conn: psycopg.Connection[tuple[object, ...]], query: sql.Composed) -> object:
+        start = time.monotonic()
+        row = original(conn, query)
+        fetches.append((conn.info.backend_pid, start, time.monotonic()))
+        return row
+
+    monkeypatch.setattr(snapshot, "_fetched_row", timed)
+    settings = settings_for(reference_db, tmp_path, tables="public.ranges", snapshot_chunk_rows=1000, snapshot_sessions=3)
+    assert Capture(settings, once=True).run().snapshot_rows == 20_000
+    assert len({pid for pid, _, _ in fetches}) == 3, fetches
+    at_once = [(a, b) for a in fetches for b in fetches if a[0] < b[0] and a[1] < b[2] and b[1] < a[2]]
+    assert at_once, f"no two sessions fetched at the same time: {fetches}"
+    assert replay(tmp_path, "cdc.public.ranges") == source_table(reference_db, "ranges")
