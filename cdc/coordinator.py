@@ -372,8 +372,10 @@ class Capture:
     # -- snapshot ------------------------------------------------------------------------------------
 
     def _begin_log(self) -> None:
-        """A log without a position starts from a new slot (:func:`~cdc.capture.initial_snapshot.begin_log`);
-        every captured table is then read beside the stream, as a table that joins later is."""
+        """A log without a position begins where the slot is (:func:`~cdc.capture.initial_snapshot.begin_log`);
+        every captured table is then read beside the stream, as a table that joins later is. Rows an older
+        version's interrupted snapshot left are labelled with that slot's position: reads wait for the
+        stream to move past it (:meth:`_discover`), so that their truncate markers order after them."""
         assert self.log is not None and self.writer is not None
         tables = captured_tables(self.catalog, self.settings.publication, self.include)
         captured = {self.writer.shape_of(table).topic for table in tables}
@@ -381,7 +383,8 @@ class Capture:
             self.settings.database_url, self.settings.slot, self.log, self.writer,
             captured=captured, uncaptured=self._table_of_topic, failover=self._failover,
         )  # fmt: skip
-        self._label_floor = 0  # no row is labelled yet: the reads may be as of the slot's start
+        if not self._table_of_topic:  # no row is labelled yet: the reads may be as of the slot's position
+            self._label_floor = 0
         self._first_reads = {table.relid for table in tables}
 
     def _snapshot(self) -> None:

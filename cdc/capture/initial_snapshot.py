@@ -1,16 +1,18 @@
 """Where a log begins, and the snapshot that takes every table again when the slot lost changes.
 
 **A new log** (no watermark, or the position ``0000000000000000`` an older version left mid-snapshot)
-begins at a new slot: :func:`begin_log` makes it (dropping an idle one, so that no WAL retained for
-nobody is streamed), records its consistent point C minus one as the log's position in an empty group,
-and returns. Every captured table is then read beside the stream (:mod:`cdc.capture.online_read`), as a
-table that joins later is: in chunks from snapshots renewed every few seconds, each chunk durable with
-the last key it wrote, so a run stopped or killed part-way goes on past that key (at most the chunks
-after the last durable one are read again, and no key it wrote gets a tombstone), and no capture session
-holds a snapshot, or the server's xmin horizon, for longer than one run of a read. The slot streams from C
-on, so a table's changes committed before its read's boundary are in its rows and later ones follow
-them (held until the read ends). An earlier attempt's records on topics no longer captured get truncate
-markers in that first group.
+begins where the slot is: :func:`begin_log` takes the idle slot ``cdc setup`` made, or makes one (which
+waits, once, for the transactions holding an ID then), records its confirmed position C minus one as the
+log's position in an empty group, and returns. Nothing the slot holds from before is lost or doubled: a
+table's changes committing before its read's boundary are dropped (its rows hold them). Every captured
+table is then read beside the stream (:mod:`cdc.capture.online_read`), as a table that joins later is:
+in chunks from snapshots renewed every few seconds, each chunk durable with the last key it wrote, so a
+run stopped or killed part-way goes on past that key (at most the chunks after the last durable one are
+read again, and no key it wrote gets a tombstone), and no capture session holds a snapshot, or the
+server's xmin horizon, for longer than one run of a read. The slot streams from C on, so a table's
+changes committed before its read's boundary are in its rows and later ones follow them (held until the
+read ends). An earlier attempt's records on topics no longer captured get truncate markers in that first
+group.
 
 **A slot that skipped changes** (:mod:`cdc.capture.slot_continuity`): :func:`take_initial_snapshot` makes the
 slot anew with an exported snapshot and writes every captured table as of its consistent point minus
@@ -28,7 +30,7 @@ from collections.abc import Callable, Mapping
 
 from cdc.capture.catalog import PublishedTable
 from cdc.capture.lsn import Lsn
-from cdc.capture.slot_continuity import drop_idle_slot
+from cdc.capture.slot_continuity import drop_idle_slot, idle_slot_position
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten
 from cdc.capture.transport import ReplicationConnection
@@ -51,22 +53,22 @@ def begin_log(
     uncaptured: Mapping[str, tuple[str, str]],
     failover: bool = False,
 ) -> Lsn:
-    """Make ``slot`` anew and record its consistent point minus one as ``store``'s position; that position.
+    """Record the position of ``slot`` (made now when there is none) minus one as ``store``'s; that position.
 
     ``captured``: the topics of the tables capture reads now; ``uncaptured``: topic -> (schema, table) of
     every table the log has records of (those not captured get truncate markers). ``failover``: the slot
     is made a failover slot (:mod:`cdc.failover`). Once the group is durable the log continues from the
     slot; a run that fails before leaves the slot to the next one, which makes it anew.
     """
-    drop_idle_slot(url, slot)
-    with ReplicationConnection(url) as repl:
-        created = repl.create_slot(slot, export_snapshot=False, failover=failover)
-    position = Lsn(created.consistent_point - 1)  # every transaction committed before the consistent point
+    start = idle_slot_position(url, slot)
+    if start is None:
+        drop_idle_slot(url, slot)  # a slot without a position (never consistent) is made again
+        with ReplicationConnection(url) as repl:
+            start = repl.create_slot(slot, export_snapshot=False, failover=failover).consistent_point
+    position = Lsn(start - 1)  # every transaction committed before the slot's position
     ts_ms = time.time_ns() // 1_000_000
     store.append_group(writer.supersede_uncaptured(captured, uncaptured, position, ts_ms), position.hex16())
-    log.info(
-        "log begins at the consistent point %s of slot %s; its tables are read beside the stream", created.consistent_point, slot
-    )
+    log.info("the log begins at %s, where slot %s is; its tables are read beside the stream", start, slot)
     return position
 
 

@@ -105,3 +105,17 @@ def drop_idle_slot(url: str, slot: str) -> None:
         if row[0] is not None:
             raise SlotError(f"replication slot {slot} is in use by PID {row[0]}; stop the other capture first")
         conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
+
+
+def idle_slot_position(url: str, slot: str) -> Lsn | None:
+    """The ``confirmed_flush_lsn`` of ``slot`` when nobody streams from it; ``None`` when there is no such
+    logical slot (or it has no position yet); a slot another process streams from is an error."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT active_pid, confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
+        ).fetchone()
+    if row is None:
+        return None
+    if row[0] is not None:
+        raise SlotError(f"replication slot {slot} is in use by PID {row[0]}; stop the other capture first")
+    return None if row[1] is None else Lsn.parse(str(row[1]))

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import errno
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 from cdc.capture.group_writer import GroupWriter
@@ -76,3 +78,24 @@ def test_a_slot_made_by_setup_is_kept_when_capture_fails_before_its_snapshot(ref
     with pytest.raises(Exception, match="public.nosuch"):
         Capture(settings, once=True).run()
     assert slot_names(reference_db) == ["cdc_slot"]
+
+
+def test_a_first_capture_after_setup_waits_for_no_open_transaction(reference_db: str, tmp_path: Path) -> None:
+    """A session holds a transaction with an ID open while the first capture runs: capture begins the log
+    where the slot ``cdc setup`` made is and reads every table, with no slot to make (which would wait)."""
+    from cdc.source_checks import ensure_slot
+
+    settings = settings_for(reference_db, tmp_path)
+    assert ensure_slot(settings) is True
+    execute(reference_db, "INSERT INTO categories (name) SELECT 'c' || g FROM generate_series(1, 20) g")
+    capture = Capture(settings, once=True)
+    running = threading.Thread(target=capture.run)
+    with psycopg.connect(reference_db) as held:  # not autocommit: the transaction stays open
+        held.execute("SELECT pg_current_xact_id()")
+        running.start()
+        running.join(60)
+        waited = running.is_alive()
+    running.join(60)
+    assert not waited, "the first capture waited for the open transaction"
+    assert capture.stats.snapshot_rows == 20
+    assert len(events(tmp_path, "cdc.public.categories")) == 20
