@@ -151,6 +151,27 @@ def watermark(where: Where) -> int | None:
     return int(latest.position, 16) if latest is not None else None
 
 
+def first_reads_done(url: str, where: Where, publication: str = "cdc_publication") -> bool:
+    """Whether every table ``publication`` publishes has been read into the log (a new log's first reads):
+    the ledger holds its record, and no read of it is under way."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
+        published = {f"{schema}.{table}" for schema, table in rows.fetchall()}
+    try:
+        ledger = read_topic(where, f"{_prefix(where)}.__snapshots")
+    except Exception:  # noqa: BLE001 - no log yet (the first capture has not created it)
+        return False
+    read: set[str] = set()
+    reading: set[str] = set()
+    for record in ledger:
+        name = orjson.loads(record.key) if record.key else None
+        if isinstance(name, str) and record.value is not None:
+            read.add(name)
+        elif isinstance(name, list) and name[0] == "read":
+            (reading.add if record.value is not None else reading.discard)(str(name[1]))
+    return bool(published) and published <= read - reading
+
+
 def wal_lsn(url: str) -> Lsn:
     """The server's current WAL write position."""
     with psycopg.connect(url, autocommit=True) as conn:

@@ -39,7 +39,7 @@ from cdc.capture.lsn import Lsn
 from local_servers.pg_builds import installed_client_bindir
 from local_servers.postgres import find_server_bindir
 from tests.cdc.helpers import read_topic, replay
-from tests.faults.harness import LoadThread, Running, cdc_env, poll, run_cdc, wal_lsn, watermark
+from tests.faults.harness import LoadThread, Running, cdc_env, first_reads_done, poll, run_cdc, wal_lsn, watermark
 from tests.faults.standby_pair import PHYSICAL_SLOT, StandbyPair
 from tests.faults.test_faults import SEED
 
@@ -226,7 +226,7 @@ def test_failover_slots_keep_capture_going_across_a_promotion(run: int, tmp_path
             made = conn.execute("SELECT failover FROM pg_replication_slots WHERE slot_name = 'cdc_slot'").fetchone()
         assert made == (True,), f"{context}: setup left the slot without failover: {made}"
         capture = running.cdc(env, ["capture"], tmp_path / "capture.err")
-        poll(lambda: watermark(data_dir) is not None or not capture.running(), 60, "the initial snapshot")
+        poll(lambda: first_reads_done(url, data_dir) or not capture.running(), 60, "the first reads")
         assert capture.running(), capture.stderr()
         with psycopg.connect(url, autocommit=True) as conn:
             failover = conn.execute("SELECT failover FROM pg_replication_slots WHERE slot_name = 'cdc_slot'").fetchone()
@@ -302,7 +302,7 @@ def test_a_failover_without_failover_slots_stops_capture_and_setup_recovers_exac
         env = cdc_env(url, data_dir)
         _setup(env, context)
         capture = running.cdc(env, ["capture"], tmp_path / "capture.err")
-        poll(lambda: watermark(data_dir) is not None or not capture.running(), 60, "the initial snapshot")
+        poll(lambda: first_reads_done(url, data_dir) or not capture.running(), 60, "the first reads")
         load = LedgerLoad(url, rng)
         load.start()
         time.sleep(rng.uniform(0.5, 3.0))
