@@ -368,34 +368,45 @@ class SnapshotReader:
             why = "another session holds or waits for a lock on it"
         except psycopg.Error as exc:
             raise SourceError(f"cannot lock {shape.qualified} for its read: {str(exc).strip().splitlines()[0]}") from exc
-        for conn in sessions:
-            conn.execute("ROLLBACK TO SAVEPOINT cdc_hold" if why else "RELEASE SAVEPOINT cdc_hold")
+        try:
+            for conn in sessions:
+                conn.execute("ROLLBACK TO SAVEPOINT cdc_hold" if why else "RELEASE SAVEPOINT cdc_hold")
+        except psycopg.Error as exc:
+            raise SourceError(f"cannot lock {shape.qualified} for its read: {str(exc).strip().splitlines()[0]}") from exc
         return why
+
+    def _row(self, query: str, params: tuple[object, ...]) -> tuple[object, ...] | None:
+        """The first row of a catalog query in the snapshot's first session; a lost connection (a server
+        restart) is a :class:`SourceError`, which capture reconnects after."""
+        try:
+            return self._conn.execute(query, params).fetchone()  # type: ignore[arg-type]
+        except psycopg.Error as exc:
+            raise SourceError(f"a snapshot's catalog query failed: {str(exc).strip().splitlines()[0]}") from exc
 
     def partitioned(self, relid: int) -> bool:
         """Whether the table is partitioned (read through its root, see :func:`relation`)."""
-        row = self._conn.execute("SELECT relkind = 'p' FROM pg_class WHERE oid = %s", (relid,)).fetchone()
+        row = self._row("SELECT relkind = 'p' FROM pg_class WHERE oid = %s", (relid,))
         return bool(row and row[0])
 
     def estimate(self, relid: int) -> int:
         """Estimated row count (pg_class.reltuples summed over partitions), for progress only."""
-        row = self._conn.execute(
+        row = self._row(
             f"SELECT COALESCE(sum(GREATEST(c.reltuples, 0)), 0)::bigint FROM ({_LEAVES}) t JOIN pg_class c ON c.oid = t.relid",
             (relid, relid, relid),
-        ).fetchone()
+        )
         return int(row[0]) if row else 0  # type: ignore[call-overload]
 
     def blocks(self, relid: int) -> tuple[int, float, float]:
         """(heap blocks of the largest leaf partition, estimated rows per block, stored bytes per heap block
         with the rows' TOAST data) of a table; an estimate is 0 when unknown."""
-        row = self._conn.execute(
+        row = self._row(
             "SELECT COALESCE(max(pg_relation_size(t.relid)), 0) / current_setting('block_size')::bigint, "
             "COALESCE(sum(GREATEST(c.reltuples, 0)) / NULLIF(sum(c.relpages), 0), 0)::float8, "
             "COALESCE(sum(pg_table_size(t.relid))::float8 / NULLIF(sum(pg_relation_size(t.relid)) "
             "/ current_setting('block_size')::bigint, 0), 0)::float8 "
             f"FROM ({_LEAVES}) t JOIN pg_class c ON c.oid = t.relid",
             (relid, relid, relid),
-        ).fetchone()
+        )
         return (int(row[0]), float(row[1]), float(row[2])) if row else (0, 0.0, 0.0)  # type: ignore[call-overload, arg-type]
 
     def rows_within(self, relid: int, chunk_rows: int, chunk_bytes: int | None = None) -> int:

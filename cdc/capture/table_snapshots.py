@@ -456,16 +456,22 @@ def take_snapshot(
         conn = psycopg.connect(url, options=SESSION_OPTIONS, client_encoding="UTF8", autocommit=False)
     except psycopg.OperationalError as exc:
         raise SourceError(f"cannot connect for a table's snapshot: {str(exc).strip().splitlines()[0]}") from None
-    with conn:
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        row = conn.execute(_EXPORT).fetchone()
-        assert row is not None
-        name, xids, committed = str(row[0]), SnapshotXids.parse(str(row[1])), int(row[2])  # type: ignore[call-overload]
-        wal_end = _record_end(Lsn.parse(str(row[3])), int(row[4]))  # type: ignore[call-overload]
-        if received.unseen_by(xids) if received else committed:
-            log.info("a transaction that committed is not visible yet to a new snapshot; it is taken again")
+    reader: SnapshotReader | None = None
+    try:
+        with conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            row = conn.execute(_EXPORT).fetchone()
+            assert row is not None
+            name, xids, committed = str(row[0]), SnapshotXids.parse(str(row[1])), int(row[2])  # type: ignore[call-overload]
+            wal_end = _record_end(Lsn.parse(str(row[3])), int(row[4]))  # type: ignore[call-overload]
+            if received.unseen_by(xids) if received else committed:
+                log.info("a transaction that committed is not visible yet to a new snapshot; it is taken again")
+                conn.rollback()
+                return None
+            reader = SnapshotReader(url, name, sessions)  # imported while the exporting transaction is open
             conn.rollback()
-            return None
-        reader = SnapshotReader(url, name, sessions)  # imported while the exporting transaction is open
-        conn.rollback()
+    except psycopg.Error as exc:  # the server went away (a restart, a failover): capture reconnects
+        if reader is not None:
+            reader.close()
+        raise SourceError(f"a table's snapshot failed: {str(exc).strip().splitlines()[0]}") from exc
     return PendingSnapshot(boundary, tables, reader, xids, wal_end)

@@ -35,7 +35,6 @@ from tests.faults.harness import (
     Running,
     cdc_env,
     compare_log,
-    first_reads_done,
     poll,
     run_cdc,
     seed,
@@ -215,7 +214,7 @@ def test_kill_9_of_capture_and_of_sync_under_load_loses_and_doubles_nothing(
         return running.cdc(env, ["capture"], tmp_path / "capture-last.err")
 
     def kill_syncs() -> int:
-        poll(lambda: first_reads_done(reference_db, data_dir), 180, "the first reads in the log")
+        poll(lambda: load.note_first_reads(data_dir), 180, "the first reads in the log")
         work = 0.0
         for name in ("first", "second"):
             # the first sync writes the snapshot; the second, like every later one, what came since: how
@@ -336,6 +335,7 @@ def test_a_postgresql_restart_mid_stream_loses_nothing(
             f"capture to stream past {after} after a {mode} restart",
         )
         assert capture.running(), f"{context}: capture exited after a {mode} restart: {capture.stderr()}"
+    poll(lambda: load.note_first_reads(data_dir) or not capture.running(), 120, "the first reads")
     _stop_when_caught_up(capture, data_dir, load, context, phases)
     reconnects = capture.stderr().count("reconnecting after")
     assert reconnects >= 2, f"{context}: {capture.stderr()}"
@@ -378,7 +378,7 @@ def test_a_full_disk_while_streaming_under_load_loses_nothing(
     context = f"seed {SEED}"
     load = running.load(reference_db, SEED)
     capture = running.cdc(env, ["capture"], tmp_path / "capture.err")
-    poll(lambda: first_reads_done(reference_db, data_dir) or not capture.running(), 120, "the first reads")
+    poll(lambda: load.note_first_reads(data_dir) or not capture.running(), 120, "the first reads")
     position = watermark(data_dir) or 0
     poll(lambda: _progress_past(data_dir, position) or not capture.running(), 120, "capture streaming")
     filler = _fill(small_filesystem, capture)
@@ -427,7 +427,7 @@ def test_a_slot_dropped_behind_captures_back_is_superseded_by_a_new_snapshot(
     context = f"seed {SEED}"
     load = running.load(reference_db, SEED)
     capture = running.cdc(env, ["capture"], tmp_path / "capture.err")
-    poll(lambda: first_reads_done(reference_db, data_dir) or not capture.running(), 120, "the first reads")
+    poll(lambda: load.note_first_reads(data_dir) or not capture.running(), 120, "the first reads")
     position = watermark(data_dir) or 0
     poll(lambda: _progress_past(data_dir, position) or not capture.running(), 120, "capture streaming")
     assert capture.terminate() == 0, capture.stderr()
