@@ -162,6 +162,11 @@ class OnlineParts:
     recent_snapshots: Callable[[], tuple[tuple[int, str, int], ...]] = lambda: ()
     #: the holding file's lasting caps, for the progress records
     held_caps: Callable[[], tuple[tuple[int, int], ...]] = lambda: ()
+    #: by log name, what the replayer noted as written of a table's schema before this read handed out a
+    #: schema record the log does not hold yet (it waits in a part not appended)
+    unwritten_schemas: dict[str, tuple[bytes, bytes] | None] = field(default_factory=dict)
+    #: the replayer that noted them, told again what the log holds when the read stops first
+    replayer: ChangeReplayer | None = None
 
     @property
     def rows(self) -> int:
@@ -169,10 +174,19 @@ class OnlineParts:
         return sum(head.rows for head in self.heads)
 
     def close(self) -> None:
-        """Stop reading (the reader's threads end)."""
+        """Stop reading (the reader's threads end). A schema record handed out for a part never appended
+        is noted as unwritten again, so that the table's next read (or event) writes it: else the log
+        would hold the table's rows without its columns."""
         close = getattr(self.parts, "close", None)
         if close is not None:
             close()
+        if self.replayer is not None and not self.done:
+            for name, previous in self.unwritten_schemas.items():
+                if previous is None:
+                    self.replayer.emitted_schemas.pop(name, None)
+                else:
+                    self.replayer.emitted_schemas[name] = previous
+        self.unwritten_schemas.clear()
 
 
 @dataclass
@@ -252,7 +266,7 @@ class SnapshotWriter:
         ``conditions``: by OID, the tables of which only the rows a condition selects are read (a partial
         read, ``cdc snapshot --where``): the log keeps its other rows, so no markers go before them, and
         the ledger's record of the table stays as it is."""
-        online = OnlineParts([], iter(()), SnapshotWritten(), as_of)
+        online = OnlineParts([], iter(()), SnapshotWritten(), as_of, replayer=self.replayer)
         online.parts = self._online_parts(online, tables, reader, as_of, held, plans or {}, conditions or {})
         return online
 
@@ -265,6 +279,7 @@ class SnapshotWriter:
             if items is None:  # the final part waits for the stream
                 return False
             self.log.append_group(items, position, chunk_records=_SNAPSHOT_ITEMS)
+        online.unwritten_schemas.clear()  # the heads built so far went into this part
         online.written.groups += 1
         online.progress = online.upcoming
         if final:
@@ -288,6 +303,8 @@ class SnapshotWriter:
     ) -> Iterator[tuple[Iterable[Item] | None, bool]]:
         ts_ms = time.time_ns() // 1_000_000
         for published in tables:
+            name = published.log_name
+            online.unwritten_schemas.setdefault(name, self.replayer.emitted_schemas.get(name))
             plan = plans.get(published.relid)
             condition = conditions.get(published.relid)
             if (plan is not None and plan.after is not None) or condition is not None:
