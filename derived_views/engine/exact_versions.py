@@ -183,6 +183,7 @@ class TableLog:
     _read: int = 0
     _complete: bool = False
     _spans: list[Span] = field(default_factory=list)
+    _table: Any = None
 
     def exists(self) -> bool:
         """Whether the table exists."""
@@ -212,7 +213,9 @@ class TableLog:
         from deltalake import DeltaTable
 
         limit = max(64, self._read * 8)
-        history = DeltaTable(self.path).history(limit)
+        if self._table is None:
+            self._table = DeltaTable(self.path)  # opened once: its history is then read as far as needed
+        history = self._table.history(limit)
         commits = [Commit.of(info) for info in history]
         self._read = limit
         newest = max((c for c in commits if c.progress is not None), key=lambda c: c.version, default=None)

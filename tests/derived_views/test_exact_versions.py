@@ -86,6 +86,8 @@ def test_one_position_every_table_is_exact_as_of() -> None:
     assert common_at_or_below(spans_of, ["orders", "order_items"], 400) == 300
     assert common_at_or_below(spans_of, ["orders", "order_items"], 270) == 260
     assert common_at_or_below(spans_of, tables, 94) is None
+    apart = {"a": [Span(1, 0, 10), Span(2, 20, 30)], "b": [Span(1, 0, 15)]}  # b reached 15, which a jumped over
+    assert common_at_or_below(lambda name, _: apart[name], apart, 30) == 10
     assert common_at_or_above(tables, 0) == 100 and common_at_or_above(tables, 121) == 150
     assert common_at_or_above(tables, 201) is None
 
