@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from derived_views.engine.exact_versions import Span, TableLog, at, common_at_or_above, common_at_or_below
-from derived_views.errors import AsOfError
+from derived_views.errors import AsOfError, LsnFormatError
 from derived_views.source.log_location import LogLocation
 
 #: What stands for the newest LSN every table has reached.
@@ -46,17 +46,17 @@ def lsn_text(lsn: int) -> str:
 
 def parse_lsn(text: str | int | None) -> int | None:
     """The LSN of ``text`` (PostgreSQL's ``0/16B3748`` form, or an integer); ``None`` for ``latest`` or no
-    LSN. One :class:`~derived_views.errors.AsOfError` for anything else."""
+    LSN. One :class:`~derived_views.errors.LsnFormatError` for anything else."""
     if text is None or isinstance(text, int):
         if isinstance(text, int) and not 0 < text <= _TOP:
-            raise AsOfError(f"LSN {text} is outside 1..2**64-1")
+            raise LsnFormatError(f"LSN {text} is outside 1..2**64-1")
         return text
     cleaned = text.strip()
     if cleaned.lower() == LATEST:
         return None
     match = _LSN.match(cleaned)
     if match is None or not (lsn := (int(match.group(1), 16) << 32) | int(match.group(2), 16)):
-        raise AsOfError(f"{text!r} is not an LSN such as 0/16B3748 (as pg_current_wal_lsn() prints it) nor {LATEST!r}")
+        raise LsnFormatError(f"{text!r} is not an LSN such as 0/16B3748 (as pg_current_wal_lsn() prints it) nor {LATEST!r}")
     return lsn
 
 
