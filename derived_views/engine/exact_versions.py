@@ -198,12 +198,6 @@ class TableLog:
             self._read_more()
         return [span for span in self._spans if span.readable(self.window_start_ms)]
 
-    def readable(self) -> list[Span]:
-        """Every readable span (oldest first)."""
-        while not self._complete:
-            self._read_more()
-        return [span for span in self._spans if span.readable(self.window_start_ms)]
-
     def reached(self) -> int | None:
         """The position the table is exact as of now (``None``: it has no commit with progress)."""
         newest = self.readable_down_to(1 << 64)

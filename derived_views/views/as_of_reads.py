@@ -101,10 +101,6 @@ class VersionsAsOf:
         return self.tables[name].version
 
 
-def _lsns(first: int, last: int) -> str:
-    return lsn_text(first + 1) if first == last else f"{lsn_text(first + 1)} to {lsn_text(last + 1)}"
-
-
 class _Tables:
     """The spans of the tables asked for, read lazily."""
 
@@ -127,14 +123,10 @@ class _Tables:
     def reached(self) -> dict[str, int]:
         return {name: log.reached() or 0 for name, log in self.logs.items()}
 
-    def readable_range(self) -> str:
-        """The LSNs that can be read, for a message."""
-        everything = {name: log.readable() for name, log in self.logs.items()}
-        newest = common_at_or_below(lambda name, _: everything[name], everything, min(self.reached().values()))
-        oldest = common_at_or_above(everything, max((s[0].first for s in everything.values() if s), default=0))
-        if newest is None or oldest is None:
-            return "no LSN is one that every table has a readable version exact as of"
-        return f"the LSNs every table has a readable version exact as of are {_lsns(oldest, newest)}"
+    def newest(self) -> str:
+        """The newest LSN every table has a readable version exact as of, for a message."""
+        common = common_at_or_below(self.spans_of, self.logs, min(self.reached().values()))
+        return "none" if common is None else lsn_text(common + 1)
 
     def retention(self) -> str:
         hours = f"{self.retention_hours:g}"
@@ -166,25 +158,28 @@ def select_versions(
         name = min(behind, key=lambda n: behind[n])
         raise AsOfError(
             f"LSN {lsn_text(position)} is newer than what the views have reached ({name} holds the commits before "
-            f"{lsn_text(behind[name] + 1)}); {found.readable_range()}; wait for the views with "
-            f"`cdc wait VIEW --lsn {lsn_text(position)}` (or run `cdc sync`), or read as of {LATEST!r}"
+            f"{lsn_text(behind[name] + 1)}; the newest LSN every table is exact as of is {found.newest()}); wait for the "
+            f"views with `cdc wait VIEW --lsn {lsn_text(position)}` (or run `cdc sync`), or read as of {LATEST!r}"
         )
     for name in tables:
         table_spans = found.spans_of(name, target)
         if at(table_spans, target) is not None:
             continue
         if not table_spans or table_spans[0].first > target:
+            oldest = f"its oldest is exact from {lsn_text(table_spans[0].first + 1)}" if table_spans else "it has none"
             raise AsOfError(
                 f"LSN {lsn_text(position)} is older than what the views keep readable ({found.retention()}; "
-                f"{name} has no readable version exact as of it); {found.readable_range()}"
+                f"{name} keeps no readable version exact as of it: {oldest}); read as of a later LSN, up to "
+                f"{found.newest()} (`latest`), or keep versions longer with a larger CDC_VACUUM_RETENTION_HOURS"
             )
         before = max((s.last for s in table_spans if s.last < target), default=None)
         after = min((s.first for s in table_spans if s.first > target), default=None)
         below = common_at_or_below(found.spans_of, tables, target)
-        above = common_at_or_above({n: found.logs[n].readable() for n in tables}, target)
+        above = common_at_or_above({n: found.spans_of(n, target) for n in tables}, target)
         nearest = " or ".join(lsn_text(p + 1) for p in (below, above) if p is not None) or "none"
         between = (
-            f"one sync step took it from the commits before {lsn_text(before + 1)} to those before {lsn_text(after + 1)}"
+            f"its versions are exact as of LSNs up to {lsn_text(before + 1)} and from {lsn_text(after + 1)} on "
+            "(one sync step applied what committed in between)"
             if before is not None and after is not None
             else "no step left it there"
         )
