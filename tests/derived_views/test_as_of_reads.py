@@ -105,8 +105,7 @@ def test_tables_read_as_of_one_lsn_equal_the_source_at_it(
     from cdc.cli import cli, run
     from cdc.commands import register
     from derived_views import select_versions, versions_as_of
-    from derived_views.engine.maintenance import RETAIN, VACUUM, MaintenancePolicy, Task
-    from derived_views.engine.maintenance import run as run_task
+    from derived_views.engine.maintenance import RETAIN, MaintenancePolicy
     from derived_views.errors import AsOfError
     from derived_views.views import runner
 
@@ -211,17 +210,25 @@ def test_tables_read_as_of_one_lsn_equal_the_source_at_it(
     assert code == 0 and json.loads(out)["status"] == "paid" and len(json.loads(out)["items"]) == 3, err
     assert json.loads(cdc("cache", "get", "order", A)[1])["status"] == "shipped"
 
-    # maintenance raises orders' Delta retentions to the vacuum's, then vacuums it: every version the
-    # retention keeps is still read as of its LSN, and the newest is the last maintenance commit
+    # maintenance raises orders' Delta retentions to the vacuum's: a commit that changes no data, so the
+    # newest version given is that commit; a vacuum keeps the files of the versions as of the first LSN
+    # (replaced minutes ago) for an hour's retention, and would remove them at none
     current = str(tmp_path / "warehouse/current/public.orders")
     tasks = runner.maintain(ctx, ALL, MaintenancePolicy(retention_hours=800), ["warehouse/current/public.orders"], dry_run=False)
     assert [task.action for task in tasks] == [RETAIN]
-    run_task(spark, Task(current, VACUUM, "every file no version of the last hour needs"), MaintenancePolicy(retention_hours=1))
     assert DeltaTable(current).metadata().configuration["delta.deletedFileRetentionDuration"] == "interval 800 hours"
-    _equal_to_source(as_of(lsn1), state1)
-    assert {row["table"]: row["version"] for row in as_of()["tables"]}["warehouse/current/public.orders"] == DeltaTable(
-        current
-    ).version()
+    assert {row["table"]: row["version"] for row in as_of()["tables"]}["warehouse/current/public.orders"] == (
+        DeltaTable(current).version()
+    )
+    first = {row["table"]: row["version"] for row in as_of(lsn1)["tables"]}["warehouse/current/public.orders"]
+    needed = {Path(uri).name for uri in DeltaTable(current, version=first).file_uris()}
+
+    def vacuumed(hours: int) -> set[str]:
+        found = DeltaTable(current).vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False)
+        return {Path(file).name for file in found}
+
+    replaced = needed - {Path(uri).name for uri in DeltaTable(current).file_uris()}
+    assert replaced and needed & vacuumed(1) == set() and needed & vacuumed(0) == replaced
 
     # an LSN inside a step that changed orders twice, one a step went past for the search index, one
     # past what the views reached, one before them, one that is no LSN, and one whose versions the
