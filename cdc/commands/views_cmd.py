@@ -23,7 +23,7 @@ log = logging.getLogger("cdc.views")
 
 if TYPE_CHECKING:
     from cdc.settings import Settings
-    from derived_views import StepReport, VersionsAsOf, ViewContext
+    from derived_views import StepReport, VersionsAsOf, ViewContext, ViewTable
     from derived_views.definitions import ViewDefinitions
 
 
@@ -362,7 +362,9 @@ def views_as_of(ctx: object, lsn: str, views: tuple[str, ...], as_json: bool) ->
                 raise UnknownViewError(view, known, str(settings.views_file))
         tables = [table for view in views for table in tables_of(tables, view)]
     root = settings.views_dir.resolve()
-    named = {str(Path(table.path).relative_to(root)): table for table in tables}
+    named: dict[str, ViewTable] = {}
+    for table in tables:  # a table several views read (a warehouse current table) once, as first listed
+        named.setdefault(str(Path(table.path).relative_to(root)), table)
     chosen = select_versions({name: t.path for name, t in named.items()}, lsn, retention_hours=settings.vacuum_retention_hours)
     rows = [
         {
