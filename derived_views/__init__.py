@@ -13,8 +13,9 @@ no import loop (``tests/foundation/test_layers.py`` checks both):
 - :mod:`derived_views.write`: the MERGE rules, SCD1 and SCD2 tables, one table's sync step;
 - :mod:`derived_views.views`: the warehouse, search, cache, their runs, status, listing and verify.
 
-This module is the package's public entry point: the application (``cdc``) imports the names of
-:data:`__all__` from here, and otherwise only :mod:`derived_views.errors` and
+This module is the package's public entry point: users' jobs import :func:`register` (the log as a
+Spark source) and :func:`versions_as_of` (view tables read as of one LSN) from here, and the
+application (``cdc``) imports the names of :data:`__all__` from here, and otherwise only :mod:`derived_views.errors` and
 :mod:`derived_views.definitions`. Names are imported on first use, so that importing the package does
 not import Spark.
 """
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from derived_views.source.log_location import LogLocation
     from derived_views.source.log_source import register
     from derived_views.views import cache, runner, search
+    from derived_views.views.as_of_reads import VersionsAsOf, select_versions, versions_as_of
     from derived_views.views.composite import SourceTable, checked
     from derived_views.views.job import session_facts, start_session
     from derived_views.views.listing import ViewTable, captured_tables, tables_of, view_as_of_lsn, view_tables
@@ -68,6 +70,9 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "resolved_jars": ("derived_views.engine.spark_jars", "resolved_jars"),
     "EngineSettings": ("derived_views.engine.engine_settings", "EngineSettings"),
     "MaintenancePolicy": ("derived_views.engine.maintenance", "MaintenancePolicy"),
+    "versions_as_of": ("derived_views.views.as_of_reads", "versions_as_of"),
+    "select_versions": ("derived_views.views.as_of_reads", "select_versions"),
+    "VersionsAsOf": ("derived_views.views.as_of_reads", "VersionsAsOf"),
 }
 
 __all__ = [
@@ -77,6 +82,7 @@ __all__ = [
     "SourceTable",
     "StepReport",
     "ViewContext",
+    "VersionsAsOf",
     "ViewTable",
     "cache",
     "captured_tables",
@@ -87,6 +93,7 @@ __all__ = [
     "resolved_jars",
     "runner",
     "search",
+    "select_versions",
     "server_command",
     "server_environment",
     "session_facts",
@@ -94,6 +101,7 @@ __all__ = [
     "start_session",
     "tables_of",
     "verify",
+    "versions_as_of",
     "view_as_of_lsn",
     "view_tables",
 ]

@@ -16,6 +16,8 @@ Hierarchy::
     ├── ViewsFileError        the views file is malformed or names what is not captured (exit code 2)
     ├── DefinitionChangedError  a search index or cache entity needs a rebuild for its new definition
     ├── ColumnNameClashError  two source columns a Delta table would store under one name
+    ├── AsOfError             no version of every table asked for is exact as of the LSN asked for (or readable)
+    │   └── LsnFormatError    an LSN that is not one (exit code 2)
     └── VerifyMismatchError   ``cdc verify`` found differences (exit code 4)
 """
 
@@ -135,6 +137,18 @@ class ColumnNameClashError(ViewError):
             f"names without case (a name holding one of ' ,;{{}}()=', a tab or a newline, or with a case-only "
             f"twin, is stored percent-encoded, and no such form of {second!r} is free); rename one of them in the source"
         )
+
+
+class AsOfError(ViewError):
+    """Reading view tables as of one LSN cannot be done: a bad LSN, a table not synced yet, an LSN past
+    what the views reached or older than what the retention keeps readable, or one no step left every
+    table exact as of (:mod:`derived_views.views.as_of_reads`); the message says which LSNs can be read."""
+
+
+class LsnFormatError(AsOfError):
+    """An LSN given in another form than ``pg_current_wal_lsn()`` prints (or ``latest``)."""
+
+    exit_code = 2
 
 
 class SparkServerUnreachableError(ViewError):

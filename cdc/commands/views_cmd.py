@@ -22,7 +22,8 @@ from cdc.metrics import SyncMetrics, serve
 log = logging.getLogger("cdc.views")
 
 if TYPE_CHECKING:
-    from derived_views import StepReport, ViewContext
+    from cdc.settings import Settings
+    from derived_views import StepReport, VersionsAsOf, ViewContext, ViewTable
     from derived_views.definitions import ViewDefinitions
 
 
@@ -182,10 +183,12 @@ def verify(ctx: object, view: str, no_sync: bool) -> None:
 @click.argument("words", nargs=-1, required=True, metavar="[INDEX] QUERY")
 @click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="How many documents.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document: each hit's key, score and stored fields.")
+@click.option("--as-of", "as_of", metavar="LSN|latest", help="Read the index as of LSN (see `cdc views as-of`).")
 @pass_context
-def search_cmd(ctx: object, words: tuple[str, ...], limit: int, as_json: bool) -> None:
+def search_cmd(ctx: object, words: tuple[str, ...], limit: int, as_json: bool, as_of: str | None) -> None:
     """Print the documents of search index INDEX that best match QUERY (BM25; no Spark). INDEX may be
-    left out when the views file defines one index."""
+    left out when the views file defines one index. With --as-of, the documents and terms are read at
+    their versions exact as of LSN (`latest`: the newest LSN both have reached)."""
     from derived_views import search
     from derived_views.definitions import load
     from derived_views.errors import UnknownEntityError
@@ -208,7 +211,12 @@ def search_cmd(ctx: object, words: tuple[str, ...], limit: int, as_json: bool) -
     if index not in definitions.search:
         raise UnknownEntityError(index, indexes, "search index")
     stored = definitions.search[index].stored
-    hits = search.query(str(settings.views_dir.resolve()), index, query, limit, stored)
+    views_dir = str(settings.views_dir.resolve())
+    versions = None
+    if as_of is not None:
+        chosen = _versions(settings, search.tables(views_dir, index), as_of)
+        versions = {table.path: table.version for table in chosen.tables.values()}
+    hits = search.query(views_dir, index, query, limit, stored, versions)
     if as_json:
         click.echo(json.dumps([{"key": h.key, "score": h.score, "fields": h.fields} for h in hits], default=str, indent=2))
         return
@@ -228,16 +236,26 @@ def cache_group() -> None:
 @cache_group.command("get")
 @click.argument("entity")
 @click.argument("key")
+@click.option("--as-of", "as_of", metavar="LSN|latest", help="Read the entity as of LSN (see `cdc views as-of`).")
 @pass_context
-def cache_get(ctx: object, entity: str, key: str) -> None:
+def cache_get(ctx: object, entity: str, key: str, as_of: str | None) -> None:
     """Print the cached value of ENTITY with key KEY as JSON; exit 1 when absent (no Spark). A key of
-    several columns is given as its canonical JSON (``{"a":1,"b":2}``)."""
+    several columns is given as its canonical JSON (``{"a":1,"b":2}``). With --as-of, the entries are
+    read at their version exact as of LSN."""
     from derived_views import cache
     from derived_views.definitions import load
+    from derived_views.errors import UnknownEntityError
 
     settings = ctx.settings  # type: ignore[attr-defined]
     entities = sorted(load(settings.views_file).cache)
-    value = cache.get(str(settings.views_dir.resolve()), entity, key, entities)
+    views_dir = str(settings.views_dir.resolve())
+    version = None
+    if as_of is not None:
+        if entity not in entities:
+            raise UnknownEntityError(entity, entities)
+        name, path = cache.entries_table(views_dir, entity)
+        version = _versions(settings, {name: path}, as_of).version(name)
+    value = cache.get(views_dir, entity, key, entities, version)
     if value is None:
         raise click.ClickException(f"no cached {entity} with key {key}")
     click.echo(json.dumps(value, indent=2, sort_keys=False))
@@ -301,10 +319,71 @@ def views_maintain(ctx: object, tables: tuple[str, ...], dry_run: bool) -> None:
     tasks = runner.maintain(view_ctx, names, settings.maintenance_policy(), list(tables), dry_run=dry_run)
     root = str(settings.views_dir.resolve()).rstrip("/") + "/"
     for task in tasks:
-        verb = {"compact": "compact", "vacuum": "vacuum"}[task.action]
+        verb = {"compact": "compact", "vacuum": "vacuum", "retain": "retain"}[task.action]
         click.echo(f"{'would ' + verb if dry_run else verb + 'ed'} {task.path.removeprefix(root)}: {task.reason}")
     if not tasks:
         click.echo("every view table is healthy: nothing to do", err=True)
+
+
+def _versions(settings: Settings, tables: dict[str, str], lsn: str) -> VersionsAsOf:
+    """The versions of ``tables`` (name -> path) exact as of ``lsn``, after a line on stderr saying which."""
+    from derived_views import select_versions
+
+    chosen = select_versions(tables, lsn, retention_hours=settings.vacuum_retention_hours)
+    shown = ", ".join(f"{name} v{table.version}" for name, table in chosen.tables.items())
+    click.echo(f"as of {chosen.as_of} (every commit before {chosen.lsn}): {shown}", err=True)
+    return chosen
+
+
+@views_cmd.command("as-of")
+@click.argument("lsn", default="latest", metavar="[LSN|latest]")
+@click.option("--view", "views", multiple=True, help="Only the tables of this view (repeatable): warehouse, search.products...")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
+@pass_context
+def views_as_of(ctx: object, lsn: str, views: tuple[str, ...], as_json: bool) -> None:
+    """Print, for each view table, the Delta version exact as of LSN (as pg_current_wal_lsn() prints it:
+    the version holds every commit before it); `latest` (the default): the newest LSN every table has
+    reached. Read each table at its version (deltalake: DeltaTable(path, version=v); Spark: versionAsOf)
+    and they agree with each other and with the source (no Spark)."""
+    from pathlib import Path
+
+    from cdc.capture.lsn import Lsn
+    from cdc.view_context import listed_tables
+    from derived_views import select_versions, tables_of
+    from derived_views.definitions import load
+    from derived_views.errors import UnknownViewError
+
+    settings = ctx.settings  # type: ignore[attr-defined]
+    tables = listed_tables(settings)
+    if views:
+        known = load(settings.views_file).view_names()
+        for view in views:
+            if view not in known and not any(name.startswith(f"{view}.") for name in known):
+                raise UnknownViewError(view, known, str(settings.views_file))
+        tables = [table for view in views for table in tables_of(tables, view)]
+    root = settings.views_dir.resolve()
+    named: dict[str, ViewTable] = {}
+    for table in tables:  # a table several views read (a warehouse current table) once, as first listed
+        named.setdefault(str(Path(table.path).relative_to(root)), table)
+    chosen = select_versions({name: t.path for name, t in named.items()}, lsn, retention_hours=settings.vacuum_retention_hours)
+    rows = [
+        {
+            "table": name,
+            "view": named[name].view,
+            "holds": named[name].holds,
+            "path": found.path,
+            "version": found.version,
+            "exact_from": str(Lsn(found.exact_from)),
+            "exact_to": str(Lsn(found.exact_to)),
+        }
+        for name, found in chosen.tables.items()
+    ]
+    if as_json:
+        click.echo(json.dumps({"lsn": chosen.lsn, "as_of": chosen.as_of, "tables": rows}, indent=2))
+        return
+    click.echo(f"every table as of {chosen.as_of}: it holds every commit before {chosen.lsn}")
+    for row in rows:
+        click.echo(f"{row['view']:<16} {row['holds']:<40} v{row['version']:<8} {row['path']}")
 
 
 @click.command("spark-server")

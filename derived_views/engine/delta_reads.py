@@ -18,9 +18,10 @@ def sql_text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def read_query(path: str, sql: str) -> Any:
-    """The rows of ``sql`` over the Delta table at ``path`` (named ``t`` in it), as a ``pyarrow.Table``."""
-    return stream_query(path, sql).read_all()
+def read_query(path: str, sql: str, version: int | None = None) -> Any:
+    """The rows of ``sql`` over the Delta table at ``path`` (named ``t`` in it; at ``version``, default its
+    newest), as a ``pyarrow.Table``."""
+    return stream_query(path, sql, open_table(path, version)).read_all()
 
 
 def stream_query(path: str, sql: str, table: Any = None) -> Any:
@@ -34,14 +35,14 @@ def stream_query(path: str, sql: str, table: Any = None) -> Any:
     return pa.RecordBatchReader.from_stream(QueryBuilder().register("t", table).execute(sql))
 
 
-def open_table(path: str) -> Any:
-    """The Delta table at ``path`` as a ``deltalake.DeltaTable``; one clear error for a table that uses a
-    feature ``deltalake`` cannot read."""
+def open_table(path: str, version: int | None = None) -> Any:
+    """The Delta table at ``path`` (at ``version``, default its newest) as a ``deltalake.DeltaTable``; one
+    clear error for a table that uses a feature ``deltalake`` cannot read."""
     from deltalake import DeltaTable
     from deltalake.exceptions import DeltaProtocolError
 
     try:
-        return DeltaTable(path)
+        return DeltaTable(path, version=version)
     except DeltaProtocolError as exc:
         view = path.rstrip("/").rsplit("/", 2)[-2]
         raise ViewError(

@@ -14,7 +14,20 @@ what :class:`MaintenancePolicy` asks for, and :func:`run` does it through delta-
   version younger than the retention (a running query, a time-travel read, a ``cdclog``-fed job) keeps
   every file it needs;
 - **checkpoints** as Delta writes them: a commit that reaches the table's checkpoint interval (100 for
-  view tables) writes one, and Delta removes log entries older than its log retention (30 days) then.
+  view tables) writes one, and Delta removes log entries older than its log retention (30 days) then;
+- **retention** (``SET TBLPROPERTIES``) when the table's ``delta.logRetentionDuration`` or
+  ``delta.deletedFileRetentionDuration`` is shorter than the policy's retention (Delta's defaults, 30
+  and 7 days, are not, at the default retention): see below.
+
+**Versions kept readable.** Every version *replaced* less than :attr:`~MaintenancePolicy.retention_hours`
+ago (its next commit is younger than that) stays readable, as do the newest: what reads as of an LSN
+(:mod:`derived_views.engine.exact_versions`) relies on. ``VACUUM ... RETAIN n HOURS`` deletes a file only
+when no version references it and the commit that removed it from the table is more than ``n`` hours
+old (or, for a file the log does not name, when the file is); Delta keeps the record of removed files
+in its checkpoints for ``delta.deletedFileRetentionDuration`` (after which such a file counts as one
+the log does not name) and the log's commits for ``delta.logRetentionDuration``. With both at least
+the retention, the vacuum's own retention keeps those versions' files, and the log can still rebuild
+them; the retention task raises the two properties when they are shorter.
 
 Each task is one Delta commit (or, for ``VACUUM``, a deletion of files no kept version references): a
 process killed during one leaves the table as it was or as the task left it, never in between, and the
@@ -25,7 +38,10 @@ next pass finds what is still due. Every task is recorded in the table's mainten
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -40,6 +56,13 @@ log = logging.getLogger("cdc.views")
 
 COMPACT = "compact"
 VACUUM = "vacuum"
+RETAIN = "retain"
+
+#: The table properties that bound how long a replaced version stays readable, with Delta's defaults (hours).
+RETENTION_PROPERTIES = {"delta.logRetentionDuration": 30 * 24.0, "delta.deletedFileRetentionDuration": 7 * 24.0}
+
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+(?:\.\d+)?)\s+(second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
+_UNIT_HOURS = {"second": 1 / 3600, "minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0}
 
 #: Delta's check that a ``VACUUM`` keeps at least the table's deleted-file retention (7 days by default).
 _RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
@@ -115,15 +138,49 @@ def removable_files(path: str, policy: MaintenancePolicy) -> int:
     return len(files)
 
 
+def retention_properties(configuration: Mapping[str, str | None], policy: MaintenancePolicy) -> dict[str, str]:
+    """The table properties to set on a table whose properties are ``configuration`` so that it keeps
+    readable every version replaced less than the policy's retention ago (none when its own values, or
+    Delta's defaults, already keep them that long; a value that does not parse is set anew)."""
+    wanted = f"interval {math.ceil(policy.retention_hours)} hours"
+    short = {}
+    for key, default in RETENTION_PROPERTIES.items():
+        held: float | None = default
+        if key in configuration:
+            match = _INTERVAL.match(configuration[key] or "")
+            held = float(match.group(1)) * _UNIT_HOURS[match.group(2).lower()] if match else None
+        if held is None or held < policy.retention_hours:
+            short[key] = wanted
+    return short
+
+
+def _short_retention(path: str, policy: MaintenancePolicy) -> dict[str, str]:
+    from deltalake import DeltaTable
+
+    return retention_properties(DeltaTable(path.removeprefix("file://")).metadata().configuration, policy)
+
+
 def tasks_for(path: str, policy: MaintenancePolicy) -> list[Task]:
     """The tasks due on the table at ``path``."""
-    return due(table_health(path, policy.small_file_bytes), policy, removable_files(path, policy))
+    tasks = due(table_health(path, policy.small_file_bytes), policy, removable_files(path, policy))
+    short = _short_retention(path, policy)
+    if short:
+        reason = f"{', '.join(sorted(short))} shorter than the {policy.retention_hours:g} h versions are kept readable"
+        tasks.insert(0, Task(path, RETAIN, reason))
+    return tasks
 
 
 def run(spark: SparkSession, task: Task, policy: MaintenancePolicy) -> None:
     """Do ``task`` through delta-spark and record it in the table's maintenance record."""
     ref = table_ref(task.path)
     now = datetime.now(UTC).isoformat(timespec="seconds")
+    if task.action == RETAIN:
+        short = _short_retention(task.path, policy)
+        if short:
+            settings = ", ".join(f"'{key}' = '{value}'" for key, value in sorted(short.items()))
+            spark.sql(f"ALTER TABLE {ref} SET TBLPROPERTIES ({settings})").collect()
+        log.info("kept %s readable for %g h: %s", task.path, policy.retention_hours, task.reason)
+        return
     if task.action == COMPACT:
         spark.sql(f"OPTIMIZE {ref}").collect()
         from deltalake import DeltaTable

@@ -10,6 +10,12 @@ changes, table creation, maintenance) are skipped when looking it up.
 This is also the view's as-of watermark (promise 5): ``cdc`` reads it with :func:`read_progress`. A step
 that has nothing to apply to a table records its newer watermark without a commit, in a file beside its
 log (:mod:`derived_views.engine.positions`): :func:`~derived_views.engine.positions.table_position` reads both.
+
+A commit's progress also bounds the positions its data is exact as of, for reads of older versions
+(:mod:`derived_views.engine.exact_versions`): :attr:`Progress.since`, the commit LSN of the newest event the
+data holds (the data equals the source as of every position from there to :attr:`Progress.position`),
+and :attr:`Progress.prior`, the position the table's previous data was last recorded exact as of (its
+position file's, when a step left it idle before this commit).
 """
 
 from __future__ import annotations
@@ -47,11 +53,25 @@ class Progress:
     base: str = ""
     """Position of the commit this progress extends when it was recorded without a commit of its own, in
     the table's position file (:mod:`derived_views.engine.positions`); empty when a commit carries it."""
+    since: str = ""
+    """Commit LSN (``"%016X"``) of the newest event the table's data holds: no event of its topics lies
+    after it up to :attr:`position`, so the data is exact as of every position in between. Empty when
+    the step did not learn it (a rebuild in one pass, a commit of an earlier version): :attr:`position`
+    alone is known."""
+    prior: str = ""
+    """The position the table's previous data (as its preceding commit with progress left it) was last
+    recorded exact as of when this commit replaced it: that data holds for every position from its own
+    commit's up to this one. Empty for a table's first commit and for a rebuild."""
 
     @property
     def lsn(self) -> int:
         """As-of commit LSN (0 before the first sync)."""
         return int(self.position, 16) if self.position else 0
+
+    @property
+    def since_lsn(self) -> int:
+        """The commit LSN of the newest event the data holds (:attr:`since`; the as-of LSN when unknown)."""
+        return int(self.since, 16) if self.since else self.lsn
 
     def next_offset(self, topic: str, partition: str) -> int:
         """First offset of ``topic``/``partition`` not yet applied."""
@@ -67,6 +87,10 @@ class Progress:
         }
         if self.definition:
             data["definition"] = self.definition
+        if self.since:
+            data["since"] = self.since
+        if self.prior:
+            data["prior"] = self.prior
         return json.dumps(
             data,
             sort_keys=True,
@@ -89,6 +113,8 @@ class Progress:
             position=str(data.get("position", "")),
             watermark_ts_ms=int(data.get("watermark_ts_ms", 0)),
             definition=str(data.get("definition", "")),
+            since=str(data.get("since", "")),
+            prior=str(data.get("prior", "")),
         )
 
 

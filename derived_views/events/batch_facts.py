@@ -36,6 +36,9 @@ class BatchFacts:
     widen: tuple[str, ...] = ()
     """Columns that a poison event fills with a value their type cannot hold (infinity in a date, NaN in a
     decimal, a multi-dimensional array...): typed as ``string``, they hold it."""
+    newest_lsn: int | None = None
+    """The commit LSN of the batch's newest event (``None``: no event carries one). The reductions keep
+    each key's newest event and a truncate after the events it drops, so this is the newest of the range."""
 
     @property
     def inserts_only(self) -> bool:
@@ -53,12 +56,19 @@ def fact_columns() -> list[SparkColumn]:
         F.collect_set(F.when(F.col(OP) == "t", F.col(LSN))).alias("truncates"),
         F.count(F.when((F.col(OP) != "c") | F.col("_cdc_error").isNotNull() | F.col(KEY).isNull(), 1)).alias("other"),
         F.count(F.when(F.size(F.col(UNCHANGED)) > 0, 1)).alias("partial"),
+        F.max(F.col(LSN)).alias("newest_lsn"),
     ]
 
 
 def facts_of(row: Any) -> BatchFacts:
+    newest = row["newest_lsn"]
     return BatchFacts(
-        int(row["rows"]), int(row["poison"]), tuple(sorted(row["truncates"] or [])), int(row["other"]), int(row["partial"])
+        int(row["rows"]),
+        int(row["poison"]),
+        tuple(sorted(row["truncates"] or [])),
+        int(row["other"]),
+        int(row["partial"]),
+        newest_lsn=None if newest is None else int(newest),
     )
 
 
@@ -95,4 +105,5 @@ def arrow_facts(rows: Any) -> BatchFacts:
         int(pc.sum(pc.cast(pc.fill_null(partial, False), "int64")).as_py() or 0),
         keys,
         tuple(widen),
+        pc.max(rows.column(LSN)).as_py() if rows.num_rows else None,
     )

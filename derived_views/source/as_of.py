@@ -21,13 +21,30 @@ class LogAsOf:
     log: LogLocation
     watermark: LogWatermark
 
-    def progress(self, topics: list[str], previous: Progress | None = None) -> Progress:
+    def progress(self, topics: list[str], previous: Progress | None = None, *, since: int | None = None) -> Progress:
         """The progress a table consuming ``topics`` has once this range is applied (computed with the
-        same definition as ``previous``)."""
+        same definition as ``previous``, whose position it records as its :attr:`~Progress.prior`).
+
+        ``since``: the commit LSN of the newest event the table's data holds then, when the step knows
+        it; ``None`` records none, so that the data counts as exact as of the watermark alone (never
+        as of a position before an event it holds). A ``since`` past the watermark (a table read by a
+        composite that another process moved further on) leaves the data exact as of no position."""
         offsets = {t: dict(parts) for t, parts in (previous.offsets if previous else {}).items()}
         for topic in topics:
             offsets[topic] = dict(self.watermark.offsets.get(topic, {}))
-        return Progress(offsets, self.watermark.position, self.watermark.timestamp_ms, previous.definition if previous else "")
+        return Progress(
+            offsets,
+            self.watermark.position,
+            self.watermark.timestamp_ms,
+            previous.definition if previous else "",
+            since=f"{since:016X}" if since is not None else "",
+            prior=previous.position if previous else "",
+        )
+
+    def unchanged(self, topics: list[str], previous: Progress) -> Progress:
+        """The progress of a table with ``previous`` to which this range brings no event of ``topics``:
+        its data is the same, so the newest event it holds (:attr:`~Progress.since`) is too."""
+        return self.progress(topics, previous, since=previous.since_lsn)
 
 
 def pending_events(watermark: LogWatermark, topics: list[str], progress: Progress | None) -> int:

@@ -40,6 +40,7 @@ from derived_views.views.composite_sync import (
     affected_roots,
     check_definition,
     composed,
+    held_since,
     merge_roots,
     overwrite,
     path,
@@ -87,7 +88,7 @@ def sync(ctx: ViewContext, as_of: LogAsOf, plan: Composite, *, replace: bool = F
     progress, replace = starting_point(ctx, table, replace)
     if progress is not None and is_current(progress, as_of, topics, ctx, table):
         return results
-    new_progress = with_fields(as_of.progress(topics, progress), definition=plan.stamp)
+    new_progress = with_fields(as_of.progress(topics, progress, since=held_since(ctx, plan)), definition=plan.stamp)
     with sized_for(ctx.spark, pending_events(as_of.watermark, topics, progress), tables_read(ctx, plan, TABLES)):
         roots = None
         if progress is not None and not reshaped(plan, progress):
@@ -103,18 +104,27 @@ def sync(ctx: ViewContext, as_of: LogAsOf, plan: Composite, *, replace: bool = F
     return results
 
 
-def get(views_dir: str, entity: str, key: str, entities: list[str] | None = None) -> dict[str, Any] | None:
+def entries_table(views_dir: str, entity: str) -> tuple[str, str]:
+    """The name (``cache/<entity>/entries``) and path of the table ``cdc cache get`` reads of ``entity``."""
+    return f"{NAME}/{entity}/entries", f"{views_dir.rstrip('/')}/{NAME}/{entity}/entries"
+
+
+def get(
+    views_dir: str, entity: str, key: str, entities: list[str] | None = None, version: int | None = None
+) -> dict[str, Any] | None:
     """The cached value of ``entity`` ``key`` in the views at ``views_dir``, or ``None`` when there is none.
 
-    Read with ``deltalake``, without Spark; the entity is checked against ``entities`` (the defined
-    ones) before anything is read."""
+    Read with ``deltalake``, without Spark, from the entries table's ``version`` (default its newest: a
+    version exact as of an LSN is :func:`~derived_views.views.as_of_reads.select_versions`'); the entity is
+    checked against ``entities`` (the defined ones) before anything is read."""
     from deltalake import DeltaTable
 
     if entities is not None and entity not in entities:
         raise UnknownEntityError(entity, entities)
-    entries_path = f"{views_dir.rstrip('/')}/{NAME}/{entity}/entries"
+    entries_path = entries_table(views_dir, entity)[1]
     if not DeltaTable.is_deltatable(entries_path):
         raise MissingTableError(entries_path, f"{NAME}.{entity}")
-    rows = read_query(entries_path, f"SELECT value FROM t WHERE entity_key = {sql_text(key)} LIMIT 1").to_pylist()
+    sql = f"SELECT value FROM t WHERE entity_key = {sql_text(key)} LIMIT 1"
+    rows = read_query(entries_path, sql, version).to_pylist()
     value: dict[str, Any] | None = json.loads(rows[0]["value"]) if rows else None
     return value

@@ -111,6 +111,12 @@ def sync_states(
     return results
 
 
+def held_since(ctx: ViewContext, plan: Composite) -> int:
+    """The commit LSN of the newest event the view's state copies hold (after :func:`sync_states`): the
+    view's output, a pure function of them, holds no newer one."""
+    return max(ctx.progress(state_path(ctx, plan, table)).since_lsn for table in plan.tables)
+
+
 def _state(ctx: ViewContext, plan: Composite, table: SourceTable) -> DataFrame:
     """The view's state copy of ``table``, its columns under their source names."""
     return from_stored(ctx.spark.read.format("delta").load(state_path(ctx, plan, table)), table.columns)

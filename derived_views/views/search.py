@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from dataclasses import replace as with_fields
@@ -54,6 +54,7 @@ from derived_views.views.composite_sync import (
     affected_keys,
     check_definition,
     composed,
+    held_since,
     merge_roots,
     merge_with_progress,
     overwrite,
@@ -160,7 +161,8 @@ class _Step:
         progress, replace = starting_point(ctx, table, replace)
         if progress is not None and progress.definition == stamp and is_current(progress, self.as_of, self.topics, ctx, table):
             return None
-        return progress, with_fields(self.as_of.progress(self.topics, progress), definition=stamp)
+        new_progress = self.as_of.progress(self.topics, progress, since=held_since(ctx, self.plan))
+        return progress, with_fields(new_progress, definition=stamp)
 
 
 #: How a step writes one output table: ``(context, plan, table path, affected roots or None for all, new progress)``.
@@ -239,21 +241,40 @@ class Hit:
     fields: dict[str, Any]
 
 
-def query(views_dir: str, index: str, text: str, limit: int = 10, stored: Sequence[str] = ()) -> list[Hit]:
+def tables(views_dir: str, index: str) -> dict[str, str]:
+    """The tables ``cdc search`` reads of ``index``, by name (``search/<index>/terms``...): each path."""
+    base = f"{views_dir.rstrip('/')}/{NAME}/{index}"
+    return {f"{NAME}/{index}/{table}": f"{base}/{table}" for table in TABLES}
+
+
+def query(
+    views_dir: str,
+    index: str,
+    text: str,
+    limit: int = 10,
+    stored: Sequence[str] = (),
+    versions: Mapping[str, int] | None = None,
+) -> list[Hit]:
     """The best ``limit`` documents of ``index`` for ``text`` by BM25 over its terms table, with their
-    ``stored`` columns. Read with ``deltalake``, without Spark: a query answers in a fraction of a second."""
+    ``stored`` columns. Read with ``deltalake``, without Spark: a query answers in a fraction of a second.
+    ``versions``: the Delta version to read of each table (by path, as :func:`tables` names them; default
+    the newest), the versions exact as of one LSN
+    (:func:`~derived_views.views.as_of_reads.select_versions`)."""
     from deltalake import DeltaTable
 
     base = f"{views_dir.rstrip('/')}/{NAME}/{index}"
-    terms_path = f"{base}/terms"
+    terms_path, documents_path = f"{base}/terms", f"{base}/documents"
+    terms_version = (versions or {}).get(terms_path)
+    documents_version = (versions or {}).get(documents_path)
     if not DeltaTable.is_deltatable(terms_path):
         raise MissingTableError(terms_path, f"{NAME}.{index}")
-    if "terms" not in {f.name for f in DeltaTable(terms_path).schema().fields}:  # one row per (document, term)
+    terms_fields = DeltaTable(terms_path, version=terms_version).schema().fields
+    if "terms" not in {f.name for f in terms_fields}:  # one row per (document, term)
         raise EarlierLayoutError(terms_path, f"{NAME}.{index}")
     words = sorted(set(tokenize(text)))
     if not words:
         return []
-    stats = read_query(terms_path, "SELECT count(*) AS n, avg(doc_len) AS avg_len FROM t").to_pylist()[0]
+    stats = read_query(terms_path, "SELECT count(*) AS n, avg(doc_len) AS avg_len FROM t", terms_version).to_pylist()[0]
     n_docs, avg_len = int(stats["n"] or 0), float(stats["avg_len"] or 0.0)
     postings = "SELECT doc, doc_len, unnest(terms) AS e FROM t"
     found = read_query(
@@ -261,17 +282,19 @@ def query(views_dir: str, index: str, text: str, limit: int = 10, stored: Sequen
         f"SELECT doc, e['term'] AS term, e['tf'] AS tf, doc_len FROM ({postings}) WHERE e['term'] IN ("
         + ", ".join(sql_text(word) for word in words)
         + ")",
+        terms_version,
     ).to_pylist()
     best = rank([Posting(r["doc"], r["term"], r["tf"], r["doc_len"]) for r in found], n_docs, avg_len, limit)
     if not best:
         return []
-    held = source_columns(stored, [f.name for f in DeltaTable(f"{base}/documents").schema().fields])
+    held = source_columns(stored, [f.name for f in DeltaTable(documents_path, version=documents_version).schema().fields])
     columns = ", ".join(['"' + held.get(c, c).replace('"', '""') + '"' for c in stored] + [KEY])
     docs = {
         r[KEY]: r
         for r in read_query(
-            f"{base}/documents",
+            documents_path,
             f"SELECT {columns} FROM t WHERE {KEY} IN (" + ", ".join(sql_text(doc) for doc, _ in best) + ")",
+            documents_version,
         ).to_pylist()
     }
     return [Hit(json.loads(doc), score, {c: docs[doc][held.get(c, c)] for c in stored}) for doc, score in best if doc in docs]

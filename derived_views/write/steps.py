@@ -92,7 +92,7 @@ def is_current(
         and progress.position < as_of.watermark.position
         and (is_local(path) or as_of.watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS)
     ):
-        mark_as_of(ctx, path, as_of.progress(topics, progress))
+        mark_as_of(ctx, path, as_of.unchanged(topics, progress))
     return current
 
 
@@ -178,10 +178,17 @@ def load_pending(
     return Pending(
         frame,
         batch,
-        as_of.progress([schema.topic], progress),
+        as_of.progress([schema.topic], progress, since=held_since(progress, batch)),
         [(stored_as[name], spark_type) for name, spark_type in columns],
         fills,
     )
+
+
+def held_since(progress: Progress | None, facts: BatchFacts) -> int | None:
+    """The commit LSN of the newest event a table holds once the batch with ``facts`` is applied to it as
+    ``progress`` left it (``None``: rebuilt from the batch); ``None`` when neither tells."""
+    held = [lsn for lsn in (progress.since_lsn if progress is not None else None, facts.newest_lsn) if lsn is not None]
+    return max(held) if held else None
 
 
 def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, progress: Progress | None) -> None:
