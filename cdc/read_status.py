@@ -9,6 +9,31 @@ import orjson
 from cdc.settings import Settings
 
 
+def topics_being_read(settings: Settings) -> set[str]:
+    """The topics of the tables whose read beside the stream is under way (a progress record without its
+    tombstone): their rows are in the log only in part, so no view of them is exact yet (``cdc wait``)."""
+    from cdc.log_backend import open_log
+    from log_store import TopicPartition
+
+    topic = f"{settings.topic_prefix}.__snapshots"
+    reading: dict[str, str] = {}  # log name -> topic
+    with open_log(settings) as log:
+        if topic not in log.topics():
+            return set()
+        partition = TopicPartition(topic, 0)
+        offset = log.start_offset(partition)
+        while batch := log.read(partition, offset):
+            for record in batch:
+                name = orjson.loads(record.key) if record.key else None
+                if isinstance(name, list) and name[0] == "read":
+                    if record.value is None:
+                        reading.pop(str(name[1]), None)
+                    else:
+                        reading[str(name[1])] = str(orjson.loads(record.value)["topic"])
+            offset = batch[-1].offset + 1
+    return set(reading.values())
+
+
 def read_status(settings: Settings) -> list[dict[str, object]]:
     """The reads under way as the log's progress records hold them (their layout: the ledger's,
     :class:`~cdc.capture.table_snapshots.ReadProgress`): table, rows done, rows estimated (the

@@ -182,8 +182,10 @@ def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
     whose commit LSN is <= P; the commit record of a transaction that committed before the LSN was read
     starts below it, so the view is far enough once P >= LSN - 1. A view is as of its least advanced
     table, counting every table it has over the captured tables: one its first sync has not written yet
-    leaves the view not synced.
+    leaves the view not synced, and so does one whose source table is being read (a new log's first
+    reads, a table added or read again): its rows are in the log only in part until the read ends.
     """
+    from cdc.read_status import topics_being_read
     from cdc.view_context import listed_tables
     from derived_views import tables_of, view_as_of_lsn
     from derived_views.definitions import load
@@ -200,12 +202,16 @@ def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
         raise UnknownViewError(view, known, definitions.source)
     deadline = time.monotonic() + timeout
     while True:
-        as_of = view_as_of_lsn(tables_of(listed_tables(settings), view))
+        tables = tables_of(listed_tables(settings), view)
+        reading = topics_being_read(settings) & {topic for table in tables for topic in table.topics}
+        as_of = None if reading else view_as_of_lsn(tables)
         if as_of is not None and as_of + 1 >= target:
             click.echo(f"{view} is as of {Lsn(as_of)}: it holds every commit before {target}")
             return
         if time.monotonic() >= deadline:
             shown = "nothing yet" if as_of is None else str(Lsn(as_of))
+            if reading:
+                shown = f"nothing yet: {', '.join(sorted(reading))} being read"
             raise WaitTimeoutError(
                 f"view {view} did not reach {target} within {timeout:g}s (it is as of {shown}); "
                 "check that capture and `cdc sync` are running (`cdc lag`)"

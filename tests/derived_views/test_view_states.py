@@ -1,5 +1,6 @@
-"""``cdc lag`` and ``cdc wait`` judge a view by every table it has: one its first sync has not written yet
-holds the view back, and a view whose tables are all current (also idle ones) is as of the latest watermark."""
+"""``cdc lag`` and ``cdc wait`` judge a view by every table it has: one its first sync has not written yet,
+or whose source table is being read, holds the view back, and a view whose tables are all current (also idle
+ones) is as of the latest watermark."""
 
 from __future__ import annotations
 
@@ -58,3 +59,19 @@ def test_a_view_is_not_synced_until_every_table_of_it_is(
     assert run(cli, wait) == 0
     synced = lag()
     assert synced["as_of_lsn"] == str(Lsn(watermark.lsn)) and synced["events_pending"] == 0, synced
+
+    # a read of products under way (its progress record, as capture writes one with each chunk): the
+    # table's rows are in the log only in part, so the view is not as of anything until the read ends
+    from log_store import LogStore, ProducerRecord
+
+    key = b'["read","public.products"]'
+    with LogStore.open(tmp_path / "log", writer=True) as log:
+        log.append_group(
+            [ProducerRecord("cdc.__snapshots", key, b'{"topic":"cdc.public.products","rows":1}', 0)], watermark.position
+        )
+    capsys.readouterr()
+    assert run(cli, wait) == 4
+    assert "cdc.public.products being read" in capsys.readouterr().err
+    with LogStore.open(tmp_path / "log", writer=True) as log:
+        log.append_group([ProducerRecord("cdc.__snapshots", key, None, 0)], watermark.position)
+    assert run(cli, wait) == 0
