@@ -3,34 +3,43 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from typing import Any
 
 import orjson
 
 from cdc.settings import Settings
 
 
-def topics_being_read(settings: Settings) -> set[str]:
-    """The topics of the tables whose read beside the stream is under way (a progress record without its
-    tombstone): their rows are in the log only in part, so no view of them is exact yet (``cdc wait``)."""
+def _progress_records(settings: Settings) -> Iterator[tuple[str, dict[str, Any] | None, int]]:
+    """The ledger's progress records in log order, as (table, value or ``None`` for the tombstone that ends
+    its read, timestamp ms); none when the log has no ledger yet."""
     from cdc.log_backend import open_log
     from log_store import TopicPartition
 
     topic = f"{settings.topic_prefix}.__snapshots"
-    reading: dict[str, str] = {}  # log name -> topic
     with open_log(settings) as log:
         if topic not in log.topics():
-            return set()
+            return
         partition = TopicPartition(topic, 0)
         offset = log.start_offset(partition)
         while batch := log.read(partition, offset):
             for record in batch:
                 name = orjson.loads(record.key) if record.key else None
                 if isinstance(name, list) and name[0] == "read":
-                    if record.value is None:
-                        reading.pop(str(name[1]), None)
-                    else:
-                        reading[str(name[1])] = str(orjson.loads(record.value)["topic"])
+                    yield str(name[1]), orjson.loads(record.value) if record.value is not None else None, record.timestamp_ms
             offset = batch[-1].offset + 1
+
+
+def topics_being_read(settings: Settings) -> set[str]:
+    """The topics of the tables whose read beside the stream is under way (a progress record without its
+    tombstone): their rows are in the log only in part, so no view of them is exact yet (``cdc wait``)."""
+    reading: dict[str, str] = {}  # table -> topic
+    for name, value, _ in _progress_records(settings):
+        if value is None:
+            reading.pop(name, None)
+        else:
+            reading[name] = str(value["topic"])
     return set(reading.values())
 
 
@@ -38,26 +47,12 @@ def read_status(settings: Settings) -> list[dict[str, object]]:
     """The reads under way as the log's progress records hold them (their layout: the ledger's,
     :class:`~cdc.capture.table_snapshots.ReadProgress`): table, rows done, rows estimated (the
     source's statistics), rows per second and seconds left (over the current run of the read)."""
-    from cdc.log_backend import open_log
-    from log_store import TopicPartition
-
-    topic = f"{settings.topic_prefix}.__snapshots"
     runs: dict[str, list[tuple[int, int, int]]] = {}  # name -> (boundary, rows, ts) of its progress records
-    with open_log(settings) as log:
-        if topic not in log.topics():
-            return []
-        partition = TopicPartition(topic, 0)
-        offset = log.start_offset(partition)
-        while batch := log.read(partition, offset):
-            for record in batch:
-                name = orjson.loads(record.key) if record.key else None
-                if isinstance(name, list) and name[0] == "read":
-                    if record.value is None:
-                        runs.pop(str(name[1]), None)
-                    else:
-                        value = orjson.loads(record.value)
-                        runs.setdefault(str(name[1]), []).append((value["boundary"], value["rows"], record.timestamp_ms))
-            offset = batch[-1].offset + 1
+    for name, value, ts in _progress_records(settings):
+        if value is None:
+            runs.pop(name, None)
+        else:
+            runs.setdefault(name, []).append((value["boundary"], value["rows"], ts))
     out = []
     for name, records in sorted(runs.items()):
         boundary, rows, last_ts = records[-1]
