@@ -265,6 +265,22 @@ def measure_log(settings: Settings) -> LogLag:
     return lag
 
 
+def ledger_reads(settings: Settings) -> tuple[dict[str, int], list[str]]:
+    """The LSN capture's latest read of each table is as of (by log name, from the log's snapshot ledger),
+    and the tables whose rule changed since that read (:func:`_rules_changed`: capture reads them again)."""
+    from cdc.capture.table_snapshots import SnapshotLedger
+    from cdc.log_backend import open_log
+
+    if not settings.uses_kafka and not settings.log_dir.exists():
+        return {}, []
+    with open_log(settings) as store:
+        topic = f"{settings.topic_prefix}.__snapshots"
+        if topic not in store.topics():
+            return {}, []
+        ledger = SnapshotLedger.load(store, topic)
+    return {name: entry.lsn for name, entry in ledger.entries.items()}, _rules_changed(settings, ledger)
+
+
 def _rules_changed(settings: Settings, ledger: SnapshotLedger) -> list[str]:
     """The published tables whose rule digest (column list, row filter, masks: see
     :meth:`cdc.capture.catalog.Catalog.published_tables`) differs from the one the log's snapshot ledger

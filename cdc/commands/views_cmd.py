@@ -307,6 +307,56 @@ def views_maintain(ctx: object, tables: tuple[str, ...], dry_run: bool) -> None:
         click.echo("every view table is healthy: nothing to do", err=True)
 
 
+@views_cmd.command("purge")
+@click.argument("tables", nargs=-1)
+@click.option(
+    "--yes-drop-history",
+    "confirmed",
+    is_flag=True,
+    help="Confirm that every earlier version of the view tables over TABLES is dropped (no time travel to them).",
+)
+@pass_context
+def views_purge(ctx: object, tables: tuple[str, ...], confirmed: bool) -> None:
+    """Apply the capture rule of TABLES (schema.table; default every captured table) to every version of
+    the view tables over them, history included, and drop their earlier versions and files, so that no
+    value a column list, row filter or mask now leaves out stays in a view file."""
+    from cdc.capture.errors import ConfigError
+    from cdc.lag import ledger_reads
+    from cdc.view_context import location_from_settings
+    from derived_views import captured_tables, runner
+
+    if not confirmed:
+        raise click.UsageError(
+            "a purge drops every earlier version of the view tables over the tables it purges (Delta time travel "
+            "to them, and the history's values a rule now leaves out): add --yes-drop-history to go on"
+        )
+    settings = ctx.settings  # type: ignore[attr-defined]
+    captured = {schema.dotted_name: schema for schema in captured_tables(location_from_settings(settings), settings.topic_prefix)}
+    if not captured:
+        raise ConfigError("the log captures no table yet: run `cdc capture` first; nothing was purged")
+    unknown = [table for table in tables if table not in captured]
+    if unknown:
+        raise ConfigError(
+            f"unknown table {', '.join(repr(t) for t in unknown)}: the log captures {', '.join(sorted(captured))}; "
+            "name each as schema.table; nothing was purged"
+        )
+    chosen = list(dict.fromkeys(tables)) or sorted(captured)
+    read_at, read_again = ledger_reads(settings)
+    waiting = [name for name in chosen if captured[name].qualified in read_again]
+    if waiting:
+        raise ConfigError(
+            f"the rule of {', '.join(waiting)} changed and capture has not read it again yet: run `cdc capture` until "
+            "`cdc lag` no longer names it, then purge; nothing was purged"
+        )
+    names = runner.resolve([], _definitions(ctx))
+    view_ctx = _context(ctx, one_shot=True)
+    purged = runner.purge(view_ctx, names, chosen, settings.database_url, settings.publication, read_at)
+    root = str(settings.views_dir.resolve()).rstrip("/") + "/"
+    for table in purged:
+        changes = f": {'; '.join(table.changes)}" if table.changes else ""
+        click.echo(f"purged {table.path.removeprefix(root)}, kept version {table.version} alone{changes}")
+
+
 @click.command("spark-server")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", type=click.IntRange(1, 65535), default=15002, show_default=True, help="Port to listen on.")
