@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from derived_views.engine.delta_sql import is_local, table_ref
+from derived_views.engine.maintenance import vacuum
 from derived_views.engine.progress import Progress, committing
 from derived_views.engine.table_health import maintenance_record, record_maintenance
 from derived_views.errors import ViewError
@@ -45,9 +46,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("cdc.views")
-
-#: Delta's check that a ``VACUUM`` keeps at least the table's deleted-file retention (7 days by default).
-_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
 
 #: The table properties step 3 sets for one commit, and their values then.
 _DROPPING = {
@@ -88,11 +86,7 @@ def drop_earlier_versions(spark: SparkSession, path: str, progress: Progress | N
     with committing(spark, progress):
         if before.get("delta.enableDeletionVectors") == "true":
             spark.sql(f"REORG TABLE {ref} APPLY (PURGE)").collect()
-        spark.conf.set(_RETENTION_CHECK, "false")
-        try:
-            spark.sql(f"VACUUM {ref} RETAIN 0 HOURS").collect()
-        finally:
-            spark.conf.unset(_RETENTION_CHECK)
+        vacuum(spark, path, 0)
         record_maintenance(path, **{_SAVED: before})  # a run killed before step 4 finds them there
         spark.sql(f"ALTER TABLE {ref} SET TBLPROPERTIES ({_properties(_DROPPING)})")
         checkpoint = DeltaTable(local).version()

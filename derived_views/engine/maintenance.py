@@ -41,8 +41,15 @@ log = logging.getLogger("cdc.views")
 COMPACT = "compact"
 VACUUM = "vacuum"
 
-#: Delta's check that a ``VACUUM`` keeps at least the table's deleted-file retention (7 days by default).
-_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+#: Session settings of a ``VACUUM`` call, unset after it: Delta's check that it keeps at least the table's
+#: deleted-file retention (7 days by default) is off, the retention being the policy's (which settings
+#: bound) or, for a purge, 0; and it lists the table's directories in a Spark job of a few tasks, a view
+#: table having no partition directories (Spark's default, 10000 tasks, makes a vacuum of a small table
+#: take minutes on local Spark).
+VACUUM_CONF = {
+    "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+}
 
 
 @dataclass(frozen=True)
@@ -121,8 +128,10 @@ def tasks_for(path: str, policy: MaintenancePolicy) -> list[Task]:
 
 
 def run(spark: SparkSession, task: Task, policy: MaintenancePolicy) -> None:
-    """Do ``task`` through delta-spark and record it in the table's maintenance record."""
+    """Do ``task`` through delta-spark and record it in the table's maintenance record; one log line says
+    the task starts (``compacting <path>: <reason>``, ``vacuuming ...``), one that it is done."""
     ref = table_ref(task.path)
+    log.info("%s %s: %s", "compacting" if task.action == COMPACT else "vacuuming", task.path, task.reason)
     now = datetime.now(UTC).isoformat(timespec="seconds")
     if task.action == COMPACT:
         spark.sql(f"OPTIMIZE {ref}").collect()
@@ -130,10 +139,18 @@ def run(spark: SparkSession, task: Task, policy: MaintenancePolicy) -> None:
 
         record_maintenance(task.path, compacted_at=now, compacted_version=DeltaTable(task.path.removeprefix("file://")).version())
     else:
-        spark.conf.set(_RETENTION_CHECK, "false")  # the retention is the policy's, which settings bound
-        try:
-            spark.sql(f"VACUUM {ref} RETAIN {policy.retention_hours:g} HOURS").collect()
-        finally:
-            spark.conf.unset(_RETENTION_CHECK)
+        vacuum(spark, task.path, policy.retention_hours)
         record_maintenance(task.path, vacuumed_at=now)
     log.info("%s %s: %s", "compacted" if task.action == COMPACT else "vacuumed", task.path, task.reason)
+
+
+def vacuum(spark: SparkSession, path: str, retention_hours: float) -> None:
+    """``VACUUM`` the Delta table at ``path``, keeping the files a version younger than ``retention_hours``
+    needs, with :data:`VACUUM_CONF` for this call only."""
+    for key, value in VACUUM_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        spark.sql(f"VACUUM {table_ref(path)} RETAIN {retention_hours:g} HOURS").collect()
+    finally:
+        for key in VACUUM_CONF:
+            spark.conf.unset(key)
