@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from derived_views.engine.maintenance import MaintenancePolicy
     from derived_views.engine.spark_jars import resolved_jars
     from derived_views.engine.spark_server import server_command, server_environment
+    from derived_views.engine.table_health import TableHealth
     from derived_views.source.log_location import LogLocation
     from derived_views.source.log_source import register
     from derived_views.views import cache, runner, search
@@ -68,6 +69,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "resolved_jars": ("derived_views.engine.spark_jars", "resolved_jars"),
     "EngineSettings": ("derived_views.engine.engine_settings", "EngineSettings"),
     "MaintenancePolicy": ("derived_views.engine.maintenance", "MaintenancePolicy"),
+    "TableHealth": ("derived_views.engine.table_health", "TableHealth"),
 }
 
 __all__ = [
@@ -76,6 +78,7 @@ __all__ = [
     "MaintenancePolicy",
     "SourceTable",
     "StepReport",
+    "TableHealth",
     "ViewContext",
     "ViewTable",
     "cache",

@@ -17,12 +17,12 @@ import click
 
 from cdc.cli import pass_context
 from cdc.data_dir import secure_data_dir
-from cdc.metrics import SyncMetrics, serve
+from cdc.metrics import SyncMetrics, TableFigures, serve
 
 log = logging.getLogger("cdc.views")
 
 if TYPE_CHECKING:
-    from derived_views import StepReport, ViewContext
+    from derived_views import StepReport, TableHealth, ViewContext
     from derived_views.definitions import ViewDefinitions
 
 
@@ -116,10 +116,17 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
             metrics.errors.labels(view=failure.view).inc()
         click.echo(_describe(report), err=True)
 
+    root = view_ctx.views_dir.rstrip("/") + "/"
+
+    def _on_health(tables: list[TableHealth]) -> None:
+        metrics.tables({table.path.removeprefix(root): _figures(table) for table in tables})
+
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         policy = ctx.settings.maintenance_policy() if ctx.settings.maintenance else None  # type: ignore[attr-defined]
-        runner.continuous(view_ctx, names, interval, should_stop=stop.is_set, on_step=_on_step, maintenance=policy)
+        runner.continuous(
+            view_ctx, names, interval, should_stop=stop.is_set, on_step=_on_step, maintenance=policy, on_health=_on_health
+        )
     except Exception:
         for name in names:
             metrics.errors.labels(view=name).inc()
@@ -129,6 +136,20 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
             signal.signal(sig, handler)
         if server is not None:
             server.shutdown()
+
+
+def _figures(table: TableHealth) -> TableFigures:
+    """A table's health as the metrics show it."""
+    from datetime import datetime
+
+    last = table.last_maintenance_at
+    return TableFigures(
+        table.files,
+        table.bytes,
+        table.version,
+        table.versions_since_compaction,
+        datetime.fromisoformat(last).timestamp() if last else None,
+    )
 
 
 @click.command("rebuild")

@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from derived_views.engine.delta_sql import is_local, table_ref
-from derived_views.engine.table_health import TableHealth, record_maintenance, table_health
+from derived_views.engine.table_health import TableHealth, record_maintenance
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -120,11 +120,6 @@ def removable_files(path: str, policy: MaintenancePolicy) -> int:
     if any(c.get("operation") == "VACUUM END" and int(c.get("timestamp", 0)) > recent for c in table.history(1000)):
         return 0
     return len(files)
-
-
-def tasks_for(path: str, policy: MaintenancePolicy) -> list[Task]:
-    """The tasks due on the table at ``path``."""
-    return due(table_health(path, policy.small_file_bytes), policy, removable_files(path, policy))
 
 
 def run(spark: SparkSession, task: Task, policy: MaintenancePolicy) -> None:

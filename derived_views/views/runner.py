@@ -36,6 +36,7 @@ from derived_views.definitions import check as check_definitions
 from derived_views.engine.delta_sql import is_local
 from derived_views.engine.maintenance import MaintenancePolicy, Task
 from derived_views.engine.maintenance import run as run_task
+from derived_views.engine.table_health import TableHealth
 from derived_views.errors import (
     DefinitionChangedError,
     LogUnavailableError,
@@ -327,12 +328,20 @@ def continuous(
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[StepReport], None] = lambda report: None,
     maintenance: MaintenancePolicy | None = None,
+    on_health: Callable[[list[TableHealth]], None] | None = None,
 ) -> None:
     """Sync whenever the watermark moves, polling it every ``interval`` seconds until ``should_stop()``;
     the views' locks are held throughout. With a ``maintenance`` policy the loop also keeps the views'
-    tables healthy, between its steps (:mod:`derived_views.views.upkeep`)."""
+    tables healthy, between its steps (:mod:`derived_views.views.upkeep`). ``on_health`` gets the tables'
+    health after each look at it and each maintenance task (every ``CDC_MAINTENANCE_INTERVAL_S``, the
+    default policy's without maintenance)."""
+    upkeep = None
+    if maintenance is not None or on_health is not None:
+        upkeep = Upkeep(maintenance or MaintenancePolicy(), maintain=maintenance is not None)
+        if on_health is not None:
+            upkeep.on_health = on_health
     with view_locks(ctx, resolve(names, ctx.definitions)):
-        _loop(ctx, names, interval, should_stop, on_step, Upkeep(maintenance) if maintenance else None)
+        _loop(ctx, names, interval, should_stop, on_step, upkeep)
 
 
 def maintain(ctx: ViewContext, names: list[str], policy: MaintenancePolicy, only: list[str], *, dry_run: bool) -> list[Task]:
@@ -389,6 +398,7 @@ def _maintain_one(ctx: ViewContext, names: list[str], upkeep: Upkeep | None, wat
         raise
     except Exception as exc:  # noqa: BLE001 - maintenance must never stop the stream of changes
         log.warning("%s of %s failed: %s; it is retried at a later pass", task.action, task.path, summary(exc))
+    upkeep.done(task)
     return True
 
 
