@@ -41,13 +41,16 @@ log = logging.getLogger("cdc.views")
 COMPACT = "compact"
 VACUUM = "vacuum"
 
-#: Session settings of a ``VACUUM`` call, unset after it: Delta's check that it keeps at least the table's
-#: deleted-file retention (7 days by default) is off, the retention being the policy's (which settings
-#: bound) or, for a purge, 0; and it lists the table's directories in a Spark job of a few tasks, a view
-#: table having no partition directories (Spark's default, 10000 tasks, makes a vacuum of a small table
-#: take minutes on local Spark).
+#: Session settings of a ``VACUUM`` call, unset after it. The retention is the one the call names (the
+#: policy's, which settings bound, or for a purge 0): Delta's check that it is at least the table's
+#: deleted-file retention (7 days by default) is off, and so is its rule that ignores any retention but 0
+#: given to ``VACUUM`` (``retentionWindowIgnore``, on by default, which would keep every file younger than
+#: the table's 7 days whatever ``CDC_VACUUM_RETENTION_HOURS`` says). The call lists the table's
+#: directories in a Spark job of a few tasks, a view table having no partition directories (Spark's
+#: default, 10000 tasks, makes a vacuum of a small table take minutes on local Spark).
 VACUUM_CONF = {
     "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+    "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false",
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
 }
 
