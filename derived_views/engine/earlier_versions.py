@@ -24,7 +24,9 @@ Delta commit or a deletion of files no version the log still holds needs, steps 
 deletions); running it again finishes the work (and puts the properties back). Readers of an earlier
 version, and time travel to one, fail from then on: that is what the drop is for.
 
-Only tables on local disk are handled (the log's files are listed and deleted one by one).
+Step 3's properties as they were are kept in the table's maintenance record until step 4 is done, so a
+run after one killed in between puts back the table's own values. Only tables on local disk are handled
+(the log's files are listed and deleted one by one).
 """
 
 from __future__ import annotations
@@ -82,9 +84,10 @@ def drop_earlier_versions(spark: SparkSession, path: str, progress: Progress | N
         )
     local = path.removeprefix("file://")
     ref = table_ref(path)
-    before = _properties_before(path, DeltaTable(local).metadata().configuration)
+    configuration = DeltaTable(local).metadata().configuration
+    before = _properties_before(path, configuration)
     with committing(spark, progress):
-        if before.get("delta.enableDeletionVectors") == "true":
+        if configuration.get("delta.enableDeletionVectors") == "true":
             spark.sql(f"REORG TABLE {ref} APPLY (PURGE)").collect()
         vacuum(spark, path, 0)
         record_maintenance(path, **{_SAVED: before})  # a run killed before step 4 finds them there
