@@ -375,7 +375,8 @@ def views_purge(ctx: object, tables: tuple[str, ...], confirmed: bool) -> None:
     root = str(settings.views_dir.resolve()).rstrip("/") + "/"
     for table in purged:
         changes = f": {'; '.join(table.changes)}" if table.changes else ""
-        click.echo(f"purged {table.path.removeprefix(root)}, kept version {table.version} alone{changes}")
+        dropped = f"kept version {table.version} alone ({table.log_files} files of its log deleted)"
+        click.echo(f"purged {table.path.removeprefix(root)}, {dropped}{changes}")
 
 
 @click.command("spark-server")

@@ -61,6 +61,8 @@ class PurgedTable:
     path: str
     changes: tuple[str, ...]
     version: int
+    log_files: int
+    """Files of its Delta log deleted with the earlier versions."""
 
 
 def view_tables_over(ctx: ViewContext, schema: TableSchema, plans: Mapping[str, Composite]) -> list[tuple[str, str]]:
@@ -122,7 +124,7 @@ def _drop(ctx: ViewContext, path: str, kind: str, changes: list[str]) -> PurgedT
     """Drop the earlier versions of the table at ``path``, its commits carrying its progress."""
     progress = ctx.progress(path) if kind != DEAD_LETTERS else None
     dropped = drop_earlier_versions(ctx.spark, path, progress if progress and progress.position else None)
-    return PurgedTable(path, tuple(changes), dropped.version)
+    return PurgedTable(path, tuple(changes), dropped.version, dropped.log_files)
 
 
 def _apply_rule(

@@ -193,6 +193,7 @@ def test_a_column_the_list_stops_publishing_keeps_no_value_in_the_current_tables
     assert status == 0, err
     purged = {line.split(",")[0].removeprefix("purged ") for line in out.splitlines()}
     assert purged == {"warehouse/current/public.people", "warehouse/history/public.people"}, out
+    assert "name (not published) set to NULL" in out and "rows the row filter leaves out removed" in out, out
     assert view_files_holding(tmp_path, left_out) == {}
     versions_left = rows(spark, history)  # every version of rows 1 and 3 (closed ones included), none of row 5
     assert {row["id"] for row in versions_left} == {1, 3} and {row["name"] for row in versions_left} == {None}
