@@ -123,9 +123,16 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
 
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        policy = ctx.settings.maintenance_policy() if ctx.settings.maintenance else None  # type: ignore[attr-defined]
+        settings = ctx.settings  # type: ignore[attr-defined]
         runner.continuous(
-            view_ctx, names, interval, should_stop=stop.is_set, on_step=_on_step, maintenance=policy, on_health=_on_health
+            view_ctx,
+            names,
+            interval,
+            should_stop=stop.is_set,
+            on_step=_on_step,
+            maintenance=settings.maintenance_policy(),
+            maintain=settings.maintenance,
+            on_health=_on_health,
         )
     except Exception:
         for name in names:

@@ -328,16 +328,17 @@ def continuous(
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[StepReport], None] = lambda report: None,
     maintenance: MaintenancePolicy | None = None,
+    maintain: bool = True,
     on_health: Callable[[list[TableHealth]], None] | None = None,
 ) -> None:
     """Sync whenever the watermark moves, polling it every ``interval`` seconds until ``should_stop()``;
-    the views' locks are held throughout. With a ``maintenance`` policy the loop also keeps the views'
-    tables healthy, between its steps (:mod:`derived_views.views.upkeep`). ``on_health`` gets the tables'
-    health after each look at it and each maintenance task (every ``CDC_MAINTENANCE_INTERVAL_S``, the
-    default policy's without maintenance)."""
+    the views' locks are held throughout. With a ``maintenance`` policy (and ``maintain``) the loop also
+    keeps the views' tables healthy, between its steps (:mod:`derived_views.views.upkeep`). ``on_health``
+    gets the tables' health after each look at it (every ``interval_s`` of the policy, or of the default
+    one) and after each maintenance task."""
     upkeep = None
     if maintenance is not None or on_health is not None:
-        upkeep = Upkeep(maintenance or MaintenancePolicy(), maintain=maintenance is not None)
+        upkeep = Upkeep(maintenance or MaintenancePolicy(), maintain=maintain and maintenance is not None)
         if on_health is not None:
             upkeep.on_health = on_health
     with view_locks(ctx, resolve(names, ctx.definitions)):
