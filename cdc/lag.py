@@ -19,7 +19,11 @@ masks changed since the log read them: capture reads each again under its new ru
 (the tables whose read ``cdc snapshot --cancel`` stopped: capture leaves them out until they are asked
 for again),
 ``views``: list of ``view``, ``tables``, ``as_of_lsn``, ``as_of_appended_at``, ``events_pending``,
-``wal_bytes_behind``, ``seconds_behind``.
+``wal_bytes_behind``, ``seconds_behind``;
+``tables``: list of ``table`` (its path below the views directory), ``views`` (the views that have it),
+``files``, ``bytes`` (of its newest version), ``version`` (its newest Delta version),
+``versions_since_compaction``, ``last_maintenance_at`` (when it was last compacted or vacuumed, ISO 8601;
+null: never) and ``seconds_since_maintenance`` (null: never).
 
 LSNs are PostgreSQL's ``X/Y`` text. The age of the oldest unconfirmed change is the commit time of the
 first transaction after the slot's confirmed position, read by peeking the slot when no capture process
@@ -47,6 +51,7 @@ from cdc.settings import Settings
 
 if TYPE_CHECKING:
     from cdc.capture.table_snapshots import SnapshotLedger
+    from derived_views import ViewTable
 
 SCHEMA_VERSION = 1
 _WARN_SAFE_FRACTION = 0.2
@@ -107,6 +112,22 @@ class ViewLag:
 
 
 @dataclass
+class TableLag:
+    """One view table's files, size, versions and last maintenance (read from its Delta log and its
+    maintenance record, :mod:`derived_views.engine.table_health`)."""
+
+    table: str
+    """Its path below the views directory (``warehouse/current/public.orders``)."""
+    views: list[str]
+    files: int
+    bytes: int
+    version: int
+    versions_since_compaction: int
+    last_maintenance_at: str | None
+    seconds_since_maintenance: float | None
+
+
+@dataclass
 class LagReport:
     schema_version: int
     generated_at: str
@@ -117,6 +138,8 @@ class LagReport:
     violations: list[str] = field(default_factory=list)
     #: tables read beside the stream (:mod:`cdc.read_status`): rows done, estimated, rate, time left
     reads: list[dict[str, Any]] = field(default_factory=list)
+    #: every view table's files, size, versions and last maintenance
+    tables: list[TableLag] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -265,6 +288,22 @@ def measure_log(settings: Settings) -> LogLag:
     return lag
 
 
+def ledger_reads(settings: Settings) -> tuple[dict[str, int], list[str]]:
+    """The LSN capture's latest read of each table is as of (by log name, from the log's snapshot ledger),
+    and the tables whose rule changed since that read (:func:`_rules_changed`: capture reads them again)."""
+    from cdc.capture.table_snapshots import SnapshotLedger
+    from cdc.log_backend import open_log
+
+    if not settings.uses_kafka and not settings.log_dir.exists():
+        return {}, []
+    with open_log(settings) as store:
+        topic = f"{settings.topic_prefix}.__snapshots"
+        if topic not in store.topics():
+            return {}, []
+        ledger = SnapshotLedger.load(store, topic)
+    return {name: entry.lsn for name, entry in ledger.entries.items()}, _rules_changed(settings, ledger)
+
+
 def _rules_changed(settings: Settings, ledger: SnapshotLedger) -> list[str]:
     """The published tables whose rule digest (column list, row filter, masks: see
     :meth:`cdc.capture.catalog.Catalog.published_tables`) differs from the one the log's snapshot ledger
@@ -287,13 +326,12 @@ def _rules_changed(settings: Settings, ledger: SnapshotLedger) -> list[str]:
     )
 
 
-def measure_views(settings: Settings, log: LogLag) -> list[ViewLag]:
+def measure_views(settings: Settings, log: LogLag, listed: list[ViewTable]) -> list[ViewLag]:
     """Per view, the least advanced of its tables against the log's latest watermark.
 
-    Every table the view has over the captured tables counts (:func:`cdc.view_context.listed_tables`):
-    one not synced yet leaves the view without an as-of LSN, with every event of its topics pending, and
-    at least as far behind as its least advanced synced table."""
-    from cdc.view_context import listed_tables
+    Every table the view has over the captured tables counts (``listed``, see
+    :func:`cdc.view_context.listed_tables`): one not synced yet leaves the view without an as-of LSN, with
+    every event of its topics pending, and at least as far behind as its least advanced synced table."""
     from derived_views import tables_of
     from derived_views.definitions import load
 
@@ -301,7 +339,6 @@ def measure_views(settings: Settings, log: LogLag) -> list[ViewLag]:
     latest = log.watermark or {}
     latest_lsn = Lsn.parse(latest["lsn"]) if latest.get("lsn") else Lsn(0)
     latest_ms = _ms(latest.get("appended_at"))
-    listed = listed_tables(settings, lenient=True)
     out: list[ViewLag] = []
     for view in load(settings.views_file).view_names():
         tables = tables_of(listed, view)
@@ -333,6 +370,32 @@ def measure_views(settings: Settings, log: LogLag) -> list[ViewLag]:
     return out
 
 
+def measure_tables(settings: Settings, listed: list[ViewTable]) -> list[TableLag]:
+    """Each view table of ``listed`` that exists, once (with every view that has it), with its health."""
+    root = str(settings.views_dir.resolve()).rstrip("/") + "/"
+    now = time.time()
+    out: dict[str, TableLag] = {}
+    for table in listed:
+        health = table.health
+        if health is None:
+            continue
+        name = table.path.removeprefix(root)
+        if name in out:
+            out[name].views.append(table.view)
+            continue
+        out[name] = TableLag(
+            name,
+            [table.view],
+            health.files,
+            health.bytes,
+            health.version,
+            health.versions_since_compaction,
+            health.last_maintenance_at,
+            health.seconds_since_maintenance(now),
+        )
+    return list(out.values())
+
+
 def _ms(iso: str | None) -> int:
     if not iso:
         return 0
@@ -341,6 +404,7 @@ def _ms(iso: str | None) -> int:
 
 def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal_bytes: int | None = None) -> LagReport:
     """One report over every stage, with warnings and threshold violations filled in."""
+    from cdc.view_context import listed_tables
     from log_store.errors import LogStoreError
 
     source = measure_source(settings)
@@ -350,8 +414,10 @@ def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal
     except LogStoreError as exc:  # Kafka down: the source's lag still shows, and says why capture is stuck
         log, unreadable = LogLag(), exc
     # a view's tables are listed from the captured topics, which an unreadable log cannot tell
-    views = measure_views(settings, log) if unreadable is None else []
+    listed = listed_tables(settings, lenient=True, health=True) if unreadable is None else []
+    views = measure_views(settings, log, listed) if unreadable is None else []
     report = LagReport(SCHEMA_VERSION, _iso(time.time() * 1000) or "", source, log, views)
+    report.tables = measure_tables(settings, listed)
     if unreadable is not None:
         report.violations.append(f"the log cannot be read: {unreadable}")
     else:
@@ -425,7 +491,7 @@ _TIME = {"type": ["string", "null"]}
 JSON_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "type": "object",
-    "required": ["schema_version", "generated_at", "ok", "source", "log", "views", "warnings", "violations"],
+    "required": ["schema_version", "generated_at", "ok", "source", "log", "views", "tables", "warnings", "violations"],
     "properties": {
         "schema_version": {"const": SCHEMA_VERSION},
         "generated_at": {"type": "string"},
@@ -446,6 +512,32 @@ JSON_SCHEMA: dict[str, Any] = {
             },
         },
         "violations": {"type": "array", "items": {"type": "string"}},
+        "tables": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": [
+                    "table",
+                    "views",
+                    "files",
+                    "bytes",
+                    "version",
+                    "versions_since_compaction",
+                    "last_maintenance_at",
+                    "seconds_since_maintenance",
+                ],
+                "properties": {
+                    "table": {"type": "string"},
+                    "views": {"type": "array", "items": {"type": "string"}},
+                    "files": _INT,
+                    "bytes": _INT,
+                    "version": _INT,
+                    "versions_since_compaction": _INT,
+                    "last_maintenance_at": _TIME,
+                    "seconds_since_maintenance": {"type": ["number", "null"], "minimum": 0},
+                },
+            },
+        },
         "source": {
             "type": "object",
             "required": [

@@ -2,17 +2,22 @@
 
 Each long-running process owns one :class:`prometheus_client.CollectorRegistry` with the metrics of its
 role, so ``cdc capture`` and ``cdc sync --continuous`` can run in one container and be scraped apart.
-Scrape ``http://HOST:PORT/metrics``. Port 0 turns the endpoint off.
+Scrape ``http://HOST:PORT/metrics``. Port 0 turns the endpoint off. ``cdc sync --continuous`` also exports
+each view table's files, bytes, version, commits since its last compaction and seconds since its last
+maintenance (``cdc_view_table_*``, labelled by ``table``), read every ``CDC_MAINTENANCE_INTERVAL_S`` and
+after each maintenance task.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from threading import Thread
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 
 
 @dataclass
@@ -75,6 +80,12 @@ class SyncMetrics:
             "cdc_view_last_sync_timestamp_seconds", "When the view last finished a sync step", ["view"], registry=r
         )
         self.errors = Counter("cdc_view_errors", "Failed sync attempts", ["view"], registry=r)
+        self._tables = _TableCollector()
+        r.register(self._tables)
+
+    def tables(self, figures: dict[str, TableFigures]) -> None:
+        """The view tables' figures as last read, by table (each replaces what was known of every table)."""
+        self._tables.tables = dict(figures)
 
     def observe(self, view: str, events: int, as_of_lsn: int) -> None:
         """Record a finished sync step of ``view``: it is at the newest watermark, nothing newer is captured."""
@@ -83,6 +94,51 @@ class SyncMetrics:
         self.as_of_lsn.labels(view=view).set(as_of_lsn)
         self.seconds_behind.labels(view=view).set(0)
         self.last_sync.labels(view=view).set_to_current_time()
+
+
+@dataclass(frozen=True)
+class TableFigures:
+    """One view table's files, bytes, versions and last maintenance, as ``cdc sync --continuous`` last read them."""
+
+    files: int
+    bytes: int
+    version: int
+    versions_since_compaction: int
+    last_maintenance_at: float | None
+    """When it was last compacted or vacuumed (a POSIX time; ``None``: never)."""
+
+
+class _TableCollector:
+    """The ``cdc_view_table_*`` gauges, labelled by table (its path below the views directory), from the
+    figures last read; the seconds since a table's last maintenance are counted when scraped."""
+
+    def __init__(self) -> None:
+        self.tables: dict[str, TableFigures] = {}
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        tables = dict(self.tables)
+        gauges = {
+            "files": GaugeMetricFamily("cdc_view_table_files", "Data files of the view table's newest version", labels=["table"]),
+            "bytes": GaugeMetricFamily("cdc_view_table_bytes", "Bytes of those files", labels=["table"]),
+            "version": GaugeMetricFamily("cdc_view_table_version", "The view table's newest Delta version", labels=["table"]),
+            "since": GaugeMetricFamily(
+                "cdc_view_table_versions_since_compaction", "Commits since the view table was last compacted", labels=["table"]
+            ),
+            "maintained": GaugeMetricFamily(
+                "cdc_view_table_seconds_since_maintenance",
+                "Seconds since the view table was last compacted or vacuumed (absent: never)",
+                labels=["table"],
+            ),
+        }
+        now = time.time()
+        for table, figures in sorted(tables.items()):
+            gauges["files"].add_metric([table], figures.files)
+            gauges["bytes"].add_metric([table], figures.bytes)
+            gauges["version"].add_metric([table], figures.version)
+            gauges["since"].add_metric([table], figures.versions_since_compaction)
+            if figures.last_maintenance_at is not None:
+                gauges["maintained"].add_metric([table], max(0.0, now - figures.last_maintenance_at))
+        yield from gauges.values()
 
 
 def serve(registry: CollectorRegistry, port: int, address: str = "0.0.0.0") -> Any | None:

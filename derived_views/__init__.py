@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from derived_views.engine.maintenance import MaintenancePolicy
     from derived_views.engine.spark_jars import resolved_jars
     from derived_views.engine.spark_server import server_command, server_environment
+    from derived_views.engine.table_health import TableHealth
     from derived_views.source.log_location import LogLocation
     from derived_views.source.log_source import register
     from derived_views.views import cache, runner, search
@@ -73,6 +74,7 @@ _EXPORTS: dict[str, tuple[str, str | None]] = {
     "versions_as_of": ("derived_views.views.as_of_reads", "versions_as_of"),
     "select_versions": ("derived_views.views.as_of_reads", "select_versions"),
     "VersionsAsOf": ("derived_views.views.as_of_reads", "VersionsAsOf"),
+    "TableHealth": ("derived_views.engine.table_health", "TableHealth"),
 }
 
 __all__ = [
@@ -81,6 +83,7 @@ __all__ = [
     "MaintenancePolicy",
     "SourceTable",
     "StepReport",
+    "TableHealth",
     "ViewContext",
     "VersionsAsOf",
     "ViewTable",

@@ -52,7 +52,8 @@ def _failover_ready(source: SourceLag) -> str:
 
 
 def render(report: LagReport) -> Group:
-    """The report as three tables (source, log, views) and its warnings."""
+    """The report as tables (source, log, views, the view tables' files and maintenance, reads beside the
+    stream) and its warnings."""
     source = report.source
     src = Table(title="source → log", title_justify="left", show_header=False)
     src.add_column("what", style="bold")
@@ -102,6 +103,20 @@ def render(report: LagReport) -> Group:
         )
     if not report.views:
         views.caption = "no view has synced yet"
+    tables = Table(title="view tables", title_justify="left")
+    tables.add_column("table", no_wrap=True)
+    for column in ("files", "size", "version", "since compaction", "last maintenance"):
+        tables.add_column(column)
+    for table in report.tables:
+        since = table.seconds_since_maintenance
+        tables.add_row(
+            table.table,
+            str(table.files),
+            _human_bytes(table.bytes),
+            str(table.version),
+            f"{table.versions_since_compaction} versions",
+            "never" if since is None else f"{_seconds(since)} ago",
+        )
     reads = Table(title="tables read beside the stream", title_justify="left")
     for column in ("table", "rows", "estimated", "rows/s", "time left"):
         reads.add_column(column)
@@ -116,7 +131,7 @@ def render(report: LagReport) -> Group:
         )
     notes = [f"[yellow]warning:[/] {w}" for w in report.warnings]
     notes += [f"[red]over limit:[/] {v}" for v in report.violations]
-    return Group(src, log, views, *([reads] if report.reads else []), *notes)
+    return Group(src, log, views, *([tables] if report.tables else []), *([reads] if report.reads else []), *notes)
 
 
 def _watch(settings: Settings, interval: float, max_lag_seconds: float | None, max_wal_bytes: int | None) -> None:

@@ -17,13 +17,13 @@ import click
 
 from cdc.cli import pass_context
 from cdc.data_dir import secure_data_dir
-from cdc.metrics import SyncMetrics, serve
+from cdc.metrics import SyncMetrics, TableFigures, serve
 
 log = logging.getLogger("cdc.views")
 
 if TYPE_CHECKING:
     from cdc.settings import Settings
-    from derived_views import StepReport, VersionsAsOf, ViewContext, ViewTable
+    from derived_views import StepReport, TableHealth, VersionsAsOf, ViewContext, ViewTable
     from derived_views.definitions import ViewDefinitions
 
 
@@ -117,10 +117,24 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
             metrics.errors.labels(view=failure.view).inc()
         click.echo(_describe(report), err=True)
 
+    root = view_ctx.views_dir.rstrip("/") + "/"
+
+    def _on_health(tables: list[TableHealth]) -> None:
+        metrics.tables({table.path.removeprefix(root): _figures(table) for table in tables})
+
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        policy = ctx.settings.maintenance_policy() if ctx.settings.maintenance else None  # type: ignore[attr-defined]
-        runner.continuous(view_ctx, names, interval, should_stop=stop.is_set, on_step=_on_step, maintenance=policy)
+        settings = ctx.settings  # type: ignore[attr-defined]
+        runner.continuous(
+            view_ctx,
+            names,
+            interval,
+            should_stop=stop.is_set,
+            on_step=_on_step,
+            maintenance=settings.maintenance_policy(),
+            maintain=settings.maintenance,
+            on_health=_on_health,
+        )
     except Exception:
         for name in names:
             metrics.errors.labels(view=name).inc()
@@ -130,6 +144,20 @@ def sync(ctx: object, views: tuple[str, ...], mode: str, interval: float) -> Non
             signal.signal(sig, handler)
         if server is not None:
             server.shutdown()
+
+
+def _figures(table: TableHealth) -> TableFigures:
+    """A table's health as the metrics show it."""
+    from datetime import datetime
+
+    last = table.last_maintenance_at
+    return TableFigures(
+        table.files,
+        table.bytes,
+        table.version,
+        table.versions_since_compaction,
+        datetime.fromisoformat(last).timestamp() if last else None,
+    )
 
 
 @click.command("rebuild")
@@ -384,6 +412,57 @@ def views_as_of(ctx: object, lsn: str, views: tuple[str, ...], as_json: bool) ->
     click.echo(f"every table as of {chosen.as_of}: it holds every commit before {chosen.lsn}")
     for row in rows:
         click.echo(f"{row['view']:<16} {row['holds']:<40} v{row['version']:<8} {row['path']}")
+
+
+@views_cmd.command("purge")
+@click.argument("tables", nargs=-1)
+@click.option(
+    "--yes-drop-history",
+    "confirmed",
+    is_flag=True,
+    help="Confirm that every earlier version of the view tables over TABLES is dropped (no time travel to them).",
+)
+@pass_context
+def views_purge(ctx: object, tables: tuple[str, ...], confirmed: bool) -> None:
+    """Apply the capture rule of TABLES (schema.table; default every captured table) to every version of
+    the view tables over them, history included, and drop their earlier versions and files, so that no
+    value a column list, row filter or mask now leaves out stays in a view file."""
+    from cdc.capture.errors import ConfigError
+    from cdc.lag import ledger_reads
+    from cdc.view_context import location_from_settings
+    from derived_views import captured_tables, runner
+
+    if not confirmed:
+        raise click.UsageError(
+            "a purge drops every earlier version of the view tables over the tables it purges (Delta time travel "
+            "to them, and the history's values a rule now leaves out): add --yes-drop-history to go on"
+        )
+    settings = ctx.settings  # type: ignore[attr-defined]
+    captured = {schema.dotted_name: schema for schema in captured_tables(location_from_settings(settings), settings.topic_prefix)}
+    if not captured:
+        raise ConfigError("the log captures no table yet: run `cdc capture` first; nothing was purged")
+    unknown = [table for table in tables if table not in captured]
+    if unknown:
+        raise ConfigError(
+            f"unknown table {', '.join(repr(t) for t in unknown)}: the log captures {', '.join(sorted(captured))}; "
+            "name each as schema.table; nothing was purged"
+        )
+    chosen = list(dict.fromkeys(tables)) or sorted(captured)
+    read_at, read_again = ledger_reads(settings)
+    waiting = [name for name in chosen if captured[name].qualified in read_again]
+    if waiting:
+        raise ConfigError(
+            f"the rule of {', '.join(waiting)} changed and capture has not read it again yet: run `cdc capture` until "
+            "`cdc lag` no longer names it, then purge; nothing was purged"
+        )
+    names = runner.resolve([], _definitions(ctx))
+    view_ctx = _context(ctx, one_shot=True)
+    purged = runner.purge(view_ctx, names, chosen, settings.database_url, settings.publication, read_at)
+    root = str(settings.views_dir.resolve()).rstrip("/") + "/"
+    for table in purged:
+        changes = f": {'; '.join(table.changes)}" if table.changes else ""
+        dropped = f"kept version {table.version} alone ({table.log_files} files of its log deleted)"
+        click.echo(f"purged {table.path.removeprefix(root)}, {dropped}{changes}")
 
 
 @click.command("spark-server")

@@ -47,7 +47,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from derived_views.engine.delta_sql import is_local, table_ref
-from derived_views.engine.table_health import TableHealth, record_maintenance, table_health
+from derived_views.engine.table_health import TableHealth, record_maintenance
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,8 +64,18 @@ RETENTION_PROPERTIES = {"delta.logRetentionDuration": 30 * 24.0, "delta.deletedF
 _INTERVAL = re.compile(r"^\s*interval\s+(\d+(?:\.\d+)?)\s+(second|minute|hour|day|week)s?\s*$", re.IGNORECASE)
 _UNIT_HOURS = {"second": 1 / 3600, "minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0}
 
-#: Delta's check that a ``VACUUM`` keeps at least the table's deleted-file retention (7 days by default).
-_RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+#: Session settings of a ``VACUUM`` call, unset after it. The retention is the one the call names (the
+#: policy's, which settings bound, or for a purge 0): Delta's check that it is at least the table's
+#: deleted-file retention (7 days by default) is off, and so is its rule that ignores any retention but 0
+#: given to ``VACUUM`` (``retentionWindowIgnore``, on by default, which would keep every file younger than
+#: the table's 7 days whatever ``CDC_VACUUM_RETENTION_HOURS`` says). The call lists the table's
+#: directories in a Spark job of a few tasks, a view table having no partition directories (Spark's
+#: default, 10000 tasks, makes a vacuum of a small table take minutes on local Spark).
+VACUUM_CONF = {
+    "spark.databricks.delta.retentionDurationCheck.enabled": "false",
+    "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "4",
+}
 
 
 @dataclass(frozen=True)
@@ -160,9 +170,10 @@ def _short_retention(path: str, policy: MaintenancePolicy) -> dict[str, str]:
     return retention_properties(DeltaTable(path.removeprefix("file://")).metadata().configuration, policy)
 
 
-def tasks_for(path: str, policy: MaintenancePolicy) -> list[Task]:
-    """The tasks due on the table at ``path``."""
-    tasks = due(table_health(path, policy.small_file_bytes), policy, removable_files(path, policy))
+def tasks_for(path: str, policy: MaintenancePolicy, health: TableHealth) -> list[Task]:
+    """The tasks due on the table at ``path`` whose health is ``health``: first, table properties that keep
+    too short a time what the retention promises readable (:data:`RETAIN`), then :func:`due`'s."""
+    tasks = due(health, policy, removable_files(path, policy))
     short = _short_retention(path, policy)
     if short:
         reason = f"{', '.join(sorted(short))} shorter than the {policy.retention_hours:g} h versions are kept readable"
@@ -171,7 +182,8 @@ def tasks_for(path: str, policy: MaintenancePolicy) -> list[Task]:
 
 
 def run(spark: SparkSession, task: Task, policy: MaintenancePolicy) -> None:
-    """Do ``task`` through delta-spark and record it in the table's maintenance record."""
+    """Do ``task`` through delta-spark and record it in the table's maintenance record; one log line says
+    the task starts (``compacting <path>: <reason>``, ``vacuuming ...``), one that it is done."""
     ref = table_ref(task.path)
     now = datetime.now(UTC).isoformat(timespec="seconds")
     if task.action == RETAIN:
@@ -181,16 +193,25 @@ def run(spark: SparkSession, task: Task, policy: MaintenancePolicy) -> None:
             spark.sql(f"ALTER TABLE {ref} SET TBLPROPERTIES ({settings})").collect()
         log.info("kept %s readable for %g h: %s", task.path, policy.retention_hours, task.reason)
         return
+    log.info("%s %s: %s", "compacting" if task.action == COMPACT else "vacuuming", task.path, task.reason)
     if task.action == COMPACT:
         spark.sql(f"OPTIMIZE {ref}").collect()
         from deltalake import DeltaTable
 
         record_maintenance(task.path, compacted_at=now, compacted_version=DeltaTable(task.path.removeprefix("file://")).version())
     else:
-        spark.conf.set(_RETENTION_CHECK, "false")  # the retention is the policy's, which settings bound
-        try:
-            spark.sql(f"VACUUM {ref} RETAIN {policy.retention_hours:g} HOURS").collect()
-        finally:
-            spark.conf.unset(_RETENTION_CHECK)
+        vacuum(spark, task.path, policy.retention_hours)
         record_maintenance(task.path, vacuumed_at=now)
     log.info("%s %s: %s", "compacted" if task.action == COMPACT else "vacuumed", task.path, task.reason)
+
+
+def vacuum(spark: SparkSession, path: str, retention_hours: float) -> None:
+    """``VACUUM`` the Delta table at ``path``, keeping the files a version younger than ``retention_hours``
+    needs, with :data:`VACUUM_CONF` for this call only."""
+    for key, value in VACUUM_CONF.items():
+        spark.conf.set(key, value)
+    try:
+        spark.sql(f"VACUUM {table_ref(path)} RETAIN {retention_hours:g} HOURS").collect()
+    finally:
+        for key in VACUUM_CONF:
+            spark.conf.unset(key)

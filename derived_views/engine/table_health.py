@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,17 @@ class TableHealth:
     compacted_at: str | None
     vacuumed_at: str | None
 
+    @property
+    def last_maintenance_at(self) -> str | None:
+        """When the table was last compacted or vacuumed (ISO 8601 in UTC; ``None``: never)."""
+        done = [moment for moment in (self.compacted_at, self.vacuumed_at) if moment]
+        return max(done) if done else None
+
+    def seconds_since_maintenance(self, now: float) -> float | None:
+        """Seconds from its last maintenance to ``now`` (a POSIX time; ``None``: never maintained)."""
+        last = self.last_maintenance_at
+        return None if last is None else max(0.0, now - datetime.fromisoformat(last).timestamp())
+
 
 def _record_file(path: str) -> Path | None:
     return Path(path.removeprefix("file://")) / MAINTENANCE_FILE if is_local(path) else None
@@ -57,7 +69,8 @@ def maintenance_record(path: str) -> dict[str, Any]:
 
 
 def record_maintenance(path: str, **done: Any) -> None:
-    """Add ``done`` (``compacted_at``/``compacted_version``, ``vacuumed_at``) to the table's record."""
+    """Add ``done`` (``compacted_at``/``compacted_version``, ``vacuumed_at``, a purge's ``purged_at``) to the
+    table's record."""
     file = _record_file(path)
     if file is None:
         return

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
@@ -36,6 +36,7 @@ from derived_views.definitions import check as check_definitions
 from derived_views.engine.delta_sql import is_local
 from derived_views.engine.maintenance import MaintenancePolicy, Task
 from derived_views.engine.maintenance import run as run_task
+from derived_views.engine.table_health import TableHealth
 from derived_views.errors import (
     DefinitionChangedError,
     LogUnavailableError,
@@ -48,6 +49,8 @@ from derived_views.source.as_of import LogAsOf
 from derived_views.source.log_source import LogWatermark, read_watermark
 from derived_views.views import cache, search, warehouse
 from derived_views.views.composite import Composite, checked, plan_for, source_tables
+from derived_views.views.purge import PurgedTable
+from derived_views.views.purge import purge as purge_tables
 from derived_views.views.upkeep import Upkeep, due_tasks, matching, view_table_paths
 from derived_views.write.context import ViewContext
 from derived_views.write.failures import TableFailure, summary
@@ -325,12 +328,21 @@ def continuous(
     should_stop: Callable[[], bool] = lambda: False,
     on_step: Callable[[StepReport], None] = lambda report: None,
     maintenance: MaintenancePolicy | None = None,
+    maintain: bool = True,
+    on_health: Callable[[list[TableHealth]], None] | None = None,
 ) -> None:
     """Sync whenever the watermark moves, polling it every ``interval`` seconds until ``should_stop()``;
-    the views' locks are held throughout. With a ``maintenance`` policy the loop also keeps the views'
-    tables healthy, between its steps (:mod:`derived_views.views.upkeep`)."""
+    the views' locks are held throughout. With a ``maintenance`` policy (and ``maintain``) the loop also
+    keeps the views' tables healthy, between its steps (:mod:`derived_views.views.upkeep`). ``on_health``
+    gets the tables' health after each look at it (every ``interval_s`` of the policy, or of the default
+    one) and after each maintenance task."""
+    upkeep = None
+    if maintenance is not None or on_health is not None:
+        upkeep = Upkeep(maintenance or MaintenancePolicy(), maintain=maintain and maintenance is not None)
+        if on_health is not None:
+            upkeep.on_health = on_health
     with view_locks(ctx, resolve(names, ctx.definitions)):
-        _loop(ctx, names, interval, should_stop, on_step, Upkeep(maintenance) if maintenance else None)
+        _loop(ctx, names, interval, should_stop, on_step, upkeep)
 
 
 def maintain(ctx: ViewContext, names: list[str], policy: MaintenancePolicy, only: list[str], *, dry_run: bool) -> list[Task]:
@@ -343,6 +355,30 @@ def maintain(ctx: ViewContext, names: list[str], policy: MaintenancePolicy, only
             for task in tasks:
                 _run_task(ctx, chosen, task, policy)
         return tasks
+
+
+def purge(
+    ctx: ViewContext, names: list[str], tables: list[str], database_url: str, publication: str, read_at: Mapping[str, int]
+) -> list[PurgedTable]:
+    """Bring the views ``names`` to the log's latest watermark, then apply the capture rule of the source
+    tables ``tables`` (``schema.table``) to every version of the view tables over them and drop their
+    earlier versions (:mod:`derived_views.views.purge`), holding the views' locks throughout. Nothing is
+    purged when a table of the step fails."""
+    chosen = resolve(names, ctx.definitions)
+    with view_locks(ctx, chosen):
+        report = _step(ctx, chosen)
+        if report.watermark is None:
+            raise LogUnavailableError(f"the log at {ctx.log} holds no complete snapshot yet: run `cdc capture` first")
+        if report.failures:
+            lines = " | ".join(failure.line() for failure in report.failures)
+            raise ViewError(f"nothing was purged: the views could not be brought up to date first: {lines}")
+        schemas = {schema.dotted_name: schema for schema in ctx.schemas(report.watermark).values()}
+        unknown = [table for table in tables if table not in schemas]
+        if unknown:
+            raise ViewError(f"nothing was purged: the log does not capture {', '.join(unknown)}")
+        plans = plans_at(ctx, report.watermark)
+        with shared_copies_lock(ctx, chosen):
+            return purge_tables(ctx, [schemas[table] for table in tables], plans, database_url, publication, read_at)
 
 
 def _run_task(ctx: ViewContext, names: list[str], task: Task, policy: MaintenancePolicy) -> None:
@@ -363,6 +399,7 @@ def _maintain_one(ctx: ViewContext, names: list[str], upkeep: Upkeep | None, wat
         raise
     except Exception as exc:  # noqa: BLE001 - maintenance must never stop the stream of changes
         log.warning("%s of %s failed: %s; it is retried at a later pass", task.action, task.path, summary(exc))
+    upkeep.done(task)
     return True
 
 

@@ -17,11 +17,13 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from derived_views.engine.delta_sql import is_local
 from derived_views.engine.maintenance import COMPACT, MaintenancePolicy, Task, tasks_for
+from derived_views.engine.table_health import TableHealth, table_health
 from derived_views.source.log_source import LogWatermark
 from derived_views.views import cache, search, warehouse
 from derived_views.views.status import delta_tables
@@ -68,29 +70,60 @@ def matching(paths: list[str], views_dir: str, wanted: list[str]) -> list[str]:
     ]
 
 
-def due_tasks(paths: list[str], policy: MaintenancePolicy) -> list[Task]:
-    """The tasks due on the tables at ``paths``, compactions first (a vacuum after them removes the files
-    they replaced once those age past the retention); a table that cannot be read is skipped, with a warning."""
-    tasks: list[Task] = []
+def health_of(paths: list[str], policy: MaintenancePolicy) -> dict[str, TableHealth]:
+    """The health of each table at ``paths`` (:mod:`derived_views.engine.table_health`); a table that cannot
+    be read is left out, with a warning."""
+    found: dict[str, TableHealth] = {}
     for path in paths:
         try:
-            tasks.extend(tasks_for(path, policy))
+            found[path] = table_health(path, policy.small_file_bytes)
+        except Exception as exc:  # noqa: BLE001 - one unreadable table must not stop the others' maintenance
+            log.warning("cannot read the health of the view table %s: %s", path, summary(exc))
+    return found
+
+
+def tasks_due(health: dict[str, TableHealth], policy: MaintenancePolicy) -> list[Task]:
+    """The tasks due on the tables whose ``health`` is known, compactions first (a vacuum after them
+    removes the files they replaced once those age past the retention); a table whose old files cannot be
+    read is skipped, with a warning."""
+    tasks: list[Task] = []
+    for path, table in health.items():
+        try:
+            tasks.extend(tasks_for(path, policy, table))
         except Exception as exc:  # noqa: BLE001 - one unreadable table must not stop the others' maintenance
             log.warning("cannot read the health of the view table %s: %s", path, summary(exc))
     return sorted(tasks, key=lambda task: task.action != COMPACT)
 
 
+def due_tasks(paths: list[str], policy: MaintenancePolicy) -> list[Task]:
+    """The tasks due on the tables at ``paths`` (:func:`tasks_due`)."""
+    return tasks_due(health_of(paths, policy), policy)
+
+
 @dataclass
 class Upkeep:
-    """The maintenance a continuous sync does between its steps (see the module docstring)."""
+    """The maintenance a continuous sync does between its steps (see the module docstring), and the
+    tables' health it reads for it, handed to ``on_health`` after each look and each task. With
+    ``maintain`` false it only reads the health, at the same interval."""
 
     policy: MaintenancePolicy
+    maintain: bool = True
+    on_health: Callable[[list[TableHealth]], None] = lambda health: None
     queue: deque[Task] = field(default_factory=deque)
     next_check: float = 0.0
+    health: dict[str, TableHealth] = field(default_factory=dict)
 
     def next_task(self, ctx: ViewContext, names: list[str], watermark: LogWatermark | None) -> Task | None:
         """The next task due, looking at the tables' health again once the interval has passed."""
         if not self.queue and time.monotonic() >= self.next_check:
-            self.queue.extend(due_tasks(view_table_paths(ctx, names, watermark), self.policy))
+            self.health = health_of(view_table_paths(ctx, names, watermark), self.policy)
+            if self.maintain:
+                self.queue.extend(tasks_due(self.health, self.policy))
             self.next_check = time.monotonic() + self.policy.interval_s
+            self.on_health(list(self.health.values()))
         return self.queue.popleft() if self.queue else None
+
+    def done(self, task: Task) -> None:
+        """``task`` was done (or failed): its table's health is read again."""
+        self.health.update(health_of([task.path], self.policy))
+        self.on_health(list(self.health.values()))

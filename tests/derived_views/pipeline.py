@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pytest
+
 from tests.cdc.helpers import execute, settings_for
 
 __all__ = [
@@ -12,12 +14,15 @@ __all__ = [
     "context",
     "dead_letters",
     "execute",
+    "in_process",
     "read_every_view_table",
     "rows",
     "settings_for",
     "sync",
     "through",
     "verify_views",
+    "view_files_holding",
+    "view_versions",
 ]
 
 if TYPE_CHECKING:
@@ -97,3 +102,61 @@ def read_every_view_table(data_dir: Path) -> dict[str, int]:
     for log_dir in sorted(data_dir.rglob("_delta_log")):
         counts[str(log_dir.parent.relative_to(data_dir))] = len(DeltaTable(str(log_dir.parent)).to_pandas())
     return counts
+
+
+def _pieces(value: str) -> list[str]:
+    """``value`` in 12-character pieces (itself when shorter): a piece found is a trace of the value even
+    when compression split it or a Delta log's statistics cut it short (at 32 characters)."""
+    return [value[i : i + 12] for i in range(0, max(len(value) - 11, 1), 12)]
+
+
+def view_files_holding(data_dir: Path, values: list[str]) -> dict[str, list[str]]:
+    """Every file of the views under ``data_dir`` (all but the log and the views file: every file of every
+    view table, their Delta logs included) holding a trace of one of ``values``, with the values traced."""
+    found: dict[str, list[str]] = {}
+    log = data_dir / "log"
+    for path in sorted(p for p in data_dir.rglob("*") if p.is_file() and log not in p.parents and p.suffix != ".toml"):
+        data = path.read_bytes()
+        held = [value for value in values if any(piece.encode() in data for piece in _pieces(value))]
+        if held:
+            found[str(path.relative_to(data_dir))] = held
+    return found
+
+
+def view_versions(data_dir: Path) -> dict[str, int]:
+    """The version of every Delta table of the views under ``data_dir``."""
+    from deltalake import DeltaTable
+
+    log = data_dir / "log"
+    return {
+        str(table.parent.relative_to(data_dir)): DeltaTable(str(table.parent)).version()
+        for table in sorted(data_dir.rglob("_delta_log"))
+        if log not in table.parents
+    }
+
+
+def in_process(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], settings: Settings, *args: str
+) -> tuple[int, str, str]:
+    """``cdc ARGS`` run in this process (its Spark session) with ``settings``' source, data directory, views
+    file, tables and mask key: its exit status, stdout and stderr."""
+    from cdc.cli import cli, run
+    from cdc.commands import register
+
+    register(cli)
+    environment = {
+        "CDC_DATABASE_URL": settings.database_url,
+        "CDC_DATA_DIR": str(settings.data_dir),
+        "CDC_VIEWS_FILE": str(settings.views_file),
+        "CDC_TABLES": ",".join(settings.tables),
+        "CDC_MASK_KEY": settings.mask_key_bytes.decode() if settings.mask_key_bytes else "",
+    }
+    for name, value in environment.items():
+        if value:
+            monkeypatch.setenv(name, value)
+        else:
+            monkeypatch.delenv(name, raising=False)
+    capsys.readouterr()
+    status = run(cli, list(args))
+    shown = capsys.readouterr()
+    return status, shown.out, shown.err

@@ -18,6 +18,7 @@ from derived_views.engine.exact_versions import (
 )
 from derived_views.engine.maintenance import RETAIN, MaintenancePolicy, retention_properties, tasks_for
 from derived_views.engine.progress import Progress
+from derived_views.engine.table_health import table_health
 from derived_views.errors import AsOfError
 from derived_views.source.as_of import LogAsOf
 from derived_views.source.log_location import LogLocation
@@ -185,4 +186,5 @@ def test_maintenance_raises_the_delta_retentions_below_the_vacuum_retention(tmp_
         "delta.deletedFileRetentionDuration": "interval 168 hours"
     }
     path = _table(tmp_path / "t", [progress(0x10)])
-    assert [t.action for t in tasks_for(path, month)] == [RETAIN] and tasks_for(path, week) == []
+    health = table_health(path, week.small_file_bytes)
+    assert [t.action for t in tasks_for(path, month, health)] == [RETAIN] and tasks_for(path, week, health) == []

@@ -15,6 +15,8 @@ from tests.derived_views.conftest import EXAMPLE_VIEWS
 from tests.derived_views.log_builder import LogBuilder, product
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from derived_views.views.runner import StepReport
     from derived_views.write.context import ViewContext
 
@@ -128,3 +130,48 @@ def _ids_as_of(path: str, version: int) -> list[int]:
     from deltalake import DeltaTable
 
     return sorted(DeltaTable(path, version=version).to_pyarrow_table(columns=["id"]).column("id").to_pylist())
+
+
+def test_dropping_earlier_versions_leaves_no_byte_of_them_with_deletion_vectors_and_change_files(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """A table with deletion vectors and a change data feed, whose rows were deleted and updated: after
+    :func:`drop_earlier_versions` no file under it holds a value only an earlier version held (data,
+    change and deletion-vector files, Delta log statistics and checksums), the newest version reads as
+    before, its commits carry the table's progress, and its own properties are as they were."""
+    from deltalake import DeltaTable
+
+    from derived_views.engine.earlier_versions import drop_earlier_versions
+    from derived_views.engine.progress import Progress, committed_progress
+    from tests.cdc.test_publication_rules import secret
+    from tests.derived_views.pipeline import view_files_holding
+
+    path = str(tmp_path / "table")
+    spark.sql(
+        f"CREATE TABLE delta.`{path}` (id int, name string) USING delta TBLPROPERTIES "
+        "('delta.enableDeletionVectors' = 'true', 'delta.enableChangeDataFeed' = 'true', 'delta.checkpointInterval' = '100')"
+    )
+    rows = [(n, secret("name", n)) for n in range(1, 5)]  # in one file, which the rows kept keep referenced
+    spark.createDataFrame(rows, "id int, name string").coalesce(1).write.format("delta").mode("append").save(path)
+    spark.sql(f"DELETE FROM delta.`{path}` WHERE id = 1")
+    spark.sql(f"UPDATE delta.`{path}` SET name = '{secret('renamed', 2)}' WHERE id = 2")
+    gone, kept = [secret("name", 1), secret("name", 2)], [secret("renamed", 2), secret("name", 3)]
+    assert set(sum(view_files_holding(tmp_path, gone).values(), [])) == set(gone)
+    progress = Progress({"cdc.public.t": {"0": 7}}, "00000000016B3A58", 1)
+
+    drop_earlier_versions(spark, path, progress)
+
+    assert view_files_holding(tmp_path, gone) == {}
+    assert set(sum(view_files_holding(tmp_path, kept).values(), [])) == set(kept)  # the search finds what is there
+    read = spark.read.format("delta").load(path).collect()
+    assert sorted((row["id"], row["name"]) for row in read) == [
+        (2, secret("renamed", 2)),
+        (3, secret("name", 3)),
+        (4, secret("name", 4)),
+    ]
+    table = DeltaTable(path)
+    assert committed_progress(path) == progress
+    assert all(commit.get("userMetadata") == progress.to_json() for commit in table.history())
+    assert table.metadata().configuration["delta.checkpointInterval"] == "100"
+    assert "delta.logRetentionDuration" not in table.metadata().configuration
+    assert not list(Path(path, "_change_data").glob("*.parquet"))

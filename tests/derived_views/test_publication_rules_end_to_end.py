@@ -11,7 +11,19 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from tests.cdc.test_publication_rules import create_tables, files_holding, insert_person, published_people, secret
-from tests.derived_views.pipeline import capture, context, dead_letters, execute, rows, settings_for, sync, verify_views
+from tests.derived_views.pipeline import (
+    capture,
+    context,
+    dead_letters,
+    execute,
+    in_process,
+    rows,
+    settings_for,
+    sync,
+    verify_views,
+    view_files_holding,
+    view_versions,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -128,13 +140,21 @@ def test_only_published_columns_and_rows_reach_the_warehouse(spark: SparkSession
     ]
 
 
-def test_a_column_the_list_stops_publishing_keeps_no_value_in_the_current_tables(
-    spark: SparkSession, pg_url: str, tmp_path: Path
+def test_a_column_the_list_stops_publishing_keeps_no_value_in_the_current_tables_and_a_purge_none_anywhere(
+    spark: SparkSession, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``ALTER PUBLICATION ... SET TABLE`` leaves ``name`` out while the table is captured: the table is read
-    again, and afterwards no current row, nor any current version of the history, holds a ``name`` published
-    before (the column stays, NULL); the history's closed versions keep theirs. Verify agrees, and reports
-    a value left in the column."""
+    """``ALTER PUBLICATION ... SET TABLE`` leaves ``name`` out and row 5 out of the filter while the table is
+    captured: the table is read again, and afterwards no current row, nor any current version of the
+    history, holds a ``name`` published before (the column stays, NULL), and row 5 is gone from them; the
+    history's closed versions keep theirs, as do the tables' earlier versions. Verify agrees, and reports
+    a value left in the column.
+
+    Then ``cdc views purge``: refused without its confirmation or for a table not captured, changing
+    nothing; with it, the rule reaches every version of the history (``name`` NULL, row 5's versions
+    gone) and every earlier version is dropped: no byte of a value the rule leaves out stays in any file
+    of any view table, their Delta logs included, and the views still equal the source."""
+    from deltalake import DeltaTable
+
     from derived_views.views import runner, warehouse
     from derived_views.views.verify import verify
 
@@ -146,19 +166,45 @@ def test_a_column_the_list_stops_publishing_keeps_no_value_in_the_current_tables
     current, history = warehouse.current_path(ctx, "public.people"), warehouse.history_path(ctx, "public.people")
     assert {row["name"] for row in rows(spark, current)} == {secret("name", n) for n in (1, 3, 5)}
 
-    execute(pg_url, "ALTER PUBLICATION cdc_publication SET TABLE people (id, region) WHERE (region = 'eu'), TABLE plain")
+    execute(
+        pg_url, "ALTER PUBLICATION cdc_publication SET TABLE people (id, region) WHERE (region = 'eu' AND id <> 5), TABLE plain"
+    )
     capture(settings)
     sync(ctx, ["warehouse"])
-    assert sorted((row["id"], row["name"]) for row in rows(spark, current)) == [(1, None), (3, None), (5, None)]
-    assert sorted((row["id"], row["name"]) for row in rows(spark, history, "_cdc_is_current")) == [
-        (1, None),
-        (3, None),
-        (5, None),
-    ]
+    assert sorted((row["id"], row["name"]) for row in rows(spark, current)) == [(1, None), (3, None)]
+    assert sorted((row["id"], row["name"]) for row in rows(spark, history, "_cdc_is_current")) == [(1, None), (3, None)]
     assert {row["name"] for row in rows(spark, history, "NOT _cdc_is_current AND name IS NOT NULL")} == {
         secret("name", n) for n in (1, 3, 5)
     }
-    assert verify_views(ctx, pg_url, ["warehouse"]) == 3 + 3
+    assert verify_views(ctx, pg_url, ["warehouse"]) == 2 + 3
+
+    # the purge: bad input first, one error each and nothing changed
+    left_out = [secret("name", n) for n in (1, 3, 5)]
+    held = view_files_holding(tmp_path, left_out)
+    assert any("history" in path for path in held) and any("_delta_log" in path for path in held), held
+    versions = view_versions(tmp_path)
+    status, _, err = in_process(monkeypatch, capsys, settings, "views", "purge", "public.people")
+    assert (status, err.count("error:")) == (2, 1) and "--yes-drop-history" in err, err
+    status, _, err = in_process(monkeypatch, capsys, settings, "views", "purge", "public.nobody", "--yes-drop-history")
+    assert (status, err.count("error:")) == (2, 1) and "unknown table 'public.nobody'" in err, err
+    assert view_versions(tmp_path) == versions and view_files_holding(tmp_path, left_out) == held
+
+    status, out, err = in_process(monkeypatch, capsys, settings, "views", "purge", "public.people", "--yes-drop-history")
+    assert status == 0, err
+    purged = {line.split(",")[0].removeprefix("purged ") for line in out.splitlines()}
+    assert purged == {"warehouse/current/public.people", "warehouse/history/public.people"}, out
+    assert "name (not published) set to NULL" in out and "rows the row filter leaves out removed" in out, out
+    assert view_files_holding(tmp_path, left_out) == {}
+    versions_left = rows(spark, history)  # every version of rows 1 and 3 (closed ones included), none of row 5
+    assert {row["id"] for row in versions_left} == {1, 3} and {row["name"] for row in versions_left} == {None}
+    assert len(versions_left) > 2, versions_left
+    assert sorted((row["id"], row["name"]) for row in rows(spark, current)) == [(1, None), (3, None)]
+    for path in (current, history):  # the newest version alone, and no file it does not need
+        table = DeltaTable(path)
+        oldest = min(int(commit["version"]) for commit in table.history())
+        assert oldest > versions[str(Path(path).relative_to(tmp_path))], table.history()
+        assert {Path(uri).name for uri in table.file_uris()} == {file.name for file in Path(path).glob("*.parquet")}
+    assert verify_views(ctx, pg_url, ["warehouse"]) == 2 + 3
 
     spark.sql(f"UPDATE delta.`{current}` SET name = 'left over' WHERE id = 3")
     watermark = runner.latest(ctx)

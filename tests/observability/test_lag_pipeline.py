@@ -16,6 +16,7 @@ import jsonschema
 import orjson
 import psycopg
 import pytest
+from rich.console import Console
 
 from cdc.coordinator import Capture
 from cdc.lag import JSON_SCHEMA
@@ -75,6 +76,12 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(spark: SparkSess
     assert status == 0
     assert {view["view"] for view in caught_up["views"]} == {"warehouse", "search.products", "cache.order"}
     assert all(view["events_pending"] == 0 for view in caught_up["views"])
+    tables = {table["table"]: table for table in caught_up["tables"]}
+    products = tables["warehouse/current/public.products"]
+    assert sorted(products["views"]) == ["search.products", "warehouse"], products
+    assert products["files"] >= 1 and products["bytes"] > 0 and products["version"] >= 0, products
+    assert products["last_maintenance_at"] is None and products["seconds_since_maintenance"] is None, products
+    assert {"search/products/documents", "cache/order/entries", "warehouse/history/public.orders"} <= set(tables)
 
     with psycopg.connect(reference_db) as conn:
         conn.execute("UPDATE products SET price = price + 1")
@@ -110,3 +117,24 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(spark: SparkSess
         assert view["as_of_lsn"] == synced["log"]["watermark"]["lsn"]
     done = _wait(settings, after_commit, timeout=30)
     assert done.returncode == 0, done.stderr
+
+    # a compaction: lag shows the table's fewer files and when it was maintained, as JSON and as text
+    from cdc import view_context
+    from cdc.commands.lag_cmd import render
+    from cdc.lag import measure
+    from derived_views.engine.maintenance import MaintenancePolicy
+    from derived_views.views import runner
+
+    before = {table["table"]: table for table in synced["tables"]}["warehouse/current/public.categories"]
+    ctx = view_context.context_from_settings(settings, spark)
+    compacted = runner.maintain(ctx, [], MaintenancePolicy(small_files=2), ["warehouse/current/public.categories"], dry_run=False)
+    assert [task.action for task in compacted] == ["compact"] and before["files"] > 1, before
+    _, maintained = _lag(settings)
+    categories = {table["table"]: table for table in maintained["tables"]}["warehouse/current/public.categories"]
+    assert categories["files"] == 1 and categories["version"] == before["version"] + 1, categories
+    assert categories["versions_since_compaction"] == 0 and categories["last_maintenance_at"], categories
+    assert 0 <= categories["seconds_since_maintenance"] < 600, categories
+    console = Console(record=True, width=200)
+    console.print(render(measure(settings)))
+    shown = [line for line in console.export_text().splitlines() if "warehouse/current/public.categories" in line]
+    assert len(shown) == 1 and "0 versions" in shown[0] and "ago" in shown[0], shown

@@ -1,4 +1,5 @@
-"""``cdc sync --continuous`` serves per-view Prometheus metrics that a real HTTP client can scrape."""
+"""``cdc sync --continuous`` serves per-view Prometheus metrics, and each view table's files, bytes and
+versions, that a real HTTP client can scrape."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from cdc.coordinator import Capture
 from cdc.settings import load_settings
@@ -20,6 +23,25 @@ from tests.observability.test_capture_metrics import _scrape, _scrape_or_empty
 pytestmark = pytest.mark.spark
 
 CDC = Path(sys.executable).with_name("cdc")
+
+
+#: The reference schema's tables.
+REFERENCE_TABLES = ("categories", "customers", "products", "orders", "order_items")
+
+
+def table_figures(port: int) -> dict[str, dict[str, float]]:
+    """The ``cdc_view_table_*`` gauges the endpoint serves: name -> table -> value (none while unreachable)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    found: dict[str, dict[str, float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("cdc_view_table_"):
+                found.setdefault(sample.name, {})[sample.labels["table"]] = sample.value
+    return found
 
 
 def test_sync_metrics_endpoint(reference_db: str, tmp_path: Path) -> None:
@@ -54,6 +76,15 @@ def test_sync_metrics_endpoint(reference_db: str, tmp_path: Path) -> None:
         assert metrics["cdc_view_seconds_behind"] == 0
         assert metrics["cdc_view_last_sync_timestamp_seconds"] > 0
         assert metrics.get("cdc_view_errors_total", 0) == 0
+        # each table's files, bytes and versions, read after the step (never maintained: no seconds since)
+        wanted = {f"warehouse/{kind}/public.{table}" for kind in ("current", "history") for table in REFERENCE_TABLES}
+        wait_for(lambda: wanted <= set(table_figures(port).get("cdc_view_table_files", {})), timeout=120, what="table figures")
+        figures = table_figures(port)
+        assert all(figures["cdc_view_table_files"][table] >= 1 for table in wanted), figures
+        assert all(figures["cdc_view_table_bytes"][table] > 0 for table in wanted), figures
+        assert all(figures["cdc_view_table_versions_since_compaction"][table] >= 1 for table in wanted), figures
+        assert figures["cdc_view_table_version"]["warehouse/current/public.products"] >= 0
+        assert figures.get("cdc_view_table_seconds_since_maintenance", {}) == {}
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=120)
