@@ -386,6 +386,7 @@ class Capture:
         if not self._table_of_topic:  # no row is labelled yet: the reads may be as of the slot's position
             self._label_floor = 0
         self._first_reads = {table.relid for table in tables}
+        self.core.confirmed = Lsn(self.position + 1)  # where the slot is: nothing before it is asked for
 
     def _snapshot(self) -> None:
         """Take a new snapshot of every captured table from a new slot (:mod:`cdc.capture.initial_snapshot`), the
@@ -1035,6 +1036,8 @@ class Capture:
         if read.condition is not None:
             self._resume_due = True  # a whole read of the table may wait for it to end (discovery)
         written = read.parts.written
+        written.events += read.held.handed_out  # the held changes its last group wrote are events too
+        written.value_bytes += read.held.handed_out_bytes
         self._count_snapshot(written)
         self.stats.held_changes += read.held.count
         self.stats.reads_resumed += read.resumed_after is not None

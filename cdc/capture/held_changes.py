@@ -115,6 +115,8 @@ class HeldChanges:
         the number of the read's next run."""
         self.path = path
         self.count = 0
+        self.handed_out = 0  # records :meth:`records` gave, and their values' bytes
+        self.handed_out_bytes = 0
         #: the snapshots of the read's runs this process took, by run number
         self.snapshots: dict[int, SnapshotXids] = {}
         #: a truncate marker of the table is among the records: the read must start over (rows read before
@@ -228,12 +230,15 @@ class HeldChanges:
             self._dirty = False
 
     def records(self, keep: Callable[[int, bytes | None], bool] | None = None) -> Iterator[ProducerRecord]:
-        """Every record added, in order; with ``keep``, only those ``keep(run, key)`` is true of."""
+        """Every record added, in order; with ``keep``, only those ``keep(run, key)`` is true of (counted in
+        :attr:`handed_out`: the changes a read's end writes, for capture's figures)."""
         self._file.flush()
         with open(self.path, "rb") as source:
             for _, marked, end, record in _entries(source):
                 run = min((cap for offset, cap in self._caps if end <= offset), default=marked)
                 if keep is None or keep(min(run, marked), record.key):
+                    self.handed_out += 1
+                    self.handed_out_bytes += len(record.value or b"")
                     yield record
 
     def close(self) -> None:
