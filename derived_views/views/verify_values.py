@@ -133,23 +133,27 @@ def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+def loaded(expression: str, type_name: str, masked: bool = False) -> str:
+    """``expression``, a value of type ``type_name``, as psycopg should load it: a native type as it is,
+    any other as text; ``masked``, as the text its type's output function writes."""
+    if masked:
+        return f"CASE WHEN {expression} IS NOT NULL THEN format('%s', {expression}) END"
+    is_array = type_name.startswith("_")
+    base = type_name.lstrip("_")
+    # psycopg loads arrays of the built-in string types (a bpchar[] with its padding, which a cast to
+    # text[] would cut), but knows no array of citext: that one is cast
+    if base in NATIVE or (base in _TEXT_TYPES and (not is_array or base != "citext")):
+        return expression
+    return f"{expression}::text{'[]' if is_array else ''}"
+
+
 def select_list(schema: TableSchema, masked: Collection[str] = ()) -> str:
-    """Columns as psycopg should load them: native types as they are, everything else as text; a
-    ``masked`` column as the text its type's output function writes."""
+    """Columns as psycopg should load them (:func:`loaded`), each under its name."""
     parts = []
     for column in schema.columns:
         name = quote_identifier(column.name)
-        if column.name in masked:
-            parts.append(f"CASE WHEN {name} IS NOT NULL THEN format('%s', {name}) END AS {name}")
-            continue
-        is_array = column.type_name.startswith("_")
-        base = column.type_name.lstrip("_")
-        # psycopg loads arrays of the built-in string types (a bpchar[] with its padding, which a cast to
-        # text[] would cut), but knows no array of citext: that one is cast
-        if base in NATIVE or (base in _TEXT_TYPES and (not is_array or base != "citext")):
-            parts.append(name)
-        else:
-            parts.append(f"{name}::text{'[]' if is_array else ''} AS {name}")
+        expression = loaded(name, column.type_name, column.name in masked)
+        parts.append(name if expression == name else f"{expression} AS {name}")
     return ", ".join(parts)
 
 

@@ -73,7 +73,7 @@ def test_a_new_primary_key_or_identity_index_leaves_no_row_under_the_old_key(pg_
 
 def test_verify_reports_a_row_the_view_holds_under_an_old_key_too() -> None:
     from derived_views.events.schema import Column, TableSchema
-    from tests.derived_views.test_verify_source import compare_rows
+    from tests.rows import compare_rows
 
     schema = TableSchema("public", "pk", "cdc.public.pk", (Column("a", "int4"), Column("b", "int4", key=True)))
     source = [{"a": 1, "b": 101}]

@@ -4,28 +4,18 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime
-from typing import Any
 
 import psycopg
 import pytest
 
 from derived_views.events.schema import Column, TableSchema
-from derived_views.views.verify import SESSION_OPTIONS, read_every_value, source_rows
-from derived_views.views.verify_tables import Layout, Report, compare_table
+from derived_views.views.verify_values import SESSION_OPTIONS, read_every_value
 from tests.cdc.helpers import execute
+from tests.rows import compare_rows, source_rows
 
 pytestmark = pytest.mark.pg
 
 TYPES = {"id": "int4", "d": "date", "ds": "_date", "ts": "timestamp", "tz": "timestamptz", "tzs": "_timestamptz"}
-
-
-def compare_rows(label: str, schema: TableSchema, source: list[dict[str, Any]], view: list[dict[str, Any]]) -> list[str]:
-    """The differences verify lists between two tables' rows, given as dicts."""
-    layout = Layout.of(schema)
-    sides = [[tuple(row.get(name) for name in layout.names) for row in rows] for rows in (source, view)]
-    report = Report(label)
-    compare_table(label, layout, lambda: [sides[0]], lambda: [sides[1]], max(len(source), len(view)), report)
-    return report.differences
 
 
 SCHEMA = TableSchema("public", "edges", "cdc.public.edges", tuple(Column(n, t, key=n == "id") for n, t in TYPES.items()))

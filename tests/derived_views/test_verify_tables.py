@@ -1,5 +1,6 @@
 """``cdc verify`` of a table larger than it holds at once: compared by bucket hashes, then row by row in the
-buckets that differ, in memory that does not grow with the table, each difference named by key and column."""
+buckets that differ, in memory that does not grow with the table, each difference named by key and column;
+so are a search index's documents and a cache entity's entries over it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from derived_views.events.schema import Column, TableSchema
-from tests.derived_views.pipeline import capture, context, execute, settings_for, sync
+from tests.derived_views.pipeline import execute, synced
 from tests.derived_views.test_verify_values import DIFFERENT, SAME
 
 if TYPE_CHECKING:
@@ -21,6 +22,34 @@ ROWS = 30_000
 #: Python memory a verify of ROWS rows may hold at its peak: a batch of rows and the buckets' figures, not
 #: the table (held whole as Python objects, both sides take over 40 MB).
 PEAK_BYTES = 16 << 20
+#: Each item's group (a join) and parts (children, three per item for the first 1,000 items).
+GROUPS, PARTS = 6, 3_000
+VIEWS = """
+[search.items]
+root = "public.t"
+text = ["name", "label"]
+filter = "n >= -2"
+
+[search.items.joins.g]
+table = "public.groups"
+on = "n"
+columns = { label = "label" }
+
+[cache.item]
+root = "public.t"
+columns = ["id", "price", "f", "r", "name"]
+
+[cache.item.lookups.g]
+table = "public.groups"
+on = "n"
+columns = { label = "label" }
+
+[cache.item.children.parts]
+table = "public.parts"
+on = "item_id"
+order_by = "pos"
+"""
+COMPOSITES = ("search.items", "cache.item")
 
 
 @pytest.mark.pg
@@ -30,38 +59,50 @@ def test_a_large_table_is_verified_in_bounded_memory_and_each_difference_named(
     spark: SparkSession, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A table of ROWS rows (negative integers, NaN and negative zero, float4, decimals) verifies equal with
-    a bounded peak of Python memory; then a row deleted from the view, one added, -1 turned into -2 (which
-    Python hashes alike) and -0.0 into 0.0 (which compare equal) are each named."""
+    a bounded peak of Python memory, and so do a search index (a join, a filter) and a cache entity (a
+    lookup, children) over it; then a row deleted from the view, one added, -1 turned into -2 (which
+    Python hashes alike) and -0.0 into 0.0 (which compare equal) are each named, and so are, once the
+    source has moved on, a root deleted, a root's column, a child's column and a joined column changed,
+    and a root that left the index's filter."""
     from pyspark.sql import functions as F
 
-    from derived_views.views import runner, verify_tables, warehouse
+    from derived_views.views import verify_composites, verify_tables, warehouse
     from derived_views.views.verify import verify
 
     execute(
         pg_url,
         "CREATE TABLE t (id bigint PRIMARY KEY, n int, price numeric(12,2), f float8, r real, name text)",
+        "CREATE TABLE groups (id int PRIMARY KEY, label text)",
+        "CREATE TABLE parts (id bigint PRIMARY KEY, item_id bigint, pos int, note text)",
         "CREATE PUBLICATION cdc_publication FOR ALL TABLES",
         "INSERT INTO t SELECT g, g % 7 - 3, ((g * 37) % 99900 + 100) / 100.0, "
         "CASE WHEN g % 11 = 0 THEN 'NaN'::float8 WHEN g % 13 = 0 THEN '-0'::float8 ELSE g / 7.0 END, g / 3.0, 'item ' || g "
         f"FROM generate_series(1, {ROWS}) g",
+        f"INSERT INTO groups SELECT g, 'g' || g FROM generate_series(-3, {GROUPS - 4}) g",  # n = 3 finds no group
+        "INSERT INTO parts SELECT g, g % 1000 + 1, CASE WHEN g % 17 <> 0 THEN g % 5 END, 'n ' || g "
+        f"FROM generate_series(1, {PARTS}) g",
     )
-    settings = settings_for(pg_url, tmp_path)
-    ctx = context(spark, settings)
-    capture(settings)
-    sync(ctx, ["warehouse"])
-    watermark = runner.latest(ctx)
-    assert watermark is not None
+    views_file = tmp_path / "views.toml"
+    views_file.write_text(VIEWS)
+    ctx, watermark = synced(spark, pg_url, tmp_path, ("warehouse", *COMPOSITES), views_file=str(views_file))
     monkeypatch.setattr(verify_tables, "HELD_ROWS", 1_000, raising=False)  # compared by hash at a test's size
+    monkeypatch.setattr(verify_composites, "FILTERED", 2_000, raising=False)
 
+    reports, peaks = {}, {}
     tracemalloc.start()
     try:
-        report = verify(ctx, "warehouse", pg_url, watermark)
-        peak = tracemalloc.get_traced_memory()[1]
+        for view in ("warehouse", *COMPOSITES):
+            tracemalloc.reset_peak()
+            reports[view] = verify(ctx, view, pg_url, watermark)
+            peaks[view] = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert report.ok, report.differences[:5]
-    assert report.compared == ROWS
-    assert peak < PEAK_BYTES, f"verify held {peak / 2**20:.1f} MB of Python memory at its peak"
+    # every item passes the filter but those with n = -3 (id divisible by 7)
+    compared = {"warehouse": ROWS + GROUPS + PARTS, "search.items": ROWS - ROWS // 7, "cache.item": ROWS}
+    for view, report in reports.items():
+        assert report.ok, (view, report.differences[:5])
+        assert report.compared == compared[view], view
+        assert peaks[view] < PEAK_BYTES, f"verify {view} held {peaks[view] / 2**20:.1f} MB of Python memory at its peak"
 
     current = warehouse.current_path(ctx, "public.t")
     spark.sql(f"DELETE FROM delta.`{current}` WHERE id = 5")
@@ -74,6 +115,26 @@ def test_a_large_table_is_verified_in_bounded_memory_and_each_difference_named(
         f"public.t: key ('{ROWS + 1}',) is in the view but not in the source",
         "public.t: key ('13',) column f: source '-0' != view 0.0",
         "public.t: key ('2',) column n: source -1 != view -2",
+    ]
+
+    # the source moves on, the composites stay as they were
+    execute(
+        pg_url,
+        "DELETE FROM t WHERE id = 9",
+        "UPDATE t SET name = 'renamed' WHERE id = 12",
+        "UPDATE t SET n = -3 WHERE id = 15",  # out of the index's filter, and another group
+        "UPDATE parts SET note = 'changed' WHERE id = 1010",  # item 11's second part (its three have pos 0)
+    )
+    assert verify(ctx, "search.items", pg_url, watermark).differences == [
+        "search.items documents: key ('15',) is in the view but not in the source",
+        "search.items documents: key ('9',) is in the view but not in the source",
+        "search.items documents: key ('12',) column name: source 'renamed' != view 'item 12'",
+    ]
+    assert verify(ctx, "cache.item", pg_url, watermark).differences == [
+        "cache.item entries: key ('9',) is in the view but not in the source",
+        "cache.item entries: key ('11',) parts[1] note: source 'changed' != view 'n 1010'",
+        "cache.item entries: key ('12',) column name: source 'renamed' != view 'item 12'",
+        "cache.item entries: key ('15',) column label: source 'g-3' != view 'g-2'",
     ]
 
 
