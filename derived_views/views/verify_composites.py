@@ -35,7 +35,8 @@ from derived_views.events.schema import TableSchema
 from derived_views.views.composite import Composite, Nested, SourceTable
 from derived_views.views.published_rules import WHOLE, PublishedRule, Rules
 from derived_views.views.source_relation import relation_sql
-from derived_views.views.verify_tables import Layout, Report, Row, compare_table, view_table
+from derived_views.views.verify_hashes import COMPARED
+from derived_views.views.verify_tables import Layout, Report, Row, batch_rows, compare_table, view_table
 from derived_views.views.verify_values import loaded, normalize, quote_identifier
 
 if TYPE_CHECKING:
@@ -43,10 +44,8 @@ if TYPE_CHECKING:
 
     from derived_views.write.context import ViewContext
 
-#: The type a :class:`CompositeLayout` gives a column holding compared forms (hashed as they are).
-COMPARED = "compared"
-#: Rows fetched from a server-side cursor at once.
-_FETCH = 5_000
+#: Rows fetched from a server-side cursor at once, and of the view turned into Python values at once.
+_FETCH = 2_000
 #: Documents a search index's filter is evaluated over in one Spark job.
 FILTERED = 20_000
 #: A column's masks by position in a row: the function capture masks its text with.
@@ -364,7 +363,7 @@ def view_rows(path: str, plan: Composite) -> tuple[int, Callable[[], Iterator[li
             key = json.loads(row[0])
             return (*(form(key.get(c)) for c, form in keys), *(form(v) for form, v in zip(forms, row[1:], strict=True)))
 
-        return table.rows, lambda: ([document(row) for row in batch] for batch in table.batches())
+        return table.rows, lambda: ([document(row) for row in batch_rows(piece)] for piece in _pieces(table.batches()))
     read = Layout(("_cdc_key", "value"), ("text", "text"), (0,))
     table = view_table(path, plan.view, read, read.names)
     outputs = _forms(dict(zip(plan.output_columns, types, strict=True)), plan.output_columns)
@@ -381,7 +380,14 @@ def view_rows(path: str, plan: Composite) -> tuple[int, Callable[[], Iterator[li
             ),
         )
 
-    return table.rows, lambda: ([entry(row) for row in batch] for batch in table.batches())
+    return table.rows, lambda: ([entry(row) for row in batch_rows(piece)] for piece in _pieces(table.batches()))
+
+
+def _pieces(batches: Iterable[Any]) -> Iterator[Any]:
+    """Record batches cut into pieces of at most :data:`_FETCH` rows."""
+    for batch in batches:
+        for start in range(0, batch.num_rows, _FETCH):
+            yield batch.slice(start, _FETCH)
 
 
 def _forms(types: Mapping[str, str], columns: Iterable[str]) -> list[tuple[str, str, Callable[[Any], Any]]]:
