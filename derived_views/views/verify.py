@@ -30,6 +30,7 @@ from derived_views.views.verify_tables import (
     ViewTable,
     compare_table,
     copied_batches,
+    read_ahead,
     source_batches,
     view_table,
 )
@@ -95,7 +96,7 @@ def _compare_table(
     first = len(report.differences)
 
     def source() -> Iterable[list[tuple[Any, ...]]]:
-        return source_batches(conn, schema, rule.row_filter, rule.mask_functions, as_text=True)
+        return read_ahead(lambda: source_batches(conn, schema, rule.row_filter, rule.mask_functions, as_text=True))
 
     # a table too large to compare at once is hashed from a COPY of it (when every column has a text
     # that hashes as its value does), read again with a cursor only where buckets differ

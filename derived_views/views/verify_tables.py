@@ -389,7 +389,7 @@ def copied_batches(
     sql = f"COPY (SELECT {', '.join(map(str, expressions))} FROM {table}{where}) TO STDOUT (FORMAT csv)"  # noqa: S608
     masked = [(i, masks[c.name]) for i, c in enumerate(schema.columns) if masks and c.name in masks]
 
-    def batches() -> Iterator[pa.RecordBatch]:
+    def blocks() -> Iterator[pa.RecordBatch]:
         block = bytearray()
         with conn.cursor().copy(sql) as copy:
             while row := copy.read():  # one row a message: a block ends where a row does
@@ -400,7 +400,57 @@ def copied_batches(
         if block:
             yield from _parsed(block, len(schema.columns), masked)
 
-    return batches
+    return lambda: read_ahead(blocks)
+
+
+class _Failed:
+    """An exception raised by :func:`read_ahead`'s producer, for its consumer to raise."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()
+
+
+def read_ahead(produce: Callable[[], Iterator[_T]], depth: int = 2) -> Iterator[_T]:
+    """The items of ``produce()``, made in a thread of their own up to ``depth`` items ahead of the
+    caller (the server writing a ``COPY`` and Arrow parsing it go on while the caller hashes); an
+    exception there is raised here. A caller that stops early lets the thread end the read."""
+    import queue
+    import threading
+
+    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def give(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for item in produce():
+                if not give(item):
+                    return
+            give(_DONE)
+        except BaseException as error:  # handed to the consumer, which raises it
+            give(_Failed(error))
+
+    thread = threading.Thread(target=run, name="cdc-verify-copy", daemon=True)
+    thread.start()
+    try:
+        while (item := items.get()) is not _DONE:
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def _parsed(block: bytearray, width: int, masked: list[tuple[int, Callable[[str], str]]]) -> Iterator[pa.RecordBatch]:
