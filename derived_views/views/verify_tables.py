@@ -231,8 +231,10 @@ def _summed(batches: Batches, columns: list[Column], key: tuple[int, ...], bucke
         counts += np.bincount(bucket, minlength=buckets)
         np.add.at(sums, bucket, row)
         rows += len(row)
-        if held is not None:
-            held = None if rows > HELD_ROWS else [*held, (batch, row, keys)]
+        if held is not None and rows > HELD_ROWS:
+            held = None
+        elif held is not None:
+            held.append((batch, row, keys))
     return _Side(counts, sums, held)
 
 
