@@ -1,10 +1,13 @@
 """``cdc verify`` of a warehouse table at 1M and 10M rows: its rate beside reading each side alone, and its
 peak memory.
 
-Usage: python -m bench.verify_scale [--rows N [N ...]]   (default 1,000,000 10,000,000)
+Usage: python -m bench.verify_scale [--rows N [N ...]] [--wide] [--profile FILE]
+(default 1,000,000 10,000,000 rows)
 
 For each size, a throwaway PostgreSQL holds one narrow table (id bigint primary key, price
-numeric(12,2), name text of about 14 bytes) with N rows filled by the server, captured into the log
+numeric(12,2), name text of about 14 bytes), or with ``--wide`` one of 30 columns (integers, floats
+with NaN, decimals, text, instants with and without zone, dates, booleans, uuids: about 400 bytes a
+row, :data:`bench.views_common.WIDE_TABLE`), with N rows filled by the server, captured into the log
 (``Capture(once=True)``) and synced into the warehouse's current table (the views file keeps no
 history table, so the one table is compared). Then, side by side in one run:
 
@@ -19,12 +22,14 @@ history table, so the one table is compared). Then, side by side in one run:
   is the target, and at least 200,000 rows/s.
 
 The machine's load average is printed with each figure: other work on the machine moves the rates a lot.
-Prints figures, asserts only that the verify found the view equal to the source.
+``--profile FILE`` writes a cProfile of each verify to ``FILE.<rows>`` (read it with ``python -m pstats``;
+the rate is then lower). Prints figures, asserts only that the verify found the view equal to the source.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import os
 import time
 from pathlib import Path
@@ -40,7 +45,7 @@ from cdc.coordinator import Capture
 def _copy_seconds(url: str) -> float:
     """Seconds to read the table through ``COPY ... TO STDOUT``, its bytes thrown away."""
     with psycopg.connect(url) as conn, timed() as elapsed:
-        with conn.cursor().copy("COPY (SELECT id, price, name FROM items) TO STDOUT") as copy:
+        with conn.cursor().copy("COPY (SELECT * FROM items) TO STDOUT") as copy:
             for _ in copy:
                 pass
     return elapsed[0]
@@ -51,18 +56,18 @@ def _scan_seconds(path: str) -> float:
     from derived_views.engine.delta_reads import stream_query
 
     with timed() as elapsed:
-        for _ in stream_query(path, "SELECT id, price, name FROM t"):
+        for _ in stream_query(path, "SELECT * FROM t"):
             pass
     return elapsed[0]
 
 
-def _one_size(rows: int) -> dict[str, float]:
+def _one_size(rows: int, wide: bool, profile: str | None) -> dict[str, float]:
     from cdc import view_context
     from cdc.settings import load_settings
     from derived_views.views import runner, warehouse
     from derived_views.views.verify import verify
 
-    with narrow_database({"items": rows}) as (_server, url, settings):
+    with narrow_database({"items": rows}, wide=wide) as (_server, url, settings):
         views_file = Path(settings.data_dir) / "views.toml"
         views_file.write_text('[warehouse]\nwithout_history = ["public.items"]\n')
         settings = load_settings(
@@ -80,9 +85,16 @@ def _one_size(rows: int) -> dict[str, float]:
         copy_s, scan_s = _copy_seconds(url), _scan_seconds(path)
         before = _status_kb(os.getpid(), "VmRSS")
         _reset_peak_rss(os.getpid())
+        profiler = cProfile.Profile() if profile else None
         with timed() as verified:
+            if profiler is not None:
+                profiler.enable()
             report = verify(ctx, "warehouse", url, watermark)
+            if profiler is not None:
+                profiler.disable()
         peak = _status_kb(os.getpid(), "VmHWM")
+        if profiler is not None:
+            profiler.dump_stats(f"{profile}.{rows}")
         assert report.ok and report.compared == rows, (report.compared, report.differences[:5])
         ctx.spark.stop()
         return {
@@ -98,9 +110,12 @@ def _one_size(rows: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000, 10_000_000], help="table sizes, one run each")
+    parser.add_argument("--wide", action="store_true", help="a table of 30 columns of many types, not the narrow one")
+    parser.add_argument("--profile", metavar="FILE", help="write a cProfile of each verify to FILE.<rows>")
     args = parser.parse_args()
     started = time.perf_counter()
-    results = {rows: _one_size(rows) for rows in args.rows}
+    print(f"{'wide' if args.wide else 'narrow'} table", flush=True)
+    results = {rows: _one_size(rows, args.wide, args.profile) for rows in args.rows}
     print(f"wall time {(time.perf_counter() - started) / 60:.1f} min")
     for rows, f in results.items():
         print(

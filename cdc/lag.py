@@ -15,9 +15,10 @@ of the server read, which a multi-host URL picks), ``role`` (``primary`` or ``st
 (whether ``CDC_STANDBY_URL``'s standby holds a synced, persistent copy of the slot; null without it),
 ``log``: ``watermark`` (null or ``lsn``, ``sequence``, ``appended_at``), ``partitions`` (list of
 ``topic``, ``partition``, ``end_offset``), ``read_again`` (the tables whose column list, row filter or
-masks changed since the log read them: capture reads each again under its new rule) and ``cancelled``
-(the tables whose read ``cdc snapshot --cancel`` stopped: capture leaves them out until they are asked
-for again),
+masks changed since the log read them: capture reads each again under its new rule), ``key_changed``
+(the tables whose events are keyed by other columns since the log read them, a new primary key or
+replica identity index: capture reads each again under its new key) and ``cancelled`` (the tables whose
+read ``cdc snapshot --cancel`` stopped: capture leaves them out until they are asked for again),
 ``views``: list of ``view``, ``tables``, ``as_of_lsn``, ``as_of_appended_at``, ``events_pending``,
 ``wal_bytes_behind``, ``seconds_behind``;
 ``tables``: list of ``table`` (its path below the views directory), ``views`` (the views that have it),
@@ -94,6 +95,8 @@ class LogLag:
     partitions: list[PartitionEnd] = field(default_factory=list)
     #: tables whose rule (column list, row filter, masks) changed since the log read them
     read_again: list[str] = field(default_factory=list)
+    #: tables whose events are keyed by other columns since the log read them (:mod:`cdc.capture.key_marks`)
+    key_changed: list[str] = field(default_factory=list)
     #: tables whose read was cancelled: capture leaves them out, the log lacks some of their rows
     cancelled: list[str] = field(default_factory=list)
 
@@ -283,14 +286,14 @@ def measure_log(settings: Settings) -> LogLag:
         topic = f"{settings.topic_prefix}.__snapshots"
         if topic in store.topics():
             ledger = SnapshotLedger.load(store, topic)
-            lag.read_again = _rules_changed(settings, ledger)
+            lag.read_again, lag.key_changed = _reads_owed(settings, ledger)
             lag.cancelled = sorted(ledger.cancelled)
     return lag
 
 
 def ledger_reads(settings: Settings) -> tuple[dict[str, int], list[str]]:
     """The LSN capture's latest read of each table is as of (by log name, from the log's snapshot ledger),
-    and the tables whose rule changed since that read (:func:`_rules_changed`: capture reads them again)."""
+    and the tables whose rule changed since that read (:func:`_reads_owed`: capture reads them again)."""
     from cdc.capture.table_snapshots import SnapshotLedger
     from cdc.log_backend import open_log
 
@@ -301,29 +304,37 @@ def ledger_reads(settings: Settings) -> tuple[dict[str, int], list[str]]:
         if topic not in store.topics():
             return {}, []
         ledger = SnapshotLedger.load(store, topic)
-    return {name: entry.lsn for name, entry in ledger.entries.items()}, _rules_changed(settings, ledger)
+    return {name: entry.lsn for name, entry in ledger.entries.items()}, _reads_owed(settings, ledger)[0]
 
 
-def _rules_changed(settings: Settings, ledger: SnapshotLedger) -> list[str]:
-    """The published tables whose rule digest (column list, row filter, masks: see
-    :meth:`cdc.capture.catalog.Catalog.published_tables`) differs from the one the log's snapshot ledger
-    holds for them: capture reads each of them again (a source that cannot be reached: none)."""
-    from cdc.capture.catalog import Catalog, rule_of
+def _reads_owed(settings: Settings, ledger: SnapshotLedger) -> tuple[list[str], list[str]]:
+    """The published tables capture reads again, by why (a source that cannot be reached: none):
+
+    - those whose rule digest (column list, row filter, masks: see
+      :meth:`cdc.capture.catalog.Catalog.published_tables`) differs from the one the log's snapshot
+      ledger holds for them;
+    - those whose events are keyed by other columns than when the ledger recorded them (a new primary
+      key, another replica identity index, a key column renamed: :func:`cdc.capture.catalog.key_changed`),
+      as capture judges them (:meth:`cdc.capture.table_snapshots.SnapshotLedger.covers`)."""
+    from cdc.capture.catalog import Catalog, key_changed, rule_of
 
     catalog = Catalog(settings.database_url, publication=settings.publication, mask_key=settings.mask_key_bytes)
     try:
         tables = catalog.published_tables(settings.publication)
     except SourceError:
-        return []
+        return [], []
     finally:
         catalog.close()
-    return sorted(
-        table.qualified
-        for table in tables
-        if (entry := ledger.entries.get(table.log_name)) is not None
-        and entry.membership is not None
-        and rule_of(entry.membership) != rule_of(table.membership)
-    )
+    rules, keys = [], []
+    for table in tables:
+        entry = ledger.entries.get(table.log_name)
+        if entry is None:
+            continue
+        if entry.membership is not None and rule_of(entry.membership) != rule_of(table.membership):
+            rules.append(table.qualified)
+        if entry.columns is not None and key_changed(entry.columns, table.columns):
+            keys.append(table.qualified)
+    return sorted(rules), sorted(keys)
 
 
 def measure_views(settings: Settings, log: LogLag, listed: list[ViewTable]) -> list[ViewLag]:
@@ -449,6 +460,11 @@ def _warn(report: LagReport) -> None:
         f"{table}: its column list, row filter or masks changed; capture reads it again under the new rule "
         "(until then the log holds it under the old one)"
         for table in report.log.read_again
+    )
+    report.warnings.extend(
+        f"{table}: its primary key or replica identity index changed; capture reads it again under the new key, "
+        "with a tombstone for every key the log holds (until then a view may hold a row changed since under both keys)"
+        for table in report.log.key_changed
     )
     report.warnings.extend(
         f"{table}: its read was cancelled (cdc snapshot --cancel); capture leaves it out and its views lack "
@@ -596,6 +612,7 @@ JSON_SCHEMA: dict[str, Any] = {
                     },
                 },
                 "read_again": {"type": "array", "items": {"type": "string"}},
+                "key_changed": {"type": "array", "items": {"type": "string"}},
                 "cancelled": {"type": "array", "items": {"type": "string"}},
             },
         },

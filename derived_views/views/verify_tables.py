@@ -1,7 +1,8 @@
 """Compare one source table with one view table in memory that does not grow with their size.
 
 Both sides are read as streams of row batches: the source through a server-side cursor of the verify's
-snapshot, the view through ``deltalake``'s query engine at one table version. A table of up to
+snapshot (rows of Python values), the view through ``deltalake``'s query engine at one table version
+(Arrow record batches, turned into Python values only for the rows compared one by one). A table of up to
 :data:`HELD_ROWS` rows a side is held and compared at once. A larger one is compared by hash first:
 each row falls in one of up to :data:`BUCKETS` buckets by its key, the same on both sides, and each
 bucket keeps, per side, its row count and the sum of its rows' 64-bit hashes (no rows). Only the buckets
@@ -9,12 +10,14 @@ whose counts or sums differ are read again, from both sides, a few at a time (at
 :data:`HELD_ROWS` rows a side held at once), and compared row by row. The memory held is the buckets'
 figures and one batch of rows, whatever the table's size.
 
-Hashes are taken of each value in a form that is the same on both sides for a value they hold alike
-(integers and decimals as themselves or their text, floats and arrays in their comparable form,
-:func:`~derived_views.views.verify_values.normalize`), so equal tables cost one read of each side; a
-value one side holds in another form only makes its bucket read again (when many buckets differ, both
-sides are first hashed again with every value in its comparable form, one more read of each). A row
-that differs goes unseen only when its bucket's 64-bit sum is unchanged by chance.
+Hashes are taken a batch at a time, each column at once, of each value in a form that is the same on
+both sides for a value they hold alike (:mod:`derived_views.views.verify_hashes`), so equal tables cost
+one read of each side; a value one side holds in a form its hash does not bring to the other's only
+makes its bucket read again (when many buckets differ, both sides are first hashed again with every
+value in its comparable form, :func:`~derived_views.views.verify_values.normalize`, one more read of
+each). Rows of a held table or of a bucket read again whose hashes match a row of the other side are not
+compared again. A row that differs goes unseen only when its 64-bit hash, or its bucket's sum, is
+unchanged by chance.
 
 Every difference names its key and its column, as a comparison of whole tables would: a key in one
 side only, or a column whose values differ. Differences are listed by key, the first :data:`KEPT` of
@@ -24,20 +27,20 @@ them; past those, the buckets left are counted in one line.
 from __future__ import annotations
 
 import collections
-import decimal
-import itertools
 import math
-import operator
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
 
 from derived_views.engine.delta_reads import open_table, stream_query
 from derived_views.errors import MissingTableError
 from derived_views.events.column_names import source_columns
 from derived_views.views.source_relation import relation_sql
-from derived_views.views.verify_values import NATIVE, normalize, quote_identifier, select_list
+from derived_views.views.verify_hashes import Column, buckets_of, columns_of, row_hashes, unmatched
+from derived_views.views.verify_values import NATIVE, copied, normalize, quote_identifier, select_list
 
 if TYPE_CHECKING:
     import psycopg
@@ -54,17 +57,15 @@ _ROWS_PER_BUCKET = 256
 #: More than one bucket in this many differing: compared again by each value's comparable form.
 _SYSTEMATIC = 8
 _FETCH = 10_000
+#: Bytes of ``COPY`` output parsed at once (:func:`copied_batches`).
+_COPY_BLOCK = 8 << 20
 _INT_TYPES = frozenset({"int2", "int4", "int8", "oid"})
-_PLAIN_TEXT = frozenset({"text", "varchar", "bpchar", "name", "citext", "uuid"})
 _NOT_PLAIN_TEXT = frozenset({"timetz", "inet", "cidr", "json", "jsonb"})
 #: Types whose equal Python values may still differ once compared: ``0.0 == -0.0``.
 _FLOATS = frozenset({"float4", "float8", "_float4", "_float8"})
-#: Integers whose hash is their value (``hash(-1) == hash(-2)``, and hashes wrap at 2**61 - 1).
-_SMALL = (1 << 61) - 1
-#: Rounds no decimal (``Decimal.normalize`` rounds to its context's precision, 28 digits by default).
-_EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 
 Row = tuple[Any, ...]
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -177,153 +178,171 @@ class Layout:
         return out
 
 
-def _int_form(value: Any, type_name: str) -> Any:
-    """An integer column's value, hashed alike on both sides: a small non-negative integer as itself,
-    anything else (a negative one, a large one, the text a view may hold) as the text of its comparable form."""
-    if type(value) is not int:
-        value = normalize(value, type_name)
-    return value if type(value) is int and 0 <= value < _SMALL else repr(value)
+Batches = Callable[[], Iterable[Any]]
+"""A new read of one side: its batches, each a list of rows or an Arrow record batch (columns in
+:class:`Layout` order)."""
 
 
-def _text_form(value: Any, type_name: str) -> Any:
-    return value if type(value) is str else normalize(value, type_name)
+@dataclass
+class _Side:
+    """One side's figures per bucket, and its batches (with their row and key hashes) while it holds no
+    more than :data:`HELD_ROWS` rows."""
+
+    counts: np.ndarray
+    sums: np.ndarray
+    held: list[tuple[Any, np.ndarray, np.ndarray]] | None
 
 
-def _decimal_form(value: Any, type_name: str) -> str:
-    """A decimal as the text of its value without trailing zeros (``1.50`` and ``1.5000`` alike: a view
-    may store a decimal at another scale), every digit kept."""
-    value = value if type(value) is Decimal else normalize(value, type_name)
-    return str(value.normalize(_EXACT)) if isinstance(value, Decimal) else str(value)
+def _size(batch: Any) -> int:
+    return batch.num_rows if isinstance(batch, pa.RecordBatch) else len(batch)
 
 
-def _text_array_form(value: Any, type_name: str) -> Any:
-    """An array of text as a tuple of its elements (each hashed as the text it is); any other value (an
-    array a view holds as its JSON text, a nested list) in its comparable form."""
-    if value.__class__ is list and not any(element.__class__ is list for element in value):
-        return tuple(value)
-    return _compared_form(value, type_name)
+def batch_rows(batch: Any, taken: np.ndarray | None = None) -> list[Row]:
+    """The rows of a batch (those at the positions ``taken``) as tuples."""
+    if isinstance(batch, pa.RecordBatch):
+        columns = [_taken(column, taken) for column in batch.columns]
+        return list(zip(*columns, strict=True))
+    return batch if taken is None else [batch[i] for i in taken]
 
 
-def _compared_form(value: Any, type_name: str) -> str:
-    return repr(normalize(value, type_name))
+def _taken(column: pa.Array, taken: np.ndarray | None) -> list[Any]:
+    """The values of ``column`` (those at the positions ``taken``) as Python values."""
+    if taken is None:
+        return column.to_pylist()  # type: ignore[no-any-return]
+    try:
+        return column.take(pa.array(taken)).to_pylist()  # type: ignore[no-any-return]
+    except pa.ArrowNotImplementedError:  # no take of its type (a string view, as deltalake reads text)
+        values = column.to_pylist()
+        return [values[i] for i in taken]
 
 
-def _form(type_name: str, key: bool) -> Callable[[Any, str], Any] | None:
-    """How a column's values are hashed (``None``: as they are, for a non-key column whose values both
-    sides hold as the same Python values: a difference of form only makes a bucket read again). ``key``:
-    in a form equal on both sides for values that compare equal (a key's buckets must agree)."""
-    if type_name in _INT_TYPES:
-        return _int_form
-    if type_name == "numeric":
-        return _decimal_form
-    if type_name in _PLAIN_TEXT:
-        return _text_form if key else None
-    if type_name.lstrip("_") in _PLAIN_TEXT and not key:
-        return _text_array_form
-    if key or type_name.startswith("_") or type_name in _FLOATS or type_name in _NOT_PLAIN_TEXT - {"json", "jsonb"}:
-        return _compared_form  # floats: 0.0 == -0.0; arrays: lists; timetz, inet: the server's text differs
-    return None
-
-
-#: How a column's values are put in their hashed form, inline in :func:`_row_form` (``v``: the value).
-_INLINE: dict[Callable[[Any, str], Any], str] = {
-    _int_form: "({v} if {v}.__class__ is int and 0 <= {v} < SMALL else {f}({v}, {t}))",
-    _text_form: "({v} if {v}.__class__ is str else {f}({v}, {t}))",
-    _decimal_form: "(str({v}.normalize(EXACT)) if {v}.__class__ is Decimal else {f}({v}, {t}))",
-    _text_array_form: "(tuple({v}) if {v}.__class__ is list and not any(e.__class__ is list for e in {v}) else {f}({v}, {t}))",
-    _compared_form: "{f}({v}, {t})",
-}
-
-
-def _row_form(layout: Layout, columns: Iterable[int], thorough: bool = False) -> Callable[[Row], Row]:
-    """A function of a row giving the hashed form of its ``columns`` (:func:`_form`; ``thorough``: each in
-    its comparable form, as a key's), in that order.
-
-    Built as one expression (a call per value costs as much as reading it): each column's part is a
-    fixed template of :data:`_INLINE` over ``r[<position>]``; names and types are arguments, never code."""
-    parts, names = [], {"SMALL": _SMALL, "EXACT": _EXACT, "Decimal": Decimal}
-    for i in columns:
-        form = _form(layout.types[i], thorough or i in layout.key)
-        if form is None:
-            parts.append(f"r[{i}]")
-            continue
-        names[f"f{i}"], names[f"t{i}"] = form, layout.types[i]
-        parts.append(_INLINE[form].format(v=f"r[{i}]", f=f"f{i}", t=f"t{i}"))
-    return eval(f"lambda r: ({', '.join(parts)},)", names)  # type: ignore[no-any-return]  # noqa: S307 - see above
-
-
-Batches = Callable[[], Iterable[list[Row]]]
-
-
-def _summed(
-    batches: Batches, layout: Layout, buckets: int, thorough: bool = False
-) -> tuple[list[int], list[int], list[Row] | None]:
-    """Per bucket the count and the hash sum of one side's rows (``thorough``: of their values in their
-    comparable forms), and the rows themselves when no more than :data:`HELD_ROWS` (else ``None``). A
-    row's bucket is the hash of its key's hashed form."""
-    counts, sums = [0] * buckets, [0] * buckets
-    held: list[Row] | None = []
-    form = _row_form(layout, range(len(layout.names)), thorough)
-    key = operator.itemgetter(*layout.key)
+def _summed(batches: Batches, columns: list[Column], key: tuple[int, ...], buckets: int, hold: bool = True) -> _Side:
+    """Per bucket the count and the sum of the row hashes of one side's rows (a row's bucket is its key's
+    hash), and its batches when no more than :data:`HELD_ROWS` rows (``hold``)."""
+    counts = np.zeros(buckets, dtype=np.int64)
+    sums = np.zeros(buckets, dtype=np.uint64)
+    held: list[tuple[Any, np.ndarray, np.ndarray]] | None = [] if hold else None
+    rows = 0
     for batch in batches():
-        for row in batch:
-            hashed = form(row)
-            bucket = hash(key(hashed)) % buckets
-            counts[bucket] += 1
-            try:
-                sums[bucket] += hash(hashed)
-            except TypeError:  # a value Python cannot hash (a struct a view holds as a dict)
-                sums[bucket] += hash(repr(hashed))
-        if held is not None:
-            held.extend(batch)
-            if len(held) > HELD_ROWS:
-                held = None
-    return counts, sums, held
+        if not _size(batch):
+            continue
+        row, keys = row_hashes(batch, columns, key)
+        bucket = buckets_of(keys, buckets)
+        counts += np.bincount(bucket, minlength=buckets)
+        np.add.at(sums, bucket, row)
+        rows += len(row)
+        if held is not None and rows > HELD_ROWS:
+            held = None
+        elif held is not None:
+            held.append((batch, row, keys))
+    return _Side(counts, sums, held)
 
 
-def _rows_in(batches: Batches, layout: Layout, buckets: int, chosen: set[int]) -> Iterator[Row]:
-    """The rows of one side in the ``chosen`` buckets (of ``buckets``)."""
-    form = _row_form(layout, layout.key)
-    part = operator.itemgetter(*range(len(layout.key)))  # as _summed takes the key: one column alone
-    return (row for batch in batches() for row in batch if hash(part(form(row))) % buckets in chosen)
+def _rows_in(
+    batches: Batches, columns: list[Column], key: tuple[int, ...], buckets: int, chosen: set[int]
+) -> list[tuple[Any, np.ndarray, np.ndarray]]:
+    """The rows of one side in the ``chosen`` buckets (of ``buckets``), with their row and key hashes."""
+    wanted = np.fromiter(chosen, dtype=np.intp)
+    out = []
+    for batch in batches():
+        if not _size(batch):
+            continue
+        row, keys = row_hashes(batch, columns, key)
+        taken = np.nonzero(np.isin(buckets_of(keys, buckets), wanted))[0]
+        if len(taken):
+            out.append((batch_rows(batch, taken), row[taken], keys[taken]))
+    return out
 
 
-def compare_table(label: str, layout: Layout, source: Batches, view: Batches, expected_rows: float, report: Report) -> int:
+def _compare_rows(
+    label: str,
+    layout: Layout,
+    source: list[tuple[Any, np.ndarray, np.ndarray]],
+    view: list[tuple[Any, np.ndarray, np.ndarray]],
+    report: Report,
+) -> None:
+    """Compare row by row the rows of both sides that hold a key some row of either side has no equal
+    of (by row hash): a key whose rows are alike on both sides is not compared again."""
+    sides = []
+    for parts in (source, view):
+        rows = [row for batch, _, _ in parts for row in batch_rows(batch)]
+        empty = np.zeros(0, dtype=np.uint64)
+        hashes = np.concatenate([h for _, h, _ in parts]) if parts else empty
+        keys = np.concatenate([k for _, _, k in parts]) if parts else empty
+        sides.append((rows, hashes, keys))
+    (left_rows, left_hashes, left_keys), (right_rows, right_hashes, right_keys) = sides
+    left_odd, right_odd = unmatched(left_hashes, right_hashes)
+    odd_keys = np.union1d(left_keys[left_odd], right_keys[right_odd])
+    if not len(odd_keys):
+        return
+    left = [left_rows[i] for i in np.nonzero(np.isin(left_keys, odd_keys))[0]]
+    right = [right_rows[i] for i in np.nonzero(np.isin(right_keys, odd_keys))[0]]
+    report.add(layout.differences(label, layout.by_key(label, left), layout.by_key(label, right, report)))
+
+
+def _both(read: Callable[[Batches], _T], source: Batches, view: Batches) -> tuple[_T, _T]:
+    """``read`` of both sides at once: the view's in a thread of its own while the source's runs here, so
+    the server producing the source's rows, ``deltalake`` scanning the view's and the hashing of each
+    overlap."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cdc-verify-view") as pool:
+        theirs = pool.submit(read, view)
+        ours = read(source)
+        return ours, theirs.result()
+
+
+def compare_table(
+    label: str,
+    layout: Layout,
+    source: Batches,
+    view: Batches,
+    expected_rows: float,
+    report: Report,
+    view_types: Sequence[Any] | None = None,
+    hashed_source: Batches | None = None,
+) -> int:
     """Compare the rows of ``source`` and ``view`` (each a function giving its batches of rows in
     :class:`Layout` order, the same rows each time), adding every difference to ``report``; returns how
     many source rows were compared. ``expected_rows`` (the larger side's row count, as far as known)
-    sizes the buckets."""
+    sizes the buckets; ``view_types``: the view's Arrow type of each column (``None``: unknown), which
+    sets how a decimal is hashed (:mod:`derived_views.views.verify_hashes`); ``hashed_source``: a faster
+    read of the source's rows whose hashes are those of ``source``'s (:func:`copied_batches`), for the
+    reads that only hash them (the table is then compared by hash, not at once)."""
     buckets = max(1024, min(BUCKETS, math.ceil(expected_rows / _ROWS_PER_BUCKET)))
-    source_counts, source_sums, source_rows = _summed(source, layout, buckets)
-    view_counts, view_sums, view_rows = _summed(view, layout, buckets)
-    compared = sum(source_counts)
-    if source_rows is not None and view_rows is not None:
-        report.add(layout.differences(label, layout.by_key(label, source_rows), layout.by_key(label, view_rows, report)))
+    columns = columns_of(layout.types, view_types)
+    hashed = hashed_source or source
+    hold = hashed_source is None
+    source_side, view_side = _both(lambda side: _summed(side, columns, layout.key, buckets, hold), hashed, view)
+    compared = int(source_side.counts.sum())
+    if source_side.held is not None and view_side.held is not None:
+        _compare_rows(label, layout, source_side.held, view_side.held, report)
         return compared
-    del source_rows, view_rows
-    differing = [b for b in range(buckets) if source_counts[b] != view_counts[b] or source_sums[b] != view_sums[b]]
+    counts = (source_side.counts, view_side.counts)
+    differing = np.nonzero((counts[0] != counts[1]) | (source_side.sums != view_side.sums))[0]
+    del source_side, view_side
     if len(differing) > buckets // _SYSTEMATIC:
-        # many buckets differ: maybe a column one side holds in another form (JSON text spelled
-        # otherwise, say); hash both sides again with every value in its comparable form, so that only
-        # the buckets that truly differ are read again (each such read is a read of both sides)
-        source_sums = _summed(source, layout, buckets, thorough=True)[1]
-        view_sums = _summed(view, layout, buckets, thorough=True)[1]
-        differing = [b for b in range(buckets) if source_counts[b] != view_counts[b] or source_sums[b] != view_sums[b]]
-    left = collections.deque(differing)
+        # many buckets differ: maybe a column one side holds in a form its hash does not bring to the
+        # other's; hash both sides again with every value by its comparable form, so that only the
+        # buckets that truly differ are read again (each such read is a read of both sides)
+        columns = columns_of(layout.types, view_types, layout.key, thorough=True)
+        sums = [side.sums for side in _both(lambda side: _summed(side, columns, layout.key, buckets, hold=False), hashed, view)]
+        differing = np.nonzero((counts[0] != counts[1]) | (sums[0] != sums[1]))[0]
+    left = collections.deque(int(b) for b in differing)
     while left and len(report.differences) < KEPT:
         # the next buckets, as many as hold no more than HELD_ROWS rows a side (one, if it holds more)
         chosen: set[int] = set()
         held = 0
-        while left and (not chosen or held + max(source_counts[left[0]], view_counts[left[0]]) <= HELD_ROWS):
+        while left and (not chosen or held + max(counts[0][left[0]], counts[1][left[0]]) <= HELD_ROWS):
             bucket = left.popleft()
             chosen.add(bucket)
-            held += max(source_counts[bucket], view_counts[bucket])
-        source_keyed = layout.by_key(label, _rows_in(source, layout, buckets, chosen))
-        report.add(layout.differences(label, source_keyed, layout.by_key(label, _rows_in(view, layout, buckets, chosen), report)))
+            held += max(counts[0][bucket], counts[1][bucket])
+        rows = _both(lambda side: _rows_in(side, columns, layout.key, buckets, chosen), source, view)  # noqa: B023 - called here
+        _compare_rows(label, layout, rows[0], rows[1], report)
     if left:
-        rows = sum(source_counts[b] for b in left), sum(view_counts[b] for b in left)
+        rows_left = sum(int(counts[0][b]) for b in left), sum(int(counts[1][b]) for b in left)
         report.differences.append(
-            f"{label}: {len(left)} more buckets of keys differ ({rows[0]} source rows, {rows[1]} view rows), not listed"
+            f"{label}: {len(left)} more buckets of keys differ ({rows_left[0]} source rows, {rows_left[1]} view rows), not listed"
         )
     return compared
 
@@ -333,20 +352,130 @@ def source_batches(
     schema: TableSchema,
     row_filter: str | None = None,
     masks: Mapping[str, Callable[[str], str]] | None = None,
+    *,
+    as_text: bool = False,
 ) -> Iterator[list[Row]]:
     """The rows of a source table in :class:`Layout` order, batch by batch through a server-side cursor
     (those ``row_filter``, the publication's row filter as the server prints it, passes), each masked
     column's value masked as capture masks it: the mask of the text the type's output function writes
-    (:mod:`event_format.masks`)."""
+    (:mod:`event_format.masks`); ``as_text``: decimals, dates and instants as the server's text (Arrow
+    parses a column of them at once, where psycopg makes a Python object of each)."""
     table = relation_sql(conn, schema.schema, schema.table)  # its own rows, not its children's
     where = f" WHERE ({row_filter})" if row_filter is not None else ""
     masked = [(i, masks[c.name]) for i, c in enumerate(schema.columns) if masks and c.name in masks]
     with conn.cursor(name="cdc_verify") as cursor:
-        cursor.execute(f"SELECT {select_list(schema, masks or {})} FROM {table}{where}")  # noqa: S608 - quoted names
+        cursor.execute(f"SELECT {select_list(schema, masks or {}, as_text=as_text)} FROM {table}{where}")  # noqa: S608 - quoted names
         while batch := cursor.fetchmany(_FETCH):
             if masked:
                 batch = [_masked(row, masked) for row in batch]
             yield batch
+
+
+def copied_batches(
+    conn: psycopg.Connection,
+    schema: TableSchema,
+    row_filter: str | None = None,
+    masks: Mapping[str, Callable[[str], str]] | None = None,
+) -> Batches | None:
+    """The rows :func:`source_batches` reads (with ``as_text``), read through ``COPY ... TO STDOUT
+    (FORMAT csv)`` and parsed by Arrow's CSV reader into record batches of text (:func:`copied`):
+    no Python object for a value but a masked or a text one, for a read at the speed the server writes
+    it. Each value's text hashes as the value :func:`source_batches` loads does
+    (:mod:`derived_views.views.verify_hashes`), so the buckets of the two reads agree. ``None`` when a
+    column has no such text (an array of decimals, say): then the rows are read with :func:`source_batches`."""
+    expressions = [copied(quote_identifier(c.name), c.type_name, masks is not None and c.name in masks) for c in schema.columns]
+    if any(e is None for e in expressions):
+        return None
+    table = relation_sql(conn, schema.schema, schema.table)
+    where = f" WHERE ({row_filter})" if row_filter is not None else ""
+    sql = f"COPY (SELECT {', '.join(map(str, expressions))} FROM {table}{where}) TO STDOUT (FORMAT csv)"  # noqa: S608
+    masked = [(i, masks[c.name]) for i, c in enumerate(schema.columns) if masks and c.name in masks]
+
+    def blocks() -> Iterator[pa.RecordBatch]:
+        block = bytearray()
+        with conn.cursor().copy(sql) as copy:
+            while row := copy.read():  # one row a message: a block ends where a row does
+                block += row
+                if len(block) >= _COPY_BLOCK:
+                    yield from _parsed(block, len(schema.columns), masked)
+                    block = bytearray()
+        if block:
+            yield from _parsed(block, len(schema.columns), masked)
+
+    return lambda: read_ahead(blocks)
+
+
+class _Failed:
+    """An exception raised by :func:`read_ahead`'s producer, for its consumer to raise."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+_DONE = object()
+
+
+def read_ahead(produce: Callable[[], Iterator[_T]], depth: int = 2) -> Iterator[_T]:
+    """The items of ``produce()``, made in a thread of their own up to ``depth`` items ahead of the
+    caller (the server writing a ``COPY`` and Arrow parsing it go on while the caller hashes); an
+    exception there is raised here. A caller that stops early lets the thread end the read."""
+    import queue
+    import threading
+
+    items: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def give(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.5)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def run() -> None:
+        try:
+            for item in produce():
+                if not give(item):
+                    return
+            give(_DONE)
+        except BaseException as error:  # handed to the consumer, which raises it
+            give(_Failed(error))
+
+    thread = threading.Thread(target=run, name="cdc-verify-copy", daemon=True)
+    thread.start()
+    try:
+        while (item := items.get()) is not _DONE:
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _parsed(block: bytearray, width: int, masked: list[tuple[int, Callable[[str], str]]]) -> Iterator[pa.RecordBatch]:
+    """The rows of a block of ``COPY`` CSV as record batches of text (NULL where the field is empty and
+    unquoted), masked columns masked."""
+    import pyarrow.csv as csv
+
+    names = [f"c{i}" for i in range(width)]
+    table = csv.read_csv(
+        pa.BufferReader(pa.py_buffer(block)),
+        read_options=csv.ReadOptions(column_names=names),
+        parse_options=csv.ParseOptions(newlines_in_values=True),
+        convert_options=csv.ConvertOptions(
+            column_types=dict.fromkeys(names, pa.string()),
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=False,
+            null_values=[""],
+        ),
+    )
+    for i, mask in masked:
+        values = [None if v is None else mask(v) for v in table.column(i).to_pylist()]
+        table = table.set_column(i, names[i], pa.array(values, type=pa.string()))
+    yield from table.combine_chunks().to_batches()  # one batch: its columns are hashed each at once
 
 
 def _masked(row: Row, masked: list[tuple[int, Callable[[str], str]]]) -> Row:
@@ -364,10 +493,12 @@ class ViewTable:
 
     columns: frozenset[str]
     rows: int
-    batches: Callable[[], Iterator[list[Row]]]
-    """A new read of the rows, of the same table version each time."""
+    batches: Callable[[], Iterator[Any]]
+    """A new read of the rows, of the same table version each time, as Arrow record batches."""
     holding_values: Callable[[list[str]], list[str]]
     """Those of the given columns (source names) that hold a value other than NULL in the rows read."""
+    types: list[Any]
+    """The Arrow type of each column of the :class:`Layout` (``None``: the table does not hold it)."""
 
 
 def view_table(path: str, view: str, layout: Layout, names: Iterable[str] = (), where: str = "") -> ViewTable:
@@ -376,7 +507,6 @@ def view_table(path: str, view: str, layout: Layout, names: Iterable[str] = (), 
 
     Read with ``deltalake``, not Spark: a second reader of the table's files, the one every view table
     promises to open, and one that answers a small table in milliseconds where a Spark read plans a job."""
-    import pyarrow as pa
     from deltalake import DeltaTable
 
     if not DeltaTable.is_deltatable(path):
@@ -400,17 +530,17 @@ def view_table(path: str, view: str, layout: Layout, names: Iterable[str] = (), 
         found = stream_query(path, f"SELECT {counts} FROM t{condition}", table).read_all()  # noqa: S608 - quoted names
         return [name for i, name in enumerate(names) if found.column(i)[0].as_py()]
 
-    return ViewTable(columns, rows, lambda: _aligned(stream_query(path, sql, table), layout, present), holding_values)
+    schema = stream_query(path, sql, table).schema
+    types = [schema.field(present.index(name)).type if name in held else None for name in layout.names]
+    return ViewTable(columns, rows, lambda: _aligned(stream_query(path, sql, table), layout, present), holding_values, types)
 
 
-def _aligned(reader: Iterable[Any], layout: Layout, present: list[str]) -> Iterator[list[Row]]:
+def _aligned(reader: Iterable[Any], layout: Layout, present: list[str]) -> Iterator[pa.RecordBatch]:
+    """The reader's batches with a column per column of ``layout`` (all NULL for one not ``present``)."""
     position = {name: i for i, name in enumerate(present)}
+    names = [f"c{i}" for i in range(len(layout.names))]
     for batch in reader:
         if not batch.num_rows:
             continue
-        if not present:
-            yield [(None,) * len(layout.names)] * batch.num_rows
-            continue
-        columns = [batch.column(i).to_pylist() for i in range(len(present))]
-        missing = itertools.repeat(None)
-        yield list(zip(*(columns[position[n]] if n in position else missing for n in layout.names), strict=False))
+        columns = [batch.column(position[n]) if n in position else pa.nulls(batch.num_rows) for n in layout.names]
+        yield pa.RecordBatch.from_arrays(columns, names=names)

@@ -12,6 +12,7 @@ other text-form types as the server's text.
 from __future__ import annotations
 
 import base64
+import decimal
 import ipaddress
 import json
 import math
@@ -31,6 +32,8 @@ _TEXT_TYPES = {"text", "varchar", "bpchar", "name", "citext"}
 NATIVE = {"int2", "int4", "int8", "oid", "float4", "float8", "bool", "bytea", "date", "timestamp", "timestamptz", "numeric"}
 #: The source session's settings: values in the text form capture reads them in (UTC, ISO dates).
 SESSION_OPTIONS = "-c TimeZone=UTC -c DateStyle=ISO"
+#: Rounds no decimal (``Decimal.normalize`` rounds to its context's precision, 28 digits by default).
+EXACT = decimal.Context(prec=decimal.MAX_PREC, Emax=decimal.MAX_EMAX, Emin=decimal.MIN_EMIN)
 
 
 def _from_text(value: str, type_name: str) -> Any:
@@ -133,23 +136,59 @@ def quote_identifier(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def select_list(schema: TableSchema, masked: Collection[str] = ()) -> str:
-    """Columns as psycopg should load them: native types as they are, everything else as text; a
-    ``masked`` column as the text its type's output function writes."""
+#: Types ``as_text`` loads as the server's text (:func:`loaded`).
+TEXT_LOADED = frozenset({"numeric", "date", "timestamp", "timestamptz"})
+
+
+def loaded(expression: str, type_name: str, masked: bool = False, *, as_text: bool = False) -> str:
+    """``expression``, a value of type ``type_name``, as psycopg should load it: a native type as it is,
+    any other as text; ``masked``, as the text its type's output function writes; ``as_text``, a
+    decimal, a date or an instant as text too (:data:`TEXT_LOADED`)."""
+    if masked:
+        return f"CASE WHEN {expression} IS NOT NULL THEN format('%s', {expression}) END"
+    if as_text and type_name in TEXT_LOADED:
+        return f"{expression}::text"
+    is_array = type_name.startswith("_")
+    base = type_name.lstrip("_")
+    # psycopg loads arrays of the built-in string types (a bpchar[] with its padding, which a cast to
+    # text[] would cut), but knows no array of citext: that one is cast
+    if base in NATIVE or (base in _TEXT_TYPES and (not is_array or base != "citext")):
+        return expression
+    return f"{expression}::text{'[]' if is_array else ''}"
+
+
+#: Array element types whose JSON (``to_json``) reads back as the same comparable values as psycopg's
+#: list of them (a decimal's JSON number would be read as a float, a float's ``-0`` as the integer 0, a
+#: ``bytea``'s as its hex text).
+_JSON_ELEMENTS = frozenset(
+    {"int2", "int4", "int8", "oid", "bool", "date", "timestamp", "timestamptz", "uuid", "json", "jsonb"} | _TEXT_TYPES
+)
+
+
+def copied(expression: str, type_name: str, masked: bool = False) -> str | None:
+    """``expression``, a value of type ``type_name``, as text for ``COPY ... (FORMAT csv)``, in a form
+    whose comparable form (:func:`normalize`) is that of the value :func:`loaded` loads with ``as_text``
+    (``None``: no such text: an array of decimals or of ``bytea``, an array of another type): a
+    ``bytea`` as base64, a boolean as ``true``/``false``, an array as its JSON, any other value as its
+    type's output function writes it (a masked one as :func:`loaded` has it)."""
+    if masked:
+        return loaded(expression, type_name, masked)
+    if type_name.startswith("_"):
+        return f"to_json({expression})::text" if type_name[1:] in _JSON_ELEMENTS else None
+    if type_name == "bytea":
+        return f"encode({expression}, 'base64')"
+    if type_name == "bool":
+        return f"CASE WHEN {expression} THEN 'true' WHEN NOT {expression} THEN 'false' END"
+    return expression  # COPY writes its type's output (a cast to text would cut a character(n)'s padding)
+
+
+def select_list(schema: TableSchema, masked: Collection[str] = (), *, as_text: bool = False) -> str:
+    """Columns as psycopg should load them (:func:`loaded`), each under its name."""
     parts = []
     for column in schema.columns:
         name = quote_identifier(column.name)
-        if column.name in masked:
-            parts.append(f"CASE WHEN {name} IS NOT NULL THEN format('%s', {name}) END AS {name}")
-            continue
-        is_array = column.type_name.startswith("_")
-        base = column.type_name.lstrip("_")
-        # psycopg loads arrays of the built-in string types (a bpchar[] with its padding, which a cast to
-        # text[] would cut), but knows no array of citext: that one is cast
-        if base in NATIVE or (base in _TEXT_TYPES and (not is_array or base != "citext")):
-            parts.append(name)
-        else:
-            parts.append(f"{name}::text{'[]' if is_array else ''} AS {name}")
+        expression = loaded(name, column.type_name, column.name in masked, as_text=as_text)
+        parts.append(name if expression == name else f"{expression} AS {name}")
     return ", ".join(parts)
 
 

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import jsonschema
 import orjson
 import psycopg
 import pytest
 
 from cdc.capture.snapshot_writer import held_keys
 from cdc.coordinator import Capture
+from cdc.lag import JSON_SCHEMA, measure
+from cdc.settings import Settings
 from log_store import LogStore
 from tests.cdc.helpers import execute, replay, settings_for
 
@@ -30,6 +33,15 @@ def _held(data_dir: Path, table: str) -> list[bytes]:
     """The keys compaction keeps a row of (their latest record is not a tombstone)."""
     with LogStore.open(data_dir / "log") as log:
         return sorted(held_keys(log, f"cdc.public.{table}"))
+
+
+def _owed(settings: Settings) -> tuple[list[str], int]:
+    """The tables `cdc lag` names as read again for a key change (``log.key_changed``), and its warnings of them."""
+    report = measure(settings)
+    jsonschema.validate(report.to_dict(), JSON_SCHEMA)
+    warned = [w for w in report.warnings if "primary key or replica identity index changed" in w]
+    assert [w.split(":")[0] for w in warned] == report.log.key_changed, warned
+    return report.log.key_changed, len(warned)
 
 
 def test_a_new_primary_key_or_identity_index_leaves_no_row_under_the_old_key(pg_url: str, tmp_path: Path) -> None:
@@ -59,21 +71,24 @@ def test_a_new_primary_key_or_identity_index_leaves_no_row_under_the_old_key(pg_
         "UPDATE renamed SET v = 'changed' WHERE ident = 1",
         "DELETE FROM renamed WHERE ident = 2",
     )
+    assert _owed(settings) == ([f"public.{t}" for t in sorted(TABLES)], 3)  # cdc lag says why they are read again
     stats = Capture(settings, once=True).run()
     for table, key in (("pk", "b"), ("ident", "b"), ("renamed", "ident")):
         source = _source(pg_url, table, key)
         assert replay(tmp_path, f"cdc.public.{table}", strict=False) == source, table
         assert _held(tmp_path, table) == sorted(source), table
     assert stats.tables_added == len(TABLES)
+    assert _owed(settings) == ([], 0)
 
     # another replica identity that keeps the primary key as the events' key reads nothing again
     execute(pg_url, "ALTER TABLE pk REPLICA IDENTITY FULL", "UPDATE pk SET v = 'again' WHERE b = 103")
+    assert _owed(settings) == ([], 0)
     assert Capture(settings, once=True).run().tables_added == 0
 
 
 def test_verify_reports_a_row_the_view_holds_under_an_old_key_too() -> None:
     from derived_views.events.schema import Column, TableSchema
-    from tests.derived_views.test_verify_source import compare_rows
+    from tests.rows import compare_rows
 
     schema = TableSchema("public", "pk", "cdc.public.pk", (Column("a", "int4"), Column("b", "int4", key=True)))
     source = [{"a": 1, "b": 101}]

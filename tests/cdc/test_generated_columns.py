@@ -14,10 +14,10 @@ import pytest
 
 from cdc.coordinator import Capture
 from derived_views.events.schema import Column, TableSchema
-from derived_views.views.verify import SESSION_OPTIONS, source_rows
+from derived_views.views.verify_values import SESSION_OPTIONS
 from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for
-from tests.derived_views.test_verify_source import compare_rows
 from tests.fix_pg import local_server
+from tests.rows import compare_rows, source_rows
 
 pytestmark = pytest.mark.pg
 

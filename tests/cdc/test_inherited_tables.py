@@ -12,9 +12,9 @@ import pytest
 
 from cdc.coordinator import Capture
 from derived_views.events.schema import Column, TableSchema
-from derived_views.views.verify import SESSION_OPTIONS, source_rows
+from derived_views.views.verify_values import SESSION_OPTIONS
 from tests.cdc.helpers import execute, replay, settings_for
-from tests.derived_views.test_verify_source import compare_rows
+from tests.rows import compare_rows, source_rows
 
 pytestmark = pytest.mark.pg
 

@@ -19,6 +19,7 @@ __all__ = [
     "rows",
     "settings_for",
     "sync",
+    "synced",
     "through",
     "verify_views",
     "view_files_holding",
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdc.settings import Settings
+    from derived_views.source.log_source import LogWatermark
     from derived_views.views.runner import StepReport
     from derived_views.write.context import ViewContext
 
@@ -53,6 +55,21 @@ def sync(ctx: ViewContext, views: list[str], *, replace: bool = False) -> StepRe
     report = runner.step(ctx, views, replace=replace)
     assert not report.failures, [failure.line() for failure in report.failures]
     return report
+
+
+def synced(
+    spark: SparkSession, url: str, data_dir: Path, views: tuple[str, ...] = ("warehouse",), **extra: object
+) -> tuple[ViewContext, LogWatermark]:
+    """Capture what the source at ``url`` holds into ``data_dir`` (``extra``: more settings), sync ``views``
+    once; the view context and the watermark the views are synced to."""
+    from derived_views.views import runner
+
+    ctx = context(spark, settings := settings_for(url, data_dir, **extra))
+    capture(settings)
+    sync(ctx, list(views))
+    watermark = runner.latest(ctx)
+    assert watermark is not None
+    return ctx, watermark
 
 
 def verify_views(ctx: ViewContext, url: str, views: list[str], *, mask_key: bytes | None = None) -> int:

@@ -18,7 +18,7 @@ import pytest
 
 from cdc.coordinator import Capture, Tuning
 from tests.cdc.helpers import replay, wait_for
-from tests.derived_views.pipeline import capture, context, execute, rows, settings_for, sync, through, verify_views
+from tests.derived_views.pipeline import capture, context, execute, rows, settings_for, sync, synced, through, verify_views
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -178,7 +178,6 @@ def test_instants_outside_the_nanosecond_range_read_back_exactly_with_deltalake(
 def test_verify_reads_dates_python_cannot_hold_without_failing(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     """A source ``date[]`` holding ``infinity`` (and dates BC or past 9999 beside it) is read by verify;
     every row is compared, and a difference, if any, names the row that holds such a value."""
-    from derived_views.views import runner
     from derived_views.views.verify import verify
 
     execute(
@@ -188,12 +187,7 @@ def test_verify_reads_dates_python_cannot_hold_without_failing(spark: SparkSessi
         "INSERT INTO days VALUES (1, '2020-01-02', '{2020-01-02}', '2020-01-02 03:04:05', '2020-01-02 03:04:05+00')",
         "INSERT INTO days VALUES (2, '2020-01-03', '{infinity,-infinity,0044-03-15 BC,10000-01-01}', 'infinity', '-infinity')",
     )
-    settings = settings_for(pg_url, tmp_path)
-    ctx = context(spark, settings)
-    capture(settings)
-    sync(ctx, ["warehouse"])
-    watermark = runner.latest(ctx)
-    assert watermark is not None
+    ctx, watermark = synced(spark, pg_url, tmp_path)
     report = verify(ctx, "warehouse", pg_url, watermark)
     assert report.compared == 2
     assert all("key ('2',)" in line for line in report.differences), report.differences
