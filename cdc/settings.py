@@ -42,6 +42,7 @@ ACCEPTS: dict[str, str] = {
     "delete_retention_ms": "how long tombstones outlive compaction, in milliseconds (0 or more)",
     "retention_ms": "how long non-compacted topics keep data, in milliseconds, or -1 for ever",
     "retention_bytes": "how many bytes non-compacted partitions keep, or -1 for no limit",
+    "log_compact_interval_s": "seconds between compactions of the embedded log by `cdc capture`, 0 (never) or more",
     "metrics_port": "a TCP port from 0 to 65535 (0 turns the metrics endpoint off)",
     "log_format": "json or kv",
     "snapshot_concurrency": "how many tables capture reads at once beside the stream, from 1 to 64",
@@ -109,6 +110,9 @@ class Settings(BaseSettings):
     delete_retention_ms: int = Field(default=24 * 3600 * 1000, ge=0)
     retention_ms: int = Field(default=-1, ge=-1)
     retention_bytes: int = Field(default=-1, ge=-1)
+    log_compact_interval_s: float = Field(
+        default=3600.0, ge=0, description="Seconds between compactions of the embedded log by `cdc capture` (0: never)."
+    )
     views_file: Path = Field(default=Path("views.toml"), description="The views file (derived_views.definitions).")
     metrics_port: int = Field(default=0, ge=0, le=65535)
     log_format: str = Field(default="kv")

@@ -9,6 +9,7 @@ from types import FrameType
 import click
 
 from cdc.cli import pass_context
+from cdc.log_compactions import LogCompactions
 from cdc.metrics import CaptureMetrics, serve
 
 
@@ -35,10 +36,15 @@ def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
     metrics = CaptureMetrics()
     server = serve(metrics.registry, settings.metrics_port)
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+    compactions = None
+    if not once and not settings.uses_kafka and settings.log_compact_interval_s > 0:
+        compactions = LogCompactions(settings.log_compact_interval_s).start()
     try:
         tuning = Tuning(snapshot_chunk_rows=snapshot_chunk_rows, snapshot_group_chunks=1) if snapshot_chunk_rows else None
         stats = Capture(settings, once=once, stop=stop, metrics=metrics, tuning=tuning).run()
     finally:
+        if compactions is not None:
+            compactions.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         if server is not None:

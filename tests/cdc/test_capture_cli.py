@@ -188,3 +188,31 @@ def test_kill_9_mid_first_read_then_deletes_leave_no_stale_row(reference_db: str
         log.roll()
         log.compact()
     assert replay(tmp_path, topic, strict=False) == expected
+
+
+def test_capture_compacts_its_log_beside_its_appends(reference_db: str, tmp_path: Path) -> None:
+    """A running capture compacts the embedded log every ``CDC_LOG_COMPACT_INTERVAL_S`` (in a child
+    process, beside its appends): superseded records leave the log while it runs, the log still replays to
+    the source, and each compaction is one line of capture's log."""
+    topic, keys, rounds = "cdc.public.categories", 5, 12
+    env = _env(reference_db, tmp_path) | {"CDC_SEGMENT_BYTES": "1024", "CDC_LOG_COMPACT_INTERVAL_S": "0.5"}
+    with psycopg.connect(reference_db, autocommit=True) as conn:
+        conn.execute("INSERT INTO categories (name) SELECT 'v0' FROM generate_series(1, %s)", (keys,))
+    log_file = tmp_path / "capture.err"
+    with log_file.open("wb") as err:
+        process = subprocess.Popen([CDC, "capture"], env=env, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for(lambda: (_snapshot_progress(tmp_path, topic) or ("", 0))[1] >= keys, what="the table's first read")
+        with psycopg.connect(reference_db, autocommit=True) as conn:
+            for n in range(1, rounds + 1):  # a round at a time, so that segments roll between them
+                conn.execute("UPDATE categories SET name = %s", (f"v{n}",))
+                appended = keys * (n + 1)
+                wait_for(lambda: (_snapshot_progress(tmp_path, topic) or ("", 0))[1] >= appended, what="the update in the log")
+        wait_for(lambda: len(read_topic(tmp_path, topic)) < appended // 2, what="a compaction while capture runs")
+        assert replay(tmp_path, topic, strict=False) == source_table(reference_db, "categories")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+    assert process.returncode == 0, log_file.read_text()
+    lines = [line for line in log_file.read_text().splitlines() if "compacted the log in" in line]
+    assert any("rewritten" in line for line in lines), log_file.read_text()
