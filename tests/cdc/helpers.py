@@ -34,6 +34,16 @@ def settings_for(url: str, data_dir: Path, **extra: object) -> Settings:
     return load_settings(database_url=url, data_dir=str(data_dir), **extra)
 
 
+def first_reads(url: str, data_dir: Path, **extra: object) -> None:
+    """A new log's first reads of the tables ``extra``'s settings capture, in chunks of the default size
+    (``cdc capture --once`` in this process): a test that reads in small chunks to watch a read go from
+    chunk to chunk starts past them."""
+    from cdc.coordinator import Capture
+
+    settings = settings_for(url, data_dir, **{name: value for name, value in extra.items() if name != "snapshot_chunk_rows"})
+    Capture(settings, once=True).run()
+
+
 def read_topic(where: Path | Settings, topic: str) -> list[Record]:
     """Every committed record of ``topic``, partition by partition, in the embedded log under a data directory
     or in the log ``Settings`` name (either backend)."""

@@ -25,7 +25,7 @@ from cdc.coordinator import Capture
 from cdc.settings import Settings
 from event_format import is_truncate_key
 from log_store.errors import LogNotFoundError
-from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for, source_table, wait_for
+from tests.cdc.helpers import execute, first_reads, read_topic, replay, run_cdc, settings_for, source_table, wait_for
 from tests.cdc.test_online_reads import BIG, TOASTED, WORDS, _progress, _started, assert_per_key_order, words_table
 from tests.cdc.test_online_reads import _tables as online_tables
 from tests.faults.harness import CdcProcess, cdc_env
@@ -76,6 +76,7 @@ def _streaming_while_updated(url: str, data_dir: Path) -> Iterator[tuple[Capture
     """Capture (in a thread, chunks of 100 rows, ``CDC_REQUEST_KEY`` set) past its initial snapshot of big and
     busy, and :class:`_Updates` running; both stopped at the end."""
     _tables(url)
+    first_reads(url, data_dir, tables="public.big,public.busy", request_key=KEY)
     settings = settings_for(url, data_dir, tables="public.big,public.busy", snapshot_chunk_rows=100, request_key=KEY)
     capture, stop_capture = _started(settings)
     updates = _Updates(url)
@@ -200,6 +201,7 @@ def test_a_partial_read_killed_mid_way_goes_on_past_its_last_key_and_cancel_stop
     partial read under way: its held changes are written, no progress or holding file is left, and the
     table stays captured: the log replays to the source."""
     _tables(reference_db)
+    first_reads(reference_db, tmp_path, tables="public.big,public.busy", request_key=KEY)
     env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="100", request_key=KEY)
     capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
     updates = _Updates(reference_db)
@@ -216,6 +218,7 @@ def test_a_partial_read_killed_mid_way_goes_on_past_its_last_key_and_cancel_stop
         wait_for(
             lambda: len(_later_runs(tmp_path, initial)) >= 2 and _progress(tmp_path) is None, timeout=120, what="the read's end"
         )
+        runs = len(_later_runs(tmp_path, initial))  # the killed read's and those of the run after it
         settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", request_key=KEY)
         request_snapshot(settings, ("public.big",), where="id % 7 <> 0")  # most of the table, in chunks of 100
         wait_for(lambda: (_progress(tmp_path) or 0) > 0, what="the second partial read under way")
@@ -228,9 +231,10 @@ def test_a_partial_read_killed_mid_way_goes_on_past_its_last_key_and_cancel_stop
         updates.stop.set()
         if capture.running():
             capture.kill9()
-    run1, run2, *cancelled_runs = _later_runs(tmp_path, initial)
-    assert len(run1[1]) >= killed_at > 0
-    reread = sorted(run1[1] + run2[1])
+    later = _later_runs(tmp_path, initial)
+    finished, cancelled_runs = later[:runs], later[runs:]
+    assert len(finished[0][1]) >= killed_at > 0
+    reread = sorted(key for _, keys in finished for key in keys)
     assert reread == [i for i in range(1, ROWS + 1) if i % 10 == 0 and i % 3 != 0], "a selected row missing or read twice"
     stopped = [key for _, keys in cancelled_runs for key in keys]
     selected = [i for i in range(1, ROWS + 1) if i % 7 != 0 and i % 3 != 0]
@@ -246,6 +250,7 @@ def test_a_key_change_leaving_a_toasted_value_takes_it_from_the_held_changes_dur
     over the log's row), the read goes on (no whole read of the table) and the log replays to the source."""
     rows = 150_000
     online_tables(reference_db, rows)
+    first_reads(reference_db, tmp_path, tables="public.big,public.busy", request_key=KEY)
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100, request_key=KEY)
     capture, stop_capture = _started(settings)
     moved = rows - TOASTED  # its document is stored out of line
