@@ -34,7 +34,7 @@ from event_format import is_truncate_key
 from log_store import Record
 from log_store.errors import LogNotFoundError
 from log_store.watermark import PUBLISHED_NAME, read_published
-from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for, source_table, wait_for
+from tests.cdc.helpers import execute, first_reads, read_topic, replay, run_cdc, settings_for, source_table, wait_for
 from tests.faults.harness import CdcProcess, cdc_env
 
 pytestmark = pytest.mark.pg
@@ -359,6 +359,7 @@ def test_cdc_snapshot_asks_the_running_capture_to_read_a_table_again(reference_d
     table capture does not read is refused with one clear error."""
     rows = 40_000
     _tables(reference_db, rows)
+    first_reads(reference_db, tmp_path, tables="public.big,public.busy")  # in chunks of the default size
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
     capture, stop_capture = _started(settings)
     seen: list[dict[str, object]] = []
@@ -377,7 +378,7 @@ def test_cdc_snapshot_asks_the_running_capture_to_read_a_table_again(reference_d
             return bool(seen)
 
         wait_for(status_seen, what="the read in cdc snapshot --status")
-        wait_for(lambda: capture.stats.snapshot_rows >= 2 * rows, what="the read of big")
+        wait_for(lambda: capture.stats.snapshot_rows >= rows, what="the read of big")
     finally:
         stop_capture()
     assert capture.stats.reads_requested == 1
@@ -404,6 +405,7 @@ def test_a_read_starts_over_when_a_key_change_needs_a_row_it_has_not_written(ref
     replays to exactly the source with no partial row before a full one, and the moved row keeps its value."""
     rows = 40_000
     _tables(reference_db, rows)
+    first_reads(reference_db, tmp_path, tables="public.big,public.busy")  # in chunks of the default size
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
     capture, stop_capture = _started(settings)
     try:
@@ -443,6 +445,7 @@ def test_ddl_on_a_table_being_read_waits_about_one_chunk_and_the_read_goes_on(re
     writer of both tables never stalls for long, and the log replays to exactly the source, in per-key order."""
     rows = 150_000  # in chunks of 100, a read of several seconds
     _tables(reference_db, rows)
+    first_reads(reference_db, tmp_path, tables="public.big,public.busy")  # in chunks of the default size
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
 
     def early() -> bool:  # the read under way, most of it still to come
@@ -478,6 +481,7 @@ def test_a_read_goes_on_past_its_last_durable_key_after_capture_reconnects(refer
     new snapshot (no key read twice, no markers of the second run), and the log replays to the source."""
     rows = 60_000
     _tables(reference_db, rows)
+    first_reads(reference_db, tmp_path, tables="public.big,public.busy")  # in chunks of the default size
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=200)
     capture, stop_capture = _started(settings)
     writer = _Writer(reference_db, seed=11)
@@ -649,6 +653,7 @@ def test_the_progress_of_a_read_whose_table_left_the_capture_is_not_listed_for_e
     (its holding file goes, its progress record gets a tombstone), so ``cdc snapshot --status`` lists nothing."""
     rows = 40_000
     _tables(reference_db, rows)
+    first_reads(reference_db, tmp_path, tables="public.big,public.busy")  # in chunks of the default size
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
     env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="100")
     capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
@@ -679,6 +684,7 @@ def test_a_key_change_keeping_a_toasted_value_while_a_read_waits_to_resume_start
     replays to exactly the source with no partial row before a full one."""
     rows = 40_000
     _tables(reference_db, rows)
+    first_reads(reference_db, tmp_path, tables="public.big,public.busy")  # in chunks of the default size
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows=100)
     env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="100")
     capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
@@ -710,6 +716,7 @@ def test_a_read_asked_for_survives_a_kill_before_it_ends_also_one_by_block_range
     rows = 150_000
     words_table(reference_db, rows)
     topic = WORDS
+    first_reads(reference_db, tmp_path, tables="public.words")  # in chunks of the default size
     env = cdc_env(reference_db, tmp_path, tables="public.words", snapshot_chunk_rows="100")
     settings = settings_for(reference_db, tmp_path, tables="public.words")
 
