@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from cdc.capture.errors import SourceError
+from cdc.capture.errors import SourceError, connection_failure
 from cdc.capture.lsn import Lsn
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
 from cdc.failover import FAILOVER_SERVER, standby_facts
@@ -202,7 +202,7 @@ def measure_source(settings: Settings, *, peek: bool = True, connect_timeout: in
     try:
         conn = psycopg.connect(settings.database_url, autocommit=True, connect_timeout=connect_timeout)
     except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = connection_failure(exc)
         raise SourceError(
             f"cannot reach the source {settings.safe_database_url()}: {redact_url(reason)}; check CDC_DATABASE_URL"
         ) from None
