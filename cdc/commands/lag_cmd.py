@@ -70,6 +70,7 @@ def render(report: LagReport) -> Group:
         ("WAL behind", _human_bytes(source.wal_bytes_behind)),
         ("oldest unconfirmed change", _seconds(source.oldest_unconfirmed_age_seconds)),
         ("WAL retained by the slot", _human_bytes(source.retained_wal_bytes)),
+        ("catalog_xmin age", "-" if source.catalog_xmin_age is None else f"{source.catalog_xmin_age} transactions"),
         (
             "WAL left before invalidation",
             "unlimited (max_slot_wal_keep_size = -1)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jsonschema
@@ -89,6 +90,7 @@ def test_watch_refreshes_until_interrupted(slot_settings) -> None:  # type: igno
         while seen.count("source → log") < 2:
             seen += lines.get(timeout=60)
         assert "lag_slot (inactive)" in seen
+        assert re.search(r"catalog_xmin age[ │]+[0-9]+ transactions", seen), seen
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)
