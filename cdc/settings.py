@@ -199,7 +199,8 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _join_database_password(self) -> Settings:
         """The database password joins ``database_url`` as its ``password`` parameter, so that every
-        connection (catalog, snapshot, replication) and every process given the URL uses it."""
+        connection (catalog, snapshot, replication) and every process given the URL uses it; and
+        ``standby_url`` too when it holds none (a physical standby has the primary's roles)."""
         password = self.database_password.get_secret_value()
         if not password:
             return self
@@ -207,8 +208,9 @@ class Settings(BaseSettings):
 
         if conninfo_to_dict(self.database_url).get("password"):
             raise ConfigError("CDC_DATABASE_URL holds a password and CDC_DATABASE_PASSWORD(_FILE) gives one: keep one")
-        separator = "&" if "?" in self.database_url else "?"
-        self.database_url = f"{self.database_url}{separator}password={quote(password, safe='')}"
+        self.database_url = _with_password(self.database_url, password)
+        if self.standby_url and not conninfo_to_dict(self.standby_url).get("password"):
+            self.standby_url = _with_password(self.standby_url, password)
         return self
 
     @field_validator("tables", mode="before")
@@ -426,6 +428,12 @@ def _misread_by_libpq(url: str) -> bool:
     except Exception:  # noqa: BLE001 - psycopg's message quotes the unreadable part, which may be the password
         return True
     return False
+
+
+def _with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` as its ``password`` parameter, percent-encoded (libpq decodes it)."""
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}password={quote(password, safe='')}"
 
 
 def read_secret_file(path: Path, setting: str) -> str:

@@ -196,6 +196,12 @@ def test_secret_files_give_the_secrets_and_their_errors_never_show_them(tmp_path
     from psycopg.conninfo import conninfo_to_dict
 
     assert conninfo_to_dict(settings.database_url)["password"] == PASSWORD
+    standby = load_settings(
+        database_url="postgresql://app@db/shop",
+        standby_url="postgresql://app@standby/shop",
+        database_password_file=tmp_path / "pw",
+    )
+    assert conninfo_to_dict(standby.standby_url)["password"] == PASSWORD  # a physical standby has the primary's roles
     assert settings.safe_database_url() == "postgresql://app@db/shop?sslmode=verify-full&password=***"
     refusals = [
         {"mask_key_file": tmp_path / "short"},  # too short, read from a file
