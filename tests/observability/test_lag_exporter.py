@@ -207,7 +207,9 @@ def test_the_exporter_never_imports_spark(exporter: Exporter) -> None:
 
 
 def test_an_unreachable_source_serves_up_zero_and_keeps_serving(source: dict[str, str], tmp_path: Path) -> None:
-    env = {**source, "CDC_DATABASE_URL": "postgresql://app:s3cret-pw@127.0.0.1:1/shop"}
+    password = tmp_path / "password"
+    password.write_text("s3cret-pw\n")
+    env = {**source, "CDC_DATABASE_URL": "postgresql://app@127.0.0.1:1/shop", "CDC_DATABASE_PASSWORD_FILE": str(password)}
     down = _start(env, tmp_path)
     try:
         for _ in range(2):
@@ -220,4 +222,4 @@ def test_an_unreachable_source_serves_up_zero_and_keeps_serving(source: dict[str
         _stop(down)
     logged = down.stderr.read_text()
     assert "cannot measure the slot" in logged
-    assert "s3cret-pw" not in logged
+    assert "password=***" in logged and "s3cret-pw" not in logged  # the line names the URL, never its password
