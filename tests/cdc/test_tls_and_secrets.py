@@ -191,8 +191,10 @@ def test_secret_files_give_the_secrets_and_their_errors_never_show_them(tmp_path
         database_password_file=tmp_path / "pw",
         mask_key_file=tmp_path / "mask",
         request_key_file=tmp_path / "request",
+        kafka_sasl_password_file=tmp_path / "pw",
     )
     assert settings.mask_key_bytes == MASK_KEY.encode() and settings.request_key_bytes == REQUEST_KEY.encode()
+    assert settings.kafka_client()["sasl.password"] == PASSWORD
     from psycopg.conninfo import conninfo_to_dict
 
     assert conninfo_to_dict(settings.database_url)["password"] == PASSWORD
