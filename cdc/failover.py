@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from cdc.capture.errors import ConfigError, SourceError
+from cdc.capture.errors import ConfigError, SourceError, connection_failure
 from cdc.settings import Settings
 
 #: The first PostgreSQL with failover slots.
@@ -185,8 +185,7 @@ def _connect(url: str, what: str) -> psycopg.Connection[tuple[object, ...]]:
     try:
         return psycopg.connect(url, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
-        detail = str(exc).strip().splitlines()[0]
-        raise SourceError(f"cannot connect to the {what}: {detail}; check CDC_{what.upper()}_URL") from None
+        raise SourceError(f"cannot connect to the {what}: {connection_failure(exc)}; check CDC_{what.upper()}_URL") from None
 
 
 def synchronized_standby_slots(conn: psycopg.Connection[tuple[object, ...]]) -> str:

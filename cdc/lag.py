@@ -7,7 +7,8 @@ or changes meaning; new fields may appear):
 ``schema_version`` (1), ``generated_at`` (ISO 8601 UTC), ``ok`` (false when a ``--max-*`` threshold is
 exceeded), ``violations`` (list of strings), ``warnings`` (list of strings),
 ``source``: ``slot``, ``exists``, ``active``, ``wal_status``, ``safe_wal_size_bytes``,
-``current_lsn``, ``confirmed_flush_lsn``, ``wal_bytes_behind``, ``retained_wal_bytes``,
+``current_lsn``, ``confirmed_flush_lsn``, ``wal_bytes_behind``, ``retained_wal_bytes``, ``catalog_xmin_age``
+(transactions since the slot's ``catalog_xmin``: how long it keeps the catalogs from being vacuumed),
 ``max_slot_wal_keep_size_bytes`` (null = unlimited), ``oldest_unconfirmed_age_seconds``,
 ``free_disk_bytes`` (null when the source's disk cannot be seen from here), ``server`` (``host:port``
 of the server read, which a multi-host URL picks), ``role`` (``primary`` or ``standby``), ``failover``
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
-from cdc.capture.errors import SourceError
+from cdc.capture.errors import SourceError, connection_failure
 from cdc.capture.lsn import Lsn
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
 from cdc.failover import FAILOVER_SERVER, standby_facts
@@ -71,6 +72,8 @@ class SourceLag:
     confirmed_flush_lsn: str | None = None
     wal_bytes_behind: int = 0
     retained_wal_bytes: int = 0
+    #: transactions since the slot's catalog_xmin (None: no slot, or none held)
+    catalog_xmin_age: int | None = None
     max_slot_wal_keep_size_bytes: int | None = None
     oldest_unconfirmed_age_seconds: float | None = None
     free_disk_bytes: int | None = None
@@ -188,13 +191,18 @@ def _oldest_unconfirmed_age(conn: psycopg.Connection[Any], slot: str, publicatio
     return max(0.0, time.time() - (commit_us + PG_EPOCH_OFFSET_US) / 1_000_000)
 
 
-def measure_source(settings: Settings) -> SourceLag:
-    """Query the slot; a source that cannot be reached raises :class:`SourceError`."""
+def measure_source(settings: Settings, *, peek: bool = True, connect_timeout: int = 10) -> SourceLag:
+    """Query the slot; a source that cannot be reached raises :class:`SourceError`.
+
+    ``peek``: while no capture holds the slot, find the age of its oldest unconfirmed change by decoding
+    from it (:func:`_oldest_unconfirmed_age`). That decodes the WAL from the slot's restart position, so a
+    caller asking often (a metrics scrape) passes ``False`` and the age is left unknown.
+    """
     lag = SourceLag(slot=settings.slot, exists=False)
     try:
-        conn = psycopg.connect(settings.database_url, autocommit=True, connect_timeout=10)
+        conn = psycopg.connect(settings.database_url, autocommit=True, connect_timeout=connect_timeout)
     except psycopg.OperationalError as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = connection_failure(exc)
         raise SourceError(
             f"cannot reach the source {settings.safe_database_url()}: {redact_url(reason)}; check CDC_DATABASE_URL"
         ) from None
@@ -215,21 +223,22 @@ def measure_source(settings: Settings) -> SourceLag:
             lag.synced_on_standby = bool(standby.slot_synced) if standby.in_recovery else None
         lag.max_slot_wal_keep_size_bytes = _size_setting(conn, "max_slot_wal_keep_size")
         row = conn.execute(
-            "SELECT active, wal_status, safe_wal_size, confirmed_flush_lsn::text, restart_lsn::text "
+            "SELECT active, wal_status, safe_wal_size, confirmed_flush_lsn::text, restart_lsn::text, age(catalog_xmin) "
             "FROM pg_replication_slots WHERE slot_name = %s",
             (settings.slot,),
         ).fetchone()
         if row is None:
             return lag
-        active, wal_status, safe_wal_size, confirmed, restart = row
+        active, wal_status, safe_wal_size, confirmed, restart, xmin_age = row
         lag.exists, lag.active, lag.wal_status = True, bool(active), wal_status
+        lag.catalog_xmin_age = int(xmin_age) if xmin_age is not None else None
         lag.safe_wal_size_bytes = int(safe_wal_size) if safe_wal_size is not None else None
         if confirmed:
             lag.confirmed_flush_lsn = confirmed
             lag.wal_bytes_behind = max(0, current - Lsn.parse(confirmed))
         if restart:
             lag.retained_wal_bytes = max(0, current - Lsn.parse(restart))
-        if lag.wal_bytes_behind and not lag.active and wal_status != "lost":
+        if peek and lag.wal_bytes_behind and not lag.active and wal_status != "lost":
             try:
                 lag.oldest_unconfirmed_age_seconds = _oldest_unconfirmed_age(conn, settings.slot, settings.publication)
             except psycopg.Error:
@@ -262,8 +271,10 @@ def _source_free_disk(conn: psycopg.Connection[Any]) -> int | None:
         return None
 
 
-def measure_log(settings: Settings) -> LogLag:
-    """End offsets at the latest watermark (an absent embedded log is an empty one)."""
+def measure_log(settings: Settings, *, owed: bool = True) -> LogLag:
+    """End offsets at the latest watermark (an absent embedded log is an empty one).
+
+    ``owed``: also ask the source which tables capture reads again (:func:`_reads_owed`)."""
     from cdc.capture.table_snapshots import SnapshotLedger
     from cdc.log_backend import open_log
     from log_store import TopicPartition
@@ -286,7 +297,8 @@ def measure_log(settings: Settings) -> LogLag:
         topic = f"{settings.topic_prefix}.__snapshots"
         if topic in store.topics():
             ledger = SnapshotLedger.load(store, topic)
-            lag.read_again, lag.key_changed = _reads_owed(settings, ledger)
+            if owed:
+                lag.read_again, lag.key_changed = _reads_owed(settings, ledger)
             lag.cancelled = sorted(ledger.cancelled)
     return lag
 
@@ -349,7 +361,7 @@ def measure_views(settings: Settings, log: LogLag, listed: list[ViewTable]) -> l
     ends = {(p.topic, p.partition): p.end_offset for p in log.partitions}
     latest = log.watermark or {}
     latest_lsn = Lsn.parse(latest["lsn"]) if latest.get("lsn") else Lsn(0)
-    latest_ms = _ms(latest.get("appended_at"))
+    latest_ms = ms_of_iso(latest.get("appended_at"))
     out: list[ViewLag] = []
     for view in load(settings.views_file).view_names():
         tables = tables_of(listed, view)
@@ -407,7 +419,7 @@ def measure_tables(settings: Settings, listed: list[ViewTable]) -> list[TableLag
     return list(out.values())
 
 
-def _ms(iso: str | None) -> int:
+def ms_of_iso(iso: str | None) -> int:
     if not iso:
         return 0
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
@@ -584,6 +596,7 @@ JSON_SCHEMA: dict[str, Any] = {
                 "confirmed_flush_lsn": _LSN,
                 "wal_bytes_behind": _INT,
                 "retained_wal_bytes": _INT,
+                "catalog_xmin_age": _NULLABLE_INT,
                 "max_slot_wal_keep_size_bytes": _NULLABLE_INT,
                 "oldest_unconfirmed_age_seconds": {"type": ["number", "null"], "minimum": 0},
                 "free_disk_bytes": _NULLABLE_INT,

@@ -5,7 +5,9 @@ role, so ``cdc capture`` and ``cdc sync --continuous`` can run in one container 
 Scrape ``http://HOST:PORT/metrics``. Port 0 turns the endpoint off. ``cdc sync --continuous`` also exports
 each view table's files, bytes, version, commits since its last compaction and seconds since its last
 maintenance (``cdc_view_table_*``, labelled by ``table``), read every ``CDC_MAINTENANCE_INTERVAL_S`` and
-after each maintenance task.
+after each maintenance task. ``cdc capture``'s endpoint also serves the slot's health, measured from
+PostgreSQL at each scrape (``cdc_source_up``, ``cdc_slot_*``: :mod:`cdc.slot_metrics`), the gauges
+``cdc lag --serve`` serves without a running capture (:mod:`cdc.lag_exporter`).
 """
 
 from __future__ import annotations

@@ -1,13 +1,21 @@
-"""One settings class for the whole pipeline, read from ``CDC_*`` environment variables and ``.env``."""
+"""One settings class for the whole pipeline, read from ``CDC_*`` environment variables and ``.env``.
+
+Secrets (the database password, the mask and request keys, Kafka's passwords) may instead be read from
+files: ``CDC_<NAME>_FILE`` names a file whose content, less its trailing line break, is the value
+(:data:`SECRET_FILES`), as container platforms mount secrets. A secret never reaches a log, an error or
+a screen: the keys are :class:`~pydantic.SecretStr`, and the database password joins the connection URL
+as its ``password`` parameter, which :func:`cdc.redact.redact_url` hides wherever the URL is shown.
+"""
 
 from __future__ import annotations
 
 import re
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
+from urllib.parse import quote
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from cdc.capture.errors import ConfigError
@@ -66,7 +74,11 @@ ACCEPTS: dict[str, str] = {
     "kafka_timeout_ms": "how long one Kafka request may take, in milliseconds, from 100 to 600000",
     "mask_key": "a secret of at least 16 characters (the key of hash masks)",
     "request_key": "a secret of at least 16 characters (the key that signs `cdc snapshot --where` requests)",
+    "database_password": "the source role's password (CDC_DATABASE_URL then holds none)",
 }
+
+#: The secrets that ``CDC_<NAME>_FILE`` may give from a file instead of ``CDC_<NAME>``.
+SECRET_FILES = ("database_password", "mask_key", "request_key", "kafka_sasl_password", "kafka_ssl_key_password")
 
 #: librdkafka's names of the security settings that ``CDC_KAFKA_*`` settings give.
 _KAFKA_CLIENT_NAMES = {
@@ -158,6 +170,52 @@ class Settings(BaseSettings):
         default=SecretStr(""),
         description="The key that signs `cdc snapshot --where` requests (cdc.capture.snapshot_requests); at least 16 bytes.",
     )
+    database_password: SecretStr = Field(
+        default=SecretStr(""),
+        description="The source role's password, kept out of CDC_DATABASE_URL (joins it as its password parameter).",
+    )
+    database_password_file: Path | None = Field(default=None, description="A file holding CDC_DATABASE_PASSWORD.")
+    mask_key_file: Path | None = Field(default=None, description="A file holding CDC_MASK_KEY.")
+    request_key_file: Path | None = Field(default=None, description="A file holding CDC_REQUEST_KEY.")
+    kafka_sasl_password_file: Path | None = Field(default=None, description="A file holding CDC_KAFKA_SASL_PASSWORD.")
+    kafka_ssl_key_password_file: Path | None = Field(default=None, description="A file holding CDC_KAFKA_SSL_KEY_PASSWORD.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_secret_files(cls, data: Any) -> Any:
+        """Each ``CDC_<NAME>_FILE`` read into ``<name>``, which then passes its own checks; a secret given
+        both ways, or a file that cannot be read, is one :class:`ConfigError` that never quotes the file."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for name in SECRET_FILES:
+            path = data.get(f"{name}_file")
+            if not path:
+                continue
+            given = data.get(name)
+            if isinstance(given, SecretStr):
+                given = given.get_secret_value()
+            if given:
+                raise ConfigError(f"CDC_{name.upper()} and CDC_{name.upper()}_FILE are both set: keep one")
+            data[name] = read_secret_file(Path(str(path)), f"CDC_{name.upper()}_FILE")
+        return data
+
+    @model_validator(mode="after")
+    def _join_database_password(self) -> Settings:
+        """The database password joins ``database_url`` as its ``password`` parameter, so that every
+        connection (catalog, snapshot, replication) and every process given the URL uses it; and
+        ``standby_url`` too when it holds none (a physical standby has the primary's roles)."""
+        password = self.database_password.get_secret_value()
+        if not password:
+            return self
+        from psycopg.conninfo import conninfo_to_dict
+
+        if conninfo_to_dict(self.database_url).get("password"):
+            raise ConfigError("CDC_DATABASE_URL holds a password and CDC_DATABASE_PASSWORD(_FILE) gives one: keep one")
+        self.database_url = _with_password(self.database_url, password)
+        if self.standby_url and not conninfo_to_dict(self.standby_url).get("password"):
+            self.standby_url = _with_password(self.standby_url, password)
+        return self
 
     @field_validator("tables", mode="before")
     @classmethod
@@ -374,6 +432,25 @@ def _misread_by_libpq(url: str) -> bool:
     except Exception:  # noqa: BLE001 - psycopg's message quotes the unreadable part, which may be the password
         return True
     return False
+
+
+def _with_password(url: str, password: str) -> str:
+    """``url`` with ``password`` as its ``password`` parameter, percent-encoded (libpq decodes it)."""
+    separator = "&" if "?" in url else "?"
+    return f"{url}{separator}password={quote(password, safe='')}"
+
+
+def read_secret_file(path: Path, setting: str) -> str:
+    """A secret file's text without its trailing line break (``echo`` and editors add one)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
+        raise ConfigError(f"setting {setting} names {path}, which cannot be read: {reason}") from None
+    text = text.rstrip("\r\n")
+    if not text:
+        raise ConfigError(f"setting {setting} names {path}, which is empty")
+    return text
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -18,7 +18,7 @@ import psycopg
 from psycopg import sql
 
 from cdc.capture.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
-from cdc.capture.errors import PrerequisiteError, SourceError
+from cdc.capture.errors import PrerequisiteError, SourceError, connection_failure
 from cdc.capture.transport import ReplicationConnection
 from cdc.capture_rules import Checked, apply_masks, apply_rules, check_rules, published_masks
 from cdc.failover import failover_problems, failover_wanted, primary_facts, standby_facts, synchronized_standby_slots
@@ -44,9 +44,7 @@ def _connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
     try:
         return psycopg.connect(url, autocommit=True, connect_timeout=10)
     except psycopg.OperationalError as exc:
-        raise SourceError(
-            f"cannot connect to the source database: {str(exc).strip().splitlines()[0]}; check CDC_DATABASE_URL"
-        ) from None
+        raise SourceError(f"cannot connect to the source database: {connection_failure(exc)}; check CDC_DATABASE_URL") from None
 
 
 def run_checks(settings: Settings) -> list[Check]:

@@ -1,18 +1,20 @@
 """The views as the application configures them: the settings turned into the plain arguments
-:mod:`derived_views` takes (it never reads :class:`~cdc.settings.Settings` itself)."""
+:mod:`derived_views` takes (it never reads :class:`~cdc.settings.Settings` itself).
+
+Listing the views' tables (:func:`listed_tables`) imports no Spark: ``cdc lag`` and its exporter use it."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from derived_views import LogLocation, ViewContext
+from derived_views import LogLocation
 from derived_views.definitions import load as load_definitions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdc.settings import Settings
-    from derived_views import ViewTable
+    from derived_views import ViewContext, ViewTable
 
 
 def location_from_settings(settings: Settings) -> LogLocation:
@@ -26,7 +28,7 @@ def context_from_settings(settings: Settings, spark: SparkSession | None = None,
     """A :class:`~derived_views.write.context.ViewContext` for the configured data directory, log and views
     file, in ``spark`` or a session of its own. ``one_shot``: the process runs one step and ends, so a
     driver it starts for a small step compiles with C1 alone (:mod:`derived_views.views.job`)."""
-    from derived_views import start_session
+    from derived_views import ViewContext, start_session
 
     definitions = load_definitions(settings.views_file)
     location = location_from_settings(settings)

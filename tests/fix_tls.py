@@ -1,5 +1,6 @@
-"""Throwaway TLS material for a test broker: a CA, a server certificate for 127.0.0.1, and a client
-certificate whose key is encrypted as ``openssl`` 3 encrypts one by default (PKCS#8, PBES2 with AES-256)."""
+"""Throwaway TLS material for a test broker or PostgreSQL server: a CA, a server certificate for
+127.0.0.1 and localhost, and a client certificate whose key is encrypted as ``openssl`` 3 encrypts one by
+default (PKCS#8, PBES2 with AES-256)."""
 
 from __future__ import annotations
 
@@ -16,11 +17,14 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 @dataclass(frozen=True)
 class TlsFiles:
-    """PEM files: ``ca`` signs both certificates; ``server`` holds the broker's key and certificate;
-    ``client_key`` is encrypted with ``client_key_password``."""
+    """PEM files: ``ca`` signs both certificates; ``server`` holds the broker's key and certificate,
+    ``server_certificate`` and ``server_key`` the same apart (as PostgreSQL's ``ssl_cert_file`` and
+    ``ssl_key_file`` take them); ``client_key`` is encrypted with ``client_key_password``."""
 
     ca: Path
     server: Path
+    server_certificate: Path
+    server_key: Path
     client_certificate: Path
     client_key: Path
     client_key_password: str
@@ -66,19 +70,24 @@ def make_tls_files(directory: Path, *, ca_name: str = "ca") -> TlsFiles:
         server_key,
         ca_name,
         ca_key,
-        [x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])],
+        [x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")])],
     )
     client = _certificate("cdc", client_key, ca_name, ca_key, [x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH])])
     password = "k-secret"
     files = TlsFiles(
         directory / f"{ca_name}.pem",
         directory / "server-keystore.pem",
+        directory / "server.crt",
+        directory / "server.key",
         directory / "client.pem",
         directory / "client-encrypted.key",
         password,
     )
     files.ca.write_bytes(ca)
     files.server.write_bytes(_plain(server_key) + server)  # the broker's PEM keystore: key, then certificate
+    files.server_certificate.write_bytes(server)
+    files.server_key.write_bytes(_plain(server_key))
+    files.server_key.chmod(0o600)  # PostgreSQL refuses a key others may read
     files.client_certificate.write_bytes(client)
     files.client_key.write_bytes(
         client_key.private_bytes(

@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import psycopg
 
-from cdc.capture.errors import SourceError
+from cdc.capture.errors import SourceError, connection_failure
 from cdc.capture.key_marks import KEY_MARK, key_columns
 from cdc.capture.lsn import Lsn
 from cdc.capture.tables import NamedTable
@@ -192,7 +192,9 @@ class Catalog:
                 # look expensive enough for JIT compilation, which took 0.5 s of a 0.01 s query
                 self._conn = psycopg.connect(self._url, autocommit=True, options=f"{SESSION_OPTIONS} -c jit=off")
             except psycopg.OperationalError as exc:
-                raise SourceError(f"cannot connect to the source database: {str(exc).strip().splitlines()[0]}") from None
+                raise SourceError(
+                    f"cannot connect to the source database: {connection_failure(exc)}; check CDC_DATABASE_URL"
+                ) from None
         return self._conn
 
     def _execute(self, query: str, params: tuple[object, ...]) -> list[tuple[object, ...]]:

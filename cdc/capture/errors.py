@@ -58,3 +58,24 @@ class MissingValueError(CdcError):
     """
 
     exit_code = 4
+
+
+def connection_failure(exc: BaseException) -> str:
+    """The first line of libpq's message for a connection that failed, with the fix when it is TLS's.
+
+    ``sslmode=verify-full`` (and ``verify-ca``) fail with a bare ``certificate verify failed`` or
+    ``server certificate for "X" does not match host name "Y"``; each gets what to change in the URL.
+    """
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else type(exc).__name__
+    if "certificate verify failed" in line:
+        line += (
+            " (the server's certificate is not signed by the CA the URL's sslrootcert names: "
+            "set sslrootcert to the file of the CA that signed it)"
+        )
+    elif "does not match host name" in line:
+        line += (
+            " (the server's certificate does not name the host the URL connects to: connect by a name it "
+            "holds, or use sslmode=verify-ca, which checks the CA alone)"
+        )
+    return line

@@ -34,7 +34,7 @@ import logging
 
 import psycopg
 
-from cdc.capture.errors import SlotError, SourceError
+from cdc.capture.errors import SlotError, SourceError, connection_failure
 from cdc.capture.lsn import Lsn
 
 log = logging.getLogger("cdc.capture")
@@ -48,9 +48,7 @@ def slot_confirmed(url: str, slot: str) -> Lsn | None:
                 "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (slot,)
             ).fetchone()
     except psycopg.OperationalError as exc:
-        raise SourceError(
-            f"cannot connect to the source database: {str(exc).strip().splitlines()[0]}; check CDC_DATABASE_URL"
-        ) from None
+        raise SourceError(f"cannot connect to the source database: {connection_failure(exc)}; check CDC_DATABASE_URL") from None
     if row is None or row[0] is None:
         return None
     return Lsn.parse(str(row[0]))

@@ -11,6 +11,7 @@ import click
 from cdc.cli import pass_context
 from cdc.log_compactions import LogCompactions
 from cdc.metrics import CaptureMetrics, serve
+from cdc.slot_metrics import SlotCollector
 
 
 @click.command("capture")
@@ -34,6 +35,7 @@ def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
         stop.set()
 
     metrics = CaptureMetrics()
+    metrics.registry.register(SlotCollector(settings))  # the slot's health, as `cdc lag --serve` serves it
     server = serve(metrics.registry, settings.metrics_port)
     previous = {sig: signal.signal(sig, _request_stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     compactions = None

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 import time
 
 import click
@@ -68,6 +70,7 @@ def render(report: LagReport) -> Group:
         ("WAL behind", _human_bytes(source.wal_bytes_behind)),
         ("oldest unconfirmed change", _seconds(source.oldest_unconfirmed_age_seconds)),
         ("WAL retained by the slot", _human_bytes(source.retained_wal_bytes)),
+        ("catalog_xmin age", "-" if source.catalog_xmin_age is None else f"{source.catalog_xmin_age} transactions"),
         (
             "WAL left before invalidation",
             "unlimited (max_slot_wal_keep_size = -1)"
@@ -155,6 +158,19 @@ def _watch(settings: Settings, interval: float, max_lag_seconds: float | None, m
         return
 
 
+def _serve(settings: Settings, port: int, address: str) -> None:
+    """Serve the metrics until SIGTERM or SIGINT (:mod:`cdc.lag_exporter`)."""
+    from cdc.lag_exporter import run
+
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        run(settings, port, address, stop)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 @click.command("lag")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in cdc/lag.py).")
 @click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
@@ -165,11 +181,33 @@ def _watch(settings: Settings, interval: float, max_lag_seconds: float | None, m
     "--max-lag-seconds", type=click.FloatRange(min=0), default=None, help="Exit 1 when any stage is more seconds behind."
 )
 @click.option("--max-wal-bytes", type=click.IntRange(min=0), default=None, help="Exit 1 when the slot is more WAL bytes behind.")
-def lag(as_json: bool, watch: bool, interval: float, max_lag_seconds: float | None, max_wal_bytes: int | None) -> None:
+@click.option(
+    "--serve",
+    "serve_port",
+    type=click.IntRange(min=1, max=65535),
+    default=None,
+    metavar="PORT",
+    help="Serve the slot's, the log's and the views' lag as Prometheus metrics on PORT until stopped.",
+)
+@click.option("--address", default="0.0.0.0", show_default=True, help="The address --serve listens on.")
+def lag(
+    as_json: bool,
+    watch: bool,
+    interval: float,
+    max_lag_seconds: float | None,
+    max_wal_bytes: int | None,
+    serve_port: int | None,
+    address: str,
+) -> None:
     """Show how far behind the slot, the log and each view are."""
     settings = load_settings()
     if watch and as_json:
         raise ConfigError("--watch and --json do not go together: use --json alone for a probe")
+    if serve_port is not None:
+        if watch or as_json or max_lag_seconds is not None or max_wal_bytes is not None:
+            raise ConfigError("--serve goes alone: alert rules over its metrics stand in for --max-* (deploy/prometheus)")
+        _serve(settings, serve_port, address)
+        return
     if watch:
         _watch(settings, interval, max_lag_seconds, max_wal_bytes)
         return

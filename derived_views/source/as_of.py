@@ -1,6 +1,6 @@
 """The log as of a watermark: what one sync step reads, and the position every table moves to.
 
-A step reads the log's latest commit watermark once (:func:`~derived_views.source.log_source.read_watermark`)
+A step reads the log's latest commit watermark once (:func:`~derived_views.source.watermark.read_watermark`)
 and brings every table to it: :class:`LogAsOf` is that pair of the log and its watermark, which every
 table's step is given; :func:`pending_events` says from offsets alone how much a table has left to apply.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from derived_views.engine.progress import Progress
 from derived_views.source.log_location import LogLocation
-from derived_views.source.log_source import LogWatermark
+from derived_views.source.watermark import LogWatermark
 
 
 @dataclass(frozen=True)

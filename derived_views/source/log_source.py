@@ -36,13 +36,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from derived_views.source.key_splits import splits_per_partition
 from derived_views.source.log_location import LogLocation
+from derived_views.source.watermark import Offsets, read_watermark
 from event_format import LSN_HEADER, SEQUENCE_HEADER, UNCHANGED_HEADER
 
 if TYPE_CHECKING:
@@ -61,32 +61,8 @@ RAW_DDL = (
 """``unchanged`` is the record's ``unchanged`` header (JSON text); ``deleted_lsn``/``deleted_seq`` are a
 tombstone's ``lsn``/``sequence`` headers, the position of the deletion it stands for (null otherwise)."""
 
-#: ``{"topic": {"partition": next_offset}}``.
-Offsets = dict[str, dict[str, int]]
-
 _CHUNK = 50_000
 _CHUNK_BYTES = 64 << 20
-
-
-@dataclass(frozen=True)
-class LogWatermark:
-    """A commit watermark as plain values: its position, time and end offsets of the chosen topics."""
-
-    position: str
-    timestamp_ms: int
-    offsets: Offsets
-
-    @property
-    def lsn(self) -> int:
-        """The watermark position as an integer commit LSN (0 when it is not hex)."""
-        try:
-            return int(self.position, 16)
-        except ValueError:
-            return 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain-dict form (a streaming offset)."""
-        return {"position": self.position, "timestamp_ms": self.timestamp_ms, "offsets": self.offsets}
 
 
 class LogPartition(InputPartition):
@@ -121,22 +97,6 @@ class LogPartition(InputPartition):
         self.end = end
         self.split = split
         self.splits = splits
-
-
-def read_watermark(location: LogLocation | str, topics: Sequence[str] | None = None) -> LogWatermark | None:
-    """The log's latest commit watermark restricted to ``topics`` (all when ``None``); ``None`` before
-    the first one. A topic the log does not hold (yet) reads as having no partitions.
-    """
-    with LogLocation.of(location).open() as log:
-        watermark = log.latest_watermark()
-        if watermark is None:
-            return None
-        offsets: Offsets = {topic: {} for topic in topics or ()}
-        for tp, end in watermark.end_offsets.items():
-            if topics is None or tp.topic in offsets:
-                offsets.setdefault(tp.topic, {})
-                offsets[tp.topic][str(tp.partition)] = int(end)
-        return LogWatermark(str(watermark.position), int(watermark.timestamp_ms), offsets)
 
 
 def plan_partitions(location: LogLocation | str, start: Offsets, end: Offsets, splits: int = 1) -> list[LogPartition]:

@@ -34,6 +34,7 @@ from derived_views.errors import MissingTableError, UnknownEntityError
 from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN
 from derived_views.source.as_of import LogAsOf, pending_events
+from derived_views.views import kinds
 from derived_views.views.composite import Composite
 from derived_views.views.composite_sync import (
     CHILDREN,
@@ -55,9 +56,9 @@ from derived_views.write.steps import TableResult, is_current, starting_point
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-NAME = "cache"
+NAME = kinds.CACHE
 #: The entity's tables below its directory, and what each holds.
-TABLES = {"entries": "an entry per root row"}
+TABLES = kinds.CACHE_TABLES
 _MICROS = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 _MICROS_NTZ = "yyyy-MM-dd'T'HH:mm:ss.SSSSSS"
 

@@ -26,11 +26,11 @@ from derived_views.errors import ViewsFileError
 from derived_views.events.column_names import stored_columns
 from derived_views.events.schema import TableSchema, schemas_topic
 from derived_views.source.log_location import LogLocation
-from derived_views.source.log_source import read_watermark
-from derived_views.views import cache, search, warehouse
+from derived_views.source.schema_records import read_schemas
+from derived_views.source.watermark import read_watermark
+from derived_views.views import kinds
 from derived_views.views.composite import SourceTable, checked, source_tables
 from derived_views.views.status import readable_progress
-from derived_views.write.context import read_schemas
 from log_store.topic_names import dir_name
 
 log = logging.getLogger("cdc.views")
@@ -134,17 +134,20 @@ def view_tables(
             raise
         plans = {}
     topic_of = {schema.log_name: schema.topic for schema in captured}
-    for module, names in ((search, definitions.search), (cache, definitions.cache)):
+    for kind, outputs_of, names in (
+        (kinds.SEARCH, kinds.SEARCH_TABLES, definitions.search),
+        (kinds.CACHE, kinds.CACHE_TABLES, definitions.cache),
+    ):
         for name, definition in names.items():
-            view = f"{module.NAME}.{name}"
-            outputs = plans[view].output_columns if view in plans and module is search else ()
+            view = f"{kind}.{name}"
+            outputs = plans[view].output_columns if view in plans and kind == kinds.SEARCH else ()
             read = plans[view].tables if view in plans else ()
-            for table, holds in module.TABLES.items():
+            for table, holds in outputs_of.items():
                 tables.append(
                     _table(
                         view,
                         holds.replace("root row", f"{definition.root} row"),
-                        views_dir / module.NAME / name / table,
+                        views_dir / kind / name / table,
                         outputs if table == "documents" else (),
                         [topic_of[source.log_name] for source in read if source.log_name in topic_of],
                         health=health,
@@ -152,7 +155,7 @@ def view_tables(
                 )
             for source in read:
                 tables.append(
-                    _read_table(views_dir, definitions, module.NAME, name, view, source, topic_of.get(source.log_name), health)
+                    _read_table(views_dir, definitions, kind, name, view, source, topic_of.get(source.log_name), health)
                 )
     return tables
 
@@ -182,8 +185,8 @@ def _warehouse_tables(
         for kind in ("current", "history"):
             if kind == "history" and not definitions.warehouse.keeps_history(qualified):
                 continue
-            path = views_dir / warehouse.NAME / kind / dir_name(schema.log_name)
-            tables.append(_table(warehouse.NAME, f"{qualified} ({kind})", path, schema.names, [schema.topic], health=health))
+            path = views_dir / kinds.WAREHOUSE / kind / dir_name(schema.log_name)
+            tables.append(_table(kinds.WAREHOUSE, f"{qualified} ({kind})", path, schema.names, [schema.topic], health=health))
     return tables
 
 
@@ -201,7 +204,7 @@ def _read_table(
     warehouse keeps it, else the view's own copy."""
     topics = [topic] if topic else []
     if definitions.warehouse.keeps(source.dotted_name):
-        path = views_dir / warehouse.NAME / "current" / dir_name(source.log_name)
+        path = views_dir / kinds.WAREHOUSE / "current" / dir_name(source.log_name)
         return _table(view, f"reads {source.dotted_name} (current)", path, source.columns, topics, health=health)
     path = views_dir / module / name / "_state" / dir_name(source.log_name)
     return _table(view, f"copy of {source.dotted_name}", path, source.columns, topics, health=health)

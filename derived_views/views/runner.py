@@ -46,7 +46,7 @@ from derived_views.errors import (
     ViewsFileError,
 )
 from derived_views.source.as_of import LogAsOf
-from derived_views.source.log_source import LogWatermark, read_watermark
+from derived_views.source.watermark import LogWatermark, read_watermark
 from derived_views.views import cache, search, warehouse
 from derived_views.views.composite import Composite, checked, plan_for, source_tables
 from derived_views.views.purge import PurgedTable

@@ -48,6 +48,7 @@ from derived_views.events.column_names import quote, source_columns
 from derived_views.events.metadata_columns import KEY, LSN
 from derived_views.events.schema import TableSchema
 from derived_views.source.as_of import LogAsOf, pending_events
+from derived_views.views import kinds
 from derived_views.views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
 from derived_views.views.composite import Composite
 from derived_views.views.composite_sync import (
@@ -70,9 +71,9 @@ from derived_views.write.steps import TableResult, is_current, mark_as_of, start
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-NAME = "search"
+NAME = kinds.SEARCH
 #: The index's tables below its directory, and what each holds.
-TABLES = {"documents": "a document per root row", "terms": "term frequencies per document"}
+TABLES = kinds.SEARCH_TABLES
 TERMS_DDL = "doc string, terms array<struct<term:string,tf:int>>, doc_len int"
 #: The terms table's layout, recorded after the definition's stamp in its commits: a table written with
 #: another layout (the earlier one row per (document, term) recorded none) is rewritten whole once.

@@ -24,7 +24,7 @@ from pathlib import Path
 from derived_views.engine.delta_sql import is_local
 from derived_views.engine.maintenance import COMPACT, MaintenancePolicy, Task, tasks_for
 from derived_views.engine.table_health import TableHealth, table_health
-from derived_views.source.log_source import LogWatermark
+from derived_views.source.watermark import LogWatermark
 from derived_views.views import cache, search, warehouse
 from derived_views.views.status import delta_tables
 from derived_views.write.context import ViewContext

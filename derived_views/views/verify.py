@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from derived_views.errors import UnknownViewError
 from derived_views.events.schema import TableSchema
-from derived_views.source.log_source import LogWatermark
+from derived_views.source.watermark import LogWatermark
 from derived_views.views import verify_tables, warehouse
 from derived_views.views.composite import Composite
 from derived_views.views.published_rules import WHOLE, PublishedRule, Rules, keyed, published_rules

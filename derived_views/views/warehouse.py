@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from derived_views.events.schema import TableSchema
 from derived_views.source.as_of import LogAsOf, pending_events
+from derived_views.views import kinds
 from derived_views.write.context import ViewContext
 from derived_views.write.failures import summary
 from derived_views.write.scd2 import merge_history
@@ -48,9 +49,9 @@ from derived_views.write.steps import TableResult, apply_state, apply_table
 from log_store.topic_names import dir_name
 
 if TYPE_CHECKING:
-    from derived_views.source.log_source import LogWatermark
+    from derived_views.source.watermark import LogWatermark
 
-NAME = "warehouse"
+NAME = kinds.WAREHOUSE
 log = logging.getLogger("cdc.views")
 
 

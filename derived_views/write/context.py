@@ -7,7 +7,6 @@ until the schema topic moves. The log is read only through :mod:`derived_views.s
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import uuid
@@ -23,7 +22,8 @@ from derived_views.engine.spark_session import PARQUET_TIMESTAMPS, new_session
 from derived_views.errors import SourceSchemaError
 from derived_views.events.schema import TableSchema, schemas_topic
 from derived_views.source.log_location import LogLocation
-from derived_views.source.log_source import LogWatermark, Offsets, plan_partitions, read_partition
+from derived_views.source.schema_records import read_schemas
+from derived_views.source.watermark import LogWatermark, Offsets
 from derived_views.write.table_evolution import TableTypes
 
 if TYPE_CHECKING:
@@ -209,31 +209,3 @@ class ViewContext:
                 f"check that {name} is captured (CDC_TABLES / the publication) and run `cdc capture`"
             )
         return schemas[name]
-
-
-def read_schemas(location: LogLocation | str, topic: str, ends: dict[str, int]) -> dict[str, TableSchema]:
-    """Every source table's latest schema record in ``topic`` up to ``ends`` (partition -> end offset),
-    by log name: the schema topic is small (one record per table and change), read in the driver."""
-    parts = plan_partitions(location, {}, {topic: dict(ends)})
-    if not parts:
-        return {}
-    with LogLocation.of(location).open() as log:  # one connection for every partition
-        rows = [
-            row
-            for part in parts
-            for batch in read_partition(part, log)
-            for row in batch.select(["partition", "offset", "key", "value"]).to_pylist()
-        ]
-    latest: dict[str, tuple[int, str | None]] = {}
-    for row in rows:
-        key = json.loads(row["key"]) if row["key"] else None
-        if isinstance(key, str) and (key not in latest or row["offset"] >= latest[key][0]):
-            latest[key] = (row["offset"], row["value"])
-    found: dict[str, tuple[int, TableSchema]] = {}
-    for offset, value in latest.values():
-        if value is not None:
-            schema = TableSchema.from_record(json.loads(value))
-            # a table whose key changed (written before names were escaped) has two records: the later one holds
-            if schema.log_name not in found or offset > found[schema.log_name][0]:
-                found[schema.log_name] = (offset, schema)
-    return {name: schema for name, (_, schema) in found.items()}

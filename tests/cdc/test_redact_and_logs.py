@@ -24,6 +24,11 @@ from cdc.redact import redact_url
         ("postgresql://app:p@ss@db:5432/shop", "postgresql://app:***@db:5432/shop"),
         ("url postgresql://app:a@b@c@db/shop and mail x@y", "url postgresql://app:***@db/shop and mail x@y"),
         ("'postgresql://a:b@c'", "'postgresql://a:***@c'"),
+        # CDC_DATABASE_PASSWORD(_FILE) joins the URL as its password parameter, percent-encoded
+        (
+            "postgresql://u@h/db?sslmode=verify-full&password=p%40ss%20w&x=1",
+            "postgresql://u@h/db?sslmode=verify-full&password=***&x=1",
+        ),
     ],
 )
 def test_redact_url(text: str, expected: str) -> None:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdc.settings import Settings
-    from derived_views.source.log_source import LogWatermark
+    from derived_views.source.watermark import LogWatermark
     from derived_views.views.runner import StepReport
     from derived_views.write.context import ViewContext
 

@@ -197,7 +197,7 @@ def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_
     holds exactly what replaying the log up to the offsets its newest commit records gives, so no commit
     carried another table's progress; returns how many tables moved past ``first_lsn``."""
     from derived_views.source.as_of import LogAsOf
-    from derived_views.source.log_source import LogWatermark
+    from derived_views.source.watermark import LogWatermark
     from derived_views.views import runner, warehouse
     from derived_views.write.scd2 import merge_history
     from derived_views.write.steps import apply_state, load_pending

@@ -7,7 +7,7 @@ from pathlib import Path
 from derived_views.engine.evaluation import SMALL_TABLE_BYTES, small_tables
 from derived_views.engine.progress import Progress
 from derived_views.source.as_of import pending_events
-from derived_views.source.log_source import LogWatermark
+from derived_views.source.watermark import LogWatermark
 
 
 def test_pending_events_count_each_partition_from_the_tables_progress() -> None:

@@ -22,7 +22,7 @@ from derived_views.engine.table_health import table_health
 from derived_views.errors import AsOfError
 from derived_views.source.as_of import LogAsOf
 from derived_views.source.log_location import LogLocation
-from derived_views.source.log_source import LogWatermark
+from derived_views.source.watermark import LogWatermark
 from derived_views.views.as_of_reads import lsn_text, parse_lsn, select_versions
 
 HOUR_MS = 3600 * 1000

@@ -63,6 +63,12 @@ def test_capture_metrics_endpoint(reference_db: str, tmp_path: Path) -> None:
         assert metrics["cdc_capture_confirmed_lsn"] > 0
         assert metrics["cdc_capture_reconnects_total"] == 0
         assert "cdc_capture_wal_bytes_behind" in metrics and "cdc_capture_seconds_behind" in metrics
+        # the slot's health, measured from PostgreSQL at the scrape, as `cdc lag --serve` serves it
+        assert metrics["cdc_source_up"] == 1 and metrics["cdc_slot_exists"] == 1
+        assert metrics["cdc_slot_active"] == 1
+        assert metrics["cdc_slot_wal_status"] == 1  # one status of the four is the slot's
+        assert metrics["cdc_slot_retained_wal_bytes"] >= metrics["cdc_slot_wal_bytes_behind"] >= 0
+        assert metrics["cdc_slot_catalog_xmin_age"] >= 0
     finally:
         process.send_signal(signal.SIGTERM)
         _, stderr = process.communicate(timeout=60)

@@ -50,6 +50,22 @@ def _lag(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
     return result.returncode, report
 
 
+def _exported(settings: Settings) -> dict[tuple[str, str], float]:
+    """What ``cdc lag --serve`` serves of each view, read with Prometheus's own text parser."""
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from cdc.lag_exporter import exporter_registry
+
+    text = generate_latest(exporter_registry(settings)).decode()
+    return {
+        (sample.name, sample.labels["view"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if "view" in sample.labels
+    }
+
+
 def _sync(spark: SparkSession, settings: Settings) -> None:
     from cdc import view_context
     from derived_views.views import runner
@@ -106,6 +122,12 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(spark: SparkSess
     pending = {view["view"]: view for view in captured["views"]}
     assert pending["warehouse"]["events_pending"] >= 60
     assert pending["search.products"]["events_pending"] > 0
+    exported = _exported(settings)  # the exporter's figures are cdc lag's
+    for view in captured["views"]:
+        assert exported["cdc_lag_view_events_pending", view["view"]] == view["events_pending"]
+        assert exported["cdc_lag_view_wal_bytes_behind", view["view"]] == view["wal_bytes_behind"]
+        assert exported["cdc_lag_view_seconds_behind", view["view"]] == pytest.approx(view["seconds_behind"])
+        assert exported["cdc_lag_view_synced", view["view"]] == 1
 
     _sync(spark, settings)
     status, synced = _lag(settings, "--max-lag-seconds", "0")
@@ -115,6 +137,9 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(spark: SparkSess
         assert view["seconds_behind"] == 0
         assert view["wal_bytes_behind"] == 0
         assert view["as_of_lsn"] == synced["log"]["watermark"]["lsn"]
+    exported = _exported(settings)
+    assert {view for _, view in exported} == {"warehouse", "search.products", "cache.order"}
+    assert all(value == 0 for (name, _), value in exported.items() if name != "cdc_lag_view_synced")
     done = _wait(settings, after_commit, timeout=30)
     assert done.returncode == 0, done.stderr
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jsonschema
@@ -37,6 +38,8 @@ def test_lag_grows_with_writes_and_falls_when_confirmed(slot_settings) -> None: 
     _write(slot_settings.database_url, 500)
     grown = measure(slot_settings, max_wal_bytes=0, max_lag_seconds=3600)
     assert grown.source.wal_bytes_behind > before.wal_bytes_behind
+    assert grown.source.retained_wal_bytes >= grown.source.wal_bytes_behind
+    assert grown.source.catalog_xmin_age is not None and grown.source.catalog_xmin_age >= 1
     assert grown.source.oldest_unconfirmed_age_seconds is not None
     assert 0 <= grown.source.oldest_unconfirmed_age_seconds < 600
     assert not grown.ok and any("WAL bytes behind" in v for v in grown.violations)
@@ -87,6 +90,7 @@ def test_watch_refreshes_until_interrupted(slot_settings) -> None:  # type: igno
         while seen.count("source → log") < 2:
             seen += lines.get(timeout=60)
         assert "lag_slot (inactive)" in seen
+        assert re.search(r"catalog_xmin age[ │]+[0-9]+ transactions", seen), seen
     finally:
         process.send_signal(signal.SIGINT)
         process.wait(timeout=30)

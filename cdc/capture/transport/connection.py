@@ -16,7 +16,7 @@ import psycopg
 from psycopg import pq
 
 from cdc.capture.catalog import SESSION_OPTIONS
-from cdc.capture.errors import PrerequisiteError, SlotError, SourceError
+from cdc.capture.errors import PrerequisiteError, SlotError, SourceError, connection_failure
 from cdc.capture.lsn import Lsn
 from cdc.capture.transport.framing import Frame, decode_frame, encode_status
 
@@ -75,8 +75,8 @@ class ReplicationConnection:
             )
         except psycopg.OperationalError as exc:
             raise SourceError(
-                _first_line(exc, "cannot open a replication connection")
-                + "; check CDC_DATABASE_URL and that the server is up and accepts replication connections"
+                f"cannot open a replication connection: {connection_failure(exc)}"
+                "; check CDC_DATABASE_URL and that the server is up and accepts replication connections"
             ) from None
         self._pg = self._conn.pgconn
         self.streaming = False
