@@ -61,6 +61,7 @@ from cdc.capture.held_changes import HeldChanges
 from cdc.capture.initial_snapshot import begin_log, take_initial_snapshot
 from cdc.capture.lsn import Lsn
 from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress_plan, run_keep
+from cdc.capture.outbox import Outbox, dead_letter_topic
 from cdc.capture.partial_reads import PartialRequests, flush_records, going_on
 from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.read_conditions import checked_condition
@@ -258,6 +259,12 @@ class Capture:
         if whole:
             self._abandon(whole, f"the columns of {shape.qualified} changed")
 
+    def _table_topic(self, topic: str) -> bool:
+        """Whether ``topic`` is a captured table's (an outbox event is never written there)."""
+        if topic in self._table_of_topic:
+            return True
+        return self.replayer is not None and any(shape.topic == topic for shape in self.replayer.relations.values())
+
     def _database_name(self) -> str:
         return self.settings.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
 
@@ -340,6 +347,13 @@ class Capture:
                 gate=self.gate,
             )
             self.replayer.on_message = self._requested
+            self.replayer.outbox = Outbox(
+                self.settings.outbox_message_prefix,
+                self.settings.outbox_key_field,
+                dead_letter_topic(self.settings.topic_prefix),
+                self._table_topic,
+            )
+            self.replayer.ensure_events_topic = topics.ensure_events
             chunk_rows = self.tuning.snapshot_chunk_rows or self.settings.snapshot_chunk_rows
             self.writer = SnapshotWriter(
                 store, self.builder, self.replayer, self.ledger,
@@ -454,7 +468,7 @@ class Capture:
                 held.cut_to(self.position)
             self._discover()
             repl.start(self.settings.slot, Lsn(0), self.settings.publication)
-            assembler = TransactionAssembler(self.tuning.memory_limit)
+            assembler = TransactionAssembler(self.tuning.memory_limit, self.settings.outbox_message_prefix)
             core.begin_session(time.monotonic())
             try:
                 while True:

@@ -20,6 +20,7 @@ before the transaction.
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -31,6 +32,8 @@ from cdc.capture.catalog import Catalog, TableInfo
 from cdc.capture.errors import DecodeError, SourceError
 from cdc.capture.events import EventBuilder, TxContext, new_record
 from cdc.capture.key_changes import discarded_values, read_back_key
+from cdc.capture.lsn import Lsn
+from cdc.capture.outbox import Outbox, Rejected
 from cdc.capture.pgoutput.decoder import Decoder
 from cdc.capture.pgoutput.messages import (
     UNCHANGED,
@@ -59,6 +62,8 @@ from log_store.record import ProducerRecord
 
 if TYPE_CHECKING:
     from cdc.capture.table_snapshots import TableGate
+
+log = logging.getLogger("cdc.capture")
 
 _XID = struct.Struct("!I")
 _U32 = struct.Struct("!I")
@@ -127,9 +132,11 @@ class TransactionAssembler:
     stored as bytes and decoded once, at replay.
     """
 
-    def __init__(self, memory_limit: int = 8 << 20) -> None:
+    def __init__(self, memory_limit: int = 8 << 20, outbox_prefix: str = "") -> None:
         self._decoder = Decoder()
         self._memory_limit = memory_limit
+        #: how outbox messages' prefixes begin (:mod:`cdc.capture.outbox`; empty: no outbox)
+        self._outbox_prefix = outbox_prefix
         self._current: _Open | None = None
         self._streams: dict[int, _Open] = {}
         self._stream_xid: int | None = None
@@ -177,16 +184,23 @@ class TransactionAssembler:
         """Take one message that came at ``lsn`` (its XLogData data start): a change is stored with its
         LSN, so that a decode error at replay names where it is; returns the transaction it commits."""
         kind = payload[0] if payload else 0
-        if kind == 0x4D:  # 'M': a logical message; capture's own transactional ones are kept with their
-            # transaction, to be replayed in order with its changes (new masks, requests to capture)
+        if kind == 0x4D:  # 'M': a logical message; capture's own transactional ones and outbox events are
+            # kept with their transaction, to be replayed in order with its changes (new masks, requests
+            # to capture, events to publish)
             message = self._decoder.decode(payload, lsn)
+            if not isinstance(message, LogicalMessage):
+                return None
+            outbox = bool(self._outbox_prefix) and message.prefix.startswith(self._outbox_prefix)
             target = self._streams.get(self._stream_xid) if self._stream_xid is not None else self._current
-            if (
-                isinstance(message, LogicalMessage)
-                and message.transactional
-                and message.prefix in _CAPTURE_PREFIXES
-                and target is not None
-            ):
+            if not message.transactional:
+                if outbox:  # it would publish an event of a transaction that may still roll back
+                    log.warning(
+                        "refused the non-transactional outbox message %r at LSN %s: nothing is written; emit it with "
+                        "pg_logical_emit_message(true, ...) inside the transaction it belongs to",
+                        message.prefix,
+                        Lsn(message.lsn),
+                    )
+            elif (outbox or message.prefix in _CAPTURE_PREFIXES) and target is not None:
                 target.changes.append(payload, lsn)
             return None
         if kind in _DATA_TYPES:
@@ -308,6 +322,10 @@ class ChangeReplayer:
         #: the log, with the transaction's commit time (milliseconds); the records it returns (the ledger's
         #: note of the request) go into the same group
         self.on_message: Callable[[LogicalMessage, int], list[ProducerRecord]] | None = None
+        #: the outbox rules (:mod:`cdc.capture.outbox`): outbox messages become events of their own topics
+        self.outbox: Outbox | None = None
+        #: makes an outbox topic (or the dead-letter topic) before its first record is written
+        self.ensure_events_topic: Callable[[str], None] = lambda topic: None
         self._replaying = False
 
     def shape_from_relation(self, relation: Relation) -> TableShape:
@@ -434,8 +452,31 @@ class ChangeReplayer:
         elif isinstance(message, LogicalMessage):
             if message.prefix == MESSAGE_PREFIX:  # masks change here, in a replay of a held transaction too
                 self._masks_changed(message.content, admitted)
+            elif self.outbox is not None and self.outbox.claims(message.prefix):
+                if not self._replaying:
+                    yield self._outbox_event(self.outbox, message, context)
             elif self.on_message is not None and not self._replaying:
                 yield from self.on_message(message, context.ts_ms)
+
+    def _outbox_event(self, outbox: Outbox, message: LogicalMessage, context: TxContext) -> ProducerRecord:
+        """The record of one outbox message of the transaction ``context`` describes: the event, or its
+        dead letter (said in one warning line with the LSN). It takes the next sequence of the transaction,
+        so ``(lsn, sequence)`` orders it among the transaction's row changes."""
+        result = outbox.event(message, context.lsn, context.messages, context.sequence, context.ts_ms)
+        context.messages += 1
+        context.sequence += 1
+        if isinstance(result, Rejected):
+            log.warning(
+                "outbox message %r at LSN %s (transaction committed at %s) is not published: %s; it is written to %s",
+                message.prefix,
+                Lsn(message.lsn),
+                Lsn(context.lsn),
+                result.reason,
+                outbox.dead_letters,
+            )
+            result = result.record
+        self.ensure_events_topic(result.topic)
+        return result
 
     def _masks_changed(self, content: bytes, admitted: dict[int, bool]) -> None:
         """The stream reached a change of the publication's masks (:mod:`event_format.masks`): every later

@@ -1,0 +1,160 @@
+"""Outbox events: messages an application emits in its own transactions, published as records of the log.
+
+An application publishes an event without writing to a second system (no dual write) by emitting a
+transactional logical message inside its business transaction::
+
+    SELECT pg_logical_emit_message(true, 'cdc.outbox.orders', '{"order_id": 7, "type": "OrderPlaced"}');
+
+The prefix is ``<CDC_TOPIC_PREFIX>.<CDC_OUTBOX_PREFIX>.`` followed by the topic's own name; the whole
+prefix is the topic the event lands in (``cdc.outbox.orders``). No table is written, so there is
+nothing to vacuum on the source and nothing to grant but the right to connect.
+
+Guarantees (docs/outbox.md):
+
+* **Exactly once, at its commit's position.** The message is kept with its transaction
+  (:class:`~cdc.capture.streaming.TransactionAssembler`) and replayed with the transaction's row changes
+  in the order the server sent them (:class:`~cdc.capture.streaming.ChangeReplayer`), so the event is
+  written in the same group as those changes and the watermark covers both or neither. A transaction
+  the log already holds is skipped whole after a restart, its events with it.
+* **Only if the transaction commits.** PostgreSQL decodes a transactional message at its
+  transaction's commit and drops it with an aborted transaction or a subtransaction rolled back to a
+  savepoint (a streamed transaction's aborted subtransactions are skipped by the replayer). A
+  non-transactional message with the outbox prefix would publish an event of a transaction that may
+  still roll back: it is refused, one warning line with its LSN, and nothing is written.
+* **Order.** Each event carries the headers ``lsn`` (its transaction's commit LSN) and ``sequence``
+  (its place among the transaction's events, row changes included), so ``(lsn, sequence)`` orders it
+  among every event of the database. With ``CDC_OUTBOX_KEY_FIELD`` set, the key is that top-level
+  field of the payload (a string as its UTF-8 text, any other JSON value as its compact JSON): all
+  events of one aggregate go to one partition, in commit order. Without it the key is null and events
+  are spread over the partitions.
+* **Stable ids.** The header ``id`` is ``<commit LSN, 16 hex digits>-<n>``, ``n`` counting the
+  transaction's outbox messages from 0: the same on every replay and restart, so a consumer can
+  deduplicate by it.
+* **Bad input.** A payload that is not JSON, a topic name Kafka cannot hold (or one that is a captured
+  table's topic), a missing key field: one warning line naming the LSN and what is wrong, and the
+  message goes to the dead-letter topic ``<CDC_TOPIC_PREFIX>.__dead_letters`` in the same group; capture
+  goes on and nothing else of the transaction is lost.
+
+This module holds the rules only (no I/O); the replayer calls :meth:`Outbox.event` per message.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import orjson
+
+from cdc.capture.lsn import Lsn
+from cdc.capture.pgoutput.messages import LogicalMessage
+from event_format import LSN_HEADER, SEQUENCE_HEADER
+from log_store import ProducerRecord
+from log_store.errors import InvalidTopicNameError
+from log_store.topic import validate_topic_name
+
+#: The header holding an event's id.
+ID_HEADER = "id"
+#: How the dead-letter topic's name ends, after the topic prefix.
+DEAD_LETTERS = ".__dead_letters"
+
+
+def event_id(commit_lsn: int, index: int) -> str:
+    """The id of the ``index``-th outbox message of the transaction committed at ``commit_lsn``."""
+    return f"{commit_lsn:016X}-{index}"
+
+
+def dead_letter_topic(topic_prefix: str) -> str:
+    """Where capture puts outbox messages it cannot publish: ``<prefix>.__dead_letters``."""
+    return f"{topic_prefix}{DEAD_LETTERS}"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A message that could not be published: why, and its dead-letter record."""
+
+    reason: str
+    record: ProducerRecord
+
+
+@dataclass(frozen=True)
+class Outbox:
+    """The outbox rules of one capture.
+
+    ``message_prefix``: how an outbox message's prefix begins (``<topic prefix>.<outbox prefix>.``);
+    ``key_field``: the payload field that keys events (empty: none); ``dead_letters``: the dead-letter
+    topic; ``table_topic``: whether a topic name is a captured table's (an event is never written there).
+    """
+
+    message_prefix: str
+    key_field: str
+    dead_letters: str
+    table_topic: Callable[[str], bool] = lambda topic: False
+
+    def claims(self, prefix: str) -> bool:
+        """Whether a message with this prefix is an outbox message."""
+        return prefix.startswith(self.message_prefix)
+
+    def event(self, message: LogicalMessage, commit_lsn: int, index: int, sequence: int, ts_ms: int) -> ProducerRecord | Rejected:
+        """The record of the ``index``-th outbox message of the transaction committed at ``commit_lsn``
+        (at ``sequence`` among its events, committed at ``ts_ms``), or why it is rejected.
+
+        Pure: the same message and position give the same record (and id) on every replay.
+        """
+        topic = message.prefix
+        ident = event_id(commit_lsn, index)
+        headers = ((ID_HEADER, ident.encode()), (LSN_HEADER, b"%d" % commit_lsn), (SEQUENCE_HEADER, b"%d" % sequence))
+        reason = _topic_problem(topic, self.message_prefix, self.table_topic)
+        key: bytes | None = None
+        if reason is None:
+            try:
+                payload = orjson.loads(message.content)
+            except orjson.JSONDecodeError as exc:
+                reason = f"the payload is not JSON ({exc})"
+            else:
+                if self.key_field:
+                    key, reason = _key_of(payload, self.key_field)
+        if reason is not None:
+            letter = {
+                "target": topic,
+                "id": ident,
+                "lsn": commit_lsn,
+                "message_lsn": str(Lsn(message.lsn)),
+                "error": reason,
+                "value": _text_or_base64(message.content),
+            }
+            return Rejected(reason, ProducerRecord(self.dead_letters, None, orjson.dumps(letter), ts_ms, headers))
+        return ProducerRecord(topic, key, message.content, ts_ms, headers)
+
+
+def _topic_problem(topic: str, message_prefix: str, table_topic: Callable[[str], bool]) -> str | None:
+    """Why ``topic`` cannot hold outbox events, or None."""
+    if topic == message_prefix:
+        return f"the prefix {topic!r} names no topic after {message_prefix!r}"
+    try:
+        validate_topic_name(topic)
+    except InvalidTopicNameError:
+        return f"{topic!r} is not a topic name Kafka can hold (at most 249 characters of ASCII letters, digits, '.', '_' and '-')"
+    if table_topic(topic):
+        return f"{topic!r} is the topic of a captured table"
+    return None
+
+
+def _key_of(payload: object, field: str) -> tuple[bytes | None, str | None]:
+    """The key ``field`` of ``payload`` gives (a string's UTF-8 text, else compact JSON), or why there is none."""
+    if not isinstance(payload, dict):
+        return None, f"the payload is not a JSON object, so it has no key field {field!r}"
+    value = payload.get(field)
+    if value is None:
+        return None, f"the payload has no key field {field!r} (or it is null)"
+    if isinstance(value, str):
+        return value.encode("utf-8"), None
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS), None
+
+
+def _text_or_base64(content: bytes) -> object:
+    """A payload for a dead letter's JSON: its text when it is UTF-8, else ``{"base64": ...}``."""
+    try:
+        return content.decode("utf-8")
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(content).decode("ascii")}
