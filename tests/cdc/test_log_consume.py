@@ -10,6 +10,8 @@ from pathlib import Path
 
 import orjson
 
+from cdc.lag import measure_log
+from cdc.settings import load_settings
 from log_store import LogStore
 from tests.cdc.helpers import CDC, wait_for
 from tests.log_store.helpers import rec
@@ -63,6 +65,8 @@ def test_two_groups_one_killed_mid_way_skip_nothing(tmp_path: Path) -> None:
     mid = _groups(tmp_path)
     committed = {partition: mid[("a", partition)]["committed"] for partition in range(3) if ("a", partition) in mid}
     assert 0 < sum(committed.values()) <= len(first) < COUNT and sum(line["lag"] for line in mid.values()) > 0
+    (counted,) = measure_log(load_settings(data_dir=str(tmp_path))).groups  # `cdc lag` counts it too
+    assert (counted.group, counted.topic, counted.lag) == ("a", TOPIC, COUNT - sum(committed.values()))
     # every record the killed consumer committed was printed by it
     printed = {(line["partition"], line["offset"]) for line in first}
     assert all((p, o) in printed for p, end in committed.items() for o in range(end))
@@ -84,4 +88,5 @@ def test_two_groups_one_killed_mid_way_skip_nothing(tmp_path: Path) -> None:
         assert offsets == list(range(len(offsets)))
     after = _groups(tmp_path)
     assert {key: line["lag"] for key, line in after.items()} == {(g, p): 0 for g in "ab" for p in range(3)}
+    assert [(g.group, g.lag) for g in measure_log(load_settings(data_dir=str(tmp_path))).groups] == [("a", 0), ("b", 0)]
     assert _cdc(tmp_path, "consume", "--group", "a", TOPIC).stdout == ""  # caught up: nothing again

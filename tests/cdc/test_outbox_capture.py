@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 from cdc.coordinator import Capture
-from log_store import Record
+from derived_views.write.context import read_schemas
+from log_store import LogStore, Record, TopicPartition
 from tests.cdc.helpers import CDC, read_topic, run_cdc, settings_for, wait_for
 
 pytestmark = pytest.mark.pg
@@ -94,6 +95,11 @@ def test_events_of_committed_transactions_only_in_order_with_their_row_changes(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len([w for w in warnings if "is not published" in w]) == 3
     assert len([w for w in warnings if "refused the non-transactional outbox message" in w]) == 1
+    with LogStore.open(tmp_path / "log") as log:  # the views take their tables from the schema topic only
+        ends = {"0": log.end_offset(TopicPartition("cdc.__schemas", 0))}
+    assert {schema.topic for schema in read_schemas(str(tmp_path / "log"), "cdc.__schemas", ends).values()} == {
+        f"cdc.public.{table}" for table in ("categories", "customers", "products", "orders", "order_items")
+    }
     Capture(settings, once=True).run()  # a run with nothing new writes no event again
     assert len(read_topic(tmp_path, TOPIC)) == 4
     tail = run_cdc(reference_db, tmp_path, "log", "tail", TOPIC, "--from-beginning")
