@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -91,6 +91,9 @@ class Outbox:
     dead_letters: str
     table_topic: Callable[[str], bool] = lambda topic: False
 
+    #: topics already found good (a topic is checked once per run, not once per event)
+    _good: set[str] = field(default_factory=set, compare=False)
+
     def claims(self, prefix: str) -> bool:
         """Whether a message with this prefix is an outbox message."""
         return prefix.startswith(self.message_prefix)
@@ -104,7 +107,7 @@ class Outbox:
         topic = message.prefix
         ident = event_id(commit_lsn, index)
         headers = ((ID_HEADER, ident.encode()), (LSN_HEADER, b"%d" % commit_lsn), (SEQUENCE_HEADER, b"%d" % sequence))
-        reason = _topic_problem(topic, self.message_prefix, self.table_topic)
+        reason = None if topic in self._good else _topic_problem(topic, self.message_prefix, self.table_topic)
         key: bytes | None = None
         if reason is None:
             try:
@@ -114,7 +117,9 @@ class Outbox:
             else:
                 if self.key_field:
                     key, reason = _key_of(payload, self.key_field)
-        if reason is not None:
+        if reason is None:
+            self._good.add(topic)
+        else:
             letter = {
                 "target": topic,
                 "id": ident,

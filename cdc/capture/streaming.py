@@ -137,6 +137,7 @@ class TransactionAssembler:
         self._memory_limit = memory_limit
         #: how outbox messages' prefixes begin (:mod:`cdc.capture.outbox`; empty: no outbox)
         self._outbox_prefix = outbox_prefix
+        self._outbox_bytes = outbox_prefix.encode()
         self._current: _Open | None = None
         self._streams: dict[int, _Open] = {}
         self._stream_xid: int | None = None
@@ -152,7 +153,7 @@ class TransactionAssembler:
 
     def take(self, frames: list[bytes | memoryview], start: int = 0) -> int:
         """The fast path of :meth:`feed` for raw CopyData frames: stores the run of XLogData frames from
-        ``start`` on that carry changes of the open transaction, and returns the index of the first
+        ``start`` on that carry changes (or transactional outbox messages) of the open transaction, and returns the index of the first
         frame it did not take (``len(frames)`` when it took them all). The caller decodes that frame
         and hands it to :meth:`feed`, then calls this again after it.
         """
@@ -166,9 +167,21 @@ class TransactionAssembler:
         data_start = _DATA_START.unpack_from
         end = len(frames)
         index = start
+        # a transactional outbox message: 'M', [xid], flags (1), Int64 LSN, then the prefix (see feed)
+        flags_at = _PAYLOAD_AT + old_at - 4
+        outbox, outbox_at = self._outbox_bytes, flags_at + 9
+        outbox_end = outbox_at + len(outbox)
         while index < end:
             frame = frames[index]
-            if frame[0] != 0x77 or len(frame) <= _PAYLOAD_AT or frame[_PAYLOAD_AT] not in _DATA_TYPES:
+            if frame[0] != 0x77 or len(frame) <= _PAYLOAD_AT:
+                break
+            if frame[_PAYLOAD_AT] not in _DATA_TYPES and not (
+                outbox
+                and frame[_PAYLOAD_AT] == 0x4D
+                and len(frame) > outbox_end
+                and frame[flags_at] & 1
+                and frame[outbox_at:outbox_end] == outbox
+            ):
                 break
             payload = bytes(frame[_PAYLOAD_AT:])
             append(payload)
@@ -558,6 +571,7 @@ class ChangeReplayer:
         commit_ts = tx.commit_ts_ms
         now_ms = time.time_ns() // 1_000_000
         countdown = _CLOCK_EVERY
+        outbox = None if self._replaying else self.outbox  # a replay for Relation messages writes no event
         for lsn, payload in tx.changes.positioned():
             if aborted and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDTM":
                 continue
@@ -585,4 +599,8 @@ class ChangeReplayer:
                     context.sequence += 1
                     yield new_record((entry[3], encoded[0], encoded[1], commit_ts, ()))
                     continue
-            yield from self._decoded(decoder.decode(payload, lsn), admitted, context)
+            message = decoder.decode(payload, lsn)
+            if outbox is not None and isinstance(message, LogicalMessage) and outbox.claims(message.prefix):
+                yield self._outbox_event(outbox, message, context)  # the messages' shortcut past _decoded
+                continue
+            yield from self._decoded(message, admitted, context)

@@ -13,6 +13,7 @@ from cdc.capture.events import EventBuilder
 from cdc.capture.outbox import Outbox, Rejected, event_id
 from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.streaming import ChangeReplayer, Transaction, TransactionAssembler
+from cdc.capture.transport.framing import encode_xlogdata
 from tests.cdc.wire import hand_message, sample_shape
 
 RULES = Outbox("cdc.outbox.", "order_id", "cdc.__dead_letters", lambda topic: topic == "cdc.outbox.t")
@@ -84,6 +85,16 @@ def test_the_assembler_keeps_transactional_outbox_messages_and_refuses_the_other
     (line,) = [record.getMessage() for record in caplog.records]
     assert "refused the non-transactional outbox message 'cdc.outbox.orders' at LSN 0/1F00" in line
     assert TransactionAssembler().feed(begin, 0) is None  # without the prefix, nothing is an outbox message
+    # the frames' fast path takes the transactional outbox message, and leaves the others to feed
+    taken = TransactionAssembler(outbox_prefix="cdc.outbox.")
+    messages = [(0x1000, begin), (0x1800, kept), (0x1900, other), (0x1A00, kept), (0x1F00, loose)]
+    frames: list[bytes | memoryview] = [memoryview(encode_xlogdata(lsn, lsn, payload)) for lsn, payload in messages]
+    assert taken.feed(begin, 0x1000) is None and taken.take(frames, 1) == 2
+    assert taken.feed(other, 0x1900) is None and taken.take(frames, 3) == 4
+    with caplog.at_level(logging.WARNING, logger="cdc.capture"):
+        assert taken.feed(loose, 0x1F00) is None
+    fast = taken.feed(commit, 0x2000)
+    assert fast is not None and list(fast.changes.positioned()) == [(0x1800, kept), (0x1A00, kept)]
 
 
 def test_the_replayer_orders_events_among_row_changes() -> None:
