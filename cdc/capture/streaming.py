@@ -153,9 +153,9 @@ class TransactionAssembler:
 
     def take(self, frames: list[bytes | memoryview], start: int = 0) -> int:
         """The fast path of :meth:`feed` for raw CopyData frames: stores the run of XLogData frames from
-        ``start`` on that carry changes (or transactional outbox messages) of the open transaction, and returns the index of the first
-        frame it did not take (``len(frames)`` when it took them all). The caller decodes that frame
-        and hands it to :meth:`feed`, then calls this again after it.
+        ``start`` on that carry changes (or transactional outbox messages) of the open transaction, and
+        returns the index of the first frame it did not take (``len(frames)`` when it took them all). The
+        caller decodes that frame and hands it to :meth:`feed`, then calls this again after it.
         """
         target = self._current if self._stream_xid is None else self._streams.get(self._stream_xid)
         if target is None:
