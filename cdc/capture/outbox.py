@@ -18,7 +18,11 @@ Guarantees (docs/outbox.md):
   the log already holds is skipped whole after a restart, its events with it.
 * **Only if the transaction commits.** PostgreSQL decodes a transactional message at its
   transaction's commit and drops it with an aborted transaction or a subtransaction rolled back to a
-  savepoint (a streamed transaction's aborted subtransactions are skipped by the replayer). A
+  savepoint. One case is undecidable: in a transaction larger than ``logical_decoding_work_mem``,
+  which PostgreSQL streams before its commit, a message carries the top transaction's id, not its
+  subtransaction's; when such a transaction rolls back a subtransaction whose changes were already
+  streamed, the outbox messages emitted before that rollback may belong to it, so they go to the
+  dead letters (:data:`UNSURE`, one warning line per transaction) and the later ones are published. A
   non-transactional message with the outbox prefix would publish an event of a transaction that may
   still roll back: it is refused, one warning line with its LSN, and nothing is written.
 * **Order.** Each event carries the headers ``lsn`` (its transaction's commit LSN) and ``sequence``
@@ -55,6 +59,14 @@ from log_store.topic import validate_topic_name
 
 #: The header holding an event's id.
 ID_HEADER = "id"
+#: Why a message of a streamed transaction emitted before one of its subtransactions rolled back is not
+#: published: in a transaction PostgreSQL streams before its commit, pgoutput marks a logical message with
+#: the top transaction's id, not its subtransaction's (as it marks row changes), so capture cannot tell
+#: whether it belongs to the subtransaction rolled back (whose records all precede its abort).
+UNSURE = (
+    "emitted before a subtransaction rolled back in a transaction PostgreSQL streamed before its commit: "
+    "it may belong to the rolled-back subtransaction"
+)
 #: How the dead-letter topic's name ends, after the topic prefix.
 DEAD_LETTERS = ".__dead_letters"
 
@@ -98,16 +110,19 @@ class Outbox:
         """Whether a message with this prefix is an outbox message."""
         return prefix.startswith(self.message_prefix)
 
-    def event(self, message: LogicalMessage, commit_lsn: int, index: int, sequence: int, ts_ms: int) -> ProducerRecord | Rejected:
+    def event(
+        self, message: LogicalMessage, commit_lsn: int, index: int, sequence: int, ts_ms: int, unsure: str | None = None
+    ) -> ProducerRecord | Rejected:
         """The record of the ``index``-th outbox message of the transaction committed at ``commit_lsn``
-        (at ``sequence`` among its events, committed at ``ts_ms``), or why it is rejected.
+        (at ``sequence`` among its events, committed at ``ts_ms``), or why it is rejected (``unsure``: the
+        caller cannot tell whether the message's subtransaction committed, see :data:`UNSURE`).
 
         Pure: the same message and position give the same record (and id) on every replay.
         """
         topic = message.prefix
         ident = event_id(commit_lsn, index)
         headers = ((ID_HEADER, ident.encode()), (LSN_HEADER, b"%d" % commit_lsn), (SEQUENCE_HEADER, b"%d" % sequence))
-        reason = None if topic in self._good else _topic_problem(topic, self.message_prefix, self.table_topic)
+        reason = unsure or (None if topic in self._good else _topic_problem(topic, self.message_prefix, self.table_topic))
         key: bytes | None = None
         if reason is None:
             try:

@@ -33,7 +33,7 @@ from cdc.capture.errors import DecodeError, SourceError
 from cdc.capture.events import EventBuilder, TxContext, new_record
 from cdc.capture.key_changes import discarded_values, read_back_key
 from cdc.capture.lsn import Lsn
-from cdc.capture.outbox import Outbox, Rejected
+from cdc.capture.outbox import UNSURE, Outbox, Rejected
 from cdc.capture.pgoutput.decoder import Decoder
 from cdc.capture.pgoutput.messages import (
     UNCHANGED,
@@ -92,6 +92,8 @@ class Transaction:
     aborted_subxids: set[int] = field(default_factory=set)
     #: holds an update that sent the old key ('K'): it may change a row's key (see :mod:`cdc.capture.key_changes`)
     key_changes: bool = False
+    #: where its last aborted subtransaction's abort is (streamed only; see :meth:`ChangeReplayer.records`)
+    last_abort: int = 0
 
     @property
     def change_count(self) -> int:
@@ -110,6 +112,7 @@ class _Open:
     commit_ts_us: int = 0
     aborted_subxids: set[int] = field(default_factory=set)
     key_changes: bool = False
+    last_abort: int = 0
 
     def committed(self, commit: Commit | StreamCommit, *, streamed: bool) -> Transaction:
         """The transaction, closed by ``commit`` (only a streamed one can hold aborted subtransactions)."""
@@ -122,6 +125,7 @@ class _Open:
             streamed,
             self.aborted_subxids,
             self.key_changes,
+            self.last_abort,
         )
 
 
@@ -254,7 +258,9 @@ class TransactionAssembler:
                 if aborted is not None:
                     aborted.changes.close()
             elif message.xid in self._streams:
-                self._streams[message.xid].aborted_subxids.add(message.subxid)
+                stream = self._streams[message.xid]
+                stream.aborted_subxids.add(message.subxid)
+                stream.last_abort = max(stream.last_abort, lsn)  # the abort record's: the subtransaction is before it
         # Origin and logical Message are skipped: they carry no row change.
         return None
 
@@ -471,14 +477,17 @@ class ChangeReplayer:
             elif self.on_message is not None and not self._replaying:
                 yield from self.on_message(message, context.ts_ms)
 
-    def _outbox_event(self, outbox: Outbox, message: LogicalMessage, context: TxContext) -> ProducerRecord:
+    def _outbox_event(
+        self, outbox: Outbox, message: LogicalMessage, context: TxContext, unsure: str | None = None
+    ) -> ProducerRecord:
         """The record of one outbox message of the transaction ``context`` describes: the event, or its
-        dead letter (said in one warning line with the LSN). It takes the next sequence of the transaction,
-        so ``(lsn, sequence)`` orders it among the transaction's row changes."""
-        result = outbox.event(message, context.lsn, context.messages, context.sequence, context.ts_ms)
+        dead letter (said in one warning line with the LSN; ``unsure``: why it is a dead letter, said once
+        per transaction by the caller). It takes the next sequence of the transaction, so ``(lsn,
+        sequence)`` orders it among the transaction's row changes."""
+        result = outbox.event(message, context.lsn, context.messages, context.sequence, context.ts_ms, unsure)
         context.messages += 1
         context.sequence += 1
-        if isinstance(result, Rejected):
+        if isinstance(result, Rejected) and unsure is None:
             log.warning(
                 "outbox message %r at LSN %s (transaction committed at %s) is not published: %s; it is written to %s",
                 message.prefix,
@@ -487,6 +496,7 @@ class ChangeReplayer:
                 result.reason,
                 outbox.dead_letters,
             )
+        if isinstance(result, Rejected):
             result = result.record
         self.ensure_events_topic(result.topic)
         return result
@@ -572,6 +582,7 @@ class ChangeReplayer:
         now_ms = time.time_ns() // 1_000_000
         countdown = _CLOCK_EVERY
         outbox = None if self._replaying else self.outbox  # a replay for Relation messages writes no event
+        warned = False  # of outbox messages that may belong to a rolled-back subtransaction
         for lsn, payload in tx.changes.positioned():
             if aborted and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDTM":
                 continue
@@ -601,6 +612,18 @@ class ChangeReplayer:
                     continue
             message = decoder.decode(payload, lsn)
             if outbox is not None and isinstance(message, LogicalMessage) and outbox.claims(message.prefix):
-                yield self._outbox_event(outbox, message, context)  # the messages' shortcut past _decoded
+                unsure = bool(aborted) and lsn < tx.last_abort
+                if unsure and not warned:
+                    warned = True
+                    log.warning(
+                        "the transaction committed at %s was streamed before its commit and rolled back a subtransaction "
+                        "(at %s); pgoutput does not say which subtransaction a logical message belongs to, so its outbox "
+                        "messages emitted before that rollback are written to %s, not published; keep transactions that "
+                        "emit outbox events under logical_decoding_work_mem, or without ROLLBACK TO SAVEPOINT",
+                        Lsn(tx.commit_lsn),
+                        Lsn(tx.last_abort),
+                        outbox.dead_letters,
+                    )
+                yield self._outbox_event(outbox, message, context, UNSURE if unsure else None)  # past _decoded
                 continue
             yield from self._decoded(message, admitted, context)

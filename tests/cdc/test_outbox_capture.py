@@ -14,7 +14,7 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture
+from cdc.coordinator import Capture, Tuning
 from derived_views.write.context import read_schemas
 from log_store import LogStore, Record, TopicPartition
 from tests.cdc.helpers import CDC, read_topic, run_cdc, settings_for, wait_for
@@ -166,3 +166,43 @@ def _environment(url: str, data_dir: Path, settings: dict[str, str]) -> dict[str
     env.update(CDC_DATABASE_URL=url, CDC_DATA_DIR=str(data_dir))
     env.update({f"CDC_{name}": value for name, value in settings.items()})
     return env
+
+
+def test_a_large_transaction_streamed_before_its_commit_never_publishes_a_rolled_back_savepoints_events(
+    reference_db: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Past ``logical_decoding_work_mem`` the server streams the transaction in blocks. A subtransaction
+    rolled back after its messages were streamed is aborted in the stream, but pgoutput marks those
+    messages with the top transaction's id: the messages before the rollback go to the dead letters (none
+    of the rolled-back ones is published), the later ones are published, in order, with the rows."""
+    settings = settings_for(reference_db, tmp_path, outbox_key_field="n")
+    Capture(settings, once=True).run()
+    emit = "SELECT count(pg_logical_emit_message(true, 'cdc.outbox.orders', json_build_object('n', g)::text)) "
+    with psycopg.connect(reference_db, autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64kB'")
+        admin.execute("SELECT pg_reload_conf()")
+        try:
+            with psycopg.connect(reference_db) as conn:
+                conn.execute(emit + "FROM generate_series(1, 4000) g")
+                with conn.transaction():
+                    conn.execute(emit + "FROM generate_series(-5000, -1) g")  # streamed, then rolled back
+                    raise psycopg.Rollback()
+                conn.execute("INSERT INTO categories (id, name) VALUES (1, 'a')")
+                conn.execute(emit + "FROM generate_series(4001, 30000) g")
+            with caplog.at_level(logging.WARNING, logger="cdc.capture"):
+                stats = Capture(settings, once=True, tuning=Tuning(memory_limit=64 << 10)).run()
+        finally:
+            admin.execute("ALTER SYSTEM RESET logical_decoding_work_mem")
+            admin.execute("SELECT pg_reload_conf()")
+    assert stats.transactions == 1
+    events = sorted(read_topic(tmp_path, TOPIC), key=_position)
+    assert [orjson.loads(r.value or b"")["n"] for r in events] == list(range(4001, 30001))
+    (row,) = [r for r in read_topic(tmp_path, "cdc.public.categories") if r.value is not None]
+    assert _position(row)[0] == _position(events[0])[0] and _position(row)[1] < _position(events[0])[1]
+    letters = [orjson.loads(r.value or b"") for r in read_topic(tmp_path, "cdc.__dead_letters")]
+    unsure = sorted(orjson.loads(d["value"])["n"] for d in letters)
+    assert unsure[-4000:] == list(range(1, 4001)) and all(n < 0 for n in unsure[:-4000])  # none of them published
+    assert {d["error"].split(":")[0] for d in letters} == {
+        "emitted before a subtransaction rolled back in a transaction PostgreSQL streamed before its commit"
+    }
+    assert len([r for r in caplog.records if "rolled back a subtransaction" in r.getMessage()]) == 1
