@@ -53,7 +53,7 @@ import orjson
 from cdc.capture.lsn import Lsn
 from cdc.capture.pgoutput.messages import LogicalMessage
 from event_format import LSN_HEADER, SEQUENCE_HEADER
-from log_store import ProducerRecord
+from log_store import Headers, ProducerRecord
 from log_store.errors import InvalidTopicNameError
 from log_store.topic import validate_topic_name
 
@@ -119,32 +119,53 @@ class Outbox:
 
         Pure: the same message and position give the same record (and id) on every replay.
         """
-        topic = message.prefix
         ident = event_id(commit_lsn, index)
         headers = ((ID_HEADER, ident.encode()), (LSN_HEADER, b"%d" % commit_lsn), (SEQUENCE_HEADER, b"%d" % sequence))
+        return self.route(message.prefix, message.content, headers, message.lsn, commit_lsn, ts_ms, unsure=unsure)
+
+    def route(
+        self,
+        topic: str,
+        content: bytes | None,
+        headers: Headers,
+        source_lsn: int,
+        commit_lsn: int,
+        ts_ms: int,
+        *,
+        key: bytes | None = None,
+        keyed: bool = False,
+        json: bool = True,
+        unsure: str | None = None,
+    ) -> ProducerRecord | Rejected:
+        """The record of one event for ``topic``: ``content`` (JSON unless ``json`` is false) with
+        ``headers`` (the first is its id), committed at ``commit_lsn`` and ``ts_ms``, or why it is rejected.
+        ``keyed``: ``key`` is the event's key as given (an outbox table's aggregate id); otherwise the key
+        is the payload's key field, when one is set. ``source_lsn``: where the event is in the WAL."""
         reason = unsure or (None if topic in self._good else _topic_problem(topic, self.message_prefix, self.table_topic))
-        key: bytes | None = None
-        if reason is None:
+        if reason is None and content is None:
+            reason = "the payload is null"
+        elif reason is None and keyed and key is None:
+            reason = "the aggregate id is null"
+        elif reason is None and (json or (self.key_field and not keyed)):
             try:
-                payload = orjson.loads(message.content)
+                payload = orjson.loads(content or b"")
             except orjson.JSONDecodeError as exc:
                 reason = f"the payload is not JSON ({exc})"
             else:
-                if self.key_field:
+                if self.key_field and not keyed:
                     key, reason = _key_of(payload, self.key_field)
         if reason is None:
             self._good.add(topic)
-        else:
-            letter = {
-                "target": topic,
-                "id": ident,
-                "lsn": commit_lsn,
-                "message_lsn": str(Lsn(message.lsn)),
-                "error": reason,
-                "value": _text_or_base64(message.content),
-            }
-            return Rejected(reason, ProducerRecord(self.dead_letters, None, orjson.dumps(letter), ts_ms, headers))
-        return ProducerRecord(topic, key, message.content, ts_ms, headers)
+            return ProducerRecord(topic, key, content, ts_ms, headers)
+        letter = {
+            "target": topic,
+            "id": headers[0][1].decode("utf-8", "replace"),
+            "lsn": commit_lsn,
+            "message_lsn": str(Lsn(source_lsn)),
+            "error": reason,
+            "value": None if content is None else _text_or_base64(content),
+        }
+        return Rejected(reason, ProducerRecord(self.dead_letters, None, orjson.dumps(letter), ts_ms, headers))
 
 
 def _topic_problem(topic: str, message_prefix: str, table_topic: Callable[[str], bool]) -> str | None:

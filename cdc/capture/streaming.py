@@ -34,6 +34,7 @@ from cdc.capture.events import EventBuilder, TxContext, new_record
 from cdc.capture.key_changes import discarded_values, read_back_key
 from cdc.capture.lsn import Lsn
 from cdc.capture.outbox import UNSURE, Outbox, Rejected
+from cdc.capture.outbox_table import OutboxColumns, RoutedTable
 from cdc.capture.pgoutput.decoder import Decoder
 from cdc.capture.pgoutput.messages import (
     UNCHANGED,
@@ -345,6 +346,9 @@ class ChangeReplayer:
         self.outbox: Outbox | None = None
         #: makes an outbox topic (or the dead-letter topic) before its first record is written
         self.ensure_events_topic: Callable[[str], None] = lambda topic: None
+        #: the outbox tables by ``(schema, table)`` (:mod:`cdc.capture.outbox_table`): routed, not captured
+        self.outbox_tables: dict[tuple[str, str], OutboxColumns] = {}
+        self._routed: dict[int, RoutedTable] = {}  # by relation id, from their Relation messages
         self._replaying = False
 
     def shape_from_relation(self, relation: Relation) -> TableShape:
@@ -443,7 +447,10 @@ class ChangeReplayer:
         """The records of one decoded message of the transaction ``context`` describes; a Relation or
         Type message updates the caches instead."""
         builder = self.builder
-        if isinstance(message, (Insert, Update, Delete)):
+        if isinstance(message, Insert) and message.relid in self._routed:
+            if not self._replaying:
+                yield self._routed_event(self._routed[message.relid], message, context)
+        elif isinstance(message, (Insert, Update, Delete)):
             shape = self.relations.get(message.relid)
             head = self._admitted(admitted, shape, context.lsn, context.sequence) if shape is not None else None
             if shape is None or head is None:
@@ -461,7 +468,9 @@ class ChangeReplayer:
                 if shape is not None and (self.gate is None or self.gate.admits(shape, context.lsn)):
                     yield from builder.truncate(shape, context)
         elif isinstance(message, Relation):
-            if self.include(message.namespace, message.name):
+            if (message.namespace, message.name) in self.outbox_tables:
+                self._route(message)
+            elif self.include(message.namespace, message.name):
                 self.relations[message.relid] = self.shape_from_relation(message)
                 admitted.pop(message.relid, None)
             else:
@@ -496,10 +505,40 @@ class ChangeReplayer:
                 result.reason,
                 outbox.dead_letters,
             )
+        return self._written(result)
+
+    def _written(self, result: ProducerRecord | Rejected) -> ProducerRecord:
+        """The record to write for ``result`` (its dead letter when rejected), its topic made."""
+        record = result.record if isinstance(result, Rejected) else result
+        self.ensure_events_topic(record.topic)
+        return record
+
+    def _route(self, relation: Relation) -> None:
+        """An outbox table's Relation message: where the parts of its rows are from now on."""
+        self.relations.pop(relation.relid, None)
+        bound = self.outbox_tables[(relation.namespace, relation.name)].bind(relation)
+        if isinstance(bound, str):
+            self._routed.pop(relation.relid, None)
+            log.warning("outbox table %s.%s is not routed: %s", relation.namespace, relation.name, bound)
+        else:
+            self._routed[relation.relid] = bound
+
+    def _routed_event(self, routed: RoutedTable, insert: Insert, context: TxContext) -> ProducerRecord:
+        """The event of a row inserted into an outbox table (:mod:`cdc.capture.outbox_table`), or its dead
+        letter (said in one warning line); it takes the transaction's next sequence."""
+        outbox = self.outbox
+        assert outbox is not None, "outbox tables are routed by the outbox rules"
+        result = routed.event(outbox, insert.new, context.lsn, context.lsn, context.sequence, context.ts_ms)
+        context.sequence += 1
         if isinstance(result, Rejected):
-            result = result.record
-        self.ensure_events_topic(result.topic)
-        return result
+            log.warning(
+                "a row inserted into outbox table %s (transaction committed at %s) is not published: %s; it is written to %s",
+                routed.name,
+                Lsn(context.lsn),
+                result.reason,
+                outbox.dead_letters,
+            )
+        return self._written(result)
 
     def _masks_changed(self, content: bytes, admitted: dict[int, bool]) -> None:
         """The stream reached a change of the publication's masks (:mod:`event_format.masks`): every later
@@ -590,6 +629,8 @@ class ChangeReplayer:
                 relid = unpack_u32(payload, relid_at)[0]
                 shape = relations.get(relid)
                 if shape is None:
+                    if relid in self._routed:  # an outbox table's row: an event of its own (_decoded)
+                        yield from self._decoded(decoder.decode(payload, lsn), admitted, context)
                     continue
                 entry = fast.get(relid)
                 if entry is None or entry[0] is not shape:

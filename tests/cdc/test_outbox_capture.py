@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import threading
+import uuid
 from pathlib import Path
 
 import orjson
@@ -17,7 +18,7 @@ import pytest
 from cdc.coordinator import Capture, Tuning
 from derived_views.write.context import read_schemas
 from log_store import LogStore, Record, TopicPartition
-from tests.cdc.helpers import CDC, read_topic, run_cdc, settings_for, wait_for
+from tests.cdc.helpers import CDC, execute, read_topic, run_cdc, settings_for, wait_for
 
 pytestmark = pytest.mark.pg
 
@@ -206,3 +207,55 @@ def test_a_large_transaction_streamed_before_its_commit_never_publishes_a_rolled
         "emitted before a subtransaction rolled back in a transaction PostgreSQL streamed before its commit"
     }
     assert len([r for r in caplog.records if "rolled back a subtransaction" in r.getMessage()]) == 1
+
+
+def test_an_outbox_table_is_routed_as_debezium_does_and_never_copied(reference_db: str, tmp_path: Path) -> None:
+    views = tmp_path / "views.toml"
+    views.write_text('[outbox."public.outbox"]\naggregateid = "aggregate_id"\n')
+    execute(
+        reference_db,
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregate_id text, type text, payload jsonb)",
+        "ALTER PUBLICATION cdc_publication ADD TABLE outbox",
+        "INSERT INTO outbox VALUES (gen_random_uuid(), 'Order', 'old', 'Before', '{}')",  # before capture: no event
+    )
+    settings = settings_for(reference_db, tmp_path, views_file=str(views))
+    Capture(settings, once=True).run()
+    insert = "INSERT INTO outbox VALUES (%s, 'Order', %s, %s, %s) RETURNING id"
+    ids = [str(uuid.UUID(int=n)) for n in range(1, 7)]
+    with psycopg.connect(reference_db) as conn:
+        with conn.transaction():  # the business row and its event; the outbox row deleted at once
+            conn.execute("INSERT INTO categories (id, name) VALUES (7, 'c')")
+            conn.execute(insert, (ids[0], "7", "OrderPlaced", '{"order": 7}'))
+            conn.execute("DELETE FROM outbox WHERE id = %s", (ids[0],))
+        with conn.transaction():
+            conn.execute(insert, (ids[1], "8", "OrderPlaced", '{"order": 8}'))
+            raise psycopg.Rollback()
+        with conn.transaction():
+            with conn.transaction():
+                conn.execute(insert, (ids[2], "7", "OrderPaid", '{"order": 7, "paid": true}'))
+                raise psycopg.Rollback()  # to the savepoint
+            conn.execute(insert, (ids[3], "7", "OrderShipped", '{"order": 7, "shipped": true}'))
+        with conn.transaction():
+            conn.execute("UPDATE outbox SET type = 'Changed'")  # updates and deletes are not events
+            conn.execute("DELETE FROM outbox WHERE aggregate_id = 'old'")
+            conn.execute(insert, (ids[4], "9", "OrderPlaced", None))  # no payload: a dead letter
+            conn.execute(insert, (ids[5], "9", "OrderPlaced", '{"order": 9}'))
+    Capture(settings, once=True).run()
+    events = sorted(read_topic(tmp_path, "cdc.outbox.Order"), key=_position)
+    # read as a consumer of Debezium's Outbox Event Router reads: key = aggregate id, value = payload, id and type headers
+    seen = [
+        (r.key.decode() if r.key else None, orjson.loads(r.value or b""), dict(r.headers)["id"].decode(), dict(r.headers)["type"])
+        for r in events
+    ]
+    assert seen == [
+        ("7", {"order": 7}, ids[0], b"OrderPlaced"),
+        ("7", {"order": 7, "shipped": True}, ids[3], b"OrderShipped"),
+        ("9", {"order": 9}, ids[5], b"OrderPlaced"),
+    ]
+    (row,) = [r for r in read_topic(tmp_path, "cdc.public.categories") if r.value is not None]
+    assert _position(row)[0] == _position(events[0])[0] and _position(row)[1] < _position(events[0])[1]
+    (letter,) = [orjson.loads(r.value or b"") for r in read_topic(tmp_path, "cdc.__dead_letters")]
+    assert (letter["target"], letter["id"], letter["error"]) == ("cdc.outbox.Order", ids[4], "the payload is null")
+    with LogStore.open(tmp_path / "log") as log:  # routed, not copied: no topic, no schema record of the table
+        assert "cdc.public.outbox" not in log.topics()
+    assert b"outbox" not in b"".join(r.value or b"" for r in read_topic(tmp_path, "cdc.__schemas"))

@@ -147,3 +147,24 @@ def test_the_replayer_orders_events_among_row_changes() -> None:
     assert [dict(r.headers)["id"] for r in records if "outbox" in r.topic] == [b"0000000000003000-0", b"0000000000003000-2"]
     assert made == ["cdc.outbox.orders", "cdc.__dead_letters", "cdc.outbox.orders"]
     replayer.replay_relations(Transaction(1, 0x3000, 0x3008, 0, SpillBuffer()))  # a skipped transaction writes nothing
+
+
+def test_an_outbox_tables_columns_are_found_by_name_and_a_bytea_payload_is_its_bytes() -> None:
+    from cdc.capture.outbox_table import OutboxColumns, RoutedTable
+    from cdc.capture.pgoutput.messages import Column, Relation
+
+    def relation(*columns: tuple[str, int]) -> Relation:
+        return Relation(None, 5, "public", "outbox", "d", tuple(Column(n, oid, -1, n == "id") for n, oid in columns))
+
+    debezium = [("payload", 17), ("type", 25), ("aggregateid", 25), ("aggregatetype", 25), ("id", 2950)]
+    routed = OutboxColumns().bind(relation(*debezium))
+    assert routed == RoutedTable("public.outbox", 4, 3, 2, 1, 0, True)
+    record = routed.event(RULES, ("\\x00ff", "Paid", "a-1", "Order", "u-1"), 0x10, 0x20, 3, 7)
+    assert not isinstance(record, Rejected)
+    assert (record.topic, record.key, record.value) == ("cdc.outbox.Order", b"a-1", b"\x00\xff")
+    assert dict(record.headers) == {"id": b"u-1", "type": b"Paid", "lsn": b"32", "sequence": b"3"}
+    assert "has no column aggregatetype" in str(OutboxColumns().bind(relation(("id", 23), ("payload", 114))))
+    bad = OutboxColumns(payload="body").bind(relation(*debezium[1:], ("body", 3802)))
+    assert isinstance(bad, RoutedTable) and not bad.bytea
+    rejected = bad.event(RULES, ("Paid", None, "Order", "u-2", "not json"), 0x10, 0x20, 0, 7)
+    assert isinstance(rejected, Rejected) and "aggregate id is null" in rejected.reason
