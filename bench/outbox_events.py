@@ -7,15 +7,19 @@ into the durable log, timed from its start to its exit:
 
 * ``row changes`` (the anchor): ``INSERT`` of rows ``(id, name, amount)`` into table ``bench``;
 * ``outbox messages``: ``pg_logical_emit_message(true, 'cdc.outbox.bench', <JSON of the same id, name and
-  amount>)``, keyed by ``id`` (``CDC_OUTBOX_KEY_FIELD``).
+  amount>)``, keyed by ``id`` (``CDC_OUTBOX_KEY_FIELD``);
+* ``outbox table``: rows of a Debezium-style outbox table (``id uuid, aggregatetype, aggregateid, type,
+  payload jsonb``, the same JSON), routed to ``cdc.outbox.Bench`` (``[outbox."public.outbox"]``).
 
-It prints events per second of each and the ratio outbox / row changes (above 1: an event costs less
-than a row change).
+It prints events per second of each and the ratio of each form to row changes (above 1: an event costs
+less than a row change).
 """
 
 from __future__ import annotations
 
 import sys
+import tempfile
+from pathlib import Path
 
 import psycopg
 
@@ -24,6 +28,7 @@ from cdc.coordinator import Capture
 from cdc.settings import Settings
 
 PER_TRANSACTION = 1000
+OUTBOX_TABLE = "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)"
 
 
 def emit_messages(url: str, events: int) -> None:
@@ -38,6 +43,18 @@ def emit_messages(url: str, events: int) -> None:
             )
 
 
+def insert_outbox_rows(url: str, events: int) -> None:
+    """``events`` rows of the outbox table in transactions of :data:`PER_TRANSACTION`."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for first in range(1, events + 1, PER_TRANSACTION):
+            conn.execute(
+                "INSERT INTO outbox SELECT gen_random_uuid(), 'Bench', g::text, 'Created', "
+                "json_build_object('id', g, 'name', 'name ' || g, 'amount', g * 1.25) "
+                "FROM generate_series(%s::bigint, %s::bigint) g",
+                (first, min(first + PER_TRANSACTION - 1, events)),
+            )
+
+
 def captured(settings: Settings, events: int) -> float:
     """Seconds one capture takes to stream the ``events`` waiting events into the log."""
     with timed() as seconds:
@@ -47,17 +64,27 @@ def captured(settings: Settings, events: int) -> float:
 
 
 def main(events: int) -> None:
-    with bench_database() as (_, url, settings):
-        settings = settings.model_copy(update={"outbox_key_field": "id"})
+    with bench_database() as (_, url, settings), tempfile.TemporaryDirectory() as scratch:
+        views = Path(scratch) / "views.toml"
+        views.write_text('[outbox."public.outbox"]\n')
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(OUTBOX_TABLE)
+            conn.execute("ALTER PUBLICATION cdc_publication ADD TABLE outbox")
+        tables = "public.bench,public.outbox"
+        settings = settings.model_copy(update={"outbox_key_field": "id", "views_file": views, "tables": tables.split(",")})
         Capture(settings, once=True, progress=False).run()  # empty snapshot; the slot sits before the workloads
         insert_rows(url, events, PER_TRANSACTION)
         rows = captured(settings, events)
         emit_messages(url, events)
         messages = captured(settings, events)
+        insert_outbox_rows(url, events)
+        table = captured(settings, events)
     print(f"events={events:,} in transactions of {PER_TRANSACTION:,}, one capture --once each, same server and log")
     print(f"{'row changes (anchor)':<24}{events / rows:>14,.0f} ev/s{rows:>10.2f} s")
     print(f"{'outbox messages':<24}{events / messages:>14,.0f} ev/s{messages:>10.2f} s")
-    print(f"{'ratio outbox / rows':<24}{rows / messages:>14.2f}")
+    print(f"{'outbox table':<24}{events / table:>14,.0f} ev/s{table:>10.2f} s")
+    print(f"{'ratio messages / rows':<24}{rows / messages:>14.2f}")
+    print(f"{'ratio table / rows':<24}{rows / table:>14.2f}")
 
 
 if __name__ == "__main__":

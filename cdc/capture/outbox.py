@@ -106,6 +106,11 @@ class Outbox:
     #: topics already found good (a topic is checked once per run, not once per event)
     _good: set[str] = field(default_factory=set, compare=False)
 
+    @property
+    def prefix_bytes(self) -> bytes:
+        """:attr:`message_prefix` as the bytes of the wire."""
+        return self.message_prefix.encode()
+
     def claims(self, prefix: str) -> bool:
         """Whether a message with this prefix is an outbox message."""
         return prefix.startswith(self.message_prefix)
@@ -119,9 +124,26 @@ class Outbox:
 
         Pure: the same message and position give the same record (and id) on every replay.
         """
-        ident = event_id(commit_lsn, index)
-        headers = ((ID_HEADER, ident.encode()), (LSN_HEADER, b"%d" % commit_lsn), (SEQUENCE_HEADER, b"%d" % sequence))
-        return self.route(message.prefix, message.content, headers, message.lsn, commit_lsn, ts_ms, unsure=unsure)
+        return self.message_event(message.prefix, message.content, message.lsn, commit_lsn, index, sequence, ts_ms, unsure)
+
+    def message_event(
+        self,
+        topic: str,
+        content: bytes,
+        message_lsn: int,
+        commit_lsn: int,
+        index: int,
+        sequence: int,
+        ts_ms: int,
+        unsure: str | None = None,
+    ) -> ProducerRecord | Rejected:
+        """:meth:`event` of a message given by its parts: its prefix (``topic``), content and LSN."""
+        headers = (
+            (ID_HEADER, b"%016X-%d" % (commit_lsn, index)),
+            (LSN_HEADER, b"%d" % commit_lsn),
+            (SEQUENCE_HEADER, b"%d" % sequence),
+        )
+        return self.route(topic, content, headers, message_lsn, commit_lsn, ts_ms, unsure=unsure)
 
     def route(
         self,

@@ -67,6 +67,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("cdc.capture")
 
 _XID = struct.Struct("!I")
+_I32 = struct.Struct("!i")
+_LSN = struct.Struct("!Q")
 _U32 = struct.Struct("!I")
 #: the top-level ``ts_ms`` of fast-path inserts is read from the clock once per this many events
 _CLOCK_EVERY = 1024
@@ -482,25 +484,27 @@ class ChangeReplayer:
                 self._masks_changed(message.content, admitted)
             elif self.outbox is not None and self.outbox.claims(message.prefix):
                 if not self._replaying:
-                    yield self._outbox_event(self.outbox, message, context)
+                    yield self._outbox_event(self.outbox, message.prefix, message.content, message.lsn, context)
             elif self.on_message is not None and not self._replaying:
                 yield from self.on_message(message, context.ts_ms)
 
     def _outbox_event(
-        self, outbox: Outbox, message: LogicalMessage, context: TxContext, unsure: str | None = None
+        self, outbox: Outbox, topic: str, content: bytes, message_lsn: int, context: TxContext, unsure: str | None = None
     ) -> ProducerRecord:
-        """The record of one outbox message of the transaction ``context`` describes: the event, or its
-        dead letter (said in one warning line with the LSN; ``unsure``: why it is a dead letter, said once
-        per transaction by the caller). It takes the next sequence of the transaction, so ``(lsn,
-        sequence)`` orders it among the transaction's row changes."""
-        result = outbox.event(message, context.lsn, context.messages, context.sequence, context.ts_ms, unsure)
+        """The record of one outbox message (its prefix ``topic``, ``content`` and LSN) of the transaction
+        ``context`` describes: the event, or its dead letter (said in one warning line with the LSN;
+        ``unsure``: why it is a dead letter, said once per transaction by the caller). It takes the next
+        sequence of the transaction, so ``(lsn, sequence)`` orders it among the transaction's row changes."""
+        result = outbox.message_event(
+            topic, content, message_lsn, context.lsn, context.messages, context.sequence, context.ts_ms, unsure
+        )
         context.messages += 1
         context.sequence += 1
         if isinstance(result, Rejected) and unsure is None:
             log.warning(
                 "outbox message %r at LSN %s (transaction committed at %s) is not published: %s; it is written to %s",
-                message.prefix,
-                Lsn(message.lsn),
+                topic,
+                Lsn(message_lsn),
                 Lsn(context.lsn),
                 result.reason,
                 outbox.dead_letters,
@@ -621,6 +625,9 @@ class ChangeReplayer:
         now_ms = time.time_ns() // 1_000_000
         countdown = _CLOCK_EVERY
         outbox = None if self._replaying else self.outbox  # a replay for Relation messages writes no event
+        # outbox messages' fast path: 'M', [xid], flags, Int64 LSN, prefix NUL, Int32 length, content
+        outbox_prefix, prefix_at = (outbox.prefix_bytes if outbox is not None else b""), relid_at + 9
+        topics: dict[bytes, str] = {}
         warned = False  # of outbox messages that may belong to a rolled-back subtransaction
         for lsn, payload in tx.changes.positioned():
             if aborted and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDTM":
@@ -651,8 +658,25 @@ class ChangeReplayer:
                     context.sequence += 1
                     yield new_record((entry[3], encoded[0], encoded[1], commit_ts, ()))
                     continue
-            message = decoder.decode(payload, lsn)
-            if outbox is not None and isinstance(message, LogicalMessage) and outbox.claims(message.prefix):
+            if (
+                outbox_prefix
+                and payload[0] == 0x4D
+                and payload.startswith(outbox_prefix, prefix_at)
+                and payload[relid_at] & 1
+                and (end := payload.find(b"\0", prefix_at)) > 0
+                and len(payload) >= end + 5
+                and len(payload) == end + 5 + _I32.unpack_from(payload, end + 1)[0]
+            ):  # a whole transactional outbox message: its parts without the decoder
+                raw_topic = payload[prefix_at:end]
+                topic = topics.get(raw_topic) or topics.setdefault(raw_topic, raw_topic.decode("utf-8", "replace"))
+                parts = (topic, payload[end + 5 :], _LSN.unpack_from(payload, relid_at + 1)[0])
+            else:
+                message = decoder.decode(payload, lsn)
+                if outbox is None or not isinstance(message, LogicalMessage) or not outbox.claims(message.prefix):
+                    yield from self._decoded(message, admitted, context)
+                    continue
+                parts = (message.prefix, message.content, message.lsn)
+            if outbox is not None:  # (always: the message is an outbox message)
                 unsure = bool(aborted) and lsn < tx.last_abort
                 if unsure and not warned:
                     warned = True
@@ -665,6 +689,4 @@ class ChangeReplayer:
                         Lsn(tx.last_abort),
                         outbox.dead_letters,
                     )
-                yield self._outbox_event(outbox, message, context, UNSURE if unsure else None)  # past _decoded
-                continue
-            yield from self._decoded(message, admitted, context)
+                yield self._outbox_event(outbox, *parts, context, UNSURE if unsure else None)
