@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdc.capture.catalog import Catalog, TableInfo
-from cdc.capture.errors import DecodeError, SourceError
+from cdc.capture.errors import ConfigError, DecodeError, SourceError
 from cdc.capture.events import EventBuilder, TxContext, new_record
 from cdc.capture.key_changes import discarded_values, read_back_key
 from cdc.capture.lsn import Lsn
@@ -521,11 +521,13 @@ class ChangeReplayer:
         """An outbox table's Relation message: where the parts of its rows are from now on."""
         self.relations.pop(relation.relid, None)
         bound = self.outbox_tables[(relation.namespace, relation.name)].bind(relation)
-        if isinstance(bound, str):
-            self._routed.pop(relation.relid, None)
-            log.warning("outbox table %s.%s is not routed: %s", relation.namespace, relation.name, bound)
-        else:
-            self._routed[relation.relid] = bound
+        if isinstance(bound, str):  # its inserts would be lost: stop, the slot keeps them until it is fixed
+            raise ConfigError(
+                f"outbox table {relation.namespace}.{relation.name} cannot be routed: {bound}; name the columns that hold "
+                f'each part in [outbox."{relation.namespace}.{relation.name}"] of the views file (`cdc setup --check-only` '
+                "checks it)"
+            )
+        self._routed[relation.relid] = bound
 
     def _routed_event(self, routed: RoutedTable, insert: Insert, context: TxContext) -> ProducerRecord:
         """The event of a row inserted into an outbox table (:mod:`cdc.capture.outbox_table`), or its dead

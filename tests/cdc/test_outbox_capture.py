@@ -259,3 +259,6 @@ def test_an_outbox_table_is_routed_as_debezium_does_and_never_copied(reference_d
     with LogStore.open(tmp_path / "log") as log:  # routed, not copied: no topic, no schema record of the table
         assert "cdc.public.outbox" not in log.topics()
     assert b"outbox" not in b"".join(r.value or b"" for r in read_topic(tmp_path, "cdc.__schemas"))
+    views.write_text('[outbox."public.outbox"]\npayload = "body"\n')  # a column the table lacks: one clear error
+    checked = run_cdc(reference_db, tmp_path, "setup", "--check-only", views_file=str(views))
+    assert checked.returncode != 0 and "payload = 'body': no such published column of public.outbox" in checked.stderr
