@@ -116,6 +116,9 @@ class Consumer:
         """Whether :meth:`wakeup` was called."""
         return self._stop.is_set()
 
+    def close(self) -> None:
+        """Nothing to release (the log is the caller's); here so that services close either consumer alike."""
+
     def wakeup(self) -> None:
         """Make a waiting :meth:`poll` return at once (from another thread or a signal handler)."""
         self._stop.set()

@@ -71,11 +71,6 @@ UNSURE = (
 DEAD_LETTERS = ".__dead_letters"
 
 
-def event_id(commit_lsn: int, index: int) -> str:
-    """The id of the ``index``-th outbox message of the transaction committed at ``commit_lsn``."""
-    return f"{commit_lsn:016X}-{index}"
-
-
 def dead_letter_topic(topic_prefix: str) -> str:
     """Where capture puts outbox messages it cannot publish: ``<prefix>.__dead_letters``."""
     return f"{topic_prefix}{DEAD_LETTERS}"

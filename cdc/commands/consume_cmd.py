@@ -1,10 +1,12 @@
-"""``cdc log consume`` and ``cdc log groups``: read topics of the embedded log as a consumer group.
+"""``cdc log consume`` and ``cdc log groups``: read topics of the log as a consumer group.
 
 ``consume`` prints each committed record as one JSON line (the form of ``cdc log tail``) and commits the
 group's offsets after each batch it printed and flushed, so a consumer stopped at any moment (even by
 ``kill -9``) prints again, when it starts again, only records of the batch it had not committed: at
 least once, never a record skipped (:mod:`log_store.consumer`). ``groups`` shows every group's committed
-offsets beside the end of each partition at the latest watermark, and the lag between them.
+offsets beside the end of each partition at the latest watermark, and the lag between them (the
+embedded log only: Kafka's own tools show its groups). With the log in Kafka, ``consume`` is a member of
+the Kafka consumer group (:mod:`log_store.kafka.consumer`, read-committed).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from cdc.commands.log_cmd import open_log, render_record
 from cdc.settings import load_settings
 from log_store import LogStore, TopicPartition
 from log_store.consumer import Consumer, Reset
+from log_store.kafka.consumer import KafkaConsumer, open_consumer
 
 
 def _embedded(command: str) -> None:
@@ -64,18 +67,19 @@ def consume(
     It starts at the group's committed offsets and ends when it has printed everything up to the latest
     watermark (with --follow: it waits for more). Each batch is committed once printed and flushed.
     """
-    _embedded("consume")
+    settings = load_settings()
+    # caught up: at once on the embedded log; Kafka's consumer says when its partitions are read to the end
+    caught_up_within = settings.kafka_timeout_ms / 1000 if settings.uses_kafka else 0.0
     out = sys.stdout.buffer
     printed = 0
     with open_log() as log:
-        assert isinstance(log, LogStore)
-        consumer = Consumer(log, group, reset=reset)
+        consumer = open_consumer(log, group, reset=reset)
         consumer.subscribe(list(topics))
         previous = signal.signal(signal.SIGTERM, _woken(consumer))
         try:
             while (max_records is None or printed < max_records) and not consumer.woken:
                 wanted = batch if max_records is None else min(batch, max_records - printed)
-                records = consumer.poll(max_records=wanted, timeout_s=poll_interval if follow else 0.0)
+                records = consumer.poll(max_records=wanted, timeout_s=poll_interval if follow else caught_up_within)
                 if not records:
                     if not follow:
                         return
@@ -91,9 +95,10 @@ def consume(
             return
         finally:
             signal.signal(signal.SIGTERM, previous)
+            consumer.close()
 
 
-def _woken(consumer: Consumer) -> Callable[[int, FrameType | None], None]:
+def _woken(consumer: Consumer | KafkaConsumer) -> Callable[[int, FrameType | None], None]:
     """A SIGTERM handler that ends ``consume`` after the batch under way."""
 
     def handler(signum: int, frame: FrameType | None) -> None:

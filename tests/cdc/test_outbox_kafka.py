@@ -10,7 +10,7 @@ import psycopg
 import pytest
 
 from cdc.coordinator import Capture
-from tests.cdc.helpers import settings_for
+from tests.cdc.helpers import run_cdc, settings_for
 
 pytestmark = [pytest.mark.pg, pytest.mark.kafka]
 
@@ -64,3 +64,11 @@ def test_a_kafka_consumer_reads_each_committed_event_once(
             want.setdefault(f"o{n % 4}".encode(), []).append(n)
     assert got == want  # per aggregate in commit order, none rolled back
     assert len(set(ids)) == len(ids) == 48
+    # `cdc log consume` is a member of a Kafka consumer group of its own: all once, then nothing again
+    where = {"log": f"kafka://{kafka_bootstrap}", "topic_prefix": kafka_prefix}
+    first = run_cdc(reference_db, tmp_path, "log", "consume", "--group", "svc", topic, **where)
+    again = run_cdc(reference_db, tmp_path, "log", "consume", "--group", "svc", topic, **where)
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    lines = [orjson.loads(line) for line in first.stdout.splitlines()]
+    assert sorted(line["value"]["n"] for line in lines) == sorted(n for values in want.values() for n in values)
+    assert again.stdout == ""
