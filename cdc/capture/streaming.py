@@ -11,6 +11,11 @@ sent the changes, numbering them with ``source.sequence``. It owns the relation 
 commit order is what keeps the cache right: the server sends every Relation message a transaction
 needs inside it (also inside a streamed one), before the first change that uses it.
 
+Outbox events (:mod:`cdc.capture.outbox`, :mod:`cdc.capture.outbox_table`) travel the same way: the
+assembler keeps a transactional outbox message with its transaction (and refuses a non-transactional
+one), and the replayer turns it, or a row inserted into an outbox table, into an event among the
+transaction's records, taking the transaction's next ``sequence``.
+
 Guarantees: records of a transaction come out in change order; a transaction's schema record
 precedes its first event that uses a new shape; nothing is emitted for an aborted transaction; no
 event of a table is emitted unless its gate (:class:`~cdc.capture.table_snapshots.TableGate`) admits the
