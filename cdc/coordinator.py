@@ -61,6 +61,8 @@ from cdc.capture.held_changes import HeldChanges
 from cdc.capture.initial_snapshot import begin_log, take_initial_snapshot
 from cdc.capture.lsn import Lsn
 from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress_plan, run_keep
+from cdc.capture.outbox import Outbox, dead_letter_topic
+from cdc.capture.outbox_table import OutboxColumns
 from cdc.capture.partial_reads import PartialRequests, flush_records, going_on
 from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.read_conditions import checked_condition
@@ -154,6 +156,17 @@ def _lasting_caps(held: HeldChanges) -> tuple[tuple[int, int], ...]:
     return tuple(held.lasting_caps)
 
 
+def outbox_tables(views_file: Path) -> dict[tuple[str, str], OutboxColumns]:
+    """The outbox tables the views file declares (``[outbox."<schema>.<table>"]``), by ``(schema, table)``."""
+    from derived_views.definitions import load
+
+    tables: dict[tuple[str, str], OutboxColumns] = {}
+    for name, table in load(views_file).outbox.items():
+        schema, _, relation = name.partition(".")
+        tables[(schema, relation)] = OutboxColumns(table.id, table.aggregatetype, table.aggregateid, table.type, table.payload)
+    return tables
+
+
 def _retryable(exc: BaseException) -> bool:
     return isinstance(exc, SourceError) and not isinstance(exc, (SlotError, PrivilegeError, PrerequisiteError))
 
@@ -185,6 +198,8 @@ class Capture:
         self.topics: CaptureTopics | None = None
         # CDC_TABLES entries are plain identifiers with one dot between schema and table
         self._included = {tuple(name.split(".", 1)) for name in settings.tables}
+        #: the outbox tables the views file declares: routed as events, never captured as tables
+        self._outbox_tables = outbox_tables(settings.views_file)
         self.builder: EventBuilder | None = None
         self.replayer: ChangeReplayer | None = None
         self.ledger = SnapshotLedger("")
@@ -232,7 +247,10 @@ class Capture:
     # -- set-up --------------------------------------------------------------------------------------
 
     def include(self, schema: str, table: str) -> bool:
-        """Whether a published table is captured (``CDC_TABLES`` empty: all of the publication)."""
+        """Whether a published table is captured (``CDC_TABLES`` empty: all of the publication); an outbox
+        table is not (its inserts are routed as events, :mod:`cdc.capture.outbox_table`)."""
+        if (schema, table) in self._outbox_tables:
+            return False
         return not self._included or (schema, table) in self._included
 
     def _new_shape(self, shape: TableShape) -> None:
@@ -257,6 +275,12 @@ class Capture:
         whole = [read for read in reading if read.condition is None]
         if whole:
             self._abandon(whole, f"the columns of {shape.qualified} changed")
+
+    def _table_topic(self, topic: str) -> bool:
+        """Whether ``topic`` is a captured table's (an outbox event is never written there)."""
+        if topic in self._table_of_topic:
+            return True
+        return self.replayer is not None and any(shape.topic == topic for shape in self.replayer.relations.values())
 
     def _database_name(self) -> str:
         return self.settings.database_url.rsplit("/", 1)[-1].split("?", 1)[0]
@@ -340,6 +364,14 @@ class Capture:
                 gate=self.gate,
             )
             self.replayer.on_message = self._requested
+            self.replayer.outbox = Outbox(
+                self.settings.outbox_message_prefix,
+                self.settings.outbox_key_field,
+                dead_letter_topic(self.settings.topic_prefix),
+                self._table_topic,
+            )
+            self.replayer.ensure_events_topic = topics.ensure_events
+            self.replayer.outbox_tables = self._outbox_tables
             chunk_rows = self.tuning.snapshot_chunk_rows or self.settings.snapshot_chunk_rows
             self.writer = SnapshotWriter(
                 store, self.builder, self.replayer, self.ledger,
@@ -454,7 +486,7 @@ class Capture:
                 held.cut_to(self.position)
             self._discover()
             repl.start(self.settings.slot, Lsn(0), self.settings.publication)
-            assembler = TransactionAssembler(self.tuning.memory_limit)
+            assembler = TransactionAssembler(self.tuning.memory_limit, self.settings.outbox_message_prefix)
             core.begin_session(time.monotonic())
             try:
                 while True:

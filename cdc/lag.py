@@ -20,6 +20,9 @@ masks changed since the log read them: capture reads each again under its new ru
 (the tables whose events are keyed by other columns since the log read them, a new primary key or
 replica identity index: capture reads each again under its new key) and ``cancelled`` (the tables whose
 read ``cdc snapshot --cancel`` stopped: capture leaves them out until they are asked for again),
+``groups`` (embedded log only: per consumer group and topic it committed offsets of, ``group``, ``topic``,
+``committed`` (records before its committed offsets), ``end`` (records before the end offsets at the
+watermark) and ``lag`` (the records committed to the log that the group has not committed),
 ``views``: list of ``view``, ``tables``, ``as_of_lsn``, ``as_of_appended_at``, ``events_pending``,
 ``wal_bytes_behind``, ``seconds_behind``;
 ``tables``: list of ``table`` (its path below the views directory), ``views`` (the views that have it),
@@ -54,6 +57,7 @@ from cdc.settings import Settings
 if TYPE_CHECKING:
     from cdc.capture.table_snapshots import SnapshotLedger
     from derived_views import ViewTable
+    from log_store import LogStore, Watermark
 
 SCHEMA_VERSION = 1
 _WARN_SAFE_FRACTION = 0.2
@@ -91,6 +95,17 @@ class PartitionEnd:
 
 
 @dataclass
+class GroupLag:
+    """One consumer group on one topic (:mod:`log_store.consumer`): offsets summed over its partitions."""
+
+    group: str
+    topic: str
+    committed: int
+    end: int
+    lag: int
+
+
+@dataclass
 class LogLag:
     """The log: end offsets at the latest commit watermark."""
 
@@ -102,6 +117,8 @@ class LogLag:
     key_changed: list[str] = field(default_factory=list)
     #: tables whose read was cancelled: capture leaves them out, the log lacks some of their rows
     cancelled: list[str] = field(default_factory=list)
+    #: each consumer group of the embedded log, per topic
+    groups: list[GroupLag] = field(default_factory=list)
 
 
 @dataclass
@@ -277,7 +294,7 @@ def measure_log(settings: Settings, *, owed: bool = True) -> LogLag:
     ``owed``: also ask the source which tables capture reads again (:func:`_reads_owed`)."""
     from cdc.capture.table_snapshots import SnapshotLedger
     from cdc.log_backend import open_log
-    from log_store import TopicPartition
+    from log_store import LogStore, TopicPartition
 
     lag = LogLag()
     if not settings.uses_kafka and not settings.log_dir.exists():
@@ -294,6 +311,8 @@ def measure_log(settings: Settings, *, owed: bool = True) -> LogLag:
         for topic in store.topics():
             for partition in range(store.partitions(topic)):
                 lag.partitions.append(PartitionEnd(topic, partition, watermark.end_offset(TopicPartition(topic, partition))))
+        if isinstance(store, LogStore):
+            lag.groups = _group_lags(store, watermark)
         topic = f"{settings.topic_prefix}.__snapshots"
         if topic in store.topics():
             ledger = SnapshotLedger.load(store, topic)
@@ -301,6 +320,19 @@ def measure_log(settings: Settings, *, owed: bool = True) -> LogLag:
                 lag.read_again, lag.key_changed = _reads_owed(settings, ledger)
             lag.cancelled = sorted(ledger.cancelled)
     return lag
+
+
+def _group_lags(store: LogStore, watermark: Watermark) -> list[GroupLag]:
+    """Every consumer group's committed offsets against the watermark's ends, per topic."""
+    out: list[GroupLag] = []
+    for group in store.consumer_groups():
+        per_topic: dict[str, tuple[int, int, int]] = {}
+        for tp, offset in store.committed_offsets(group).items():
+            end = watermark.end_offset(tp)
+            committed, ends, behind = per_topic.get(tp.topic, (0, 0, 0))
+            per_topic[tp.topic] = (committed + offset, ends + end, behind + max(0, end - offset))
+        out += [GroupLag(group, topic, *figures) for topic, figures in sorted(per_topic.items())]
+    return out
 
 
 def ledger_reads(settings: Settings) -> tuple[dict[str, int], list[str]]:

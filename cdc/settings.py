@@ -45,6 +45,8 @@ ACCEPTS: dict[str, str] = {
     "publication": "a lower-case publication name: letters, digits and _, at most 63 characters",
     "partitions": "a whole number of partitions per topic from 1 to 1024",
     "topic_prefix": "ASCII letters, digits, _ and -, at most 100 characters (topics are named <prefix>.<schema>.<table>)",
+    "outbox_prefix": "ASCII letters, digits, _ and -, at most 40 characters (outbox topics are <topic prefix>.<it>.<name>)",
+    "outbox_key_field": "empty, or the name of a top-level field of outbox payloads (at most 200 characters)",
     "segment_bytes": "a segment size in bytes from 1024 to 1073741824",
     "segment_ms": "a segment age in milliseconds, at least 1000",
     "delete_retention_ms": "how long tombstones outlive compaction, in milliseconds (0 or more)",
@@ -117,6 +119,11 @@ class Settings(BaseSettings):
     standby_url: str = Field(default="", description="The physical standby, for setup's failover checks and lag.")
     partitions: int = Field(default=3, ge=1, le=1024, description="Partitions per topic.")
     topic_prefix: str = Field(default="cdc", description="Topic name prefix.")
+    outbox_prefix: str = Field(
+        default="outbox",
+        description="Messages prefixed <topic_prefix>.<outbox_prefix>.<topic> are outbox events (cdc.capture.outbox).",
+    )
+    outbox_key_field: str = Field(default="", description="The payload field whose value keys an outbox event.")
     segment_bytes: int = Field(default=64 << 20, ge=1024, le=1 << 30)
     segment_ms: int = Field(default=7 * 24 * 3600 * 1000, ge=1000)
     delete_retention_ms: int = Field(default=24 * 3600 * 1000, ge=0)
@@ -246,6 +253,22 @@ class Settings(BaseSettings):
             raise ValueError(f"{value!r} has characters a topic name cannot hold")
         if len(value) > 100:
             # with at most 100, every plain table's topic keeps its length and the internal topics fit Kafka's 249
+            raise ValueError(f"it is {len(value)} characters long")
+        return value
+
+    @field_validator("outbox_prefix")
+    @classmethod
+    def _check_outbox_prefix(cls, value: str) -> str:
+        if not _TOPIC_PREFIX.match(value):
+            raise ValueError(f"{value!r} has characters a topic name cannot hold")
+        if len(value) > 40:
+            raise ValueError(f"it is {len(value)} characters long")
+        return value
+
+    @field_validator("outbox_key_field")
+    @classmethod
+    def _check_key_field(cls, value: str) -> str:
+        if len(value) > 200:
             raise ValueError(f"it is {len(value)} characters long")
         return value
 
@@ -399,6 +422,11 @@ class Settings(BaseSettings):
         Legal for Kafka, different for every (schema, table) and stable: see :mod:`log_store.topic_names`.
         """
         return topic_name(self.topic_prefix, schema, table)
+
+    @property
+    def outbox_message_prefix(self) -> str:
+        """How the prefix of an outbox message begins: ``<topic_prefix>.<outbox_prefix>.`` (then its topic's own name)."""
+        return f"{self.topic_prefix}.{self.outbox_prefix}."
 
     def safe_database_url(self) -> str:
         """The source URL with any password replaced, for logs and screens."""

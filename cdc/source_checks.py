@@ -27,6 +27,7 @@ from cdc.settings import Settings
 
 if TYPE_CHECKING:
     from derived_views import SourceTable
+    from derived_views.definitions import ViewDefinitions
 
 
 @dataclass(frozen=True)
@@ -166,10 +167,33 @@ def _views_file_check(conn: Connection, settings: Settings) -> Check:
     try:
         definitions = load(settings.views_file)
         covered = coverage(conn, settings.publication, settings.tables).tables
-        checked(definitions, _published_columns(_source_tables(conn, covered), conn, settings.publication))
+        published = _published_columns(_source_tables(conn, covered), conn, settings.publication)
+        checked(definitions, published)
+        problem = _outbox_problem(definitions, published)
     except ViewsFileError as exc:
         return Check("views file", False, str(exc))
+    if problem:
+        return Check("views file", False, problem)
     return Check("views file", True, "")
+
+
+def _outbox_problem(definitions: ViewDefinitions, published: dict[str, SourceTable]) -> str:
+    """Why an outbox table the views file declares cannot be routed (not published, a part's column
+    missing), or empty: capture would otherwise stop at its first change (:mod:`cdc.capture.outbox_table`)."""
+    for name, table in definitions.outbox.items():
+        source = published.get(name)
+        where = f"{definitions.source}: [outbox.{name}]"
+        if source is None:
+            return f"{where}: {name} is not a table the publication covers; add it to the publication (and CDC_TABLES)"
+        parts = {"id": table.id, "aggregatetype": table.aggregatetype, "aggregateid": table.aggregateid}
+        parts |= {"type": table.type, "payload": table.payload}
+        missing = [f"{part} = {column!r}" for part, column in parts.items() if column not in source.columns]
+        if missing:
+            return (
+                f"{where}: {', '.join(missing)}: no such published column of {name} (its columns: "
+                f"{', '.join(source.columns)}); name the columns that hold each part"
+            )
+    return ""
 
 
 _COLUMNS_SQL = """

@@ -225,6 +225,22 @@ class CaptureRule(BaseModel):
             )
 
 
+class OutboxTable(BaseModel):
+    """A table capture routes as an outbox (``[outbox."<schema>.<table>"]``), the way Debezium's Outbox
+    Event Router does: each insert becomes one event in topic ``<CDC_TOPIC_PREFIX>.<CDC_OUTBOX_PREFIX>.<aggregate
+    type>``, keyed by the aggregate id, its value the payload, headers ``id`` and ``type``; updates and
+    deletes are not events, and the table itself is not copied to the log or the views
+    (:mod:`cdc.capture.outbox_table`). Each key names the table's column that holds that part."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = "id"
+    aggregatetype: str = "aggregatetype"
+    aggregateid: str = "aggregateid"
+    type: str = "type"
+    payload: str = "payload"
+
+
 class ViewDefinitions(BaseModel):
     """The whole views file."""
 
@@ -237,6 +253,8 @@ class ViewDefinitions(BaseModel):
     """Cache entities by name (view ``cache.<name>``)."""
     capture: dict[TableName, CaptureRule] = {}
     """What capture reads of each table named (see :class:`CaptureRule`); a table not named is read whole."""
+    outbox: dict[TableName, OutboxTable] = {}
+    """Tables capture routes as outboxes (see :class:`OutboxTable`)."""
     source: str = "defaults (no views file)"
     """Where the definitions come from, for messages."""
 
@@ -274,7 +292,7 @@ def load(path: Path) -> ViewDefinitions:
         raise ViewsFileError(f"{path}: {_shown(loc)}: {message}") from None
 
 
-_SECTIONS = '[warehouse], [search.<index>], [cache.<entity>], [capture."<schema>.<table>"]'
+_SECTIONS = '[warehouse], [search.<index>], [cache.<entity>], [capture."<schema>.<table>"], [outbox."<schema>.<table>"]'
 
 
 def _known_keys(loc: tuple[object, ...]) -> list[str]:
@@ -284,6 +302,7 @@ def _known_keys(loc: tuple[object, ...]) -> list[str]:
         "search": SearchDefinition,
         "cache": CacheDefinition,
         "capture": CaptureRule,
+        "outbox": OutboxTable,
     }
     model = models.get(str(loc[0]), ViewDefinitions)
     if len(loc) >= 4:
@@ -296,7 +315,7 @@ def _location(loc: tuple[object, ...]) -> tuple[str, str]:
     parts = [part for part in loc if part != "[key]"]  # a dict key that failed: the location names it already
     if not parts:
         return "", ""
-    if parts[0] in ("search", "cache", "capture") and len(parts) > 1:
+    if parts[0] in ("search", "cache", "capture", "outbox") and len(parts) > 1:
         header, rest = f"{parts[0]}.{parts[1]}", parts[2:]
     else:
         header, rest = str(parts[0]), parts[1:]

@@ -7,6 +7,7 @@ import logging
 
 import orjson
 
+from cdc.capture.outbox import DEAD_LETTERS
 from cdc.capture.streaming import EmittedSchema
 from cdc.capture.tables import TableShape, fingerprint_of
 from log_store import TopicPartition
@@ -31,6 +32,15 @@ class CaptureTopics:
         if shape.topic not in self.log.topics():
             self.log.ensure_topic(shape.topic, self.partitions, compacted=bool(shape.key_indexes))
         self._made.add(shape.topic)
+
+    def ensure_events(self, topic: str) -> None:
+        """Make an event topic unless it exists: an outbox topic (``CDC_PARTITIONS`` partitions) or the
+        dead-letter topic (one), neither compacted, since every event counts, not only a key's last."""
+        if topic in self._made:
+            return
+        if topic not in self.log.topics():
+            self.log.ensure_topic(topic, 1 if topic.endswith(DEAD_LETTERS) else self.partitions, compacted=False)
+        self._made.add(topic)
 
     def partitions_of(self, topic: str) -> int:
         """The partition count of ``topic``: its own once it exists, ``CDC_PARTITIONS`` for a new one."""

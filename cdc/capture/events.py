@@ -52,13 +52,15 @@ PreviousValues = Callable[[TableShape, bytes, list[str], bool], dict[str, bytes]
 
 @dataclass(slots=True)
 class TxContext:
-    """The transaction the events belong to: commit LSN, xid, commit time and the next sequence."""
+    """The transaction the events belong to: commit LSN, xid, commit time, the next sequence and outbox index."""
 
     lsn: int
     xid: int
     ts_ms: int
     snapshot: str = "false"
     sequence: int = 0
+    #: how many outbox messages of the transaction came so far (:mod:`cdc.capture.outbox`)
+    messages: int = 0
 
 
 def _fragments(codec: RowCodec, values: Tuple, old: Tuple | None) -> tuple[list[bytes | None], list[int]]:

@@ -11,6 +11,11 @@ sent the changes, numbering them with ``source.sequence``. It owns the relation 
 commit order is what keeps the cache right: the server sends every Relation message a transaction
 needs inside it (also inside a streamed one), before the first change that uses it.
 
+Outbox events (:mod:`cdc.capture.outbox`, :mod:`cdc.capture.outbox_table`) travel the same way: the
+assembler keeps a transactional outbox message with its transaction (and refuses a non-transactional
+one), and the replayer turns it, or a row inserted into an outbox table, into an event among the
+transaction's records, taking the transaction's next ``sequence``.
+
 Guarantees: records of a transaction come out in change order; a transaction's schema record
 precedes its first event that uses a new shape; nothing is emitted for an aborted transaction; no
 event of a table is emitted unless its gate (:class:`~cdc.capture.table_snapshots.TableGate`) admits the
@@ -20,6 +25,7 @@ before the transaction.
 
 from __future__ import annotations
 
+import logging
 import struct
 import time
 from collections.abc import Callable, Iterator
@@ -28,9 +34,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdc.capture.catalog import Catalog, TableInfo
-from cdc.capture.errors import DecodeError, SourceError
+from cdc.capture.errors import ConfigError, DecodeError, SourceError
 from cdc.capture.events import EventBuilder, TxContext, new_record
 from cdc.capture.key_changes import discarded_values, read_back_key
+from cdc.capture.lsn import Lsn
+from cdc.capture.outbox import UNSURE, Outbox, Rejected
+from cdc.capture.outbox_table import OutboxColumns, RoutedTable
 from cdc.capture.pgoutput.decoder import Decoder
 from cdc.capture.pgoutput.messages import (
     UNCHANGED,
@@ -60,7 +69,11 @@ from log_store.record import ProducerRecord
 if TYPE_CHECKING:
     from cdc.capture.table_snapshots import TableGate
 
+log = logging.getLogger("cdc.capture")
+
 _XID = struct.Struct("!I")
+_I32 = struct.Struct("!i")
+_LSN = struct.Struct("!Q")
 _U32 = struct.Struct("!I")
 #: the top-level ``ts_ms`` of fast-path inserts is read from the clock once per this many events
 _CLOCK_EVERY = 1024
@@ -87,6 +100,8 @@ class Transaction:
     aborted_subxids: set[int] = field(default_factory=set)
     #: holds an update that sent the old key ('K'): it may change a row's key (see :mod:`cdc.capture.key_changes`)
     key_changes: bool = False
+    #: where its last aborted subtransaction's abort is (streamed only; see :meth:`ChangeReplayer.records`)
+    last_abort: int = 0
 
     @property
     def change_count(self) -> int:
@@ -105,6 +120,7 @@ class _Open:
     commit_ts_us: int = 0
     aborted_subxids: set[int] = field(default_factory=set)
     key_changes: bool = False
+    last_abort: int = 0
 
     def committed(self, commit: Commit | StreamCommit, *, streamed: bool) -> Transaction:
         """The transaction, closed by ``commit`` (only a streamed one can hold aborted subtransactions)."""
@@ -117,6 +133,7 @@ class _Open:
             streamed,
             self.aborted_subxids,
             self.key_changes,
+            self.last_abort,
         )
 
 
@@ -127,9 +144,12 @@ class TransactionAssembler:
     stored as bytes and decoded once, at replay.
     """
 
-    def __init__(self, memory_limit: int = 8 << 20) -> None:
+    def __init__(self, memory_limit: int = 8 << 20, outbox_prefix: str = "") -> None:
         self._decoder = Decoder()
         self._memory_limit = memory_limit
+        #: how outbox messages' prefixes begin (:mod:`cdc.capture.outbox`; empty: no outbox)
+        self._outbox_prefix = outbox_prefix
+        self._outbox_bytes = outbox_prefix.encode()
         self._current: _Open | None = None
         self._streams: dict[int, _Open] = {}
         self._stream_xid: int | None = None
@@ -145,9 +165,9 @@ class TransactionAssembler:
 
     def take(self, frames: list[bytes | memoryview], start: int = 0) -> int:
         """The fast path of :meth:`feed` for raw CopyData frames: stores the run of XLogData frames from
-        ``start`` on that carry changes of the open transaction, and returns the index of the first
-        frame it did not take (``len(frames)`` when it took them all). The caller decodes that frame
-        and hands it to :meth:`feed`, then calls this again after it.
+        ``start`` on that carry changes (or transactional outbox messages) of the open transaction, and
+        returns the index of the first frame it did not take (``len(frames)`` when it took them all). The
+        caller decodes that frame and hands it to :meth:`feed`, then calls this again after it.
         """
         target = self._current if self._stream_xid is None else self._streams.get(self._stream_xid)
         if target is None:
@@ -159,9 +179,21 @@ class TransactionAssembler:
         data_start = _DATA_START.unpack_from
         end = len(frames)
         index = start
+        # a transactional outbox message: 'M', [xid], flags (1), Int64 LSN, then the prefix (see feed)
+        flags_at = _PAYLOAD_AT + old_at - 4
+        outbox, outbox_at = self._outbox_bytes, flags_at + 9
+        outbox_end = outbox_at + len(outbox)
         while index < end:
             frame = frames[index]
-            if frame[0] != 0x77 or len(frame) <= _PAYLOAD_AT or frame[_PAYLOAD_AT] not in _DATA_TYPES:
+            if frame[0] != 0x77 or len(frame) <= _PAYLOAD_AT:
+                break
+            if frame[_PAYLOAD_AT] not in _DATA_TYPES and not (
+                outbox
+                and frame[_PAYLOAD_AT] == 0x4D
+                and len(frame) > outbox_end
+                and frame[flags_at] & 1
+                and frame[outbox_at:outbox_end] == outbox
+            ):
                 break
             payload = bytes(frame[_PAYLOAD_AT:])
             append(payload)
@@ -177,16 +209,23 @@ class TransactionAssembler:
         """Take one message that came at ``lsn`` (its XLogData data start): a change is stored with its
         LSN, so that a decode error at replay names where it is; returns the transaction it commits."""
         kind = payload[0] if payload else 0
-        if kind == 0x4D:  # 'M': a logical message; capture's own transactional ones are kept with their
-            # transaction, to be replayed in order with its changes (new masks, requests to capture)
+        if kind == 0x4D:  # 'M': a logical message; capture's own transactional ones and outbox events are
+            # kept with their transaction, to be replayed in order with its changes (new masks, requests
+            # to capture, events to publish)
             message = self._decoder.decode(payload, lsn)
+            if not isinstance(message, LogicalMessage):
+                return None
+            outbox = bool(self._outbox_prefix) and message.prefix.startswith(self._outbox_prefix)
             target = self._streams.get(self._stream_xid) if self._stream_xid is not None else self._current
-            if (
-                isinstance(message, LogicalMessage)
-                and message.transactional
-                and message.prefix in _CAPTURE_PREFIXES
-                and target is not None
-            ):
+            if not message.transactional:
+                if outbox:  # it would publish an event of a transaction that may still roll back
+                    log.warning(
+                        "refused the non-transactional outbox message %r at LSN %s: nothing is written; emit it with "
+                        "pg_logical_emit_message(true, ...) inside the transaction it belongs to",
+                        message.prefix,
+                        Lsn(message.lsn),
+                    )
+            elif (outbox or message.prefix in _CAPTURE_PREFIXES) and target is not None:
                 target.changes.append(payload, lsn)
             return None
         if kind in _DATA_TYPES:
@@ -227,7 +266,9 @@ class TransactionAssembler:
                 if aborted is not None:
                     aborted.changes.close()
             elif message.xid in self._streams:
-                self._streams[message.xid].aborted_subxids.add(message.subxid)
+                stream = self._streams[message.xid]
+                stream.aborted_subxids.add(message.subxid)
+                stream.last_abort = max(stream.last_abort, lsn)  # the abort record's: the subtransaction is before it
         # Origin and logical Message are skipped: they carry no row change.
         return None
 
@@ -308,6 +349,13 @@ class ChangeReplayer:
         #: the log, with the transaction's commit time (milliseconds); the records it returns (the ledger's
         #: note of the request) go into the same group
         self.on_message: Callable[[LogicalMessage, int], list[ProducerRecord]] | None = None
+        #: the outbox rules (:mod:`cdc.capture.outbox`): outbox messages become events of their own topics
+        self.outbox: Outbox | None = None
+        #: makes an outbox topic (or the dead-letter topic) before its first record is written
+        self.ensure_events_topic: Callable[[str], None] = lambda topic: None
+        #: the outbox tables by ``(schema, table)`` (:mod:`cdc.capture.outbox_table`): routed, not captured
+        self.outbox_tables: dict[tuple[str, str], OutboxColumns] = {}
+        self._routed: dict[int, RoutedTable] = {}  # by relation id, from their Relation messages
         self._replaying = False
 
     def shape_from_relation(self, relation: Relation) -> TableShape:
@@ -406,7 +454,10 @@ class ChangeReplayer:
         """The records of one decoded message of the transaction ``context`` describes; a Relation or
         Type message updates the caches instead."""
         builder = self.builder
-        if isinstance(message, (Insert, Update, Delete)):
+        if isinstance(message, Insert) and message.relid in self._routed:
+            if not self._replaying:
+                yield self._routed_event(self._routed[message.relid], message, context)
+        elif isinstance(message, (Insert, Update, Delete)):
             shape = self.relations.get(message.relid)
             head = self._admitted(admitted, shape, context.lsn, context.sequence) if shape is not None else None
             if shape is None or head is None:
@@ -424,7 +475,9 @@ class ChangeReplayer:
                 if shape is not None and (self.gate is None or self.gate.admits(shape, context.lsn)):
                     yield from builder.truncate(shape, context)
         elif isinstance(message, Relation):
-            if self.include(message.namespace, message.name):
+            if (message.namespace, message.name) in self.outbox_tables:
+                self._route(message)
+            elif self.include(message.namespace, message.name):
                 self.relations[message.relid] = self.shape_from_relation(message)
                 admitted.pop(message.relid, None)
             else:
@@ -434,8 +487,69 @@ class ChangeReplayer:
         elif isinstance(message, LogicalMessage):
             if message.prefix == MESSAGE_PREFIX:  # masks change here, in a replay of a held transaction too
                 self._masks_changed(message.content, admitted)
+            elif self.outbox is not None and self.outbox.claims(message.prefix):
+                if not self._replaying:
+                    yield self._outbox_event(self.outbox, message.prefix, message.content, message.lsn, context)
             elif self.on_message is not None and not self._replaying:
                 yield from self.on_message(message, context.ts_ms)
+
+    def _outbox_event(
+        self, outbox: Outbox, topic: str, content: bytes, message_lsn: int, context: TxContext, unsure: str | None = None
+    ) -> ProducerRecord:
+        """The record of one outbox message (its prefix ``topic``, ``content`` and LSN) of the transaction
+        ``context`` describes: the event, or its dead letter (said in one warning line with the LSN;
+        ``unsure``: why it is a dead letter, said once per transaction by the caller). It takes the next
+        sequence of the transaction, so ``(lsn, sequence)`` orders it among the transaction's row changes."""
+        result = outbox.message_event(
+            topic, content, message_lsn, context.lsn, context.messages, context.sequence, context.ts_ms, unsure
+        )
+        context.messages += 1
+        context.sequence += 1
+        if isinstance(result, Rejected) and unsure is None:
+            log.warning(
+                "outbox message %r at LSN %s (transaction committed at %s) is not published: %s; it is written to %s",
+                topic,
+                Lsn(message_lsn),
+                Lsn(context.lsn),
+                result.reason,
+                outbox.dead_letters,
+            )
+        return self._written(result)
+
+    def _written(self, result: ProducerRecord | Rejected) -> ProducerRecord:
+        """The record to write for ``result`` (its dead letter when rejected), its topic made."""
+        record = result.record if isinstance(result, Rejected) else result
+        self.ensure_events_topic(record.topic)
+        return record
+
+    def _route(self, relation: Relation) -> None:
+        """An outbox table's Relation message: where the parts of its rows are from now on."""
+        self.relations.pop(relation.relid, None)
+        bound = self.outbox_tables[(relation.namespace, relation.name)].bind(relation)
+        if isinstance(bound, str):  # its inserts would be lost: stop, the slot keeps them until it is fixed
+            raise ConfigError(
+                f"outbox table {relation.namespace}.{relation.name} cannot be routed: {bound}; name the columns that hold "
+                f'each part in [outbox."{relation.namespace}.{relation.name}"] of the views file (`cdc setup --check-only` '
+                "checks it)"
+            )
+        self._routed[relation.relid] = bound
+
+    def _routed_event(self, routed: RoutedTable, insert: Insert, context: TxContext) -> ProducerRecord:
+        """The event of a row inserted into an outbox table (:mod:`cdc.capture.outbox_table`), or its dead
+        letter (said in one warning line); it takes the transaction's next sequence."""
+        outbox = self.outbox
+        assert outbox is not None, "outbox tables are routed by the outbox rules"
+        result = routed.event(outbox, insert.new, context.lsn, context.lsn, context.sequence, context.ts_ms)
+        context.sequence += 1
+        if isinstance(result, Rejected):
+            log.warning(
+                "a row inserted into outbox table %s (transaction committed at %s) is not published: %s; it is written to %s",
+                routed.name,
+                Lsn(context.lsn),
+                result.reason,
+                outbox.dead_letters,
+            )
+        return self._written(result)
 
     def _masks_changed(self, content: bytes, admitted: dict[int, bool]) -> None:
         """The stream reached a change of the publication's masks (:mod:`event_format.masks`): every later
@@ -517,6 +631,11 @@ class ChangeReplayer:
         commit_ts = tx.commit_ts_ms
         now_ms = time.time_ns() // 1_000_000
         countdown = _CLOCK_EVERY
+        outbox = None if self._replaying else self.outbox  # a replay for Relation messages writes no event
+        # outbox messages' fast path: 'M', [xid], flags, Int64 LSN, prefix NUL, Int32 length, content
+        outbox_prefix, prefix_at = (outbox.prefix_bytes if outbox is not None else b""), relid_at + 9
+        topics: dict[bytes, str] = {}
+        warned = False  # of outbox messages that may belong to a rolled-back subtransaction
         for lsn, payload in tx.changes.positioned():
             if aborted and _XID.unpack_from(payload, 1)[0] in aborted and payload[0] in b"IUDTM":
                 continue
@@ -524,6 +643,8 @@ class ChangeReplayer:
                 relid = unpack_u32(payload, relid_at)[0]
                 shape = relations.get(relid)
                 if shape is None:
+                    if relid in self._routed:  # an outbox table's row: an event of its own (_decoded)
+                        yield from self._decoded(decoder.decode(payload, lsn), admitted, context)
                     continue
                 entry = fast.get(relid)
                 if entry is None or entry[0] is not shape:
@@ -544,4 +665,35 @@ class ChangeReplayer:
                     context.sequence += 1
                     yield new_record((entry[3], encoded[0], encoded[1], commit_ts, ()))
                     continue
-            yield from self._decoded(decoder.decode(payload, lsn), admitted, context)
+            if (
+                outbox_prefix
+                and payload[0] == 0x4D
+                and payload.startswith(outbox_prefix, prefix_at)
+                and payload[relid_at] & 1
+                and (end := payload.find(b"\0", prefix_at)) > 0
+                and len(payload) >= end + 5
+                and len(payload) == end + 5 + _I32.unpack_from(payload, end + 1)[0]
+            ):  # a whole transactional outbox message: its parts without the decoder
+                raw_topic = payload[prefix_at:end]
+                topic = topics.get(raw_topic) or topics.setdefault(raw_topic, raw_topic.decode("utf-8", "replace"))
+                parts = (topic, payload[end + 5 :], _LSN.unpack_from(payload, relid_at + 1)[0])
+            else:
+                message = decoder.decode(payload, lsn)
+                if outbox is None or not isinstance(message, LogicalMessage) or not outbox.claims(message.prefix):
+                    yield from self._decoded(message, admitted, context)
+                    continue
+                parts = (message.prefix, message.content, message.lsn)
+            if outbox is not None:  # (always: the message is an outbox message)
+                unsure = bool(aborted) and lsn < tx.last_abort
+                if unsure and not warned:
+                    warned = True
+                    log.warning(
+                        "the transaction committed at %s was streamed before its commit and rolled back a subtransaction "
+                        "(at %s); pgoutput does not say which subtransaction a logical message belongs to, so its outbox "
+                        "messages emitted before that rollback are written to %s, not published; keep transactions that "
+                        "emit outbox events under logical_decoding_work_mem, or without ROLLBACK TO SAVEPOINT",
+                        Lsn(tx.commit_lsn),
+                        Lsn(tx.last_abort),
+                        outbox.dead_letters,
+                    )
+                yield self._outbox_event(outbox, *parts, context, UNSURE if unsure else None)

@@ -7,9 +7,11 @@ import click
 
 def register(root: click.Group) -> None:
     """Attach every sub-command to ``root``; each module owns its commands' options and help."""
-    from cdc.commands import capture_cmd, demo_cmd, lag_cmd, log_cmd, setup_cmd, snapshot_cmd, views_cmd
+    from cdc.commands import capture_cmd, consume_cmd, demo_cmd, lag_cmd, log_cmd, setup_cmd, snapshot_cmd, views_cmd
 
     root.add_command(log_cmd.log_group)
+    log_cmd.log_group.add_command(consume_cmd.consume)
+    log_cmd.log_group.add_command(consume_cmd.groups)
     root.add_command(demo_cmd.demo)
     root.add_command(demo_cmd.migrate)
     root.add_command(lag_cmd.lag)

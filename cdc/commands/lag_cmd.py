@@ -91,6 +91,11 @@ def render(report: LagReport) -> Group:
         if watermark
         else "no watermark yet: nothing captured"
     )
+    groups = Table(title="log → consumer groups", title_justify="left")
+    for column in ("group", "topic", "committed", "end", "lag"):
+        groups.add_column(column)
+    for group in report.log.groups:
+        groups.add_row(group.group, group.topic, str(group.committed), str(group.end), str(group.lag))
     views = Table(title="log → views", title_justify="left")
     views.add_column("view", no_wrap=True, min_width=14)  # search.<index>, cache.<entity>
     for column in ("tables", "as of", "events pending", "WAL behind", "seconds behind"):
@@ -134,7 +139,8 @@ def render(report: LagReport) -> Group:
         )
     notes = [f"[yellow]warning:[/] {w}" for w in report.warnings]
     notes += [f"[red]over limit:[/] {v}" for v in report.violations]
-    return Group(src, log, views, *([tables] if report.tables else []), *([reads] if report.reads else []), *notes)
+    optional = ([groups] if report.log.groups else [], [tables] if report.tables else [], [reads] if report.reads else [])
+    return Group(src, log, *optional[0], views, *optional[1], *optional[2], *notes)
 
 
 def _watch(settings: Settings, interval: float, max_lag_seconds: float | None, max_wal_bytes: int | None) -> None:

@@ -43,7 +43,12 @@ def test_the_example_file_is_valid_for_the_reference_schema() -> None:
         (
             "[warehous]\n",
             r"views.toml: \[warehous\] is not a section of the views file \(known: \[warehouse\], "
-            r"\[search.<index>\], \[cache.<entity>\], \[capture.\"<schema>.<table>\"\]\)",
+            r"\[search.<index>\], \[cache.<entity>\], \[capture.\"<schema>.<table>\"\], \[outbox.\"<schema>.<table>\"\]\)",
+        ),
+        (
+            '[outbox."public.outbox"]\naggregate = "a"\n',
+            r"\[outbox.public.outbox\] aggregate is not a key of \[outbox.public.outbox\] "
+            r"\(known: id, aggregatetype, aggregateid, type, payload\)",
         ),
         (
             '[capture."public.a"]\ncolumns = ["a"]\nexclude = ["b"]\n',

@@ -1,0 +1,74 @@
+"""Outbox events captured into a real Kafka broker, read by a plain Kafka consumer with a group and
+``isolation.level=read_committed``: each committed event once, none of a transaction rolled back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import psycopg
+import pytest
+
+from cdc.coordinator import Capture
+from tests.cdc.helpers import run_cdc, settings_for
+
+pytestmark = [pytest.mark.pg, pytest.mark.kafka]
+
+
+def test_a_kafka_consumer_reads_each_committed_event_once(
+    reference_db: str, tmp_path: Path, kafka_bootstrap: str, kafka_prefix: str
+) -> None:
+    from confluent_kafka import Consumer
+
+    settings = settings_for(
+        reference_db, tmp_path, log=f"kafka://{kafka_bootstrap}", topic_prefix=kafka_prefix, outbox_key_field="order"
+    )
+    topic = f"{kafka_prefix}.outbox.orders"
+    Capture(settings, once=True).run()
+    with psycopg.connect(reference_db) as conn:
+        for n in range(1, 61):
+            conn.execute("INSERT INTO categories (id, name) VALUES (%s, 'c')", (n,))
+            conn.execute(
+                "SELECT pg_logical_emit_message(true, %s, %s)", (topic, orjson.dumps({"order": f"o{n % 4}", "n": n}).decode())
+            )
+            conn.rollback() if n % 5 == 0 else conn.commit()
+    Capture(settings, once=True).run()
+    Capture(settings, once=True).run()  # nothing new: nothing written twice
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka_bootstrap,
+            "group.id": "billing",
+            "isolation.level": "read_committed",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.subscribe([topic])
+    got: dict[bytes, list[int]] = {}
+    ids: list[bytes] = []
+    try:
+        expected = 60 - 12
+        for _ in range(200):  # a poll returns within its timeout; the broker assigns partitions on the first ones
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                got.setdefault(message.key(), []).append(orjson.loads(message.value())["n"])
+                ids.append(dict(message.headers() or [])["id"])
+            if sum(map(len, got.values())) >= expected:
+                break
+        consumer.commit(asynchronous=False)
+    finally:
+        consumer.close()
+    want: dict[bytes, list[int]] = {}
+    for n in range(1, 61):
+        if n % 5:
+            want.setdefault(f"o{n % 4}".encode(), []).append(n)
+    assert got == want  # per aggregate in commit order, none rolled back
+    assert len(set(ids)) == len(ids) == 48
+    # `cdc log consume` is a member of a Kafka consumer group of its own: all once, then nothing again
+    where = {"log": f"kafka://{kafka_bootstrap}", "topic_prefix": kafka_prefix}
+    first = run_cdc(reference_db, tmp_path, "log", "consume", "--group", "svc", topic, **where)
+    again = run_cdc(reference_db, tmp_path, "log", "consume", "--group", "svc", topic, **where)
+    assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+    lines = [orjson.loads(line) for line in first.stdout.splitlines()]
+    assert sorted(line["value"]["n"] for line in lines) == sorted(n for values in want.values() for n in values)
+    assert again.stdout == ""
