@@ -28,7 +28,7 @@ Guarantees and restart rules:
   gets no change event until its snapshot is in the log: :mod:`cdc.capture.table_snapshots` takes a plain
   snapshot at the stream's reach B (no slot, nothing waited for) and drops the table's changes committed
   before B; once every
-  transaction before B is in the log, :mod:`cdc.capture.online_read` writes its rows in chunks beside the
+  transaction before B is in the log, :mod:`cdc.capture.reads.online_read` writes its rows in chunks beside the
   stream, holding the table's own later changes until the last chunk is in the log.
 * **Heartbeats.** When the captured tables are idle but the server's WAL moves, an empty group moves the
   position to the server's reported end (minus one) and the slot is confirmed there, so WAL does not
@@ -57,16 +57,16 @@ from cdc.capture.errors import ConfigError, PrerequisiteError, PrivilegeError, S
 from cdc.capture.events import EventBuilder
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.group_writer import GroupWriter
-from cdc.capture.held_changes import HeldChanges
 from cdc.capture.initial_snapshot import begin_log, take_initial_snapshot
 from cdc.capture.lsn import Lsn
-from cdc.capture.online_read import OnlineRead, held_path, keyset_keys, progress_plan, run_keep
-from cdc.capture.partial_reads import PartialRequests, flush_records, going_on
 from cdc.capture.pgoutput.messages import LogicalMessage
-from cdc.capture.read_conditions import checked_condition
-from cdc.capture.read_throttle import ReadThrottle
+from cdc.capture.reads.held_changes import HeldChanges
+from cdc.capture.reads.online_read import OnlineRead, held_path, keyset_keys, progress_plan, run_keep
+from cdc.capture.reads.partial_reads import PartialRequests, flush_records, going_on
+from cdc.capture.reads.read_conditions import checked_condition
+from cdc.capture.reads.read_throttle import ReadThrottle
+from cdc.capture.reads.snapshot_requests import SnapshotRequest
 from cdc.capture.slot_continuity import require_continuity, slot_skipped_ahead
-from cdc.capture.snapshot_requests import SnapshotRequest
 from cdc.capture.snapshot_writer import KeysetPlan, SnapshotWriter, SnapshotWritten, published_shape
 from cdc.capture.stream_core import (
     AppendGroup,
@@ -132,7 +132,7 @@ class CaptureStats:
     reconnects: int = 0
     #: new snapshots taken because the slot did not continue the log (:mod:`cdc.capture.slot_continuity`)
     resnapshots: int = 0
-    #: reads beside the stream begun again from a new snapshot (:mod:`cdc.capture.online_read`)
+    #: reads beside the stream begun again from a new snapshot (:mod:`cdc.capture.reads.online_read`)
     reads_abandoned: int = 0
     #: changes of tables being read that waited in a holding file for their read's last chunk
     held_changes: int = 0
@@ -210,7 +210,7 @@ class Capture:
         self._first_reads: set[int] = set()  # tables a new log reads first: not counted as tables added
         self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
         self._cancels: list[str] = []  # tables whose read a request in the group being written cancels
-        self.partial = PartialRequests()  # partial reads asked for, not begun (cdc.capture.partial_reads)
+        self.partial = PartialRequests()  # partial reads asked for, not begun (cdc.capture.reads.partial_reads)
         self._reshaped: list[OnlineRead] = []  # partial reads to stop after the group being written
         #: partial reads stopped with their session: (read, its progress), flushed when the next one begins
         self._parked: list[tuple[OnlineRead, ReadProgress | None]] = []
@@ -252,7 +252,7 @@ class Capture:
             if shape.relid == read.relid and not read.abandoned and read.shape.fingerprint() != fingerprint
         ]  # fmt: skip
         # a partial read stops once this group is in the log, its held changes written, and goes on in the
-        # new shape (cdc.capture.partial_reads); a whole read starts over
+        # new shape (cdc.capture.reads.partial_reads); a whole read starts over
         self._reshaped += [read for read in reading if read.condition is not None]
         whole = [read for read in reading if read.condition is None]
         if whole:
@@ -607,9 +607,9 @@ class Capture:
             self.log.append_group(records, self.position.hex16())
 
     def _requested(self, message: LogicalMessage, commit_ts_ms: int) -> list[ProducerRecord]:
-        """A ``cdc snapshot`` request (:mod:`cdc.capture.snapshot_requests`) in a transaction being written:
+        """A ``cdc snapshot`` request (:mod:`cdc.capture.reads.snapshot_requests`) in a transaction being written:
         its tables' ledger entries are forgotten, so the discovery after this group reads them again (a
-        partial read's table is read in part instead, :mod:`cdc.capture.partial_reads`). The records to
+        partial read's table is read in part instead, :mod:`cdc.capture.reads.partial_reads`). The records to
         write in the same group: the ledger's note of each request taken (a capture that stops before
         the read ends finds it when it starts again), and the tombstone of a cancellation it lifts."""
         request = SnapshotRequest.parse(message.content)
@@ -678,7 +678,7 @@ class Capture:
         return [self.ledger.asked_record(table.log_name, condition.sql)]
 
     def _cancel_reads(self) -> None:
-        """Carry out the cancellations of the group just written (:mod:`cdc.capture.snapshot_requests`):
+        """Carry out the cancellations of the group just written (:mod:`cdc.capture.reads.snapshot_requests`):
         each read of a named table, under way, waiting for its snapshot or due, stops; its held changes
         and its progress go, and the ledger records the table as left out
         (:meth:`~cdc.capture.table_snapshots.SnapshotLedger.cancel_record`), in a group of their own."""
@@ -744,7 +744,7 @@ class Capture:
         file): their held changes are kept (cut to the log's position) and the gate holds their tables'
         changes from their first boundary on, until a new snapshot resumes them. Other holding files of
         this slot are deleted (their reads start over). A partial read's held changes go to the log now,
-        and it goes on as a new partial read (:mod:`cdc.capture.partial_reads`). A read ``cdc snapshot``
+        and it goes on as a new partial read (:mod:`cdc.capture.reads.partial_reads`). A read ``cdc snapshot``
         asked for that has not ended (the ledger's note of it) is asked for again."""
         assert self.groups is not None
         assert self.log is not None
@@ -785,7 +785,7 @@ class Capture:
 
     def _flush_held(self, name: str, progress: ReadProgress, path: Path) -> None:
         """A partial read an earlier run or session left (its progress record, its holding file at ``path``):
-        its held changes go to the log now, and it goes on past its last key (:mod:`cdc.capture.partial_reads`)."""
+        its held changes go to the log now, and it goes on past its last key (:mod:`cdc.capture.reads.partial_reads`)."""
         assert self.log is not None and progress.condition is not None
         held = HeldChanges.reopen(path, self.position) if path.exists() else HeldChanges(path)
         self.log.append_group(flush_records(held, self.ledger, name, self.position), self.position.hex16())
@@ -802,7 +802,7 @@ class Capture:
 
     def _start_read(self, pending: PendingSnapshot) -> None:
         """The stream reached ``pending``'s boundary: each of its tables is read beside the stream
-        (:mod:`cdc.capture.online_read`), with the membership and columns read before the snapshot was
+        (:mod:`cdc.capture.reads.online_read`), with the membership and columns read before the snapshot was
         taken, never later ones (which could include a partition attached after the snapshot, whose
         rows it does not hold). A table an earlier run began reading resumes past its last durable key."""
         assert self.writer is not None and self.groups is not None
@@ -877,7 +877,7 @@ class Capture:
         keys: tuple[str, ...] | None,
         wanted: PartialRead,
     ) -> None:
-        """Begin the partial read ``wanted`` of ``table`` in ``pending``'s snapshot (:mod:`cdc.capture.partial_reads`):
+        """Begin the partial read ``wanted`` of ``table`` in ``pending``'s snapshot (:mod:`cdc.capture.reads.partial_reads`):
         by key past ``wanted.after`` when it was read in the same shape, else from the first row."""
         assert self.writer is not None and self.groups is not None and self.log is not None
         try:  # the columns the publication publishes may have changed since it was asked for
@@ -957,9 +957,9 @@ class Capture:
 
     def _suspend(self, read: OnlineRead, why: str, *, renewal: bool = False) -> None:
         """Stop ``read`` and release its snapshot: a read by key goes on from its last durable key with a
-        new snapshot at a later point, as after a restart (:func:`~cdc.capture.online_read.run_keep`),
+        new snapshot at a later point, as after a restart (:func:`~cdc.capture.reads.online_read.run_keep`),
         its held changes kept; a read by block ranges, or one that wrote no rows yet, starts over. A partial
-        read writes its held changes now and goes on as a new one (:mod:`cdc.capture.partial_reads`)."""
+        read writes its held changes now and goes on as a new one (:mod:`cdc.capture.reads.partial_reads`)."""
         progress = read.progress
         if read.condition is not None:
             self._stop_partial(read, why)
@@ -980,7 +980,7 @@ class Capture:
         self._resume_due = True
 
     def _stop_partial(self, read: OnlineRead, why: str, *, park: bool = False) -> None:
-        """Stop the partial read ``read`` early (:mod:`cdc.capture.partial_reads`): its held changes go to the
+        """Stop the partial read ``read`` early (:mod:`cdc.capture.reads.partial_reads`): its held changes go to the
         log and it goes on from a new snapshot past its last durable key. ``park``: its session is ending
         (maybe because the log failed): nothing is written now; the next session writes them first
         (:meth:`_flush_parked`), or the next run does, from the progress record in the log."""

@@ -112,4 +112,4 @@ _._blank_is_none  # unused method (derived_views/engine/engine_settings.py: pyda
 _._off_or_on  # unused method (derived_views/engine/engine_settings.py: pydantic validator)
 _._empty_is_default  # unused method (derived_views/engine/engine_settings.py: pydantic validator)
 _._long_enough  # unused method (cdc/settings.py: pydantic validator)
-_.visit  # pglast Visitor callback (cdc/capture/read_conditions.py)
+_.visit  # pglast Visitor callback (cdc/capture/reads/read_conditions.py)
