@@ -6,7 +6,10 @@
 - :mod:`cdc.capture.reads.read_conditions`: what such a condition may say, checked before it is run.
 - :mod:`cdc.capture.reads.snapshot_requests`: ``cdc snapshot`` requests, carried through the WAL.
 - :mod:`cdc.capture.reads.read_throttle`: the ceiling on rows per second (``CDC_SNAPSHOT_ROWS_PER_SECOND``).
+- :mod:`cdc.capture.reads.scheduler_core`: the scheduler's decisions without I/O (room, turns, renewals,
+  giving way to locks, a read's end, how a read stops), time an input.
+- :mod:`cdc.capture.reads.scheduler`: the shell that carries those decisions out, and the reads' lifecycle.
 
-The streaming loop (:class:`cdc.coordinator.Capture`) reads one chunk between two of its passes; a
-read never makes it wait.
+The streaming loop (:class:`cdc.coordinator.Capture`) has the scheduler read one chunk between two of its
+passes; a read never makes it wait.
 """

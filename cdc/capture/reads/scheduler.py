@@ -6,14 +6,16 @@ for) and carries them out with :class:`~cdc.capture.reads.online_read.OnlineRead
 (:class:`~cdc.capture.table_snapshots.SnapshotLedger`). Its driver, :class:`cdc.coordinator.Capture`, calls it
 between two passes of the streaming loop and after each group it appends; the stream never waits for a read.
 
-Guarantees (each stated again where it is kept):
+Its decisions (room, turns, renewals, giving way to locks, a read's end, how a read stops) are
+:class:`~cdc.capture.reads.scheduler_core.SchedulerCore`'s, taken without I/O and property-tested; this
+module carries them out. Guarantees (each stated again where it is kept):
 
 * **Room.** At most ``CDC_SNAPSHOT_CONCURRENCY`` reads run or wait for the stream at once
   (:meth:`ReadScheduler.room`); the others wait for their turn holding no snapshot.
 * **Turns.** The reads under way take turns, one chunk per pass of the loop, unless they gave way to a lock,
   one renewed its snapshot, or the rows-per-second ceiling holds them back (:meth:`ReadScheduler.read_chunk`).
 * **Short snapshots.** A read by key goes on from a new snapshot once its own is ``read_snapshot_seconds`` old;
-  a read whose snapshot holds a lock another session waits for gives way to it (:meth:`ReadScheduler._suspend`).
+  a read whose snapshot holds a lock another session waits for gives way to it (:meth:`ReadScheduler._stop`).
 * **A read's end follows the stream.** Its last rows are written only once the stream received every
   transaction its snapshot sees (:meth:`ReadScheduler._stream_reached`).
 * **Starting over.** A truncate, a change of the table's columns, or a key change leaving TOAST values
@@ -42,6 +44,7 @@ from cdc.capture.reads.online_read import OnlineRead, held_path, keyset_keys, pr
 from cdc.capture.reads.partial_reads import PartialRequests, flush_records, going_on
 from cdc.capture.reads.read_conditions import checked_condition
 from cdc.capture.reads.read_throttle import ReadThrottle
+from cdc.capture.reads.scheduler_core import End, ReadFacts, SchedulerCore, StartOver, Stop, StopPartial, Suspend
 from cdc.capture.reads.snapshot_requests import SnapshotRequest
 from cdc.capture.snapshot_writer import KeysetPlan, SnapshotWriter, SnapshotWritten
 from cdc.capture.stream_core import StreamCore
@@ -154,17 +157,13 @@ class ReadScheduler:
         self.writer: SnapshotWriter | None = None
         self.groups: GroupWriter | None = None
         self.include: Callable[[str, str], bool] = lambda schema, table: True
-        self.shape_changed = False  # a table's columns changed in the stream since the last discovery
+        #: the decisions: room, turns, renewals, giving way, a read's end (:mod:`cdc.capture.reads.scheduler_core`)
+        self.decisions = SchedulerCore(settings.snapshot_concurrency, tuning.read_snapshot_seconds, tuning.lock_check_seconds)
         self.reads: list[OnlineRead] = []  # tables read beside the stream, in the order they began
-        self._turn = 0  # the read whose chunk came last
         #: by OID: reads an earlier run left under way (their progress, their held changes), to resume
         self.resumes: dict[int, tuple[ReadProgress, HeldChanges]] = {}
         self._resume_snapshotted: set[int] = set()  # resumes whose new snapshot waits for the stream
-        self._resume_due = False  # a read was suspended in this run: discover (take its new snapshot) next
-        self._next_lock_check = 0.0
         self._throttle = ReadThrottle(settings.snapshot_rows_per_second)
-        self._next_wal_nudge = 0.0  # when a read's end may next make the server flush its WAL
-        self._waiting_since: float | None = None  # since when a read's end waits for the stream
         self.label_floor = 0  # the highest position a snapshot's rows were labelled with (see discover)
         self.first_reads: set[int] = set()  # tables a new log reads first: not counted as tables added
         self._resumes_over: list[tuple[str, HeldChanges]] = []  # resumes started over: files to delete
@@ -198,16 +197,12 @@ class ReadScheduler:
         stream first, starts it over). A partial read stops once this group is in the log, its held
         changes written, and goes on in the new shape (:mod:`cdc.capture.reads.partial_reads`); a whole
         read starts over."""
-        self.shape_changed = True
         fingerprint = shape.fingerprint()
-        reading = [
-            read for read in self.reads
-            if shape.relid == read.relid and not read.abandoned and read.shape.fingerprint() != fingerprint
-        ]  # fmt: skip
-        self._reshaped += [read for read in reading if read.condition is not None]
-        whole = [read for read in reading if read.condition is None]
-        if whole:
-            self._abandon(whole, f"the columns of {shape.qualified} changed")
+        reading = [read for read in self.reads if shape.relid == read.relid and read.shape.fingerprint() != fingerprint]
+        stop_later, over = self.decisions.reshaped(self._facts(reading))
+        self._reshaped += self._reads_of(stop_later)
+        if over:
+            self._abandon(self._reads_of(over), f"the columns of {shape.qualified} changed")
 
     def begin_session(self) -> None:
         """A replication session begins: snapshots that waited when the last one ended are taken again at a
@@ -229,7 +224,7 @@ class ReadScheduler:
 
     def discovery_due(self) -> None:
         """A discovery is carried out now: what made it due is met by it."""
-        self.shape_changed = self._resume_due = False
+        self.decisions.discovered()
 
     def group_written(self) -> None:
         """The group just appended is durable: partial reads whose table changed shape in it stop (their held
@@ -260,7 +255,7 @@ class ReadScheduler:
             if self.ledger.read_again(name) or uncancelled:
                 self._drop_partial(name)
                 records += [*uncancelled, self.ledger.asked_record(name, None)]
-                self.shape_changed = True
+                self.decisions.shape_changed = True
                 self.stats.reads_requested += 1
                 log.info("%s is read again, as asked at %s", name, lsn)
         self._cancels += request.cancel
@@ -270,13 +265,35 @@ class ReadScheduler:
         """Whether a discovery is due now: a table's change met the gate, a table's columns changed, or a
         read waits for a new snapshot. Tables waiting for their turn to be read (``gate.wanted``) wait
         for a read to end first, so that a new log's tables do not make every pass look at the catalog."""
-        wanted = bool(self.gate.wanted) and self._room() > 0
-        return wanted or self.shape_changed or self._resume_due
+        return self.decisions.wants_discovery(bool(self.gate.wanted), len(self.reads), self._waiting())
+
+    def _waiting(self) -> int:
+        """How many tables' snapshots wait for the stream."""
+        return sum(len(p.tables) for p in self.core.waiting)
 
     def _room(self) -> int:
         """How many more reads may begin: ``CDC_SNAPSHOT_CONCURRENCY`` less those under way or waiting for the stream."""
-        waiting = sum(len(p.tables) for p in self.core.waiting)
-        return self.settings.snapshot_concurrency - len(self.reads) - waiting
+        return self.decisions.room(len(self.reads), self._waiting())
+
+    @staticmethod
+    def _facts(reads: list[OnlineRead]) -> list[ReadFacts]:
+        """What :attr:`decisions` needs of ``reads`` (each read's handle is its ``id``)."""
+        return [
+            ReadFacts(
+                id(read),
+                partial=read.condition is not None,
+                resumable=read.progress is not None,
+                finishing=read.parts.finishing,
+                abandoned=read.abandoned,
+                started=read.pending.started,
+            )  # fmt: skip
+            for read in reads
+        ]
+
+    def _reads_of(self, handles: list[int]) -> list[OnlineRead]:
+        """The reads under way with these handles, in their order."""
+        wanted = set(handles)
+        return [read for read in self.reads if id(read) in wanted]
 
     # -- tables added mid-stream (see cdc.capture.table_snapshots) ---------------------------------------------
 
@@ -290,10 +307,8 @@ class ReadScheduler:
         boundary = Lsn(max(self.core.server_end, self.position + 1))
         if boundary - 1 <= self.label_floor:
             self.core.want_end = max(self.core.want_end, self.label_floor + 2)
-            self._resume_due = True
-            now = time.monotonic()
-            if now >= self._next_wal_nudge:
-                self._next_wal_nudge = now + 1.0
+            self.decisions.resume_due = True
+            if self.decisions.nudge_due(time.monotonic()):
                 self.catalog.flush_wal()
             return
         resuming = set(self.resumes) - self._resume_snapshotted
@@ -378,7 +393,7 @@ class ReadScheduler:
             log.warning("ignored a request at %s to read %s in part: %s", lsn, table.log_name, exc)
             return []
         self.partial.ask(table.log_name, PartialRead(condition.sql))
-        self._resume_due = True
+        self.decisions.resume_due = True
         self.stats.reads_requested += 1
         log.info("the rows of %s where %s are read again, as asked at %s", table.log_name, condition.sql, lsn)
         return [self.ledger.asked_record(table.log_name, condition.sql)]
@@ -562,18 +577,14 @@ class ReadScheduler:
         WAL's end when a read's snapshot was taken: the transactions it sees). Until then a read's last rows wait, so that
         each of those transactions is judged against the read's snapshots (held, or dropped as already in
         the rows) rather than written after them again; the server is asked where its WAL ends meanwhile."""
-        now = time.monotonic()
-        if self.core.server_end >= end:
-            self._waiting_since = None
-            return not self.core.pending  # received, and each of them past the group writer
-        self.core.want_end = max(self.core.want_end, end)
-        self._waiting_since = self._waiting_since or now
-        if now - self._waiting_since >= 0.5 and now >= self._next_wal_nudge:
+        reached = self.decisions.stream_reached(end, self.core.server_end, bool(self.core.pending), time.monotonic())
+        if reached.want_end is not None:
+            self.core.want_end = max(self.core.want_end, reached.want_end)
+        if reached.nudge:
             # the server sends only flushed WAL, and what lies before ``end`` (hint bits' page images, say)
             # may stay unflushed on an idle server: a transaction that takes an ID flushes it with its commit
-            self._next_wal_nudge = now + 1.0
             self.catalog.flush_wal()
-        return False
+        return reached.done
 
     def _start_partial(
         self,
@@ -614,7 +625,7 @@ class ReadScheduler:
         starts then (the gate drops the table's changes until that snapshot, which holds their effect;
         a partial read's are written all along)."""
         self.stats.reads_yielded += 1
-        self._resume_due = True
+        self.decisions.resume_due = True
         wanted = pending.partial.get(table.relid)
         if wanted is not None:
             self.partial.first(table.log_name, wanted)
@@ -630,60 +641,61 @@ class ReadScheduler:
         A read's snapshot transaction keeps the ``ACCESS SHARE`` lock of each table it read until it ends,
         and the application's writers queue behind DDL that waits for it. Checked between chunks, at most
         every ``lock_check_seconds``; the DDL then waits about one chunk's time."""
-        now = time.monotonic()
-        if now < self._next_lock_check:
+        if not self.decisions.lock_check_due(time.monotonic()):
             return False
-        self._next_lock_check = now + self.tuning.lock_check_seconds
         snapshots = {pid: read.pending for read in self.reads for pid in read.pending.reader.pids}
         blocking = {id(snapshots[pid]) for pid in self.catalog.blocking(list(snapshots))}
-        for read in [read for read in self.reads if id(read.pending) in blocking and not read.parts.finishing]:
+        blocked = {id(read) for read in self.reads if id(read.pending) in blocking}
+        for stop in self.decisions.give_way(self._facts(self.reads), blocked):
             self.stats.reads_yielded += 1
-            self._suspend(read, "another session waits for a lock it holds")
+            self._stop(stop, "another session waits for a lock it holds")
         return bool(blocking)
 
     def _renew_snapshots(self) -> bool:
         """Suspend every read by key whose snapshot is ``read_snapshot_seconds`` old and that has a durable
-        key to go on from (:meth:`_suspend`): it goes on past it from a new snapshot, taken at once
+        key to go on from (:meth:`_stop`): it goes on past it from a new snapshot, taken at once
         (no slot, nothing waited for: :func:`~cdc.capture.table_snapshots.take_snapshot`). So no snapshot
         of a read holds the server's xmin horizon (what VACUUM may remove) for longer than that and a
         chunk. A read by block ranges keeps its one snapshot to the end (it could not go on from another).
         Whether any was suspended."""
         now = time.monotonic()
-        old = [
-            read
-            for read in self.reads
-            if read.progress is not None
-            and not read.parts.finishing
-            and now - read.pending.started >= self.tuning.read_snapshot_seconds
-        ]
-        for read in old:
+        old = self.decisions.renewals(self._facts(self.reads), now)
+        for stop in old:
             self.stats.snapshots_renewed += 1
-            self._suspend(read, f"its snapshot is {now - read.pending.started:.1f} s old", renewal=True)
+            started = next(read.pending.started for read in self.reads if id(read) == stop.read)
+            self._stop(stop, f"its snapshot is {now - started:.1f} s old", renewal=True)
         return bool(old)
 
-    def _suspend(self, read: OnlineRead, why: str, *, renewal: bool = False) -> None:
-        """Stop ``read`` and release its snapshot: a read by key goes on from its last durable key with a
-        new snapshot at a later point, as after a restart (:func:`~cdc.capture.reads.online_read.run_keep`),
-        its held changes kept; a read by block ranges, or one that wrote no rows yet, starts over. A partial
-        read writes its held changes now and goes on as a new one (:mod:`cdc.capture.reads.partial_reads`)."""
-        progress = read.progress
-        if read.condition is not None:
-            self._stop_partial(read, why)
-        elif progress is None:
-            self._abandon([read], why)
-            self._end_read(read)
-        else:
-            self.reads.remove(read)
-            read.suspend()
-            self.resumes[read.relid] = (progress, read.held)
-            self.ledger.reads[read.shape.log_name] = progress
-            self._resume_snapshotted.discard(read.relid)
-            self.core.reading = bool(self.reads)
-            log.log(
-                logging.DEBUG if renewal else logging.INFO,
-                "the read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why,
-            )  # fmt: skip
-        self._resume_due = True
+    def _stop(self, stop: Stop, why: str, *, renewal: bool = False) -> None:
+        """Carry out how :attr:`decisions` stops a read, releasing its snapshot: :class:`Suspend`, a read by
+        key goes on from its last durable key with a new snapshot at a later point, as after a restart
+        (:func:`~cdc.capture.reads.online_read.run_keep`), its held changes kept; :class:`StartOver`, a
+        read by block ranges, or one that wrote no rows yet, starts over; :class:`End`, it is forgotten (its
+        session ended: the next discovery finds its table); :class:`StopPartial`, a partial read writes
+        its held changes (now, or first thing next session) and goes on as a new one
+        (:mod:`cdc.capture.reads.partial_reads`)."""
+        read = self._reads_of([stop.read])[0]
+        match stop:
+            case StopPartial(park=park):
+                self._stop_partial(read, why, park=park)
+            case StartOver():
+                self._abandon([read], why)
+                self._end_read(read)
+            case End():
+                self._end_read(read)
+            case Suspend():
+                progress = read.progress
+                assert progress is not None
+                self.reads.remove(read)
+                read.suspend()
+                self.resumes[read.relid] = (progress, read.held)
+                self.ledger.reads[read.shape.log_name] = progress
+                self._resume_snapshotted.discard(read.relid)
+                self.core.reading = bool(self.reads)
+                log.log(
+                    logging.DEBUG if renewal else logging.INFO,
+                    "the read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why,
+                )  # fmt: skip
 
     def _stop_partial(self, read: OnlineRead, why: str, *, park: bool = False) -> None:
         """Stop the partial read ``read`` early (:mod:`cdc.capture.reads.partial_reads`): its held changes go to the
@@ -699,7 +711,7 @@ class ReadScheduler:
         else:
             self._end_read(read, flush=True)
             self.partial.first(read.shape.log_name, going_on(progress, read.condition or "", read.rows))
-        self._resume_due = True
+        self.decisions.resume_due = True
         log.info("the partial read of %s stops after %d rows and goes on from a new snapshot: %s", read.topic, read.rows, why)
 
     def read_chunk(self) -> None:
@@ -715,9 +727,9 @@ class ReadScheduler:
         if self.core.throttled:
             self.stats.reads_throttled += 1
             return
-        running = self.reads[: self.settings.snapshot_concurrency]
-        self._turn = (self._turn + 1) % len(running)
-        read = running[self._turn]
+        turn = self.decisions.next_chunk(self._facts(self.reads))
+        assert turn is not None  # there are reads
+        read = self._reads_of([turn])[0]
         try:
             rows = read.parts.written.events  # rows this run read (a resumed run's earlier rows aside)
             finished = read.next_chunk(self.writer, self.position.hex16())
@@ -740,7 +752,7 @@ class ReadScheduler:
         straight to the log from now on."""
         self._end_read(read)
         if read.condition is not None:
-            self._resume_due = True  # a whole read of the table may wait for it to end (discovery)
+            self.decisions.resume_due = True  # a whole read of the table may wait for it to end (discovery)
         written = read.parts.written
         written.events += read.held.handed_out  # the held changes its last group wrote are events too
         written.value_bytes += read.held.handed_out_bytes
@@ -828,19 +840,14 @@ class ReadScheduler:
 
     def drop_table_snapshots(self) -> None:
         """Forget waiting snapshots (their tables are found again by the next discovery) and suspend the
-        reads by key under way (:meth:`_suspend`): with reads an earlier run left, they are resumed from
+        reads by key under way (:meth:`_stop`): with reads an earlier run left, they are resumed from
         new snapshots; the others start over."""
         for pending in self.core.waiting:
             self.partial.put_back(pending)
             pending.close()
         self.core.waiting.clear()
         for read in list(self.reads):
-            if read.condition is not None:
-                self._stop_partial(read, "the replication session ended", park=True)
-            elif read.progress is None:
-                self._end_read(read)
-            else:
-                self._suspend(read, "the replication session ended")
+            self._stop(self.decisions.stop(self._facts([read])[0], session_ended=True), "the replication session ended")
         self._resume_snapshotted.clear()
         self.gate.holds = {relid: boundary for relid, boundary in self.gate.holds.items() if relid in self.resumes}
 
@@ -854,9 +861,9 @@ class ReadScheduler:
         """Reads whose table a group just truncated start over from a new snapshot: the rows read before
         the ``TRUNCATE`` and those read after it could not both stand beside one truncate marker."""
         why = "its table was truncated"
-        truncated = [read for read in self.reads if read.held.truncated and read.condition is None and not read.abandoned]
+        truncated = self.decisions.truncated(self._facts([read for read in self.reads if read.held.truncated]))
         if truncated:
-            self._abandon(truncated, why)
+            self._abandon(self._reads_of(truncated), why)
             self.reap()
         for relid, (progress, held) in list(self.resumes.items()):
             if held.truncated:
