@@ -175,7 +175,9 @@ class Settings(BaseSettings):
     )
     request_key: SecretStr = Field(
         default=SecretStr(""),
-        description="The key that signs `cdc snapshot --where` requests (cdc.capture.snapshot_requests); at least 16 bytes.",
+        description=(
+            "The key that signs `cdc snapshot --where` requests (cdc.capture.reads.snapshot_requests); at least 16 bytes."
+        ),
     )
     database_password: SecretStr = Field(
         default=SecretStr(""),

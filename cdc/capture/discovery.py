@@ -4,7 +4,7 @@ A table joins the log through a snapshot (:mod:`cdc.capture.table_snapshots`) wh
 ``CDC_TABLES`` includes it, the ledger does not cover it (see :meth:`SnapshotLedger.covers`: also a
 table added back, whose partitions changed or that was given a column its existing rows hold values
 in), and no snapshot of it already waits for the stream. A table the ledger covers is read again in
-part when ``cdc snapshot --where`` asks for it (:mod:`cdc.capture.partial_reads`).
+part when ``cdc snapshot --where`` asks for it (:mod:`cdc.capture.reads.partial_reads`).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 
 from cdc.capture.events import PreviousValues
-from cdc.capture.held_changes import HeldChanges
 from cdc.capture.key_changes import KeyChangeValues, LogRows, discarded_values
+from cdc.capture.reads.held_changes import HeldChanges
 from cdc.capture.stream_core import group_position
 from cdc.capture.streaming import ChangeReplayer, Transaction
 from cdc.capture.tables import TableShape
@@ -42,13 +42,13 @@ class GroupWriter:
     the writers of one process, so a capture that starts again after a Kafka failure does not warn again.
 
     ``held``: topic -> the holding file of a table being read beside the stream
-    (:mod:`cdc.capture.online_read`): its records go there instead of to the log, and the file is
+    (:mod:`cdc.capture.reads.online_read`): its records go there instead of to the log, and the file is
     fsynced before :meth:`append` returns. ``abandon`` is called with the topics of ``held`` whose
     records of a group would need a row the log may not hold yet (an update that leaves TOAST values
     unchanged and changes the key, or any such update on a log that cannot fold partial rows); it must
     take them out of the gate, so that the group writes nothing of those tables (their records of the
     group, if any, still go to the holding file, which the caller deletes after the group). A topic of
-    ``folded`` (a partial read, :mod:`cdc.capture.partial_reads`) is never abandoned: the log holds a
+    ``folded`` (a partial read, :mod:`cdc.capture.reads.partial_reads`) is never abandoned: the log holds a
     full row of each of its keys, and its holding file the newer changes, so a key's row is the log's
     with the held records folded over it, then the group's.
     """

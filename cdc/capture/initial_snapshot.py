@@ -5,7 +5,7 @@ begins where the slot is: :func:`begin_log` takes the idle slot ``cdc setup`` ma
 waits, once, for the transactions holding an ID then), records its confirmed position C minus one as the
 log's position in an empty group, and returns. Nothing the slot holds from before is lost or doubled: a
 table's changes committing before its read's boundary are dropped (its rows hold them). Every captured
-table is then read beside the stream (:mod:`cdc.capture.online_read`), as a table that joins later is:
+table is then read beside the stream (:mod:`cdc.capture.reads.online_read`), as a table that joins later is:
 in chunks from snapshots renewed every few seconds, each chunk durable with the last key it wrote, so a
 run stopped or killed part-way goes on past that key (at most the chunks after the last durable one are
 read again, and no key it wrote gets a tombstone), and no capture session holds a snapshot, or the

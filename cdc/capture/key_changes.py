@@ -51,7 +51,7 @@ from log_store import ProducerRecord, TopicPartition
 from log_store.partitioner import partition_for_key
 
 if TYPE_CHECKING:
-    from cdc.capture.held_changes import HeldChanges
+    from cdc.capture.reads.held_changes import HeldChanges
     from log_store.log import Log
 
 #: A full row: column name -> its JSON value bytes (as written in the log).

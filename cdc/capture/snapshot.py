@@ -44,7 +44,7 @@ from psycopg.types.string import ByteaBinaryLoader
 from cdc.capture import arrow_fragments
 from cdc.capture.catalog import RELATION_STATE, SESSION_OPTIONS
 from cdc.capture.errors import SourceError
-from cdc.capture.read_conditions import SEARCH_PATH_OPTION
+from cdc.capture.reads.read_conditions import SEARCH_PATH_OPTION
 from cdc.capture.tables import ColumnShape, TableShape
 
 #: The table itself, or the leaf partitions of a partitioned table (parameters: relid three times).
@@ -321,7 +321,7 @@ class SnapshotReader:
     @staticmethod
     def _open(url: str, snapshot_name: str) -> psycopg.Connection[tuple[object, ...]]:
         try:
-            # search_path: a partial read's condition resolves in pg_catalog alone (cdc.capture.read_conditions);
+            # search_path: a partial read's condition resolves in pg_catalog alone (cdc.capture.reads.read_conditions);
             # every query of a read names its tables in full and calls built-ins only
             conn = psycopg.connect(url, options=f"{SESSION_OPTIONS} {SEARCH_PATH_OPTION}", client_encoding="UTF8")
         except psycopg.OperationalError as exc:

@@ -23,7 +23,7 @@ The very last read is marked "last", and the ledger's records (``<prefix>.__snap
 They form the final part, which always goes into the group at the snapshot's position ``as_of``, so a
 snapshot that was cut short never looks complete. The initial snapshot writes the parts before it in
 groups at position 0 (one fsync each, memory bounded); a table read beside the stream
-(:mod:`cdc.capture.online_read`, :meth:`SnapshotWriter.start_online`) writes a group per chunk at the
+(:mod:`cdc.capture.reads.online_read`, :meth:`SnapshotWriter.start_online`) writes a group per chunk at the
 stream's position, with a progress record each when read by key, and its final part (the last rows,
 the held changes, the progress tombstone, the ledger record) in the last. Schema records handed out for
 a group the log did not take are forgotten again, so the next attempt writes them too.
@@ -41,7 +41,7 @@ from cdc.capture.catalog import Catalog, PublishedTable, key_changed, rule_of
 from cdc.capture.events import EventBuilder, ReadEncoder, TxContext, mark_last_read, tombstone_headers
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.lsn import Lsn
-from cdc.capture.read_conditions import with_row_filter
+from cdc.capture.reads.read_conditions import with_row_filter
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.streaming import ChangeReplayer
 from cdc.capture.table_snapshots import ReadProgress, SnapshotLedger
@@ -153,7 +153,7 @@ class OnlineParts:
     progress: ReadProgress | None = None
     upcoming: ReadProgress | None = None
     #: whether the final part may be written: a read's last rows wait until the stream received every
-    #: transaction its snapshot sees (:mod:`cdc.capture.online_read`)
+    #: transaction its snapshot sees (:mod:`cdc.capture.reads.online_read`)
     may_finish: Callable[[], bool] = lambda: True
     #: every row is read and the final part waits for :attr:`may_finish` (the read is then neither
     #: renewed nor suspended: its last rows would be read again)
@@ -255,7 +255,7 @@ class SnapshotWriter:
         plans: Mapping[int, KeysetPlan] | None = None,
         conditions: Mapping[int, str] | None = None,
     ) -> OnlineParts:
-        """A read of ``tables`` beside the stream (:mod:`cdc.capture.online_read`), written a part at a
+        """A read of ``tables`` beside the stream (:mod:`cdc.capture.reads.online_read`), written a part at a
         time by :meth:`write_next`: the first part holds the markers and schema records and the first
         chunk, the final one the last rows, then ``held()``'s records, then the ledger records.
 

@@ -57,8 +57,8 @@ from cdc.capture.pgoutput.messages import (
     TypeInfo,
     Update,
 )
+from cdc.capture.reads.snapshot_requests import PREFIX as REQUEST_PREFIX
 from cdc.capture.row_codec import InsertEncoder
-from cdc.capture.snapshot_requests import PREFIX as REQUEST_PREFIX
 from cdc.capture.spill import SpillBuffer
 from cdc.capture.stored_defaults import filled_values
 from cdc.capture.tables import TableShape
@@ -345,7 +345,7 @@ class ChangeReplayer:
         self.emitted_schemas: dict[str, EmittedSchema] = dict(emitted_schemas or {})
         self.on_new_shape = on_new_shape
         self.gate = gate
-        #: told of each request message (:mod:`cdc.capture.snapshot_requests`) of a transaction written to
+        #: told of each request message (:mod:`cdc.capture.reads.snapshot_requests`) of a transaction written to
         #: the log, with the transaction's commit time (milliseconds); the records it returns (the ledger's
         #: note of the request) go into the same group
         self.on_message: Callable[[LogicalMessage, int], list[ProducerRecord]] | None = None

@@ -30,7 +30,7 @@ snapshotted the way PostgreSQL's own logical replication synchronises a table ad
    they are held, each marked with the first of the read's snapshots that sees its transaction, judged
    by transaction ID (:mod:`cdc.capture.visibility`): a transaction committing at or after B may still
    be in the snapshot (it committed in the moment before it was taken). The table's rows are written
-   in chunks beside the stream (:mod:`cdc.capture.online_read`), ``op=r`` with ``source.lsn`` B - 1,
+   in chunks beside the stream (:mod:`cdc.capture.reads.online_read`), ``op=r`` with ``source.lsn`` B - 1,
    preceded by truncate markers when the topic already holds records (they supersede what an earlier
    capture of the table left); the last chunk waits until the stream has passed the WAL's end at the
    snapshot (every transaction it sees is then received and judged), and is followed by the held changes
@@ -52,7 +52,7 @@ of its key that the log gets from the stream, and each change is judged against 
 
 Costs and requirements: a snapshot held for a few seconds at most (a read by key goes on from a new
 one every ``read_snapshot_seconds``; a read by block ranges keeps one to its end), with its xmin and the
-ACCESS SHARE lock of the tables it reads (DDL never waits for it: :mod:`cdc.capture.online_read`).
+ACCESS SHARE lock of the tables it reads (DDL never waits for it: :mod:`cdc.capture.reads.online_read`).
 Privileges: SELECT on the table, as for the initial snapshot; a table created after the capture role was
 set up needs its own ``GRANT SELECT`` (or ``ALTER DEFAULT PRIVILEGES ... GRANT SELECT ON TABLES``), else
 capture stops with a :class:`~cdc.capture.errors.PrivilegeError` naming the grant.
@@ -97,7 +97,7 @@ class LedgerEntry:
 
 @dataclass(frozen=True, slots=True)
 class ReadProgress:
-    """A read beside the stream (:mod:`cdc.capture.online_read`) as far as the log holds it: the table's
+    """A read beside the stream (:mod:`cdc.capture.reads.online_read`) as far as the log holds it: the table's
     OID and topic, the boundary B its current run reads at, the primary key (in index order) of its last
     row in the log (column texts; ``None``: no row yet), the rows written, the shape's fingerprint (hex),
     and for each earlier run of the read (it was resumed) its boundary and the last key it wrote; for a
@@ -112,9 +112,9 @@ class ReadProgress:
     earlier: tuple[tuple[int, tuple[str, ...] | None], ...] = ()
     condition: str | None = None
     #: the runs whose snapshot may see a transaction the log does not hold yet
-    #: (:meth:`~cdc.capture.held_changes.HeldChanges.recent`)
+    #: (:meth:`~cdc.capture.reads.held_changes.HeldChanges.recent`)
     snapshots: tuple[tuple[int, str, int], ...] = ()
-    #: the holding file's lasting caps (:attr:`~cdc.capture.held_changes.HeldChanges.lasting_caps`)
+    #: the holding file's lasting caps (:attr:`~cdc.capture.reads.held_changes.HeldChanges.lasting_caps`)
     caps: tuple[tuple[int, int], ...] = ()
 
 
@@ -370,7 +370,7 @@ class TableGate:
 
 @dataclass(frozen=True)
 class PartialRead:
-    """A request to read again the rows of a table that ``condition`` selects (:mod:`cdc.capture.read_conditions`,
+    """A request to read again the rows of a table that ``condition`` selects (:mod:`cdc.capture.reads.read_conditions`,
     as checked SQL), past the key ``after`` (``None``: from the first; a read that stopped early goes on
     from its last key), ``rows`` of them already read."""
 
@@ -395,7 +395,7 @@ class PendingSnapshot:
     started: float = field(default_factory=time.monotonic)
     #: by OID, the tables of which only some rows are read (``cdc snapshot --where``), and what to read
     partial: dict[int, PartialRead] = field(default_factory=dict)
-    #: reads (:mod:`cdc.capture.online_read`) that use the snapshot: it closes with the last
+    #: reads (:mod:`cdc.capture.reads.online_read`) that use the snapshot: it closes with the last
     users: int = 0
 
     def release(self) -> None:
@@ -449,7 +449,7 @@ def take_snapshot(
     its holding files hold what an earlier one received) refuses a snapshot holding, as in progress, an
     ID that has committed. The transactions
     at or after the boundary are judged by ID against the snapshot (:class:`SnapshotXids`): those it sees
-    are in its rows, the others come after them (:mod:`cdc.capture.online_read`). ``sessions``: how many
+    are in its rows, the others come after them (:mod:`cdc.capture.reads.online_read`). ``sessions``: how many
     sessions import it (each reads chunks of its own, :class:`~cdc.capture.snapshot.SnapshotReader`).
     """
     try:

@@ -1,10 +1,10 @@
 """``cdc snapshot``: ask the running capture (or the next one) to read tables again, and show reads under way.
 
-The request travels through PostgreSQL (:mod:`cdc.capture.snapshot_requests`): no shell on the capture
+The request travels through PostgreSQL (:mod:`cdc.capture.reads.snapshot_requests`): no shell on the capture
 host, no stop. Who may send one is who may execute ``pg_logical_emit_message``: on PostgreSQL 14 to 18
 every role that can connect, unless that is revoked from ``PUBLIC`` (docs/commands.md says how).
 ``--where`` requests are signed with ``CDC_REQUEST_KEY`` and their condition is checked here first
-(:mod:`cdc.capture.read_conditions`; PostgreSQL plans it over the table), so a wrong one is an error
+(:mod:`cdc.capture.reads.read_conditions`; PostgreSQL plans it over the table), so a wrong one is an error
 now rather than a warning in capture's log later. The status is read from the log: each chunk of a
 read by key carries a progress record.
 """
@@ -22,8 +22,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 
 from cdc.capture.errors import ConfigError, PrivilegeError, SourceError
-from cdc.capture.read_conditions import SEARCH_PATH_OPTION, ConditionError, checked_condition, with_row_filter
-from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
+from cdc.capture.reads.read_conditions import SEARCH_PATH_OPTION, ConditionError, checked_condition, with_row_filter
+from cdc.capture.reads.snapshot_requests import PREFIX, SnapshotRequest
 from cdc.cli import pass_context
 from cdc.read_status import read_status
 from cdc.settings import Settings

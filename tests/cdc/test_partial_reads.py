@@ -19,7 +19,7 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.capture.snapshot_requests import PREFIX, SnapshotRequest
+from cdc.capture.reads.snapshot_requests import PREFIX, SnapshotRequest
 from cdc.commands.snapshot_cmd import request_snapshot
 from cdc.coordinator import Capture
 from cdc.settings import Settings

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.capture.read_conditions import ConditionError, read_condition, with_row_filter
-from cdc.capture.snapshot_requests import FRESH_MS, SnapshotRequest
+from cdc.capture.reads.read_conditions import ConditionError, read_condition, with_row_filter
+from cdc.capture.reads.snapshot_requests import FRESH_MS, SnapshotRequest
 
 COLUMNS = ("id", "name", "Mixed", "ts")
 KEY = b"k" * 32

@@ -5,7 +5,7 @@ transactional logical message (no table, no write grant needed), which every rep
 database carries at its commit position. Capture starts its stream with pgoutput's ``messages`` option,
 keeps such a message in its transaction (:class:`~cdc.capture.streaming.TransactionAssembler`) and,
 when the transaction is written to the log, forgets the named tables' ledger entries, so the next
-discovery reads them again beside the stream (:mod:`cdc.capture.online_read`), as ``op=r`` events
+discovery reads them again beside the stream (:mod:`cdc.capture.reads.online_read`), as ``op=r`` events
 after truncate markers. A capture that is not running gets the request when it next streams past it.
 
 ``cdc snapshot --cancel TABLE...`` travels the same way and stops the reads of the named tables, under
@@ -14,7 +14,7 @@ read again), so capture leaves the table out from then on instead of writing cha
 lacks, until ``cdc snapshot TABLE`` asks for it again (:meth:`~cdc.capture.table_snapshots.SnapshotLedger.cancel_record`).
 
 ``cdc snapshot TABLE --where "<condition>"`` asks for the rows of one table the condition selects
-(:mod:`cdc.capture.read_conditions`): capture runs that SQL with its own privileges, and any role that
+(:mod:`cdc.capture.reads.read_conditions`): capture runs that SQL with its own privileges, and any role that
 may connect can emit a logical message, so such a request is signed. Its content carries ``"where"``,
 ``"at"`` (the sender's clock, milliseconds) and ``"signature"``: HMAC-SHA256 under ``CDC_REQUEST_KEY``
 (a secret the operator gives both ``cdc snapshot`` and capture) of the canonical JSON of the tables,
@@ -46,7 +46,7 @@ class SnapshotRequest:
 
     tables: tuple[str, ...] = ()
     cancel: tuple[str, ...] = ()
-    #: the condition of a partial read (SQL, :mod:`cdc.capture.read_conditions`), when and by whom it was signed
+    #: the condition of a partial read (SQL, :mod:`cdc.capture.reads.read_conditions`), when and by whom it was signed
     where: str | None = None
     at: int = 0
     signature: str = ""

@@ -1,9 +1,9 @@
 """Reading again only the rows of a table a condition selects (``cdc snapshot TABLE --where "..."``).
 
-A partial read is a read beside the stream (:mod:`cdc.capture.online_read`) with three differences:
+A partial read is a read beside the stream (:mod:`cdc.capture.reads.online_read`) with three differences:
 
 - its chunks select the rows that the publication's row filter AND the condition pass
-  (:mod:`cdc.capture.read_conditions` says what a condition may hold, :mod:`cdc.capture.snapshot_requests`
+  (:mod:`cdc.capture.reads.read_conditions` says what a condition may hold, :mod:`cdc.capture.reads.snapshot_requests`
   how a request is signed);
 - the table stays in the log as it is: no truncate markers, no tombstones, and the ledger keeps its
   record of the table (the log still holds every row; the read adds newer ``op=r`` records of some);
@@ -48,7 +48,7 @@ import itertools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 
-from cdc.capture.held_changes import HeldChanges
+from cdc.capture.reads.held_changes import HeldChanges
 from cdc.capture.table_snapshots import PartialRead, PendingSnapshot, ReadProgress, SnapshotLedger
 from log_store import ProducerRecord
 

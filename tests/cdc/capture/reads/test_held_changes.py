@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdc.capture.held_changes import HeldChanges
+from cdc.capture.reads.held_changes import HeldChanges
 from cdc.capture.visibility import SnapshotXids
 from log_store import ProducerRecord
 

@@ -16,7 +16,7 @@ waits for other transactions), and the stream never waits for the read:
    read by block ranges.
 2. Every other table's changes reach the log as they come. The table's own changes committing at or
    after B are encoded as for the log but go to a holding file
-   (:class:`~cdc.capture.held_changes.HeldChanges`, fsynced before the log commits their group), each
+   (:class:`~cdc.capture.reads.held_changes.HeldChanges`, fsynced before the log commits their group), each
    marked with the first of the read's snapshots that sees its transaction (by transaction ID); those
    committing before B are dropped (the snapshot holds their effect).
 3. **Runs.** A read by key holds one snapshot for ``read_snapshot_seconds`` (and one chunk) at most:
@@ -84,7 +84,7 @@ from uuid import UUID
 import orjson
 
 from cdc.capture.catalog import PublishedTable
-from cdc.capture.held_changes import HeldChanges
+from cdc.capture.reads.held_changes import HeldChanges
 from cdc.capture.snapshot import KEYSET_TYPES
 from cdc.capture.snapshot_writer import KeysetPlan, OnlineParts, SnapshotWriter
 from cdc.capture.table_snapshots import PendingSnapshot, ReadProgress
@@ -118,7 +118,7 @@ def run_keep(shape: TableShape, keys: tuple[str, ...] | None, earlier: tuple[tup
     """Which held records go to the log when the read ends. The read's earlier runs 0 .. n-1 wrote the
     keys up to ``earlier`` (the last key each had written, in order; ``None``: none yet), this one, run n,
     the rest. A record marked run r (the first run whose snapshot sees its transaction,
-    :meth:`~cdc.capture.held_changes.HeldChanges.run_of`) is already in the rows of runs r and later:
+    :meth:`~cdc.capture.reads.held_changes.HeldChanges.run_of`) is already in the rows of runs r and later:
     it goes to the log only when its key was read by a run before r, so after that key's row. A key
     change is a delete of one key and a create of the other: each is judged by its own key. A read
     without ``keys`` (by block ranges) has one run."""
@@ -161,7 +161,7 @@ class OnlineRead:
     abandoned: bool = False
     #: the progress record of the earlier run this read resumed (``None``: it read from the first key)
     resumed_from: ReadProgress | None = None
-    #: a partial read's condition (``cdc snapshot --where``): see :mod:`cdc.capture.partial_reads`
+    #: a partial read's condition (``cdc snapshot --where``): see :mod:`cdc.capture.reads.partial_reads`
     condition: str | None = None
 
     @classmethod

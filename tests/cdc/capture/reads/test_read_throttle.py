@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdc.capture.read_throttle import ReadThrottle
+from cdc.capture.reads.read_throttle import ReadThrottle
 
 
 def test_chunks_are_read_while_the_rows_so_far_stay_within_the_rate() -> None:

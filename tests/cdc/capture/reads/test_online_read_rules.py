@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cdc.capture import snapshot
-from cdc.capture.online_read import keyset_keys, progress_plan, run_keep
+from cdc.capture.reads.online_read import keyset_keys, progress_plan, run_keep
 from cdc.capture.snapshot import KEYSET_TYPES, last_key
 from cdc.capture.table_snapshots import ReadProgress
 from cdc.capture.tables import TableShape

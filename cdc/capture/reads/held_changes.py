@@ -1,6 +1,6 @@
 """The change records of a table being read, held in a file until its read is in the log.
 
-While a table is read beside the stream (:mod:`cdc.capture.online_read`), the records its transactions
+While a table is read beside the stream (:mod:`cdc.capture.reads.online_read`), the records its transactions
 committing at or after the read's boundary give (the very bytes the log would get: encoded, masked and
 filtered as for the log) go here instead of to the log, in commit order; they are appended after the
 read's last rows. A group's held records are fsynced (:meth:`HeldChanges.sync`) before the log commits
@@ -9,7 +9,7 @@ never confirmed past a change that lives only in memory, and a capture that resu
 crash finds them all. Records of transactions past the watermark (a crash between the two fsyncs) are
 cut off when the file is opened again (:meth:`HeldChanges.reopen`): the slot sends those again.
 
-**Runs.** A read takes a new snapshot every few seconds (:mod:`cdc.capture.online_read`); the runs of a
+**Runs.** A read takes a new snapshot every few seconds (:mod:`cdc.capture.reads.online_read`); the runs of a
 read are numbered 0, 1, ... Each record carries the first run whose snapshot sees its transaction
 (:meth:`HeldChanges.run_of`, judged by transaction ID, :mod:`cdc.capture.visibility`): the rows that run
 and every later run read hold its effect, the rows of the runs before it do not. A transaction that no
