@@ -4,6 +4,7 @@ transaction's row changes, bad input, and ``kill -9`` of capture during a burst 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import signal
 import subprocess
@@ -161,8 +162,6 @@ def test_kill_9_during_a_burst_publishes_every_committed_event_once(reference_db
 
 
 def _environment(url: str, data_dir: Path, settings: dict[str, str]) -> dict[str, str]:
-    import os
-
     env = {name: value for name, value in os.environ.items() if not name.startswith("CDC_")}
     env.update(CDC_DATABASE_URL=url, CDC_DATA_DIR=str(data_dir))
     env.update({f"CDC_{name}": value for name, value in settings.items()})
@@ -207,6 +206,51 @@ def test_a_large_transaction_streamed_before_its_commit_never_publishes_a_rolled
         "emitted before a subtransaction rolled back in a transaction PostgreSQL streamed before its commit"
     }
     assert len([r for r in caplog.records if "rolled back a subtransaction" in r.getMessage()]) == 1
+
+
+def _peak_rss_of_capture(url: str, data_dir: Path, settings: dict[str, str]) -> int:
+    """Bytes of the highest resident set of one ``cdc capture --once`` process (``VmHWM``, as the kernel
+    reports it to its parent when it exits)."""
+    process = subprocess.Popen(
+        [str(CDC), "capture", "--once"], env=_environment(url, data_dir, settings), stdout=subprocess.DEVNULL
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.returncode == 0
+    return usage.ru_maxrss * 1024
+
+
+def test_a_transaction_of_100k_events_is_streamed_in_bounded_memory(reference_db: str, tmp_path: Path) -> None:
+    """100,000 events of one transaction, streamed by the server before its commit: all published once, while
+    capture's peak memory is that of a transaction of 30,000 (past its spill buffer, 8 MB), not that plus
+    the 70,000 events more it wrote: they waited in its spill file, not in memory."""
+    settings = {"OUTBOX_KEY_FIELD": "n"}
+    emit = (
+        "SELECT count(pg_logical_emit_message(true, 'cdc.outbox.orders', "
+        "json_build_object('n', g, 'pad', repeat('x', 300))::text)) FROM generate_series(%s::int, %s::int) g"
+    )
+    assert run_cdc(reference_db, tmp_path, "capture", "--once", **settings).returncode == 0
+    with psycopg.connect(reference_db, autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64kB'")
+        admin.execute("SELECT pg_reload_conf()")
+        try:
+            with psycopg.connect(reference_db) as conn:
+                conn.execute(emit, (-30_000, -1))
+                conn.commit()
+            small = _peak_rss_of_capture(reference_db, tmp_path, settings)
+            with psycopg.connect(reference_db) as conn:
+                conn.execute(emit, (1, 100_000))
+                conn.commit()
+            large = _peak_rss_of_capture(reference_db, tmp_path, settings)
+        finally:
+            admin.execute("ALTER SYSTEM RESET logical_decoding_work_mem")
+            admin.execute("SELECT pg_reload_conf()")
+    events = read_topic(tmp_path, TOPIC)
+    published = {orjson.loads(r.value or b"")["n"]: len(r.value or b"") for r in events}
+    assert len(events) == 130_000 and sorted(published) == [*range(-30_000, 0), *range(1, 100_001)]
+    more = sum(size for n, size in published.items() if n > 30_000)  # the payloads of the 70,000 events more
+    assert more > 20_000_000
+    assert large - small < more / 4, f"peak RSS {large >> 20} MB for 100k events, {small >> 20} MB for 30k"
 
 
 def test_an_outbox_table_is_routed_as_debezium_does_and_never_copied(reference_db: str, tmp_path: Path) -> None:
