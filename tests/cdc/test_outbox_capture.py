@@ -111,11 +111,23 @@ def test_events_of_committed_transactions_only_in_order_with_their_row_changes(
 
 
 def test_kill_9_during_a_burst_publishes_every_committed_event_once(reference_db: str, tmp_path: Path) -> None:
-    settings = {"OUTBOX_KEY_FIELD": "agg"}
+    """Each transaction of the burst emits two messages and inserts two rows of an outbox table (deleting
+    them at once every other time); capture is killed three times at seeded moments. Both forms: every
+    committed event once, in order per aggregate, none of a transaction rolled back."""
+    views = tmp_path / "views.toml"
+    views.write_text('[outbox."public.outbox"]\n')
+    execute(
+        reference_db,
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)",
+        "ALTER PUBLICATION cdc_publication ADD TABLE outbox",
+    )
+    settings = {"OUTBOX_KEY_FIELD": "agg", "VIEWS_FILE": str(views)}
     assert run_cdc(reference_db, tmp_path, "capture", "--once", **settings).returncode == 0
-    committed: list[tuple[int, int]] = []  # (aggregate, n) of every committed event
+    committed: list[tuple[int, int]] = []  # (aggregate, n) of every committed event of each form
+    committed_rows: list[str] = []  # the ids of the committed outbox rows
     stop = threading.Event()
     rng = random.Random(55)
+    insert = "INSERT INTO outbox VALUES (%s, 'Order', %s, 'Counted', %s)"
 
     def burst() -> None:
         counters = dict.fromkeys(range(8), 0)
@@ -124,14 +136,20 @@ def test_kill_9_during_a_burst_publishes_every_committed_event_once(reference_db
                 aggregate = rng.randrange(8)
                 rollback = rng.random() < 0.2
                 n = counters[aggregate] + 1
-                for value in (n, n + 1):
-                    _emit(conn, {"agg": aggregate, "n": value})
+                ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(2)]
+                for value, ident in zip((n, n + 1), ids, strict=True):
+                    payload = orjson.dumps({"agg": aggregate, "n": value}).decode()
+                    _emit(conn, payload)
+                    conn.execute(insert, (ident, str(aggregate), payload))
+                if n % 2:
+                    conn.execute("DELETE FROM outbox WHERE id = ANY(%s::uuid[])", (ids,))
                 if rollback:
                     conn.rollback()
                     continue
                 conn.commit()
                 counters[aggregate] = n + 1
                 committed.extend([(aggregate, n), (aggregate, n + 1)])
+                committed_rows.extend(ids)
 
     env = _environment(reference_db, tmp_path, settings)
     writer = threading.Thread(target=burst)
@@ -148,17 +166,21 @@ def test_kill_9_during_a_burst_publishes_every_committed_event_once(reference_db
         stop.set()
         writer.join(30)
     assert run_cdc(reference_db, tmp_path, "capture", "--once", **settings).returncode == 0
-    got: dict[int, list[int]] = {}
-    ids = []
-    for record in read_topic(tmp_path, TOPIC):  # partition order = offset order
-        value = orjson.loads(record.value or b"")
-        got.setdefault(value["agg"], []).append(value["n"])
-        ids.append(record.header("id"))
     expected: dict[int, list[int]] = {}
     for aggregate, n in committed:
         expected.setdefault(aggregate, []).append(n)
-    assert got == expected  # every committed event once, in order per aggregate, none rolled back
-    assert len(set(ids)) == len(ids) == len(committed)
+    for topic in (TOPIC, "cdc.outbox.Order"):  # the messages, then the outbox table's rows
+        got: dict[int, list[int]] = {}
+        ids = []
+        for record in read_topic(tmp_path, topic):  # partition order = offset order
+            value = orjson.loads(record.value or b"")
+            got.setdefault(value["agg"], []).append(value["n"])
+            ids.append((record.header("id") or b"").decode())
+            assert record.key == str(value["agg"]).encode()
+        assert got == expected, topic  # every committed event once, in order per aggregate, none rolled back
+        assert len(set(ids)) == len(ids) == len(committed)
+    assert sorted(ids) == sorted(committed_rows)  # the table form's ids are its rows' ids
+    assert read_topic(tmp_path, "cdc.__dead_letters") == []
 
 
 def _environment(url: str, data_dir: Path, settings: dict[str, str]) -> dict[str, str]:
