@@ -325,6 +325,20 @@ def test_an_outbox_table_is_routed_as_debezium_does_and_never_copied(reference_d
     with LogStore.open(tmp_path / "log") as log:  # routed, not copied: no topic, no schema record of the table
         assert "cdc.public.outbox" not in log.topics()
     assert b"outbox" not in b"".join(r.value or b"" for r in read_topic(tmp_path, "cdc.__schemas"))
+    # `cdc snapshot` cannot read an outbox table again: one clear error line, nothing sent to capture
+    refused = run_cdc(reference_db, tmp_path, "snapshot", "public.outbox", views_file=str(views))
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+    assert refused.stderr.strip().splitlines() == [
+        f"error: public.outbox is an outbox table ({views} declares it): its inserts are routed as events to the "
+        "cdc.outbox.<aggregatetype> topics, not captured, so there is nothing of it to read again"
+    ]
+    with psycopg.connect(reference_db) as conn:  # what the slot holds for capture: no request among it
+        pending = conn.execute(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
+            "'publication_names', %s, 'messages', 'true')",
+            (settings.slot, settings.publication),
+        ).fetchall()
+    assert not any(b"cdc.snapshot" in bytes(data) for (data,) in pending)
     views.write_text('[outbox."public.outbox"]\npayload = "body"\n')  # a column the table lacks: one clear error
     checked = run_cdc(reference_db, tmp_path, "setup", "--check-only", views_file=str(views))
     assert checked.returncode != 0 and "payload = 'body': no such published column of public.outbox" in checked.stderr
