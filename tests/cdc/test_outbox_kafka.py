@@ -91,3 +91,16 @@ def test_a_kafka_consumer_reads_each_committed_event_once(
     lines = [orjson.loads(line) for line in first.stdout.splitlines()]
     assert sorted(line["value"]["n"] for line in lines) == sorted(n for values in want.values() for n in values)
     assert again.stdout == ""
+    # `cdc log groups` lists Kafka's groups that committed offsets of this log's topics, with their lag
+    late = run_cdc(reference_db, tmp_path, "log", "consume", "--group", "late", "--max-records", "5", topic, **where)
+    assert late.returncode == 0 and len(late.stdout.splitlines()) == 5, late.stderr
+    listed = run_cdc(reference_db, tmp_path, "log", "groups", "--json", **where)
+    assert listed.returncode == 0, listed.stderr
+    rows = [orjson.loads(line) for line in listed.stdout.splitlines()]
+    topics_of: dict[str, set[str]] = {}
+    for row in rows:
+        topics_of.setdefault(row["group"], set()).add(row["topic"])
+        assert row["lag"] == max(0, row["end"] - row["committed"]) and row["end"] > 0
+    assert topics_of == {"billing": {topic, table_topic}, "svc": {topic}, "late": {topic}}  # no other log's groups
+    assert all(row["lag"] == 0 for row in rows if row["group"] != "late")  # read to the end and committed
+    assert sum(row["lag"] for row in rows if row["group"] == "late") > 0
