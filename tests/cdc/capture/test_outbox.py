@@ -197,3 +197,11 @@ def test_an_outbox_tables_columns_are_found_by_name_and_a_bytea_payload_is_its_b
     assert isinstance(bad, RoutedTable) and not bad.bytea
     rejected = bad.event(RULES, ("Paid", None, "Order", "u-2", "not json"), 0x10, 0x20, 0, 7)
     assert isinstance(rejected, Rejected) and "aggregate id is null" in rejected.reason
+    plain = RoutedTable("public.outbox", 0, 1, 2, 3, 4, False)  # a NULL part: a dead letter, or an empty header
+    no_type = plain.event(RULES, ("u-3", None, "a-1", "Paid", "{}"), 0x10, 0x20, 0, 7)
+    assert isinstance(no_type, Rejected) and "names no topic" in no_type.reason
+    no_payload = plain.event(RULES, ("u-4", "Order", "a-1", "Paid", None), 0x10, 0x20, 0, 7)
+    assert isinstance(no_payload, Rejected) and no_payload.reason == "the payload is null"
+    untyped = plain.event(RULES, ("u-5", "Order", "a-1", None, '{"x": 1}'), 0x10, 0x20, 1, 7)
+    assert not isinstance(untyped, Rejected) and (untyped.key, untyped.value) == (b"a-1", b'{"x": 1}')
+    assert dict(untyped.headers) == {"id": b"u-5", "type": b"", "lsn": b"32", "sequence": b"1"}
