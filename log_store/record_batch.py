@@ -104,12 +104,23 @@ class BatchHeader(NamedTuple):
         return self.base_offset + self.last_offset_delta + 1
 
 
+#: The encoded length and bytes of the header names met so far (a record's names repeat from record to record).
+_NAME_BLOCKS: dict[str, bytes] = {}
+_NAME_BLOCKS_MAX = 4096
+
+
 def encode_headers(headers: Headers) -> bytes:
     """The header block of one record."""
     parts: list[bytes] = []
+    pack_length = _HVALUE.pack
     for name, value in headers:
-        raw = name.encode("utf-8")
-        parts += (_HNAME.pack(len(raw)), raw, _HVALUE.pack(len(value)), value)
+        block = _NAME_BLOCKS.get(name)
+        if block is None:
+            raw = name.encode("utf-8")
+            block = _HNAME.pack(len(raw)) + raw
+            if len(_NAME_BLOCKS) < _NAME_BLOCKS_MAX:
+                _NAME_BLOCKS[name] = block
+        parts += (block, pack_length(len(value)), value)
     return b"".join(parts)
 
 

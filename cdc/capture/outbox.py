@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
+from cdc.capture.events import new_record
 from cdc.capture.lsn import Lsn
 from cdc.capture.pgoutput.messages import LogicalMessage
 from event_format import LSN_HEADER, SEQUENCE_HEADER
@@ -138,6 +139,21 @@ class Outbox:
             (LSN_HEADER, b"%d" % commit_lsn),
             (SEQUENCE_HEADER, b"%d" % sequence),
         )
+        if unsure is None and topic in self._good:  # the common case, without route's general checks
+            try:
+                payload = orjson.loads(content)
+            except orjson.JSONDecodeError:
+                pass  # route says why
+            else:
+                key_field = self.key_field
+                if not key_field:
+                    return new_record((topic, None, content, ts_ms, headers))
+                if type(payload) is dict:
+                    value = payload.get(key_field)
+                    if type(value) is str:
+                        return new_record((topic, value.encode("utf-8"), content, ts_ms, headers))
+                    if type(value) is int:
+                        return new_record((topic, b"%d" % value, content, ts_ms, headers))
         return self.route(topic, content, headers, message_lsn, commit_lsn, ts_ms, unsure=unsure)
 
     def route(
@@ -158,22 +174,25 @@ class Outbox:
         ``headers`` (the first is its id), committed at ``commit_lsn`` and ``ts_ms``, or why it is rejected.
         ``keyed``: ``key`` is the event's key as given (an outbox table's aggregate id); otherwise the key
         is the payload's key field, when one is set. ``source_lsn``: where the event is in the WAL."""
-        reason = unsure or (None if topic in self._good else _topic_problem(topic, self.message_prefix, self.table_topic))
+        good = topic in self._good
+        reason = unsure or (None if good else _topic_problem(topic, self.message_prefix, self.table_topic))
+        key_field = None if keyed else self.key_field
         if reason is None and content is None:
             reason = "the payload is null"
         elif reason is None and keyed and key is None:
             reason = "the aggregate id is null"
-        elif reason is None and (json or (self.key_field and not keyed)):
-            try:
-                payload = orjson.loads(content or b"")
+        elif content is not None and reason is None and (json or key_field):
+            try:  # the payload is parsed once: to check it is JSON and to find its key
+                payload = orjson.loads(content)
             except orjson.JSONDecodeError as exc:
                 reason = f"the payload is not JSON ({exc})"
             else:
-                if self.key_field and not keyed:
-                    key, reason = _key_of(payload, self.key_field)
+                if key_field:
+                    key, reason = _key_of(payload, key_field)
         if reason is None:
-            self._good.add(topic)
-            return ProducerRecord(topic, key, content, ts_ms, headers)
+            if not good:
+                self._good.add(topic)
+            return new_record((topic, key, content, ts_ms, headers))
         letter = {
             "target": topic,
             "id": headers[0][1].decode("utf-8", "replace"),
@@ -200,13 +219,15 @@ def _topic_problem(topic: str, message_prefix: str, table_topic: Callable[[str],
 
 def _key_of(payload: object, field: str) -> tuple[bytes | None, str | None]:
     """The key ``field`` of ``payload`` gives (a string's UTF-8 text, else compact JSON), or why there is none."""
-    if not isinstance(payload, dict):
+    if type(payload) is not dict:
         return None, f"the payload is not a JSON object, so it has no key field {field!r}"
     value = payload.get(field)
+    if type(value) is str:
+        return value.encode("utf-8"), None
+    if type(value) is int:
+        return b"%d" % value, None  # its compact JSON, without the encoder's call
     if value is None:
         return None, f"the payload has no key field {field!r} (or it is null)"
-    if isinstance(value, str):
-        return value.encode("utf-8"), None
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS), None
 
 

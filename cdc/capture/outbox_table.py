@@ -75,37 +75,34 @@ class RoutedTable:
     ) -> ProducerRecord | Rejected:
         """The event of the inserted row ``new`` (at ``sequence`` in the transaction committed at
         ``commit_lsn`` and ``ts_ms``), or its dead letter."""
+        # a column's text form as pgoutput sent it; anything else (SQL NULL) is None
         ident, aggregate, key, kind, payload = (
-            _text(new[self.id_at]),
-            _text(new[self.aggregatetype_at]),
-            _text(new[self.aggregateid_at]),
-            _text(new[self.type_at]),
-            _text(new[self.payload_at]),
+            new[self.id_at],
+            new[self.aggregatetype_at],
+            new[self.aggregateid_at],
+            new[self.type_at],
+            new[self.payload_at],
         )
         headers = (
-            (ID_HEADER, (ident or "").encode()),
-            (TYPE_HEADER, (kind or "").encode()),
+            (ID_HEADER, ident.encode() if type(ident) is str else b""),
+            (TYPE_HEADER, kind.encode() if type(kind) is str else b""),
             (LSN_HEADER, b"%d" % commit_lsn),
             (SEQUENCE_HEADER, b"%d" % sequence),
         )
-        content = None if payload is None else _bytea(payload) if self.bytea else payload.encode()
-        topic = outbox.message_prefix + aggregate if aggregate else outbox.message_prefix
+        content: bytes | None = None
+        if type(payload) is str:
+            content = _bytea(payload) if self.bytea else payload.encode()
         return outbox.route(
-            topic,
+            outbox.message_prefix + aggregate if type(aggregate) is str else outbox.message_prefix,
             content,
             headers,
             insert_lsn,
             commit_lsn,
             ts_ms,
-            key=None if key is None else key.encode(),
+            key=key.encode() if type(key) is str else None,
             keyed=True,
             json=not self.bytea,
         )
-
-
-def _text(value: object) -> str | None:
-    """A column's text form as pgoutput sent it (``None``: SQL NULL)."""
-    return value if isinstance(value, str) else None
 
 
 def _bytea(text: str) -> bytes:

@@ -4,9 +4,10 @@
 group's offsets after each batch it printed and flushed, so a consumer stopped at any moment (even by
 ``kill -9``) prints again, when it starts again, only records of the batch it had not committed: at
 least once, never a record skipped (:mod:`log_store.consumer`). ``groups`` shows every group's committed
-offsets beside the end of each partition at the latest watermark, and the lag between them (the
-embedded log only: Kafka's own tools show its groups). With the log in Kafka, ``consume`` is a member of
-the Kafka consumer group (:mod:`log_store.kafka.consumer`, read-committed).
+offsets beside the end of each partition at the latest watermark, and the lag between them; with the
+log in Kafka, Kafka's groups that committed offsets of the log's topics (:func:`log_store.kafka.consumer.committed_groups`),
+their lag in Kafka's offsets. With the log in Kafka, ``consume`` is a member of the Kafka consumer group
+(:mod:`log_store.kafka.consumer`, read-committed).
 """
 
 from __future__ import annotations
@@ -21,21 +22,12 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from cdc.capture.errors import ConfigError
 from cdc.commands.log_cmd import open_log, render_record
 from cdc.settings import load_settings
 from log_store import LogStore, TopicPartition
 from log_store.consumer import Consumer, Reset
-from log_store.kafka.consumer import KafkaConsumer, open_consumer
-
-
-def _embedded(command: str) -> None:
-    """Refuse ``command`` when the log is in Kafka, saying what to use instead."""
-    if load_settings().uses_kafka:
-        raise ConfigError(
-            f"the log is in Kafka (CDC_LOG): `cdc log {command}` reads the embedded log only; read Kafka's "
-            "topics with a Kafka consumer (group.id, isolation.level=read_committed)"
-        )
+from log_store.kafka.consumer import KafkaConsumer, committed_groups, open_consumer
+from log_store.kafka.log import KafkaLog
 
 
 @click.command("consume")
@@ -110,15 +102,19 @@ def _woken(consumer: Consumer | KafkaConsumer) -> Callable[[int, FrameType | Non
 @click.command("groups")
 @click.option("--json", "as_json", is_flag=True, help="One JSON line per group and partition.")
 def groups(as_json: bool) -> None:
-    """Every consumer group of the embedded log: per partition its committed offset, the end offset at the
-    latest watermark, and the lag (records committed to the log that the group has not committed)."""
+    """Every consumer group of the log: per partition its committed offset, the end offset at the latest
+    watermark, and the lag (records committed to the log that the group has not committed). With the log in
+    Kafka: the groups that committed offsets of the log's topics, the lag in Kafka's offsets."""
     rows: list[tuple[str, TopicPartition, int, int]] = []
-    _embedded("groups")
     with open_log() as log:
-        assert isinstance(log, LogStore)
         watermark = log.latest_watermark()
-        for group in log.consumer_groups():
-            for tp, offset in sorted(log.committed_offsets(group).items()):
+        if isinstance(log, KafkaLog):
+            groups = committed_groups(log.settings)
+        else:
+            assert isinstance(log, LogStore)
+            groups = {group: log.committed_offsets(group) for group in log.consumer_groups()}
+        for group, offsets in groups.items():
+            for tp, offset in sorted(offsets.items()):
                 end = watermark.end_offset(tp) if watermark is not None else 0
                 rows.append((group, tp, offset, end))
     if as_json:

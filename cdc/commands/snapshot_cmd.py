@@ -76,16 +76,26 @@ def snapshot(ctx: object, tables: tuple[str, ...], status: bool, as_json: bool, 
 
 def request_snapshot(settings: Settings, tables: tuple[str, ...], *, cancel: bool = False, where: str | None = None) -> str:
     """Emit the request to read ``tables`` again (with ``where``: the one table's rows it selects), or with
-    ``cancel`` to stop reading them (each a published table capture includes); its LSN."""
+    ``cancel`` to stop reading them (each a published table capture includes, none an outbox table the
+    views file declares: its rows are routed as events, not captured); its LSN."""
     import psycopg
 
     from cdc.capture.catalog import Catalog
+    from derived_views.definitions import load
 
+    routed = {tuple(name.partition(".")[::2]) for name in load(settings.views_file).outbox}
     catalog = Catalog(settings.database_url)
     try:
         published = {t.log_name: t for t in catalog.published_tables(settings.publication)}
         included = set(settings.tables)
         for name in tables:
+            table = published.get(name)
+            if table is not None and (table.schema, table.table) in routed:
+                raise ConfigError(
+                    f"{name} is an outbox table ({settings.views_file} declares it): its inserts are routed as "
+                    f"events to the {settings.outbox_message_prefix}<aggregatetype> topics, not captured, so there "
+                    "is nothing of it to read again"
+                )
             if name not in published or (included and name not in included):
                 raise ConfigError(
                     f"{name} is not a table capture reads: name a table of publication {settings.publication} "

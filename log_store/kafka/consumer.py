@@ -8,6 +8,9 @@ transaction, so a source transaction is seen whole, once it is committed), offse
 asked (``enable.auto.commit=false``) and Kafka's own group protocol (several members of a group share
 the partitions, unlike the embedded consumer). Records come back as :class:`~log_store.Record` values.
 Offsets are Kafka's: a transaction's commit marker takes one, so they are not contiguous.
+
+:func:`committed_groups` lists what ``cdc log groups`` shows of the log in Kafka: every consumer group of
+the cluster with the offsets it committed of the log's topics (``<prefix>.``), through Kafka's admin API.
 """
 
 from __future__ import annotations
@@ -18,12 +21,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import Consumer as _KafkaClient
-from confluent_kafka import KafkaError
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException
 from confluent_kafka import TopicPartition as KafkaPartition
+from confluent_kafka.admin import AdminClient
 
 from log_store.consumer import Consumer, Reset
 from log_store.consumer_offsets import validate_group
-from log_store.kafka.client import KafkaSettings, client_log
+from log_store.kafka.client import KafkaLogError, KafkaSettings, client_log
 from log_store.record import Record, TopicPartition
 
 if TYPE_CHECKING:
@@ -117,6 +121,30 @@ def _record(message: Any) -> Record:
     timestamp = message.timestamp()[1]
     headers = tuple((name, value or b"") for name, value in (message.headers() or ()))
     return Record(message.topic(), message.partition(), message.offset(), message.key(), message.value(), timestamp, headers)
+
+
+def committed_groups(settings: KafkaSettings) -> dict[str, dict[TopicPartition, int]]:
+    """Every consumer group of the cluster that committed offsets of the log's topics (``<prefix>.``), with
+    those offsets (the next offset each reads), by group name; the log's own reader group left out."""
+    config: dict[str, Any] = {"bootstrap.servers": settings.bootstrap, **settings.client, "logger": client_log}
+    try:
+        admin = AdminClient(config)
+        listed = admin.list_consumer_groups(request_timeout=settings.timeout_s).result()
+        names = sorted(g.group_id for g in listed.valid if g.group_id != f"{settings.prefix}.log-reader")
+        offsets: dict[str, dict[TopicPartition, int]] = {}
+        for name in names:  # Kafka answers one group's offsets per request
+            request = [ConsumerGroupTopicPartitions(name)]
+            found = admin.list_consumer_group_offsets(request, request_timeout=settings.timeout_s)[name].result()
+            mine = {
+                TopicPartition(p.topic, p.partition): p.offset
+                for p in found.topic_partitions or ()
+                if p.offset >= 0 and p.topic.startswith(f"{settings.prefix}.")
+            }
+            if mine:
+                offsets[name] = mine
+    except KafkaException as exc:
+        raise KafkaLogError(settings.bootstrap, "listing the consumer groups and their offsets", exc.args[0]) from None
+    return offsets
 
 
 def open_consumer(log: LogReader, group: str, *, reset: Reset = "earliest") -> Consumer | KafkaConsumer:

@@ -4,6 +4,7 @@ transaction's row changes, bad input, and ``kill -9`` of capture during a burst 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import signal
 import subprocess
@@ -110,11 +111,23 @@ def test_events_of_committed_transactions_only_in_order_with_their_row_changes(
 
 
 def test_kill_9_during_a_burst_publishes_every_committed_event_once(reference_db: str, tmp_path: Path) -> None:
-    settings = {"OUTBOX_KEY_FIELD": "agg"}
+    """Each transaction of the burst emits two messages and inserts two rows of an outbox table (deleting
+    them at once every other time); capture is killed three times at seeded moments. Both forms: every
+    committed event once, in order per aggregate, none of a transaction rolled back."""
+    views = tmp_path / "views.toml"
+    views.write_text('[outbox."public.outbox"]\n')
+    execute(
+        reference_db,
+        "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)",
+        "ALTER PUBLICATION cdc_publication ADD TABLE outbox",
+    )
+    settings = {"OUTBOX_KEY_FIELD": "agg", "VIEWS_FILE": str(views)}
     assert run_cdc(reference_db, tmp_path, "capture", "--once", **settings).returncode == 0
-    committed: list[tuple[int, int]] = []  # (aggregate, n) of every committed event
+    committed: list[tuple[int, int]] = []  # (aggregate, n) of every committed event of each form
+    committed_rows: list[str] = []  # the ids of the committed outbox rows
     stop = threading.Event()
     rng = random.Random(55)
+    insert = "INSERT INTO outbox VALUES (%s, 'Order', %s, 'Counted', %s)"
 
     def burst() -> None:
         counters = dict.fromkeys(range(8), 0)
@@ -123,14 +136,20 @@ def test_kill_9_during_a_burst_publishes_every_committed_event_once(reference_db
                 aggregate = rng.randrange(8)
                 rollback = rng.random() < 0.2
                 n = counters[aggregate] + 1
-                for value in (n, n + 1):
-                    _emit(conn, {"agg": aggregate, "n": value})
+                ids = [str(uuid.UUID(int=rng.getrandbits(128))) for _ in range(2)]
+                for value, ident in zip((n, n + 1), ids, strict=True):
+                    payload = orjson.dumps({"agg": aggregate, "n": value}).decode()
+                    _emit(conn, payload)
+                    conn.execute(insert, (ident, str(aggregate), payload))
+                if n % 2:
+                    conn.execute("DELETE FROM outbox WHERE id = ANY(%s::uuid[])", (ids,))
                 if rollback:
                     conn.rollback()
                     continue
                 conn.commit()
                 counters[aggregate] = n + 1
                 committed.extend([(aggregate, n), (aggregate, n + 1)])
+                committed_rows.extend(ids)
 
     env = _environment(reference_db, tmp_path, settings)
     writer = threading.Thread(target=burst)
@@ -147,22 +166,24 @@ def test_kill_9_during_a_burst_publishes_every_committed_event_once(reference_db
         stop.set()
         writer.join(30)
     assert run_cdc(reference_db, tmp_path, "capture", "--once", **settings).returncode == 0
-    got: dict[int, list[int]] = {}
-    ids = []
-    for record in read_topic(tmp_path, TOPIC):  # partition order = offset order
-        value = orjson.loads(record.value or b"")
-        got.setdefault(value["agg"], []).append(value["n"])
-        ids.append(record.header("id"))
     expected: dict[int, list[int]] = {}
     for aggregate, n in committed:
         expected.setdefault(aggregate, []).append(n)
-    assert got == expected  # every committed event once, in order per aggregate, none rolled back
-    assert len(set(ids)) == len(ids) == len(committed)
+    for topic in (TOPIC, "cdc.outbox.Order"):  # the messages, then the outbox table's rows
+        got: dict[int, list[int]] = {}
+        ids = []
+        for record in read_topic(tmp_path, topic):  # partition order = offset order
+            value = orjson.loads(record.value or b"")
+            got.setdefault(value["agg"], []).append(value["n"])
+            ids.append((record.header("id") or b"").decode())
+            assert record.key == str(value["agg"]).encode()
+        assert got == expected, topic  # every committed event once, in order per aggregate, none rolled back
+        assert len(set(ids)) == len(ids) == len(committed)
+    assert sorted(ids) == sorted(committed_rows)  # the table form's ids are its rows' ids
+    assert read_topic(tmp_path, "cdc.__dead_letters") == []
 
 
 def _environment(url: str, data_dir: Path, settings: dict[str, str]) -> dict[str, str]:
-    import os
-
     env = {name: value for name, value in os.environ.items() if not name.startswith("CDC_")}
     env.update(CDC_DATABASE_URL=url, CDC_DATA_DIR=str(data_dir))
     env.update({f"CDC_{name}": value for name, value in settings.items()})
@@ -207,6 +228,51 @@ def test_a_large_transaction_streamed_before_its_commit_never_publishes_a_rolled
         "emitted before a subtransaction rolled back in a transaction PostgreSQL streamed before its commit"
     }
     assert len([r for r in caplog.records if "rolled back a subtransaction" in r.getMessage()]) == 1
+
+
+def _peak_rss_of_capture(url: str, data_dir: Path, settings: dict[str, str]) -> int:
+    """Bytes of the highest resident set of one ``cdc capture --once`` process (``VmHWM``, as the kernel
+    reports it to its parent when it exits)."""
+    process = subprocess.Popen(
+        [str(CDC), "capture", "--once"], env=_environment(url, data_dir, settings), stdout=subprocess.DEVNULL
+    )
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.returncode == 0
+    return usage.ru_maxrss * 1024
+
+
+def test_a_transaction_of_100k_events_is_streamed_in_bounded_memory(reference_db: str, tmp_path: Path) -> None:
+    """100,000 events of one transaction, streamed by the server before its commit: all published once, while
+    capture's peak memory is that of a transaction of 30,000 (past its spill buffer, 8 MB), not that plus
+    the 70,000 events more it wrote: they waited in its spill file, not in memory."""
+    settings = {"OUTBOX_KEY_FIELD": "n"}
+    emit = (
+        "SELECT count(pg_logical_emit_message(true, 'cdc.outbox.orders', "
+        "json_build_object('n', g, 'pad', repeat('x', 300))::text)) FROM generate_series(%s::int, %s::int) g"
+    )
+    assert run_cdc(reference_db, tmp_path, "capture", "--once", **settings).returncode == 0
+    with psycopg.connect(reference_db, autocommit=True) as admin:
+        admin.execute("ALTER SYSTEM SET logical_decoding_work_mem = '64kB'")
+        admin.execute("SELECT pg_reload_conf()")
+        try:
+            with psycopg.connect(reference_db) as conn:
+                conn.execute(emit, (-30_000, -1))
+                conn.commit()
+            small = _peak_rss_of_capture(reference_db, tmp_path, settings)
+            with psycopg.connect(reference_db) as conn:
+                conn.execute(emit, (1, 100_000))
+                conn.commit()
+            large = _peak_rss_of_capture(reference_db, tmp_path, settings)
+        finally:
+            admin.execute("ALTER SYSTEM RESET logical_decoding_work_mem")
+            admin.execute("SELECT pg_reload_conf()")
+    events = read_topic(tmp_path, TOPIC)
+    published = {orjson.loads(r.value or b"")["n"]: len(r.value or b"") for r in events}
+    assert len(events) == 130_000 and sorted(published) == [*range(-30_000, 0), *range(1, 100_001)]
+    more = sum(size for n, size in published.items() if n > 30_000)  # the payloads of the 70,000 events more
+    assert more > 20_000_000
+    assert large - small < more / 4, f"peak RSS {large >> 20} MB for 100k events, {small >> 20} MB for 30k"
 
 
 def test_an_outbox_table_is_routed_as_debezium_does_and_never_copied(reference_db: str, tmp_path: Path) -> None:
@@ -259,6 +325,20 @@ def test_an_outbox_table_is_routed_as_debezium_does_and_never_copied(reference_d
     with LogStore.open(tmp_path / "log") as log:  # routed, not copied: no topic, no schema record of the table
         assert "cdc.public.outbox" not in log.topics()
     assert b"outbox" not in b"".join(r.value or b"" for r in read_topic(tmp_path, "cdc.__schemas"))
+    # `cdc snapshot` cannot read an outbox table again: one clear error line, nothing sent to capture
+    refused = run_cdc(reference_db, tmp_path, "snapshot", "public.outbox", views_file=str(views))
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+    assert refused.stderr.strip().splitlines() == [
+        f"error: public.outbox is an outbox table ({views} declares it): its inserts are routed as events to the "
+        "cdc.outbox.<aggregatetype> topics, not captured, so there is nothing of it to read again"
+    ]
+    with psycopg.connect(reference_db) as conn:  # what the slot holds for capture: no request among it
+        pending = conn.execute(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, NULL, 'proto_version', '1', "
+            "'publication_names', %s, 'messages', 'true')",
+            (settings.slot, settings.publication),
+        ).fetchall()
+    assert not any(b"cdc.snapshot" in bytes(data) for (data,) in pending)
     views.write_text('[outbox."public.outbox"]\npayload = "body"\n')  # a column the table lacks: one clear error
     checked = run_cdc(reference_db, tmp_path, "setup", "--check-only", views_file=str(views))
     assert checked.returncode != 0 and "payload = 'body': no such published column of public.outbox" in checked.stderr

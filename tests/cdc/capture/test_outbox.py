@@ -45,6 +45,36 @@ def test_an_event_is_keyed_by_its_field_and_carries_a_stable_id() -> None:
 
 
 @pytest.mark.parametrize(
+    ("content", "key"),
+    [
+        (b'{"order_id": "A-1"}', b"A-1"),
+        (b'{"order_id": "\xc3\xa9"}', "\u00e9".encode()),
+        (b'{"order_id": 7}', b"7"),
+        (b'{"order_id": -12345678901234}', b"-12345678901234"),
+        (b'{"order_id": true}', b"true"),
+        (b'{"order_id": 1.5}', b"1.5"),
+        (b'{"order_id": [2, 1]}', b"[2,1]"),
+        (b'{"order_id": null}', None),
+        (b'{"n": 1}', None),
+        (b"[1]", None),
+        (b"{not json", None),
+    ],
+)
+def test_an_events_key_is_the_same_on_a_topic_met_before(content: bytes, key: bytes | None) -> None:
+    """The first event of a topic checks the topic; the later ones take a shorter path: same key, same verdict."""
+    fresh, primed = (Outbox("cdc.outbox.", "order_id", "cdc.__dead_letters") for _ in range(2))
+    assert not isinstance(primed.event(_message("cdc.outbox.orders", b'{"order_id": 0}'), 1, 0, 0, 0), Rejected)
+    first = fresh.event(_message("cdc.outbox.orders", content), 1, 1, 1, 0)
+    later = primed.event(_message("cdc.outbox.orders", content), 1, 1, 1, 0)
+    assert type(first) is type(later)
+    if key is None:
+        assert isinstance(first, Rejected) and isinstance(later, Rejected) and first.reason == later.reason
+    else:
+        assert not isinstance(first, Rejected) and not isinstance(later, Rejected)
+        assert first.key == later.key == key and later.value == content
+
+
+@pytest.mark.parametrize(
     ("prefix", "content", "reason"),
     [
         ("cdc.outbox.orders", b"{not json", "the payload is not JSON"),
@@ -167,3 +197,11 @@ def test_an_outbox_tables_columns_are_found_by_name_and_a_bytea_payload_is_its_b
     assert isinstance(bad, RoutedTable) and not bad.bytea
     rejected = bad.event(RULES, ("Paid", None, "Order", "u-2", "not json"), 0x10, 0x20, 0, 7)
     assert isinstance(rejected, Rejected) and "aggregate id is null" in rejected.reason
+    plain = RoutedTable("public.outbox", 0, 1, 2, 3, 4, False)  # a NULL part: a dead letter, or an empty header
+    no_type = plain.event(RULES, ("u-3", None, "a-1", "Paid", "{}"), 0x10, 0x20, 0, 7)
+    assert isinstance(no_type, Rejected) and "names no topic" in no_type.reason
+    no_payload = plain.event(RULES, ("u-4", "Order", "a-1", "Paid", None), 0x10, 0x20, 0, 7)
+    assert isinstance(no_payload, Rejected) and no_payload.reason == "the payload is null"
+    untyped = plain.event(RULES, ("u-5", "Order", "a-1", None, '{"x": 1}'), 0x10, 0x20, 1, 7)
+    assert not isinstance(untyped, Rejected) and (untyped.key, untyped.value) == (b"a-1", b'{"x": 1}')
+    assert dict(untyped.headers) == {"id": b"u-5", "type": b"", "lsn": b"32", "sequence": b"1"}
