@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cdc.capture.reads.scheduler import ReadScheduler
 from cdc.coordinator import Capture
 from cdc.settings import Settings
 from tests.cdc.helpers import execute, replay, settings_for, source_table
@@ -86,21 +87,21 @@ def test_partition_attached_while_a_table_snapshot_waits_is_not_lost(
     """The ledger records the membership the snapshot saw, not one read while it waited for its boundary."""
     settings = _captured_readings(reference_db, tmp_path)
     _attach(reference_db, 2)
-    write = Capture._start_read
+    write = ReadScheduler.start_read
     fired: list[bool] = []
 
-    def attach_while_waiting(self: Capture, pending: object) -> None:
+    def attach_while_waiting(self: ReadScheduler, pending: object) -> None:
         if not fired:
             fired.append(True)
             # the snapshot (taken at discovery) waits for the stream; meanwhile a partition is attached
             # and the next periodic discovery runs
             _attach(reference_db, 3)
-            self._discover()
+            self.discover()
         write(self, pending)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(Capture, "_start_read", attach_while_waiting)
+    monkeypatch.setattr(ReadScheduler, "start_read", attach_while_waiting)
     Capture(settings, once=True).run()
-    monkeypatch.setattr(Capture, "_start_read", write)
+    monkeypatch.setattr(ReadScheduler, "start_read", write)
     assert fired
     Capture(settings, once=True).run()
     assert len(source_table(reference_db, "readings")) == 30
