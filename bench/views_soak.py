@@ -2,6 +2,7 @@
 with view-table maintenance on and, in a second run beside it, off.
 
 Usage: python -m bench.views_soak [minutes] [transactions_per_second] [scale] [--sample S] [--only on|off]
+[--vacuum-hours H]
 (default 60 minutes a run, 100 tx/s, pgbench scale 5 (500,000 accounts), a sample every 60 s; both runs)
 
 Each run is a fresh PostgreSQL (``pgbench -i``, ``pgbench_history`` given ``REPLICA IDENTITY FULL``: a
@@ -15,6 +16,11 @@ and an insert into the keyless history a transaction). Every sample prints:
 - files and Delta version of the largest current and history tables, the log's and the views' bytes
   on disk;
 - the time ``deltalake`` takes to read the largest current table whole.
+
+Vacuum removes a replaced file only once it is older than ``CDC_VACUUM_RETENTION_HOURS`` (``--vacuum-hours``,
+default here 1, the least it takes; 168 by default in the product), so the views' bytes on disk can level
+off only in a run longer than that: in a shorter one the files and the read time show what compaction
+does, and the bytes what the retention keeps.
 
 At the end the load stops, ``cdc wait`` lets the views reach the source's last LSN, and ``cdc verify``
 compares them with the source. Then each figure's slope over the second half of the run is printed per
@@ -141,7 +147,9 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
         process.wait()
 
 
-def soak(maintenance: bool, minutes: float, rate: int, scale: int, sample_s: float) -> tuple[list[Sample], str]:
+def soak(
+    maintenance: bool, minutes: float, rate: int, scale: int, sample_s: float, vacuum_hours: float
+) -> tuple[list[Sample], str]:
     """One run; returns its samples and the verify's verdict."""
     server = LocalPostgres()
     url = server.start()
@@ -155,6 +163,7 @@ def soak(maintenance: bool, minutes: float, rate: int, scale: int, sample_s: flo
         CDC_VIEWS_FILE=str(views_file),
         CDC_MAINTENANCE="true" if maintenance else "false",
         CDC_MAINTENANCE_INTERVAL_S=str(min(300.0, max(30.0, minutes * 60 / 12))),
+        CDC_VACUUM_RETENTION_HOURS=str(vacuum_hours),
     )
     pgbench = str(server.bindir / "pgbench")
     subprocess.run([pgbench, "-i", "-q", "-s", str(scale), url], check=True, capture_output=True)
@@ -217,10 +226,17 @@ def main(argv: list[str]) -> None:
     parser.add_argument("scale", type=int, nargs="?", default=5, help="pgbench scale (100,000 accounts each)")
     parser.add_argument("--sample", type=float, default=60.0, help="seconds between samples")
     parser.add_argument("--only", choices=("on", "off"), help="one run: maintenance on or off")
+    parser.add_argument(
+        "--vacuum-hours",
+        type=float,
+        default=1.0,
+        help="CDC_VACUUM_RETENTION_HOURS (at least 1): vacuum removes replaced files only once older, so the views' "
+        "bytes can level off only in a run longer than this",
+    )
     args = parser.parse_args(argv)
     minutes, rate, scale = args.minutes, args.rate, args.scale
     runs = {label: flag for label, flag in (("on", True), ("off", False)) if args.only in (None, label)}
-    results = {label: soak(flag, minutes, rate, scale, args.sample) for label, flag in runs.items()}
+    results = {label: soak(flag, minutes, rate, scale, args.sample, args.vacuum_hours) for label, flag in runs.items()}
     print(f"\n{minutes:g} min a run at {rate} tx/s, pgbench scale {scale}; slope over the second half, per hour")
     print(f"{'figure':16}" + "".join(f"{'maintenance ' + label:>34}" for label in results))
     for figure in FIGURES:
