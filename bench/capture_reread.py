@@ -102,7 +102,7 @@ def main(rows: int) -> None:
                 [str(server.bindir / "psql"), url, "-c", "COPY (SELECT * FROM bench) TO STDOUT"], check=True, stdout=sink
             )
         stop, done = threading.Event(), threading.Event()
-        capture = Capture(settings, stop=stop, progress=False)
+        capture = Capture(settings, stop=stop)
         running = threading.Thread(target=capture.run)
         running.start()
         while capture.stats.snapshot_rows < rows + 1:

@@ -57,13 +57,13 @@ def _case(settings: Settings, url: str, name: str, rows: int, stream: bool) -> t
     slot = f"bench_{name.replace('+', '_')}"
     case = settings.model_copy(update={"data_dir": data_dir, "slot": slot})
     try:
-        first = Capture(case, once=True, progress=False).run()
+        first = Capture(case, once=True).run()
         snapshot = WRITES[-1:]
         streamed, stream_seconds = 0, 0.0
         if stream:
             _insert(url, rows)
             with timed() as streaming:
-                second = Capture(case, once=True, progress=False).run()
+                second = Capture(case, once=True).run()
             streamed, stream_seconds = second.events, streaming[0]
             with psycopg.connect(url, autocommit=True) as conn:
                 conn.execute("DELETE FROM bench WHERE id > %s", (rows,))

@@ -65,7 +65,7 @@ def run(rows: int, sessions: int) -> None:
         ]
         server_cpu = _children_cpu(server.data_dir)
         before_cpu = os.times()
-        capture = Capture(settings, stop=stop, progress=False)
+        capture = Capture(settings, stop=stop)
         running = threading.Thread(target=capture.run)
         read_start = time.perf_counter()
         running.start()

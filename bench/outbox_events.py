@@ -58,7 +58,7 @@ def insert_outbox_rows(url: str, events: int) -> None:
 def captured(settings: Settings, events: int) -> float:
     """Seconds one capture takes to stream the ``events`` waiting events into the log."""
     with timed() as seconds:
-        stats = Capture(settings, once=True, progress=False).run()
+        stats = Capture(settings, once=True).run()
     assert stats.events == events, f"captured {stats.events} events of {events}"
     return seconds[0]
 
@@ -72,7 +72,7 @@ def main(events: int) -> None:
             conn.execute("ALTER PUBLICATION cdc_publication ADD TABLE outbox")
         tables = "public.bench,public.outbox"
         settings = settings.model_copy(update={"outbox_key_field": "id", "views_file": views, "tables": tables.split(",")})
-        Capture(settings, once=True, progress=False).run()  # empty snapshot; the slot sits before the workloads
+        Capture(settings, once=True).run()  # empty snapshot; the slot sits before the workloads
         insert_rows(url, events, PER_TRANSACTION)
         rows = captured(settings, events)
         emit_messages(url, events)

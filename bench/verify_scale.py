@@ -74,7 +74,7 @@ def _one_size(rows: int, wide: bool, profile: str | None) -> dict[str, float]:
             database_url=url, data_dir=str(settings.data_dir), tables="public.items", views_file=str(views_file)
         )
         with timed() as captured:
-            Capture(settings, once=True, progress=False).run()
+            Capture(settings, once=True).run()
         ctx = view_context.context_from_settings(settings)
         with timed() as synced:
             sync_current(ctx, "public.items")

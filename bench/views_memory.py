@@ -234,7 +234,7 @@ def main() -> None:
     results = []
     with products_database(args.rows) as (_server, url, settings):
         with timed() as snapshot:
-            Capture(settings, once=True, progress=False).run()
+            Capture(settings, once=True).run()
         # the project's default session (spark.driver.memory=2g) unless --driver-memory says otherwise
         spark = build_spark("cdc-views", conf={"spark.driver.memory": args.driver_memory}) if args.driver_memory else None
         ctx = view_context.context_from_settings(settings, spark)
@@ -246,7 +246,7 @@ def main() -> None:
         with psycopg.connect(url) as conn:
             updated = conn.execute("UPDATE products SET price = price + 1, name = name || '+'").rowcount
         with timed() as captured:
-            Capture(settings, once=True, progress=False).run()
+            Capture(settings, once=True).run()
         print(f"{updated:,} rows updated in one transaction, captured in {captured[0]:.1f} s", flush=True)
         results.append(_step(ctx, "2. every row updated, into the tables", args.rows, 2 * args.rows))
         print(f"{results[-1][0]}: {results[-1][1]:.1f} s, {results[-1][3]}", flush=True)

@@ -84,7 +84,7 @@ def main() -> None:
         filled = time.perf_counter() - fill_start
         settings = settings.model_copy(update={"deletion_vectors": args.deletion_vectors})
         with timed() as captured:
-            Capture(settings, once=True, progress=False).run()
+            Capture(settings, once=True).run()
         print(
             f"source filled and snapshot captured ({sum(rows.values()):,} rows in {captured[0]:.1f} s); {load_average()}",
             flush=True,
@@ -106,7 +106,7 @@ def main() -> None:
                     changed[table] = conn.execute(
                         f"UPDATE {table} SET price = price + 1, name = name || '+' WHERE id % {every[table]} = {round_}"
                     ).rowcount
-            Capture(settings, once=True, progress=False).run()
+            Capture(settings, once=True).run()
             results = {}
             for table in rows:
                 phases.take()

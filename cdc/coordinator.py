@@ -16,7 +16,7 @@ Guarantees and restart rules:
   :mod:`cdc.capture.stream_core`'s, tested without I/O; this module carries them out.
 * **A slot that does not continue the log** (confirmed past P + 1: recreated by ``cdc setup`` after it
   was lost, or advanced by another client) never streamed what committed in between; capture then
-  takes a new snapshot, which supersedes the log's rows (below), instead of leaving that gap.
+  reads every table again beside the stream, superseding the log's rows (below), instead of leaving that gap.
 * **Idempotent restart.** On start the log's watermark position P is read; the slot resends from its
   confirmed position, which may be behind P after a crash between the fsync and the confirmation, and
   every transaction whose commit LSN <= P is skipped. Relation messages of skipped transactions still
@@ -42,7 +42,6 @@ Guarantees and restart rules:
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -59,7 +58,7 @@ from cdc.capture.errors import PrerequisiteError, PrivilegeError, SlotError, Sou
 from cdc.capture.events import EventBuilder
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.group_writer import GroupWriter
-from cdc.capture.initial_snapshot import begin_log, take_initial_snapshot
+from cdc.capture.initial_snapshot import begin_again, begin_log
 from cdc.capture.lsn import Lsn
 from cdc.capture.outbox import Outbox, dead_letter_topic
 from cdc.capture.outbox_table import OutboxColumns
@@ -67,7 +66,7 @@ from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.reads.online_read import OnlineRead
 from cdc.capture.reads.scheduler import ReadScheduler, ReadStats, ReadTuning
 from cdc.capture.reads.snapshot_requests import SnapshotRequest
-from cdc.capture.slot_continuity import require_continuity, slot_skipped_ahead
+from cdc.capture.slot_continuity import drop_idle_slot, require_continuity, slot_lost, slot_skipped_ahead
 from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten, published_shape
 from cdc.capture.stream_core import (
     AppendGroup,
@@ -110,7 +109,6 @@ class Tuning(StreamTuning, ReadTuning):
     #: rows per chunk of every read (``None``: ``CDC_SNAPSHOT_CHUNK_ROWS``; see :data:`cdc.capture.snapshot.AHEAD`
     #: for the measured trade-off)
     snapshot_chunk_rows: int | None = None
-    snapshot_group_chunks: int = 10  # chunks per group of the initial snapshot (one fsync each)
     reconnect_seconds: float = 120.0
     memory_limit: int = 8 << 20
 
@@ -125,7 +123,7 @@ class CaptureStats(ReadStats):
     events: int = 0
     groups: int = 0
     reconnects: int = 0
-    #: new snapshots taken because the slot did not continue the log (:mod:`cdc.capture.slot_continuity`)
+    #: times every table was read again because the slot did not continue the log (:mod:`cdc.capture.slot_continuity`)
     resnapshots: int = 0
 
 
@@ -154,7 +152,6 @@ class Capture:
         once: bool = False,
         stop: threading.Event | None = None,
         tuning: Tuning | None = None,
-        progress: bool | None = None,
         metrics: CaptureMetrics | None = None,
     ) -> None:
         self.settings = settings
@@ -162,7 +159,6 @@ class Capture:
         self.once = once
         self.stop = stop or threading.Event()
         self.tuning = tuning or Tuning()
-        self.progress = sys.stderr.isatty() if progress is None else progress
         self.stats = CaptureStats()
         self.catalog = Catalog(settings.database_url, publication=settings.publication, mask_key=settings.mask_key_bytes)
         self.log: Log | None = None
@@ -326,7 +322,7 @@ class Capture:
             self.writer = SnapshotWriter(
                 store, self.builder, self.replayer, self.ledger,
                 partial(published_shape, self.catalog, self.settings.topic_for), topics.ensure,
-                chunk_rows, self.progress, chunk_rows,
+                chunk_rows,
             )  # fmt: skip
             self.groups = GroupWriter(store, self.replayer, self._read_back_warned, abandon=self.scheduler.abandon_topics)
             self.scheduler.attach(store, self.ledger, self.gate, self.writer, self.groups, self.include)
@@ -337,11 +333,12 @@ class Capture:
                 url, slot = self.settings.database_url, self.settings.slot
                 if self.position == 0:
                     self._begin_log()
+                elif self.settings.recreate_lost_slot and (lost := slot_lost(url, slot)) is not None:
+                    self.stats.resnapshots += 1
+                    self._recreate_lost_slot(lost)
                 elif slot_skipped_ahead(url, slot, self.position):
                     self.stats.resnapshots += 1
-                    self._snapshot()
-                    if not self.stop.is_set():
-                        self.scheduler.forget_reads()
+                    self._begin_again()
                 if not self.stop.is_set():
                     self.scheduler.reopen_reads()
                     self._stream_with_reconnect()
@@ -369,19 +366,32 @@ class Capture:
         self.scheduler.first_reads = {table.relid for table in tables}
         self.core.confirmed = Lsn(self.position + 1)  # where the slot is: nothing before it is asked for
 
-    def _snapshot(self) -> None:
-        """Take a new snapshot of every captured table from a new slot (:mod:`cdc.capture.initial_snapshot`), the
-        slot having skipped changes the log lacks."""
-        assert self.writer is not None
+    def _recreate_lost_slot(self, lost: str) -> None:
+        """``CDC_RECREATE_LOST_SLOT``: the slot is missing or invalidated (``lost`` says which); it is made
+        again and every captured table read again (:meth:`_begin_again`), said in one warning line."""
         tables = captured_tables(self.catalog, self.settings.publication, self.include)
-        taken = take_initial_snapshot(
-            self.settings.database_url, self.settings.slot, tables, self.writer,
-            uncaptured=self._table_of_topic, group_chunks=self.tuning.snapshot_group_chunks,
-            stopped=self.stop.is_set, failover=self._failover,
+        names = ", ".join(table.qualified for table in tables[:10]) + (", ..." if len(tables) > 10 else "")
+        log.warning(
+            "replication slot %s %s; CDC_RECREATE_LOST_SLOT is on: it is made again, and the %d captured tables "
+            "are read again beside the stream, superseding the log's rows (what committed since the log's "
+            "position %s is in those reads, not as change events): %s",
+            self.settings.slot, lost, len(tables), self.position, names,
         )  # fmt: skip
-        if taken is not None:
-            self.position, written = taken
-            self._count_snapshot(written)
+        drop_idle_slot(self.settings.database_url, self.settings.slot)  # an invalidated slot goes
+        self._begin_again()
+
+    def _begin_again(self) -> None:
+        """The slot skipped changes the log lacks: the log goes on where the slot is and every captured table
+        is read again beside the stream (:func:`~cdc.capture.initial_snapshot.begin_again`)."""
+        assert self.log is not None and self.writer is not None and self.ledger is not None
+        tables = captured_tables(self.catalog, self.settings.publication, self.include)
+        self.position = begin_again(
+            self.settings.database_url, self.settings.slot, self.log, self.writer, self.ledger,
+            tables=[self.writer.shape_of(table) for table in tables], uncaptured=self._table_of_topic,
+            ended_reads=self.scheduler.end_reads(), failover=self._failover,
+        )  # fmt: skip
+        self.scheduler.drop_holding_files()
+        self.core.confirmed = Lsn(self.position + 1)  # where the slot is: nothing before it is asked for
 
     def _count_snapshot(self, written: SnapshotWritten) -> None:
         self.stats.snapshot_rows += written.rows

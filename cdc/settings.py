@@ -135,6 +135,10 @@ class Settings(BaseSettings):
     views_file: Path = Field(default=Path("views.toml"), description="The views file (derived_views.definitions).")
     metrics_port: int = Field(default=0, ge=0, le=65535)
     log_format: str = Field(default="kv")
+    recreate_lost_slot: bool = Field(
+        default=False,
+        description="Capture makes a lost (dropped or invalidated) slot again and reads every table again, instead of stopping.",
+    )
     snapshot_concurrency: int = Field(default=2, ge=1, le=64, description="Tables read at once beside the stream.")
     snapshot_chunk_rows: int = Field(
         default=20_000, ge=100, le=1_000_000, description="Rows per chunk (and group) of a table read beside the stream."

@@ -42,6 +42,11 @@ class SlotError(SourceError):
     """The replication slot is missing, invalidated or in use by another process."""
 
 
+class SlotLostError(SlotError):
+    """The replication slot is gone or invalidated: the log cannot go on from it. By default capture stops;
+    with ``CDC_RECREATE_LOST_SLOT`` its next run makes the slot again and reads every table again."""
+
+
 class PrivilegeError(SourceError):
     """The capture role lacks a privilege a step needs; the message names the grant that fixes it."""
 

@@ -1,4 +1,4 @@
-"""Where a log begins, and the snapshot that takes every table again when the slot lost changes.
+"""Where a log begins, and where it goes on when the slot lost changes: every table is then read again.
 
 **A new log** (no watermark, or the position ``0000000000000000`` an older version left mid-snapshot)
 begins where the slot is: :func:`begin_log` takes the idle slot ``cdc setup`` made, or makes one (which
@@ -14,33 +14,32 @@ changes committed before its read's boundary are in its rows and later ones foll
 read ends). An earlier attempt's records on topics no longer captured get truncate markers in that first
 group.
 
-**A slot that skipped changes** (:mod:`cdc.capture.slot_continuity`): :func:`take_initial_snapshot` makes the
-slot anew with an exported snapshot and writes every captured table as of its consistent point minus
-one. The log's rows of every table are superseded by it (truncate markers) and, since the gap cannot be
-mended change by change, it is written as one snapshot: its groups before the last never look complete
-(:mod:`cdc.capture.snapshot_writer`), so a snapshot cut short is taken again whole, from a new slot, by the
-next run. The snapshot it holds lasts as long as the read.
+**A slot that skipped changes** (:mod:`cdc.capture.slot_continuity`): :func:`begin_again` moves the log to
+where the slot is, past the gap, in one group that also asks for a whole read of every captured table
+(the durable note ``cdc snapshot`` writes, :meth:`~cdc.capture.table_snapshots.SnapshotLedger.asked_record`),
+ends the reads an earlier run left under way (their held changes are older than the gap) and supersedes
+the topics of tables no longer captured. The gap cannot be mended change by change, so each table is
+then read again beside the stream, as ``cdc snapshot TABLE`` reads it: its truncate markers supersede
+the log's rows, the stream holds its changes until its read ends, no snapshot is held longer than one
+run of a read, and a run killed part-way finds the notes (or the reads' progress) and goes on.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
-from cdc.capture.catalog import PublishedTable
 from cdc.capture.lsn import Lsn
 from cdc.capture.slot_continuity import drop_idle_slot, idle_slot_position
-from cdc.capture.snapshot import SnapshotReader
-from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten
+from cdc.capture.snapshot_writer import SnapshotWriter
+from cdc.capture.table_snapshots import SnapshotLedger
+from cdc.capture.tables import TableShape
 from cdc.capture.transport import ReplicationConnection
+from log_store import ProducerRecord
 from log_store.log import Log
 
 log = logging.getLogger("cdc.capture")
-
-
-class _Stopped(Exception):
-    """A stop request during the snapshot: its group is abandoned (the log cuts it back)."""
 
 
 def begin_log(
@@ -60,11 +59,7 @@ def begin_log(
     is made a failover slot (:mod:`cdc.failover`). Once the group is durable the log continues from the
     slot; a run that fails before leaves the slot to the next one, which makes it anew.
     """
-    start = idle_slot_position(url, slot)
-    if start is None:
-        drop_idle_slot(url, slot)  # a slot without a position (never consistent) is made again
-        with ReplicationConnection(url) as repl:
-            start = repl.create_slot(slot, export_snapshot=False, failover=failover).consistent_point
+    start = _slot_start(url, slot, failover)
     position = Lsn(start - 1)  # every transaction committed before the slot's position
     ts_ms = time.time_ns() // 1_000_000
     store.append_group(writer.supersede_uncaptured(captured, uncaptured, position, ts_ms), position.hex16())
@@ -72,40 +67,44 @@ def begin_log(
     return position
 
 
-def take_initial_snapshot(
+def begin_again(
     url: str,
     slot: str,
-    tables: list[PublishedTable],
+    store: Log,
     writer: SnapshotWriter,
+    ledger: SnapshotLedger,
     *,
+    tables: list[TableShape],
     uncaptured: Mapping[str, tuple[str, str]],
-    group_chunks: int,
-    stopped: Callable[[], bool],
+    ended_reads: list[ProducerRecord],
     failover: bool = False,
-) -> tuple[Lsn, SnapshotWritten] | None:
-    """Make ``slot`` anew and write the snapshot of ``tables``; its position and what it wrote, or ``None``
-    when ``stopped`` became true first (the slot then stays: its gap after the log's position makes the
-    next run take the snapshot again, where a missing slot would stop capture until ``cdc setup``).
+) -> Lsn:
+    """Move ``store`` past the gap to where ``slot`` is (minus one) and ask for a whole read of ``tables``
+    (a cancelled one stays cancelled); that position.
 
-    ``uncaptured``: see :meth:`SnapshotWriter.write`. ``failover``: the slot is made a failover slot
-    (:mod:`cdc.failover`).
+    One group holds it all, so a run killed after it reads the tables again from the notes, and one
+    killed before finds the gap again: ``ended_reads`` (the tombstones of reads left under way), truncate
+    markers for ``uncaptured`` topics no longer captured (see :meth:`SnapshotWriter.supersede_uncaptured`),
+    and the notes. ``failover``: a slot made now is a failover slot.
     """
-    drop_idle_slot(url, slot)
-    with ReplicationConnection(url) as repl:
-        created = repl.create_slot(slot, export_snapshot=True, failover=failover)
-        # the exported snapshot lives as long as the connection that made it sends no other command
-        reader = SnapshotReader(url, created.snapshot_name or "")
-    as_of = Lsn(created.consistent_point - 1)  # every transaction committed before the consistent point
-    log.info("snapshot at consistent point %s of %d tables", created.consistent_point, len(tables))
+    position = Lsn(_slot_start(url, slot, failover) - 1)
+    ts_ms = time.time_ns() // 1_000_000
+    captured = {shape.topic for shape in tables}
+    superseded = writer.supersede_uncaptured(captured, uncaptured, position, ts_ms)
+    asked = [ledger.asked_record(shape.log_name, None, ts_ms) for shape in tables if shape.log_name not in ledger.cancelled]
+    store.append_group([*ended_reads, *superseded, *asked], position.hex16())
+    log.info(
+        "the log goes on at %s, where slot %s is; its %d tables are read again beside the stream", position + 1, slot, len(asked)
+    )
+    return position
 
-    def on_block() -> None:
-        if stopped():
-            raise _Stopped
 
-    try:
-        written = writer.write(tables, reader, as_of, uncaptured=uncaptured, group_chunks=group_chunks, on_block=on_block)
-    except _Stopped:
-        return None
-    finally:
-        reader.close()
-    return as_of, written
+def _slot_start(url: str, slot: str, failover: bool) -> Lsn:
+    """The position of ``slot``, made now (which waits, once, for the transactions holding an ID) when
+    there is none or it never became consistent."""
+    start = idle_slot_position(url, slot)
+    if start is None:
+        drop_idle_slot(url, slot)
+        with ReplicationConnection(url) as repl:
+            start = repl.create_slot(slot, export_snapshot=False, failover=failover).consistent_point
+    return start

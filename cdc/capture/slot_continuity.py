@@ -6,8 +6,8 @@ the log's watermark position P then is the end of the last transaction's commit 
 exceeds P + 1 for the slot this log was written from. A slot confirmed further was not: it was
 created anew (``cdc setup`` after the slot was lost or dropped) or advanced by another client, and the
 transactions committed between P and its position were never streamed into the log. Streaming from
-it would leave that gap for good; capture takes a new snapshot instead (its truncate markers supersede
-what the log holds, see :mod:`cdc.coordinator`).
+it would leave that gap for good; capture reads every table again instead (truncate markers supersede
+what the log holds, see :mod:`cdc.capture.initial_snapshot`).
 
 **Across a promotion** (a failover slot, :mod:`cdc.failover`) the slot capture resumes from is the
 standby's synced copy, and the log's commit-LSN recognition of what it already holds still holds:
@@ -68,19 +68,38 @@ def gap_after(position: Lsn, confirmed: Lsn | None) -> bool:
 
 
 def slot_skipped_ahead(url: str, slot: str, position: Lsn) -> bool:
-    """Whether ``slot`` does not continue a log at ``position`` (said in a warning): a new snapshot is due."""
+    """Whether ``slot`` does not continue a log at ``position`` (said in a warning): every table is to be read again."""
     confirmed = slot_confirmed(url, slot)
     if not gap_after(position, confirmed):
         return False
     log.warning(
         "replication slot %s is confirmed at %s but the log holds transactions only up to %s: the slot was "
         "recreated or advanced by another client, and what committed in between never reached the log; "
-        "taking a new snapshot that supersedes the log's rows",
+        "every captured table is read again, superseding the log's rows",
         slot,
         confirmed,
         Lsn(position + 1),
     )
     return True
+
+
+def slot_lost(url: str, slot: str) -> str | None:
+    """Why the log cannot go on from ``slot``, said as the end of a sentence: it is missing, or it was
+    invalidated (its WAL removed past ``max_slot_wal_keep_size``, or a conflict on a standby); ``None``
+    when it can."""
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
+            row = conn.execute("SELECT to_jsonb(s) FROM pg_replication_slots s WHERE slot_name = %s", (slot,)).fetchone()
+    except psycopg.OperationalError as exc:
+        raise SourceError(f"cannot connect to the source database: {connection_failure(exc)}; check CDC_DATABASE_URL") from None
+    if row is None:
+        return "is missing"
+    facts: dict[str, object] = row[0]
+    # invalidation_reason from 17 on, conflicting on 16 (a standby's slot), wal_status on every version
+    reason = facts.get("invalidation_reason") or ("conflict on the standby" if facts.get("conflicting") else None)
+    if reason is None and facts.get("wal_status") == "lost":
+        reason = "wal_status lost: WAL it needed was removed, past max_slot_wal_keep_size"
+    return None if reason is None else f"was invalidated ({reason})"
 
 
 def require_continuity(url: str, slot: str, position: Lsn) -> None:
@@ -90,7 +109,7 @@ def require_continuity(url: str, slot: str, position: Lsn) -> None:
         raise SlotError(
             f"replication slot {slot} was recreated or advanced elsewhere while capture "
             f"reconnected (confirmed at {confirmed}, the log holds transactions up to {position}); "
-            "start capture again: it takes a new snapshot that supersedes the log's rows"
+            "start capture again: it reads every captured table again, superseding the log's rows"
         )
 
 

@@ -39,14 +39,13 @@ from dataclasses import dataclass, field
 
 from cdc.capture.catalog import Catalog, PublishedTable, key_changed, rule_of
 from cdc.capture.events import EventBuilder, ReadEncoder, TxContext, mark_last_read, tombstone_headers
-from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.lsn import Lsn
 from cdc.capture.reads.read_conditions import with_row_filter
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.streaming import ChangeReplayer
 from cdc.capture.table_snapshots import ReadProgress, SnapshotLedger
 from cdc.capture.tables import TableShape
-from event_format import SNAPSHOT_POSITION, is_truncate_key
+from event_format import is_truncate_key
 from event_format.masks import Mask
 from log_store import ProducerColumns, ProducerRecord, TopicPartition
 from log_store.log import Log
@@ -199,52 +198,8 @@ class SnapshotWriter:
     ledger: SnapshotLedger
     shape_of: Callable[[PublishedTable], TableShape]
     ensure_topic: Callable[[TableShape], None]
-    chunk_rows: int
-    progress: bool = False
     #: rows per chunk of a read beside the stream (``CDC_SNAPSHOT_CHUNK_ROWS``)
     online_chunk_rows: int = 20_000
-
-    def write(
-        self,
-        tables: list[PublishedTable],
-        reader: SnapshotReader,
-        as_of: Lsn,
-        *,
-        uncaptured: Mapping[str, tuple[str, str]] | None = None,
-        group_chunks: int | None = None,
-        on_block: Callable[[], None] = lambda: None,
-        progress: bool = True,
-    ) -> SnapshotWritten:
-        """Write the snapshot of ``tables`` that ``reader`` holds, complete as of ``as_of``.
-
-        ``uncaptured``: topic -> (schema, table) of every table the log has records of; those not among
-        ``tables`` get truncate markers alone. ``group_chunks``: chunks per group at position 0 before
-        the completing group, ``None`` for one group. ``on_block`` runs before each chunk is written
-        (it may raise to abandon the snapshot: nothing of an unfinished group is kept). ``progress``: a
-        bar per table on a terminal (:attr:`progress`); off for a snapshot the stream waits for, which
-        then asks for no row estimate either.
-        """
-        ts_ms = time.time_ns() // 1_000_000
-        written = SnapshotWritten()
-        with self.replayer.tentative_schemas(), relaxed_gc():
-            heads = [self._table(table, as_of, reader.xmin, ts_ms) for table in tables]
-            captured = {head.shape.topic for head in heads}
-            first = self.supersede_uncaptured(captured, uncaptured or {}, as_of, ts_ms)
-            parts = self._parts(first, heads, reader, as_of, ts_ms, written, on_block, progress and self.progress)
-            if group_chunks is not None:
-                upcoming = next(parts)
-                while not upcoming[1]:
-                    # a block of columns counts as one item: a few at a time bound the memory
-                    upcoming = self._append_partial(parts, upcoming, group_chunks)
-                    written.groups += 1
-                parts = iter([upcoming])
-            items = itertools.chain.from_iterable(part for part, _ in parts)
-            self.log.append_group(items, as_of.hex16(), chunk_records=_SNAPSHOT_ITEMS)
-            written.groups += 1
-        self.ledger.add((head.shape for head in heads), as_of, {head.shape.relid: head.published for head in heads})
-        written.shapes = [head.shape for head in heads]
-        written.rows = sum(head.rows for head in heads)
-        return written
 
     def start_online(
         self,
@@ -371,23 +326,6 @@ class SnapshotWriter:
         with closing(chunks):
             yield from chunks
 
-    def _append_partial(
-        self, parts: Iterator[tuple[Iterable[Item], bool]], upcoming: tuple[Iterable[Item], bool], chunks: int
-    ) -> tuple[Iterable[Item], bool]:
-        """Append up to ``chunks`` parts from ``upcoming`` on, never the final one, as a group at position 0;
-        returns the first part not appended."""
-
-        def group() -> Iterator[Iterable[Item]]:
-            nonlocal upcoming
-            for _ in range(max(1, chunks)):
-                yield upcoming[0]
-                upcoming = next(parts)
-                if upcoming[1]:
-                    return
-
-        self.log.append_group(itertools.chain.from_iterable(group()), SNAPSHOT_POSITION, chunk_records=_SNAPSHOT_ITEMS)
-        return upcoming
-
     def _table(self, table: PublishedTable, as_of: Lsn, xmin: int, ts_ms: int) -> _Table:
         """A table's shape, with its topic made, and the records that precede its reads."""
         shape = self.shape_of(table)
@@ -408,59 +346,6 @@ class SnapshotWriter:
         if entry is None or entry.membership is None or rule_of(entry.membership) != rule_of(table.membership):
             return True
         return entry.columns is not None and key_changed(entry.columns, table.columns)
-
-    def _parts(
-        self,
-        first: list[ProducerRecord],
-        tables: list[_Table],
-        reader: SnapshotReader,
-        as_of: Lsn,
-        ts_ms: int,
-        written: SnapshotWritten,
-        on_block: Callable[[], None],
-        progress: bool,
-        tail: Callable[[], Iterable[Item]] = tuple,
-    ) -> Iterator[tuple[Iterable[Item], bool]]:
-        """The snapshot's items a list at a time (a chunk's reads as one block of columns), and whether
-        the list is the final part (the last read, marked "last", then ``tail()``'s items, then the
-        ledger records).
-
-        A table's markers and schema record go out with the next chunk of reads, so that the first list
-        already holds rows.
-        """
-        carry: list[Item] = list(first)
-        held: ProducerColumns | None = None  # held back so that the final read is marked "last"
-        for table in tables:
-            carry += table.head
-            encode = self.builder.read_encoder(table.shape, table.context)
-            blocks = reader.column_chunks(table.shape, encode, self.chunk_rows, row_filter=table.published.row_filter)
-            for block in self._with_progress(blocks, table.shape, reader) if progress else blocks:
-                on_block()
-                table.context.sequence += len(block)
-                table.rows += len(block)
-                written.events += len(block)
-                written.value_bytes += block.value_bytes()
-                if held is not None:
-                    yield [*carry, held], False
-                    carry = []
-                held = block
-        final = carry
-        if held is not None:
-            final += [held.slice(0, len(held) - 1), mark_last_read(held.record(len(held) - 1))]
-        ledger: list[Item] = [self.ledger.record(t.shape, as_of, t.rows, ts_ms, t.published) for t in tables]
-        ledger += [record for t in tables for record in self.ledger.asked_done(t.shape.log_name, None, ts_ms)]
-        yield itertools.chain(final, tail(), ledger), True
-
-    def _with_progress(
-        self, blocks: Iterable[ProducerColumns], shape: TableShape, reader: SnapshotReader
-    ) -> Iterator[ProducerColumns]:
-        from rich.progress import Progress
-
-        with Progress(transient=True) as bar:
-            task = bar.add_task(f"snapshot {shape.qualified}", total=reader.estimate(shape.relid) or None)
-            for block in blocks:
-                yield block
-                bar.advance(task, len(block))
 
     def _topic_has_records(self, topic: str) -> bool:
         return topic in self.log.topics() and any(

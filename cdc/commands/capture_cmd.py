@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from types import FrameType
 
 import click
 
+from cdc.capture.errors import SlotLostError
 from cdc.cli import pass_context
 from cdc.log_compactions import LogCompactions
 from cdc.metrics import CaptureMetrics, serve
 from cdc.slot_metrics import SlotCollector
+
+#: a slot lost this often again after capture made it anew stops capture (``CDC_RECREATE_LOST_SLOT``)
+_RECOVERY_WINDOW_S = 600.0
 
 
 @click.command("capture")
@@ -42,8 +47,19 @@ def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
     if not once and not settings.uses_kafka and settings.log_compact_interval_s > 0:
         compactions = LogCompactions(settings.log_compact_interval_s).start()
     try:
-        tuning = Tuning(snapshot_chunk_rows=snapshot_chunk_rows, snapshot_group_chunks=1) if snapshot_chunk_rows else None
-        stats = Capture(settings, once=once, stop=stop, metrics=metrics, tuning=tuning).run()
+        tuning = Tuning(snapshot_chunk_rows=snapshot_chunk_rows) if snapshot_chunk_rows else None
+        recoveries: list[float] = []
+        while True:
+            try:
+                stats = Capture(settings, once=once, stop=stop, metrics=metrics, tuning=tuning).run()
+                break
+            except SlotLostError:
+                # CDC_RECREATE_LOST_SLOT: the next run makes the slot again (its warning says what is read
+                # again); a slot lost three times within ten minutes is a stop (something else drops it)
+                recoveries = [at for at in recoveries if time.monotonic() - at < _RECOVERY_WINDOW_S]
+                if not settings.recreate_lost_slot or len(recoveries) >= 2 or stop.is_set():
+                    raise
+                recoveries.append(time.monotonic())
     finally:
         if compactions is not None:
             compactions.close()
@@ -58,7 +74,7 @@ def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
     )
     if stats.resnapshots:
         click.echo(
-            "the replication slot did not continue the log (recreated or advanced elsewhere): a new snapshot "
-            "superseded the log's rows",
+            "the replication slot did not continue the log (recreated or advanced elsewhere): every captured "
+            "table is read again, superseding the log's rows",
             err=True,
         )

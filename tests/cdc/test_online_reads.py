@@ -8,6 +8,7 @@ another table, from before the read starts until after it ended.
 from __future__ import annotations
 
 import random
+import re
 import subprocess
 import threading
 import time
@@ -753,14 +754,17 @@ def test_a_read_asked_for_survives_a_kill_before_it_ends_also_one_by_block_range
     assert restarted.stats.tables_added == 0 and restarted.stats.snapshot_rows == 0
 
 
-def test_a_new_snapshot_of_every_table_ends_the_reads_an_earlier_run_left(reference_db: str, tmp_path: Path) -> None:
+def test_a_slot_that_skipped_changes_has_every_table_read_again_beside_the_stream(reference_db: str, tmp_path: Path) -> None:
     """A read of big is under way, holding an update of a row it already read, when capture is killed;
-    the slot is then dropped and made again (``cdc setup``), so the next run snapshots every table anew.
-    That snapshot is newer than anything the read held: the read is over (its progress tombstoned, its
-    holding file gone), and the row keeps its newest value."""
+    the slot is then dropped and made again (``cdc setup``): the changes in between never reach the log,
+    so the next run reads every table again. That read is newer than anything the earlier one held: the
+    earlier read is over (its progress tombstoned, its holding file gone). The new reads run beside the
+    stream in chunks, as ``cdc snapshot`` reads, one table at a time here, and are asked for in the log's
+    move past the gap: killed during big's, the next run finds no gap but goes on past big's last durable
+    chunk and then reads busy (changed in the gap too), and the log replays to the source."""
     rows = 60_000
     _tables(reference_db, rows)
-    env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="500")
+    env = cdc_env(reference_db, tmp_path, tables="public.big,public.busy", snapshot_chunk_rows="500", snapshot_concurrency="1")
     settings = settings_for(reference_db, tmp_path, tables="public.big,public.busy")
     capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
     try:
@@ -770,14 +774,51 @@ def test_a_new_snapshot_of_every_table_ends_the_reads_an_earlier_run_left(refere
         execute(reference_db, "UPDATE big SET v = 111 WHERE id = 1")  # a row the read already wrote
         wait_for(lambda: any(p.stat().st_size > 0 for p in (tmp_path / "held").glob("*.held")), what="the update held")
         assert capture.kill9(), capture.stderr()
-        assert _progress(tmp_path) is not None, "the read ended before the kill"
-        execute(reference_db, "UPDATE big SET v = 222 WHERE id = 1", "SELECT pg_drop_replication_slot('cdc_slot')")
+        earlier = _read_state(tmp_path)
+        assert earlier is not None, "the read ended before the kill"
+        execute(
+            reference_db,
+            "UPDATE big SET v = 222 WHERE id = 1",
+            "UPDATE busy SET n = 5 WHERE id = 1",
+            "SELECT pg_drop_replication_slot('cdc_slot')",
+        )
         assert run_cdc(reference_db, tmp_path, "setup", tables="public.big,public.busy").returncode == 0
         capture = CdcProcess(env, ["capture"], tmp_path / "capture-1.err")
-        wait_for(lambda: replay(tmp_path, BIG) == source_table(reference_db, "big"), what="the log to replay to the source")
+        wait_for(
+            lambda: (state := _read_state(tmp_path)) is not None and state[0] > earlier[0] and 0 < state[1] < rows - 5_000,
+            what="the read again after the gap, part-way",
+        )
+        assert capture.kill9(), capture.stderr()
+        capture = CdcProcess(env, ["capture"], tmp_path / "capture-2.err")
+        wait_for(
+            lambda: (
+                replay(tmp_path, BIG) == source_table(reference_db, "big")
+                and replay(tmp_path, "cdc.public.busy") == source_table(reference_db, "busy")
+            ),
+            what="the log to replay to the source",
+        )
         assert _progress(tmp_path) is None and not list((tmp_path / "held").glob("*.held"))
         assert capture.terminate() == 0, capture.stderr()
     finally:
         if capture.running():
             capture.kill9()
-    assert "taking a new snapshot that supersedes the log's rows" in (tmp_path / "capture-1.err").read_text()
+    assert "every captured table is read again, superseding the log's rows" in (tmp_path / "capture-1.err").read_text()
+    resumed = (tmp_path / "capture-2.err").read_text()
+    assert "read again, superseding" not in resumed, "the move past the gap was not durable"
+    went_on = re.search(rf"resuming the read of {BIG} after (\d+) rows", resumed)
+    assert went_on is not None and 0 < int(went_on[1]) < rows, resumed
+    ledger = {r.key: r.value for r in read_topic(tmp_path, "cdc.__snapshots") if r.key is not None and b'"asked"' in r.key}
+    assert ledger and all(value is None for value in ledger.values()), f"a read asked for never ended: {ledger}"
+
+
+def _read_state(data_dir: Path) -> tuple[int, int] | None:
+    """``(boundary, rows)`` of big's read under way, as the ledger's progress record holds them."""
+    state = None
+    for record in read_topic(data_dir, "cdc.__snapshots"):
+        if record.key == b'["read","public.big"]':
+            state = (
+                None
+                if record.value is None
+                else (int(orjson.loads(record.value)["boundary"]), int(orjson.loads(record.value)["rows"]))
+            )
+    return state

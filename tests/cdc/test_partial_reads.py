@@ -28,7 +28,7 @@ from log_store.errors import LogNotFoundError
 from tests.cdc.helpers import execute, first_reads, read_topic, replay, run_cdc, settings_for, source_table, wait_for
 from tests.cdc.test_online_reads import BIG, TOASTED, WORDS, _progress, _started, assert_per_key_order, words_table
 from tests.cdc.test_online_reads import _tables as online_tables
-from tests.faults.harness import CdcProcess, cdc_env
+from tests.faults.harness import CdcProcess, cdc_env, wal_lsn
 
 pytestmark = pytest.mark.pg
 
@@ -96,9 +96,23 @@ def _stop_and_drain(updates: _Updates, url: str, data_dir: Path) -> None:
     updates.stop.set()
     updates.join(30)
     assert updates.error is None, updates.error
-    wait_for(
-        lambda: replay(data_dir, BIG, strict=False) == source_table(url, "big_published"), what="the log to replay to the source"
-    )
+    try:
+        wait_for(
+            lambda: replay(data_dir, BIG, strict=False) == source_table(url, "big_published"),
+            what="the log to replay to the source",
+        )
+    except AssertionError as timed_out:
+        replayed, source = replay(data_dir, BIG, strict=False), source_table(url, "big_published")
+        extra = sorted(set(replayed) - set(source), key=repr)[:5]
+        missing = sorted(set(source) - set(replayed), key=repr)[:5]
+        differing = [
+            (key, replayed[key], source[key])
+            for key in sorted(set(source) & set(replayed), key=repr)
+            if replayed[key] != source[key]
+        ]
+        raise AssertionError(
+            f"{timed_out}: extra {extra}, missing {missing}, differing {differing[:5]} of {len(differing)}"
+        ) from None
 
 
 def _reads(data_dir: Path) -> dict[tuple[int, int], list[int]]:
@@ -156,7 +170,7 @@ def test_cdc_snapshot_where_reads_again_exactly_the_rows_it_selects_beside_the_s
         wait_for(lambda: any(read.condition for read in capture.reads if read.rows > 500), what="the partial read under way")
         execute(reference_db, "ALTER TABLE big ADD COLUMN extra int")  # the read gives way, then goes on
         wait_for(
-            lambda: len(_later_runs(tmp_path, initial)) >= 2 and not capture.reads,
+            lambda: len(_later_runs(tmp_path, initial)) >= 2 and _progress(tmp_path) is None and not capture.reads,
             timeout=120,
             what="the end of the partial read",
         )
@@ -359,10 +373,16 @@ def test_a_whole_read_that_falls_due_during_a_partial_read_waits_for_it(referenc
             "ALTER PUBLICATION cdc_publication SET TABLE big (id, v, doc) WHERE (id % 3 <> 1), busy",
             "CREATE OR REPLACE VIEW big_published AS SELECT id, v, doc FROM big WHERE id % 3 <> 1",
         )
+        altered = wal_lsn(reference_db)
         request_snapshot(settings, ("public.busy",))  # a discovery right after it: big's whole read falls due
         wait_for(lambda: capture.stats.reads_requested == 2, what="the request for busy")
         assert any(read.condition for read in capture.reads), "the partial read ended before the filter changed"
-        wait_for(lambda: capture.stats.tables_added == 2 and not capture.reads, timeout=120, what="the whole reads")
+        wait_for(  # the whole read's last part: the ledger's entry as of a position past the change
+            lambda: capture.stats.tables_added == 2 and (entry := capture.ledger.entries.get("public.big")) is not None
+            and entry.lsn >= altered and not capture.reads,
+            timeout=120,
+            what="the whole reads",
+        )  # fmt: skip
         _stop_and_drain(updates, reference_db, tmp_path)  # to the rows the new filter publishes
     assert capture.stats.reads_abandoned == 0, capture.stats
     assert_per_key_order(read_topic(tmp_path, BIG))

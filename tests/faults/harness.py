@@ -152,8 +152,8 @@ def watermark(where: Where) -> int | None:
 
 
 def first_reads_done(url: str, where: Where, publication: str = "cdc_publication") -> bool:
-    """Whether every table ``publication`` publishes has been read into the log (a new log's first reads):
-    the ledger holds its record, and no read of it is under way."""
+    """Whether every table ``publication`` publishes has been read into the log (a new log's first reads, or
+    the reads again after a gap): the ledger holds its record, and no read of it is under way or asked for."""
     with psycopg.connect(url, autocommit=True) as conn:
         rows = conn.execute("SELECT schemaname, tablename FROM pg_publication_tables WHERE pubname = %s", (publication,))
         published = {f"{schema}.{table}" for schema, table in rows.fetchall()}
@@ -162,14 +162,14 @@ def first_reads_done(url: str, where: Where, publication: str = "cdc_publication
     except Exception:  # noqa: BLE001 - no log yet (the first capture has not created it)
         return False
     read: set[str] = set()
-    reading: set[str] = set()
+    open_marks: set[tuple[str, ...]] = set()  # ["read", table] progress and ["asked", table, where] notes
     for record in ledger:
         name = orjson.loads(record.key) if record.key else None
         if isinstance(name, str) and record.value is not None:
             read.add(name)
-        elif isinstance(name, list) and name[0] == "read":
-            (reading.add if record.value is not None else reading.discard)(str(name[1]))
-    return bool(published) and published <= read - reading
+        elif isinstance(name, list) and name[0] in ("read", "asked"):
+            (open_marks.add if record.value is not None else open_marks.discard)(tuple(map(str, name)))
+    return bool(published) and published <= read - {mark[1] for mark in open_marks}
 
 
 def wal_lsn(url: str) -> Lsn:

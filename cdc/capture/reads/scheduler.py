@@ -448,17 +448,17 @@ class ReadScheduler:
             log.info("the partial read of %s is cancelled", name)
         return asked or waiting or bool(reading)
 
-    def forget_reads(self) -> None:
-        """A new snapshot of every table is in the log: the reads an earlier run left under way are over
-        (their held changes are older than its rows, and would overwrite newer values): their progress
-        records get tombstones and their holding files go."""
-        assert self.log is not None
-        gone = [self.ledger.progress_gone(name) for name in list(self.ledger.reads)]
+    def end_reads(self) -> list[ProducerRecord]:
+        """The log goes on past a gap (:func:`~cdc.capture.initial_snapshot.begin_again`): the reads an earlier run
+        left under way are over (their held changes are older than the gap); the tombstones of their
+        progress records, to append with the move. Call :meth:`drop_holding_files` once they are durable."""
+        return [self.ledger.progress_gone(name) for name in list(self.ledger.reads)]
+
+    def drop_holding_files(self) -> None:
+        """Delete this slot's holding files (the reads they served are over)."""
         held_dir = self.settings.data_dir / "held"
         for path in held_dir.glob(f"{self.settings.slot}-*.held") if held_dir.exists() else ():
             path.unlink(missing_ok=True)
-        if gone:
-            self.log.append_group(gone, self.position.hex16())
 
     def reopen_reads(self) -> None:
         """Find the reads an earlier run left under way (a progress record in the ledger and its holding

@@ -16,7 +16,7 @@ import psycopg
 from psycopg import pq
 
 from cdc.capture.catalog import SESSION_OPTIONS
-from cdc.capture.errors import PrerequisiteError, SlotError, SourceError, connection_failure
+from cdc.capture.errors import PrerequisiteError, SlotError, SlotLostError, SourceError, connection_failure
 from cdc.capture.lsn import Lsn
 from cdc.capture.transport.framing import Frame, decode_frame, encode_status
 
@@ -293,14 +293,15 @@ def _server_error(result: pq.abc.PGresult, command: str) -> SourceError:
             ]
         )
     if sqlstate == "42704" or "does not exist" in line and "slot" in line:
-        return SlotError(
+        return SlotLostError(
             f"replication slot is gone ({line}): it was dropped, or a failover promoted a standby that did not have "
-            "it (PostgreSQL 14 to 16, or a slot not synced yet); run `cdc setup` to create it, then capture takes a new "
-            "snapshot"
+            "it (PostgreSQL 14 to 16, or a slot not synced yet); run `cdc setup` to create it, then capture reads "
+            "every table again (CDC_RECREATE_LOST_SLOT=true does both by itself)"
         )
     if "can no longer" in line or "invalidated" in line or "required WAL" in line or sqlstate == "55000" and "slot" in line:
-        return SlotError(
-            f"replication slot is invalidated ({line}); drop it and run `cdc setup`, then capture takes a new snapshot"
+        return SlotLostError(
+            f"replication slot is invalidated ({line}); drop it and run `cdc setup`, then capture reads every table "
+            "again (CDC_RECREATE_LOST_SLOT=true does both by itself)"
         )
     if sqlstate == "55006" or "is active for PID" in line:
         return SlotError(f"replication slot is in use ({line}); stop the other capture process first")
