@@ -23,7 +23,8 @@ warning line naming the LSN.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import struct
+from dataclasses import dataclass, field
 
 from cdc.capture.outbox import ID_HEADER, Outbox, Rejected
 from cdc.capture.pgoutput.messages import Relation, Tuple
@@ -34,6 +35,8 @@ from log_store import ProducerRecord
 BYTEA = 17
 #: The header holding a routed event's type.
 TYPE_HEADER = "type"
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
 
 
 @dataclass(frozen=True)
@@ -69,40 +72,64 @@ class RoutedTable:
     type_at: int
     payload_at: int
     bytea: bool
+    #: topic names by aggregate type (its bytes), made once each
+    _topics: dict[bytes, str] = field(default_factory=dict, compare=False, repr=False)
 
     def event(
-        self, outbox: Outbox, new: Tuple, insert_lsn: int, commit_lsn: int, sequence: int, ts_ms: int
+        self, outbox: Outbox, raw: list[bytes | None], insert_lsn: int, commit_lsn: int, sequence: int, ts_ms: int
     ) -> ProducerRecord | Rejected:
-        """The event of the inserted row ``new`` (at ``sequence`` in the transaction committed at
-        ``commit_lsn`` and ``ts_ms``), or its dead letter."""
-        # a column's text form as pgoutput sent it; anything else (SQL NULL) is None
+        """The event of an inserted row (at ``sequence`` in the transaction committed at ``commit_lsn`` and
+        ``ts_ms``), or its dead letter; ``raw``: the bytes of its columns' text forms as pgoutput sent them,
+        ``None`` for SQL NULL (:func:`raw_values`, :func:`text_values`)."""
         ident, aggregate, key, kind, payload = (
-            new[self.id_at],
-            new[self.aggregatetype_at],
-            new[self.aggregateid_at],
-            new[self.type_at],
-            new[self.payload_at],
+            raw[self.id_at],
+            raw[self.aggregatetype_at],
+            raw[self.aggregateid_at],
+            raw[self.type_at],
+            raw[self.payload_at],
         )
         headers = (
-            (ID_HEADER, ident.encode() if type(ident) is str else b""),
-            (TYPE_HEADER, kind.encode() if type(kind) is str else b""),
+            (ID_HEADER, ident if ident is not None else b""),
+            (TYPE_HEADER, kind if kind is not None else b""),
             (LSN_HEADER, b"%d" % commit_lsn),
             (SEQUENCE_HEADER, b"%d" % sequence),
         )
-        content: bytes | None = None
-        if type(payload) is str:
-            content = _bytea(payload) if self.bytea else payload.encode()
-        return outbox.route(
-            outbox.message_prefix + aggregate if type(aggregate) is str else outbox.message_prefix,
-            content,
-            headers,
-            insert_lsn,
-            commit_lsn,
-            ts_ms,
-            key=key.encode() if type(key) is str else None,
-            keyed=True,
-            json=not self.bytea,
-        )
+        content = payload if payload is None or not self.bytea else _bytea(payload.decode())
+        topic = outbox.message_prefix
+        if aggregate is not None:
+            topic = self._topics.get(aggregate) or self._topics.setdefault(aggregate, topic + aggregate.decode())
+        return outbox.route(topic, content, headers, insert_lsn, commit_lsn, ts_ms, key=key, keyed=True, json=not self.bytea)
+
+
+def text_values(new: Tuple) -> list[bytes | None]:
+    """The columns of a decoded tuple as :func:`raw_values` gives them."""
+    return [value.encode() if type(value) is str else None for value in new]
+
+
+def raw_values(frame: bytes, at: int) -> list[bytes | None] | None:
+    """The columns of the TupleData at ``at`` of an Insert's pgoutput ``frame``, as the bytes of their text
+    forms (``None``: SQL NULL), read straight from the frame: an outbox row's event needs only these bytes,
+    never the Python strings the decoder makes (:meth:`RoutedTable.event`). ``None`` when the tuple holds
+    anything else (the decoder then reads it, and names what is wrong)."""
+    values: list[bytes | None] = []
+    append = values.append
+    try:
+        count = _I16.unpack_from(frame, at)[0]
+        pos = at + 2
+        for _ in range(count):
+            kind = frame[pos]
+            if kind == 0x74:  # 't'
+                length = _I32.unpack_from(frame, pos + 1)[0]
+                pos += 5 + length
+                append(frame[pos - length : pos])
+            elif kind == 0x6E:  # 'n'
+                pos += 1
+                append(None)
+            else:
+                return None
+    except (IndexError, struct.error):
+        return None
+    return values if pos == len(frame) else None
 
 
 def _bytea(text: str) -> bytes:

@@ -39,7 +39,7 @@ from cdc.capture.events import EventBuilder, TxContext, new_record
 from cdc.capture.key_changes import discarded_values, read_back_key
 from cdc.capture.lsn import Lsn
 from cdc.capture.outbox import UNSURE, Outbox, Rejected
-from cdc.capture.outbox_table import OutboxColumns, RoutedTable
+from cdc.capture.outbox_table import OutboxColumns, RoutedTable, raw_values, text_values
 from cdc.capture.pgoutput.decoder import Decoder
 from cdc.capture.pgoutput.messages import (
     UNCHANGED,
@@ -456,7 +456,7 @@ class ChangeReplayer:
         builder = self.builder
         if isinstance(message, Insert) and message.relid in self._routed:
             if not self._replaying:
-                yield self._routed_event(self._routed[message.relid], message, context)
+                yield self._routed_event(self._routed[message.relid], text_values(message.new), context)
         elif isinstance(message, (Insert, Update, Delete)):
             shape = self.relations.get(message.relid)
             head = self._admitted(admitted, shape, context.lsn, context.sequence) if shape is not None else None
@@ -534,12 +534,12 @@ class ChangeReplayer:
             )
         self._routed[relation.relid] = bound
 
-    def _routed_event(self, routed: RoutedTable, insert: Insert, context: TxContext) -> ProducerRecord:
-        """The event of a row inserted into an outbox table (:mod:`cdc.capture.outbox_table`), or its dead
-        letter (said in one warning line); it takes the transaction's next sequence."""
+    def _routed_event(self, routed: RoutedTable, raw: list[bytes | None], context: TxContext) -> ProducerRecord:
+        """The event of a row inserted into an outbox table (:mod:`cdc.capture.outbox_table`; ``raw``: its
+        columns), or its dead letter (said in one warning line); it takes the transaction's next sequence."""
         outbox = self.outbox
         assert outbox is not None, "outbox tables are routed by the outbox rules"
-        result = routed.event(outbox, insert.new, context.lsn, context.lsn, context.sequence, context.ts_ms)
+        result = routed.event(outbox, raw, context.lsn, context.lsn, context.sequence, context.ts_ms)
         context.sequence += 1
         if isinstance(result, Rejected):
             log.warning(
@@ -643,7 +643,11 @@ class ChangeReplayer:
                 relid = unpack_u32(payload, relid_at)[0]
                 shape = relations.get(relid)
                 if shape is None:
-                    if relid in self._routed:  # an outbox table's row: an event of its own (_decoded)
+                    routed = self._routed.get(relid)  # an outbox table's row: an event of its own
+                    raw = raw_values(payload, relid_at + 5) if routed is not None and outbox is not None else None
+                    if routed is not None and raw is not None:
+                        yield self._routed_event(routed, raw, context)
+                    elif routed is not None:  # (a replay writes no event; the decoder names a malformed tuple)
                         yield from self._decoded(decoder.decode(payload, lsn), admitted, context)
                     continue
                 entry = fast.get(relid)

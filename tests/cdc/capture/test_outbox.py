@@ -179,7 +179,7 @@ def test_the_replayer_orders_events_among_row_changes() -> None:
 
 
 def test_an_outbox_tables_columns_are_found_by_name_and_a_bytea_payload_is_its_bytes() -> None:
-    from cdc.capture.outbox_table import OutboxColumns, RoutedTable
+    from cdc.capture.outbox_table import OutboxColumns, RoutedTable, text_values
     from cdc.capture.pgoutput.messages import Column, Relation
 
     def relation(*columns: tuple[str, int]) -> Relation:
@@ -188,20 +188,42 @@ def test_an_outbox_tables_columns_are_found_by_name_and_a_bytea_payload_is_its_b
     debezium = [("payload", 17), ("type", 25), ("aggregateid", 25), ("aggregatetype", 25), ("id", 2950)]
     routed = OutboxColumns().bind(relation(*debezium))
     assert routed == RoutedTable("public.outbox", 4, 3, 2, 1, 0, True)
-    record = routed.event(RULES, ("\\x00ff", "Paid", "a-1", "Order", "u-1"), 0x10, 0x20, 3, 7)
+    record = routed.event(RULES, text_values(("\\x00ff", "Paid", "a-1", "Order", "u-1")), 0x10, 0x20, 3, 7)
     assert not isinstance(record, Rejected)
     assert (record.topic, record.key, record.value) == ("cdc.outbox.Order", b"a-1", b"\x00\xff")
     assert dict(record.headers) == {"id": b"u-1", "type": b"Paid", "lsn": b"32", "sequence": b"3"}
     assert "has no column aggregatetype" in str(OutboxColumns().bind(relation(("id", 23), ("payload", 114))))
     bad = OutboxColumns(payload="body").bind(relation(*debezium[1:], ("body", 3802)))
     assert isinstance(bad, RoutedTable) and not bad.bytea
-    rejected = bad.event(RULES, ("Paid", None, "Order", "u-2", "not json"), 0x10, 0x20, 0, 7)
+    rejected = bad.event(RULES, text_values(("Paid", None, "Order", "u-2", "not json")), 0x10, 0x20, 0, 7)
     assert isinstance(rejected, Rejected) and "aggregate id is null" in rejected.reason
     plain = RoutedTable("public.outbox", 0, 1, 2, 3, 4, False)  # a NULL part: a dead letter, or an empty header
-    no_type = plain.event(RULES, ("u-3", None, "a-1", "Paid", "{}"), 0x10, 0x20, 0, 7)
+    no_type = plain.event(RULES, text_values(("u-3", None, "a-1", "Paid", "{}")), 0x10, 0x20, 0, 7)
     assert isinstance(no_type, Rejected) and "names no topic" in no_type.reason
-    no_payload = plain.event(RULES, ("u-4", "Order", "a-1", "Paid", None), 0x10, 0x20, 0, 7)
+    no_payload = plain.event(RULES, text_values(("u-4", "Order", "a-1", "Paid", None)), 0x10, 0x20, 0, 7)
     assert isinstance(no_payload, Rejected) and no_payload.reason == "the payload is null"
-    untyped = plain.event(RULES, ("u-5", "Order", "a-1", None, '{"x": 1}'), 0x10, 0x20, 1, 7)
+    untyped = plain.event(RULES, text_values(("u-5", "Order", "a-1", None, '{"x": 1}')), 0x10, 0x20, 1, 7)
     assert not isinstance(untyped, Rejected) and (untyped.key, untyped.value) == (b"a-1", b'{"x": 1}')
     assert dict(untyped.headers) == {"id": b"u-5", "type": b"", "lsn": b"32", "sequence": b"1"}
+
+
+def test_an_outbox_rows_columns_read_from_the_frame_equal_the_decoded_ones() -> None:
+    """The outbox table's direct path (:func:`raw_values`) reads what the decoder reads, and declines a tuple
+    it does not hold whole (the decoder then names what is wrong)."""
+    import struct
+
+    from cdc.capture.outbox_table import raw_values, text_values
+    from cdc.capture.pgoutput.decoder import Decoder
+    from cdc.capture.pgoutput.messages import Insert
+
+    def text(value: str) -> bytes:
+        raw = value.encode()
+        return b"t" + struct.pack(">i", len(raw)) + raw
+
+    columns = [text("u-1"), b"n", text("Ordér"), text(""), text('{"a": [1, 2]}')]
+    frame = b"I" + struct.pack(">I", 7) + b"N" + struct.pack(">h", len(columns)) + b"".join(columns)
+    decoded = Decoder().decode(frame, 0x10)
+    assert isinstance(decoded, Insert)
+    assert raw_values(frame, 6) == text_values(decoded.new) == [b"u-1", None, "Ordér".encode(), b"", b'{"a": [1, 2]}']
+    assert raw_values(frame[:-1], 6) is None  # cut short
+    assert raw_values(frame.replace(b"n", b"u", 1), 6) is None  # an unchanged TOAST value: not an insert's
