@@ -2,8 +2,9 @@
 with view-table maintenance on and, in a second run beside it, off.
 
 Usage: python -m bench.views_soak [minutes] [transactions_per_second] [scale] [--sample S] [--only on|off]
-[--vacuum-hours H]
-(default 60 minutes a run, 100 tx/s, pgbench scale 5 (500,000 accounts), a sample every 60 s; both runs)
+[--vacuum-hours H] [--deletion-vectors]
+(default 60 minutes a run, 100 tx/s, pgbench scale 5 (500,000 accounts), a sample every 60 s; both runs;
+copy-on-write view tables unless ``--deletion-vectors``)
 
 Each run is a fresh PostgreSQL (``pgbench -i``, ``pgbench_history`` given ``REPLICA IDENTITY FULL``: a
 keyless table), ``cdc setup``, then ``cdc capture`` and ``cdc sync --continuous`` as processes (every
@@ -15,7 +16,8 @@ and an insert into the keyless history a transaction). Every sample prints:
 - RSS of capture's process and of sync's process with its JVM;
 - files and Delta version of the largest current and history tables, the log's and the views' bytes
   on disk;
-- the time ``deltalake`` takes to read the largest current table whole.
+- the time ``deltalake`` takes to read the largest current table whole (through its ``QueryBuilder``, which
+  applies deletion vectors).
 
 Vacuum removes a replaced file only once it is older than ``CDC_VACUUM_RETENTION_HOURS`` (``--vacuum-hours``,
 default here 1, the least it takes; 168 by default in the product), so the views' bytes on disk can level
@@ -91,10 +93,10 @@ def _lag(env: dict[str, str]) -> dict[str, object]:
 
 
 def _read_seconds(path: Path) -> float:
-    from deltalake import DeltaTable
+    from derived_views.engine.delta_reads import read_query  # QueryBuilder: reads a table with deletion vectors too
 
     started = time.perf_counter()
-    DeltaTable(str(path)).to_pyarrow_table()
+    read_query(str(path), "SELECT * FROM t")
     return time.perf_counter() - started
 
 
@@ -148,7 +150,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def soak(
-    maintenance: bool, minutes: float, rate: int, scale: int, sample_s: float, vacuum_hours: float
+    maintenance: bool, minutes: float, rate: int, scale: int, sample_s: float, vacuum_hours: float, deletion_vectors: bool
 ) -> tuple[list[Sample], str]:
     """One run; returns its samples and the verify's verdict."""
     server = LocalPostgres()
@@ -164,6 +166,7 @@ def soak(
         CDC_MAINTENANCE="true" if maintenance else "false",
         CDC_MAINTENANCE_INTERVAL_S=str(min(300.0, max(30.0, minutes * 60 / 12))),
         CDC_VACUUM_RETENTION_HOURS=str(vacuum_hours),
+        CDC_DELETION_VECTORS="true" if deletion_vectors else "false",
     )
     pgbench = str(server.bindir / "pgbench")
     subprocess.run([pgbench, "-i", "-q", "-s", str(scale), url], check=True, capture_output=True)
@@ -233,11 +236,16 @@ def main(argv: list[str]) -> None:
         help="CDC_VACUUM_RETENTION_HOURS (at least 1): vacuum removes replaced files only once older, so the views' "
         "bytes can level off only in a run longer than this",
     )
+    parser.add_argument("--deletion-vectors", action="store_true", help="CDC_DELETION_VECTORS=true for the view tables")
     args = parser.parse_args(argv)
     minutes, rate, scale = args.minutes, args.rate, args.scale
     runs = {label: flag for label, flag in (("on", True), ("off", False)) if args.only in (None, label)}
-    results = {label: soak(flag, minutes, rate, scale, args.sample, args.vacuum_hours) for label, flag in runs.items()}
-    print(f"\n{minutes:g} min a run at {rate} tx/s, pgbench scale {scale}; slope over the second half, per hour")
+    results = {
+        label: soak(flag, minutes, rate, scale, args.sample, args.vacuum_hours, args.deletion_vectors)
+        for label, flag in runs.items()
+    }
+    vectors = ", deletion vectors" if args.deletion_vectors else ""
+    print(f"\n{minutes:g} min a run at {rate} tx/s, pgbench scale {scale}{vectors}; slope over the second half, per hour")
     print(f"{'figure':16}" + "".join(f"{'maintenance ' + label:>34}" for label in results))
     for figure in FIGURES:
         cells = []

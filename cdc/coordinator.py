@@ -160,7 +160,12 @@ class Capture:
         self.stop = stop or threading.Event()
         self.tuning = tuning or Tuning()
         self.stats = CaptureStats()
-        self.catalog = Catalog(settings.database_url, publication=settings.publication, mask_key=settings.mask_key_bytes)
+        self.catalog = Catalog(
+            settings.database_url,
+            publication=settings.publication,
+            mask_key=settings.mask_key_bytes,
+            primary_url=settings.primary_url,
+        )
         self.log: Log | None = None
         #: the streaming decisions: what the log holds, what the server was told, waiting table snapshots
         self.core: StreamCore[Transaction, PendingSnapshot] = StreamCore(self.tuning, Lsn(0))
@@ -359,7 +364,7 @@ class Capture:
         captured = {self.writer.shape_of(table).topic for table in tables}
         self.position = begin_log(
             self.settings.database_url, self.settings.slot, self.log, self.writer,
-            captured=captured, uncaptured=self._table_of_topic, failover=self._failover,
+            captured=captured, uncaptured=self._table_of_topic, failover=self._failover, primary_url=self.settings.primary_url,
         )  # fmt: skip
         if not self._table_of_topic:  # no row is labelled yet: the reads may be as of the slot's position
             self.scheduler.label_floor = 0
@@ -388,7 +393,7 @@ class Capture:
         self.position = begin_again(
             self.settings.database_url, self.settings.slot, self.log, self.writer, self.ledger,
             tables=[self.writer.shape_of(table) for table in tables], uncaptured=self._table_of_topic,
-            ended_reads=self.scheduler.end_reads(), failover=self._failover,
+            ended_reads=self.scheduler.end_reads(), failover=self._failover, primary_url=self.settings.primary_url,
         )  # fmt: skip
         self.scheduler.drop_holding_files()
         self.core.confirmed = Lsn(self.position + 1)  # where the slot is: nothing before it is asked for

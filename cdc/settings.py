@@ -41,6 +41,7 @@ ACCEPTS: dict[str, str] = {
     "tables": "a comma-separated list of schema.table names, or empty for every published table",
     "slot_failover": "auto (failover slots on PostgreSQL 17+ when a standby is configured), true or false",
     "standby_url": "empty, or the standby's PostgreSQL URL such as postgresql://cdc:secret@standby:5432/shop",
+    "primary_url": "empty, or the primary's PostgreSQL URL such as postgresql://cdc:secret@primary:5432/shop",
     "slot": "a lower-case replication slot name: letters, digits and _, at most 63 characters",
     "publication": "a lower-case publication name: letters, digits and _, at most 63 characters",
     "partitions": "a whole number of partitions per topic from 1 to 1024",
@@ -117,6 +118,9 @@ class Settings(BaseSettings):
         default="auto", description="Create the slot with FAILOVER true (PostgreSQL 17+): auto, true or false (cdc.failover)."
     )
     standby_url: str = Field(default="", description="The physical standby, for setup's failover checks and lag.")
+    primary_url: str = Field(
+        default="", description="The primary, when CDC_DATABASE_URL names a hot standby to capture from (cdc.standby_source)."
+    )
     partitions: int = Field(default=3, ge=1, le=1024, description="Partitions per topic.")
     topic_prefix: str = Field(default="cdc", description="Topic name prefix.")
     outbox_prefix: str = Field(
@@ -217,7 +221,7 @@ class Settings(BaseSettings):
     def _join_database_password(self) -> Settings:
         """The database password joins ``database_url`` as its ``password`` parameter, so that every
         connection (catalog, snapshot, replication) and every process given the URL uses it; and
-        ``standby_url`` too when it holds none (a physical standby has the primary's roles)."""
+        ``standby_url`` and ``primary_url`` too when they hold none (a physical standby has the primary's roles)."""
         password = self.database_password.get_secret_value()
         if not password:
             return self
@@ -228,6 +232,8 @@ class Settings(BaseSettings):
         self.database_url = _with_password(self.database_url, password)
         if self.standby_url and not conninfo_to_dict(self.standby_url).get("password"):
             self.standby_url = _with_password(self.standby_url, password)
+        if self.primary_url and not conninfo_to_dict(self.primary_url).get("password"):
+            self.primary_url = _with_password(self.primary_url, password)
         return self
 
     @field_validator("tables", mode="before")
@@ -295,11 +301,11 @@ class Settings(BaseSettings):
         """The key of signed requests (``None`` when ``CDC_REQUEST_KEY`` is not set)."""
         return self.request_key.get_secret_value().encode() or None
 
-    @field_validator("database_url", "standby_url")
+    @field_validator("database_url", "standby_url", "primary_url")
     @classmethod
     def _check_url(cls, value: str, info: ValidationInfo) -> str:
-        if not value and info.field_name == "standby_url":
-            return value  # no standby
+        if not value and info.field_name in ("standby_url", "primary_url"):
+            return value  # no standby, or capture from the primary
         if not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("it does not start with postgresql://")
         if _misread_by_libpq(value):

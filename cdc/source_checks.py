@@ -24,6 +24,7 @@ from cdc.capture_rules import Checked, apply_masks, apply_rules, check_rules, pu
 from cdc.failover import failover_problems, failover_wanted, primary_facts, standby_facts, synchronized_standby_slots
 from cdc.publication_rule_checks import generated_column_problems, rule_problems
 from cdc.settings import Settings
+from cdc.standby_source import in_recovery, nudging_primary, standby_problems, writable_url
 
 if TYPE_CHECKING:
     from derived_views import SourceTable
@@ -52,7 +53,9 @@ def run_checks(settings: Settings) -> list[Check]:
     """Every prerequisite of capture, in a fixed order."""
     checks: list[Check] = []
     with _connect(settings.database_url) as conn:
+        standby = in_recovery(conn)
         checks.append(server_version_check(conn.info.server_version))
+        checks.extend(Check(name, False, message) for name, message in (standby_problems(conn, settings) if standby else []))
         checks.append(_wal_level_check(conn))
         checks.append(_replication_check(conn))
         slots_max = int(conn.execute("SHOW max_replication_slots").fetchone()[0])  # type: ignore[index, call-overload, arg-type]
@@ -88,7 +91,8 @@ def run_checks(settings: Settings) -> list[Check]:
         )
         checks.extend(_table_checks(conn, settings))
         checks.append(_views_file_check(conn, settings))
-        checks.extend(_failover_checks(conn, settings))
+        if not standby:  # a slot on a standby is no failover slot
+            checks.extend(_failover_checks(conn, settings))
     if settings.uses_kafka:
         checks.append(_kafka_check(settings))
     return checks
@@ -257,6 +261,9 @@ def capture_problems(settings: Settings) -> list[str]:
     with _connect(settings.database_url) as conn:
         first = (server_version_check(conn.info.server_version), _wal_level_check(conn), _replication_check(conn))
         problems = [f"{check.message}; {_SEE_SETUP}" for check in first if not check.ok]
+        standby = [message for _, message in standby_problems(conn, settings)] if in_recovery(conn) else []
+        if standby:  # the source itself is wrong: what else is missing is told once it is right
+            return problems + standby
         if not publication_exists(conn, settings.publication):
             problems.append(
                 f"publication {settings.publication} does not exist; run `cdc setup` to create it (it first checks "
@@ -521,8 +528,9 @@ def declared_rules(conn: Connection, settings: Settings) -> Checked:
 
 def apply_declared_rules(settings: Settings) -> list[str]:
     """Give the existing publication's tables the rules the views file declares (see
-    :func:`cdc.capture_rules.apply_rules`); the tables changed."""
-    with _connect(settings.database_url) as conn:
+    :func:`cdc.capture_rules.apply_rules`); the tables changed. On the primary, when capture reads from a
+    standby (:mod:`cdc.standby_source`)."""
+    with _connect(writable_url(settings)) as conn:
         checked = declared_rules(conn, settings)
         if checked.problems:
             raise PrerequisiteError(checked.problems)
@@ -532,8 +540,9 @@ def apply_declared_rules(settings: Settings) -> list[str]:
 
 def ensure_publication(settings: Settings) -> bool:
     """Create the publication (over ``CDC_TABLES`` with the rules the views file declares, or all tables;
-    on PostgreSQL 18 with ``publish_generated_columns = stored``) unless it exists; True if created."""
-    with _connect(settings.database_url) as conn:
+    on PostgreSQL 18 with ``publish_generated_columns = stored``) unless it exists; True if created. On
+    the primary, when capture reads from a standby (:mod:`cdc.standby_source`)."""
+    with _connect(writable_url(settings)) as conn:
         if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone():
             return False
         checked = declared_rules(conn, settings)
@@ -575,7 +584,8 @@ def ensure_slot(settings: Settings) -> bool:
     one is made one (``ALTER_REPLICATION_SLOT``, 17+).
     """
     with _connect(settings.database_url) as conn:
-        failover = failover_wanted(
+        standby = in_recovery(conn)  # the slot is made on the standby capture reads from (cdc.standby_source)
+        failover = not standby and failover_wanted(
             settings.slot_failover, conn.info.server_version, synchronized_standby_slots(conn), bool(settings.standby_url)
         )
         row = conn.execute("SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone()
@@ -593,7 +603,8 @@ def ensure_slot(settings: Settings) -> bool:
             if failover:
                 conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', failover => true)", (settings.slot,))
             else:
-                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (settings.slot,))
+                with nudging_primary(settings.primary_url if standby else ""):
+                    conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (settings.slot,))
         except psycopg.Error as exc:
             raise SourceError(f"cannot create replication slot {settings.slot}: {str(exc).strip().splitlines()[0]}") from None
         return True

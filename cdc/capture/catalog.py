@@ -139,11 +139,19 @@ _GENERATED_OF_TABLE = (
 )
 
 
+def wal_end_sql(primary: str) -> str:
+    """SQL for the end of the WAL a server can decode: ``primary`` (a WAL position function) on a primary,
+    the replay position on a standby (:mod:`cdc.standby_source`)."""
+    return f"(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE {primary} END)"
+
+
 class Catalog:
     """Lazily connected catalog reader; reconnects when its connection was lost. Not thread-safe."""
 
-    def __init__(self, url: str, *, publication: str = "", mask_key: bytes | None = None) -> None:
+    def __init__(self, url: str, *, publication: str = "", mask_key: bytes | None = None, primary_url: str = "") -> None:
         self._url = url
+        #: the primary, when ``url`` is a standby capture reads from (:mod:`cdc.standby_source`): :meth:`flush_wal` asks it
+        self._primary_url = primary_url
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._types: dict[int, str] = {}
         self._publication = publication
@@ -364,22 +372,31 @@ class Catalog:
 
     def wal_insert_position(self) -> int:
         """The server's WAL insert position now: every transaction committed so far ends before it
-        (also under ``synchronous_commit = off``, where the flush position lags behind commits)."""
-        rows = self._execute("SELECT pg_current_wal_insert_lsn()::text", ())
+        (also under ``synchronous_commit = off``, where the flush position lags behind commits). On a
+        standby (:mod:`cdc.standby_source`) its replay position: what it can decode."""
+        rows = self._execute(f"SELECT {wal_end_sql('pg_current_wal_insert_lsn()')}::text", ())
         return int(Lsn.parse(str(rows[0][0]))) if rows else 0
 
     def wal_flush_position(self) -> int:
-        """The server's WAL flush position now (every synchronous commit so far ends before it)."""
-        rows = self._execute("SELECT pg_current_wal_flush_lsn()::text", ())
+        """The server's WAL flush position now (every synchronous commit so far ends before it); on a
+        standby its replay position."""
+        rows = self._execute(f"SELECT {wal_end_sql('pg_current_wal_flush_lsn()')}::text", ())
         return int(Lsn.parse(str(rows[0][0]))) if rows else 0
 
     def flush_wal(self) -> None:
         """Make the server flush its WAL: a transaction that takes an ID and commits (one commit record; on a
-        server that takes no writes, nothing)."""
+        server that takes no writes, nothing). A standby capture reads from has its primary do it: the
+        standby then receives and replays that WAL."""
         try:
             self._execute("SELECT pg_current_xact_id()::text", ())
         except (SourceError, psycopg.Error):
-            pass  # a standby, or a role that may not write: the server flushes on its own, later
+            if not self._primary_url:
+                return  # a role that may not write: the server flushes on its own, later
+            try:
+                with psycopg.connect(self._primary_url, autocommit=True, connect_timeout=5) as primary:
+                    primary.execute("SELECT pg_current_xact_id()::text")
+            except psycopg.Error:
+                pass  # the primary is away (a promotion under way, say): its WAL comes on its own, later
 
     def async_commit_delay(self) -> float:
         """Seconds within which the server flushes an asynchronous commit: three times ``wal_writer_delay``."""

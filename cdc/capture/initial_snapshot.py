@@ -36,6 +36,7 @@ from cdc.capture.snapshot_writer import SnapshotWriter
 from cdc.capture.table_snapshots import SnapshotLedger
 from cdc.capture.tables import TableShape
 from cdc.capture.transport import ReplicationConnection
+from cdc.standby_source import nudging_primary
 from log_store import ProducerRecord
 from log_store.log import Log
 
@@ -51,15 +52,17 @@ def begin_log(
     captured: set[str],
     uncaptured: Mapping[str, tuple[str, str]],
     failover: bool = False,
+    primary_url: str = "",
 ) -> Lsn:
     """Record the position of ``slot`` (made now when there is none) minus one as ``store``'s; that position.
 
     ``captured``: the topics of the tables capture reads now; ``uncaptured``: topic -> (schema, table) of
     every table the log has records of (those not captured get truncate markers). ``failover``: the slot
-    is made a failover slot (:mod:`cdc.failover`). Once the group is durable the log continues from the
+    is made a failover slot (:mod:`cdc.failover`); ``primary_url``: the primary of a standby capture reads
+    from, nudged while the slot is made there (:mod:`cdc.standby_source`). Once the group is durable the log continues from the
     slot; a run that fails before leaves the slot to the next one, which makes it anew.
     """
-    start = _slot_start(url, slot, failover)
+    start = _slot_start(url, slot, failover, primary_url)
     position = Lsn(start - 1)  # every transaction committed before the slot's position
     ts_ms = time.time_ns() // 1_000_000
     store.append_group(writer.supersede_uncaptured(captured, uncaptured, position, ts_ms), position.hex16())
@@ -78,6 +81,7 @@ def begin_again(
     uncaptured: Mapping[str, tuple[str, str]],
     ended_reads: list[ProducerRecord],
     failover: bool = False,
+    primary_url: str = "",
 ) -> Lsn:
     """Move ``store`` past the gap to where ``slot`` is (minus one) and ask for a whole read of ``tables``
     (a cancelled one stays cancelled); that position.
@@ -85,9 +89,9 @@ def begin_again(
     One group holds it all, so a run killed after it reads the tables again from the notes, and one
     killed before finds the gap again: ``ended_reads`` (the tombstones of reads left under way), truncate
     markers for ``uncaptured`` topics no longer captured (see :meth:`SnapshotWriter.supersede_uncaptured`),
-    and the notes. ``failover``: a slot made now is a failover slot.
+    and the notes. ``failover``, ``primary_url``: as for :func:`begin_log`.
     """
-    position = Lsn(_slot_start(url, slot, failover) - 1)
+    position = Lsn(_slot_start(url, slot, failover, primary_url) - 1)
     ts_ms = time.time_ns() // 1_000_000
     captured = {shape.topic for shape in tables}
     superseded = writer.supersede_uncaptured(captured, uncaptured, position, ts_ms)
@@ -99,12 +103,12 @@ def begin_again(
     return position
 
 
-def _slot_start(url: str, slot: str, failover: bool) -> Lsn:
+def _slot_start(url: str, slot: str, failover: bool, primary_url: str) -> Lsn:
     """The position of ``slot``, made now (which waits, once, for the transactions holding an ID) when
     there is none or it never became consistent."""
     start = idle_slot_position(url, slot)
     if start is None:
         drop_idle_slot(url, slot)
-        with ReplicationConnection(url) as repl:
+        with ReplicationConnection(url) as repl, nudging_primary(primary_url):
             start = repl.create_slot(slot, export_snapshot=False, failover=failover).consistent_point
     return start

@@ -70,7 +70,7 @@ from typing import TYPE_CHECKING
 import orjson
 import psycopg
 
-from cdc.capture.catalog import SESSION_OPTIONS, PublishedTable, columns_filled_since, key_changed
+from cdc.capture.catalog import SESSION_OPTIONS, PublishedTable, columns_filled_since, key_changed, wal_end_sql
 from cdc.capture.errors import SourceError
 from cdc.capture.lsn import Lsn
 from cdc.capture.snapshot import SnapshotReader
@@ -419,7 +419,7 @@ class PendingSnapshot:
 _EXPORT = (
     "SELECT pg_export_snapshot(), pg_current_snapshot()::text, "
     "(SELECT count(*) FROM pg_snapshot_xip(pg_current_snapshot()) AS x WHERE pg_xact_status(x) = 'committed'), "
-    "pg_current_wal_insert_lsn()::text, current_setting('wal_block_size')::int"
+    f"{wal_end_sql('pg_current_wal_insert_lsn()')}::text, current_setting('wal_block_size')::int"
 )
 
 #: the sizes of a WAL page's header: a page's first record starts after it (the first page of a segment has

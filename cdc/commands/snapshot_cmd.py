@@ -27,6 +27,7 @@ from cdc.capture.reads.snapshot_requests import PREFIX, SnapshotRequest
 from cdc.cli import pass_context
 from cdc.read_status import read_status
 from cdc.settings import Settings
+from cdc.standby_source import writable_url
 
 if TYPE_CHECKING:
     from cdc.capture.catalog import Catalog, PublishedTable
@@ -107,7 +108,8 @@ def request_snapshot(settings: Settings, tables: tuple[str, ...], *, cancel: boo
     finally:
         catalog.close()
     try:
-        with psycopg.connect(settings.database_url, autocommit=True) as conn:
+        # a standby capture reads from takes no write: the request goes to its primary (cdc.standby_source)
+        with psycopg.connect(writable_url(settings), autocommit=True) as conn:
             row = conn.execute(
                 "SELECT pg_logical_emit_message(true, %s, %s::bytea)::text", (PREFIX, request.content())
             ).fetchone()

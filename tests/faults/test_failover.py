@@ -1,6 +1,6 @@
 """A primary that fails over while capture streams: the log replays to exactly the new primary's tables.
 
-A primary and a physical standby (``pg_basebackup -R``, :mod:`tests.faults.standby_pair`) on loopback
+A primary and a physical standby (``pg_basebackup -R``, :mod:`local_servers.standby_pair`) on loopback
 ports, a write load through the multi-host URL, ``cdc capture`` as a subprocess on the same URL; at a
 seeded random moment the primary is stopped as a crash stops it (``pg_ctl stop -m immediate``) and the
 standby promoted. The load goes on against the new primary, then stops, and capture drains.
@@ -38,9 +38,9 @@ import pytest
 from cdc.capture.lsn import Lsn
 from local_servers.pg_builds import installed_client_bindir
 from local_servers.postgres import find_server_bindir
+from local_servers.standby_pair import PHYSICAL_SLOT, StandbyPair
 from tests.cdc.helpers import read_topic, replay
 from tests.faults.harness import LoadThread, Running, cdc_env, first_reads_done, poll, run_cdc, wal_lsn, watermark
-from tests.faults.standby_pair import PHYSICAL_SLOT, StandbyPair
 from tests.faults.test_faults import SEED
 
 pytestmark = [pytest.mark.faults, pytest.mark.pg, pytest.mark.slow]

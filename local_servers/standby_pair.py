@@ -1,4 +1,5 @@
-"""A primary and a physical standby of one PostgreSQL major version on loopback ports, for failover tests.
+"""A primary and a physical standby of one PostgreSQL major version on loopback ports (failover tests, capture
+from a standby, its bench).
 
 The standby is made the way operators make one: ``pg_basebackup -R`` (the 18 client build's, which
 reads older servers too) from the primary, streaming through a physical slot of its own. On 17 and
@@ -15,6 +16,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -72,13 +74,12 @@ class StandbyPair:
         clients = pg_builds.installed_client_bindir(18)
         assert clients is not None, "the PostgreSQL 18 client programs are not fetched: run scripts/setup"
         conninfo = f"host=127.0.0.1 port={self.primary.port} user=postgres dbname={database}"
-        kwargs: dict[str, object] = {}
-        if account is not None:
-            kwargs = {"user": account.pw_uid, "group": account.pw_gid, "extra_groups": []}
         subprocess.run(
             [str(clients / "pg_basebackup"), "-d", conninfo, "-D", str(self.standby.data_dir), "-R", "-X", "stream",
              "-S", PHYSICAL_SLOT, "-c", "fast", "--no-sync"],
-            check=True, capture_output=True, text=True, cwd=self.root, **kwargs,  # type: ignore[arg-type]
+            check=True, capture_output=True, text=True, cwd=self.root,
+            user=account.pw_uid if account else None, group=account.pw_gid if account else None,
+            extra_groups=[] if account else None,
         )  # fmt: skip
         standby_settings = {
             # the 18 client writes options older servers do not know (sslnegotiation): the conninfo is ours
@@ -94,14 +95,12 @@ class StandbyPair:
         # the base backup copied the primary's settings (port, socket directory); the standby's own go after them
         self.standby.settings = standby_settings
         self.standby.start()
-        from tests.faults.harness import poll
-
+        deadline = time.monotonic() + 60
         with psycopg.connect(self.primary.url(), autocommit=True) as conn:
-            poll(
-                lambda: conn.execute("SELECT 1 FROM pg_stat_replication WHERE state = 'streaming'").fetchone() is not None,
-                60,
-                "the standby to stream from the primary",
-            )
+            while conn.execute("SELECT 1 FROM pg_stat_replication WHERE state = 'streaming'").fetchone() is None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError("the standby does not stream from the primary after 60 s")
+                time.sleep(0.05)
 
     def fail_over(self) -> None:
         """Stop the primary as a crash does (``pg_ctl stop -m immediate``) and promote the standby."""
