@@ -54,7 +54,7 @@ from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_expone
 from cdc.capture.capture_topics import CaptureTopics
 from cdc.capture.catalog import Catalog
 from cdc.capture.discovery import captured_tables
-from cdc.capture.errors import PrerequisiteError, PrivilegeError, SlotError, SourceError
+from cdc.capture.errors import PrerequisiteError, PrivilegeError, SlotError, SlotLostError, SourceError
 from cdc.capture.events import EventBuilder
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.group_writer import GroupWriter
@@ -66,7 +66,7 @@ from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.reads.online_read import OnlineRead
 from cdc.capture.reads.scheduler import ReadScheduler, ReadStats, ReadTuning
 from cdc.capture.reads.snapshot_requests import SnapshotRequest
-from cdc.capture.slot_continuity import drop_idle_slot, require_continuity, slot_lost, slot_skipped_ahead
+from cdc.capture.slot_continuity import drop_idle_slot, require_continuity, slot_confirmed, slot_lost, slot_skipped_ahead
 from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten, published_shape
 from cdc.capture.stream_core import (
     AppendGroup,
@@ -84,6 +84,7 @@ from cdc.capture.stream_core import (
 from cdc.capture.streaming import ChangeReplayer, Transaction, TransactionAssembler
 from cdc.capture.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate
 from cdc.capture.tables import TableShape
+from cdc.capture.timelines import divergence
 from cdc.capture.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
 from cdc.capture.visibility import ReceivedXids
 from cdc.data_dir import secure_data_dir
@@ -338,6 +339,10 @@ class Capture:
                 url, slot = self.settings.database_url, self.settings.slot
                 if self.position == 0:
                     self._begin_log()
+                elif (diverged := self._diverged()) is not None:
+                    log.warning("%s; every captured table is read again, superseding the log's rows", diverged)
+                    self.stats.resnapshots += 1
+                    self._begin_again()
                 elif self.settings.recreate_lost_slot and (lost := slot_lost(url, slot)) is not None:
                     self.stats.resnapshots += 1
                     self._recreate_lost_slot(lost)
@@ -371,6 +376,25 @@ class Capture:
         self.scheduler.first_reads = {table.relid for table in tables}
         self.core.confirmed = Lsn(self.position + 1)  # where the slot is: nothing before it is asked for
 
+    def _diverged(self) -> str | None:
+        """Why the log diverged from the source (a promotion forked the WAL below its position,
+        :mod:`cdc.capture.timelines`), or ``None``."""
+        with ReplicationConnection(self.settings.database_url) as repl:
+            return divergence(repl, self.ledger.timeline, self.position)[1]
+
+    def _follow_timeline(self, repl: ReplicationConnection) -> None:
+        """At a session's start: the log records the source's timeline before streaming on it. A timeline
+        that forked below the log's position (a promotion mid-run) stops the session: the next run reads
+        every table again (:mod:`cdc.capture.timelines`)."""
+        assert self.log is not None
+        timeline, diverged = divergence(repl, self.ledger.timeline, self.position)
+        if diverged is not None and slot_confirmed(self.settings.database_url, self.settings.slot) is None:
+            return  # the slot is gone too: starting the stream says so, with `cdc setup` as the fix
+        if diverged is not None:
+            raise SlotLostError(f"{diverged}; start capture again: it reads every captured table again")
+        if timeline != self.ledger.timeline:
+            self.log.append_group([self.ledger.timeline_record(timeline)], self.position.hex16())
+
     def _recreate_lost_slot(self, lost: str) -> None:
         """``CDC_RECREATE_LOST_SLOT``: the slot is missing or invalidated (``lost`` says which); it is made
         again and every captured table read again (:meth:`_begin_again`), said in one warning line."""
@@ -390,10 +414,13 @@ class Capture:
         is read again beside the stream (:func:`~cdc.capture.initial_snapshot.begin_again`)."""
         assert self.log is not None and self.writer is not None and self.ledger is not None
         tables = captured_tables(self.catalog, self.settings.publication, self.include)
+        with ReplicationConnection(self.settings.database_url) as repl:
+            timeline = repl.identify_system()[1]  # the log goes on on it (cdc.capture.timelines)
         self.position = begin_again(
             self.settings.database_url, self.settings.slot, self.log, self.writer, self.ledger,
             tables=[self.writer.shape_of(table) for table in tables], uncaptured=self._table_of_topic,
-            ended_reads=self.scheduler.end_reads(), failover=self._failover, primary_url=self.settings.primary_url,
+            ended_reads=self.scheduler.end_reads(), noted=[self.ledger.timeline_record(timeline)],
+            failover=self._failover, primary_url=self.settings.primary_url,
         )  # fmt: skip
         self.scheduler.drop_holding_files()
         self.core.confirmed = Lsn(self.position + 1)  # where the slot is: nothing before it is asked for
@@ -438,7 +465,7 @@ class Capture:
         without confirming them: the next session skips them as the log's)."""
         core = self.core
         with ReplicationConnection(self.settings.database_url) as repl:
-            repl.identify_system()
+            self._follow_timeline(repl)
             require_continuity(self.settings.database_url, self.settings.slot, self.position)
             if self.once and core.target is None:
                 core.drain_to(self.catalog.wal_insert_position(), time.monotonic() + self.catalog.async_commit_delay())

@@ -28,8 +28,8 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
 from cdc.capture.errors import ConfigError, SourceError, connection_failure
+from cdc.capture.standby import in_recovery
 from cdc.settings import Settings
-from cdc.standby_source import in_recovery
 
 #: The first PostgreSQL with failover slots.
 FAILOVER_SERVER = 170000
@@ -243,7 +243,7 @@ def slot_failover(settings: Settings) -> bool:
     """Whether capture's slot is a failover slot on the server ``CDC_DATABASE_URL`` reaches (:func:`failover_wanted`)."""
     with _connect(settings.database_url, "database") as conn:
         if in_recovery(conn):
-            return False  # a slot made on a standby cannot be a failover slot (cdc.standby_source)
+            return False  # a slot made on a standby cannot be a failover slot (cdc.capture.standby)
         return failover_wanted(
             settings.slot_failover, conn.info.server_version, synchronized_standby_slots(conn), bool(settings.standby_url)
         )

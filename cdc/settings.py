@@ -119,7 +119,7 @@ class Settings(BaseSettings):
     )
     standby_url: str = Field(default="", description="The physical standby, for setup's failover checks and lag.")
     primary_url: str = Field(
-        default="", description="The primary, when CDC_DATABASE_URL names a hot standby to capture from (cdc.standby_source)."
+        default="", description="The primary, when CDC_DATABASE_URL names a hot standby to capture from (cdc.capture.standby)."
     )
     partitions: int = Field(default=3, ge=1, le=1024, description="Partitions per topic.")
     topic_prefix: str = Field(default="cdc", description="Topic name prefix.")

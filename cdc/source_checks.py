@@ -19,12 +19,13 @@ from psycopg import sql
 
 from cdc.capture.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
 from cdc.capture.errors import PrerequisiteError, SourceError, connection_failure
+from cdc.capture.standby import in_recovery, nudging_primary
 from cdc.capture.transport import ReplicationConnection
 from cdc.capture_rules import Checked, apply_masks, apply_rules, check_rules, published_masks
 from cdc.failover import failover_problems, failover_wanted, primary_facts, standby_facts, synchronized_standby_slots
 from cdc.publication_rule_checks import generated_column_problems, rule_problems
 from cdc.settings import Settings
-from cdc.standby_source import in_recovery, nudging_primary, standby_problems, writable_url
+from cdc.standby_source import standby_problems, writable_url
 
 if TYPE_CHECKING:
     from derived_views import SourceTable
@@ -584,7 +585,7 @@ def ensure_slot(settings: Settings) -> bool:
     one is made one (``ALTER_REPLICATION_SLOT``, 17+).
     """
     with _connect(settings.database_url) as conn:
-        standby = in_recovery(conn)  # the slot is made on the standby capture reads from (cdc.standby_source)
+        standby = in_recovery(conn)  # the slot is made on the standby capture reads from (cdc.capture.standby)
         failover = not standby and failover_wanted(
             settings.slot_failover, conn.info.server_version, synchronized_standby_slots(conn), bool(settings.standby_url)
         )

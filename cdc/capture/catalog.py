@@ -141,7 +141,7 @@ _GENERATED_OF_TABLE = (
 
 def wal_end_sql(primary: str) -> str:
     """SQL for the end of the WAL a server can decode: ``primary`` (a WAL position function) on a primary,
-    the replay position on a standby (:mod:`cdc.standby_source`)."""
+    the replay position on a standby (:mod:`cdc.capture.standby`)."""
     return f"(CASE WHEN pg_is_in_recovery() THEN pg_last_wal_replay_lsn() ELSE {primary} END)"
 
 
@@ -150,7 +150,7 @@ class Catalog:
 
     def __init__(self, url: str, *, publication: str = "", mask_key: bytes | None = None, primary_url: str = "") -> None:
         self._url = url
-        #: the primary, when ``url`` is a standby capture reads from (:mod:`cdc.standby_source`): :meth:`flush_wal` asks it
+        #: the primary, when ``url`` is a standby capture reads from (:mod:`cdc.capture.standby`): :meth:`flush_wal` asks it
         self._primary_url = primary_url
         self._conn: psycopg.Connection[tuple[object, ...]] | None = None
         self._types: dict[int, str] = {}
@@ -373,7 +373,7 @@ class Catalog:
     def wal_insert_position(self) -> int:
         """The server's WAL insert position now: every transaction committed so far ends before it
         (also under ``synchronous_commit = off``, where the flush position lags behind commits). On a
-        standby (:mod:`cdc.standby_source`) its replay position: what it can decode."""
+        standby (:mod:`cdc.capture.standby`) its replay position: what it can decode."""
         rows = self._execute(f"SELECT {wal_end_sql('pg_current_wal_insert_lsn()')}::text", ())
         return int(Lsn.parse(str(rows[0][0]))) if rows else 0
 

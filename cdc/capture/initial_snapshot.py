@@ -33,10 +33,10 @@ from collections.abc import Mapping
 from cdc.capture.lsn import Lsn
 from cdc.capture.slot_continuity import drop_idle_slot, idle_slot_position
 from cdc.capture.snapshot_writer import SnapshotWriter
+from cdc.capture.standby import nudging_primary
 from cdc.capture.table_snapshots import SnapshotLedger
 from cdc.capture.tables import TableShape
 from cdc.capture.transport import ReplicationConnection
-from cdc.standby_source import nudging_primary
 from log_store import ProducerRecord
 from log_store.log import Log
 
@@ -59,7 +59,7 @@ def begin_log(
     ``captured``: the topics of the tables capture reads now; ``uncaptured``: topic -> (schema, table) of
     every table the log has records of (those not captured get truncate markers). ``failover``: the slot
     is made a failover slot (:mod:`cdc.failover`); ``primary_url``: the primary of a standby capture reads
-    from, nudged while the slot is made there (:mod:`cdc.standby_source`). Once the group is durable the log continues from the
+    from, nudged while the slot is made there (:mod:`cdc.capture.standby`). Once the group is durable the log continues from the
     slot; a run that fails before leaves the slot to the next one, which makes it anew.
     """
     start = _slot_start(url, slot, failover, primary_url)
@@ -80,6 +80,7 @@ def begin_again(
     tables: list[TableShape],
     uncaptured: Mapping[str, tuple[str, str]],
     ended_reads: list[ProducerRecord],
+    noted: list[ProducerRecord],
     failover: bool = False,
     primary_url: str = "",
 ) -> Lsn:
@@ -89,14 +90,15 @@ def begin_again(
     One group holds it all, so a run killed after it reads the tables again from the notes, and one
     killed before finds the gap again: ``ended_reads`` (the tombstones of reads left under way), truncate
     markers for ``uncaptured`` topics no longer captured (see :meth:`SnapshotWriter.supersede_uncaptured`),
-    and the notes. ``failover``, ``primary_url``: as for :func:`begin_log`.
+    the notes, and ``noted`` (the timeline the log goes on with, :mod:`cdc.capture.timelines`).
+    ``failover``, ``primary_url``: as for :func:`begin_log`.
     """
     position = Lsn(_slot_start(url, slot, failover, primary_url) - 1)
     ts_ms = time.time_ns() // 1_000_000
     captured = {shape.topic for shape in tables}
     superseded = writer.supersede_uncaptured(captured, uncaptured, position, ts_ms)
     asked = [ledger.asked_record(shape.log_name, None, ts_ms) for shape in tables if shape.log_name not in ledger.cancelled]
-    store.append_group([*ended_reads, *superseded, *asked], position.hex16())
+    store.append_group([*ended_reads, *superseded, *asked, *noted], position.hex16())
     log.info(
         "the log goes on at %s, where slot %s is; its %d tables are read again beside the stream", position + 1, slot, len(asked)
     )

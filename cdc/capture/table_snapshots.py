@@ -130,6 +130,10 @@ def _asked_key(log_name: str, where: str | None) -> bytes:
     return orjson.dumps(["asked", log_name, where])
 
 
+#: the key of the record naming the source's timeline the log's positions are on (:mod:`cdc.capture.timelines`)
+_TIMELINE_KEY = orjson.dumps(["timeline"])
+
+
 class SnapshotLedger:
     """The tables whose snapshot the log holds complete, loaded from and written to ``topic``; and the
     progress of the reads under way beside the stream (:attr:`reads`: records keyed ``["read", name]``,
@@ -146,6 +150,8 @@ class SnapshotLedger:
         #: one or ``None`` for a whole one), in the order asked (records keyed ``["asked", name, where]``,
         #: see :meth:`asked_record`)
         self.asked: dict[tuple[str, str | None], None] = {}
+        #: the source's timeline the log's positions are on, as last recorded (:mod:`cdc.capture.timelines`)
+        self.timeline: int | None = None
 
     @classmethod
     def load(cls, log: Log, topic: str) -> SnapshotLedger:
@@ -163,6 +169,9 @@ class SnapshotLedger:
                 name = orjson.loads(record.key)
                 if isinstance(name, list) and name[0] == "cancelled":
                     (ledger.cancelled.add if record.value is not None else ledger.cancelled.discard)(str(name[1]))
+                    continue
+                if record.key == _TIMELINE_KEY:
+                    ledger.timeline = int(orjson.loads(record.value)["timeline"]) if record.value is not None else None
                     continue
                 if isinstance(name, list) and name[0] == "asked":
                     asked = (str(name[1]), None if name[2] is None else str(name[2]))
@@ -286,6 +295,11 @@ class SnapshotLedger:
         for asked in done:
             del self.asked[asked]
         return [self._record(_asked_key(*asked), None, ts_ms) for asked in done]
+
+    def timeline_record(self, timeline: int, ts_ms: int | None = None) -> ProducerRecord:
+        """The record saying the log's positions from its group on are on the source's ``timeline``."""
+        self.timeline = timeline
+        return self._record(_TIMELINE_KEY, orjson.dumps({"timeline": timeline}), ts_ms)
 
     def read_requested(self, name: str, ts_ms: int | None = None) -> list[ProducerRecord]:
         """``cdc snapshot`` asks for a cancelled table again: the tombstone of its cancellation (none when
