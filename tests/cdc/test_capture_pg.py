@@ -124,7 +124,8 @@ def test_schema_changes_partitioned_root_and_new_table(reference_db: str, tmp_pa
 
 
 def _ledger(data_dir: Path) -> set[str]:
-    return {orjson.loads(r.key or b"") for r in read_topic(data_dir, "cdc.__snapshots") if r.value is not None}
+    names = (orjson.loads(r.key or b'""') for r in read_topic(data_dir, "cdc.__snapshots") if r.value is not None)
+    return {name for name in names if isinstance(name, str)}  # (lists key reads' progress and other notes)
 
 
 def test_tables_added_mid_stream_are_snapshotted_consistently(reference_db: str, tmp_path: Path) -> None:
