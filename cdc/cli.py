@@ -14,7 +14,7 @@ import traceback
 import click
 
 from cdc import structured_log
-from cdc.capture.errors import CdcError, ConfigError
+from cdc.errors import CdcError, ConfigError
 from cdc.settings import Settings, load_settings
 
 

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
 
-from cdc.capture.errors import ConfigError, SourceError, connection_failure
+from cdc.capture.errors import SourceError, connection_failure
 from cdc.capture.standby import in_recovery
+from cdc.errors import ConfigError
 from cdc.settings import Settings
 
 #: The first PostgreSQL with failover slots.

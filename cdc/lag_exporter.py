@@ -35,8 +35,8 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
-from cdc.capture.errors import CdcError
 from cdc.capture.lsn import Lsn
+from cdc.errors import CdcError
 from cdc.lag import measure_log, measure_views, ms_of_iso
 from cdc.metrics import serve
 from cdc.settings import Settings

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdc.capture.errors import ConfigError
+from cdc.errors import ConfigError
 from cdc.settings import load_settings
 
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from cdc.capture.errors import ConfigError
+from cdc.errors import ConfigError
 from cdc.redact import redact_url
 from cdc.setting_names import warn_of_unknown_names
 from event_format import fold_after

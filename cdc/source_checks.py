@@ -102,7 +102,7 @@ def run_checks(settings: Settings) -> list[Check]:
 def _failover_checks(conn: psycopg.Connection[tuple[object, ...]], settings: Settings) -> list[Check]:
     """When the slot is a failover slot (:mod:`cdc.failover`): the primary's and, given ``CDC_STANDBY_URL``,
     the standby's settings slot sync needs, one check per missing piece. ``CDC_SLOT_FAILOVER=true`` on a
-    server older than 17 raises its :class:`~cdc.capture.errors.ConfigError`."""
+    server older than 17 raises its :class:`~cdc.errors.ConfigError`."""
     version = conn.info.server_version
     if not failover_wanted(settings.slot_failover, version, synchronized_standby_slots(conn), bool(settings.standby_url)):
         return []

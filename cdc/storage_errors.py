@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdc.capture.errors import CdcError
 from cdc.capture.lsn import Lsn
+from cdc.errors import CdcError
 from log_store.errors import StorageIOError, process_user
 
 

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from cdc.capture.catalog import Catalog, TableInfo
-from cdc.capture.errors import ConfigError, DecodeError, SourceError
+from cdc.capture.errors import DecodeError, SourceError
 from cdc.capture.events import EventBuilder, TxContext, new_record
 from cdc.capture.key_changes import discarded_values, read_back_key
 from cdc.capture.lsn import Lsn
@@ -63,6 +63,7 @@ from cdc.capture.spill import SpillBuffer
 from cdc.capture.stored_defaults import filled_values
 from cdc.capture.tables import TableShape
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
+from cdc.errors import ConfigError
 from event_format.masks import MESSAGE_PREFIX
 from log_store.record import ProducerRecord
 

@@ -17,7 +17,7 @@ import click
 import psycopg
 from rich.console import Console
 
-from cdc.capture.errors import CdcError
+from cdc.errors import CdcError
 from cdc.settings import load_settings
 
 #: The reference schema's views (a search index of products, a cache of orders), which the demo syncs.

@@ -13,8 +13,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from cdc.capture.errors import CdcError, ConfigError
 from cdc.capture.lsn import Lsn
+from cdc.errors import CdcError, ConfigError
 from cdc.lag import LagReport, SourceLag, measure
 from cdc.settings import Settings, load_settings
 

@@ -22,7 +22,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from cdc.capture.errors import ConfigError
+from cdc.errors import ConfigError
 from cdc.log_backend import open_log as open_settings_log
 from cdc.settings import load_settings
 from log_store import LogStore, Record, TopicPartition, Watermark

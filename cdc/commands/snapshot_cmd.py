@@ -21,10 +21,11 @@ from rich.console import Console
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from cdc.capture.errors import ConfigError, PrivilegeError, SourceError
+from cdc.capture.errors import PrivilegeError, SourceError
 from cdc.capture.reads.read_conditions import SEARCH_PATH_OPTION, ConditionError, checked_condition, with_row_filter
 from cdc.capture.reads.snapshot_requests import PREFIX, SnapshotRequest
 from cdc.cli import pass_context
+from cdc.errors import ConfigError
 from cdc.read_status import read_status
 from cdc.settings import Settings
 from cdc.standby_source import writable_url

@@ -427,7 +427,7 @@ def views_purge(ctx: object, tables: tuple[str, ...], confirmed: bool) -> None:
     """Apply the capture rule of TABLES (schema.table; default every captured table) to every version of
     the view tables over them, history included, and drop their earlier versions and files, so that no
     value a column list, row filter or mask now leaves out stays in a view file."""
-    from cdc.capture.errors import ConfigError
+    from cdc.errors import ConfigError
     from cdc.lag import ledger_reads
     from cdc.view_context import location_from_settings
     from derived_views import captured_tables, runner

@@ -22,7 +22,7 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
-from cdc.capture.errors import ConfigError
+from cdc.errors import ConfigError
 from cdc.settings import load_settings
 from local_servers.postgres import LocalPostgres, _run_as, find_server_bindir
 from tests.cdc.helpers import wait_for

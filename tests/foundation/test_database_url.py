@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc.capture.errors import ConfigError
+from cdc.errors import ConfigError
 from cdc.settings import load_settings
 
 CDC = Path(sys.executable).with_name("cdc")

@@ -36,7 +36,7 @@ from typing import Protocol
 
 from cdc.capture.catalog import Catalog, PublishedTable
 from cdc.capture.discovery import snapshot_new_tables
-from cdc.capture.errors import ConfigError, SourceError
+from cdc.capture.errors import SourceError
 from cdc.capture.group_writer import GroupWriter
 from cdc.capture.lsn import Lsn
 from cdc.capture.reads.held_changes import HeldChanges
@@ -52,6 +52,7 @@ from cdc.capture.streaming import Transaction
 from cdc.capture.table_snapshots import PartialRead, PendingSnapshot, ReadProgress, SnapshotLedger, TableGate
 from cdc.capture.tables import TableShape
 from cdc.capture.visibility import ReceivedXids
+from cdc.errors import ConfigError
 from log_store import ProducerRecord
 from log_store.log import Log
 
