@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cdc.errors import ConfigError
-from cdc.failover import PrimaryFacts, StandbyFacts, failover_problems, failover_wanted
+from cdc.setup.failover import PrimaryFacts, StandbyFacts, failover_problems, failover_wanted
 
 READY_PRIMARY = PrimaryFacts(170011, ("standby_1",), ("standby_1",), True)
 READY_STANDBY = StandbyFacts(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cdc.lag import LagReport, LogLag, SourceLag, _warn
+from cdc.observe.lag import LagReport, LogLag, SourceLag, _warn
 
 GB = 1 << 30
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from cdc.log_compactions import LogCompactions
+from cdc.run.log_compactions import LogCompactions
 from tests.cdc.helpers import wait_for
 
 

@@ -8,8 +8,8 @@ import logging
 import orjson
 import pytest
 
-from cdc import structured_log
-from cdc.redact import redact_url
+from cdc.config.redact import redact_url
+from cdc.observe import structured_log
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cdc.source_checks import server_version_check
+from cdc.setup.source_checks import server_version_check
 
 
 @pytest.mark.parametrize("server_version", [140000, 140024, 150014, 180006])

@@ -23,6 +23,7 @@ FORBIDDEN = {
     "log_store": ("cdc", "derived_views", "event_format", "local_servers"),
     "event_format": ("cdc", "derived_views", "local_servers"),
     "derived_views": ("cdc", "local_servers"),
+    "local_servers": ("cdc", "derived_views"),
 }
 
 
@@ -165,6 +166,14 @@ def test_no_import_loop_inside_the_views() -> None:
     assert import_cycles(_view_graph()) == []
 
 
+def test_no_import_loop_in_the_application_or_the_local_servers() -> None:
+    """No module of ``cdc`` or ``local_servers`` imports, directly or through others, one that imports it
+    (at module level, inside a function, or for type checking alike)."""
+    modules = {**_package_modules("cdc"), **_package_modules("local_servers")}
+    graph = {name: {imported for _, imported in _imported_modules(path, modules)} - {name} for name, path in modules.items()}
+    assert import_cycles(graph) == []
+
+
 def test_the_application_uses_the_views_through_their_entry_point() -> None:
     """``cdc/`` imports ``derived_views`` itself (names of its ``__all__``) and the shared modules, never
     a layer's module: the layers may move without the application noticing."""
@@ -197,7 +206,7 @@ def test_the_entry_point_resolves_every_public_name() -> None:
 #: Modules of the product that read ``CDC_*`` variables from the environment: the application's
 #: settings class and the views' engine settings (the engine runs without ``cdc`` too). The throwaway
 #: servers of the demo and the tests (``local_servers/``, no product package) read tooling variables.
-READS_CDC_ENVIRONMENT = ("cdc/settings.py", "derived_views/engine/engine_settings.py")
+READS_CDC_ENVIRONMENT = ("cdc/config/settings.py", "derived_views/engine/engine_settings.py")
 
 
 def _environment_reads(path: Path) -> Iterator[tuple[int, str]]:
@@ -216,7 +225,7 @@ def _environment_reads(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def test_cdc_settings_are_read_only_through_the_settings_classes() -> None:
-    """A ``CDC_*`` setting is read by :class:`cdc.settings.Settings` or, for the Spark the views run on, by
+    """A ``CDC_*`` setting is read by :class:`cdc.config.settings.Settings` or, for the Spark the views run on, by
     :class:`derived_views.engine.engine_settings.EngineSettings`: typed, checked, and known to the
     misspelled-name warning; no other module of the product reads one from the environment."""
     wrong = [
@@ -231,7 +240,7 @@ def test_cdc_settings_are_read_only_through_the_settings_classes() -> None:
 
 def test_the_engine_settings_are_known_names() -> None:
     """The names the engine reads are known to the application's check of misspelled names."""
-    from cdc.setting_names import known_names
+    from cdc.config.setting_names import known_names
     from derived_views.engine.engine_settings import EngineSettings
 
     known = known_names([])

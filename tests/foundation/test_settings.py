@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from cdc.config.settings import load_settings
 from cdc.errors import ConfigError
-from cdc.settings import load_settings
 
 CDC = Path(sys.executable).with_name("cdc")
 

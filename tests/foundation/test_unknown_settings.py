@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdc.settings import load_settings
+from cdc.config.settings import load_settings
 from log_store import LogStore
 
 CDC = Path(sys.executable).with_name("cdc")

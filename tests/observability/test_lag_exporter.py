@@ -26,8 +26,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from psycopg import sql
 
-from cdc.coordinator import Capture
-from cdc.settings import load_settings
+from cdc.config.settings import load_settings
+from cdc.run.coordinator import Capture
 from local_servers.postgres import free_port
 from tests.cdc.helpers import wait_for
 from tests.fix_pg import PgServer, _drop_database, _with_database
@@ -88,7 +88,7 @@ def source(pg_server: PgServer, tmp_path_factory: pytest.TempPathFactory) -> Ite
     """A reference database captured once (capture stopped since), and the settings' environment.
 
     ``max_slot_wal_keep_size`` is set (generously) for the module so that the slot has a ``safe_wal_size``."""
-    from cdc import migrate
+    from cdc.setup import migrate
 
     database = f"cdc_test_{uuid.uuid4().hex[:12]}"
     with psycopg.connect(pg_server.url, autocommit=True) as admin:

@@ -9,8 +9,8 @@ import jsonschema
 import psycopg
 import pytest
 
-from cdc.lag import JSON_SCHEMA, measure
-from cdc.settings import load_settings
+from cdc.config.settings import load_settings
+from cdc.observe.lag import JSON_SCHEMA, measure
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 import pytest
 
-from cdc.cli import remote_user_error, run
+from cdc.commands.run_command import remote_user_error, run
 from tests.derived_views.log_builder import LogBuilder
 from tests.log_store.helpers import segment_files
 

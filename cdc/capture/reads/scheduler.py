@@ -3,7 +3,7 @@
 :class:`ReadScheduler` keeps the reads of one capture run (under way, waiting to resume, parked, asked
 for) and carries them out with :class:`~cdc.capture.reads.online_read.OnlineRead`,
 :class:`~cdc.capture.reads.held_changes.HeldChanges` and the ledger
-(:class:`~cdc.capture.table_snapshots.SnapshotLedger`). Its driver, :class:`cdc.coordinator.Capture`, calls it
+(:class:`~cdc.capture.table_snapshots.SnapshotLedger`). Its driver, :class:`cdc.run.coordinator.Capture`, calls it
 between two passes of the streaming loop and after each group it appends; the stream never waits for a read.
 
 Its decisions (room, turns, renewals, giving way to locks, a read's end, how a read stops) are

@@ -29,8 +29,8 @@ from psycopg.conninfo import conninfo_to_dict
 
 from cdc.capture.errors import SourceError, connection_failure
 from cdc.capture.standby import in_recovery
+from cdc.config.settings import Settings
 from cdc.errors import ConfigError
-from cdc.settings import Settings
 
 #: The first PostgreSQL with failover slots.
 FAILOVER_SERVER = 170000

@@ -11,7 +11,7 @@ Each rule is checked before anything is created or altered, one error line each:
 not exist or that capture does not publish, a column it does not have, and whatever PostgreSQL refuses
 of the rule (a filter that does not parse or uses what a filter may not), found by creating the
 publication of that table alone in a transaction that is rolled back; in that transaction
-:func:`cdc.publication_rule_checks.rule_problems` also judges the rule against the table's replica
+:func:`cdc.setup.publication_rule_checks.rule_problems` also judges the rule against the table's replica
 identity (a filter on another column, a list leaving a key column out), as for any publication. The
 same transaction gives the server's own form of the rule, which tells whether the publication already
 has it.
@@ -33,7 +33,7 @@ from psycopg import sql
 
 from cdc.capture.catalog import PUBLISHED_FROM, RULE_OF_TABLE
 from cdc.capture.coverage import Connection, entry_name, sql_name
-from cdc.publication_rule_checks import rule_problems
+from cdc.setup.publication_rule_checks import rule_problems
 from derived_views.definitions import CaptureRule
 from event_format.masks import COMMENT_QUERY, MESSAGE_PREFIX, Mask, comment_text, from_comment, message_content
 

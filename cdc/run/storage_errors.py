@@ -7,7 +7,7 @@ again. The log reports them as :class:`log_store.errors.StorageIOError`; other c
 
 For capture the line also says what the source was told, because that is what makes running it again
 safe: the slot is confirmed only after the log has fsynced every event up to the confirmed commit
-(:mod:`cdc.coordinator`), so a write that failed was never confirmed, and the slot resends it.
+(:mod:`cdc.run.coordinator`), so a write that failed was never confirmed, and the slot resends it.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def capture_storage_error(error: StorageIOError, data_dir: Path, position: Lsn |
     """The :class:`StorageError` of a capture run stopped by ``error``, saying what the source was told.
 
     ``position``: the log's watermark position (every transaction committed at or before it is in the
-    log, see :mod:`cdc.coordinator`), ``Lsn(0)`` before a complete snapshot, ``None`` when the log was
+    log, see :mod:`cdc.run.coordinator`), ``Lsn(0)`` before a complete snapshot, ``None`` when the log was
     never opened.
     """
     if position is None:

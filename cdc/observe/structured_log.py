@@ -6,7 +6,7 @@ Call :func:`configure` once per process (the CLI does, from ``CDC_LOG_FORMAT``);
     log.info("appended", extra={"fields": {"events": 1000, "lsn": "0/16B3748"}})
 
 prints ``ts=2026-11-21T06:00:00.123Z level=info logger=cdc.capture event=appended events=1000
-lsn=0/16B3748``. Every rendered line passes through :func:`cdc.redact.redact_url`, so a connection URL
+lsn=0/16B3748``. Every rendered line passes through :func:`cdc.config.redact.redact_url`, so a connection URL
 logged by any module (ours or a library's) shows ``***`` in place of its password.
 """
 
@@ -19,7 +19,7 @@ from typing import Any, TextIO
 
 import orjson
 
-from cdc.redact import redact_url
+from cdc.config.redact import redact_url
 
 _RESERVED = ("ts", "level", "logger", "event")
 

@@ -2,11 +2,11 @@
 PostgreSQL and the log alone.
 
 It needs no running capture or sync, and loads neither Spark nor a JVM (listing the views reads their
-Delta logs with ``deltalake``: :func:`cdc.view_context.listed_tables`), so it can run beside the source as
+Delta logs with ``deltalake``: :func:`cdc.config.view_arguments.listed_tables`), so it can run beside the source as
 a small, always-on probe: the moment capture is down is the moment its own endpoint serves nothing.
 Everything is measured when scraped; nothing is cached between scrapes.
 
-Served at ``http://ADDRESS:PORT/metrics``, besides the slot's gauges (:mod:`cdc.slot_metrics`):
+Served at ``http://ADDRESS:PORT/metrics``, besides the slot's gauges (:mod:`cdc.observe.slot_metrics`):
 
 ==========================================  ========================================================
 ``cdc_log_up``                              1 when the log could be read this scrape, else 0 (and
@@ -22,7 +22,7 @@ Served at ``http://ADDRESS:PORT/metrics``, besides the slot's gauges (:mod:`cdc.
 
 How far the log is behind the source is ``cdc_slot_wal_bytes_behind``: capture confirms a position to
 the slot only once the log holds everything before it. The figures are those of ``cdc lag``
-(:func:`cdc.lag.measure_log`, :func:`cdc.lag.measure_views`), whose documentation states what each
+(:func:`cdc.observe.lag.measure_log`, :func:`cdc.observe.lag.measure_views`), whose documentation states what each
 means.
 """
 
@@ -36,11 +36,11 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily
 
 from cdc.capture.lsn import Lsn
+from cdc.config.settings import Settings
 from cdc.errors import CdcError
-from cdc.lag import measure_log, measure_views, ms_of_iso
-from cdc.metrics import serve
-from cdc.settings import Settings
-from cdc.slot_metrics import SlotCollector
+from cdc.observe.lag import measure_log, measure_views, ms_of_iso
+from cdc.observe.metrics import serve
+from cdc.observe.slot_metrics import SlotCollector
 
 log = logging.getLogger("cdc.metrics")
 
@@ -60,7 +60,7 @@ class PipelineCollector:
         self._settings = settings
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        from cdc.view_context import listed_tables
+        from cdc.config.view_arguments import listed_tables
 
         up = GaugeMetricFamily("cdc_log_up", "1 when the log (and the views file) could be read this scrape")
         try:

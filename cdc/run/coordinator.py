@@ -87,13 +87,13 @@ from cdc.capture.tables import TableShape
 from cdc.capture.timelines import divergence
 from cdc.capture.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
 from cdc.capture.visibility import ReceivedXids
-from cdc.data_dir import secure_data_dir
-from cdc.failover import slot_failover
-from cdc.log_backend import open_log
-from cdc.metrics import CaptureMetrics
-from cdc.settings import Settings
-from cdc.source_checks import capture_problems
-from cdc.storage_errors import capture_storage_error
+from cdc.config.data_dir import secure_data_dir
+from cdc.config.log_backend import open_log
+from cdc.config.settings import Settings
+from cdc.observe.metrics import CaptureMetrics
+from cdc.run.storage_errors import capture_storage_error
+from cdc.setup.failover import slot_failover
+from cdc.setup.source_checks import capture_problems
 from log_store import ProducerRecord
 from log_store.errors import StorageIOError
 from log_store.log import Log
@@ -183,7 +183,7 @@ class Capture:
         self.groups: GroupWriter | None = None
         self._table_of_topic: dict[str, tuple[str, str]] = {}  # from the schema topic
         self._read_back_warned: set[str] = set()  # tables warned of once: their partial updates are read back
-        self._failover = False  # the slot a snapshot makes is a failover slot (cdc.failover)
+        self._failover = False  # the slot a snapshot makes is a failover slot (cdc.setup.failover)
         self._received = ReceivedXids()  # transactions the stream received, that a new snapshot must see
         #: the tables read beside the stream (:mod:`cdc.capture.reads`)
         self.scheduler = ReadScheduler(
@@ -223,7 +223,7 @@ class Capture:
         and the next discovery (right after this batch) checks whether existing rows gained values
         without change events that the log does not carry, as a rewriting ``ADD COLUMN`` gives them, so
         that the table is read again (a constant default's value is carried by the schema record, see
-        :mod:`cdc.capture.stored_defaults`)."""
+        :mod:`cdc.capture.added_column_fills`)."""
         assert self.topics is not None
         self.topics.ensure(shape)
         self.scheduler.new_shape(shape)

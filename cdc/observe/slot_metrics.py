@@ -1,7 +1,7 @@
 """The replication slot's health as Prometheus gauges, measured from PostgreSQL at each scrape.
 
-Served by ``cdc lag --serve`` (:mod:`cdc.lag_exporter`, which needs no running capture) and by capture's
-own endpoint (:mod:`cdc.metrics`), under the same names, each labelled by ``slot``:
+Served by ``cdc lag --serve`` (:mod:`cdc.observe.lag_exporter`, which needs no running capture) and by capture's
+own endpoint (:mod:`cdc.observe.metrics`), under the same names, each labelled by ``slot``:
 
 =====================================  ===========================================================
 ``cdc_source_up``                      1 when the source answered this scrape, 0 when it could not be
@@ -20,7 +20,7 @@ own endpoint (:mod:`cdc.metrics`), under the same names, each labelled by ``slot
                                        rows it keeps vacuum from removing
 =====================================  ===========================================================
 
-A standby has no current WAL position: what it replayed stands in (:func:`cdc.lag.measure_source`).
+A standby has no current WAL position: what it replayed stands in (:func:`cdc.observe.lag.measure_source`).
 Each scrape opens one short connection and runs a few catalog queries; it never decodes the WAL.
 """
 
@@ -33,8 +33,8 @@ import psycopg
 from prometheus_client.core import GaugeMetricFamily
 
 from cdc.capture.errors import SourceError
-from cdc.lag import SourceLag, measure_source
-from cdc.settings import Settings
+from cdc.config.settings import Settings
+from cdc.observe.lag import SourceLag, measure_source
 
 log = logging.getLogger("cdc.metrics")
 

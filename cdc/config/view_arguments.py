@@ -1,5 +1,5 @@
 """The views as the application configures them: the settings turned into the plain arguments
-:mod:`derived_views` takes (it never reads :class:`~cdc.settings.Settings` itself).
+:mod:`derived_views` takes (it never reads :class:`~cdc.config.settings.Settings` itself).
 
 Listing the views' tables (:func:`listed_tables`) imports no Spark: ``cdc lag`` and its exporter use it."""
 
@@ -13,7 +13,7 @@ from derived_views.definitions import load as load_definitions
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdc.settings import Settings
+    from cdc.config.settings import Settings
     from derived_views import ViewContext, ViewTable
 
 

@@ -10,7 +10,7 @@ from sqlalchemy.exc import OperationalError
 
 import migrations
 from cdc.capture.errors import SourceError
-from cdc.redact import redact_url
+from cdc.config.redact import redact_url
 
 MIGRATIONS_DIR = Path(migrations.__file__).parent
 

@@ -21,11 +21,11 @@ from cdc.capture.coverage import Connection, coverage, entry_name, publication_e
 from cdc.capture.errors import PrerequisiteError, SourceError, connection_failure
 from cdc.capture.standby import in_recovery, nudging_primary
 from cdc.capture.transport import ReplicationConnection
-from cdc.capture_rules import Checked, apply_masks, apply_rules, check_rules, published_masks
-from cdc.failover import failover_problems, failover_wanted, primary_facts, standby_facts, synchronized_standby_slots
-from cdc.publication_rule_checks import generated_column_problems, rule_problems
-from cdc.settings import Settings
-from cdc.standby_source import standby_problems, writable_url
+from cdc.config.settings import Settings
+from cdc.setup.capture_rules import Checked, apply_masks, apply_rules, check_rules, published_masks
+from cdc.setup.failover import failover_problems, failover_wanted, primary_facts, standby_facts, synchronized_standby_slots
+from cdc.setup.publication_rule_checks import generated_column_problems, rule_problems
+from cdc.setup.standby_source import standby_problems, writable_url
 
 if TYPE_CHECKING:
     from derived_views import SourceTable
@@ -100,7 +100,7 @@ def run_checks(settings: Settings) -> list[Check]:
 
 
 def _failover_checks(conn: psycopg.Connection[tuple[object, ...]], settings: Settings) -> list[Check]:
-    """When the slot is a failover slot (:mod:`cdc.failover`): the primary's and, given ``CDC_STANDBY_URL``,
+    """When the slot is a failover slot (:mod:`cdc.setup.failover`): the primary's and, given ``CDC_STANDBY_URL``,
     the standby's settings slot sync needs, one check per missing piece. ``CDC_SLOT_FAILOVER=true`` on a
     server older than 17 raises its :class:`~cdc.errors.ConfigError`."""
     version = conn.info.server_version
@@ -469,7 +469,7 @@ def _key_checks(conn: Connection, name: str, oid: int, all_tables: bool) -> list
 
 def declared_rules(conn: Connection, settings: Settings) -> Checked:
     """The views file's capture rules checked against the publication as it is or will be created
-    (:mod:`cdc.capture_rules`); none when the file declares none or cannot be read (the views file
+    (:mod:`cdc.setup.capture_rules`); none when the file declares none or cannot be read (the views file
     check says why)."""
     from derived_views.definitions import load
     from derived_views.errors import ViewsFileError
@@ -529,8 +529,8 @@ def declared_rules(conn: Connection, settings: Settings) -> Checked:
 
 def apply_declared_rules(settings: Settings) -> list[str]:
     """Give the existing publication's tables the rules the views file declares (see
-    :func:`cdc.capture_rules.apply_rules`); the tables changed. On the primary, when capture reads from a
-    standby (:mod:`cdc.standby_source`)."""
+    :func:`cdc.setup.capture_rules.apply_rules`); the tables changed. On the primary, when capture reads from a
+    standby (:mod:`cdc.setup.standby_source`)."""
     with _connect(writable_url(settings)) as conn:
         checked = declared_rules(conn, settings)
         if checked.problems:
@@ -542,7 +542,7 @@ def apply_declared_rules(settings: Settings) -> list[str]:
 def ensure_publication(settings: Settings) -> bool:
     """Create the publication (over ``CDC_TABLES`` with the rules the views file declares, or all tables;
     on PostgreSQL 18 with ``publish_generated_columns = stored``) unless it exists; True if created. On
-    the primary, when capture reads from a standby (:mod:`cdc.standby_source`)."""
+    the primary, when capture reads from a standby (:mod:`cdc.setup.standby_source`)."""
     with _connect(writable_url(settings)) as conn:
         if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone():
             return False
@@ -581,7 +581,7 @@ def ensure_slot(settings: Settings) -> bool:
 
     A slot created here has no snapshot; the first ``cdc capture`` replaces it by one created with an
     exported snapshot, which is what gives the initial snapshot its consistent point. When the slot is
-    to be a failover slot (:mod:`cdc.failover`), it is created as one, and an existing slot that is not
+    to be a failover slot (:mod:`cdc.setup.failover`), it is created as one, and an existing slot that is not
     one is made one (``ALTER_REPLICATION_SLOT``, 17+).
     """
     with _connect(settings.database_url) as conn:

@@ -8,13 +8,13 @@ from typing import Any
 
 import orjson
 
-from cdc.settings import Settings
+from cdc.config.settings import Settings
 
 
 def _progress_records(settings: Settings) -> Iterator[tuple[str, dict[str, Any] | None, int]]:
     """The ledger's progress records in log order, as (table, value or ``None`` for the tombstone that ends
     its read, timestamp ms); none when the log has no ledger yet."""
-    from cdc.log_backend import open_log
+    from cdc.config.log_backend import open_log
     from log_store import TopicPartition
 
     topic = f"{settings.topic_prefix}.__snapshots"

@@ -6,8 +6,8 @@ Scrape ``http://HOST:PORT/metrics``. Port 0 turns the endpoint off. ``cdc sync -
 each view table's files, bytes, version, commits since its last compaction and seconds since its last
 maintenance (``cdc_view_table_*``, labelled by ``table``), read every ``CDC_MAINTENANCE_INTERVAL_S`` and
 after each maintenance task. ``cdc capture``'s endpoint also serves the slot's health, measured from
-PostgreSQL at each scrape (``cdc_source_up``, ``cdc_slot_*``: :mod:`cdc.slot_metrics`), the gauges
-``cdc lag --serve`` serves without a running capture (:mod:`cdc.lag_exporter`).
+PostgreSQL at each scrape (``cdc_source_up``, ``cdc_slot_*``: :mod:`cdc.observe.slot_metrics`), the gauges
+``cdc lag --serve`` serves without a running capture (:mod:`cdc.observe.lag_exporter`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Secrets (the database password, the mask and request keys, Kafka's passwords) ma
 files: ``CDC_<NAME>_FILE`` names a file whose content, less its trailing line break, is the value
 (:data:`SECRET_FILES`), as container platforms mount secrets. A secret never reaches a log, an error or
 a screen: the keys are :class:`~pydantic.SecretStr`, and the database password joins the connection URL
-as its ``password`` parameter, which :func:`cdc.redact.redact_url` hides wherever the URL is shown.
+as its ``password`` parameter, which :func:`cdc.config.redact.redact_url` hides wherever the URL is shown.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from urllib.parse import quote
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from cdc.config.redact import redact_url
+from cdc.config.setting_names import warn_of_unknown_names
 from cdc.errors import ConfigError
-from cdc.redact import redact_url
-from cdc.setting_names import warn_of_unknown_names
 from event_format import fold_after
 from log_store import LogConfig
 from log_store.topic_names import topic_name
@@ -115,7 +115,8 @@ class Settings(BaseSettings):
     slot: str = Field(default="cdc_slot", description="Logical replication slot name.")
     publication: str = Field(default="cdc_publication", description="Publication name.")
     slot_failover: str = Field(
-        default="auto", description="Create the slot with FAILOVER true (PostgreSQL 17+): auto, true or false (cdc.failover)."
+        default="auto",
+        description="Create the slot with FAILOVER true (PostgreSQL 17+): auto, true or false (cdc.setup.failover).",
     )
     standby_url: str = Field(default="", description="The physical standby, for setup's failover checks and lag.")
     primary_url: str = Field(
@@ -498,7 +499,7 @@ def load_settings(**overrides: object) -> Settings:
 
     The message names the environment variable, the value's problem and what it accepts, so that the
     CLI can print it without a traceback. A ``CDC_*`` variable or ``.env`` entry that names no setting is
-    warned of first (:mod:`cdc.setting_names`).
+    warned of first (:mod:`cdc.config.setting_names`).
     """
     env_file = Settings.model_config.get("env_file")
     warn_of_unknown_names(Settings.model_fields, Path(str(env_file)) if env_file else None)

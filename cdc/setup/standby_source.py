@@ -15,7 +15,7 @@ from cdc.capture.errors import SourceError, connection_failure
 from cdc.capture.standby import in_recovery
 
 if TYPE_CHECKING:
-    from cdc.settings import Settings
+    from cdc.config.settings import Settings
 
 #: the oldest PostgreSQL that decodes on a standby
 OLDEST_STANDBY = 160000

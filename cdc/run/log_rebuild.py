@@ -6,7 +6,7 @@ stated here. They rebuild the whole log, not one topic: a damaged segment stays 
 compaction and a rebuild by replay all stop at it), so a table snapshotted again into the same topic, as
 removing it from the publication and adding it back does, would sit behind the damage. A log that is
 gone makes capture start from scratch: it finds no watermark, drops and recreates the slot and takes a
-consistent snapshot of every published table (:mod:`cdc.coordinator`). The views recorded offsets of the
+consistent snapshot of every published table (:mod:`cdc.run.coordinator`). The views recorded offsets of the
 old log, so each is then rebuilt by replay, which replaces its tables in one commit.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cdc.config.settings import load_settings
 from cdc.errors import ConfigError
-from cdc.settings import load_settings
 
 
 def rebuild_steps(log_dir: Path) -> str:

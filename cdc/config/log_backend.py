@@ -2,12 +2,12 @@
 
 Both offer the interface capture and the log's readers use (:class:`~log_store.log.Log`: topics,
 ``append_group``, ``read``, offsets, watermarks), with the same records, placement and watermark rules,
-so the capture loop's exactly-once restart (:mod:`cdc.coordinator`) is one piece of code for both.
+so the capture loop's exactly-once restart (:mod:`cdc.run.coordinator`) is one piece of code for both.
 """
 
 from __future__ import annotations
 
-from cdc.settings import Settings
+from cdc.config.settings import Settings
 from log_store import LogStore
 from log_store.log import Log
 

@@ -1,7 +1,7 @@
 """The embedded log compacted by the process that writes it: ``cdc capture`` every
 ``CDC_LOG_COMPACT_INTERVAL_S`` seconds.
 
-Each compaction runs in a child process (``python -m cdc.log_compactions``), for two reasons: compaction
+Each compaction runs in a child process (``python -m cdc.run.log_compactions``), for two reasons: compaction
 reads and rewrites whole sealed segments, pure Python work that in capture's own process would hold the
 interpreter's lock and slow the stream; and a compaction that fails (a full disk, a damaged segment)
 ends only the child, never capture. The child opens the log as a reader and takes the cleaner lock, not
@@ -62,7 +62,7 @@ class LogCompactions:
 
     def __init__(self, interval_s: float, command: Sequence[str] | None = None) -> None:
         self.interval_s = interval_s
-        self._command = list(command or [sys.executable, "-m", "cdc.log_compactions"])
+        self._command = list(command or [sys.executable, "-m", "cdc.run.log_compactions"])
         self._stop = threading.Event()
         self._child: subprocess.Popen[bytes] | None = None
         self._lock = threading.Lock()
@@ -121,8 +121,8 @@ class LogCompactions:
 def compact_now() -> Compacted | None:
     """One compaction of the embedded log the settings name, beside its writer (None: another holds the
     cleaner lock)."""
-    from cdc.log_backend import open_log
-    from cdc.settings import load_settings
+    from cdc.config.log_backend import open_log
+    from cdc.config.settings import load_settings
     from log_store.errors import CleanerLockedError
     from log_store.store import LogStore
 

@@ -50,9 +50,9 @@ import psycopg
 from cdc.capture.errors import SourceError, connection_failure
 from cdc.capture.lsn import Lsn
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
-from cdc.failover import FAILOVER_SERVER, standby_facts
-from cdc.redact import redact_url
-from cdc.settings import Settings
+from cdc.config.redact import redact_url
+from cdc.config.settings import Settings
+from cdc.setup.failover import FAILOVER_SERVER, standby_facts
 
 if TYPE_CHECKING:
     from cdc.capture.table_snapshots import SnapshotLedger
@@ -159,7 +159,7 @@ class LagReport:
     views: list[ViewLag]
     warnings: list[str] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
-    #: tables read beside the stream (:mod:`cdc.read_status`): rows done, estimated, rate, time left
+    #: tables read beside the stream (:mod:`cdc.observe.read_status`): rows done, estimated, rate, time left
     reads: list[dict[str, Any]] = field(default_factory=list)
     #: every view table's files, size, versions and last maintenance
     tables: list[TableLag] = field(default_factory=list)
@@ -293,7 +293,7 @@ def measure_log(settings: Settings, *, owed: bool = True) -> LogLag:
 
     ``owed``: also ask the source which tables capture reads again (:func:`_reads_owed`)."""
     from cdc.capture.table_snapshots import SnapshotLedger
-    from cdc.log_backend import open_log
+    from cdc.config.log_backend import open_log
     from log_store import LogStore, TopicPartition
 
     lag = LogLag()
@@ -339,7 +339,7 @@ def ledger_reads(settings: Settings) -> tuple[dict[str, int], list[str]]:
     """The LSN capture's latest read of each table is as of (by log name, from the log's snapshot ledger),
     and the tables whose rule changed since that read (:func:`_reads_owed`: capture reads them again)."""
     from cdc.capture.table_snapshots import SnapshotLedger
-    from cdc.log_backend import open_log
+    from cdc.config.log_backend import open_log
 
     if not settings.uses_kafka and not settings.log_dir.exists():
         return {}, []
@@ -385,7 +385,7 @@ def measure_views(settings: Settings, log: LogLag, listed: list[ViewTable]) -> l
     """Per view, the least advanced of its tables against the log's latest watermark.
 
     Every table the view has over the captured tables counts (``listed``, see
-    :func:`cdc.view_context.listed_tables`): one not synced yet leaves the view without an as-of LSN, with
+    :func:`cdc.config.view_arguments.listed_tables`): one not synced yet leaves the view without an as-of LSN, with
     every event of its topics pending, and at least as far behind as its least advanced synced table."""
     from derived_views import tables_of
     from derived_views.definitions import load
@@ -459,7 +459,7 @@ def ms_of_iso(iso: str | None) -> int:
 
 def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal_bytes: int | None = None) -> LagReport:
     """One report over every stage, with warnings and threshold violations filled in."""
-    from cdc.view_context import listed_tables
+    from cdc.config.view_arguments import listed_tables
     from log_store.errors import LogStoreError
 
     source = measure_source(settings)
@@ -476,7 +476,7 @@ def measure(settings: Settings, *, max_lag_seconds: float | None = None, max_wal
     if unreadable is not None:
         report.violations.append(f"the log cannot be read: {unreadable}")
     else:
-        from cdc.read_status import read_status
+        from cdc.observe.read_status import read_status
 
         try:
             report.reads = read_status(settings)
