@@ -4,6 +4,9 @@ capture and the views use the format and the log; the format uses only the log's
 fold; the log imports none of them (the fold reaches it as a setting). No module imports a layer above
 it, at module level or inside a function.
 
+Inside ``cdc/`` the application's rooms are layers too (:data:`APP_ROOMS`), and no module of ``cdc`` or
+``local_servers`` is on an import loop.
+
 Inside ``derived_views/`` the subpackages are layers too (:data:`VIEW_LAYERS`, lowest first), with no
 import loop between its modules; the application reaches the views only through the package's entry
 point (``derived_views/__init__.py``) and the two modules every layer shares (:data:`VIEW_SHARED`)."""
@@ -172,6 +175,41 @@ def test_no_import_loop_in_the_application_or_the_local_servers() -> None:
     modules = {**_package_modules("cdc"), **_package_modules("local_servers")}
     graph = {name: {imported for _, imported in _imported_modules(path, modules)} - {name} for name, path in modules.items()}
     assert import_cycles(graph) == []
+
+
+#: the application's rooms (``cdc/<room>/``), lowest first: a module may import its own room and the ones
+#: before it, besides ``cdc.errors`` and ``cdc.capture``
+APP_ROOMS = ("config", "setup", "observe", "run", "commands")
+#: the application's modules outside the rooms: the root errors and the entry points above every room
+APP_ROOT = ("cdc", "cdc.errors", "cdc.cli", "cdc.spark_job")
+
+
+def _app_room(module: str) -> int | None:
+    """The rank of ``module``'s room in :data:`APP_ROOMS`; ``-1`` for ``cdc.errors`` and capture, ``None``
+    for the entry points."""
+    parts = module.split(".")
+    if module == "cdc.errors" or parts[:2] == ["cdc", "capture"]:
+        return -1
+    if len(parts) > 1 and parts[1] in APP_ROOMS:
+        return APP_ROOMS.index(parts[1])
+    return None
+
+
+def test_every_application_module_is_in_a_room() -> None:
+    loose = [name for name in _package_modules("cdc") if name not in APP_ROOT and _app_room(name) is None]
+    assert loose == []
+
+
+def test_an_application_room_never_imports_a_higher_one() -> None:
+    modules = _package_modules("cdc")
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {imported}"
+        for name, path in modules.items()
+        if (rank := _app_room(name)) is not None and rank >= 0
+        for line, imported in _imported_modules(path, modules)
+        if (target := _app_room(imported)) is None or target > rank
+    ]
+    assert wrong == []
 
 
 def test_the_application_uses_the_views_through_their_entry_point() -> None:
