@@ -32,7 +32,7 @@ from local_servers.postgres import free_port
 from tests.cdc.helpers import wait_for
 from tests.fix_pg import PgServer, _drop_database, _with_database
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "cdc-slot-health.json"
 SLOT = "exporter_slot"

@@ -21,7 +21,7 @@ from tests.fix_fs import SmallFilesystem, Unprivileged
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
-CDC = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "cdc")
+CDC = str(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "cdc")
 TOPIC = "cdc.public.categories"
 
 

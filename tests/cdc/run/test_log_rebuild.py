@@ -15,7 +15,7 @@ from tests.cdc.helpers import replay, source_table
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
-CDC = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "cdc")
+CDC = str(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "cdc")
 TOPIC = "cdc.public.categories"
 
 
