@@ -16,7 +16,8 @@ from rich.table import Table
 from cdc.capture.lsn import Lsn
 from cdc.config.settings import Settings, load_settings
 from cdc.errors import CdcError, ConfigError
-from cdc.observe.lag import LagReport, SourceLag, measure
+from cdc.observe.lag import measure
+from cdc.observe.lag_report import LagReport, SourceLag
 
 
 class WaitTimeoutError(CdcError):
@@ -178,7 +179,7 @@ def _serve(settings: Settings, port: int, address: str) -> None:
 
 
 @click.command("lag")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in cdc/observe/lag.py).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in cdc/observe/lag_report.py).")
 @click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
 @click.option(
     "--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, help="Seconds between refreshes with --watch."

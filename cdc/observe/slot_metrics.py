@@ -20,7 +20,7 @@ own endpoint (:mod:`cdc.observe.metrics`), under the same names, each labelled b
                                        rows it keeps vacuum from removing
 =====================================  ===========================================================
 
-A standby has no current WAL position: what it replayed stands in (:func:`cdc.observe.lag.measure_source`).
+A standby has no current WAL position: what it replayed stands in (:func:`cdc.observe.source_lag.measure_source`).
 Each scrape opens one short connection and runs a few catalog queries; it never decodes the WAL.
 """
 
@@ -34,7 +34,8 @@ from prometheus_client.core import GaugeMetricFamily
 
 from cdc.capture.errors import SourceError
 from cdc.config.settings import Settings
-from cdc.observe.lag import SourceLag, measure_source
+from cdc.observe.lag_report import SourceLag
+from cdc.observe.source_lag import measure_source
 
 log = logging.getLogger("cdc.metrics")
 

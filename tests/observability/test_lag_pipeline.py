@@ -19,7 +19,7 @@ import pytest
 from rich.console import Console
 
 from cdc.config.settings import Settings, load_settings
-from cdc.observe.lag import JSON_SCHEMA
+from cdc.observe.lag_report import JSON_SCHEMA
 from cdc.run.coordinator import Capture
 from migrations.sample_data import insert_sample_data
 from tests.derived_views.conftest import EXAMPLE_VIEWS

@@ -10,7 +10,8 @@ import psycopg
 import pytest
 
 from cdc.config.settings import load_settings
-from cdc.observe.lag import JSON_SCHEMA, measure
+from cdc.observe.lag import measure
+from cdc.observe.lag_report import JSON_SCHEMA
 
 
 @pytest.fixture

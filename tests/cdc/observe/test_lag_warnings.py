@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from cdc.observe.lag import LagReport, LogLag, SourceLag, _warn
+from cdc.observe.lag import _warn
+from cdc.observe.lag_report import LagReport, LogLag, SourceLag
 
 GB = 1 << 30
 
