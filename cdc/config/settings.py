@@ -1,10 +1,10 @@
 """One settings class for the whole pipeline, read from ``CDC_*`` environment variables and ``.env``.
 
 Secrets (the database password, the mask and request keys, Kafka's passwords) may instead be read from
-files: ``CDC_<NAME>_FILE`` names a file whose content, less its trailing line break, is the value
-(:data:`SECRET_FILES`), as container platforms mount secrets. A secret never reaches a log, an error or
-a screen: the keys are :class:`~pydantic.SecretStr`, and the database password joins the connection URL
-as its ``password`` parameter, which :func:`cdc.config.redact.redact_url` hides wherever the URL is shown.
+files (:mod:`cdc.config.secret_values`). A secret never reaches a log, an error or a screen: the keys
+are :class:`~pydantic.SecretStr`, and the database password joins the connection URL as its ``password``
+parameter, which :func:`cdc.config.redact.redact_url` hides wherever the URL is shown. What each setting
+accepts, shown when a value is rejected, is :data:`cdc.config.setting_values.ACCEPTS`.
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ import re
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import quote
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from cdc.config.redact import redact_url
+from cdc.config.secret_values import SECRET_FILES, misread_by_libpq, read_secret_file, with_password
 from cdc.config.setting_names import warn_of_unknown_names
+from cdc.config.setting_values import ACCEPTS
 from cdc.errors import ConfigError
 from event_format import fold_after
 from log_store import LogConfig
@@ -29,59 +30,11 @@ if TYPE_CHECKING:
     from derived_views import MaintenancePolicy
     from log_store.kafka.log import KafkaSettings
 
+
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 _TOPIC_PREFIX = re.compile(r"^[A-Za-z0-9_-]+$")
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*\.[A-Za-z_][A-Za-z0-9_$]*$")
 
-#: What each setting accepts, shown when a value is rejected.
-ACCEPTS: dict[str, str] = {
-    "database_url": "a PostgreSQL URL such as postgresql://cdc:secret@db:5432/shop",
-    "data_dir": "a directory path (created if missing) that holds the log and the Delta tables",
-    "views_file": "a path to the views file (TOML; a missing file means the defaults)",
-    "tables": "a comma-separated list of schema.table names, or empty for every published table",
-    "slot_failover": "auto (failover slots on PostgreSQL 17+ when a standby is configured), true or false",
-    "standby_url": "empty, or the standby's PostgreSQL URL such as postgresql://cdc:secret@standby:5432/shop",
-    "primary_url": "empty, or the primary's PostgreSQL URL such as postgresql://cdc:secret@primary:5432/shop",
-    "slot": "a lower-case replication slot name: letters, digits and _, at most 63 characters",
-    "publication": "a lower-case publication name: letters, digits and _, at most 63 characters",
-    "partitions": "a whole number of partitions per topic from 1 to 1024",
-    "topic_prefix": "ASCII letters, digits, _ and -, at most 100 characters (topics are named <prefix>.<schema>.<table>)",
-    "outbox_prefix": "ASCII letters, digits, _ and -, at most 40 characters (outbox topics are <topic prefix>.<it>.<name>)",
-    "outbox_key_field": "empty, or the name of a top-level field of outbox payloads (at most 200 characters)",
-    "segment_bytes": "a segment size in bytes from 1024 to 1073741824",
-    "segment_ms": "a segment age in milliseconds, at least 1000",
-    "delete_retention_ms": "how long tombstones outlive compaction, in milliseconds (0 or more)",
-    "retention_ms": "how long non-compacted topics keep data, in milliseconds, or -1 for ever",
-    "retention_bytes": "how many bytes non-compacted partitions keep, or -1 for no limit",
-    "log_compact_interval_s": "seconds between compactions of the embedded log by `cdc capture`, 0 (never) or more",
-    "metrics_port": "a TCP port from 0 to 65535 (0 turns the metrics endpoint off)",
-    "log_format": "json or kv",
-    "snapshot_concurrency": "how many tables capture reads at once beside the stream, from 1 to 64",
-    "snapshot_chunk_rows": "rows per chunk of a table read beside the stream, from 100 to 1000000",
-    "snapshot_sessions": "how many sessions read each snapshot's chunks at once, from 1 to 8",
-    "snapshot_rows_per_second": "rows per second reads beside the stream may take from the source, 0 for no ceiling",
-    "deletion_vectors": "true or false",
-    "maintenance": "true or false",
-    "change_data_feed": "true or false",
-    "maintenance_interval_s": "seconds between looks at the view tables' health, more than 0",
-    "maintenance_small_files": "how many small files a view table may hold before it is compacted, at least 2",
-    "maintenance_small_file_bytes": "the size under which a file is small, in bytes, at least 1024",
-    "maintenance_versions": "how many commits a view table may take before it is compacted again, at least 1",
-    "vacuum_retention_hours": "hours old files stay for readers of older versions, at least 1 (Delta's default: 168)",
-    "log": "empty (the embedded log under CDC_DATA_DIR) or kafka://host:port[,host:port...] (the log in Kafka)",
-    "kafka_security_protocol": "plaintext, ssl, sasl_plaintext or sasl_ssl",
-    "kafka_sasl_mechanism": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
-    "kafka_ssl_ca_location": "the path of a PEM file that exists",
-    "kafka_ssl_certificate_location": "the path of a PEM file that exists",
-    "kafka_ssl_key_location": "the path of a PEM file that exists",
-    "kafka_timeout_ms": "how long one Kafka request may take, in milliseconds, from 100 to 600000",
-    "mask_key": "a secret of at least 16 characters (the key of hash masks)",
-    "request_key": "a secret of at least 16 characters (the key that signs `cdc snapshot --where` requests)",
-    "database_password": "the source role's password (CDC_DATABASE_URL then holds none)",
-}
-
-#: The secrets that ``CDC_<NAME>_FILE`` may give from a file instead of ``CDC_<NAME>``.
-SECRET_FILES = ("database_password", "mask_key", "request_key", "kafka_sasl_password", "kafka_ssl_key_password")
 
 #: librdkafka's names of the security settings that ``CDC_KAFKA_*`` settings give.
 _KAFKA_CLIENT_NAMES = {
@@ -230,11 +183,11 @@ class Settings(BaseSettings):
 
         if conninfo_to_dict(self.database_url).get("password"):
             raise ConfigError("CDC_DATABASE_URL holds a password and CDC_DATABASE_PASSWORD(_FILE) gives one: keep one")
-        self.database_url = _with_password(self.database_url, password)
+        self.database_url = with_password(self.database_url, password)
         if self.standby_url and not conninfo_to_dict(self.standby_url).get("password"):
-            self.standby_url = _with_password(self.standby_url, password)
+            self.standby_url = with_password(self.standby_url, password)
         if self.primary_url and not conninfo_to_dict(self.primary_url).get("password"):
-            self.primary_url = _with_password(self.primary_url, password)
+            self.primary_url = with_password(self.primary_url, password)
         return self
 
     @field_validator("tables", mode="before")
@@ -309,7 +262,7 @@ class Settings(BaseSettings):
             return value  # no standby, or capture from the primary
         if not value.startswith(("postgresql://", "postgres://")):
             raise ValueError("it does not start with postgresql://")
-        if _misread_by_libpq(value):
+        if misread_by_libpq(value):
             # never quote the value, nor libpq's message about it: either may hold part of the password
             raise ValueError(
                 "its user name or password holds a character that must be percent-encoded, so PostgreSQL would "
@@ -444,54 +397,6 @@ class Settings(BaseSettings):
     def safe_database_url(self) -> str:
         """The source URL with any password replaced, for logs and screens."""
         return redact_url(self.database_url)
-
-
-#: A ``%`` that does not start a percent-encoded byte, or a space: libpq rejects the URL and quotes the part.
-_UNENCODED = re.compile(r"%(?![0-9A-Fa-f]{2})|\s")
-
-
-def _misread_by_libpq(url: str) -> bool:
-    """Whether libpq would not read the URL's user name and password as written: a reserved character in them.
-
-    libpq takes the user name and password up to the *first* ``@`` before the first ``/`` after
-    ``scheme://``, and the host after it. So a second ``@`` there (an ``@`` in the password), an ``@``
-    after that ``/`` but before the query (a ``/`` in the password), or a ``%`` or space that libpq
-    cannot decode means the password is not the one meant, and libpq's error (a host it cannot
-    resolve, a port it cannot read, a token it cannot decode) would show part of it. ``:``, ``?`` and
-    ``#`` in a password are read as written. Anything else libpq cannot parse is treated the same way,
-    since its message quotes what it could not read.
-    """
-    from psycopg.conninfo import conninfo_to_dict
-
-    authority, _, path = url.split("://", 1)[1].partition("/")
-    if authority.count("@") > 1 or "@" in path.split("?", 1)[0]:
-        return True
-    if _UNENCODED.search(authority.rpartition("@")[0]):
-        return True
-    try:
-        conninfo_to_dict(url)
-    except Exception:  # noqa: BLE001 - psycopg's message quotes the unreadable part, which may be the password
-        return True
-    return False
-
-
-def _with_password(url: str, password: str) -> str:
-    """``url`` with ``password`` as its ``password`` parameter, percent-encoded (libpq decodes it)."""
-    separator = "&" if "?" in url else "?"
-    return f"{url}{separator}password={quote(password, safe='')}"
-
-
-def read_secret_file(path: Path, setting: str) -> str:
-    """A secret file's text without its trailing line break (``echo`` and editors add one)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "it is not UTF-8 text"
-        raise ConfigError(f"setting {setting} names {path}, which cannot be read: {reason}") from None
-    text = text.rstrip("\r\n")
-    if not text:
-        raise ConfigError(f"setting {setting} names {path}, which is empty")
-    return text
 
 
 def load_settings(**overrides: object) -> Settings:
