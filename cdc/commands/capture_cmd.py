@@ -31,7 +31,8 @@ _RECOVERY_WINDOW_S = 600.0
 @pass_context
 def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
     """Capture changes exactly once into the log. SIGTERM/SIGINT: finish the batch, confirm, exit 0."""
-    from cdc.run.coordinator import Capture, Tuning  # heavy: imported when capturing, not by every `cdc` command
+    from cdc.run.coordinator import Capture  # heavy: imported when capturing, not by every `cdc` command
+    from cdc.run.tuning import Tuning
 
     settings = ctx.settings  # type: ignore[attr-defined]
     stop = threading.Event()

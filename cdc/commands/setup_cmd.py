@@ -11,7 +11,8 @@ import click
 
 from cdc.capture.errors import PrerequisiteError
 from cdc.commands.context import pass_context
-from cdc.setup.source_checks import apply_declared_rules, ensure_publication, ensure_slot, run_checks
+from cdc.setup.source_checks import run_checks
+from cdc.setup.source_objects import apply_declared_rules, ensure_publication, ensure_slot
 
 
 @click.command("setup")

@@ -13,7 +13,8 @@ Guarantees and restart rules:
 * **Durable before confirmed** and **whole transactions**: a flush position is sent to PostgreSQL only
   after the log fsynced (or Kafka committed) every transaction up to it, and a source transaction is
   never split across groups; several share one group (one fsync) for throughput. The decisions are
-  :mod:`cdc.capture.stream_core`'s, tested without I/O; this module carries them out.
+  :mod:`cdc.capture.stream_core`'s, tested without I/O; a session (:mod:`cdc.run.stream_session`) carries
+  them out, and this module sets the run up and decides where the log begins.
 * **A slot that does not continue the log** (confirmed past P + 1: recreated by ``cdc setup`` after it
   was lost, or advanced by another client) never streamed what committed in between; capture then
   reads every table again beside the stream, superseding the log's rows (below), instead of leaving that gap.
@@ -43,89 +44,43 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
-from collections.abc import Iterable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-
-from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from cdc.capture.capture_topics import CaptureTopics
 from cdc.capture.catalog import Catalog
 from cdc.capture.discovery import captured_tables
-from cdc.capture.errors import PrerequisiteError, PrivilegeError, SlotError, SlotLostError, SourceError
+from cdc.capture.errors import PrerequisiteError
 from cdc.capture.events import EventBuilder
-from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.group_writer import GroupWriter
 from cdc.capture.initial_snapshot import begin_again, begin_log
 from cdc.capture.lsn import Lsn
 from cdc.capture.outbox import Outbox, dead_letter_topic
 from cdc.capture.outbox_table import OutboxColumns
-from cdc.capture.pgoutput.messages import LogicalMessage
 from cdc.capture.reads.online_read import OnlineRead
-from cdc.capture.reads.scheduler import ReadScheduler, ReadStats, ReadTuning
-from cdc.capture.reads.snapshot_requests import SnapshotRequest
-from cdc.capture.slot_continuity import drop_idle_slot, require_continuity, slot_confirmed, slot_lost, slot_skipped_ahead
+from cdc.capture.reads.scheduler import ReadScheduler
+from cdc.capture.slot_continuity import drop_idle_slot, slot_lost, slot_skipped_ahead
 from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten, published_shape
-from cdc.capture.stream_core import (
-    AppendGroup,
-    Command,
-    Discover,
-    Finish,
-    Heartbeat,
-    Retarget,
-    SendStatus,
-    Skip,
-    StreamCore,
-    StreamTuning,
-    WriteSnapshot,
-)
-from cdc.capture.streaming import ChangeReplayer, Transaction, TransactionAssembler
+from cdc.capture.stream_core import StreamCore
+from cdc.capture.streaming import ChangeReplayer, Transaction
 from cdc.capture.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate
 from cdc.capture.tables import TableShape
 from cdc.capture.timelines import divergence
-from cdc.capture.transport import Keepalive, ReplicationConnection, XLogData, decode_frame
+from cdc.capture.transport import ReplicationConnection
 from cdc.capture.visibility import ReceivedXids
 from cdc.config.data_dir import secure_data_dir
 from cdc.config.log_backend import open_log
 from cdc.config.settings import Settings
 from cdc.observe.metrics import CaptureMetrics
 from cdc.run.storage_errors import capture_storage_error
+from cdc.run.stream_session import StreamSession
+from cdc.run.tuning import CaptureStats, Tuning
 from cdc.setup.failover import slot_failover
 from cdc.setup.source_checks import capture_problems
-from log_store import ProducerRecord
 from log_store.errors import StorageIOError
 from log_store.log import Log
 
 log = logging.getLogger("cdc.capture")
-
-
-@dataclass(frozen=True)
-class Tuning(StreamTuning, ReadTuning):
-    """Batching and timing knobs of capture: the streaming loop's (:class:`StreamTuning`), the reads'
-    (:class:`ReadTuning`) and the snapshot's, reconnection's and memory's (defaults suit the benchmarks and
-    the tests)."""
-
-    #: rows per chunk of every read (``None``: ``CDC_SNAPSHOT_CHUNK_ROWS``; see :data:`cdc.capture.snapshot.AHEAD`
-    #: for the measured trade-off)
-    snapshot_chunk_rows: int | None = None
-    reconnect_seconds: float = 120.0
-    memory_limit: int = 8 << 20
-
-
-@dataclass
-class CaptureStats(ReadStats):
-    """What one run did (the reads' figures are :class:`ReadStats`')."""
-
-    snapshot_rows: int = 0
-    transactions: int = 0
-    skipped: int = 0
-    events: int = 0
-    groups: int = 0
-    reconnects: int = 0
-    #: times every table was read again because the slot did not continue the log (:mod:`cdc.capture.slot_continuity`)
-    resnapshots: int = 0
 
 
 def outbox_tables(views_file: Path) -> dict[tuple[str, str], OutboxColumns]:
@@ -139,11 +94,7 @@ def outbox_tables(views_file: Path) -> dict[tuple[str, str], OutboxColumns]:
     return tables
 
 
-def _retryable(exc: BaseException) -> bool:
-    return isinstance(exc, SourceError) and not isinstance(exc, (SlotError, PrivilegeError, PrerequisiteError))
-
-
-class Capture:
+class Capture(StreamSession):
     """One capture run over one log (which it opens as the single writer)."""
 
     def __init__(
@@ -194,20 +145,6 @@ class Capture:
     def reads(self) -> list[OnlineRead]:
         """The reads under way, in the order they began."""
         return self.scheduler.reads
-
-    @property
-    def position(self) -> Lsn:
-        """Every transaction committed at or before it is in the log, and no later one."""
-        return self.core.position
-
-    @position.setter
-    def position(self, value: Lsn) -> None:
-        self.core.position = value
-
-    @property
-    def confirmed(self) -> Lsn:
-        """The position confirmed to the slot: everything before it is durable in the log."""
-        return self.core.confirmed
 
     # -- set-up --------------------------------------------------------------------------------------
 
@@ -382,19 +319,6 @@ class Capture:
         with ReplicationConnection(self.settings.database_url) as repl:
             return divergence(repl, self.ledger.timeline, self.position)[1]
 
-    def _follow_timeline(self, repl: ReplicationConnection) -> None:
-        """At a session's start: the log records the source's timeline before streaming on it. A timeline
-        that forked below the log's position (a promotion mid-run) stops the session: the next run reads
-        every table again (:mod:`cdc.capture.timelines`)."""
-        assert self.log is not None
-        timeline, diverged = divergence(repl, self.ledger.timeline, self.position)
-        if diverged is not None and slot_confirmed(self.settings.database_url, self.settings.slot) is None:
-            return  # the slot is gone too: starting the stream says so, with `cdc setup` as the fix
-        if diverged is not None:
-            raise SlotLostError(f"{diverged}; start capture again: it reads every captured table again")
-        if timeline != self.ledger.timeline:
-            self.log.append_group([self.ledger.timeline_record(timeline)], self.position.hex16())
-
     def _recreate_lost_slot(self, lost: str) -> None:
         """``CDC_RECREATE_LOST_SLOT``: the slot is missing or invalidated (``lost`` says which); it is made
         again and every captured table read again (:meth:`_begin_again`), said in one warning line."""
@@ -429,158 +353,3 @@ class Capture:
         self.stats.snapshot_rows += written.rows
         self.stats.groups += written.groups
         self.metrics.group_durable(written.events, written.value_bytes, 0, int(self.confirmed), None)
-
-    # -- streaming -----------------------------------------------------------------------------------
-
-    def _stream_with_reconnect(self) -> None:
-        """:meth:`_stream`, opened again after a lost connection: one warning line per attempt, pauses
-        growing from 0.2 s to 5 s, for at most ``reconnect_seconds``. A multi-host ``CDC_DATABASE_URL``
-        (``host=a,b`` with ``target_session_attrs=primary``) reaches whichever server is primary then, so
-        after a failover capture resumes from the promoted standby's synced slot
-        (:mod:`cdc.capture.slot_continuity` says why nothing is written twice or out of order)."""
-        retrying = Retrying(
-            retry=retry_if_exception(_retryable),
-            wait=wait_exponential(multiplier=0.2, max=5),
-            stop=stop_after_delay(self.tuning.reconnect_seconds),
-            reraise=True,
-            before_sleep=lambda state: log.warning(
-                "reconnecting after: %s (attempt %d, next in %.1f s, for up to %.0f s)",
-                state.outcome.exception() if state.outcome else "?",
-                state.attempt_number,
-                state.next_action.sleep if state.next_action else 0.0,
-                self.tuning.reconnect_seconds,
-            ),
-        )
-        for attempt in retrying:
-            with attempt:
-                if attempt.retry_state.attempt_number > 1:
-                    self.stats.reconnects += 1
-                    self.metrics.reconnects.inc()
-                with relaxed_gc():
-                    self._stream()
-
-    def _stream(self) -> None:
-        """One replication session, its decisions taken by :attr:`core` (:mod:`cdc.capture.stream_core`); returns
-        when stopped or drained, raises on connection loss (complete transactions are appended first,
-        without confirming them: the next session skips them as the log's)."""
-        core = self.core
-        with ReplicationConnection(self.settings.database_url) as repl:
-            self._follow_timeline(repl)
-            require_continuity(self.settings.database_url, self.settings.slot, self.position)
-            if self.once and core.target is None:
-                core.drain_to(self.catalog.wal_insert_position(), time.monotonic() + self.catalog.async_commit_delay())
-            # Snapshots that waited when the last session ended are taken again at a new point, and
-            # reads under way go on from new ones; the slot sends again what the log does not hold.
-            self.scheduler.begin_session()
-            repl.start(self.settings.slot, Lsn(0), self.settings.publication)
-            assembler = TransactionAssembler(self.tuning.memory_limit, self.settings.outbox_message_prefix)
-            core.begin_session(time.monotonic())
-            try:
-                while True:
-                    frames = repl.read_raw(core.read_timeout())
-                    self._receive(frames, assembler, repl)
-                    pass_ = core.tick(
-                        time.monotonic(), got_frames=bool(frames), stop=self.stop.is_set(),
-                        assembler_idle=assembler.idle, wants_discovery=self.scheduler.wants_discovery,
-                    )  # fmt: skip
-                    if self._carry_out(pass_, repl):
-                        return
-                    if self.scheduler.reads:
-                        self.scheduler.read_chunk()
-            except SourceError as exc:
-                self.metrics.errors.labels(kind=type(exc).__name__).inc()
-                group = core.take_pending()
-                if group:
-                    self._append(group)  # not confirmed: the connection is gone, the next session skips it
-                raise
-            finally:
-                for tx in core.take_pending():
-                    tx.close()
-                assembler.reset()
-
-    def _receive(self, frames: list[bytes | memoryview], assembler: TransactionAssembler, repl: ReplicationConnection) -> None:
-        """Feed one read's frames to the assembler, and each whole transaction and keepalive to :attr:`core`."""
-        core, take = self.core, assembler.take
-        index = 0
-        while True:
-            index = take(frames, index)  # changes of the open transaction, kept as bytes until its commit
-            if index >= len(frames):
-                return
-            frame = decode_frame(frames[index])
-            index += 1
-            if isinstance(frame, XLogData):
-                # Only keepalives and commits move the server's end: an XLogData header inside a
-                # streamed block does not promise that earlier commits were all sent.
-                tx = assembler.feed(frame.payload, frame.data_start)
-                if tx is not None:
-                    self._received.add(tx.xid)
-                    self._carry_out(core.committed(tx, time.monotonic()), repl)
-            elif isinstance(frame, Keepalive):
-                self.metrics.wal_bytes_behind.set(max(0, frame.wal_end - core.confirmed))
-                self._carry_out(core.keepalive(frame.wal_end, frame.reply_requested, time.monotonic()), repl)
-
-    def _carry_out(self, commands: Iterable[Command[Transaction, PendingSnapshot]], repl: ReplicationConnection) -> bool:
-        """Carry out :attr:`core`'s commands in order; whether the session is finished."""
-        for command in commands:
-            match command:
-                case AppendGroup(transactions=group):
-                    self._send(self._append(group), repl)
-                case Skip(transaction=tx):
-                    self.stats.skipped += 1
-                    assert self.replayer is not None
-                    self.replayer.replay_relations(tx)
-                case SendStatus():
-                    self._send(command, repl)
-                case WriteSnapshot(snapshot=pending):
-                    self.scheduler.start_read(pending)
-                case Heartbeat(end=end):
-                    self._heartbeat(end, repl)
-                case Discover():
-                    self.scheduler.discovery_due()
-                    self.scheduler.discover()
-                case Retarget():
-                    self.core.retarget(self.catalog.wal_flush_position())
-                case Finish(flushed=flushed):
-                    repl.send_status(flushed, flushed)
-                    repl.finish()
-                    return True
-        return False
-
-    @staticmethod
-    def _send(status: SendStatus, repl: ReplicationConnection) -> None:
-        repl.send_status(status.flushed, status.flushed, reply=status.reply)
-
-    def _requested(self, message: LogicalMessage, commit_ts_ms: int) -> list[ProducerRecord]:
-        """A ``cdc snapshot`` request (:mod:`cdc.capture.reads.snapshot_requests`) in a transaction being written,
-        handed to the reads (:meth:`ReadScheduler.requested`); the records to write in the same group."""
-        request = SnapshotRequest.parse(message.content)
-        if request is None:
-            return []
-        return self.scheduler.requested(request, commit_ts_ms, Lsn(message.lsn))
-
-    # -- groups --------------------------------------------------------------------------------------
-
-    def _append(self, group: list[Transaction]) -> SendStatus:
-        """Append ``group`` as one group (:mod:`cdc.capture.group_writer`); the status that confirms it, to send."""
-        assert self.groups is not None
-        try:
-            written = self.groups.append(group)
-        finally:
-            self.scheduler.reap()
-        self.scheduler.start_truncated_over()
-        status = self.core.group_durable(group)
-        self.scheduler.group_written()
-        self.stats.events += written.events
-        self.stats.groups += 1
-        self.stats.transactions += len(group)
-        last = group[-1].commit_ts_ms
-        self.metrics.group_durable(written.events, written.value_bytes, len(group), status.flushed, last)
-        return status
-
-    def _heartbeat(self, end: Lsn, repl: ReplicationConnection) -> None:
-        """Every transaction committed before the server's WAL ``end`` is in the log: record and confirm it."""
-        assert self.log is not None
-        self.log.append_group([], Lsn(end - 1).hex16())
-        self.stats.groups += 1
-        self._send(self.core.heartbeat_durable(end), repl)
-        self.metrics.caught_up(int(self.confirmed))

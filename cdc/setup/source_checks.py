@@ -1,8 +1,9 @@
-"""Prerequisite checks of the source database, and idempotent creation of publication and slot.
+"""Prerequisite checks of the source database (:func:`run_checks`), before ``cdc setup`` creates anything.
 
-Each failed check is one :class:`Check` whose ``message`` says what is wrong and how to fix it; the
-set-up command prints one line per failure. Checks only read the catalog; :func:`ensure_publication`
-and :func:`ensure_slot` are the only writers and do nothing when their object already exists.
+Each failed check is one :class:`~cdc.setup.check.Check` whose ``message`` says what is wrong and how to
+fix it; the set-up command prints one line per failure. Checks only read the catalog; the publication and
+the slot are created afterwards by :mod:`cdc.setup.source_objects`, and the checks the views file and a
+log in Kafka call for are :mod:`cdc.setup.views_and_kafka_checks`'s.
 
 Tables are judged as the publication covers them, or would cover them once created (:mod:`cdc.capture.coverage`),
 so that ``cdc setup`` never creates a publication that makes the application's updates or deletes fail.
@@ -11,49 +12,24 @@ so that ``cdc setup`` never creates a publication that makes the application's u
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 import psycopg
-from psycopg import sql
 
-from cdc.capture.coverage import Connection, coverage, entry_name, publication_exists, sql_name, table_list_problems
-from cdc.capture.errors import PrerequisiteError, SourceError, connection_failure
-from cdc.capture.standby import in_recovery, nudging_primary
-from cdc.capture.transport import ReplicationConnection
+from cdc.capture.coverage import Connection, coverage, publication_exists, sql_name, table_list_problems
+from cdc.capture.standby import in_recovery
 from cdc.config.settings import Settings
-from cdc.setup.capture_rules import Checked, apply_masks, apply_rules, check_rules, published_masks
+from cdc.setup.capture_rules import published_masks
+from cdc.setup.check import Check
 from cdc.setup.failover import failover_problems, failover_wanted, primary_facts, standby_facts, synchronized_standby_slots
 from cdc.setup.publication_rule_checks import generated_column_problems, rule_problems
-from cdc.setup.standby_source import standby_problems, writable_url
-
-if TYPE_CHECKING:
-    from derived_views import SourceTable
-    from derived_views.definitions import ViewDefinitions
-
-
-@dataclass(frozen=True)
-class Check:
-    """The outcome of one check."""
-
-    name: str
-    ok: bool
-    message: str
-    #: a passed check whose ``message`` is still worth reading (a consequence the user should know)
-    warning: bool = False
-
-
-def _connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
-    try:
-        return psycopg.connect(url, autocommit=True, connect_timeout=10)
-    except psycopg.OperationalError as exc:
-        raise SourceError(f"cannot connect to the source database: {connection_failure(exc)}; check CDC_DATABASE_URL") from None
+from cdc.setup.source_objects import connect, declared_rules
+from cdc.setup.standby_source import standby_problems
+from cdc.setup.views_and_kafka_checks import kafka_check, kafka_toast_check, views_file_check
 
 
 def run_checks(settings: Settings) -> list[Check]:
     """Every prerequisite of capture, in a fixed order."""
     checks: list[Check] = []
-    with _connect(settings.database_url) as conn:
+    with connect(settings.database_url) as conn:
         standby = in_recovery(conn)
         checks.append(server_version_check(conn.info.server_version))
         checks.extend(Check(name, False, message) for name, message in (standby_problems(conn, settings) if standby else []))
@@ -91,11 +67,11 @@ def run_checks(settings: Settings) -> list[Check]:
             Check("CDC_TABLES", False, problem) for problem in table_list_problems(conn, settings.publication, settings.tables)
         )
         checks.extend(_table_checks(conn, settings))
-        checks.append(_views_file_check(conn, settings))
+        checks.append(views_file_check(conn, settings))
         if not standby:  # a slot on a standby is no failover slot
             checks.extend(_failover_checks(conn, settings))
     if settings.uses_kafka:
-        checks.append(_kafka_check(settings))
+        checks.append(kafka_check(settings))
     return checks
 
 
@@ -113,141 +89,6 @@ def _failover_checks(conn: psycopg.Connection[tuple[object, ...]], settings: Set
     return [Check("failover", not fatal, message, warning=not fatal) for fatal, message in problems]
 
 
-def _kafka_check(settings: Settings) -> Check:
-    """The log's Kafka brokers answer within 5 s."""
-    import dataclasses
-
-    from log_store.errors import LogStoreError
-    from log_store.kafka.log import KafkaLog
-
-    try:
-        KafkaLog.open(dataclasses.replace(settings.kafka_settings(), timeout_s=5.0)).close()
-    except LogStoreError as exc:
-        return Check("kafka log", False, str(exc))
-    return Check("kafka log", True, "")
-
-
-#: Columns whose values PostgreSQL may store out of line (TOAST): varlena types whose storage is not plain.
-_OUT_OF_LINE = """
-    SELECT a.attname FROM pg_attribute a
-    WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped AND a.attlen = -1 AND a.attstorage IN ('x', 'e')
-    ORDER BY a.attnum
-"""
-
-
-def _kafka_toast_check(conn: Connection, name: str, oid: int) -> Check | None:
-    """On Kafka, a table whose updates may leave TOAST values out is better off sending whole old rows.
-
-    pgoutput leaves an unchanged out-of-line value out of an update. The embedded log keeps such an
-    update as a partial row that its compaction folds onto the key's earlier row; Kafka's compaction
-    cannot, so capture reads the key's row back from Kafka to write the update whole (exact, but a read
-    per such update). Under ``REPLICA IDENTITY FULL`` the server sends the whole old row, values included.
-    """
-    identity = conn.execute("SELECT relreplident FROM pg_class WHERE oid = %s", (oid,)).fetchone()
-    if identity is None or identity[0] == "f":
-        return None
-    columns = [str(row[0]) for row in conn.execute(_OUT_OF_LINE, (oid,)).fetchall()]
-    if not columns:
-        return None
-    return Check(
-        f"table {name} on Kafka",
-        True,
-        f"updates that leave {', '.join(columns)} unchanged omit their values when they are stored out of "
-        "line (TOAST); Kafka's compaction cannot fold such partial rows as the embedded log's does, so "
-        "capture reads each such row back from Kafka to write it whole, which slows it down; run "
-        f"ALTER TABLE {name} REPLICA IDENTITY FULL so that every update carries them (it writes whole old "
-        "rows to the WAL)",
-        warning=True,
-    )
-
-
-def _views_file_check(conn: Connection, settings: Settings) -> Check:
-    """The views file is well formed and its views read only tables capture will read, through columns
-    and keys they have and the publication publishes (derived_views.definitions, derived_views.views.composite,
-    derived_views.views.published_rules)."""
-    from derived_views import checked
-    from derived_views.definitions import load
-    from derived_views.errors import ViewsFileError
-
-    try:
-        definitions = load(settings.views_file)
-        covered = coverage(conn, settings.publication, settings.tables).tables
-        published = _published_columns(_source_tables(conn, covered), conn, settings.publication)
-        checked(definitions, published)
-        problem = _outbox_problem(definitions, published)
-    except ViewsFileError as exc:
-        return Check("views file", False, str(exc))
-    if problem:
-        return Check("views file", False, problem)
-    return Check("views file", True, "")
-
-
-def _outbox_problem(definitions: ViewDefinitions, published: dict[str, SourceTable]) -> str:
-    """Why an outbox table the views file declares cannot be routed (not published, a part's column
-    missing), or empty: capture would otherwise stop at its first change (:mod:`cdc.capture.outbox_table`)."""
-    for name, table in definitions.outbox.items():
-        source = published.get(name)
-        where = f"{definitions.source}: [outbox.{name}]"
-        if source is None:
-            return f"{where}: {name} is not a table the publication covers; add it to the publication (and CDC_TABLES)"
-        parts = {"id": table.id, "aggregatetype": table.aggregatetype, "aggregateid": table.aggregateid}
-        parts |= {"type": table.type, "payload": table.payload}
-        missing = [f"{part} = {column!r}" for part, column in parts.items() if column not in source.columns]
-        if missing:
-            return (
-                f"{where}: {', '.join(missing)}: no such published column of {name} (its columns: "
-                f"{', '.join(source.columns)}); name the columns that hold each part"
-            )
-    return ""
-
-
-_COLUMNS_SQL = """
-SELECT a.attname, t.typname,
-       coalesce(a.attnum = ANY (pk.conkey), false) AS in_key
-FROM pg_attribute a
-JOIN pg_type t ON t.oid = a.atttypid
-LEFT JOIN pg_constraint pk ON pk.conrelid = a.attrelid AND pk.contype = 'p'
-WHERE a.attrelid = to_regclass(%s) AND a.attnum > 0 AND NOT a.attisdropped
-ORDER BY a.attnum
-"""
-
-
-def _source_tables(conn: Connection, tables: list[tuple[str, str]]) -> dict[str, SourceTable]:
-    """What the views file may name of each covered table: its columns' types and its primary key."""
-    from derived_views import SourceTable  # noqa: F811 - at run time too
-    from log_store.topic_names import log_name
-
-    found = {}
-    for schema, table in tables:
-        name = '"' + schema.replace('"', '""') + '"."' + table.replace('"', '""') + '"'
-        rows = conn.execute(_COLUMNS_SQL, (name,)).fetchall()
-        if not rows:
-            continue  # not a table (yet): the CDC_TABLES check names it
-        found[f"{schema}.{table}"] = SourceTable(
-            f"{schema}.{table}",
-            log_name(schema, table),
-            {str(row[0]): str(row[1]) for row in rows},
-            tuple(str(row[0]) for row in rows if row[2]),
-        )
-    return found
-
-
-def _published_columns(tables: dict[str, SourceTable], conn: Connection, publication: str) -> dict[str, SourceTable]:
-    """``tables`` with only the columns the publication's column lists publish: a view can never hold another."""
-    import dataclasses
-
-    from derived_views import published_rules
-
-    rules = published_rules(conn, publication)  # type: ignore[arg-type]
-    out = dict(tables)
-    for (schema, table), rule in rules.items():
-        name = f"{schema}.{table}"
-        if name in out and rule.column_list is not None:
-            source = out[name]
-            out[name] = dataclasses.replace(source, columns={c: t for c, t in source.columns.items() if rule.publishes(c)})
-    return out
-
-
 #: Pointed to by the problems ``cdc capture`` finds, which ``cdc setup --check-only`` finds with the rest.
 _SEE_SETUP = "`cdc setup --check-only` checks every prerequisite of capture"
 
@@ -259,7 +100,7 @@ def capture_problems(settings: Settings) -> list[str]:
     behind holding WAL, and a ``CDC_TABLES`` entry that would capture nothing is refused instead of
     being silently empty.
     """
-    with _connect(settings.database_url) as conn:
+    with connect(settings.database_url) as conn:
         first = (server_version_check(conn.info.server_version), _wal_level_check(conn), _replication_check(conn))
         problems = [f"{check.message}; {_SEE_SETUP}" for check in first if not check.ok]
         standby = [message for _, message in standby_problems(conn, settings)] if in_recovery(conn) else []
@@ -407,7 +248,7 @@ def _table_checks(conn: Connection, settings: Settings) -> list[Check]:
         generated = generated_column_problems(conn, settings.publication, name, int(oid))  # type: ignore[call-overload]
         checks.extend(Check(f"table {name} generated columns", False, problem) for problem in generated)
         if settings.uses_kafka:
-            toast = _kafka_toast_check(conn, name, int(oid))  # type: ignore[call-overload]
+            toast = kafka_toast_check(conn, name, int(oid))  # type: ignore[call-overload]
             if toast is not None:
                 checks.append(toast)
     return checks
@@ -465,147 +306,3 @@ def _key_checks(conn: Connection, name: str, oid: int, all_tables: bool) -> list
         )
         for leaf in broken
     ]
-
-
-def declared_rules(conn: Connection, settings: Settings) -> Checked:
-    """The views file's capture rules checked against the publication as it is or will be created
-    (:mod:`cdc.setup.capture_rules`); none when the file declares none or cannot be read (the views file
-    check says why)."""
-    from derived_views.definitions import load
-    from derived_views.errors import ViewsFileError
-
-    try:
-        definitions = load(settings.views_file)
-    except ViewsFileError:
-        return Checked({}, [])
-    if not definitions.capture:
-        return Checked({}, [])
-    source = definitions.source
-    filtered = any(r.columns is not None or r.exclude is not None or r.where is not None for r in definitions.capture.values())
-    row = conn.execute(
-        "SELECT puballtables OR EXISTS (SELECT 1 FROM pg_publication_namespace pn WHERE pn.pnpubid = p.oid) "
-        "FROM pg_publication p WHERE pubname = %s"
-        if int(conn.info.server_version) >= 150000
-        else "SELECT puballtables FROM pg_publication WHERE pubname = %s",
-        (settings.publication,),
-    ).fetchone()
-    if row is not None and row[0] and filtered:
-        return Checked(
-            {},
-            [
-                f"{source}: [capture] rules need a publication naming its tables one by one, and {settings.publication} "
-                "publishes all tables or whole schemas (which take no column lists or row filters); drop it and run "
-                "`cdc setup` with CDC_TABLES set, or remove the rules"
-            ],
-        )
-    if row is None and not settings.tables and filtered:
-        return Checked(
-            {},
-            [
-                f"{source}: [capture] rules need CDC_TABLES: without it `cdc setup` creates the publication FOR ALL "
-                "TABLES, which takes no column lists or row filters; set CDC_TABLES to the tables to capture"
-            ],
-        )
-    if row is None and settings.tables:
-        tables = list(settings.tables)
-    elif row is None:  # FOR ALL TABLES, once created
-        tables = [
-            str(r[0])
-            for r in conn.execute(
-                "SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE c.relkind IN ('r', 'p') AND n.nspname NOT IN ('pg_catalog', 'information_schema')"
-            ).fetchall()
-        ]
-    else:
-        tables = [
-            str(r[0])
-            for r in conn.execute(
-                "SELECT schemaname || '.' || tablename FROM pg_publication_tables WHERE pubname = %s",
-                (settings.publication,),
-            ).fetchall()
-        ]
-    return check_rules(conn, definitions.capture, tables, source, mask_key=settings.mask_key_bytes)
-
-
-def apply_declared_rules(settings: Settings) -> list[str]:
-    """Give the existing publication's tables the rules the views file declares (see
-    :func:`cdc.setup.capture_rules.apply_rules`); the tables changed. On the primary, when capture reads from a
-    standby (:mod:`cdc.setup.standby_source`)."""
-    with _connect(writable_url(settings)) as conn:
-        checked = declared_rules(conn, settings)
-        if checked.problems:
-            raise PrerequisiteError(checked.problems)
-        changed = apply_rules(conn, settings.publication, checked) if checked.clauses else []
-        return changed + [name for name in apply_masks(conn, settings.publication, checked.masks) if name not in changed]
-
-
-def ensure_publication(settings: Settings) -> bool:
-    """Create the publication (over ``CDC_TABLES`` with the rules the views file declares, or all tables;
-    on PostgreSQL 18 with ``publish_generated_columns = stored``) unless it exists; True if created. On
-    the primary, when capture reads from a standby (:mod:`cdc.setup.standby_source`)."""
-    with _connect(writable_url(settings)) as conn:
-        if conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)).fetchone():
-            return False
-        checked = declared_rules(conn, settings)
-        if checked.problems:
-            raise PrerequisiteError(checked.problems)
-        if settings.tables:
-            targets: sql.Composable = sql.SQL("FOR TABLE {}").format(
-                sql.SQL(", ").join(
-                    checked.clauses[name][0].entry() if name in checked.clauses else sql.Identifier(*entry_name(name))
-                    for name in settings.tables
-                )
-            )
-        else:
-            targets = sql.SQL("FOR ALL TABLES")
-        # PostgreSQL 18 publishes stored generated columns when asked (capture carries them to the views
-        # like any column); unpublished, one in a replica identity would make it refuse updates and deletes
-        generated = ", publish_generated_columns = stored" if conn.info.server_version >= 180000 else ""
-        try:
-            conn.execute(
-                sql.SQL("CREATE PUBLICATION {} {} WITH (publish_via_partition_root = true{})").format(
-                    sql.Identifier(settings.publication), targets, sql.SQL(generated)
-                )
-            )
-        except psycopg.Error as exc:
-            raise SourceError(
-                f"cannot create publication {settings.publication}: {str(exc).strip().splitlines()[0]}; "
-                "create it as the tables' owner or a superuser"
-            ) from None
-        apply_masks(conn, settings.publication, checked.masks)
-        return True
-
-
-def ensure_slot(settings: Settings) -> bool:
-    """Create the logical slot (pgoutput) unless it exists; True if created.
-
-    A slot created here has no snapshot; the first ``cdc capture`` replaces it by one created with an
-    exported snapshot, which is what gives the initial snapshot its consistent point. When the slot is
-    to be a failover slot (:mod:`cdc.setup.failover`), it is created as one, and an existing slot that is not
-    one is made one (``ALTER_REPLICATION_SLOT``, 17+).
-    """
-    with _connect(settings.database_url) as conn:
-        standby = in_recovery(conn)  # the slot is made on the standby capture reads from (cdc.capture.standby)
-        failover = not standby and failover_wanted(
-            settings.slot_failover, conn.info.server_version, synchronized_standby_slots(conn), bool(settings.standby_url)
-        )
-        row = conn.execute("SELECT plugin, slot_type FROM pg_replication_slots WHERE slot_name = %s", (settings.slot,)).fetchone()
-        if row is not None:
-            if row[0] != "pgoutput":
-                raise SourceError(
-                    f"replication slot {settings.slot} exists with plugin {row[0]}, not pgoutput; "
-                    "drop it or choose another CDC_SLOT"
-                )
-            if failover and primary_facts(conn, settings.slot).slot_failover is False:
-                with ReplicationConnection(settings.database_url) as repl:
-                    repl.command(f'ALTER_REPLICATION_SLOT "{settings.slot}" (FAILOVER true)')
-            return False
-        try:
-            if failover:
-                conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput', failover => true)", (settings.slot,))
-            else:
-                with nudging_primary(settings.primary_url if standby else ""):
-                    conn.execute("SELECT pg_create_logical_replication_slot(%s, 'pgoutput')", (settings.slot,))
-        except psycopg.Error as exc:
-            raise SourceError(f"cannot create replication slot {settings.slot}: {str(exc).strip().splitlines()[0]}") from None
-        return True

@@ -18,7 +18,7 @@ import pytest
 
 from cdc.config.settings import load_settings
 from cdc.run.coordinator import Capture
-from cdc.setup.source_checks import ensure_publication, ensure_slot
+from cdc.setup.source_objects import ensure_publication, ensure_slot
 from local_servers.standby_pair import StandbyPair
 from tests.cdc.all_types import COLUMNS, ROWS, TYPES
 from tests.cdc.helpers import read_topic, replay, source_table, wait_for
