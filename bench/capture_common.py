@@ -11,6 +11,7 @@ from pathlib import Path
 
 import psycopg
 
+import bench.ordinary_pages  # noqa: F401 - before anything loads pyarrow (see that module)
 from cdc.config.settings import Settings, load_settings
 from cdc.setup import migrate
 from local_servers.postgres import LocalPostgres
