@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from cdc.commands.context import CommandContext
+from cdc.commands.command_context import CommandContext
 from cdc.commands.run_command import run
 from cdc.errors import ConfigError
 from cdc.observe import structured_log

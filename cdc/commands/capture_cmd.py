@@ -10,7 +10,7 @@ from types import FrameType
 import click
 
 from cdc.capture.errors import SlotLostError
-from cdc.commands.context import pass_context
+from cdc.commands.command_context import pass_context
 from cdc.observe.metrics import CaptureMetrics, serve
 from cdc.observe.slot_metrics import SlotCollector
 from cdc.run.log_compactions import LogCompactions

@@ -10,7 +10,7 @@ from __future__ import annotations
 import click
 
 from cdc.capture.errors import PrerequisiteError
-from cdc.commands.context import pass_context
+from cdc.commands.command_context import pass_context
 from cdc.setup.source_checks import run_checks
 from cdc.setup.source_objects import apply_declared_rules, ensure_publication, ensure_slot
 

@@ -24,7 +24,7 @@ from rich.table import Table
 from cdc.capture.errors import PrivilegeError, SourceError
 from cdc.capture.reads.read_conditions import SEARCH_PATH_OPTION, ConditionError, checked_condition, with_row_filter
 from cdc.capture.reads.snapshot_requests import PREFIX, SnapshotRequest
-from cdc.commands.context import pass_context
+from cdc.commands.command_context import pass_context
 from cdc.config.settings import Settings
 from cdc.errors import ConfigError
 from cdc.observe.read_status import read_status

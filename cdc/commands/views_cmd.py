@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cdc.commands.context import pass_context
+from cdc.commands.command_context import pass_context
 from cdc.config.data_dir import secure_data_dir
 from cdc.observe.metrics import SyncMetrics, TableFigures, serve
 
