@@ -11,8 +11,9 @@ from pathlib import Path
 
 import psycopg
 
-from cdc import migrate
-from cdc.settings import Settings, load_settings
+import bench.ordinary_pages  # noqa: F401 - before anything loads pyarrow (see that module)
+from cdc.config.settings import Settings, load_settings
+from cdc.setup import migrate
 from local_servers.postgres import LocalPostgres
 
 TABLE = "CREATE TABLE bench (id bigint PRIMARY KEY, name text NOT NULL, amount numeric(12,2), at timestamptz DEFAULT now())"

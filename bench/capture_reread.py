@@ -33,7 +33,7 @@ import orjson
 import psycopg
 
 from bench.capture_common import bench_database, timed
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from log_store import LogStore, TopicPartition
 
 

@@ -26,9 +26,9 @@ import psycopg
 
 from bench.capture_common import bench_database, timed
 from cdc.capture.snapshot_writer import SnapshotWriter
-from cdc.capture_rules import apply_masks
-from cdc.coordinator import Capture
-from cdc.settings import Settings
+from cdc.config.settings import Settings
+from cdc.run.coordinator import Capture
+from cdc.setup.capture_rules import apply_masks
 from event_format.masks import Mask
 
 KEY = "a benchmark mask key, long enough"

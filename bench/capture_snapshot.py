@@ -27,7 +27,7 @@ import psycopg
 
 from bench.capture_common import bench_database, timed
 from bench.capture_reread import _percentiles, _poller, _writer, _xmin_watch
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 
 
 def run(rows: int, sessions: int) -> None:

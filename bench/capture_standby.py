@@ -25,9 +25,9 @@ from pathlib import Path
 import psycopg
 
 from bench.capture_common import TABLE, insert_rows, timed
-from cdc.coordinator import Capture
-from cdc.settings import Settings, load_settings
-from cdc.source_checks import ensure_publication, ensure_slot
+from cdc.config.settings import Settings, load_settings
+from cdc.run.coordinator import Capture
+from cdc.setup.source_objects import ensure_publication, ensure_slot
 from local_servers.standby_pair import StandbyPair
 
 PER_TRANSACTION = 1000

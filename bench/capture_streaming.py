@@ -12,7 +12,7 @@ import sys
 import psycopg
 
 from bench.capture_common import bench_database, insert_rows, recvlogical_seconds, timed
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 
 
 def main(rows: int) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import psycopg
 
 from bench.capture_common import bench_database, insert_rows, recvlogical_seconds, timed
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from local_servers import pg_builds
 from local_servers.postgres import LocalPostgres, find_server_bindir
 

@@ -22,8 +22,8 @@ import sys
 import psycopg
 
 from bench.capture_common import bench_database, insert_rows, recvlogical_seconds, timed
-from cdc.coordinator import Capture
-from cdc.view_context import location_from_settings
+from cdc.config.view_arguments import location_from_settings
+from cdc.run.coordinator import Capture
 from derived_views.engine.spark_session import build_spark
 from derived_views.source.log_source import read_watermark
 from derived_views.source.pending import read_log

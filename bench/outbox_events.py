@@ -24,8 +24,8 @@ from pathlib import Path
 import psycopg
 
 from bench.capture_common import bench_database, insert_rows, timed
-from cdc.coordinator import Capture
-from cdc.settings import Settings
+from cdc.config.settings import Settings
+from cdc.run.coordinator import Capture
 
 PER_TRANSACTION = 1000
 OUTBOX_TABLE = "CREATE TABLE outbox (id uuid PRIMARY KEY, aggregatetype text, aggregateid text, type text, payload jsonb)"

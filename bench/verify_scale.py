@@ -39,7 +39,7 @@ import psycopg
 from bench.capture_common import timed
 from bench.views_common import load_average, narrow_database, sync_current
 from bench.views_memory import _reset_peak_rss, _status_kb
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 
 
 def _copy_seconds(url: str) -> float:
@@ -62,8 +62,8 @@ def _scan_seconds(path: str) -> float:
 
 
 def _one_size(rows: int, wide: bool, profile: str | None) -> dict[str, float]:
-    from cdc import view_context
-    from cdc.settings import load_settings
+    from cdc.config import view_arguments
+    from cdc.config.settings import load_settings
     from derived_views.views import runner, warehouse
     from derived_views.views.verify import verify
 
@@ -75,7 +75,7 @@ def _one_size(rows: int, wide: bool, profile: str | None) -> dict[str, float]:
         )
         with timed() as captured:
             Capture(settings, once=True).run()
-        ctx = view_context.context_from_settings(settings)
+        ctx = view_arguments.context_from_settings(settings)
         with timed() as synced:
             sync_current(ctx, "public.items")
         print(f"{rows:,} rows: captured in {captured[0]:.1f} s, synced in {synced[0]:.1f} s; {load_average()}", flush=True)

@@ -27,7 +27,7 @@ import psycopg
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdc.settings import Settings
+    from cdc.config.settings import Settings
     from derived_views.write.context import ViewContext
     from derived_views.write.steps import TableResult
     from local_servers.postgres import LocalPostgres
@@ -97,7 +97,7 @@ def products_database(
     the defaults). The products' ids are ``1..rows``.
     """
     from bench.capture_common import bench_cluster
-    from cdc.settings import load_settings
+    from cdc.config.settings import load_settings
     from migrations.sample_data import CATEGORY_NAMES
 
     with bench_cluster() as (server, url, data_dir):
@@ -125,7 +125,7 @@ def narrow_database(tables: dict[str, int], *, wide: bool = False) -> Iterator[t
     """A throwaway cluster whose ``public`` tables ``tables`` (name -> rows) are narrow (:data:`NARROW_TABLE`),
     or ``wide`` (:data:`WIDE_TABLE`), hold ids ``1..rows`` and are the only ones captured."""
     from bench.capture_common import bench_cluster
-    from cdc.settings import load_settings
+    from cdc.config.settings import load_settings
 
     table, fill = (WIDE_TABLE, WIDE_SQL) if wide else (NARROW_TABLE, NARROW_SQL)
     with bench_cluster() as (server, url, data_dir):

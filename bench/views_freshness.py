@@ -30,8 +30,8 @@ from pathlib import Path
 import psycopg
 
 from bench.views_common import PRODUCTS_SQL, bench_spark, products_database
-from cdc import view_context
-from cdc.coordinator import Capture
+from cdc.config import view_arguments
+from cdc.run.coordinator import Capture
 from derived_views.engine.progress import Progress, committed_progress
 from derived_views.views import runner, warehouse
 
@@ -93,7 +93,7 @@ def main(seconds: float, rate: float, preload: int, workload: str = "insert", al
         views_file.write_text(ALL_VIEWS)
     with products_database(preload, tables=tables, views_file=views_file) as (_server, url, settings):
         Capture(settings, once=True).run()
-        ctx = view_context.context_from_settings(settings, spark)
+        ctx = view_arguments.context_from_settings(settings, spark)
         names = runner.resolve([], ctx.definitions) if all_views else ["warehouse"]
         runner.step(ctx, names)  # creates the tables (and warms Spark up)
         stop = threading.Event()

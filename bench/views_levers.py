@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
     from bench.views_side_by_side import Writer
-    from cdc.settings import Settings
+    from cdc.config.settings import Settings
 
 #: Keys a layout's MERGE changes, and how many such MERGEs each layout gets (different keys each time).
 MERGE_KEYS = 20

@@ -6,7 +6,7 @@ The reference schema's ``products`` table (the widest of its tables: a 40-word d
 price, jsonb attributes, text[] tags) with N rows is captured into the log, and the warehouse view
 (its current and history tables, as ``cdc sync --once`` keeps them without a views file) is synced in
 ONE step (:func:`derived_views.views.runner.step`) by the project's default session
-(:func:`cdc.view_context.context_from_settings`: ``local[2]``, ``spark.driver.memory=2g``), twice:
+(:func:`cdc.config.view_arguments.context_from_settings`: ``local[2]``, ``spark.driver.memory=2g``), twice:
 
 1. the snapshot: N ``r`` events into tables that do not exist yet (each table is written by one overwrite);
 2. every row updated in one source transaction: N ``u`` events into the N-row tables. This is the step
@@ -52,7 +52,7 @@ import psycopg
 
 from bench.capture_common import timed
 from bench.views_common import load_average, products_database
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -226,7 +226,7 @@ def main() -> None:
         "--driver-memory", default=None, help="spark.driver.memory instead of the project's default (2g), e.g. 1g"
     )
     args = parser.parse_args()
-    from cdc import view_context
+    from cdc.config import view_arguments
     from derived_views.engine.spark_session import build_spark
 
     started = time.perf_counter()
@@ -237,7 +237,7 @@ def main() -> None:
             Capture(settings, once=True).run()
         # the project's default session (spark.driver.memory=2g) unless --driver-memory says otherwise
         spark = build_spark("cdc-views", conf={"spark.driver.memory": args.driver_memory}) if args.driver_memory else None
-        ctx = view_context.context_from_settings(settings, spark)
+        ctx = view_arguments.context_from_settings(settings, spark)
         conf = ctx.spark.sparkContext.getConf()
         session = f"master {conf.get('spark.master')}, spark.driver.memory={conf.get('spark.driver.memory')}"
         print(f"products filled and captured (snapshot {snapshot[0]:.1f} s); {load_average()}", flush=True)

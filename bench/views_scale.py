@@ -47,8 +47,8 @@ from bench.views_common import (
     sync_current,
     table_size,
 )
-from cdc import view_context
-from cdc.coordinator import Capture
+from cdc.config import view_arguments
+from cdc.run.coordinator import Capture
 from derived_views.views import warehouse
 from derived_views.write import steps
 
@@ -89,7 +89,7 @@ def main() -> None:
             f"source filled and snapshot captured ({sum(rows.values()):,} rows in {captured[0]:.1f} s); {load_average()}",
             flush=True,
         )
-        ctx = view_context.context_from_settings(settings, spark)
+        ctx = view_arguments.context_from_settings(settings, spark)
         paths = {table: warehouse.current_path(ctx, f"public.{table}") for table in rows}
         versions, first_sync = {}, {}
         for table in rows:

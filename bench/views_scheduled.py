@@ -72,7 +72,7 @@ def line(label: str, seconds: float, anchor: float, target: str = "") -> str:
 
 
 def main(keep: bool) -> None:
-    from cdc import migrate
+    from cdc.setup import migrate
     from migrations.sample_data import insert_sample_data
 
     cdc = str(Path(sys.executable).with_name("cdc"))

@@ -74,8 +74,8 @@ import psycopg
 import yaml  # type: ignore[import-untyped]
 
 from bench.views_common import PRODUCTS_SQL, PhaseTimes, bench_spark, load_average, products_database
-from cdc import view_context
-from cdc.settings import Settings
+from cdc.config import view_arguments
+from cdc.config.settings import Settings
 from derived_views.views import runner, warehouse
 from local_servers.postgres import free_port
 
@@ -314,7 +314,7 @@ def _cdc_arm(settings: Settings, load: Workload, workdir: Path, cpu: Callable[[]
     from derived_views.engine.spark_session import new_session
 
     spark = bench_spark()
-    ctx = view_context.context_from_settings(settings, spark)
+    ctx = view_arguments.context_from_settings(settings, spark)
     names = ["warehouse"]
     if name != "cdc":
         views_dir = workdir / name

@@ -28,8 +28,8 @@ import psycopg
 
 from bench.views_common import PRODUCTS_SQL, products_database
 from bench.views_step_profile import conf_and_words, event_log_spark, events, summarize
-from cdc import view_context
-from cdc.coordinator import Capture
+from cdc.config import view_arguments
+from cdc.run.coordinator import Capture
 from derived_views.views import runner, warehouse
 
 #: Delta's MERGE metrics printed per table, in this order.
@@ -60,7 +60,7 @@ def main(steps: int, per_step: int, preload: int, conf: dict[str, str]) -> None:
     windows: list[tuple[int, int, float]] = []
     with products_database(preload) as (_server, url, settings):
         Capture(settings, once=True).run()
-        ctx = view_context.context_from_settings(settings, spark)
+        ctx = view_arguments.context_from_settings(settings, spark)
         runner.step(ctx, ["warehouse"])  # creates the tables and warms Spark up
         paths = {
             "current": warehouse.current_path(ctx, "public.products"),

@@ -109,14 +109,14 @@ def summarize(events: list[dict[str, Any]], wall_s: float) -> list[str]:
 
 
 def main(views: list[str], conf: dict[str, str]) -> None:
-    from cdc import view_context
-    from cdc.settings import load_settings
+    from cdc.config import view_arguments
+    from cdc.config.settings import load_settings
     from derived_views.definitions import load
     from derived_views.views import runner
 
     settings = load_settings()
     spark, directory = event_log_spark("cdc-profile", conf)
-    ctx = view_context.context_from_settings(settings, spark)
+    ctx = view_arguments.context_from_settings(settings, spark)
     names = runner.resolve(views, load(settings.views_file))
     started = time.monotonic()
     report = runner.step(ctx, names)

@@ -22,8 +22,8 @@ import psycopg
 
 from bench.capture_common import timed
 from bench.views_common import bench_spark, full_refresh, products_database, sync_current
-from cdc import view_context
-from cdc.coordinator import Capture
+from cdc.config import view_arguments
+from cdc.run.coordinator import Capture
 from derived_views.views import warehouse
 from log_store import LogStore
 
@@ -33,7 +33,7 @@ def main(rows: int) -> None:
     with products_database(rows) as (_server, url, settings):
         with timed() as capture_s:
             Capture(settings, once=True).run()
-        ctx = view_context.context_from_settings(settings, spark)
+        ctx = view_arguments.context_from_settings(settings, spark)
         with timed() as initial:
             sync_current(ctx, "public.products")
         changed = max(1, rows // 100)

@@ -1,37 +1,22 @@
 """The ``cdc`` command line: one entry point for set-up, capture, sync, rebuild, lag and the log.
 
-Every command reads :class:`cdc.settings.Settings`; a failure the user can act on is printed as a single
+Every command reads :class:`cdc.config.settings.Settings`; a failure the user can act on is printed as a single
 ``error: ...`` line on stderr with a non-zero exit status, never as a traceback.
 """
 
 from __future__ import annotations
 
-import importlib
-import re
 import sys
-import traceback
 
 import click
 
-from cdc import structured_log
-from cdc.capture.errors import CdcError, ConfigError
-from cdc.settings import Settings, load_settings
+from cdc.commands.command_context import CommandContext
+from cdc.commands.run_command import run
+from cdc.errors import ConfigError
+from cdc.observe import structured_log
 
-
-class _Context:
-    """Lazily loaded settings shared by the sub-commands of one invocation."""
-
-    def __init__(self) -> None:
-        self._settings: Settings | None = None
-
-    @property
-    def settings(self) -> Settings:
-        if self._settings is None:
-            self._settings = load_settings()
-        return self._settings
-
-
-pass_context = click.make_pass_decorator(_Context, ensure=True)
+#: the commands that run capture in this process: Arrow's allocator is set up for them before pyarrow loads
+_CAPTURING_COMMANDS = ("capture", "demo")
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,7 +27,9 @@ def cli(ctx: click.Context) -> None:
 
     Settings come from CDC_* environment variables or a .env file; see the README.
     """
-    ctx.ensure_object(_Context)
+    from cdc.config.settings import load_settings
+
+    ctx.ensure_object(CommandContext)
     try:
         log_format = load_settings().log_format
     except ConfigError:
@@ -57,103 +44,20 @@ def _register_commands() -> None:
     register(cli)
 
 
-def _user_errors() -> tuple[type[BaseException], ...]:
-    """Error types whose message is meant for the user, from every part of the pipeline."""
-    from log_store.errors import LogStoreError
-
-    errors: list[type[BaseException]] = [CdcError, LogStoreError]
-    try:
-        from derived_views.errors import ViewError
-    except ImportError:  # pragma: no cover - the views package is optional at import time
-        pass
-    else:
-        errors.append(ViewError)
-    return tuple(errors)
-
-
-#: A user error raised inside a Spark task reaches the driver as a Java/Python exception whose text holds
-#: the worker's traceback, ending with the original ``module.errors.ClassName: message`` line.
-_REMOTE_ERROR = re.compile(
-    r"^\s*(?P<module>(?:cdc|log_store|derived_views)\.errors)\.(?P<name>\w+): (?P<message>.+)$", re.MULTILINE
-)
-
-
-def remote_user_error(exc: BaseException) -> tuple[str, int] | None:
-    """The message and exit code of a user error that a Spark task raised, found in ``exc``'s text.
-
-    ``None`` when ``exc`` does not come from Spark or carries no such error.
-    """
-    if not type(exc).__module__.startswith(("pyspark", "py4j")):
-        return None
-    found = list(_REMOTE_ERROR.finditer(str(exc)))
-    if not found:
-        return None
-    last = found[-1]
-    error_type = getattr(importlib.import_module(last["module"]), last["name"], None)
-    if not (isinstance(error_type, type) and issubclass(error_type, _user_errors())):
-        return None
-    from cdc.log_rebuild import with_rebuild_steps
-
-    return with_rebuild_steps(last["message"].strip(), error_type), int(getattr(error_type, "exit_code", 1))
-
-
-def _storage_error(exc: OSError) -> CdcError:
-    """The one-line error of a file operation the operating system refused (see :mod:`cdc.storage_errors`)."""
-    from pathlib import Path
-
-    from cdc.storage_errors import storage_error
-
-    try:
-        data_dir = load_settings().data_dir
-    except ConfigError:
-        data_dir = Path(".")
-    return storage_error(exc, data_dir, f"cannot use the data directory {data_dir} (CDC_DATA_DIR)")
-
-
-def run(entry: click.Command, args: list[str] | None = None) -> int:
-    """Run a click entry point, turning user errors into one line on stderr and an exit status."""
-    from cdc.log_rebuild import with_rebuild_steps
-    from cdc.redact import redact_url
-
-    try:
-        entry.main(args=args, prog_name="cdc", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("aborted", err=True)
-        return 130
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.UsageError as exc:
-        # click's own form is a usage line, a hint and ``Error: ...``: every error here is one line
-        command = exc.ctx.command_path if exc.ctx is not None else "cdc"
-        click.echo(f"error: {exc.format_message().rstrip('.')}; see '{command} --help'", err=True)
-        return exc.exit_code
-    except click.ClickException as exc:
-        click.echo(f"error: {exc.format_message()}", err=True)
-        return exc.exit_code
-    except _user_errors() as exc:
-        for problem in getattr(exc, "problems", None) or (with_rebuild_steps(str(exc), exc),):
-            click.echo(f"error: {redact_url(problem)}", err=True)
-        return int(getattr(exc, "exit_code", 1))
-    except OSError as exc:
-        # the disk refused a file operation (full, permission bits, a file for a directory): the user's to fix
-        error = _storage_error(exc)
-        click.echo(f"error: {redact_url(str(error))}", err=True)
-        return error.exit_code
-    except Exception as exc:
-        remote = remote_user_error(exc)
-        if remote is not None:
-            click.echo(f"error: {redact_url(remote[0])}", err=True)
-            return remote[1]
-        # an unexpected failure: keep the traceback, but never a password
-        click.echo(redact_url(traceback.format_exc()), err=True, nl=False)
-        return 1
-    return 0
+def _command_name(args: list[str]) -> str | None:
+    """The sub-command ``args`` name: the first argument that is not an option of the root group."""
+    return next((arg for arg in args if not arg.startswith("-")), None)
 
 
 def main() -> None:
     """Console-script entry point (``cdc``)."""
+    if _command_name(sys.argv[1:]) in _CAPTURING_COMMANDS:
+        # before the commands' modules load pyarrow: mimalloc reads its options then, once
+        from cdc.capture.arrow_memory import use_ordinary_pages
+
+        use_ordinary_pages()
     _register_commands()
     sys.exit(run(cli))
 
 
-__all__ = ["ConfigError", "cli", "main", "pass_context", "run"]
+__all__ = ["cli", "main", "run"]

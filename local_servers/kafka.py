@@ -1,6 +1,6 @@
 """A throwaway Apache Kafka broker (KRaft, one combined broker and controller), for tests and the demo.
 
-Set-up fetches the broker's jars once from Maven Central (``python -m local_servers.kafka``): Spark's own
+Set-up fetches the broker's jars once from Maven Central (:func:`fetch`, from ``scripts/setup``): Spark's own
 dependency resolver downloads :data:`KAFKA_COORDINATE` with its dependencies into an Ivy cache, and
 the jars are copied into :func:`jars_dir`. Spark's resolver leaves out ``scala-library`` (every Spark
 carries it), so the copy pyspark ships, of the same Scala 2.13 line, is added. The broker then starts
@@ -22,6 +22,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,17 +64,19 @@ def installed_jars() -> list[Path]:
     return sorted(directory.glob("*.jar"))
 
 
-def fetch() -> list[Path]:
-    """Resolve and copy the broker's jars unless the current set is already present."""
+def fetch(resolve: Callable[[str], AbstractContextManager[list[Path]]]) -> list[Path]:
+    """Resolve and copy the broker's jars unless the current set is already present.
+
+    ``resolve`` gives the jar files of Maven coordinates with their dependencies: Spark's own resolver
+    (``derived_views.resolved_jars``, which ``scripts/setup`` passes; this package imports no product
+    package)."""
     existing = installed_jars()
     if existing:
         return existing
     import pyspark
 
-    from derived_views import resolved_jars
-
     directory = jars_dir()
-    with resolved_jars(KAFKA_COORDINATE) as resolved:
+    with resolve(KAFKA_COORDINATE) as resolved:
         scala = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("scala-library-2.13.*.jar"))
         if not scala:
             raise KafkaUnavailable("pyspark ships no scala-library 2.13 jar for the broker")
@@ -224,8 +228,3 @@ class LocalKafka:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-if __name__ == "__main__":
-    for path in fetch():
-        print(path)

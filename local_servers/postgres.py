@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cdc.capture.errors import SourceError
-
 _SERVER_SETTINGS = {
     "wal_level": "logical",
     "max_replication_slots": "64",
@@ -38,6 +36,10 @@ _SERVER_SETTINGS = {
     "logical_decoding_work_mem": "64MB",
     "log_min_messages": "warning",
 }
+
+
+class PostgresUnavailable(RuntimeError):
+    """No throwaway server here: its binaries are missing, or it did not start (the message says why)."""
 
 
 def find_server_bindir(major: int | None = None) -> Path:
@@ -58,8 +60,8 @@ def find_server_bindir(major: int | None = None) -> Path:
             return fetched
         if major not in pg_builds.BUILDS:
             offered = ", ".join(str(m) for m in sorted({*pg_builds.BUILDS, *_debian_majors()}))
-            raise SourceError(f"no PostgreSQL {major} server binaries here: the versions on offer are {offered}")
-        raise SourceError(
+            raise PostgresUnavailable(f"no PostgreSQL {major} server binaries here: the versions on offer are {offered}")
+        raise PostgresUnavailable(
             f"no PostgreSQL {major} server binaries: the pinned build is not fetched; run scripts/setup "
             "(or `.venv/bin/python -m local_servers.pg_builds`) once, with network access"
         )
@@ -72,7 +74,7 @@ def find_server_bindir(major: int | None = None) -> Path:
     for directory in candidates:
         if (directory / "initdb").exists() and (directory / "pg_ctl").exists():
             return directory
-    raise SourceError(
+    raise PostgresUnavailable(
         "no PostgreSQL server binaries (initdb, pg_ctl) found; install them with "
         "`apt-get install postgresql` or set CDC_PG_BINDIR to their directory"
     )
@@ -100,7 +102,7 @@ def _run_as() -> pwd.struct_passwd | None:
             return pwd.getpwnam(name)
         except KeyError:
             continue
-    raise SourceError("running as root and neither a 'postgres' nor a 'nobody' user exists to run PostgreSQL")
+    raise PostgresUnavailable("running as root and neither a 'postgres' nor a 'nobody' user exists to run PostgreSQL")
 
 
 @dataclass
@@ -149,7 +151,7 @@ class LocalPostgres:
             tail = ""
             if self.log_file.exists():
                 tail = " | ".join(self.log_file.read_text(errors="replace").splitlines()[-5:])
-            raise SourceError(
+            raise PostgresUnavailable(
                 f"{args[0]} failed (exit {result.returncode}): {result.stderr.strip() or result.stdout.strip()}"
                 f"{' | server log: ' + tail if tail else ''}"
             )
@@ -197,7 +199,7 @@ class LocalPostgres:
         if (self.data_dir / "postmaster.pid").exists():
             try:
                 self._run("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
-            except SourceError:
+            except PostgresUnavailable:
                 pass
         if remove and self._owned_root:
             shutil.rmtree(self.root, ignore_errors=True)

@@ -134,7 +134,7 @@ def pg_url(pg_server: PgServer) -> Iterator[str]:
 @pytest.fixture
 def reference_db(pg_url: str) -> str:
     """A database migrated to the reference schema with the CDC bootstrap (publication and role)."""
-    from cdc import migrate
+    from cdc.setup import migrate
 
     migrate.upgrade(pg_url)
     return pg_url

@@ -7,9 +7,10 @@ On a 1M-row snapshot that zeroing took about 0.2 s of kernel CPU, a fifth of the
 (``perf``: ``clear_page`` under ``do_huge_pmd_anonymous_page``, all of it from Arrow allocations). With
 ordinary pages the kernel zeroes only what is touched.
 
-mimalloc reads its options once, when ``libarrow`` is loaded, which is why this runs as the ``cdc``
-package is imported rather than when capture starts. A value already in the environment is kept, and
-once pyarrow is loaded this changes nothing.
+mimalloc reads its options once, when ``libarrow`` is loaded, so this must run before anything loads
+pyarrow: ``cdc capture`` (and ``cdc demo``, which captures) calls it in :func:`cdc.cli.main` before the
+commands' modules are imported; a process that runs capture itself calls it before its first import of
+pyarrow. A value already in the environment is kept, and once pyarrow is loaded this changes nothing.
 """
 
 from __future__ import annotations

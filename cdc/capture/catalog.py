@@ -557,7 +557,7 @@ def columns_filled_since(before: str, now: str, relid: int = 0) -> bool:
     A column added since that holds a stored default for the older rows (``atthasmissing``: ``ADD COLUMN
     ... DEFAULT`` with a constant, no rewrite) is no reason when the leaf is the table itself (``relid``):
     the stream writes its value for those rows into the schema topic with the first event carrying the
-    column (:mod:`cdc.capture.stored_defaults`), as it writes the column itself. A rewrite clears the stored
+    column (:mod:`cdc.capture.added_column_fills`), as it writes the column itself. A rewrite clears the stored
     default and writes it into every row, so a rewrite after the column was added (and before the stream
     carried it) is a reason, by the rule above; so is the first rewrite after the stream carried it (see
     below: capture cannot tell it from a type changed and back). The leaves of a table published via its

@@ -1,24 +1,14 @@
 """Errors the capture side raises; each carries what went wrong and how to fix it.
 
-The CLI prints ``str(error)`` as one line and exits with :attr:`CdcError.exit_code`; nothing else of a
-:class:`CdcError` reaches the user, so the message must be complete on its own.
+Each derives from the application's root errors (:mod:`cdc.errors`): the CLI prints ``str(error)`` as
+one line and exits with :attr:`~cdc.errors.CdcError.exit_code`, so the message must be complete on its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-
-class CdcError(Exception):
-    """Base of every error the user can act on. ``exit_code`` is what the CLI exits with."""
-
-    exit_code: int = 1
-
-
-class ConfigError(CdcError):
-    """A setting or command-line value is invalid."""
-
-    exit_code = 2
+from cdc.errors import CdcError
 
 
 class SourceError(CdcError):

@@ -395,7 +395,7 @@ class EventBuilder:
     ) -> ProducerRecord:
         """The table's column list for ``<prefix>.__schemas``, in force from ``(lsn, sequence)``
         (``previous``: the record it follows; ``filled``: values of added columns' older rows, see
-        :mod:`cdc.capture.stored_defaults`)."""
+        :mod:`cdc.capture.added_column_fills`)."""
         return ProducerRecord(
             self.schema_topic,
             shape.schema_key(),

@@ -58,7 +58,7 @@ def begin_log(
 
     ``captured``: the topics of the tables capture reads now; ``uncaptured``: topic -> (schema, table) of
     every table the log has records of (those not captured get truncate markers). ``failover``: the slot
-    is made a failover slot (:mod:`cdc.failover`); ``primary_url``: the primary of a standby capture reads
+    is made a failover slot (:mod:`cdc.setup.failover`); ``primary_url``: the primary of a standby capture reads
     from, nudged while the slot is made there (:mod:`cdc.capture.standby`). Once the group is durable the log continues from the
     slot; a run that fails before leaves the slot to the next one, which makes it anew.
     """

@@ -9,7 +9,7 @@ transactions committed between P and its position were never streamed into the l
 it would leave that gap for good; capture reads every table again instead (truncate markers supersede
 what the log holds, see :mod:`cdc.capture.initial_snapshot`).
 
-**Across a promotion** (a failover slot, :mod:`cdc.failover`) the slot capture resumes from is the
+**Across a promotion** (a failover slot, :mod:`cdc.setup.failover`) the slot capture resumes from is the
 standby's synced copy, and the log's commit-LSN recognition of what it already holds still holds:
 
 * the copy is confirmed at or before the primary's slot (the sync copies positions the primary's slot

@@ -3,7 +3,7 @@ a heartbeat, a discovery or a waiting table snapshot is due, and when a replicat
 
 :class:`StreamCore` is told what happened (a committed transaction, a keepalive, a pass of the loop, a
 group made durable) and answers with commands (:data:`Command`) that its driver,
-:class:`cdc.coordinator.Capture`, carries out in order. It reads no socket, clock or log, so the rules
+:class:`cdc.run.coordinator.Capture`, carries out in order. It reads no socket, clock or log, so the rules
 below are unit-tested with plain values beside the tests against PostgreSQL:
 
 * **Durable before confirmed (promise 1).** A position is only ever sent in a :class:`SendStatus` after

@@ -33,8 +33,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from cdc.capture.added_column_fills import filled_values
 from cdc.capture.catalog import Catalog, TableInfo
-from cdc.capture.errors import ConfigError, DecodeError, SourceError
+from cdc.capture.errors import DecodeError, SourceError
 from cdc.capture.events import EventBuilder, TxContext, new_record
 from cdc.capture.key_changes import discarded_values, read_back_key
 from cdc.capture.lsn import Lsn
@@ -60,9 +61,9 @@ from cdc.capture.pgoutput.messages import (
 from cdc.capture.reads.snapshot_requests import PREFIX as REQUEST_PREFIX
 from cdc.capture.row_codec import InsertEncoder
 from cdc.capture.spill import SpillBuffer
-from cdc.capture.stored_defaults import filled_values
 from cdc.capture.tables import TableShape
 from cdc.capture.transport.framing import PG_EPOCH_OFFSET_US
+from cdc.errors import ConfigError
 from event_format.masks import MESSAGE_PREFIX
 from log_store.record import ProducerRecord
 
@@ -423,7 +424,7 @@ class ChangeReplayer:
         one written (empty otherwise); a new one is noted as written and reported to ``on_new_shape``.
 
         ``stream``: the record precedes the first streamed event with these columns, so a column added
-        since with a stored default gets the value the older rows hold (:mod:`cdc.capture.stored_defaults`);
+        since with a stored default gets the value the older rows hold (:mod:`cdc.capture.added_column_fills`);
         a snapshot's rows hold every value themselves."""
 
         fingerprint = shape.fingerprint()

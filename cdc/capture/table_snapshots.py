@@ -13,7 +13,7 @@ or added back after it left the publication, or published via a root that gained
 or given a column whose existing rows hold values no change event carried and a rewrite wrote: ``ADD
 COLUMN`` with a volatile default, an identity or a domain with a constraint, see
 :func:`cdc.capture.catalog.columns_filled_since`; a constant default is carried by the schema record
-instead, :mod:`cdc.capture.stored_defaults`) is
+instead, :mod:`cdc.capture.added_column_fills`) is
 snapshotted the way PostgreSQL's own logical replication synchronises a table added to a subscription:
 
 1. Capture notices a published, included table the ledger does not cover: at the start of every
@@ -250,7 +250,7 @@ class SnapshotLedger:
         added back, a partition attached or detached), nor one given a column since whose existing
         rows may hold values no change event carried (``columns``, see
         :func:`cdc.capture.catalog.columns_filled_since`; a column whose values for older rows the stream
-        carries, :mod:`cdc.capture.stored_defaults`, is none), nor one whose events are keyed by other
+        carries, :mod:`cdc.capture.added_column_fills`, is none), nor one whose events are keyed by other
         columns since (:func:`cdc.capture.catalog.key_changed`). ``None`` (the stream's question) skips a test,
         and so does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
         Nor is a table with a read under way (a progress record: its truncate markers are in the log) or

@@ -135,7 +135,7 @@ class TableShape(NamedTable):
         event of the table was written with.
 
         ``filled``: column name -> the value the rows predating that column hold, for columns added with a
-        stored default (:mod:`cdc.capture.stored_defaults`); each gets ``"filled": {"value", "lsn",
+        stored default (:mod:`cdc.capture.added_column_fills`); each gets ``"filled": {"value", "lsn",
         "sequence"}`` as of this record's position. A column keeps the ``filled`` its entry had in
         ``previous`` (same attribute number), so the latest record carries every such fact.
         """

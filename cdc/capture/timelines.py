@@ -7,7 +7,7 @@ before the first transaction streamed on it). When the server is on another time
 where the recorded one ended:
 
 * W > P (the log's position): the log holds nothing past the fork (a failover slot keeps it so,
-  :mod:`cdc.failover`); the log goes on, on the new timeline.
+  :mod:`cdc.setup.failover`); the log goes on, on the new timeline.
 * W <= P: the log holds transactions the promotion lost, and the new timeline's own transactions at
   LSNs up to P would be skipped as already in the log. The log diverged from the source: every table is
   read again (:func:`cdc.capture.initial_snapshot.begin_again`), whatever the slot's position says (a slot

@@ -1,4 +1,10 @@
-"""Sub-commands of ``cdc``, one module per area; :func:`register` attaches them to the root group."""
+"""Sub-commands of ``cdc``, one module per area; :func:`register` attaches them to the root group.
+
+The modules every command shares: :mod:`cdc.commands.command_context` (the settings of one invocation) and
+:mod:`cdc.commands.run_command` (a failure shown as one line). May import every room of ``cdc`` and
+the views' entry point; never :mod:`cdc.cli`, which imports this package (a command reaches the root
+group through click's context).
+"""
 
 from __future__ import annotations
 

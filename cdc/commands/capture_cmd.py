@@ -10,10 +10,10 @@ from types import FrameType
 import click
 
 from cdc.capture.errors import SlotLostError
-from cdc.cli import pass_context
-from cdc.log_compactions import LogCompactions
-from cdc.metrics import CaptureMetrics, serve
-from cdc.slot_metrics import SlotCollector
+from cdc.commands.command_context import pass_context
+from cdc.observe.metrics import CaptureMetrics, serve
+from cdc.observe.slot_metrics import SlotCollector
+from cdc.run.log_compactions import LogCompactions
 
 #: a slot lost this often again after capture made it anew stops capture (``CDC_RECREATE_LOST_SLOT``)
 _RECOVERY_WINDOW_S = 600.0
@@ -31,7 +31,8 @@ _RECOVERY_WINDOW_S = 600.0
 @pass_context
 def capture(ctx: object, once: bool, snapshot_chunk_rows: int | None) -> None:
     """Capture changes exactly once into the log. SIGTERM/SIGINT: finish the batch, confirm, exit 0."""
-    from cdc.coordinator import Capture, Tuning  # heavy: imported when capturing, not by every `cdc` command
+    from cdc.run.coordinator import Capture  # heavy: imported when capturing, not by every `cdc` command
+    from cdc.run.tuning import Tuning
 
     settings = ctx.settings  # type: ignore[attr-defined]
     stop = threading.Event()

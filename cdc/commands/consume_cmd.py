@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cdc.commands.log_cmd import open_log, render_record
-from cdc.settings import load_settings
+from cdc.config.settings import load_settings
 from log_store import LogStore, TopicPartition
 from log_store.consumer import Consumer, Reset
 from log_store.kafka.consumer import KafkaConsumer, committed_groups, open_consumer

@@ -17,8 +17,9 @@ import click
 import psycopg
 from rich.console import Console
 
-from cdc.capture.errors import CdcError
-from cdc.settings import load_settings
+from cdc.capture.errors import SourceError
+from cdc.config.settings import load_settings
+from cdc.errors import CdcError
 
 #: The reference schema's views (a search index of products, a cache of orders), which the demo syncs.
 EXAMPLE_VIEWS = Path(__file__).resolve().parents[2] / "views.example.toml"
@@ -29,9 +30,9 @@ EXAMPLE_VIEWS = Path(__file__).resolve().parents[2] / "views.example.toml"
 def migrate(revision: str) -> None:
     """Apply the reference schema and the CDC bootstrap (publication, capture role) to CDC_DATABASE_URL."""
     settings = load_settings()
-    from cdc import migrate as migrations  # Alembic: only for the commands that migrate
+    from cdc.setup import migrate as migration_steps  # Alembic: only for the commands that migrate
 
-    migrations.upgrade(settings.database_url, revision, publication=settings.publication)
+    migration_steps.upgrade(settings.database_url, revision, publication=settings.publication)
     click.echo(f"migrated {settings.safe_database_url()} to {revision}")
 
 
@@ -52,10 +53,11 @@ def _environment(values: dict[str, str]) -> Iterator[None]:
 
 def _cdc(console: Console, *args: str) -> None:
     """Run one ``cdc`` command as a user would, failing the demo when it fails."""
-    from cdc.cli import cli, run
+    from cdc.commands.run_command import run
 
     console.print(f"[bold cyan]$ cdc {' '.join(args)}[/]")
-    status = run(cli, list(args))
+    root = click.get_current_context().find_root().command  # the ``cdc`` group this command runs under
+    status = run(root, list(args))
     if status != 0:
         raise CdcError(f"`cdc {' '.join(args)}` exited with status {status}")
 
@@ -90,20 +92,23 @@ def _change_one_product(url: str) -> tuple[int, str]:
 @click.option("--keep-postgres/--stop-postgres", default=False, help="Leave the throwaway server running.")
 def demo(data_dir: Path | None, keep_postgres: bool) -> None:
     """Start a throwaway PostgreSQL, write sample data, and run the pipeline end to end."""
-    from cdc import migrate as migrations
-    from local_servers.postgres import LocalPostgres
+    from cdc.setup import migrate as migration_steps
+    from local_servers.postgres import LocalPostgres, PostgresUnavailable
     from migrations.sample_data import insert_sample_data
 
     console = Console()
     data_dir = (data_dir or Path(tempfile.mkdtemp(prefix="cdc-demo-"))).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = LocalPostgres()
     console.rule("1. a throwaway PostgreSQL with wal_level=logical")
-    url = server.start()
+    try:
+        server = LocalPostgres()
+        url = server.start()
+    except PostgresUnavailable as exc:
+        raise SourceError(str(exc)) from exc
     try:
         console.print(f"server at {url}, data directory {server.root}")
         console.rule("2. reference schema and CDC bootstrap (Alembic), sample data")
-        migrations.upgrade(url)
+        migration_steps.upgrade(url)
         counts = insert_sample_data(url)
         console.print(", ".join(f"{table}: {rows} rows" for table, rows in counts.items()))
         settings = load_settings()  # the user's views file when they set one, else the example's

@@ -13,10 +13,11 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
-from cdc.capture.errors import CdcError, ConfigError
 from cdc.capture.lsn import Lsn
-from cdc.lag import LagReport, SourceLag, measure
-from cdc.settings import Settings, load_settings
+from cdc.config.settings import Settings, load_settings
+from cdc.errors import CdcError, ConfigError
+from cdc.observe.lag import measure
+from cdc.observe.lag_report import LagReport, SourceLag
 
 
 class WaitTimeoutError(CdcError):
@@ -165,8 +166,8 @@ def _watch(settings: Settings, interval: float, max_lag_seconds: float | None, m
 
 
 def _serve(settings: Settings, port: int, address: str) -> None:
-    """Serve the metrics until SIGTERM or SIGINT (:mod:`cdc.lag_exporter`)."""
-    from cdc.lag_exporter import run
+    """Serve the metrics until SIGTERM or SIGINT (:mod:`cdc.observe.lag_exporter`)."""
+    from cdc.observe.lag_exporter import run
 
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -178,7 +179,7 @@ def _serve(settings: Settings, port: int, address: str) -> None:
 
 
 @click.command("lag")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in cdc/lag.py).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in cdc/observe/lag_report.py).")
 @click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
 @click.option(
     "--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, help="Seconds between refreshes with --watch."
@@ -244,8 +245,8 @@ def wait(view: str, lsn_text: str, timeout: float, poll: float) -> None:
     leaves the view not synced, and so does one whose source table is being read (a new log's first
     reads, a table added or read again): its rows are in the log only in part until the read ends.
     """
-    from cdc.read_status import topics_being_read
-    from cdc.view_context import listed_tables
+    from cdc.config.view_arguments import listed_tables
+    from cdc.observe.read_status import topics_being_read
     from derived_views import tables_of, view_as_of_lsn
     from derived_views.definitions import load
     from derived_views.errors import UnknownViewError

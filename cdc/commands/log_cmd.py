@@ -22,9 +22,9 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
-from cdc.capture.errors import ConfigError
-from cdc.log_backend import open_log as open_settings_log
-from cdc.settings import load_settings
+from cdc.config.log_backend import open_log as open_settings_log
+from cdc.config.settings import load_settings
+from cdc.errors import ConfigError
 from log_store import LogStore, Record, TopicPartition, Watermark
 from log_store.errors import CorruptSegmentError, UnknownTopicError
 from log_store.log import Log

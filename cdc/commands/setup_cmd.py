@@ -10,8 +10,9 @@ from __future__ import annotations
 import click
 
 from cdc.capture.errors import PrerequisiteError
-from cdc.cli import pass_context
-from cdc.source_checks import apply_declared_rules, ensure_publication, ensure_slot, run_checks
+from cdc.commands.command_context import pass_context
+from cdc.setup.source_checks import run_checks
+from cdc.setup.source_objects import apply_declared_rules, ensure_publication, ensure_slot
 
 
 @click.command("setup")

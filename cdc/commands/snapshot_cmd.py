@@ -21,13 +21,14 @@ from rich.console import Console
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 
-from cdc.capture.errors import ConfigError, PrivilegeError, SourceError
+from cdc.capture.errors import PrivilegeError, SourceError
 from cdc.capture.reads.read_conditions import SEARCH_PATH_OPTION, ConditionError, checked_condition, with_row_filter
 from cdc.capture.reads.snapshot_requests import PREFIX, SnapshotRequest
-from cdc.cli import pass_context
-from cdc.read_status import read_status
-from cdc.settings import Settings
-from cdc.standby_source import writable_url
+from cdc.commands.command_context import pass_context
+from cdc.config.settings import Settings
+from cdc.errors import ConfigError
+from cdc.observe.read_status import read_status
+from cdc.setup.standby_source import writable_url
 
 if TYPE_CHECKING:
     from cdc.capture.catalog import Catalog, PublishedTable
@@ -108,7 +109,7 @@ def request_snapshot(settings: Settings, tables: tuple[str, ...], *, cancel: boo
     finally:
         catalog.close()
     try:
-        # a standby capture reads from takes no write: the request goes to its primary (cdc.standby_source)
+        # a standby capture reads from takes no write: the request goes to its primary (cdc.setup.standby_source)
         with psycopg.connect(writable_url(settings), autocommit=True) as conn:
             row = conn.execute(
                 "SELECT pg_logical_emit_message(true, %s, %s::bytea)::text", (PREFIX, request.content())

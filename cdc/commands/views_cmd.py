@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from cdc.cli import pass_context
-from cdc.data_dir import secure_data_dir
-from cdc.metrics import SyncMetrics, TableFigures, serve
+from cdc.commands.command_context import pass_context
+from cdc.config.data_dir import secure_data_dir
+from cdc.observe.metrics import SyncMetrics, TableFigures, serve
 
 log = logging.getLogger("cdc.views")
 
 if TYPE_CHECKING:
-    from cdc.settings import Settings
+    from cdc.config.settings import Settings
     from derived_views import StepReport, TableHealth, VersionsAsOf, ViewContext, ViewTable
     from derived_views.definitions import ViewDefinitions
 
@@ -30,12 +30,12 @@ if TYPE_CHECKING:
 def _context(ctx: object, *, one_shot: bool = False) -> ViewContext:
     """The view context, after one log line stating the job's configuration (password redacted).
     ``one_shot``: the command runs one step and ends (see :mod:`derived_views.views.job`)."""
-    from cdc.view_context import context_from_settings
+    from cdc.config.view_arguments import context_from_settings
     from derived_views import session_facts
 
     settings = ctx.settings  # type: ignore[attr-defined]
     if "://" not in str(settings.views_dir):
-        secure_data_dir(settings.data_dir)  # Spark writes the tables by the umask: see cdc.data_dir
+        secure_data_dir(settings.data_dir)  # Spark writes the tables by the umask: see cdc.config.data_dir
     view_ctx = context_from_settings(settings, one_shot=one_shot)
     # a failed task reaches the user as this command's one error line (cdc.cli.run): session_facts
     # quiets Spark's own log of the same failure
@@ -298,7 +298,7 @@ def views_cmd(click_ctx: click.Context, ctx: object, as_json: bool) -> None:
     maintenance, and its Delta path (no Spark)."""
     if click_ctx.invoked_subcommand is not None:
         return
-    from cdc.view_context import listed_tables
+    from cdc.config.view_arguments import listed_tables
     from derived_views.definitions import load
 
     settings = ctx.settings  # type: ignore[attr-defined]
@@ -376,7 +376,7 @@ def views_as_of(ctx: object, lsn: str, views: tuple[str, ...], as_json: bool) ->
     from pathlib import Path
 
     from cdc.capture.lsn import Lsn
-    from cdc.view_context import listed_tables
+    from cdc.config.view_arguments import listed_tables
     from derived_views import select_versions, tables_of
     from derived_views.definitions import load
     from derived_views.errors import UnknownViewError
@@ -427,9 +427,9 @@ def views_purge(ctx: object, tables: tuple[str, ...], confirmed: bool) -> None:
     """Apply the capture rule of TABLES (schema.table; default every captured table) to every version of
     the view tables over them, history included, and drop their earlier versions and files, so that no
     value a column list, row filter or mask now leaves out stays in a view file."""
-    from cdc.capture.errors import ConfigError
-    from cdc.lag import ledger_reads
-    from cdc.view_context import location_from_settings
+    from cdc.config.view_arguments import location_from_settings
+    from cdc.errors import ConfigError
+    from cdc.observe.lag import ledger_reads
     from derived_views import captured_tables, runner
 
     if not confirmed:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import orjson
 
-from cdc.log_backend import open_log
-from cdc.settings import Settings, load_settings
+from cdc.config.log_backend import open_log
+from cdc.config.settings import Settings, load_settings
 from log_store import LogStore, Record, TopicPartition
 from log_store.log import Log
 
@@ -38,7 +38,7 @@ def first_reads(url: str, data_dir: Path, **extra: object) -> None:
     """A new log's first reads of the tables ``extra``'s settings capture, in chunks of the default size
     (``cdc capture --once`` in this process): a test that reads in small chunks to watch a read go from
     chunk to chunk starts past them."""
-    from cdc.coordinator import Capture
+    from cdc.run.coordinator import Capture
 
     settings = settings_for(url, data_dir, **{name: value for name, value in extra.items() if name != "snapshot_chunk_rows"})
     Capture(settings, once=True).run()

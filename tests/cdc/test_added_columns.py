@@ -13,8 +13,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture, Tuning
-from cdc.settings import Settings
+from cdc.config.settings import Settings
+from cdc.run.coordinator import Capture
+from cdc.run.tuning import Tuning
 from tests.cdc.helpers import execute, replay, settings_for, source_table, wait_for
 
 pytestmark = pytest.mark.pg

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 import orjson
 import pytest
 
-from cdc.coordinator import Capture
-from cdc.log_backend import open_log
-from cdc.settings import Settings
+from cdc.config.log_backend import open_log
+from cdc.config.settings import Settings
+from cdc.run.coordinator import Capture
 from event_format import fold_after
 from log_store import Record
 from tests.cdc.helpers import execute, read_log_topic, replay, settings_for, source_table
@@ -85,7 +85,7 @@ def _kafka(url: str, data_dir: Path, bootstrap: str, prefix: str, **extra: objec
 def _captured_category_names(spark: SparkSession, kafka: Settings) -> list[str]:
     """Capture once into Kafka, then read the categories topic up to its watermark with Spark's Kafka
     source (so with the same client settings as capture): the names of the rows read."""
-    from cdc.view_context import location_from_settings
+    from cdc.config.view_arguments import location_from_settings
     from derived_views.source.log_source import read_watermark
     from derived_views.source.pending import read_log
 

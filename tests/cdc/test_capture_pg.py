@@ -11,8 +11,10 @@ import psycopg
 import pytest
 
 from cdc.capture.errors import PrivilegeError, SlotError, SourceError
-from cdc.coordinator import Capture, Tuning
-from cdc.source_checks import ensure_publication, ensure_slot, run_checks
+from cdc.run.coordinator import Capture
+from cdc.run.tuning import Tuning
+from cdc.setup.source_checks import run_checks
+from cdc.setup.source_objects import ensure_publication, ensure_slot
 from event_format import fold_after
 from log_store import LogConfig, LogStore
 from tests.cdc.helpers import events, execute, read_topic, replay, settings_for, source_table, wait_for

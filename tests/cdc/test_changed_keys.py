@@ -12,9 +12,10 @@ import psycopg
 import pytest
 
 from cdc.capture.snapshot_writer import held_keys
-from cdc.coordinator import Capture
-from cdc.lag import JSON_SCHEMA, measure
-from cdc.settings import Settings
+from cdc.config.settings import Settings
+from cdc.observe.lag import measure
+from cdc.observe.lag_report import JSON_SCHEMA
+from cdc.run.coordinator import Capture
 from log_store import LogStore
 from tests.cdc.helpers import execute, replay, settings_for
 

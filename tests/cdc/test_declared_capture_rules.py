@@ -9,7 +9,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from tests.cdc.helpers import execute, replay, run_cdc, settings_for, slot_names
 from tests.cdc.test_publication_rules import files_holding, insert_person, published_people, secret
 

@@ -13,7 +13,7 @@ import pytest
 
 from cdc.capture.group_writer import GroupWriter
 from cdc.capture.snapshot import SnapshotReader
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from log_store import ProducerColumns
 from tests.cdc.helpers import events, execute, settings_for, slot_names
 
@@ -72,7 +72,7 @@ def test_a_failed_capture_keeps_the_slot_the_log_continues_from(
 
 def test_a_slot_made_by_setup_is_kept_when_capture_fails_before_its_snapshot(reference_db: str, tmp_path: Path) -> None:
     settings = settings_for(reference_db, tmp_path, tables="public.nosuch")
-    from cdc.source_checks import ensure_slot
+    from cdc.setup.source_objects import ensure_slot
 
     assert ensure_slot(settings_for(reference_db, tmp_path)) is True
     with pytest.raises(Exception, match="public.nosuch"):
@@ -83,7 +83,7 @@ def test_a_slot_made_by_setup_is_kept_when_capture_fails_before_its_snapshot(ref
 def test_a_first_capture_after_setup_waits_for_no_open_transaction(reference_db: str, tmp_path: Path) -> None:
     """A session holds a transaction with an ID open while the first capture runs: capture begins the log
     where the slot ``cdc setup`` made is and reads every table, with no slot to make (which would wait)."""
-    from cdc.source_checks import ensure_slot
+    from cdc.setup.source_objects import ensure_slot
 
     settings = settings_for(reference_db, tmp_path)
     assert ensure_slot(settings) is True

@@ -12,7 +12,7 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from derived_views.events.schema import Column, TableSchema
 from derived_views.views.verify_values import SESSION_OPTIONS
 from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for

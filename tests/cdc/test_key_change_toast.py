@@ -13,7 +13,7 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from event_format import fold_after
 from log_store import LogConfig, LogStore
 from tests.cdc.helpers import execute, read_topic, replay, settings_for

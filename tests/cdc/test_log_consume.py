@@ -10,8 +10,8 @@ from pathlib import Path
 
 import orjson
 
-from cdc.lag import measure_log
-from cdc.settings import load_settings
+from cdc.config.settings import load_settings
+from cdc.observe.lag import measure_log
 from log_store import LogStore
 from tests.cdc.helpers import CDC, wait_for
 from tests.log_store.helpers import rec

@@ -27,10 +27,11 @@ from cdc.capture.lsn import Lsn
 from cdc.capture.table_snapshots import PendingSnapshot, take_snapshot
 from cdc.capture.tables import TableShape
 from cdc.commands.snapshot_cmd import request_snapshot
-from cdc.coordinator import Capture
-from cdc.lag import JSON_SCHEMA, measure
-from cdc.read_status import read_status
-from cdc.settings import Settings
+from cdc.config.settings import Settings
+from cdc.observe.lag import measure
+from cdc.observe.lag_report import JSON_SCHEMA
+from cdc.observe.read_status import read_status
+from cdc.run.coordinator import Capture
 from event_format import is_truncate_key
 from log_store import Record
 from log_store.errors import LogNotFoundError

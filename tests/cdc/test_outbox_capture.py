@@ -16,7 +16,8 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture, Tuning
+from cdc.run.coordinator import Capture
+from cdc.run.tuning import Tuning
 from derived_views.write.context import read_schemas
 from log_store import LogStore, Record, TopicPartition
 from tests.cdc.helpers import CDC, execute, read_topic, run_cdc, settings_for, wait_for

@@ -11,7 +11,7 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from tests.cdc.helpers import execute, run_cdc, settings_for
 
 pytestmark = [pytest.mark.pg, pytest.mark.kafka]

@@ -13,7 +13,8 @@ import pytest
 from psycopg import sql
 
 from cdc.capture import snapshot
-from cdc.coordinator import Capture, Tuning
+from cdc.run.coordinator import Capture
+from cdc.run.tuning import Tuning
 from tests.cdc.helpers import replay, settings_for, snapshot_threads, source_table
 
 pytestmark = pytest.mark.pg

@@ -21,8 +21,8 @@ import pytest
 
 from cdc.capture.reads.snapshot_requests import PREFIX, SnapshotRequest
 from cdc.commands.snapshot_cmd import request_snapshot
-from cdc.coordinator import Capture
-from cdc.settings import Settings
+from cdc.config.settings import Settings
+from cdc.run.coordinator import Capture
 from event_format import is_truncate_key
 from log_store.errors import LogNotFoundError
 from tests.cdc.helpers import execute, first_reads, read_topic, replay, run_cdc, settings_for, source_table, wait_for

@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from tests.cdc.helpers import execute, read_topic, settings_for
 
 pytestmark = pytest.mark.pg

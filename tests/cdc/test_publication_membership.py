@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cdc.capture.reads.scheduler import ReadScheduler
-from cdc.coordinator import Capture
-from cdc.settings import Settings
+from cdc.config.settings import Settings
+from cdc.run.coordinator import Capture
 from tests.cdc.helpers import execute, replay, settings_for, source_table
 
 pytestmark = pytest.mark.pg

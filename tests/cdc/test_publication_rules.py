@@ -19,8 +19,8 @@ import psycopg
 import pytest
 
 from cdc.capture.catalog import Catalog
-from cdc.coordinator import Capture
-from cdc.settings import Settings
+from cdc.config.settings import Settings
+from cdc.run.coordinator import Capture
 from log_store.errors import LogStoreError
 from tests.cdc.helpers import execute, replay, run_cdc, settings_for, wait_for
 

@@ -11,7 +11,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture, Tuning
+from cdc.run.coordinator import Capture
+from cdc.run.tuning import Tuning
 from tests.cdc.helpers import execute, replay, settings_for, wait_for
 
 pytestmark = pytest.mark.pg

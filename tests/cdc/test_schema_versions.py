@@ -49,7 +49,7 @@ def test_a_record_carries_the_versions_whose_columns_changed_type_were_renamed_o
 
 
 def test_a_stored_defaults_fact_is_carried_by_every_later_record_under_the_same_mask() -> None:
-    """``filled`` (cdc/capture/stored_defaults.py) stays on its column's entry while the column keeps its
+    """``filled`` (cdc/capture/added_column_fills.py) stays on its column's entry while the column keeps its
     number and mask, and is no part of the fingerprint (it describes rows, not columns)."""
     first = _shape([("id", 23, -1)], (("id", 1),))
     added = _shape([("id", 23, -1), ("flag", 23, -1)], (("id", 1), ("flag", 2)))

@@ -8,8 +8,8 @@ import pytest
 
 from cdc.capture.lsn import Lsn
 from cdc.capture.slot_continuity import gap_after, slot_confirmed
-from cdc.coordinator import Capture
-from cdc.source_checks import ensure_slot
+from cdc.run.coordinator import Capture
+from cdc.setup.source_objects import ensure_slot
 from log_store import LogStore
 from tests.cdc.helpers import execute, replay, settings_for, source_table
 

@@ -1,4 +1,4 @@
-"""Capture from a hot standby (:mod:`cdc.standby_source`): setup, reads and the stream on the standby, what
+"""Capture from a hot standby (:mod:`cdc.setup.standby_source`): setup, reads and the stream on the standby, what
 must be written on the primary, a ``kill -9``, a ``cdc snapshot`` request, then a promotion of that standby.
 
 A PostgreSQL 16 primary and its physical standby (:mod:`local_servers.standby_pair`), a write load through the
@@ -16,9 +16,9 @@ import orjson
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture
-from cdc.settings import load_settings
-from cdc.source_checks import ensure_publication, ensure_slot
+from cdc.config.settings import load_settings
+from cdc.run.coordinator import Capture
+from cdc.setup.source_objects import ensure_publication, ensure_slot
 from local_servers.standby_pair import StandbyPair
 from tests.cdc.all_types import COLUMNS, ROWS, TYPES
 from tests.cdc.helpers import read_topic, replay, source_table, wait_for

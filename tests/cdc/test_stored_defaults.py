@@ -1,6 +1,6 @@
 """A column added with a constant default reaches the rows that predate it without a read of the table:
 capture writes the value they hold into the column's entry of the table's schema record, from the
-position of the first event carrying the column (cdc/capture/stored_defaults.py). The value is encoded
+position of the first event carrying the column (cdc/capture/added_column_fills.py). The value is encoded
 as events encode the column's values (masked when the column is masked); a column the publication does
 not publish gets nothing; a volatile default still reads the table again."""
 
@@ -13,11 +13,11 @@ import orjson
 import psycopg
 import pytest
 
+from cdc.capture.added_column_fills import filled_values
 from cdc.capture.catalog import Catalog
 from cdc.capture.lsn import Lsn
-from cdc.capture.stored_defaults import filled_values
 from cdc.capture.tables import TableShape
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from event_format.masks import Mask
 from tests.cdc.helpers import execute, filled_columns, read_topic, replay, settings_for, source_table
 from tests.cdc.test_publication_rules import files_holding, secret

@@ -7,9 +7,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cdc.coordinator import Capture
-from cdc.settings import Settings
-from cdc.source_checks import ensure_publication, run_checks
+from cdc.config.settings import Settings
+from cdc.run.coordinator import Capture
+from cdc.setup.source_checks import run_checks
+from cdc.setup.source_objects import ensure_publication
 from event_format import fold_after
 from log_store import LogConfig, LogStore
 from log_store.topic_names import log_name

@@ -64,7 +64,7 @@ def test_a_column_added_with_values_for_existing_rows_uncovers_the_table() -> No
     assert covers(_marks((1, 2, 2, 1, 905), (2, 3, 3, 0, 901)))  # VACUUM FULL: rewritten, but no column added
     assert covers(_marks((1, 3, 2, 1, 905), (2, 3, 3, 0, 901)))  # a column added and dropped again, then a rewrite
     # ADD COLUMN ... DEFAULT on the table itself: a stored default for older rows, which the stream carries
-    # into the schema record with the column's first event (cdc.capture.stored_defaults)
+    # into the schema record with the column's first event (cdc.capture.added_column_fills)
     assert covers(_marks((1, 3, 3, 3, 900), (2, 3, 3, 0, 901)))
     assert not covers(_marks((1, 3, 3, 1, 905), (2, 3, 3, 0, 901)))  # ... volatile, or an identity: the table was rewritten
     # a leaf below a partitioned root holds its own stored default, which no schema record carries

@@ -22,8 +22,8 @@ from urllib.parse import quote
 import psycopg
 import pytest
 
-from cdc.capture.errors import ConfigError
-from cdc.settings import load_settings
+from cdc.config.settings import load_settings
+from cdc.errors import ConfigError
 from local_servers.postgres import LocalPostgres, _run_as, find_server_bindir
 from tests.cdc.helpers import wait_for
 from tests.fix_pg import chosen_pg_version
@@ -53,7 +53,7 @@ class TlsServer:
 
 @pytest.fixture(scope="module")
 def tls_server() -> Iterator[TlsServer]:
-    from cdc import migrate
+    from cdc.setup import migrate
 
     root = Path(tempfile.mkdtemp(prefix="cdc-pg-tls-"))
     tls = make_tls_files(root / "tls")

@@ -9,8 +9,8 @@ from hypothesis import given
 from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 
-from cdc.capture.errors import ConfigError
-from cdc.settings import Settings, load_settings
+from cdc.config.settings import Settings, load_settings
+from cdc.errors import ConfigError
 
 _KAFKA = re.compile(r"[A-Za-z0-9._-]{1,249}")
 

@@ -29,7 +29,7 @@ __all__ = [
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdc.settings import Settings
+    from cdc.config.settings import Settings
     from derived_views.source.watermark import LogWatermark
     from derived_views.views.runner import StepReport
     from derived_views.write.context import ViewContext
@@ -37,13 +37,13 @@ if TYPE_CHECKING:
 
 def capture(settings: Settings) -> None:
     """Capture up to the WAL position current now (snapshot first when the log has none)."""
-    from cdc.coordinator import Capture
+    from cdc.run.coordinator import Capture
 
     Capture(settings, once=True).run()
 
 
 def context(spark: SparkSession, settings: Settings) -> ViewContext:
-    from cdc.view_context import context_from_settings
+    from cdc.config.view_arguments import context_from_settings
 
     return context_from_settings(settings, spark)
 

@@ -16,7 +16,7 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdc.settings import Settings
+    from cdc.config.settings import Settings
     from derived_views.write.context import ViewContext
 
 from tests.derived_views.conftest import EXAMPLE_VIEWS
@@ -67,19 +67,19 @@ def _seed(url: str, products: int = 20) -> None:
 
 
 def _settings(url: str, data_dir: Path) -> Settings:
-    from cdc.settings import load_settings
+    from cdc.config.settings import load_settings
 
     return load_settings(database_url=url, data_dir=str(data_dir), views_file=str(EXAMPLE_VIEWS))
 
 
 def _capture(settings: Settings) -> None:
-    from cdc.coordinator import Capture
+    from cdc.run.coordinator import Capture
 
     Capture(settings, once=True).run()
 
 
 def _context(spark: SparkSession, settings: Settings) -> ViewContext:
-    from cdc.view_context import context_from_settings
+    from cdc.config.view_arguments import context_from_settings
 
     return context_from_settings(settings, spark)
 

@@ -85,7 +85,7 @@ def test_a_column_type_change_keeps_every_table_syncing_and_a_failing_table_fail
     """``ALTER COLUMN ... TYPE`` (widenings, a change to another family, a ``USING`` that rewrites values)
     is followed by the views; a table whose batch fails anyway stops alone, says so in ``cdc lag``, and
     catches up once the cause is gone."""
-    from cdc.lag import measure
+    from cdc.observe.lag import measure
     from derived_views.views import warehouse
 
     execute(

@@ -29,8 +29,8 @@ def test_views_build_and_sync_from_kafka_exactly(
     same rows in one commit."""
     from cdc.cli import cli, run
     from cdc.commands import register
-    from cdc.lag import measure
-    from cdc.settings import load_settings
+    from cdc.config.settings import load_settings
+    from cdc.observe.lag import measure
     from derived_views.source import pending
     from derived_views.views import runner, warehouse
     from tests.derived_views.conftest import EXAMPLE_VIEWS

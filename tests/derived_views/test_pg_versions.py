@@ -29,7 +29,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from cdc.log_backend import open_log
+from cdc.config.log_backend import open_log
 from tests.cdc.all_types import COLUMNS, ROWS, TYPES
 from tests.cdc.helpers import read_topic, replay, run_cdc, wait_for
 from tests.derived_views.pipeline import capture, context, execute, read_every_view_table, settings_for, sync, verify_views

@@ -12,8 +12,8 @@ import pytest
 
 from cdc.capture.lsn import Lsn
 from cdc.commands.snapshot_cmd import request_snapshot
-from cdc.coordinator import Capture
-from cdc.read_status import read_status
+from cdc.observe.read_status import read_status
+from cdc.run.coordinator import Capture
 from tests.cdc.helpers import wait_for
 from tests.derived_views.pipeline import context, execute, settings_for, sync, through, verify_views
 

@@ -29,7 +29,7 @@ from tests.spark_server_process import running_spark_server, server_environment
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from cdc.settings import Settings
+    from cdc.config.settings import Settings
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -155,7 +155,7 @@ def _plans(events: Path) -> str:
 
 def _settings(env: dict[str, str]) -> Settings:
     """The settings ``env`` gives the commands, for this process's own reads and writes of the same views."""
-    from cdc.settings import load_settings
+    from cdc.config.settings import load_settings
 
     return load_settings(
         database_url=env["CDC_DATABASE_URL"],

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from tests.cdc.helpers import execute, settings_for
 from tests.derived_views.pipeline import context, read_every_view_table, rows, sync, verify_views
 

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import pytest
 
-from cdc.coordinator import Capture, Tuning
+from cdc.run.coordinator import Capture
+from cdc.run.tuning import Tuning
 from tests.cdc.helpers import replay, wait_for
 from tests.derived_views.pipeline import capture, context, execute, rows, settings_for, sync, synced, through, verify_views
 

@@ -240,7 +240,7 @@ def _definition_changes(spark: SparkSession, settings: Any, url: str, views_file
     """Between two syncs the filter changes: the index is left as it was and reports that it needs
     `cdc rebuild search.posts` (so does `cdc lag`); the cache entity, unchanged, goes on; a rebuild applies
     the new definition."""
-    from cdc.lag import measure
+    from cdc.observe.lag import measure
     from derived_views.views import cache, runner
     from derived_views.views.verify import verify
 

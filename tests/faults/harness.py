@@ -27,8 +27,8 @@ import pytest
 from psycopg import sql
 
 from cdc.capture.lsn import Lsn
-from cdc.log_backend import open_log
-from cdc.settings import Settings
+from cdc.config.log_backend import open_log
+from cdc.config.settings import Settings
 from log_store import LogStore
 from tests.cdc.helpers import read_topic, replay
 

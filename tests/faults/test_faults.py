@@ -289,7 +289,7 @@ def restartable(pg_server: PgServer, reference_db: str) -> Iterator[tuple[str, L
     if pg_server.local is not None:
         yield reference_db, pg_server.local
         return
-    from cdc import migrate
+    from cdc.setup import migrate
 
     server = LocalPostgres()
     try:

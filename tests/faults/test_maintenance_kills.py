@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import psycopg
 import pytest
 
-from cdc.coordinator import Capture
-from cdc.settings import load_settings
+from cdc.config.settings import load_settings
+from cdc.run.coordinator import Capture
 from local_servers.postgres import free_port
 from tests.faults.harness import Running, cdc_env, poll, seed, verify_warehouse
 from tests.observability.test_sync_metrics import table_figures
@@ -49,7 +49,7 @@ def _started(process_stderr: Path, verb: str) -> Path | None:
 def test_kill_9_during_compaction_and_during_vacuum_then_a_run_loses_nothing(
     spark: SparkSession, reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from cdc import view_context
+    from cdc.config import view_arguments
     from derived_views.views import runner
 
     data_dir = tmp_path / "data"
@@ -58,7 +58,7 @@ def test_kill_9_during_compaction_and_during_vacuum_then_a_run_loses_nothing(
     settings = load_settings(database_url=reference_db, data_dir=data_dir, **maintenance)
     seed(reference_db, products=20, orders=5)
     Capture(settings, once=True).run()
-    runner.step(view_context.context_from_settings(settings, spark), ["warehouse"])
+    runner.step(view_arguments.context_from_settings(settings, spark), ["warehouse"])
     env = cdc_env(reference_db, data_dir, **maintenance)
     running = Running()
     try:
@@ -103,7 +103,7 @@ def test_kill_9_during_compaction_and_during_vacuum_then_a_run_loses_nothing(
     # 3. a run: what is due is done, and the warehouse equals the source
     _add_categories(reference_db, 3)
     Capture(settings, once=True).run()
-    ctx = view_context.context_from_settings(settings, spark)
+    ctx = view_arguments.context_from_settings(settings, spark)
     done = runner.maintain(ctx, ["warehouse"], settings.maintenance_policy(), [name], dry_run=False)
     assert "vacuum" in [task.action for task in done] and not left.exists(), done
     assert runner.maintain(ctx, ["warehouse"], settings.maintenance_policy(), [name], dry_run=True) == []

@@ -31,7 +31,7 @@ def test_a_usage_error_is_one_error_line_with_exit_2(args: list[str], message: s
 
 def test_alembic_prints_no_plugin_lines_under_the_cli_logging() -> None:
     """Alembic logs a ``setup plugin ...`` line per plugin at import; the demo's first step must not show them."""
-    code = "from cdc import structured_log; structured_log.configure(); import alembic.command, alembic.config"
+    code = "from cdc.observe import structured_log; structured_log.configure(); import alembic.command, alembic.config"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "setup plugin" not in result.stderr
     assert result.stderr == ""

@@ -4,6 +4,9 @@ capture and the views use the format and the log; the format uses only the log's
 fold; the log imports none of them (the fold reaches it as a setting). No module imports a layer above
 it, at module level or inside a function.
 
+Inside ``cdc/`` the application's rooms are layers too (:data:`APP_ROOMS`), and no module of ``cdc`` or
+``local_servers`` is on an import loop.
+
 Inside ``derived_views/`` the subpackages are layers too (:data:`VIEW_LAYERS`, lowest first), with no
 import loop between its modules; the application reaches the views only through the package's entry
 point (``derived_views/__init__.py``) and the two modules every layer shares (:data:`VIEW_SHARED`)."""
@@ -23,6 +26,7 @@ FORBIDDEN = {
     "log_store": ("cdc", "derived_views", "event_format", "local_servers"),
     "event_format": ("cdc", "derived_views", "local_servers"),
     "derived_views": ("cdc", "local_servers"),
+    "local_servers": ("cdc", "derived_views"),
 }
 
 
@@ -59,14 +63,15 @@ def test_a_lower_layer_never_imports_a_higher_one(package: str) -> None:
 
 def test_capture_never_imports_the_application_around_it() -> None:
     """``cdc/capture/`` is below the application in ``cdc/`` (its CLI, settings and the run that ties
-    capture to them): it imports only itself, the event format and the log."""
+    capture to them): it imports only itself, the event format, the log and the application's root errors
+    (``cdc.errors``)."""
     modules = sorted((ROOT / "cdc" / "capture").rglob("*.py"))
     assert modules, "no modules under cdc/capture"
     wrong = [
         f"{path.relative_to(ROOT)}:{line} imports {name}"
         for path in modules
         for line, name in _imports(path)
-        if name.split(".")[0] in ("cdc", "derived_views") and not name.startswith("cdc.capture")
+        if name.split(".")[0] in ("cdc", "derived_views") and not name.startswith("cdc.capture") and name != "cdc.errors"
     ]
     assert wrong == []
 
@@ -164,6 +169,49 @@ def test_no_import_loop_inside_the_views() -> None:
     assert import_cycles(_view_graph()) == []
 
 
+def test_no_import_loop_in_the_application_or_the_local_servers() -> None:
+    """No module of ``cdc`` or ``local_servers`` imports, directly or through others, one that imports it
+    (at module level, inside a function, or for type checking alike)."""
+    modules = {**_package_modules("cdc"), **_package_modules("local_servers")}
+    graph = {name: {imported for _, imported in _imported_modules(path, modules)} - {name} for name, path in modules.items()}
+    assert import_cycles(graph) == []
+
+
+#: the application's rooms (``cdc/<room>/``), lowest first: a module may import its own room and the ones
+#: before it, besides ``cdc.errors`` and ``cdc.capture``
+APP_ROOMS = ("config", "setup", "observe", "run", "commands")
+#: the application's modules outside the rooms: the root errors and the entry points above every room
+APP_ROOT = ("cdc", "cdc.errors", "cdc.cli", "cdc.spark_job")
+
+
+def _app_room(module: str) -> int | None:
+    """The rank of ``module``'s room in :data:`APP_ROOMS`; ``-1`` for ``cdc.errors`` and capture, ``None``
+    for the entry points."""
+    parts = module.split(".")
+    if module == "cdc.errors" or parts[:2] == ["cdc", "capture"]:
+        return -1
+    if len(parts) > 1 and parts[1] in APP_ROOMS:
+        return APP_ROOMS.index(parts[1])
+    return None
+
+
+def test_every_application_module_is_in_a_room() -> None:
+    loose = [name for name in _package_modules("cdc") if name not in APP_ROOT and _app_room(name) is None]
+    assert loose == []
+
+
+def test_an_application_room_never_imports_a_higher_one() -> None:
+    modules = _package_modules("cdc")
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line} imports {imported}"
+        for name, path in modules.items()
+        if (rank := _app_room(name)) is not None and rank >= 0
+        for line, imported in _imported_modules(path, modules)
+        if (target := _app_room(imported)) is None or target > rank
+    ]
+    assert wrong == []
+
+
 def test_the_application_uses_the_views_through_their_entry_point() -> None:
     """``cdc/`` imports ``derived_views`` itself (names of its ``__all__``) and the shared modules, never
     a layer's module: the layers may move without the application noticing."""
@@ -196,7 +244,7 @@ def test_the_entry_point_resolves_every_public_name() -> None:
 #: Modules of the product that read ``CDC_*`` variables from the environment: the application's
 #: settings class and the views' engine settings (the engine runs without ``cdc`` too). The throwaway
 #: servers of the demo and the tests (``local_servers/``, no product package) read tooling variables.
-READS_CDC_ENVIRONMENT = ("cdc/settings.py", "derived_views/engine/engine_settings.py")
+READS_CDC_ENVIRONMENT = ("cdc/config/settings.py", "derived_views/engine/engine_settings.py")
 
 
 def _environment_reads(path: Path) -> Iterator[tuple[int, str]]:
@@ -215,7 +263,7 @@ def _environment_reads(path: Path) -> Iterator[tuple[int, str]]:
 
 
 def test_cdc_settings_are_read_only_through_the_settings_classes() -> None:
-    """A ``CDC_*`` setting is read by :class:`cdc.settings.Settings` or, for the Spark the views run on, by
+    """A ``CDC_*`` setting is read by :class:`cdc.config.settings.Settings` or, for the Spark the views run on, by
     :class:`derived_views.engine.engine_settings.EngineSettings`: typed, checked, and known to the
     misspelled-name warning; no other module of the product reads one from the environment."""
     wrong = [
@@ -230,7 +278,7 @@ def test_cdc_settings_are_read_only_through_the_settings_classes() -> None:
 
 def test_the_engine_settings_are_known_names() -> None:
     """The names the engine reads are known to the application's check of misspelled names."""
-    from cdc.setting_names import known_names
+    from cdc.config.setting_names import known_names
     from derived_views.engine.engine_settings import EngineSettings
 
     known = known_names([])

@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from cdc import migrate
+from cdc.setup import migrate
 from tests.fix_pg import PgServer, chosen_pg_version
 
 ROOT = Path(__file__).resolve().parents[2]

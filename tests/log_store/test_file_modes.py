@@ -65,7 +65,7 @@ def test_the_log_is_its_owners_only(tmp_path: Path, umask: int) -> None:
 
 
 def test_the_data_dir_and_view_locks_are_their_owners_only(tmp_path: Path, umask: int) -> None:
-    from cdc.data_dir import secure_data_dir
+    from cdc.config.data_dir import secure_data_dir
 
     data_dir = tmp_path / "new" / "data"
     secure_data_dir(data_dir)

@@ -18,9 +18,9 @@ import psycopg
 import pytest
 from rich.console import Console
 
-from cdc.coordinator import Capture
-from cdc.lag import JSON_SCHEMA
-from cdc.settings import Settings, load_settings
+from cdc.config.settings import Settings, load_settings
+from cdc.observe.lag_report import JSON_SCHEMA
+from cdc.run.coordinator import Capture
 from migrations.sample_data import insert_sample_data
 from tests.derived_views.conftest import EXAMPLE_VIEWS
 
@@ -55,7 +55,7 @@ def _exported(settings: Settings) -> dict[tuple[str, str], float]:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from cdc.lag_exporter import exporter_registry
+    from cdc.observe.lag_exporter import exporter_registry
 
     text = generate_latest(exporter_registry(settings)).decode()
     return {
@@ -67,10 +67,10 @@ def _exported(settings: Settings) -> dict[tuple[str, str], float]:
 
 
 def _sync(spark: SparkSession, settings: Settings) -> None:
-    from cdc import view_context
+    from cdc.config import view_arguments
     from derived_views.views import runner
 
-    runner.step(view_context.context_from_settings(settings, spark), [])  # every defined view
+    runner.step(view_arguments.context_from_settings(settings, spark), [])  # every defined view
 
 
 def _wait(settings: Settings, lsn: str, timeout: float) -> subprocess.CompletedProcess[str]:
@@ -144,14 +144,14 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(spark: SparkSess
     assert done.returncode == 0, done.stderr
 
     # a compaction: lag shows the table's fewer files and when it was maintained, as JSON and as text
-    from cdc import view_context
     from cdc.commands.lag_cmd import render
-    from cdc.lag import measure
+    from cdc.config import view_arguments
+    from cdc.observe.lag import measure
     from derived_views.engine.maintenance import MaintenancePolicy
     from derived_views.views import runner
 
     before = {table["table"]: table for table in synced["tables"]}["warehouse/current/public.categories"]
-    ctx = view_context.context_from_settings(settings, spark)
+    ctx = view_arguments.context_from_settings(settings, spark)
     compacted = runner.maintain(ctx, [], MaintenancePolicy(small_files=2), ["warehouse/current/public.categories"], dry_run=False)
     assert [task.action for task in compacted] == ["compact"] and before["files"] > 1, before
     _, maintained = _lag(settings)

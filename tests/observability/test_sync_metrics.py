@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cdc.coordinator import Capture
-from cdc.settings import load_settings
+from cdc.config.settings import load_settings
+from cdc.run.coordinator import Capture
 from local_servers.postgres import free_port
 from migrations.sample_data import insert_sample_data
 from tests.cdc.helpers import wait_for

@@ -10,6 +10,6 @@
   giving way to locks, a read's end, how a read stops), time an input.
 - :mod:`cdc.capture.reads.scheduler`: the shell that carries those decisions out, and the reads' lifecycle.
 
-The streaming loop (:class:`cdc.coordinator.Capture`) has the scheduler read one chunk between two of its
+The streaming loop (:class:`cdc.run.coordinator.Capture`) has the scheduler read one chunk between two of its
 passes; a read never makes it wait.
 """

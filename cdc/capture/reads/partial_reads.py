@@ -21,7 +21,7 @@ held: a new snapshot would hold the effect of those changes only on the rows the
 Instead its held changes go to the log in a group of their own with the progress tombstone
 (:func:`flush_records`): they all commit at or after B, after every row it read, so that is where a
 finished read would put them. When the session ends that group is written by the next session before
-any other (:class:`~cdc.coordinator.Capture` parks the read: the log may be what failed), and after a
+any other (:class:`~cdc.run.coordinator.Capture` parks the read: the log may be what failed), and after a
 stop or a ``kill -9`` by the next run, from the read's progress record, which is in the log from the
 read's first moment (before any change is held) and names the last key written. The read then goes on
 past that key (or from the first row, for a read by block ranges or in a changed shape) from a new

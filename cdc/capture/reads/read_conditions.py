@@ -31,7 +31,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from cdc.capture.errors import ConfigError
+from cdc.errors import ConfigError
 
 if TYPE_CHECKING:
     from cdc.capture.catalog import Catalog, PublishedTable

@@ -3,7 +3,7 @@
 :class:`ReadScheduler` keeps the reads of one capture run (under way, waiting to resume, parked, asked
 for) and carries them out with :class:`~cdc.capture.reads.online_read.OnlineRead`,
 :class:`~cdc.capture.reads.held_changes.HeldChanges` and the ledger
-(:class:`~cdc.capture.table_snapshots.SnapshotLedger`). Its driver, :class:`cdc.coordinator.Capture`, calls it
+(:class:`~cdc.capture.table_snapshots.SnapshotLedger`). Its driver, :class:`cdc.run.coordinator.Capture`, calls it
 between two passes of the streaming loop and after each group it appends; the stream never waits for a read.
 
 Its decisions (room, turns, renewals, giving way to locks, a read's end, how a read stops) are
@@ -36,7 +36,7 @@ from typing import Protocol
 
 from cdc.capture.catalog import Catalog, PublishedTable
 from cdc.capture.discovery import snapshot_new_tables
-from cdc.capture.errors import ConfigError, SourceError
+from cdc.capture.errors import SourceError
 from cdc.capture.group_writer import GroupWriter
 from cdc.capture.lsn import Lsn
 from cdc.capture.reads.held_changes import HeldChanges
@@ -52,6 +52,7 @@ from cdc.capture.streaming import Transaction
 from cdc.capture.table_snapshots import PartialRead, PendingSnapshot, ReadProgress, SnapshotLedger, TableGate
 from cdc.capture.tables import TableShape
 from cdc.capture.visibility import ReceivedXids
+from cdc.errors import ConfigError
 from log_store import ProducerRecord
 from log_store.log import Log
 

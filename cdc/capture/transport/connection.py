@@ -39,7 +39,7 @@ def create_slot_command(slot: str, *, export_snapshot: bool, temporary: bool, se
 
     PostgreSQL 15 takes the options in parentheses (``(SNAPSHOT 'export')``); 14 knows only the older
     keywords (``EXPORT_SNAPSHOT`` / ``NOEXPORT_SNAPSHOT``), which 15 and later still accept but document
-    as deprecated, so each side gets its own. ``failover`` (17 and later, :mod:`cdc.failover`) adds
+    as deprecated, so each side gets its own. ``failover`` (17 and later, :mod:`cdc.setup.failover`) adds
     ``FAILOVER``: the standbys that sync slots keep a copy a promotion leaves usable.
     """
     kind = "TEMPORARY LOGICAL" if temporary else "LOGICAL"

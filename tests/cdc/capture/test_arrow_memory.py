@@ -1,4 +1,5 @@
-"""Importing ``cdc`` turns transparent huge pages off for Arrow's allocator, unless the environment chose."""
+"""``cdc capture`` turns transparent huge pages off for Arrow's allocator, unless the environment chose;
+importing ``cdc`` changes nothing."""
 
 from __future__ import annotations
 
@@ -26,10 +27,25 @@ def _allow_thp_after(code: str, **env: str) -> str:
     return lines[0].rsplit(":", 1)[1].strip()
 
 
-def test_importing_cdc_before_pyarrow_asks_for_ordinary_pages() -> None:
+def _command(*args: str) -> str:
+    """Code that runs ``cdc ARGS`` as the console script does, then allocates with pyarrow."""
+    return (
+        f"import sys; sys.argv = ['cdc', *{list(args)!r}]\n"
+        "from cdc.cli import main\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "import pyarrow; pyarrow.array([1])"
+    )
+
+
+def test_capture_asks_for_ordinary_pages() -> None:
     assert _allow_thp_after("import pyarrow; pyarrow.array([1])") == "1"  # mimalloc's own default
-    assert _allow_thp_after("import cdc.capture.snapshot, pyarrow; pyarrow.array([1])") == "0"
+    assert _allow_thp_after(_command("capture", "--help")) == "0"
+
+
+def test_importing_cdc_or_another_command_changes_nothing() -> None:
+    assert _allow_thp_after("import cdc.capture.snapshot, pyarrow; pyarrow.array([1])") == "1"
+    assert _allow_thp_after(_command("log", "--help")) == "1"
 
 
 def test_a_choice_in_the_environment_is_kept() -> None:
-    assert _allow_thp_after("import cdc, pyarrow; pyarrow.array([1])", **{THP_OPTION: "1"}) == "1"
+    assert _allow_thp_after(_command("capture", "--help"), **{THP_OPTION: "1"}) == "1"

@@ -7,7 +7,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from cdc.coordinator import Capture
+from cdc.run.coordinator import Capture
 from migrations.sample_data import insert_sample_data
 from tests.cdc.all_types import COLUMNS, ROWS, TYPES
 from tests.cdc.helpers import execute, read_topic, settings_for

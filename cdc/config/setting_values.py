@@ -1,0 +1,52 @@
+"""What each setting accepts, in the words shown when a value is rejected (:func:`cdc.config.settings.load_settings`
+names the variable, the value's problem and this).
+"""
+
+from __future__ import annotations
+
+#: What each setting accepts, shown when a value is rejected.
+ACCEPTS: dict[str, str] = {
+    "database_url": "a PostgreSQL URL such as postgresql://cdc:secret@db:5432/shop",
+    "data_dir": "a directory path (created if missing) that holds the log and the Delta tables",
+    "views_file": "a path to the views file (TOML; a missing file means the defaults)",
+    "tables": "a comma-separated list of schema.table names, or empty for every published table",
+    "slot_failover": "auto (failover slots on PostgreSQL 17+ when a standby is configured), true or false",
+    "standby_url": "empty, or the standby's PostgreSQL URL such as postgresql://cdc:secret@standby:5432/shop",
+    "primary_url": "empty, or the primary's PostgreSQL URL such as postgresql://cdc:secret@primary:5432/shop",
+    "slot": "a lower-case replication slot name: letters, digits and _, at most 63 characters",
+    "publication": "a lower-case publication name: letters, digits and _, at most 63 characters",
+    "partitions": "a whole number of partitions per topic from 1 to 1024",
+    "topic_prefix": "ASCII letters, digits, _ and -, at most 100 characters (topics are named <prefix>.<schema>.<table>)",
+    "outbox_prefix": "ASCII letters, digits, _ and -, at most 40 characters (outbox topics are <topic prefix>.<it>.<name>)",
+    "outbox_key_field": "empty, or the name of a top-level field of outbox payloads (at most 200 characters)",
+    "segment_bytes": "a segment size in bytes from 1024 to 1073741824",
+    "segment_ms": "a segment age in milliseconds, at least 1000",
+    "delete_retention_ms": "how long tombstones outlive compaction, in milliseconds (0 or more)",
+    "retention_ms": "how long non-compacted topics keep data, in milliseconds, or -1 for ever",
+    "retention_bytes": "how many bytes non-compacted partitions keep, or -1 for no limit",
+    "log_compact_interval_s": "seconds between compactions of the embedded log by `cdc capture`, 0 (never) or more",
+    "metrics_port": "a TCP port from 0 to 65535 (0 turns the metrics endpoint off)",
+    "log_format": "json or kv",
+    "snapshot_concurrency": "how many tables capture reads at once beside the stream, from 1 to 64",
+    "snapshot_chunk_rows": "rows per chunk of a table read beside the stream, from 100 to 1000000",
+    "snapshot_sessions": "how many sessions read each snapshot's chunks at once, from 1 to 8",
+    "snapshot_rows_per_second": "rows per second reads beside the stream may take from the source, 0 for no ceiling",
+    "deletion_vectors": "true or false",
+    "maintenance": "true or false",
+    "change_data_feed": "true or false",
+    "maintenance_interval_s": "seconds between looks at the view tables' health, more than 0",
+    "maintenance_small_files": "how many small files a view table may hold before it is compacted, at least 2",
+    "maintenance_small_file_bytes": "the size under which a file is small, in bytes, at least 1024",
+    "maintenance_versions": "how many commits a view table may take before it is compacted again, at least 1",
+    "vacuum_retention_hours": "hours old files stay for readers of older versions, at least 1 (Delta's default: 168)",
+    "log": "empty (the embedded log under CDC_DATA_DIR) or kafka://host:port[,host:port...] (the log in Kafka)",
+    "kafka_security_protocol": "plaintext, ssl, sasl_plaintext or sasl_ssl",
+    "kafka_sasl_mechanism": "PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+    "kafka_ssl_ca_location": "the path of a PEM file that exists",
+    "kafka_ssl_certificate_location": "the path of a PEM file that exists",
+    "kafka_ssl_key_location": "the path of a PEM file that exists",
+    "kafka_timeout_ms": "how long one Kafka request may take, in milliseconds, from 100 to 600000",
+    "mask_key": "a secret of at least 16 characters (the key of hash masks)",
+    "request_key": "a secret of at least 16 characters (the key that signs `cdc snapshot --where` requests)",
+    "database_password": "the source role's password (CDC_DATABASE_URL then holds none)",
+}
