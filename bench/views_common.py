@@ -169,8 +169,9 @@ WIDE_SQL = (
 def sync_current(ctx: ViewContext, table: str, replace: bool = False) -> TableResult | None:
     """Bring the warehouse's current table of ``table`` (``schema.table``) to the log's latest watermark
     (:func:`derived_views.write.steps.apply_state` alone: no history table, no other view); ``replace``: rebuild it."""
+    from derived_views.runs import runner
     from derived_views.source.as_of import LogAsOf
-    from derived_views.views import runner, warehouse
+    from derived_views.views import warehouse
     from derived_views.write.steps import apply_state
 
     watermark = runner.latest(ctx)

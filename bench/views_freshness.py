@@ -33,7 +33,8 @@ from bench.views_common import PRODUCTS_SQL, bench_spark, products_database
 from cdc import view_context
 from cdc.coordinator import Capture
 from derived_views.engine.progress import Progress, committed_progress
-from derived_views.views import runner, warehouse
+from derived_views.runs import runner
+from derived_views.views import warehouse
 
 #: The views of ``--all-views``: the warehouse, a search index joining the category, a cache entity.
 ALL_VIEWS = """

@@ -116,7 +116,7 @@ _.recovery  # unused attribute (log_store/store.py: public API, what the writer'
 installed  # unused function (local_servers/pg_builds.py): scripts/setup calls it
 installed_client_bindir  # unused function (local_servers/pg_builds.py): bench/capture_versions.py calls it
 accept_metrics_in_runs  # called by a pipeline's definitions file (examples/declarative_pipeline)
-_.user_id  # a Spark Connect request's field, set as pyspark's own method sets it (derived_views/views/pipeline_runs.py)
+_.user_id  # a Spark Connect request's field, set as pyspark's own method sets it (derived_views/runs/pipeline_runs.py)
 __getattr__  # unused function (derived_views/__init__.py: PEP 562 lazy public names)
 _._blank_is_none  # unused method (derived_views/engine/engine_settings.py: pydantic validator)
 _._off_or_on  # unused method (derived_views/engine/engine_settings.py: pydantic validator)

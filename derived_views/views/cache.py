@@ -116,7 +116,7 @@ def get(
     """The cached value of ``entity`` ``key`` in the views at ``views_dir``, or ``None`` when there is none.
 
     Read with ``deltalake``, without Spark, from the entries table's ``version`` (default its newest: a
-    version exact as of an LSN is :func:`~derived_views.views.as_of_reads.select_versions`'); the entity is
+    version exact as of an LSN is :func:`~derived_views.runs.as_of_reads.select_versions`'); the entity is
     checked against ``entities`` (the defined ones) before anything is read."""
     from deltalake import DeltaTable
 

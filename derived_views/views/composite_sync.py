@@ -4,7 +4,7 @@ Each composite reads an SCD1 state copy of every table it reads, brought to the 
 (:func:`derived_views.write.steps.apply_state`): the warehouse's current table when the warehouse keeps the
 table (one copy, one MERGE per step for every view that reads it), else a copy of its own
 (``<kind>/<name>/_state/<table>``). A step that writes the warehouse's current tables holds one lock
-for its duration (:func:`derived_views.views.runner.shared_copies_lock`), so no other process moves a shared
+for its duration (:func:`derived_views.runs.runner.shared_copies_lock`), so no other process moves a shared
 copy while a composite is computed from it, and each view stays exact as of the watermark it records.
 Its output rows are
 then a pure function of those copies (:func:`composed`), and a step re-computes only the *affected*

@@ -260,7 +260,7 @@ def query(
     ``stored`` columns. Read with ``deltalake``, without Spark: a query answers in a fraction of a second.
     ``versions``: the Delta version to read of each table (by path, as :func:`tables` names them; default
     the newest), the versions exact as of one LSN
-    (:func:`~derived_views.views.as_of_reads.select_versions`)."""
+    (:func:`~derived_views.runs.as_of_reads.select_versions`)."""
     from deltalake import DeltaTable
 
     base = f"{views_dir.rstrip('/')}/{NAME}/{index}"

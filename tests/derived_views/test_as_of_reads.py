@@ -107,7 +107,7 @@ def test_tables_read_as_of_one_lsn_equal_the_source_at_it(
     from derived_views import select_versions, versions_as_of
     from derived_views.engine.maintenance import RETAIN, MaintenancePolicy
     from derived_views.errors import AsOfError
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     url = reference_db
     views_file = tmp_path / "views.toml"

@@ -14,10 +14,10 @@ import pytest
 
 from cdc.commands.demo_cmd import _change_one_product
 from derived_views.engine import evaluation
+from derived_views.runs import short_run
+from derived_views.runs.status import delta_tables
 from derived_views.source.log_location import LogLocation
 from derived_views.source.log_source import read_watermark
-from derived_views.views import short_run
-from derived_views.views.status import delta_tables
 from migrations.sample_data import insert_sample_data
 from tests.derived_views.conftest import EXAMPLE_VIEWS
 from tests.derived_views.pipeline import capture, context, settings_for, sync

@@ -20,10 +20,10 @@ from derived_views.engine.maintenance import RETAIN, MaintenancePolicy, retentio
 from derived_views.engine.progress import Progress
 from derived_views.engine.table_health import table_health
 from derived_views.errors import AsOfError
+from derived_views.runs.as_of_reads import lsn_text, parse_lsn, select_versions
 from derived_views.source.as_of import LogAsOf
 from derived_views.source.log_location import LogLocation
 from derived_views.source.watermark import LogWatermark
-from derived_views.views.as_of_reads import lsn_text, parse_lsn, select_versions
 
 HOUR_MS = 3600 * 1000
 

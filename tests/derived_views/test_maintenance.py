@@ -17,7 +17,7 @@ from tests.derived_views.log_builder import LogBuilder, product
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from derived_views.views.runner import StepReport
+    from derived_views.runs.runner import StepReport
     from derived_views.write.context import ViewContext
 
 pytestmark = pytest.mark.spark
@@ -39,8 +39,9 @@ def test_a_continuous_sync_compacts_and_vacuums_its_tables_between_steps(
     from derived_views.definitions import load
     from derived_views.engine.maintenance import MaintenancePolicy
     from derived_views.engine.progress import committed_progress
-    from derived_views.views import runner, warehouse
-    from derived_views.views.upkeep import due_tasks
+    from derived_views.runs import runner
+    from derived_views.runs.upkeep import due_tasks
+    from derived_views.views import warehouse
 
     views = tmp_path / "views.toml"
     views.write_text('[warehouse]\ntables = ["public.products"]\n')
@@ -89,7 +90,8 @@ def test_views_maintain_shows_then_compacts_and_keeps_old_versions_readable(
 
     from cdc.cli import cli, run
     from cdc.commands import register
-    from derived_views.views import runner, warehouse
+    from derived_views.runs import runner
+    from derived_views.views import warehouse
 
     for pid in range(1, 4):
         with log.transaction() as tx:

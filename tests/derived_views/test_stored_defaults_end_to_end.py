@@ -56,10 +56,10 @@ def test_a_stored_default_reaches_every_view_in_one_batch(
 ) -> None:
     from deltalake import DeltaTable
 
+    from derived_views.runs.runner import latest
     from derived_views.source import pending
     from derived_views.source.as_of import LogAsOf
     from derived_views.views import warehouse
-    from derived_views.views.runner import latest
     from derived_views.write.steps import apply_state
 
     views = tmp_path / "views.toml"

@@ -34,7 +34,8 @@ def test_keys_are_looked_up_without_spark_and_deleted_rows_are_not_seen(
 ) -> None:
     """New view tables have no deletion vectors (deltalake reads them); tables an earlier version created
     with deletion vectors are still looked up right: a row a deletion vector marks is not seen."""
-    from derived_views.views import runner, warehouse
+    from derived_views.runs import runner
+    from derived_views.views import warehouse
     from derived_views.write.table_keys import holds_any
 
     with log.transaction() as tx:

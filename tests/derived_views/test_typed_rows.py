@@ -51,9 +51,9 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     from derived_views.events.reduction import EVENT_DDL
     from derived_views.events.spark_typing import typed
     from derived_views.events.typed_rows import row_type, typed_ddl
+    from derived_views.runs import runner
     from derived_views.source import pending
     from derived_views.source.as_of import LogAsOf
-    from derived_views.views import runner
 
     watermark = runner.latest(ctx)
     schema = ctx.schemas(watermark)["public.typed"]

@@ -1,4 +1,4 @@
-"""derived_views.views.verify reads every value PostgreSQL holds: dates and timestamps Python cannot hold
+"""derived_views.runs.verify reads every value PostgreSQL holds: dates and timestamps Python cannot hold
 (``infinity``, BC, years past 9999), in columns and arrays, come back as the server's text."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import psycopg
 import pytest
 
 from derived_views.events.schema import Column, TableSchema
-from derived_views.views.verify_values import SESSION_OPTIONS, read_every_value
+from derived_views.runs.verify_values import SESSION_OPTIONS, read_every_value
 from tests.cdc.helpers import execute
 from tests.rows import compare_rows, source_rows
 
@@ -121,9 +121,9 @@ def test_a_copy_of_a_table_hashes_as_its_rows_read_by_a_cursor_do(pg_url: str) -
     JSON, bytes, a masked column."""
     import pyarrow as pa
 
-    from derived_views.views.verify_hashes import columns_of
-    from derived_views.views.verify_tables import copied_batches, source_batches
-    from derived_views.views.verify_values import copied
+    from derived_views.runs.verify_hashes import columns_of
+    from derived_views.runs.verify_tables import copied_batches, source_batches
+    from derived_views.runs.verify_values import copied
 
     execute(
         pg_url,

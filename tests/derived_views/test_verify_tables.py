@@ -68,8 +68,9 @@ def test_a_large_table_is_verified_in_bounded_memory_and_each_difference_named(
     and a root that left the index's filter."""
     from pyspark.sql import functions as F
 
-    from derived_views.views import verify_composites, verify_tables, warehouse
-    from derived_views.views.verify import verify
+    from derived_views.runs import verify_composites, verify_tables
+    from derived_views.runs.verify import verify
+    from derived_views.views import warehouse
 
     execute(
         pg_url,
@@ -142,8 +143,8 @@ def test_a_large_table_is_verified_in_bounded_memory_and_each_difference_named(
 
 def test_differences_past_the_kept_ones_are_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     """A view that differs everywhere: the first KEPT differences are listed, the buckets left counted."""
-    from derived_views.views import verify_tables
-    from derived_views.views.verify_tables import Layout, Report, compare_table
+    from derived_views.runs import verify_tables
+    from derived_views.runs.verify_tables import Layout, Report, compare_table
 
     monkeypatch.setattr(verify_tables, "HELD_ROWS", 100)
     monkeypatch.setattr(verify_tables, "KEPT", 10)
@@ -162,8 +163,8 @@ def test_differences_past_the_kept_ones_are_counted(monkeypatch: pytest.MonkeyPa
 def _differences(type_name: str, source: Any, view: Any, held: int, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Differences of two 1,200-row tables equal but for key 7's value of column c, compared at once
     (``held`` above their size) or by hash."""
-    from derived_views.views import verify_tables
-    from derived_views.views.verify_tables import Layout, Report, compare_table
+    from derived_views.runs import verify_tables
+    from derived_views.runs.verify_tables import Layout, Report, compare_table
 
     monkeypatch.setattr(verify_tables, "HELD_ROWS", held)
     schema = TableSchema("public", "t", "cdc.public.t", (Column("id", "int8", key=True), Column("c", type_name)))
@@ -215,8 +216,8 @@ def test_a_column_held_in_another_form_everywhere_costs_at_most_one_more_read(
     """A column the view holds in another form in every row: when its hashes differ, every bucket differs,
     so both sides are hashed again by each value's comparable form; either way only the bucket that truly
     differs (key 7) is read again."""
-    from derived_views.views import verify_tables
-    from derived_views.views.verify_tables import Layout, Report, compare_table
+    from derived_views.runs import verify_tables
+    from derived_views.runs.verify_tables import Layout, Report, compare_table
 
     monkeypatch.setattr(verify_tables, "HELD_ROWS", 100)
     schema = TableSchema("public", "t", "cdc.public.t", (Column("id", "int8", key=True), Column("doc", type_name)))
@@ -272,7 +273,7 @@ def test_a_value_hashes_alike_from_either_side_and_one_at_a_time(
     """A column hashed at once from the view's Arrow array, at once from the source's Python values (the
     server's text for decimals, dates and instants), and one value at a time (a batch Arrow cannot cast
     whole, for a value no fixed-width form holds) gives each value the same hash."""
-    from derived_views.views.verify_hashes import Column, Kind
+    from derived_views.runs.verify_hashes import Column, Kind
 
     column = Column.of(type_name, view_type)
     assert column.kind is not Kind.OTHER
@@ -286,8 +287,8 @@ def test_a_view_read_as_arrow_batches_is_compared_by_hash_and_row_by_row(monkeyp
     """The view's rows as ``deltalake`` reads them (Arrow record batches, text as string views, a decimal
     column of the view's scale) against the source's rows (Python values, decimals as the server's text):
     equal rows cost nothing more, a changed value and a missing row are named."""
-    from derived_views.views import verify_tables
-    from derived_views.views.verify_tables import Layout, Report, compare_table
+    from derived_views.runs import verify_tables
+    from derived_views.runs.verify_tables import Layout, Report, compare_table
 
     monkeypatch.setattr(verify_tables, "HELD_ROWS", 100)
     schema = TableSchema(

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from derived_views.views.verify_values import normalize
+from derived_views.runs.verify_values import normalize
 
 SAME = [
     # (type, source value, view value)

@@ -24,8 +24,9 @@ def test_a_view_is_not_synced_until_every_table_of_it_is(
     from cdc.capture.lsn import Lsn
     from cdc.cli import cli, run
     from cdc.commands import register
+    from derived_views.runs import runner
     from derived_views.source.as_of import LogAsOf
-    from derived_views.views import runner, warehouse
+    from derived_views.views import warehouse
 
     execute(
         reference_db,

@@ -48,7 +48,8 @@ def _seed(log: LogBuilder) -> None:
 
 
 def test_search_reindexes_exactly_the_renamed_categorys_products(ctx: ViewContext, log: LogBuilder) -> None:
-    from derived_views.views import runner, search
+    from derived_views.runs import runner
+    from derived_views.views import search
 
     _seed(log)
     runner.step(ctx, ["search"])
@@ -79,7 +80,8 @@ def test_terms_a_step_left_behind_its_documents_catch_up_exactly(
     dies before the terms' commit leaves the terms as of their older watermark; the next step, with no
     new event (the documents already current), brings the terms to the documents' rows, as a rebuild."""
     from derived_views.engine.progress import read_progress
-    from derived_views.views import runner, search
+    from derived_views.runs import runner
+    from derived_views.views import search
 
     _seed(log)
     runner.step(ctx, ["search"])
@@ -120,7 +122,8 @@ def test_terms_of_the_per_term_layout_are_rewritten_per_document_and_stay_exact(
     from pyspark.sql import functions as F
 
     from derived_views.engine.progress import read_progress
-    from derived_views.views import runner, search
+    from derived_views.runs import runner
+    from derived_views.views import search
     from derived_views.views.composite_sync import overwrite
 
     _seed(log)
@@ -157,7 +160,8 @@ def test_terms_of_the_per_term_layout_are_rewritten_per_document_and_stay_exact(
 
 def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewContext, log: LogBuilder) -> None:
     """Re-indexing a renamed category's products must not bring back products truncated before it."""
-    from derived_views.views import runner, search
+    from derived_views.runs import runner
+    from derived_views.views import search
 
     _seed(log)
     runner.step(ctx, ["search"])
@@ -176,7 +180,8 @@ def test_truncate_and_category_rename_in_one_batch_leave_no_document(ctx: ViewCo
 
 
 def test_cache_order_with_items_follows_both_tables(ctx: ViewContext, log: LogBuilder) -> None:
-    from derived_views.views import cache, runner
+    from derived_views.runs import runner
+    from derived_views.views import cache
 
     _seed(log)
     runner.step(ctx, ["cache"])
@@ -205,7 +210,8 @@ def test_views_of_two_processes_share_the_warehouse_tables_and_apply_each_change
     nothing to them again, only to the history tables, and both views stay exact."""
     from deltalake import DeltaTable
 
-    from derived_views.views import runner, warehouse
+    from derived_views.runs import runner
+    from derived_views.views import warehouse
     from derived_views.write.context import ViewContext as Context
 
     _seed(log)
@@ -229,7 +235,8 @@ def test_views_side_by_side_bring_a_shared_copy_forward_once(ctx: ViewContext, l
     without the warehouse: one brings the copy forward while the other waits for it and finds it current,
     so a new product (an insert-only batch: appended, not merged) lands once, and both views have it."""
     from derived_views.definitions import load
-    from derived_views.views import runner, search, warehouse
+    from derived_views.runs import runner
+    from derived_views.views import search, warehouse
     from derived_views.write.context import ViewContext as Context
 
     views = tmp_path / "views.toml"
@@ -252,7 +259,8 @@ def test_views_side_by_side_bring_a_shared_copy_forward_once(ctx: ViewContext, l
 def test_a_table_the_warehouse_leaves_out_gets_a_copy_of_the_indexs_own(ctx: ViewContext, log: LogBuilder) -> None:
     """The index reads products from the warehouse's current table and keeps its own copy of categories,
     which the warehouse leaves out; a category rename still re-indexes its products."""
-    from derived_views.views import runner, search, warehouse
+    from derived_views.runs import runner
+    from derived_views.views import search, warehouse
     from derived_views.write.context import ViewContext as Context
 
     kept = ctx.definitions.warehouse.model_copy(update={"tables": ["public.products"]})
@@ -278,7 +286,8 @@ def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: V
     reader) still answer; off (the default), no table has them."""
     from deltalake import DeltaTable
 
-    from derived_views.views import cache, runner, search
+    from derived_views.runs import runner
+    from derived_views.views import cache, search
     from derived_views.write.context import ViewContext as Context
 
     marked = Context(ctx.spark, ctx.views_dir, ctx.log, ctx.prefix, definitions=ctx.definitions, deletion_vectors=True)
@@ -301,8 +310,9 @@ def test_deletion_vectors_are_an_opt_in_the_read_only_commands_still_read(ctx: V
 
 
 def _step(ctx: ViewContext, *, replace: bool = False) -> None:
+    from derived_views.runs import runner
     from derived_views.source.as_of import LogAsOf
-    from derived_views.views import cache, runner, search, warehouse
+    from derived_views.views import cache, search, warehouse
 
     watermark = runner.latest(ctx)
     assert watermark is not None
@@ -372,7 +382,7 @@ def test_cli_search_cache_get_and_unknown_view(
 
 def test_no_view_syncs_to_a_snapshot_still_being_copied(ctx: ViewContext, log: LogBuilder) -> None:
     """Groups at the in-progress snapshot position hold part of the tables and no commit: skip them."""
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     with log.transaction() as tx:
         tx.insert("public.categories", {"id": 1, "name": "books"})
@@ -394,7 +404,7 @@ def test_a_second_process_cannot_sync_a_view_being_synced(
     from concurrent.futures import ThreadPoolExecutor
 
     from derived_views.errors import ViewBusyError
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     with log.transaction() as tx:
         tx.insert("public.products", product(1))
@@ -405,7 +415,7 @@ def test_a_second_process_cannot_sync_a_view_being_synced(
             "-c",
             "import sys, types\n"
             "from pathlib import Path\n"
-            "from derived_views.views.runner import TABLES_LOCK, view_locks\n"
+            "from derived_views.runs.runner import TABLES_LOCK, view_locks\n"
             "from log_store.lock import FileLock\n"
             f"ctx = types.SimpleNamespace(views_dir={ctx.views_dir!r})\n"
             "with view_locks(ctx, ['warehouse']), FileLock(Path(ctx.views_dir) / '_locks' / f'{TABLES_LOCK}.lock'):\n"
@@ -454,7 +464,7 @@ def test_search_cache_get_and_views_answer_without_a_jvm(ctx: ViewContext, log: 
     import subprocess
     import sys
 
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     _seed(log)
     runner.step(ctx, ["search", "cache"])

@@ -24,7 +24,7 @@ def _current(ctx: ViewContext, table: str) -> dict[Any, dict[str, Any]]:
 
 
 def _sync(ctx: ViewContext) -> None:
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     runner.step(ctx, ["warehouse"])
 
@@ -238,8 +238,9 @@ def test_a_rebuild_writes_in_one_pass_unless_a_poison_event_or_a_truncate_needs_
     events hold a poison event (or, for a history table, a truncate) stops that job before it commits
     and is rebuilt the checked way. Either way the tables are those the incremental syncs made, each
     in one commit."""
+    from derived_views.runs import runner
     from derived_views.source import pending
-    from derived_views.views import runner, warehouse
+    from derived_views.views import warehouse
     from derived_views.write import steps
 
     test_truncate_poison_and_schema_change(ctx, log)
@@ -293,8 +294,9 @@ def test_idle_tables_record_the_newer_watermark_without_a_commit(ctx: ViewContex
     view's readers (``cdc views``, ``cdc lag``, ``cdc wait``) see the table as of the step's watermark."""
     from deltalake import DeltaTable
 
-    from derived_views.views import runner, warehouse
-    from derived_views.views.status import table_progress
+    from derived_views.runs import runner
+    from derived_views.runs.status import table_progress
+    from derived_views.views import warehouse
 
     with log.transaction() as tx:
         tx.insert("public.categories", {"id": 1, "name": "Home"})

@@ -16,7 +16,7 @@ alike whatever form each holds it in:
   (``1.50`` as ``1.5``), the zeros cut by Arrow over the whole column;
 - anything else, and a value no fixed-width form holds (``NaN``, ``-0``, an infinite or BC date, a
   decimal a view holds as text), by the hash of the text of its comparable form
-  (:func:`~derived_views.views.verify_values.normalize`), one value at a time.
+  (:func:`~derived_views.runs.verify_values.normalize`), one value at a time.
 
 A column Arrow cannot cast whole (a source text such as ``infinity`` among dates) is hashed one value at
 a time, each in the same canonical form, so it hashes as the cast would have. A row's hash combines its
@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from derived_views.views.verify_values import EXACT, normalize
+from derived_views.runs.verify_values import EXACT, normalize
 
 MASK = (1 << 64) - 1
 #: The hash of a NULL of any kind (Python's hash of ``None``: what a value hashed by Python's hash gives for it).
@@ -49,7 +49,7 @@ _EPOCH_DAY = date(1970, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 _INT_TYPES = frozenset({"int2", "int4", "int8", "oid"})
 _PLAIN_TEXT = frozenset({"text", "varchar", "bpchar", "name", "citext", "uuid"})
-#: The type a composite's column of compared forms has (:mod:`derived_views.views.verify_composites`).
+#: The type a composite's column of compared forms has (:mod:`derived_views.runs.verify_composites`).
 COMPARED = "compared"
 
 

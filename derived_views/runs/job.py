@@ -1,7 +1,7 @@
 """The Spark session of a view command: started sized for its run, and described for its log line.
 
 A command that runs one step and ends (``one_shot``) starts a driver that compiles with C1 alone when
-the step is small (:mod:`derived_views.views.short_run`, reasons in :mod:`derived_views.engine.driver_jit`);
+the step is small (:mod:`derived_views.runs.short_run`, reasons in :mod:`derived_views.engine.driver_jit`);
 any other run keeps the JVM's default. :func:`session_facts` says which session a command got, so the
 application can log it without reaching into the engine.
 """
@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from derived_views.engine.driver_jit import driver_compilers
 from derived_views.engine.spark_session import build_spark, is_remote, remote_url
+from derived_views.runs.short_run import short_run
 from derived_views.source.log_location import LogLocation
-from derived_views.views.short_run import short_run
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -2,10 +2,10 @@
 
 The source is read with psycopg in a single ``REPEATABLE READ`` read-only transaction, so every table
 comes from the same snapshot, in the session settings capture reads with; every value PostgreSQL holds
-is read, and both sides' values are brought to one comparable form (:mod:`derived_views.views.verify_values`).
+is read, and both sides' values are brought to one comparable form (:mod:`derived_views.runs.verify_values`).
 The view tables are read with ``deltalake``, not with the Spark that wrote them. A warehouse table is
-compared in memory that does not grow with its size (:mod:`derived_views.views.verify_tables`), and so
-are a search index's documents and a cache entity's entries (:mod:`derived_views.views.verify_composites`). The
+compared in memory that does not grow with its size (:mod:`derived_views.runs.verify_tables`), and so
+are a search index's documents and a cache entity's entries (:mod:`derived_views.runs.verify_composites`). The
 comparison is exact only when the view has synced to a watermark at or after the snapshot and no
 transaction committed between them, so ``cdc verify`` syncs the view first and is meant for a quiet
 source (or a paused workload).
@@ -19,12 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from derived_views.errors import UnknownViewError
 from derived_views.events.schema import TableSchema
-from derived_views.source.watermark import LogWatermark
-from derived_views.views import verify_tables, warehouse
-from derived_views.views.composite import Composite
-from derived_views.views.published_rules import WHOLE, PublishedRule, Rules, keyed, published_rules
-from derived_views.views.verify_composites import compare_composite
-from derived_views.views.verify_tables import (
+from derived_views.runs import verify_tables
+from derived_views.runs.published_rules import WHOLE, PublishedRule, Rules, keyed, published_rules
+from derived_views.runs.verify_composites import compare_composite
+from derived_views.runs.verify_tables import (
     Layout,
     Report,
     ViewTable,
@@ -34,7 +32,10 @@ from derived_views.views.verify_tables import (
     source_batches,
     view_table,
 )
-from derived_views.views.verify_values import SESSION_OPTIONS, read_every_value
+from derived_views.runs.verify_values import SESSION_OPTIONS, read_every_value
+from derived_views.source.watermark import LogWatermark
+from derived_views.views import warehouse
+from derived_views.views.composite import Composite
 
 if TYPE_CHECKING:
     import psycopg
@@ -141,7 +142,7 @@ def _composite(
     table: str,
 ) -> None:
     """A search index's documents or a cache entity's entries (``table``) against the definition computed
-    from the source (:mod:`derived_views.views.verify_composites`)."""
+    from the source (:mod:`derived_views.runs.verify_composites`)."""
     from derived_views.views.composite_sync import path
 
     missing = [t.dotted_name for t in plan.tables if not _exists(conn, schemas[t.log_name])]
@@ -165,11 +166,11 @@ def verify(
 ) -> Report:
     """Compare ``view`` (``warehouse``, ``search.<index>`` or ``cache.<entity>``) with the source at
     ``database_url`` in one REPEATABLE READ snapshot, reading of each table the rows and columns
-    ``publication`` publishes (:mod:`derived_views.views.published_rules`), masked columns masked with
+    ``publication`` publishes (:mod:`derived_views.runs.published_rules`), masked columns masked with
     ``mask_key`` (``CDC_MASK_KEY``) as capture masks them."""
     import psycopg
 
-    from derived_views.views.runner import plans_at
+    from derived_views.runs.runner import plans_at
 
     plans = plans_at(ctx, watermark)
     if view != warehouse.NAME and view not in plans:

@@ -4,7 +4,7 @@ A view is a directory under ``CDC_DATA_DIR`` (``warehouse``, ``search``, ``cache
 each table's newest commit that carries :class:`~derived_views.engine.progress.Progress` says which log offsets
 and which watermark it has applied, moved on by its position file while it had nothing to apply
 (:mod:`derived_views.engine.positions`). Reading uses the ``deltalake`` library. Which tables a view
-must have is :func:`derived_views.views.listing.view_tables`.
+must have is :func:`derived_views.runs.listing.view_tables`.
 """
 
 from __future__ import annotations

@@ -11,10 +11,10 @@ whose counts or sums differ are read again, from both sides, a few at a time (at
 figures and one batch of rows, whatever the table's size.
 
 Hashes are taken a batch at a time, each column at once, of each value in a form that is the same on
-both sides for a value they hold alike (:mod:`derived_views.views.verify_hashes`), so equal tables cost
+both sides for a value they hold alike (:mod:`derived_views.runs.verify_hashes`), so equal tables cost
 one read of each side; a value one side holds in a form its hash does not bring to the other's only
 makes its bucket read again (when many buckets differ, both sides are first hashed again with every
-value in its comparable form, :func:`~derived_views.views.verify_values.normalize`, one more read of
+value in its comparable form, :func:`~derived_views.runs.verify_values.normalize`, one more read of
 each). Rows of a held table or of a bucket read again whose hashes match a row of the other side are not
 compared again. A row that differs goes unseen only when its 64-bit hash, or its bucket's sum, is
 unchanged by chance.
@@ -38,9 +38,9 @@ import pyarrow as pa
 from derived_views.engine.delta_reads import open_table, stream_query
 from derived_views.errors import MissingTableError
 from derived_views.events.column_names import source_columns
-from derived_views.views.source_relation import relation_sql
-from derived_views.views.verify_hashes import Column, buckets_of, columns_of, row_hashes, unmatched
-from derived_views.views.verify_values import NATIVE, copied, normalize, quote_identifier, select_list
+from derived_views.runs.source_relation import relation_sql
+from derived_views.runs.verify_hashes import Column, buckets_of, columns_of, row_hashes, unmatched
+from derived_views.runs.verify_values import NATIVE, copied, normalize, quote_identifier, select_list
 
 if TYPE_CHECKING:
     import psycopg
@@ -306,7 +306,7 @@ def compare_table(
     :class:`Layout` order, the same rows each time), adding every difference to ``report``; returns how
     many source rows were compared. ``expected_rows`` (the larger side's row count, as far as known)
     sizes the buckets; ``view_types``: the view's Arrow type of each column (``None``: unknown), which
-    sets how a decimal is hashed (:mod:`derived_views.views.verify_hashes`); ``hashed_source``: a faster
+    sets how a decimal is hashed (:mod:`derived_views.runs.verify_hashes`); ``hashed_source``: a faster
     read of the source's rows whose hashes are those of ``source``'s (:func:`copied_batches`), for the
     reads that only hash them (the table is then compared by hash, not at once)."""
     buckets = max(1024, min(BUCKETS, math.ceil(expected_rows / _ROWS_PER_BUCKET)))
@@ -381,7 +381,7 @@ def copied_batches(
     (FORMAT csv)`` and parsed by Arrow's CSV reader into record batches of text (:func:`copied`):
     no Python object for a value but a masked or a text one, for a read at the speed the server writes
     it. Each value's text hashes as the value :func:`source_batches` loads does
-    (:mod:`derived_views.views.verify_hashes`), so the buckets of the two reads agree. ``None`` when a
+    (:mod:`derived_views.runs.verify_hashes`), so the buckets of the two reads agree. ``None`` when a
     column has no such text (an array of decimals, say): then the rows are read with :func:`source_batches`."""
     expressions = [copied(quote_identifier(c.name), c.type_name, masks is not None and c.name in masks) for c in schema.columns]
     if any(e is None for e in expressions):

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from derived_views.engine.evaluation import SMALL_BATCH_EVENTS, small_tables
 from derived_views.engine.progress import Progress, min_offsets
+from derived_views.runs.status import delta_tables, table_progress
 from derived_views.source.as_of import pending_events
 from derived_views.source.log_location import LogLocation
 from derived_views.source.log_source import read_watermark
-from derived_views.views.status import delta_tables, table_progress
 
 log = logging.getLogger("cdc.views")
 

@@ -23,7 +23,7 @@ before the read. :func:`purge` removes both, for each named source table:
 
 Each rewrite is one Delta commit that carries the table's progress, so a purge killed at any point leaves
 every table exact as of its position; running it again finishes it. The caller holds the views' locks
-and brings them to the log's latest watermark first (:func:`derived_views.views.runner.purge`).
+and brings them to the log's latest watermark first (:func:`derived_views.runs.runner.purge`).
 """
 
 from __future__ import annotations
@@ -40,11 +40,11 @@ from derived_views.engine.progress import committing
 from derived_views.errors import ViewError
 from derived_views.events.column_names import quote, source_columns
 from derived_views.events.schema import TableSchema
+from derived_views.runs.published_rules import WHOLE, PublishedRule, published_rules
 from derived_views.views import cache, search, warehouse
 from derived_views.views.composite import Composite
 from derived_views.views.composite_sync import path as output_path
 from derived_views.views.composite_sync import state_path
-from derived_views.views.published_rules import WHOLE, PublishedRule, published_rules
 from derived_views.write.context import ViewContext
 
 if TYPE_CHECKING:

@@ -222,7 +222,7 @@ def versions_as_of(
     root = Path(data_dir).resolve()
     if tables is None:
         from derived_views.definitions import load
-        from derived_views.views.listing import captured_tables, view_tables
+        from derived_views.runs.listing import captured_tables, view_tables
 
         definitions = load(Path(views_file) if views_file is not None else Path("views.toml"))
         captured = captured_tables(log if log is not None else str(root / "log"), prefix)

@@ -4,7 +4,7 @@ The tasks themselves (compaction, vacuum; checkpoints are Delta's) are
 :mod:`derived_views.engine.maintenance`; here they are found for every Delta table of the chosen views
 (current, history, dead-letter, index, entity and copy tables) and handed out one at a time.
 
-**Scheduling.** A continuous sync (:func:`derived_views.views.runner.continuous`) looks at its tables'
+**Scheduling.** A continuous sync (:func:`derived_views.runs.runner.continuous`) looks at its tables'
 health every :attr:`~derived_views.engine.maintenance.MaintenancePolicy.interval_s` seconds and queues
 the tasks due. It does them in its own loop, between steps, one table's task at a time: after each step
 at most one task, and while the log is idle one task per poll, the watermark read again before the next.
@@ -24,9 +24,9 @@ from pathlib import Path
 from derived_views.engine.delta_sql import is_local
 from derived_views.engine.maintenance import COMPACT, MaintenancePolicy, Task, tasks_for
 from derived_views.engine.table_health import TableHealth, table_health
+from derived_views.runs.status import delta_tables
 from derived_views.source.watermark import LogWatermark
 from derived_views.views import cache, search, warehouse
-from derived_views.views.status import delta_tables
 from derived_views.write.context import ViewContext
 from derived_views.write.failures import summary
 

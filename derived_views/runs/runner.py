@@ -45,13 +45,13 @@ from derived_views.errors import (
     ViewError,
     ViewsFileError,
 )
+from derived_views.runs.purge import PurgedTable
+from derived_views.runs.purge import purge as purge_tables
+from derived_views.runs.upkeep import Upkeep, due_tasks, matching, view_table_paths
 from derived_views.source.as_of import LogAsOf
 from derived_views.source.watermark import LogWatermark, read_watermark
 from derived_views.views import cache, search, warehouse
 from derived_views.views.composite import Composite, checked, plan_for, source_tables
-from derived_views.views.purge import PurgedTable
-from derived_views.views.purge import purge as purge_tables
-from derived_views.views.upkeep import Upkeep, due_tasks, matching, view_table_paths
 from derived_views.write.context import ViewContext
 from derived_views.write.failures import TableFailure, summary
 from derived_views.write.failures import record as record_failures
@@ -333,7 +333,7 @@ def continuous(
 ) -> None:
     """Sync whenever the watermark moves, polling it every ``interval`` seconds until ``should_stop()``;
     the views' locks are held throughout. With a ``maintenance`` policy (and ``maintain``) the loop also
-    keeps the views' tables healthy, between its steps (:mod:`derived_views.views.upkeep`). ``on_health``
+    keeps the views' tables healthy, between its steps (:mod:`derived_views.runs.upkeep`). ``on_health``
     gets the tables' health after each look at it (every ``interval_s`` of the policy, or of the default
     one) and after each maintenance task."""
     upkeep = None
@@ -347,7 +347,7 @@ def continuous(
 
 def maintain(ctx: ViewContext, names: list[str], policy: MaintenancePolicy, only: list[str], *, dry_run: bool) -> list[Task]:
     """Do (or, ``dry_run``, only list) every maintenance task due on the tables of the views ``names``
-    (those ``only`` names, see :func:`derived_views.views.upkeep.matching`), holding the views' locks."""
+    (those ``only`` names, see :func:`derived_views.runs.upkeep.matching`), holding the views' locks."""
     chosen = resolve(names, ctx.definitions)
     with view_locks(ctx, chosen):
         tasks = due_tasks(matching(view_table_paths(ctx, chosen, latest(ctx)), ctx.views_dir, only), policy)
@@ -362,7 +362,7 @@ def purge(
 ) -> list[PurgedTable]:
     """Bring the views ``names`` to the log's latest watermark, then apply the capture rule of the source
     tables ``tables`` (``schema.table``) to every version of the view tables over them and drop their
-    earlier versions (:mod:`derived_views.views.purge`), holding the views' locks throughout. Nothing is
+    earlier versions (:mod:`derived_views.runs.purge`), holding the views' locks throughout. Nothing is
     purged when a table of the step fails."""
     chosen = resolve(names, ctx.definitions)
     with view_locks(ctx, chosen):

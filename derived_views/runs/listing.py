@@ -2,7 +2,7 @@
 
 Read without Spark: the captured tables come from the schema topic (read in this process), each
 table's as-of point from its newest Delta commit's progress and its position file (``deltalake``,
-:func:`~derived_views.views.status.table_progress`), so the listing answers in well under a second and
+:func:`~derived_views.runs.status.table_progress`), so the listing answers in well under a second and
 works while a sync runs.
 
 The listing is also what a view must have: ``cdc lag`` and ``cdc wait`` judge a view by every table it
@@ -25,12 +25,12 @@ from derived_views.engine.table_health import TableHealth, table_health
 from derived_views.errors import ViewsFileError
 from derived_views.events.column_names import stored_columns
 from derived_views.events.schema import TableSchema, schemas_topic
+from derived_views.runs.status import readable_progress
 from derived_views.source.log_location import LogLocation
 from derived_views.source.schema_records import read_schemas
 from derived_views.source.watermark import read_watermark
 from derived_views.views import kinds
 from derived_views.views.composite import SourceTable, checked, source_tables
-from derived_views.views.status import readable_progress
 from log_store.topic_names import dir_name
 
 log = logging.getLogger("cdc.views")
