@@ -10,7 +10,7 @@ from derived_views.definitions import load
 from derived_views.errors import ViewsFileError
 from derived_views.views.composite import Composite, SourceTable, checked
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[3]
 
 #: A blog, with names that need quoting in SQL.
 TABLES = {

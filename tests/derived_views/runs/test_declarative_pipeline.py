@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "declarative_pipeline"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "declarative_pipeline"
 SPARK_PIPELINES = Path(sys.executable).with_name("spark-pipelines")
 BIG = "(SELECT string_agg(md5(g::text || 'x'), '') FROM generate_series(1, 3200) g)"  # ~100 kB, stored out of line
 

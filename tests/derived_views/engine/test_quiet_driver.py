@@ -12,7 +12,7 @@ from derived_views.engine.jvm_output import route
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-CDC = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "cdc")
+CDC = str(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "cdc")
 
 
 def test_sync_prints_no_jvm_or_log4j_lines(tmp_path: Path) -> None:

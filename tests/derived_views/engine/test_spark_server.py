@@ -23,7 +23,7 @@ from tests.spark_server_process import running_spark_server
 
 pytestmark = [pytest.mark.spark, pytest.mark.pg, pytest.mark.slow]
 
-CDC = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "cdc")
+CDC = str(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "cdc")
 
 
 @contextmanager

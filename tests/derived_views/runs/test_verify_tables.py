@@ -15,7 +15,7 @@ import pytest
 
 from derived_views.events.schema import Column, TableSchema
 from tests.derived_views.pipeline import execute, synced
-from tests.derived_views.test_verify_values import DIFFERENT, SAME
+from tests.derived_views.runs.test_verify_values import DIFFERENT, SAME
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
