@@ -43,6 +43,7 @@ from derived_views.events.column_names import from_stored, quote, stored
 from derived_views.events.metadata_columns import KEY, LSN, OP
 from derived_views.events.schema import TableSchema
 from derived_views.source.as_of import LogAsOf, pending_events
+from derived_views.source.table_step import TableStep
 from derived_views.views import warehouse
 from derived_views.views.composite import Composite, Link, Nested, SourceTable
 from derived_views.write.apply import overwrite as replace_table
@@ -105,7 +106,9 @@ def sync_states(
     results = []
     for table in plan.tables:
         dead_letters = warehouse.dead_letter_path(ctx) if shared(ctx.definitions, table) else path(ctx, plan, "_dead_letter")
-        result = apply_state(ctx, as_of, schemas[table.log_name], state_path(ctx, plan, table), dead_letters, replace=replace)
+        schema = schemas[table.log_name]
+        step = TableStep(as_of, [schema.topic], state_path(ctx, plan, table), "latest", replace=replace)
+        result = apply_state(ctx, step, schema, dead_letters)
         if result is not None:
             results.append(result)
     return results
@@ -235,15 +238,8 @@ def affected_keys(
         topic = schemas[table.log_name].topic
         if not pending_events(as_of.watermark, [topic], progress):
             continue  # no event of this table in the range
-        batch = load_pending(
-            ctx,
-            as_of,
-            schemas[table.log_name],
-            progress,
-            "latest",
-            dead_letter_path=path(ctx, plan, "_dead_letter"),
-            target=state_path(ctx, plan, table),
-        )
+        step = TableStep(as_of, [topic], state_path(ctx, plan, table), "latest", applied=progress)
+        batch = load_pending(ctx, step, schemas[table.log_name], dead_letter_path=path(ctx, plan, "_dead_letter"))
         try:
             if batch.facts.truncates or batch.fills:
                 return None  # every root: a truncate, or a column's value given to every older row

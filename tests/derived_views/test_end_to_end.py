@@ -197,8 +197,11 @@ def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_
     """Every warehouse table (its current and history tables, applied side by side in two sessions)
     holds exactly what replaying the log up to the offsets its newest commit records gives, so no commit
     carried another table's progress; returns how many tables moved past ``first_lsn``."""
+    from dataclasses import replace as with_fields
+
     from derived_views.runs import runner
     from derived_views.source.as_of import LogAsOf
+    from derived_views.source.table_step import TableStep
     from derived_views.source.watermark import LogWatermark
     from derived_views.views import warehouse
     from derived_views.write.scd2 import merge_history
@@ -215,21 +218,13 @@ def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_
             as_of = LogAsOf(ctx.log, LogWatermark(progress.position, progress.watermark_ts_ms, progress.offsets))
             replayed = str(scratch / "replayed" / kind / name)
             if kind == "current":
-                apply_state(ctx, as_of, schema, replayed, str(scratch / "replayed" / "_dead_letter"), replace=True)
+                step = TableStep(as_of, [schema.topic], replayed, "latest", replace=True)
+                apply_state(ctx, step, schema, str(scratch / "replayed" / "_dead_letter"))
             else:
-                batch = load_pending(
-                    ctx, as_of, schema, None, "all", dead_letter_path=str(scratch / "replayed" / "_dead_letter"), target=replayed
-                )
-                merge_history(
-                    ctx.spark,
-                    replayed,
-                    batch.frame,
-                    batch.columns,
-                    batch.progress,
-                    batch.facts.truncates,
-                    replace=True,
-                    types=ctx.types,
-                )
+                step = TableStep(as_of, [schema.topic], replayed, "all", replace=True)
+                batch = load_pending(ctx, step, schema, dead_letter_path=str(scratch / "replayed" / "_dead_letter"))
+                # the batch's truncates, written anew (no append, no fill)
+                merge_history(ctx.spark, with_fields(batch.step, fills=()), batch.frame, types=ctx.types)
                 batch.release()
             have = sorted(repr(sorted(r.asDict().items())) for r in ctx.spark.read.format("delta").load(path).collect())
             want = sorted(repr(sorted(r.asDict().items())) for r in ctx.spark.read.format("delta").load(replayed).collect())

@@ -54,6 +54,7 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     from derived_views.runs import runner
     from derived_views.source import pending
     from derived_views.source.as_of import LogAsOf
+    from derived_views.source.table_step import TableStep
 
     watermark = runner.latest(ctx)
     schema = ctx.schemas(watermark)["public.typed"]
@@ -63,17 +64,16 @@ def _typed_frames(spark: SparkSession, ctx: Any) -> dict[str, DataFrame]:
     as_of = LogAsOf(ctx.log, watermark)
     frames = {}
     for mode in ("latest", "all"):
-        untyped = pending.pending_table(as_of, [schema.topic], None, mode)
-        by_arrow = pending.pending_table(as_of, [schema.topic], None, mode, row_type(columns))
+        step = TableStep(as_of, [schema.topic], "", mode, table=schema.qualified, columns=columns, plan=plan)
+        untyped = pending.pending_table(step)
+        by_arrow = pending.pending_table(step, row_type(columns))
         frames[f"driver/{mode}/spark"] = typed(spark.createDataFrame(untyped, schema=EVENT_DDL), columns, schema.qualified, plan)
         frames[f"driver/{mode}/arrow"] = typed(
             spark.createDataFrame(by_arrow, schema=f"{EVENT_DDL}, {typed_ddl(columns)}"), columns, schema.qualified, plan
         )
         raw = pending.read_log(spark, as_of.log, [schema.topic], {}, watermark.offsets, reduce=mode)
         frames[f"tasks/{mode}/spark"] = typed(raw, columns, schema.qualified, plan)
-        frames[f"tasks/{mode}/arrow"] = pending.typed_events(
-            spark, as_of, [schema.topic], None, mode, columns, schema.qualified, plan
-        )
+        frames[f"tasks/{mode}/arrow"] = pending.typed_events(spark, step)
         frames[f"parsed/{mode}"] = pending.read_log(
             spark, as_of.log, [schema.topic], {}, watermark.offsets, reduce=mode, columns=columns
         )

@@ -272,7 +272,7 @@ def test_a_rebuild_writes_in_one_pass_unless_a_poison_event_or_a_truncate_needs_
     load_pending = steps.load_pending
 
     def recording(*args: Any, **kwargs: Any) -> Any:
-        checked.append(kwargs["target"])
+        checked.append(args[1].path)  # the table's step
         return load_pending(*args, **kwargs)
 
     monkeypatch.setattr(steps, "load_pending", recording)
