@@ -32,7 +32,8 @@ import psycopg
 from bench.views_common import PRODUCTS_SQL, bench_spark, products_database
 from cdc import view_context
 from cdc.coordinator import Capture
-from derived_views.engine.progress import Progress, committed_progress
+from derived_views.engine.commit_progress import committed_progress
+from derived_views.engine.progress import Progress
 from derived_views.runs import runner
 from derived_views.views import warehouse
 

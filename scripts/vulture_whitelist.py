@@ -84,7 +84,7 @@ _.model_post_init  # unused method (derived_views/definitions.py: pydantic calls
 _.initialOffset  # unused method (derived_views/source/log_source.py:425)
 _.latestOffset  # unused method (derived_views/source/log_source.py:431)
 _.streamReader  # unused method (derived_views/source/log_source.py:478)
-min_offsets  # unused function (derived_views/engine/progress.py:86)
+min_offsets  # unused function (derived_views/engine/progress.py:109)
 build_offset_map  # unused function (log_store/cleaner.py:87)
 batches_rewritten  # unused variable (log_store/cleaner.py:103)
 _.batches_rewritten  # unused attribute (log_store/cleaner.py:158)

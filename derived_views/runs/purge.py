@@ -34,9 +34,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import is_delta_table, table_ref
 from derived_views.engine.earlier_versions import drop_earlier_versions
-from derived_views.engine.progress import committing
 from derived_views.errors import ViewError
 from derived_views.events.column_names import quote, source_columns
 from derived_views.events.schema import TableSchema

@@ -36,8 +36,9 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from derived_views.definitions import ViewDefinitions
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import history, is_delta_table, is_local, merge_into
-from derived_views.engine.progress import Progress, committing
+from derived_views.engine.progress import Progress
 from derived_views.errors import DefinitionChangedError
 from derived_views.events.column_names import from_stored, quote, stored
 from derived_views.events.metadata_columns import KEY, LSN, OP

@@ -29,7 +29,7 @@ the batch that needs it (no progress moves with it, so a crash in between repeat
 - a dropped column stays in the tables and is no longer filled (rows written afterwards hold NULL there).
 
 A table whose batch fails is reported and the other tables are applied (:mod:`derived_views.write.failures`).
-Each table's as-of watermark is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.engine.progress`),
+Each table's as-of watermark is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.engine.commit_progress`),
 moved on without a commit while it has nothing to apply (:mod:`derived_views.engine.positions`).
 """
 

@@ -99,7 +99,7 @@ class ViewContext:
     def beside(self) -> ViewContext:
         """A context for applying tables beside this one's, in a session of its own.
 
-        A MERGE carries its progress in a session-wide setting (:func:`~derived_views.engine.progress.committing`),
+        A MERGE carries its progress in a session-wide setting (:func:`~derived_views.engine.commit_progress.committing`),
         so two MERGEs in one session wait for each other; in two sessions of the same Spark application
         (same context, shared cache) they run side by side. The progress this process committed is
         shared with this context, so both know every table's position.

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import merge_into
-from derived_views.engine.progress import committing
 from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN, OP, SEQ, TS, UNCHANGED
 from derived_views.events.schema import sql_string

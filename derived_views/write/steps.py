@@ -13,10 +13,11 @@ from dataclasses import dataclass
 from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Protocol
 
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import is_local, table_ref
 from derived_views.engine.evaluation import sized_for
 from derived_views.engine.positions import record_position
-from derived_views.engine.progress import Progress, committing
+from derived_views.engine.progress import Progress
 from derived_views.errors import ViewError
 from derived_views.events.batch_facts import BatchFacts, fact_columns, facts_of
 from derived_views.events.metadata_columns import OP

@@ -31,7 +31,8 @@ def _merge_one_row(spark: object, path: str) -> None:
 def test_a_merge_beside_another_sessions_open_commit_carries_its_own_progress(ctx: ViewContext, tmp_path: Path) -> None:
     """While the side session is inside its commit block (its progress set), a MERGE of the main
     session neither waits for it nor picks its progress up, and each table's commit holds its own."""
-    from derived_views.engine.progress import Progress, committing, read_progress
+    from derived_views.engine.commit_progress import committing, read_progress
+    from derived_views.engine.progress import Progress
 
     side = ctx.beside()
     assert side is ctx.beside() and side.spark is not ctx.spark
@@ -76,7 +77,8 @@ def test_a_replaced_composite_table_is_evolved_from_its_new_columns(ctx: ViewCon
     what the context knew before the rebuild."""
     from delta.tables import DeltaTable
 
-    from derived_views.engine.progress import Progress, read_progress
+    from derived_views.engine.commit_progress import read_progress
+    from derived_views.engine.progress import Progress
     from derived_views.views.composite_sync import overwrite
 
     path = str(tmp_path / "documents")

@@ -37,8 +37,8 @@ def test_a_continuous_sync_compacts_and_vacuums_its_tables_between_steps(
     from deltalake import DeltaTable
 
     from derived_views.definitions import load
+    from derived_views.engine.commit_progress import committed_progress
     from derived_views.engine.maintenance import MaintenancePolicy
-    from derived_views.engine.progress import committed_progress
     from derived_views.runs import runner
     from derived_views.runs.upkeep import due_tasks
     from derived_views.views import warehouse
@@ -143,8 +143,9 @@ def test_dropping_earlier_versions_leaves_no_byte_of_them_with_deletion_vectors_
     before, its commits carry the table's progress, and its own properties are as they were."""
     from deltalake import DeltaTable
 
+    from derived_views.engine.commit_progress import committed_progress
     from derived_views.engine.earlier_versions import drop_earlier_versions
-    from derived_views.engine.progress import Progress, committed_progress
+    from derived_views.engine.progress import Progress
     from tests.cdc.test_publication_rules import secret
     from tests.derived_views.pipeline import view_files_holding
 

@@ -79,7 +79,7 @@ def test_terms_a_step_left_behind_its_documents_catch_up_exactly(
     """The documents and the terms commit apart (side by side): a step that commits the documents but
     dies before the terms' commit leaves the terms as of their older watermark; the next step, with no
     new event (the documents already current), brings the terms to the documents' rows, as a rebuild."""
-    from derived_views.engine.progress import read_progress
+    from derived_views.engine.commit_progress import read_progress
     from derived_views.runs import runner
     from derived_views.views import search
 
@@ -121,7 +121,7 @@ def test_terms_of_the_per_term_layout_are_rewritten_per_document_and_stay_exact(
 
     from pyspark.sql import functions as F
 
-    from derived_views.engine.progress import read_progress
+    from derived_views.engine.commit_progress import read_progress
     from derived_views.runs import runner
     from derived_views.views import search
     from derived_views.views.composite_sync import overwrite
