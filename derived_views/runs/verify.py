@@ -22,16 +22,8 @@ from derived_views.events.schema import TableSchema
 from derived_views.runs import verify_tables
 from derived_views.runs.published_rules import WHOLE, PublishedRule, Rules, keyed, published_rules
 from derived_views.runs.verify_composites import compare_composite
-from derived_views.runs.verify_tables import (
-    Layout,
-    Report,
-    ViewTable,
-    compare_table,
-    copied_batches,
-    read_ahead,
-    source_batches,
-    view_table,
-)
+from derived_views.runs.verify_reads import ViewTable, copied_batches, read_ahead, source_batches, view_table
+from derived_views.runs.verify_tables import Layout, Report, compare_table
 from derived_views.runs.verify_values import SESSION_OPTIONS, read_every_value
 from derived_views.source.watermark import LogWatermark
 from derived_views.views import warehouse

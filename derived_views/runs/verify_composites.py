@@ -13,7 +13,7 @@ at a time, through server-side cursors:
 - a search index's filter is evaluated by Spark over each batch of documents, as the index's sync
   evaluates it.
 
-The view's rows are read with ``deltalake`` (:func:`~derived_views.runs.verify_tables.view_table`): a
+The view's rows are read with ``deltalake`` (:func:`~derived_views.runs.verify_reads.view_table`): a
 document's columns, or an entry's JSON value. Both sides' values are brought to one comparable form
 (:func:`~derived_views.runs.verify_values.normalize`, made hashable) and compared as a warehouse table
 is (:func:`~derived_views.runs.verify_tables.compare_table`): by bucket hashes first when larger than
@@ -35,7 +35,8 @@ from derived_views.events.schema import TableSchema
 from derived_views.runs.published_rules import WHOLE, PublishedRule, Rules
 from derived_views.runs.source_relation import relation_sql
 from derived_views.runs.verify_hashes import COMPARED
-from derived_views.runs.verify_tables import Layout, Report, Row, batch_rows, compare_table, view_table
+from derived_views.runs.verify_reads import view_table
+from derived_views.runs.verify_tables import Layout, Report, Row, batch_rows, compare_table
 from derived_views.runs.verify_values import loaded, normalize, quote_identifier
 from derived_views.views.composite import Composite, Nested, SourceTable
 

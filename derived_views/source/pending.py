@@ -23,12 +23,8 @@ from derived_views.events.batch_facts import BatchFacts, arrow_facts, checkpoint
 from derived_views.events.reduction import EVENT_DDL
 from derived_views.events.spark_typing import Plan, typed, widened
 from derived_views.source.log_location import LogLocation
-from derived_views.source.log_source import (
-    Offsets,
-    offsets_json,
-    plan_partitions,
-    read_partition,
-)
+from derived_views.source.log_partitions import plan_partitions, read_partition
+from derived_views.source.log_source import Offsets, offsets_json
 from derived_views.source.table_step import TableStep
 
 if TYPE_CHECKING:
@@ -45,7 +41,7 @@ def read_log(
     columns: list[tuple[str, str]] | None = None,
 ) -> DataFrame:
     """Log rows of ``topics`` in ``[start, end)`` read by Spark tasks, one task per log partition: raw
-    (:data:`~derived_views.source.log_source.RAW_DDL`), or reduced per partition (``reduce`` = ``latest``/``all``,
+    (:data:`~derived_views.source.log_partitions.RAW_DDL`), or reduced per partition (``reduce`` = ``latest``/``all``,
     rows of :data:`EVENT_DDL`) by the tasks that read them (one per key split of each partition when
     Spark has more cores than partitions: :mod:`derived_views.source.key_splits`), typed by Arrow as ``columns`` in the
     same parse when given (:mod:`derived_views.events.typed_rows`). The embedded log is read through the ``cdclog``

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from derived_views.events.change_events import EVENTS_DDL, change_events, events_schema
-from derived_views.source.log_source import _raw_schema
+from derived_views.source.log_partitions import _raw_schema
 
 UPDATE = {
     "before": None,

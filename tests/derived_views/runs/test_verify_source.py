@@ -122,7 +122,7 @@ def test_a_copy_of_a_table_hashes_as_its_rows_read_by_a_cursor_do(pg_url: str) -
     import pyarrow as pa
 
     from derived_views.runs.verify_hashes import columns_of
-    from derived_views.runs.verify_tables import copied_batches, source_batches
+    from derived_views.runs.verify_reads import copied_batches, source_batches
     from derived_views.runs.verify_values import copied
 
     execute(

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from derived_views.source.key_splits import MAX_SPLITS, splits_per_partition
-from derived_views.source.log_source import LogPartition, plan_partitions, read_watermark, reduced_partition
+from derived_views.source.log_partitions import LogPartition, plan_partitions, reduced_partition
+from derived_views.source.log_source import read_watermark
 from tests.derived_views.log_builder import LogBuilder, product
 
 if TYPE_CHECKING:

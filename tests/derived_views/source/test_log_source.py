@@ -7,7 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from derived_views.source.log_source import plan_partitions, read_watermark
+from derived_views.source.log_partitions import plan_partitions
+from derived_views.source.log_source import read_watermark
 from tests.derived_views.log_builder import LogBuilder
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def test_batch_and_streaming_reads_stop_at_the_watermark(spark: SparkSession, lo
 
 
 def test_a_tombstone_position_header_that_is_no_64_bit_number_leaves_it_unpositioned() -> None:
-    from derived_views.source.log_source import _header_int
+    from derived_views.source.log_partitions import _header_int
 
     assert _header_int(b"123") == 123 and _header_int(b"-5") == -5
     assert _header_int(b"99999999999999999999") is None and _header_int(b"0x20") is None and _header_int(None) is None
