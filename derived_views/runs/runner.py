@@ -188,8 +188,7 @@ def _step_holding_locks(ctx: ViewContext, chosen: list[str], *, replace: bool) -
             raise LogUnavailableError(f"the log at {ctx.log} holds no complete snapshot yet: run `cdc capture` before a rebuild")
         return StepReport(None, {})
     plans, broken = _plans(ctx, watermark, chosen)
-    as_of = LogAsOf(ctx.log, watermark)
-    synced = _sync_all(ctx, as_of, chosen, plans, broken, replace)
+    synced = _sync_all(ctx, _Sync(LogAsOf(ctx.log, watermark), plans, broken, replace), chosen)
     events = {}
     failed: list[TableFailure] = []
     for name in chosen:
@@ -210,25 +209,30 @@ def _step_holding_locks(ctx: ViewContext, chosen: list[str], *, replace: bool) -
 VIEWS_SIDE_BY_SIDE = 2
 
 
-def _sync_all(
-    ctx: ViewContext,
-    as_of: LogAsOf,
-    chosen: list[str],
-    plans: dict[str, Composite],
-    broken: dict[str, ViewsFileError],
-    replace: bool,
-) -> dict[str, list[TableResult]]:
+@dataclass(frozen=True)
+class _Sync:
+    """What one step brings every chosen view to: the log as of the step's watermark (made once, in
+    :func:`_step_holding_locks`), the plans of the chosen search indexes and cache entities, the views
+    whose definition no longer fits the source, and whether the views are rebuilt."""
+
+    as_of: LogAsOf
+    plans: dict[str, Composite]
+    broken: dict[str, ViewsFileError]
+    replace: bool
+
+
+def _sync_all(ctx: ViewContext, run: _Sync, chosen: list[str]) -> dict[str, list[TableResult]]:
     """Each chosen view's results: the warehouse first (the others read its current tables), then the
     search indexes and cache entities side by side, each in a session of its own
     (:meth:`~derived_views.write.context.ViewContext.lane`). A rebuild applies them one at a time."""
-    synced = {name: _sync_view(ctx, as_of, name, plans, broken, replace) for name in chosen if name == warehouse.NAME}
+    synced = {name: _sync_view(ctx, run, name) for name in chosen if name == warehouse.NAME}
     others = [name for name in chosen if name != warehouse.NAME]
-    if replace or len(others) < 2:
-        synced.update({name: _sync_view(ctx, as_of, name, plans, broken, replace) for name in others})
+    if run.replace or len(others) < 2:
+        synced.update({name: _sync_view(ctx, run, name) for name in others})
         return synced
     pool = ThreadPoolExecutor(max_workers=VIEWS_SIDE_BY_SIDE, thread_name_prefix="views")
     try:
-        futures = {name: pool.submit(_sync_view, ctx, as_of, name, plans, broken, replace, in_lane=True) for name in others}
+        futures = {name: pool.submit(_sync_view, ctx, run, name, in_lane=True) for name in others}
         synced.update({name: future.result() for name, future in futures.items()})
     except BaseException:
         pool.shutdown(wait=True, cancel_futures=True)  # a view error stops the step: start no other view
@@ -237,26 +241,17 @@ def _sync_all(
     return synced
 
 
-def _sync_view(
-    ctx: ViewContext,
-    as_of: LogAsOf,
-    name: str,
-    plans: dict[str, Composite],
-    broken: dict[str, ViewsFileError],
-    replace: bool,
-    *,
-    in_lane: bool = False,
-) -> list[TableResult]:
+def _sync_view(ctx: ViewContext, run: _Sync, name: str, *, in_lane: bool = False) -> list[TableResult]:
     """The view's table results (``in_lane``: applied in a lane of ``ctx``, see :meth:`ViewContext.lane`); a
     failure of the view as a whole becomes one failed result, except a :class:`ViewError` the user must
     act on, which stops the step."""
     try:
-        if name in broken:
-            raise broken[name]
+        if name in run.broken:
+            raise run.broken[name]
         if in_lane:
             with ctx.lane() as lane:
-                return _sync(lane, as_of, name, plans, replace)
-        return _sync(ctx, as_of, name, plans, replace)
+                return _sync(lane, run, name)
+        return _sync(ctx, run, name)
     except (DefinitionChangedError, ViewsFileError) as exc:
         log.error("%s", exc)
         return [TableResult(ctx.path(*name.split(".", 1)), 0, 0, str(exc))]
@@ -300,13 +295,13 @@ def _plans(
     return plans, broken
 
 
-def _sync(ctx: ViewContext, as_of: LogAsOf, name: str, plans: dict[str, Composite], replace: bool) -> list[TableResult]:
+def _sync(ctx: ViewContext, run: _Sync, name: str) -> list[TableResult]:
     """Bring the view ``name`` to the range's watermark."""
     if name == warehouse.NAME:
-        return warehouse.sync(ctx, as_of, replace=replace)
-    plan = plans[name]
+        return warehouse.sync(ctx, run.as_of, replace=run.replace)
+    plan = run.plans[name]
     module = search if plan.kind == search.NAME else cache
-    return module.sync(ctx, as_of, plan, replace=replace)
+    return module.sync(ctx, run.as_of, plan, replace=run.replace)
 
 
 def _table_name(ctx: ViewContext, path: str) -> str:
