@@ -2,10 +2,11 @@
 typed, where and how they are written.
 
 A sync step reads the log as of one watermark (:class:`~derived_views.source.as_of.LogAsOf`) and brings
-each table to it. :class:`TableStep` is that for one table: made where the table's step starts
-(:func:`derived_views.write.steps.apply_table`, from the table's progress), narrowed as the step learns
-more (the column types chosen, then the batch's facts), and handed down whole: to the read of its pending
-events (:func:`derived_views.source.pending.typed_batch`) and to the MERGE that writes them
+each table to it. :class:`TableStep` is that for one table: made by the view that keeps the table
+(:func:`derived_views.views.warehouse.sync`, :mod:`derived_views.views.composite_sync`), completed as the
+step learns more (where the table stands, in :func:`derived_views.write.steps.apply_table`; the column
+types chosen; then the batch's facts), and handed down whole: to the read of its pending events
+(:func:`derived_views.source.pending.typed_batch`) and to the MERGE that writes them
 (:func:`derived_views.write.scd1.merge_current`, :func:`derived_views.write.scd2.merge_history`).
 
 It lives in the reading layer, the lowest that both the read and the writes can import; with it the
