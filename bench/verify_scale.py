@@ -11,7 +11,7 @@ row, :data:`bench.views_common.WIDE_TABLE`), with N rows filled by the server, c
 (``Capture(once=True)``) and synced into the warehouse's current table (the views file keeps no
 history table, so the one table is compared). Then, side by side in one run:
 
-- ``verify``: :func:`derived_views.views.verify.verify` of the warehouse (what ``cdc verify warehouse
+- ``verify``: :func:`derived_views.runs.verify.verify` of the warehouse (what ``cdc verify warehouse
   --no-sync`` runs): both sides read and compared, the rate in rows of the table per second;
 - the source alone: ``COPY (SELECT id, price, name FROM items) TO STDOUT`` of the same table through
   psycopg, its bytes thrown away (the server's own ceiling for one read of the table);
@@ -64,8 +64,9 @@ def _scan_seconds(path: str) -> float:
 def _one_size(rows: int, wide: bool, profile: str | None) -> dict[str, float]:
     from cdc.config import view_arguments
     from cdc.config.settings import load_settings
-    from derived_views.views import runner, warehouse
-    from derived_views.views.verify import verify
+    from derived_views.runs import runner
+    from derived_views.runs.verify import verify
+    from derived_views.views import warehouse
 
     with narrow_database({"items": rows}, wide=wide) as (_server, url, settings):
         views_file = Path(settings.data_dir) / "views.toml"

@@ -169,21 +169,17 @@ WIDE_SQL = (
 def sync_current(ctx: ViewContext, table: str, replace: bool = False) -> TableResult | None:
     """Bring the warehouse's current table of ``table`` (``schema.table``) to the log's latest watermark
     (:func:`derived_views.write.steps.apply_state` alone: no history table, no other view); ``replace``: rebuild it."""
+    from derived_views.runs import runner
     from derived_views.source.as_of import LogAsOf
-    from derived_views.views import runner, warehouse
+    from derived_views.source.table_step import TableStep
+    from derived_views.views import warehouse
     from derived_views.write.steps import apply_state
 
     watermark = runner.latest(ctx)
     assert watermark is not None
     schema = ctx.schema(watermark, table)
-    return apply_state(
-        ctx,
-        LogAsOf(ctx.log, watermark),
-        schema,
-        warehouse.current_path(ctx, table),
-        warehouse.dead_letter_path(ctx),
-        replace=replace,
-    )
+    step = TableStep(LogAsOf(ctx.log, watermark), [schema.topic], warehouse.current_path(ctx, table), replace=replace)
+    return apply_state(ctx, step, schema, warehouse.dead_letter_path(ctx))
 
 
 def delta_commits(spark: SparkSession, path: str, after_version: int) -> tuple[int, int, list[str]]:

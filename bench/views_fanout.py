@@ -9,7 +9,7 @@ description text: 16 words from a 2,000-word vocabulary) and ``public.categories
 unrelated ``public.customers``. Category 1 is referenced by exactly 1% of the products (every id divisible
 by 100); the others spread over ``--others`` categories (default 1,000). One search index joins them:
 ``text = name, description, category_name``. Then, one source transaction at a time, each followed by
-one incremental ``cdc sync`` step of the index (:func:`derived_views.views.runner.step`):
+one incremental ``cdc sync`` step of the index (:func:`derived_views.runs.runner.step`):
 
 - an update of ``public.customers`` (a table the index does not read): the floor of a step;
 - a rename of a category no product references: the index's machinery runs, no document changes;
@@ -244,8 +244,8 @@ def main() -> None:
 
     from derived_views.definitions import ViewDefinitions
     from derived_views.engine.spark_session import build_spark
+    from derived_views.runs import runner
     from derived_views.source.log_location import LogLocation
-    from derived_views.views import runner
     from derived_views.write.context import ViewContext
 
     directory = Path(tempfile.mkdtemp(prefix="cdc-bench-fanout-", dir=args.dir))

@@ -32,8 +32,10 @@ import psycopg
 from bench.views_common import PRODUCTS_SQL, bench_spark, products_database
 from cdc.config import view_arguments
 from cdc.run.coordinator import Capture
-from derived_views.engine.progress import Progress, committed_progress
-from derived_views.views import runner, warehouse
+from derived_views.engine.commit_progress import committed_progress
+from derived_views.engine.progress import Progress
+from derived_views.runs import runner
+from derived_views.views import warehouse
 
 #: The views of ``--all-views``: the warehouse, a search index joining the category, a cache entity.
 ALL_VIEWS = """

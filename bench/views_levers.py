@@ -157,6 +157,10 @@ def merge_forms(spark: SparkSession, table: str, workdir: Path) -> None:
 
     from derived_views.engine.progress import Progress
     from derived_views.events.metadata_columns import KEY, LSN, OP, SEQ, TS, UNCHANGED
+    from derived_views.source.as_of import LogAsOf
+    from derived_views.source.log_location import LogLocation
+    from derived_views.source.table_step import TableStep
+    from derived_views.source.watermark import LogWatermark
     from derived_views.write.context import DELETION_VECTORS
     from derived_views.write.scd1 import merge_current
     from derived_views.write.table_evolution import TableTypes
@@ -201,7 +205,9 @@ def merge_forms(spark: SparkSession, table: str, workdir: Path) -> None:
             started = time.perf_counter()
             if form == "cdc":
                 progress = Progress(position=f"{lsn:016X}")
-                merge_current(spark, paths[form], batch, columns, progress, types=types, whole_rows=True)
+                as_of = LogAsOf(LogLocation(), LogWatermark(progress.position, 0, {}))  # no log: the batch is made here
+                step = TableStep(as_of, [], paths[form], columns=columns, progress=progress, whole_rows=True)
+                merge_current(spark, step, batch, types=types)
             else:
                 _upsert(spark, paths[form], batch.drop("_cdc_error", UNCHANGED))
             if turn:

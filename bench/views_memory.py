@@ -5,7 +5,7 @@ Usage: python -m bench.views_memory [--rows N]   (default 1,000,000)
 The reference schema's ``products`` table (the widest of its tables: a 40-word description, numeric
 price, jsonb attributes, text[] tags) with N rows is captured into the log, and the warehouse view
 (its current and history tables, as ``cdc sync --once`` keeps them without a views file) is synced in
-ONE step (:func:`derived_views.views.runner.step`) by the project's default session
+ONE step (:func:`derived_views.runs.runner.step`) by the project's default session
 (:func:`cdc.config.view_arguments.context_from_settings`: ``local[2]``, ``spark.driver.memory=2g``), twice:
 
 1. the snapshot: N ``r`` events into tables that do not exist yet (each table is written by one overwrite);
@@ -197,7 +197,8 @@ class DriverMemory:
 def _step(ctx: ViewContext, label: str, rows: int, history_rows: int) -> tuple[str, float, int, str, dict[str, Any]]:
     """One sync step of the warehouse, its memory measured: (label, seconds, events its tables applied,
     outcome, figures); a completed step must leave ``rows`` current rows and ``history_rows`` versions."""
-    from derived_views.views import runner, warehouse
+    from derived_views.runs import runner
+    from derived_views.views import warehouse
 
     outcome = "completed"
     events = 0

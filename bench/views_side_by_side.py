@@ -76,7 +76,8 @@ import yaml  # type: ignore[import-untyped]
 from bench.views_common import PRODUCTS_SQL, PhaseTimes, bench_spark, load_average, products_database
 from cdc.config import view_arguments
 from cdc.config.settings import Settings
-from derived_views.views import runner, warehouse
+from derived_views.runs import runner
+from derived_views.views import warehouse
 from local_servers.postgres import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

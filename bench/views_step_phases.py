@@ -30,7 +30,8 @@ from bench.views_common import PRODUCTS_SQL, products_database
 from bench.views_step_profile import conf_and_words, event_log_spark, events, summarize
 from cdc.config import view_arguments
 from cdc.run.coordinator import Capture
-from derived_views.views import runner, warehouse
+from derived_views.runs import runner
+from derived_views.views import warehouse
 
 #: Delta's MERGE metrics printed per table, in this order.
 METRICS = (

@@ -112,7 +112,7 @@ def main(views: list[str], conf: dict[str, str]) -> None:
     from cdc.config import view_arguments
     from cdc.config.settings import load_settings
     from derived_views.definitions import load
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     settings = load_settings()
     spark, directory = event_log_spark("cdc-profile", conf)

@@ -142,7 +142,7 @@ class ColumnNameClashError(ViewError):
 class AsOfError(ViewError):
     """Reading view tables as of one LSN cannot be done: a bad LSN, a table not synced yet, an LSN past
     what the views reached or older than what the retention keeps readable, or one no step left every
-    table exact as of (:mod:`derived_views.views.as_of_reads`); the message says which LSNs can be read."""
+    table exact as of (:mod:`derived_views.runs.as_of_reads`); the message says which LSNs can be read."""
 
 
 class LsnFormatError(AsOfError):

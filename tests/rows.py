@@ -7,7 +7,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from derived_views.events.schema import TableSchema
-from derived_views.views.verify_tables import Layout, Report, compare_table, source_batches
+from derived_views.runs.verify_reads import source_batches
+from derived_views.runs.verify_tables import Layout, Report, compare_table
 
 if TYPE_CHECKING:
     import psycopg

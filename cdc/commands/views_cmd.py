@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 def _context(ctx: object, *, one_shot: bool = False) -> ViewContext:
     """The view context, after one log line stating the job's configuration (password redacted).
-    ``one_shot``: the command runs one step and ends (see :mod:`derived_views.views.job`)."""
+    ``one_shot``: the command runs one step and ends (see :mod:`derived_views.runs.job`)."""
     from cdc.config.view_arguments import context_from_settings
     from derived_views import session_facts
 

@@ -27,7 +27,7 @@ def location_from_settings(settings: Settings) -> LogLocation:
 def context_from_settings(settings: Settings, spark: SparkSession | None = None, *, one_shot: bool = False) -> ViewContext:
     """A :class:`~derived_views.write.context.ViewContext` for the configured data directory, log and views
     file, in ``spark`` or a session of its own. ``one_shot``: the process runs one step and ends, so a
-    driver it starts for a small step compiles with C1 alone (:mod:`derived_views.views.job`)."""
+    driver it starts for a small step compiles with C1 alone (:mod:`derived_views.runs.job`)."""
     from derived_views import ViewContext, start_session
 
     definitions = load_definitions(settings.views_file)

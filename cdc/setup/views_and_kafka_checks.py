@@ -68,7 +68,7 @@ def kafka_toast_check(conn: Connection, name: str, oid: int) -> Check | None:
 def views_file_check(conn: Connection, settings: Settings) -> Check:
     """The views file is well formed and its views read only tables capture will read, through columns
     and keys they have and the publication publishes (derived_views.definitions, derived_views.views.composite,
-    derived_views.views.published_rules)."""
+    derived_views.runs.published_rules)."""
     from derived_views import checked
     from derived_views.definitions import load
     from derived_views.errors import ViewsFileError

@@ -8,7 +8,7 @@ keeps the builder's shape (a target aliased ``t``, a source aliased ``s``, claus
 and values as SQL expressions), so each MERGE reads as it did.
 
 The commit a statement writes carries whatever the session's commit metadata holds
-(:func:`derived_views.engine.progress.committing`), as with the builder.
+(:func:`derived_views.engine.commit_progress.committing`), as with the builder.
 """
 
 from __future__ import annotations

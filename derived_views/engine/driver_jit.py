@@ -17,7 +17,7 @@ Small is the rule of :mod:`derived_views.engine.evaluation`: at most :data:`~der
 events pending, and view tables small on local disk. ``--continuous``, ``cdc spark-server``,
 ``cdc rebuild``, a large backlog, large tables, a log in Kafka, and a driver started by ``spark-submit``
 keep the JVM's default. Results are the same either way. Only speed differs. Whether a run is small is
-decided above the engine, from the log and the views (:mod:`derived_views.views.short_run`); the engine
+decided above the engine, from the log and the views (:mod:`derived_views.runs.short_run`); the engine
 only starts the driver with :data:`C1_ONLY` when told to (``build_spark(short_run=True)``).
 """
 

@@ -17,7 +17,7 @@ newest version alone, so no byte that only an earlier version held stays anywher
    version is then deleted;
 4. one last commit sets those three properties back as they were.
 
-Every commit carries the table's progress (:func:`~derived_views.engine.progress.committing`), so the
+Every commit carries the table's progress (:func:`~derived_views.engine.commit_progress.committing`), so the
 newest commit with progress, which says what the table is as of, is never one of those deleted. A
 process killed during these steps leaves the table readable and exact as of its progress (each step is a
 Delta commit or a deletion of files no version the log still holds needs, steps 2 and 3 being such
@@ -38,9 +38,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import is_local, table_ref
 from derived_views.engine.maintenance import vacuum
-from derived_views.engine.progress import Progress, committing
+from derived_views.engine.progress import Progress
 from derived_views.engine.table_health import maintenance_record, record_maintenance
 from derived_views.errors import ViewError
 

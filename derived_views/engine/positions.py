@@ -1,7 +1,7 @@
 """Where a table is as of after a step that had nothing to write to it: a small file in its directory.
 
 A table's progress moves with its data, in the ``userMetadata`` of the commit that applies its events
-(:mod:`derived_views.engine.progress`). A step that finds a table with nothing to apply (its source
+(:mod:`derived_views.engine.commit_progress`). A step that finds a table with nothing to apply (its source
 tables idle) makes no Delta commit: it records the newer watermark in ``<table>/_cdc_position.json``,
 together with the position of the commit it extends (its *base*: the table's data as of that commit is
 exact as of the newer watermark too, since no event of its topics lies between). The file holds while
@@ -24,8 +24,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from derived_views.engine.commit_progress import committed_progress, read_progress
 from derived_views.engine.delta_sql import is_local
-from derived_views.engine.progress import Progress, committed_progress, read_progress
+from derived_views.engine.progress import Progress
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,7 +73,7 @@ def with_position(path: str, committed: Progress | None) -> Progress | None:
 
 
 def table_position(spark: SparkSession, path: str) -> Progress | None:
-    """What the table at ``path`` is as of: :func:`~derived_views.engine.progress.read_progress` (``None``: no
+    """What the table at ``path`` is as of: :func:`~derived_views.engine.commit_progress.read_progress` (``None``: no
     table; an empty :class:`Progress`: no commit with progress), moved on by its position file."""
     progress = read_progress(spark, path)
     if progress is None:

@@ -1,6 +1,6 @@
 """The ``cdclog`` source's ``rows=events`` form: each log record with its envelope parsed into columns.
 
-A raw row (:data:`derived_views.source.log_source.RAW_DDL`) carries the record's value as the envelope's JSON
+A raw row (:data:`derived_views.source.log_partitions.RAW_DDL`) carries the record's value as the envelope's JSON
 text (``docs/event-format.md``); a user's job would parse it before it can key, order or filter changes.
 :func:`change_events` does that in the Python worker that read the record, one row per record, in the
 same order (so offsets stay contiguous per partition wherever the log holds them):
@@ -56,7 +56,7 @@ def events_schema() -> pa.Schema:
 
 
 def change_events(raw: pa.RecordBatch) -> pa.RecordBatch:
-    """The rows of :data:`EVENTS_DDL` for a batch of raw rows (:data:`~derived_views.source.log_source.RAW_DDL`),
+    """The rows of :data:`EVENTS_DDL` for a batch of raw rows (:data:`~derived_views.source.log_partitions.RAW_DDL`),
     one per record, in order."""
     import pyarrow as pa
 

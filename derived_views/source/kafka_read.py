@@ -30,7 +30,7 @@ def read_kafka(
 
     The source reads ``read_committed`` and makes one Spark partition per Kafka partition, in offset
     order, which is what the per-partition reduction needs (every event of a key is in one partition);
-    its rows are mapped to :data:`~derived_views.source.log_source.RAW_DDL` and reduced by ``mapInArrow``, one
+    its rows are mapped to :data:`~derived_views.source.log_partitions.RAW_DDL` and reduced by ``mapInArrow``, one
     Python worker per partition, as the ``cdclog`` source reduces its partitions. ``failOnDataLoss`` stays
     on: the source skips offsets it cannot see above the partition's earliest offset (compaction's gaps,
     commit markers, aborted records) as it should, and fails only where records below a range's end are
@@ -39,7 +39,7 @@ def read_kafka(
     import functools
 
     from derived_views.events.typed_rows import typed_ddl
-    from derived_views.source.log_source import RAW_DDL
+    from derived_views.source.log_partitions import RAW_DDL
 
     ranges = _nonempty_ranges(topics, start, end)
     out_ddl = RAW_DDL if reduce is None else EVENT_DDL if columns is None else f"{EVENT_DDL}, {typed_ddl(columns)}"

@@ -14,7 +14,6 @@ job that also observes its facts (:func:`typed_batch`). Either way the source of
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Any
 
@@ -23,14 +22,10 @@ from derived_views.events.arrow_reduction import reduce_table
 from derived_views.events.batch_facts import BatchFacts, arrow_facts, checkpointed
 from derived_views.events.reduction import EVENT_DDL
 from derived_views.events.spark_typing import Plan, typed, widened
-from derived_views.source.as_of import LogAsOf
 from derived_views.source.log_location import LogLocation
-from derived_views.source.log_source import (
-    Offsets,
-    offsets_json,
-    plan_partitions,
-    read_partition,
-)
+from derived_views.source.log_partitions import plan_partitions, read_partition
+from derived_views.source.log_source import Offsets, offsets_json
+from derived_views.source.table_step import TableStep
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -46,7 +41,7 @@ def read_log(
     columns: list[tuple[str, str]] | None = None,
 ) -> DataFrame:
     """Log rows of ``topics`` in ``[start, end)`` read by Spark tasks, one task per log partition: raw
-    (:data:`~derived_views.source.log_source.RAW_DDL`), or reduced per partition (``reduce`` = ``latest``/``all``,
+    (:data:`~derived_views.source.log_partitions.RAW_DDL`), or reduced per partition (``reduce`` = ``latest``/``all``,
     rows of :data:`EVENT_DDL`) by the tasks that read them (one per key split of each partition when
     Spark has more cores than partitions: :mod:`derived_views.source.key_splits`), typed by Arrow as ``columns`` in the
     same parse when given (:mod:`derived_views.events.typed_rows`). The embedded log is read through the ``cdclog``
@@ -94,20 +89,21 @@ def _start(progress: Progress | None, topics: list[str]) -> Offsets:
     return {t: dict((progress or Progress()).offsets.get(t, {})) for t in topics}
 
 
-def pending_table(as_of: LogAsOf, topics: list[str], progress: Progress | None, mode: str, row: Any | None = None) -> Any | None:
+def pending_table(step: TableStep, row: Any | None = None) -> Any | None:
     """The reduced events (an Arrow table of :data:`EVENT_DDL`, typed as ``row`` when given) of
-    ``topics`` a table with ``progress`` has not applied, read in the driver; ``None`` when the range
-    holds more than :data:`DRIVER_READ_LIMIT` offsets (then Spark tasks read it, see :func:`typed_batch`)."""
+    ``step``'s topics the table has not applied, read in the driver; ``None`` when the range holds more
+    than :data:`DRIVER_READ_LIMIT` offsets (then Spark tasks read it, see :func:`typed_batch`)."""
     import pyarrow as pa
 
+    as_of, topics = step.as_of, step.topics
     end = {t: as_of.watermark.offsets.get(t, {}) for t in topics}
-    parts = plan_partitions(as_of.log, _start(progress, topics), end)
+    parts = plan_partitions(as_of.log, _start(step.applied, topics), end)
     if not read_in_driver(sum(part.end - part.start for part in parts)):
         return None
     if not parts:
-        return reduce_table([], mode, row)
+        return reduce_table([], step.mode, row)
     with as_of.log.open() as log:  # one connection for every partition
-        return pa.concat_tables([reduce_table(read_partition(part, log), mode, row) for part in parts])
+        return pa.concat_tables([reduce_table(read_partition(part, log), step.mode, row) for part in parts])
 
 
 def arrow_typed(columns: list[tuple[str, str]], plan: Plan | None) -> bool:
@@ -118,19 +114,8 @@ def arrow_typed(columns: list[tuple[str, str]], plan: Plan | None) -> bool:
     return (plan is None or (len(plan) == 1 and plan[0][1] == columns)) and row_type(columns) is not None
 
 
-def typed_batch(
-    spark: SparkSession,
-    as_of: LogAsOf,
-    topics: list[str],
-    progress: Progress | None,
-    mode: str,
-    columns: list[tuple[str, str]],
-    table: str,
-    plan: Plan | None = None,
-    *,
-    stored_as: Mapping[str, str] | None = None,
-) -> tuple[DataFrame, BatchFacts]:
-    """The pending events typed (:func:`typed`), as a deterministic frame, with their :class:`BatchFacts`.
+def typed_batch(spark: SparkSession, step: TableStep) -> tuple[DataFrame, BatchFacts]:
+    """The pending events of ``step`` typed (:func:`typed`), as a deterministic frame, with their :class:`BatchFacts`.
 
     A range small enough for the driver (:func:`pending_table`) is typed there when Arrow typed every
     event (:func:`~derived_views.events.driver_typed.typed_in_driver`), else parsed by Spark in one job whose
@@ -140,10 +125,11 @@ def typed_batch(
     """
     from derived_views.events.typed_rows import row_type, typed_ddl
 
+    columns, table, plan, stored_as = step.columns, step.table, step.plan, step.stored_as
     typed_columns = columns if arrow_typed(columns, plan) else None
-    events = pending_table(as_of, topics, progress, mode, row_type(typed_columns) if typed_columns else None)
+    events = pending_table(step, row_type(typed_columns) if typed_columns else None)
     if events is None:
-        frame, facts = checkpointed(typed_events(spark, as_of, topics, progress, mode, columns, table, plan, stored_as=stored_as))
+        frame, facts = checkpointed(typed_events(spark, step))
         if facts.poison:
             facts = with_fields(facts, widen=widened(frame))
         return frame, facts
@@ -160,22 +146,12 @@ def typed_batch(
     return spark.createDataFrame(rows, schema=parsed.schema), arrow_facts(rows)
 
 
-def typed_events(
-    spark: SparkSession,
-    as_of: LogAsOf,
-    topics: list[str],
-    progress: Progress | None,
-    mode: str,
-    columns: list[tuple[str, str]],
-    table: str,
-    plan: Plan | None = None,
-    *,
-    stored_as: Mapping[str, str] | None = None,
-) -> DataFrame:
-    """The pending events of ``topics`` read, reduced and typed by Spark tasks (:func:`typed`): each
+def typed_events(spark: SparkSession, step: TableStep) -> DataFrame:
+    """The pending events of ``step``'s topics read, reduced and typed by Spark tasks (:func:`typed`): each
     envelope parsed once, by Arrow in the task that reduces it when it can (:func:`arrow_typed`)."""
+    as_of, topics, columns, plan = step.as_of, step.topics, step.columns, step.plan
     typed_columns = columns if arrow_typed(columns, plan) else None
     raw = read_log(
-        spark, as_of.log, topics, _start(progress, topics), as_of.watermark.offsets, reduce=mode, columns=typed_columns
+        spark, as_of.log, topics, _start(step.applied, topics), as_of.watermark.offsets, reduce=step.mode, columns=typed_columns
     )
-    return typed(raw, columns, table, plan, stored_as=stored_as)
+    return typed(raw, columns, step.table, plan, stored_as=step.stored_as)

@@ -1,6 +1,7 @@
-"""The views and their runs: the warehouse, search indexes and cache entities, their checked plans and
-incremental maintenance, sync steps, continuous mode and rebuild, the Spark session a command runs on,
-what every view is as of, listing and verification against the source.
+"""The view kinds: the warehouse (a current and a history table per source table), search indexes and
+cache entities, their checked plans (composites) and incremental maintenance, BM25 relevance, and the
+kinds' names and tables.
 
-The top layer: it uses every layer below. Applications reach it through :mod:`derived_views` itself.
+What one view does in a sync step, not how steps are driven: runs, status, listing and verification are
+in :mod:`derived_views.runs`, above. Above :mod:`derived_views.write`, below :mod:`derived_views.runs`.
 """

@@ -34,6 +34,7 @@ from derived_views.errors import MissingTableError, UnknownEntityError
 from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN
 from derived_views.source.as_of import LogAsOf, pending_events
+from derived_views.source.table_step import TableStep
 from derived_views.views import kinds
 from derived_views.views.composite import Composite
 from derived_views.views.composite_sync import (
@@ -87,7 +88,7 @@ def sync(ctx: ViewContext, as_of: LogAsOf, plan: Composite, *, replace: bool = F
     results = sync_states(ctx, as_of, plan, schemas, replace=replace)
     topics = sorted({schema.topic for schema in schemas.values()})
     progress, replace = starting_point(ctx, table, replace)
-    if progress is not None and is_current(progress, as_of, topics, ctx, table):
+    if progress is not None and is_current(ctx, TableStep(as_of, topics, table, applied=progress)):
         return results
     new_progress = with_fields(as_of.progress(topics, progress, since=held_since(ctx, plan)), definition=plan.stamp)
     with sized_for(ctx.spark, pending_events(as_of.watermark, topics, progress), tables_read(ctx, plan, TABLES)):
@@ -116,7 +117,7 @@ def get(
     """The cached value of ``entity`` ``key`` in the views at ``views_dir``, or ``None`` when there is none.
 
     Read with ``deltalake``, without Spark, from the entries table's ``version`` (default its newest: a
-    version exact as of an LSN is :func:`~derived_views.views.as_of_reads.select_versions`'); the entity is
+    version exact as of an LSN is :func:`~derived_views.runs.as_of_reads.select_versions`'); the entity is
     checked against ``entities`` (the defined ones) before anything is read."""
     from deltalake import DeltaTable
 

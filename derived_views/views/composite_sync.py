@@ -4,7 +4,7 @@ Each composite reads an SCD1 state copy of every table it reads, brought to the 
 (:func:`derived_views.write.steps.apply_state`): the warehouse's current table when the warehouse keeps the
 table (one copy, one MERGE per step for every view that reads it), else a copy of its own
 (``<kind>/<name>/_state/<table>``). A step that writes the warehouse's current tables holds one lock
-for its duration (:func:`derived_views.views.runner.shared_copies_lock`), so no other process moves a shared
+for its duration (:func:`derived_views.runs.runner.shared_copies_lock`), so no other process moves a shared
 copy while a composite is computed from it, and each view stays exact as of the watermark it records.
 Its output rows are
 then a pure function of those copies (:func:`composed`), and a step re-computes only the *affected*
@@ -36,13 +36,15 @@ from functools import reduce
 from typing import TYPE_CHECKING, Any
 
 from derived_views.definitions import ViewDefinitions
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import history, is_delta_table, is_local, merge_into
-from derived_views.engine.progress import Progress, committing
+from derived_views.engine.progress import Progress
 from derived_views.errors import DefinitionChangedError
 from derived_views.events.column_names import from_stored, quote, stored
 from derived_views.events.metadata_columns import KEY, LSN, OP
 from derived_views.events.schema import TableSchema
 from derived_views.source.as_of import LogAsOf, pending_events
+from derived_views.source.table_step import TableStep
 from derived_views.views import warehouse
 from derived_views.views.composite import Composite, Link, Nested, SourceTable
 from derived_views.write.apply import overwrite as replace_table
@@ -105,7 +107,9 @@ def sync_states(
     results = []
     for table in plan.tables:
         dead_letters = warehouse.dead_letter_path(ctx) if shared(ctx.definitions, table) else path(ctx, plan, "_dead_letter")
-        result = apply_state(ctx, as_of, schemas[table.log_name], state_path(ctx, plan, table), dead_letters, replace=replace)
+        schema = schemas[table.log_name]
+        step = TableStep(as_of, [schema.topic], state_path(ctx, plan, table), "latest", replace=replace)
+        result = apply_state(ctx, step, schema, dead_letters)
         if result is not None:
             results.append(result)
     return results
@@ -235,15 +239,8 @@ def affected_keys(
         topic = schemas[table.log_name].topic
         if not pending_events(as_of.watermark, [topic], progress):
             continue  # no event of this table in the range
-        batch = load_pending(
-            ctx,
-            as_of,
-            schemas[table.log_name],
-            progress,
-            "latest",
-            dead_letter_path=path(ctx, plan, "_dead_letter"),
-            target=state_path(ctx, plan, table),
-        )
+        step = TableStep(as_of, [topic], state_path(ctx, plan, table), "latest", applied=progress)
+        batch = load_pending(ctx, step, schemas[table.log_name], dead_letter_path=path(ctx, plan, "_dead_letter"))
         try:
             if batch.facts.truncates or batch.fills:
                 return None  # every root: a truncate, or a column's value given to every older row

@@ -2,7 +2,7 @@
 
 :mod:`derived_views.views.warehouse`, :mod:`~derived_views.views.search` and :mod:`~derived_views.views.cache`
 take their ``NAME`` and ``TABLES`` from here, so that listing the views' tables
-(:mod:`derived_views.views.listing`: ``cdc views``, ``cdc lag`` and its exporter) imports none of them.
+(:mod:`derived_views.runs.listing`: ``cdc views``, ``cdc lag`` and its exporter) imports none of them.
 """
 
 from __future__ import annotations

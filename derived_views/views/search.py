@@ -48,6 +48,7 @@ from derived_views.events.column_names import quote, source_columns
 from derived_views.events.metadata_columns import KEY, LSN
 from derived_views.events.schema import TableSchema
 from derived_views.source.as_of import LogAsOf, pending_events
+from derived_views.source.table_step import TableStep
 from derived_views.views import kinds
 from derived_views.views.bm25 import SPARK_SPLIT, Posting, rank, tokenize
 from derived_views.views.composite import Composite
@@ -160,7 +161,11 @@ class _Step:
         the current stamp: a table of an earlier layout is rewritten even without new events)."""
         table, stamp = path(ctx, self.plan, name), _stamp(self.plan, name)
         progress, replace = starting_point(ctx, table, replace)
-        if progress is not None and progress.definition == stamp and is_current(progress, self.as_of, self.topics, ctx, table):
+        if (
+            progress is not None
+            and progress.definition == stamp
+            and is_current(ctx, TableStep(self.as_of, self.topics, table, applied=progress))
+        ):
             return None
         new_progress = self.as_of.progress(self.topics, progress, since=held_since(ctx, self.plan))
         return progress, with_fields(new_progress, definition=stamp)
@@ -260,7 +265,7 @@ def query(
     ``stored`` columns. Read with ``deltalake``, without Spark: a query answers in a fraction of a second.
     ``versions``: the Delta version to read of each table (by path, as :func:`tables` names them; default
     the newest), the versions exact as of one LSN
-    (:func:`~derived_views.views.as_of_reads.select_versions`)."""
+    (:func:`~derived_views.runs.as_of_reads.select_versions`)."""
     from deltalake import DeltaTable
 
     base = f"{views_dir.rstrip('/')}/{NAME}/{index}"

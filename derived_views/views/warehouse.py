@@ -29,7 +29,7 @@ the batch that needs it (no progress moves with it, so a crash in between repeat
 - a dropped column stays in the tables and is no longer filled (rows written afterwards hold NULL there).
 
 A table whose batch fails is reported and the other tables are applied (:mod:`derived_views.write.failures`).
-Each table's as-of watermark is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.engine.progress`),
+Each table's as-of watermark is the ``userMetadata`` progress of its newest commit (:mod:`derived_views.engine.commit_progress`),
 moved on without a commit while it has nothing to apply (:mod:`derived_views.engine.positions`).
 """
 
@@ -37,10 +37,11 @@ from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING
 
-from derived_views.events.schema import TableSchema
-from derived_views.source.as_of import LogAsOf, pending_events
+from derived_views.source.as_of import LogAsOf
+from derived_views.source.table_step import TableStep
 from derived_views.views import kinds
 from derived_views.write.context import ViewContext
 from derived_views.write.failures import summary
@@ -77,19 +78,14 @@ def topics(ctx: ViewContext, watermark: LogWatermark) -> list[str]:
     )
 
 
-def _apply_history(ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, replace: bool) -> TableResult | None:
-    return apply_table(
-        ctx, as_of, schema, history_path(ctx, schema.log_name), dead_letter_path(ctx), "all", merge_history, replace=replace
-    )
-
-
-def _has_pending(ctx: ViewContext, as_of: LogAsOf, schema: TableSchema) -> bool:
-    """Whether the current-state table of ``schema`` has events to apply in the range (no progress yet counts)."""
+def _has_pending(ctx: ViewContext, step: TableStep) -> bool:
+    """Whether the table of ``step`` (a current-state table) has events to apply in the range (no progress
+    yet counts)."""
     try:
-        progress = ctx.progress(current_path(ctx, schema.log_name))
+        progress = ctx.progress(step.path)
     except Exception:  # noqa: BLE001 - a table that cannot be read fails in its own step, alone (see sync)
         return True
-    return not progress.position or pending_events(as_of.watermark, [schema.topic], progress) > 0
+    return not progress.position or with_fields(step, applied=progress).pending() > 0
 
 
 def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
@@ -107,19 +103,26 @@ def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[
     results: list[TableResult] = []
     kept = ctx.definitions.warehouse
     chosen = [
-        (name, schema)
+        (
+            schema,
+            TableStep(as_of, [schema.topic], current_path(ctx, name), "latest", replace=replace),
+            TableStep(as_of, [schema.topic], history_path(ctx, name), "all", replace=replace),
+        )
         for name, schema in sorted(ctx.schemas(as_of.watermark).items())
         if (not only or name in only) and kept.keeps(schema.dotted_name)
     ]
     with ThreadPoolExecutor(max_workers=2, thread_name_prefix="warehouse") as pool:
-        for name, schema in sorted(chosen, key=lambda item: not _has_pending(ctx, as_of, item[1])):
+        for schema, current_step, history_step in sorted(chosen, key=lambda item: not _has_pending(ctx, item[1])):
             # the two tables of one source table are independent: apply them side by side, each in a
             # session of its own so that their MERGEs do not wait for each other
-            current_table = current_path(ctx, name)
-            current = pool.submit(apply_state, ctx.beside(), as_of, schema, current_table, dead_letter_path(ctx), replace=replace)
-            history_table = history_path(ctx, name)
+            current_table, history_table = current_step.path, history_step.path
+            current = pool.submit(apply_state, ctx.beside(), current_step, schema, dead_letter_path(ctx))
             try:
-                history = _apply_history(ctx, as_of, schema, replace) if kept.keeps_history(schema.dotted_name) else None
+                history = (
+                    apply_table(ctx, history_step, schema, dead_letter_path(ctx), merge_history)
+                    if kept.keeps_history(schema.dotted_name)
+                    else None
+                )
             except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
                 log.error("warehouse table %s failed: %s", history_table, summary(exc))
                 history = TableResult(history_table, 0, 0, summary(exc))

@@ -12,7 +12,7 @@ view's dead-letter table (:mod:`derived_views.write.dead_letter`). Both MERGEs f
    or an older batch is a no-op, so a deleted row can never come back from an older event.
 2. **One Delta commit per table and batch**, carrying the new progress (offsets + watermark LSN and
    time, see :mod:`derived_views.engine.progress`) as its ``userMetadata``: data and position move together.
-   (A MERGE takes it from the session setting, under :func:`~derived_views.engine.progress.committing`; an
+   (A MERGE takes it from the session setting, under :func:`~derived_views.engine.commit_progress.committing`; an
    append or overwrite from its write option, so it runs beside other tables' commits.)
 3. **LSN guard.** A source row replaces a table row only if its ``(lsn, sequence)`` is newer.
 4. **Partial rows.** Columns an update left out (``unchanged`` header) are folded from the key's
@@ -46,7 +46,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from derived_views.engine.progress import Progress, with_progress
+from derived_views.engine.commit_progress import with_progress
+from derived_views.engine.progress import Progress
 from derived_views.events.batch_facts import APPEND_CHECK_KEYS
 from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN, SEQ

@@ -1,6 +1,6 @@
 """What a view needs to run one sync step: the session, where things live, source schemas, progress.
 
-:class:`ViewContext` is built once per process (:func:`cdc.view_context.context_from_settings`) and
+:class:`ViewContext` is built once per process (:func:`cdc.config.view_arguments.context_from_settings`) and
 caches what only this process changes: each table's progress after it commits, and the source schemas
 until the schema topic moves. The log is read only through :mod:`derived_views.source.log_source`.
 """
@@ -82,7 +82,7 @@ class ViewContext:
     see :data:`CHANGE_DATA_FEED`)."""
     writer: str = field(default_factory=lambda: uuid.uuid4().hex)
     """This context's name as the last writer of tables other processes write too (see
-    :func:`derived_views.views.runner.shared_copies_lock`)."""
+    :func:`derived_views.runs.runner.shared_copies_lock`)."""
     _applying: dict[str, threading.Lock] = field(default_factory=dict)
     _lanes: queue.SimpleQueue[ViewContext] = field(default_factory=queue.SimpleQueue)
     _siblings: list[ViewContext] = field(default_factory=list)
@@ -99,7 +99,7 @@ class ViewContext:
     def beside(self) -> ViewContext:
         """A context for applying tables beside this one's, in a session of its own.
 
-        A MERGE carries its progress in a session-wide setting (:func:`~derived_views.engine.progress.committing`),
+        A MERGE carries its progress in a session-wide setting (:func:`~derived_views.engine.commit_progress.committing`),
         so two MERGEs in one session wait for each other; in two sessions of the same Spark application
         (same context, shared cache) they run side by side. The progress this process committed is
         shared with this context, so both know every table's position.
@@ -131,7 +131,7 @@ class ViewContext:
 
         A Spark Connect server drops a session after an hour without one
         (``spark.connect.session.manager.defaultSessionTimeout``); a continuous sync whose source is idle
-        sends none while it only polls the watermark (:func:`derived_views.views.runner.continuous`)."""
+        sends none while it only polls the watermark (:func:`derived_views.runs.runner.continuous`)."""
         for context in (self, *self._siblings):
             context.spark.conf.get("spark.sql.session.timeZone")
 
@@ -139,7 +139,7 @@ class ViewContext:
     def lane(self) -> Iterator[ViewContext]:
         """A context (this one, or one of its siblings) that no other thread uses until this one is done.
 
-        Views applied side by side (:func:`derived_views.views.runner.step`) each take a lane: a MERGE carries
+        Views applied side by side (:func:`derived_views.runs.runner.step`) each take a lane: a MERGE carries
         its progress in a session-wide setting, so no two threads may commit through one session."""
         try:
             lane = self._lanes.get_nowait()

@@ -7,8 +7,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import merge_into
-from derived_views.engine.progress import committing
 from derived_views.events.metadata_columns import KEY, LSN
 
 if TYPE_CHECKING:

@@ -19,16 +19,16 @@ The rules every view table keeps are in :mod:`derived_views.write.apply`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import merge_into
-from derived_views.engine.progress import Progress, committing
 from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN, OP, SEQ, TS, UNCHANGED
 from derived_views.events.schema import sql_string
+from derived_views.source.table_step import TableStep
 from derived_views.write.apply import append, meets_table, newer, overwrite
-from derived_views.write.stored_defaults import Fill, fill_set, filled_rows
+from derived_views.write.stored_defaults import fill_set, filled_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -39,22 +39,9 @@ if TYPE_CHECKING:
 CURRENT_META_DDL = f"{KEY} string, {LSN} bigint, {SEQ} bigint, {TS} timestamp, {OP} string"
 
 
-def merge_current(
-    spark: SparkSession,
-    path: str,
-    source: DataFrame,
-    columns: list[tuple[str, str]],
-    progress: Progress,
-    truncates: tuple[int, ...] = (),
-    *,
-    replace: bool = False,
-    inserts_only: bool = False,
-    keys: Sequence[str] | None = None,
-    whole_rows: bool = False,
-    types: TableTypes,
-    fills: tuple[Fill, ...] = (),
-) -> None:
-    """Apply latest-per-key typed rows to the SCD1 table at ``path`` in one commit (see module docstring).
+def merge_current(spark: SparkSession, step: TableStep, source: DataFrame, *, types: TableTypes) -> None:
+    """Apply ``step``'s latest-per-key typed rows (``source``) to the SCD1 table at its ``path`` in one
+    commit with its ``progress`` (see module docstring); ``replace`` overwrites the table.
 
     ``inserts_only`` appends the rows when none of their keys (``keys`` when known, else collected from
     ``source``) is in the table (rule 7). ``whole_rows`` says no row of ``source`` lacks a column
@@ -62,6 +49,9 @@ def merge_current(
     MERGE reads only the target's key and position columns instead of whole rows.
     """
     from pyspark.sql import functions as F
+
+    path, columns, progress, truncates, fills = step.path, step.stored_columns, step.recorded, step.truncates, step.fills
+    replace, inserts_only, keys, whole_rows = step.replace, step.inserts_only, step.keys, step.whole_rows
 
     rows = filled_rows(source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t")), fills)
     names = [n for n, _ in columns]

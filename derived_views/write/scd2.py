@@ -25,15 +25,16 @@ versions therefore equal the current table.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import merge_into
-from derived_views.engine.progress import Progress, committing
+from derived_views.engine.progress import Progress
 from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN, OP, SEQ, TS, UNCHANGED
+from derived_views.source.table_step import Fill, TableStep
 from derived_views.write.apply import append, meets_table, overwrite
-from derived_views.write.stored_defaults import Fill, fill_set, filled_rows
+from derived_views.write.stored_defaults import fill_set, filled_rows
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
@@ -60,28 +61,18 @@ def _close_at(truncates: tuple[int, ...], lsn: SparkColumn, next_lsn: SparkColum
     return result
 
 
-def merge_history(
-    spark: SparkSession,
-    path: str,
-    source: DataFrame,
-    columns: list[tuple[str, str]],
-    progress: Progress,
-    truncates: tuple[int, ...] = (),
-    *,
-    replace: bool = False,
-    inserts_only: bool = False,
-    keys: Sequence[str] | None = None,
-    whole_rows: bool = False,
-    types: TableTypes,
-    fills: tuple[Fill, ...] = (),
-) -> None:
-    """Apply every typed event as a version row of the SCD2 table at ``path`` (see module docstring).
+def merge_history(spark: SparkSession, step: TableStep, source: DataFrame, *, types: TableTypes) -> None:
+    """Apply every typed event of ``step`` (``source``) as a version row of the SCD2 table at its ``path``
+    in one commit with its ``progress`` (see module docstring); ``replace`` overwrites the table.
 
     ``whole_rows`` says no event of ``source`` lacks a column: nothing is then filled from the table's
     current versions (which are not read). ``inserts_only`` appends the versions instead of merging
     them when no key of the batch (``keys`` when known) is current in the table (rule 7).
     """
     from pyspark.sql import functions as F
+
+    path, columns, progress, truncates, fills = step.path, step.stored_columns, step.recorded, step.truncates, step.fills
+    replace, inserts_only, keys, whole_rows = step.replace, step.inserts_only, step.keys, step.whole_rows
 
     names = [n for n, _ in columns]
     ddl = ", ".join(f"{quote(n)} {t}" for n, t in columns) + ", " + HISTORY_META_DDL

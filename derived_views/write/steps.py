@@ -9,24 +9,25 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import replace as with_fields
 from typing import TYPE_CHECKING, Protocol
 
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import is_local, table_ref
 from derived_views.engine.evaluation import sized_for
 from derived_views.engine.positions import record_position
-from derived_views.engine.progress import Progress, committing
+from derived_views.engine.progress import Progress
 from derived_views.errors import ViewError
 from derived_views.events.batch_facts import BatchFacts, fact_columns, facts_of
 from derived_views.events.metadata_columns import OP
 from derived_views.events.schema import TableSchema
-from derived_views.source.as_of import LogAsOf, pending_events
 from derived_views.source.pending import read_in_driver, typed_batch, typed_events
+from derived_views.source.table_step import Fill, TableStep
 from derived_views.write.context import ViewContext
 from derived_views.write.dead_letter import dead_letter
 from derived_views.write.scd1 import merge_current
-from derived_views.write.stored_defaults import Fill, NeedsTextError, fills_for
+from derived_views.write.stored_defaults import NeedsTextError, fills_for
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -50,17 +51,29 @@ class TableResult:
 @dataclass
 class Pending:
     """The typed events a table has not applied yet (a deterministic frame: local rows or a local
-    checkpoint, see :func:`derived_views.source.pending.typed_batch`), with their facts."""
+    checkpoint, see :func:`derived_views.source.pending.typed_batch`), with their facts, and the table's
+    step that writes them (its ``progress``, types, truncates and fills known)."""
 
     frame: DataFrame
     facts: BatchFacts
-    progress: Progress
-    columns: list[tuple[str, str]]
-    """``(name, Spark type)`` of the data columns, as the target table stores them (stored names,
-    :mod:`derived_views.events.column_names`, as in ``frame``)."""
-    fills: tuple[Fill, ...] = ()
-    """The values of added columns that older rows hold, whose position is in the batch's range
-    (:mod:`derived_views.write.stored_defaults`)."""
+    step: TableStep
+
+    @property
+    def progress(self) -> Progress:
+        """The progress the batch's commit records."""
+        return self.step.recorded
+
+    @property
+    def columns(self) -> list[tuple[str, str]]:
+        """``(name, Spark type)`` of the data columns, as the target table stores them (stored names,
+        :mod:`derived_views.events.column_names`, as in ``frame``)."""
+        return self.step.stored_columns
+
+    @property
+    def fills(self) -> tuple[Fill, ...]:
+        """The values of added columns that older rows hold, whose position is in the batch's range
+        (:mod:`derived_views.write.stored_defaults`)."""
+        return self.step.fills
 
     def release(self) -> None:
         """Free the checkpointed batch."""
@@ -72,27 +85,26 @@ class Pending:
 IDLE_MARK_MS = 5_000
 
 
-def is_current(
-    progress: Progress, as_of: LogAsOf, topics: list[str], ctx: ViewContext | None = None, path: str | None = None
-) -> bool:
-    """Whether a table with ``progress`` has already applied everything of ``topics`` up to the range.
+def is_current(ctx: ViewContext, step: TableStep) -> bool:
+    """Whether the table of ``step`` has already applied (its ``applied`` progress) everything of the
+    step's topics up to the watermark.
 
-    Such a table is also exact as of the range's newer watermark. When ``ctx`` and ``path`` are given,
-    the table records the new one (:func:`mark_as_of`; on object storage only when its recorded one is
-    more than :data:`IDLE_MARK_MS` older), so that its as-of LSN keeps moving while its source tables
-    are idle. A table that never recorded progress is never current: its first sync creates it, even empty.
+    Such a table is also exact as of the step's newer watermark: the table at the step's ``path``
+    records the new one (:func:`mark_as_of`; on object storage only when its recorded one is more than
+    :data:`IDLE_MARK_MS` older), so that its as-of LSN keeps moving while its source tables are idle. A
+    table that never recorded progress (``applied`` ``None`` or empty) is never current: its first sync
+    creates it, even empty.
     """
-    if not progress.position:
+    progress, watermark = step.applied, step.as_of.watermark
+    if progress is None or not progress.position:
         return False
-    current = pending_events(as_of.watermark, topics, progress) == 0
+    current = step.pending() == 0
     if (
         current
-        and ctx is not None
-        and path is not None
-        and progress.position < as_of.watermark.position
-        and (is_local(path) or as_of.watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS)
+        and progress.position < watermark.position
+        and (is_local(step.path) or watermark.timestamp_ms - progress.watermark_ts_ms >= IDLE_MARK_MS)
     ):
-        mark_as_of(ctx, path, as_of.unchanged(topics, progress))
+        mark_as_of(ctx, step.path, step.as_of.unchanged(step.topics, progress))
     return current
 
 
@@ -122,21 +134,13 @@ def starting_point(ctx: ViewContext, path: str, replace: bool) -> tuple[Progress
     return progress, False
 
 
-def load_pending(
-    ctx: ViewContext,
-    as_of: LogAsOf,
-    schema: TableSchema,
-    progress: Progress | None,
-    mode: str,
-    *,
-    dead_letter_path: str,
-    target: str,
-) -> Pending:
-    """Typed events of ``schema``'s topic after ``progress`` (all of them when ``None``), poison recorded.
+def load_pending(ctx: ViewContext, step: TableStep, schema: TableSchema, *, dead_letter_path: str) -> Pending:
+    """Typed events of ``step`` (``schema``'s topic, after its ``applied`` progress; all of them when
+    ``None``), poison recorded; the step that writes them carries their types, facts and new progress.
 
-    The data columns take the types that hold every value the target table at ``target`` holds and the
-    batch brings (:meth:`~derived_views.events.schema.TableSchema.view_columns`; ``progress`` ``None`` means
-    the target is rebuilt, so only the log decides). A column that a poison event fills with a value
+    The data columns take the types that hold every value the target table at the step's ``path`` holds
+    and the batch brings (:meth:`~derived_views.events.schema.TableSchema.view_columns`; ``applied`` ``None``
+    means the target is rebuilt, so only the log decides). A column that a poison event fills with a value
     its type cannot hold (``infinity`` or a BC date in a date or timestamp column, ``NaN`` in a decimal, a
     multi-dimensional array: :attr:`~derived_views.events.batch_facts.BatchFacts.widen`), or that an added
     column's stored default in the range holds (:mod:`derived_views.write.stored_defaults`), is typed as its
@@ -144,23 +148,15 @@ def load_pending(
     Columns take the stored names the target holds them under, also in a rebuild
     (:meth:`~derived_views.events.schema.TableSchema.stored_columns`).
     """
+    progress, target = step.applied, step.path
     held = ctx.types.of(ctx.spark, target)
     existing = held if progress is not None else None
     stored_as = schema.stored_columns(held or {})
     text: set[str] = set()
     while True:
         columns = schema.view_columns(existing, text)
-        frame, batch = typed_batch(
-            ctx.spark,
-            as_of,
-            [schema.topic],
-            progress,
-            mode,
-            columns,
-            schema.qualified,
-            schema.parse_plan(columns),
-            stored_as=stored_as,
-        )
+        step = with_fields(step, table=schema.qualified, columns=columns, plan=schema.parse_plan(columns), stored_as=stored_as)
+        frame, batch = typed_batch(ctx.spark, step)
         widen = set(batch.widen)
         try:
             fills = fills_for(ctx.spark, schema, progress.lsn if progress is not None else None, columns, stored_as)
@@ -175,13 +171,16 @@ def load_pending(
         frame.unpersist()
     if batch.poison:
         dead_letter(ctx.spark, dead_letter_path, frame, target, ctx.types)
-    return Pending(
-        frame,
-        batch,
-        as_of.progress([schema.topic], progress, since=held_since(progress, batch)),
-        [(stored_as[name], spark_type) for name, spark_type in columns],
-        fills,
+    applying = with_fields(
+        step,
+        progress=step.progress_after(since=held_since(progress, batch)),
+        truncates=batch.truncates,
+        inserts_only=batch.inserts_only,
+        keys=batch.keys,
+        whole_rows=not batch.partial,
+        fills=fills,
     )
+    return Pending(frame, batch, applying)
 
 
 def held_since(progress: Progress | None, facts: BatchFacts) -> int | None:
@@ -209,74 +208,40 @@ def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, prog
         ctx.types.rename(ctx.spark, path, renames)
 
 
-def apply_state(
-    ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, path: str, dead_letter_path: str, *, replace: bool
-) -> TableResult | None:
-    """Bring the SCD1 state table of ``schema`` at ``path`` to the range's watermark (holding the table's
-    lock in this process: :meth:`~derived_views.write.context.ViewContext.applying`)."""
-    with ctx.applying(path):
-        return apply_table(ctx, as_of, schema, path, dead_letter_path, "latest", merge_current, replace=replace)
+def apply_state(ctx: ViewContext, step: TableStep, schema: TableSchema, dead_letter_path: str) -> TableResult | None:
+    """Bring the SCD1 state table of ``schema`` at the ``step``'s path to its watermark (one row per key,
+    mode ``latest``; holding the table's lock in this process:
+    :meth:`~derived_views.write.context.ViewContext.applying`)."""
+    with ctx.applying(step.path):
+        return apply_table(ctx, with_fields(step, mode="latest"), schema, dead_letter_path, merge_current)
 
 
 class Merge(Protocol):
     """Applies one batch to one table in one commit: :func:`~derived_views.write.scd1.merge_current` or
     :func:`~derived_views.write.scd2.merge_history`."""
 
-    def __call__(
-        self,
-        spark: SparkSession,
-        path: str,
-        source: DataFrame,
-        columns: list[tuple[str, str]],
-        progress: Progress,
-        truncates: tuple[int, ...] = (),
-        *,
-        replace: bool = False,
-        inserts_only: bool = False,
-        keys: Sequence[str] | None = None,
-        whole_rows: bool = False,
-        types: TableTypes,
-        fills: tuple[Fill, ...] = (),
-    ) -> None: ...
+    def __call__(self, spark: SparkSession, step: TableStep, source: DataFrame, *, types: TableTypes) -> None: ...
 
 
 def apply_table(
-    ctx: ViewContext,
-    as_of: LogAsOf,
-    schema: TableSchema,
-    path: str,
-    dead_letter_path: str,
-    mode: str,
-    merge: Merge,
-    *,
-    replace: bool,
+    ctx: ViewContext, step: TableStep, schema: TableSchema, dead_letter_path: str, merge: Merge
 ) -> TableResult | None:
-    """Bring the table of ``schema`` at ``path`` to the range's watermark: its pending events reduced by
-    ``mode`` (``latest``: one row per key; ``all``: every version) and applied by ``merge`` in one
-    commit, or, when it is rebuilt (``replace``, or it has no progress yet), written anew in one commit
-    (:func:`rebuild_in_one_pass` when it can)."""
-    progress, replace = starting_point(ctx, path, replace)
-    if progress is not None and is_current(progress, as_of, [schema.topic], ctx, path):
+    """Bring the table of ``schema`` at the ``step``'s path to its watermark: its pending events reduced
+    by the step's ``mode`` (``latest``: one row per key; ``all``: every version) and applied by ``merge``
+    in one commit, or, when it is rebuilt (``replace``, or it has no progress yet), written anew in one
+    commit (:func:`rebuild_in_one_pass` when it can). Where the table starts is read here
+    (:func:`starting_point`), into the step's ``applied`` and ``replace``."""
+    path = step.path
+    progress, replace = starting_point(ctx, path, step.replace)
+    step = with_fields(step, applied=progress, replace=replace)
+    if progress is not None and is_current(ctx, step):
         return None
-    with sized_for(ctx.spark, pending_events(as_of.watermark, [schema.topic], progress), [path]):
+    with sized_for(ctx.spark, step.pending(), [path]):
         follow_source_columns(ctx, schema, path, progress)
-        batch = rebuild_in_one_pass(ctx, as_of, schema, path, mode, merge) if replace else None
+        batch = rebuild_in_one_pass(ctx, step, schema, merge) if replace else None
         if batch is None:
-            batch = load_pending(ctx, as_of, schema, progress, mode, dead_letter_path=dead_letter_path, target=path)
-            merge(
-                ctx.spark,
-                path,
-                batch.frame,
-                batch.columns,
-                batch.progress,
-                batch.facts.truncates,
-                replace=replace,
-                inserts_only=batch.facts.inserts_only,
-                keys=batch.facts.keys,
-                whole_rows=not batch.facts.partial,
-                types=ctx.types,
-                fills=batch.fills,
-            )
+            batch = load_pending(ctx, step, schema, dead_letter_path=dead_letter_path)
+            merge(ctx.spark, batch.step, batch.frame, types=ctx.types)
     ctx.set_progress(path, batch.progress)
     batch.release()
     return TableResult(path, batch.facts.rows, batch.facts.poison)
@@ -287,10 +252,8 @@ def apply_table(
 NEEDS_TWO_PASSES = "cdc: this rebuild needs its events checked before it is written"
 
 
-def rebuild_in_one_pass(
-    ctx: ViewContext, as_of: LogAsOf, schema: TableSchema, path: str, mode: str, merge: Merge
-) -> Pending | None:
-    """Rebuild the table at ``path`` from all of ``schema``'s events read, typed and written by one Spark
+def rebuild_in_one_pass(ctx: ViewContext, step: TableStep, schema: TableSchema, merge: Merge) -> Pending | None:
+    """Rebuild the table at the ``step``'s path from all of ``schema``'s events read, typed and written by one Spark
     job (no checkpoint of the batch, no second read); ``None`` when it wrote nothing and the caller
     applies the batch the usual way (:func:`load_pending`, then ``merge``).
 
@@ -307,13 +270,14 @@ def rebuild_in_one_pass(
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    if read_in_driver(pending_events(as_of.watermark, [schema.topic], None)):
+    step = with_fields(step, applied=None, replace=True)
+    if read_in_driver(step.pending()):
         return None
+    path, mode = step.path, step.mode
     columns = schema.view_columns(None, set())
     stored_as = schema.stored_columns(ctx.types.of(ctx.spark, path) or {})
-    events = typed_events(
-        ctx.spark, as_of, [schema.topic], None, mode, columns, schema.qualified, schema.parse_plan(columns), stored_as=stored_as
-    )
+    step = with_fields(step, table=schema.qualified, columns=columns, plan=schema.parse_plan(columns), stored_as=stored_as)
+    events = typed_events(ctx.spark, step)
     needs_facts = F.col("_cdc_error").isNotNull()
     if mode == "all":
         needs_facts = needs_facts | (F.col(OP) == "t")
@@ -323,14 +287,16 @@ def rebuild_in_one_pass(
         .observe(observation, *fact_columns(), F.count("_cdc_check").alias("checked"))
         .drop("_cdc_check")
     )
-    progress = as_of.progress([schema.topic], None)
-    stored_columns = [(stored_as[name], spark_type) for name, spark_type in columns]
     try:
         fills = fills_for(ctx.spark, schema, None, columns, stored_as)
     except NeedsTextError:
         return None  # the usual way makes the column text first
+    # the batch's facts are not known before it is written: no truncate, no append, no whole rows
+    step = with_fields(
+        step, progress=step.progress_after(), truncates=(), inserts_only=False, keys=None, whole_rows=False, fills=fills
+    )
     try:
-        merge(ctx.spark, path, checked, stored_columns, progress, (), replace=True, types=ctx.types, fills=fills)
+        merge(ctx.spark, step, checked, types=ctx.types)
     except Exception as exc:  # noqa: BLE001 - only the check's own stop is caught; anything else is raised
         if NEEDS_TWO_PASSES not in str(exc):
             raise
@@ -338,4 +304,4 @@ def rebuild_in_one_pass(
             "rebuilding %s: its events hold poison%s; checking them first", path, " or a truncate" if mode == "all" else ""
         )
         return None
-    return Pending(checked, facts_of(observation.get), progress, stored_columns, fills)
+    return Pending(checked, facts_of(observation.get), step)

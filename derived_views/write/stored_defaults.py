@@ -27,11 +27,13 @@ back by ``from_json``), which is checked to give the same value before it is use
 give stops the table's step with an error naming the column (never a null in its place). A value the
 column's Spark type cannot hold (``infinity`` in a date) makes the column text, as such a value in an
 event does (:class:`NeedsTextError`, caught where the batch's column types are chosen).
+
+A fact as a view applies it is a :class:`~derived_views.source.table_step.Fill`: defined with the table's
+step that carries it (below this layer, so that the step's value can hold it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import orjson
@@ -42,6 +44,7 @@ from derived_views.events.metadata_columns import LSN, SEQ
 from derived_views.events.reduction import EVENT_DDL
 from derived_views.events.schema import TableSchema, sql_string
 from derived_views.events.spark_typing import typed
+from derived_views.source.table_step import Fill
 
 if TYPE_CHECKING:
     from pyspark.sql import Column as SparkColumn
@@ -62,25 +65,6 @@ class NeedsTextError(Exception):
     def __init__(self, columns: tuple[str, ...]) -> None:
         super().__init__(", ".join(columns))
         self.columns = columns
-
-
-@dataclass(frozen=True)
-class Fill:
-    """One fact: the table column ``column`` (stored name) holds the value of the Spark SQL expression
-    ``value`` in every row whose last event is before ``(lsn, sequence)``."""
-
-    column: str
-    value: str
-    lsn: int
-    sequence: int
-
-    def before(self, lsn: str = LSN, seq: str = SEQ) -> str:
-        """SQL: the position ``(lsn, seq)`` (column expressions) is before the fact's."""
-        return f"({lsn} < {self.lsn} OR ({lsn} = {self.lsn} AND {seq} < {self.sequence}))"
-
-    def at_or_after(self, lsn: str, seq: str) -> str:
-        """SQL: the position ``(lsn, seq)`` is at or after the fact's."""
-        return f"NOT {self.before(lsn, seq)}"
 
 
 def fills_for(

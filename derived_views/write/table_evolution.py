@@ -28,8 +28,8 @@ import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, cast
 
+from derived_views.engine.commit_progress import committing
 from derived_views.engine.delta_sql import create_if_missing, is_delta_table, table_ref
-from derived_views.engine.progress import committing
 from derived_views.events.column_names import quote
 from derived_views.events.column_types import convert, supertype
 

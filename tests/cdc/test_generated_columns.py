@@ -14,7 +14,7 @@ import pytest
 
 from cdc.run.coordinator import Capture
 from derived_views.events.schema import Column, TableSchema
-from derived_views.views.verify_values import SESSION_OPTIONS
+from derived_views.runs.verify_values import SESSION_OPTIONS
 from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for
 from tests.fix_pg import local_server
 from tests.rows import compare_rows, source_rows

@@ -12,7 +12,7 @@ import pytest
 
 from cdc.run.coordinator import Capture
 from derived_views.events.schema import Column, TableSchema
-from derived_views.views.verify_values import SESSION_OPTIONS
+from derived_views.runs.verify_values import SESSION_OPTIONS
 from tests.cdc.helpers import execute, replay, settings_for
 from tests.rows import compare_rows, source_rows
 

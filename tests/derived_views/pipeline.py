@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from cdc.config.settings import Settings
+    from derived_views.runs.runner import StepReport
     from derived_views.source.watermark import LogWatermark
-    from derived_views.views.runner import StepReport
     from derived_views.write.context import ViewContext
 
 
@@ -50,7 +50,7 @@ def context(spark: SparkSession, settings: Settings) -> ViewContext:
 
 def sync(ctx: ViewContext, views: list[str], *, replace: bool = False) -> StepReport:
     """One sync step of ``views``; fails the test when a table failed."""
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     report = runner.step(ctx, views, replace=replace)
     assert not report.failures, [failure.line() for failure in report.failures]
@@ -62,7 +62,7 @@ def synced(
 ) -> tuple[ViewContext, LogWatermark]:
     """Capture what the source at ``url`` holds into ``data_dir`` (``extra``: more settings), sync ``views``
     once; the view context and the watermark the views are synced to."""
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     ctx = context(spark, settings := settings_for(url, data_dir, **extra))
     capture(settings)
@@ -74,8 +74,8 @@ def synced(
 
 def verify_views(ctx: ViewContext, url: str, views: list[str], *, mask_key: bytes | None = None) -> int:
     """Verify ``views`` against the source; fails the test on any difference; returns rows compared."""
-    from derived_views.views import runner
-    from derived_views.views.verify import verify
+    from derived_views.runs import runner
+    from derived_views.runs.verify import verify
 
     watermark = runner.latest(ctx)
     assert watermark is not None

@@ -60,8 +60,8 @@ def test_columns_differing_only_in_case_keep_their_own_values(spark: SparkSessio
     passes (a search index and a cache entity naming the twins too), ``cdc views`` names each stored
     column's source, and a rebuild by replay gives the same tables."""
     from cdc.config.view_arguments import location_from_settings
+    from derived_views.runs.listing import captured_tables, view_tables
     from derived_views.views import cache, search, warehouse
-    from derived_views.views.listing import captured_tables, view_tables
 
     execute(
         pg_url,
@@ -155,8 +155,8 @@ def test_columns_differing_only_in_case_keep_their_own_values(spark: SparkSessio
 def test_tables_differing_only_in_case_keep_their_own_rows(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     """``public.t`` and ``public."T"`` land in view tables of their own, each verified."""
     from cdc.config.view_arguments import location_from_settings
+    from derived_views.runs.listing import captured_tables, view_tables
     from derived_views.views import warehouse
-    from derived_views.views.listing import captured_tables, view_tables
 
     execute(
         pg_url,

@@ -21,8 +21,9 @@ def test_a_users_stream_reads_inserts_updates_and_deletes_from_the_change_feed(
     spark: SparkSession, log: LogBuilder, data_dir: Path, tmp_path: Path
 ) -> None:
     from derived_views.definitions import load
+    from derived_views.runs import runner
     from derived_views.source.log_location import LogLocation
-    from derived_views.views import runner, warehouse
+    from derived_views.views import warehouse
     from derived_views.write.context import ViewContext
 
     ctx = ViewContext(

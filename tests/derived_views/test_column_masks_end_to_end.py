@@ -52,8 +52,9 @@ def test_the_warehouse_holds_masked_values_and_verify_compares_them(
 ) -> None:
     from deltalake import DeltaTable
 
-    from derived_views.views import runner, warehouse
-    from derived_views.views.verify import verify
+    from derived_views.runs import runner
+    from derived_views.runs.verify import verify
+    from derived_views.views import warehouse
 
     _tables(pg_url)
     views = tmp_path / "views.toml"

@@ -92,7 +92,7 @@ def test_the_warehouse_keeps_the_tables_the_file_names_and_cdc_views_lists_them(
 
     from cdc.cli import cli, run
     from cdc.commands import register
-    from derived_views.views import runner
+    from derived_views.runs import runner
     from tests.derived_views.pipeline import capture, context, execute, settings_for, verify_views
 
     views_file = tmp_path / "views.toml"

@@ -85,8 +85,8 @@ def _context(spark: SparkSession, settings: Settings) -> ViewContext:
 
 
 def _verify_all(ctx: ViewContext, url: str, views: list[str] = ALL) -> None:
-    from derived_views.views import runner
-    from derived_views.views.verify import verify
+    from derived_views.runs import runner
+    from derived_views.runs.verify import verify
 
     watermark = runner.latest(ctx)
     assert watermark is not None
@@ -101,7 +101,8 @@ def test_changes_schema_change_toast_compaction_rebuild_and_verify(
 ) -> None:
     from cdc.cli import cli, run
     from cdc.commands import register
-    from derived_views.views import runner, warehouse
+    from derived_views.runs import runner
+    from derived_views.views import warehouse
     from log_store import LogStore
 
     settings = _settings(reference_db, tmp_path)
@@ -141,8 +142,8 @@ def test_changes_schema_change_toast_compaction_rebuild_and_verify(
 
 
 def test_kill_minus_9_during_sync_then_resume_is_exact(spark: SparkSession, reference_db: str, tmp_path: Path) -> None:
-    from derived_views.views import runner
-    from derived_views.views.verify import verify
+    from derived_views.runs import runner
+    from derived_views.runs.verify import verify
 
     settings = _settings(reference_db, tmp_path)
     _seed(reference_db, products=500)
@@ -196,9 +197,13 @@ def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_
     """Every warehouse table (its current and history tables, applied side by side in two sessions)
     holds exactly what replaying the log up to the offsets its newest commit records gives, so no commit
     carried another table's progress; returns how many tables moved past ``first_lsn``."""
+    from dataclasses import replace as with_fields
+
+    from derived_views.runs import runner
     from derived_views.source.as_of import LogAsOf
+    from derived_views.source.table_step import TableStep
     from derived_views.source.watermark import LogWatermark
-    from derived_views.views import runner, warehouse
+    from derived_views.views import warehouse
     from derived_views.write.scd2 import merge_history
     from derived_views.write.steps import apply_state, load_pending
 
@@ -213,21 +218,13 @@ def _each_table_exact_as_of_its_progress(ctx: ViewContext, scratch: Path, first_
             as_of = LogAsOf(ctx.log, LogWatermark(progress.position, progress.watermark_ts_ms, progress.offsets))
             replayed = str(scratch / "replayed" / kind / name)
             if kind == "current":
-                apply_state(ctx, as_of, schema, replayed, str(scratch / "replayed" / "_dead_letter"), replace=True)
+                step = TableStep(as_of, [schema.topic], replayed, "latest", replace=True)
+                apply_state(ctx, step, schema, str(scratch / "replayed" / "_dead_letter"))
             else:
-                batch = load_pending(
-                    ctx, as_of, schema, None, "all", dead_letter_path=str(scratch / "replayed" / "_dead_letter"), target=replayed
-                )
-                merge_history(
-                    ctx.spark,
-                    replayed,
-                    batch.frame,
-                    batch.columns,
-                    batch.progress,
-                    batch.facts.truncates,
-                    replace=True,
-                    types=ctx.types,
-                )
+                step = TableStep(as_of, [schema.topic], replayed, "all", replace=True)
+                batch = load_pending(ctx, step, schema, dead_letter_path=str(scratch / "replayed" / "_dead_letter"))
+                # the batch's truncates, written anew (no append, no fill)
+                merge_history(ctx.spark, with_fields(batch.step, fills=()), batch.frame, types=ctx.types)
                 batch.release()
             have = sorted(repr(sorted(r.asDict().items())) for r in ctx.spark.read.format("delta").load(path).collect())
             want = sorted(repr(sorted(r.asDict().items())) for r in ctx.spark.read.format("delta").load(replayed).collect())

@@ -127,7 +127,7 @@ def test_a_column_type_change_keeps_every_table_syncing_and_a_failing_table_fail
     garbage.write_text("not a commit\n")
     execute(pg_url, "INSERT INTO other VALUES (3, 'c')", "INSERT INTO ty VALUES (4, 4, 4, 4, 4, 4)")
     capture(settings)
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     ctx.forget()
     report = runner.step(ctx, ["warehouse"])

@@ -31,8 +31,9 @@ def test_views_build_and_sync_from_kafka_exactly(
     from cdc.commands import register
     from cdc.config.settings import load_settings
     from cdc.observe.lag import measure
+    from derived_views.runs import runner
     from derived_views.source import pending
-    from derived_views.views import runner, warehouse
+    from derived_views.views import warehouse
     from tests.derived_views.conftest import EXAMPLE_VIEWS
 
     settings = load_settings(

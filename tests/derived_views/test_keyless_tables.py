@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.pg, pytest.mark.spark]
 def test_a_keyless_tables_history_keeps_its_rows_and_moves_with_every_step(
     spark: SparkSession, reference_db: str, tmp_path: Path
 ) -> None:
-    from derived_views.engine.progress import committed_progress
+    from derived_views.engine.commit_progress import committed_progress
     from derived_views.views import warehouse
 
     execute(

@@ -64,8 +64,9 @@ def _warehouse_people(ctx: ViewContext) -> dict[bytes, dict[str, Any]]:
 
 
 def test_only_published_columns_and_rows_reach_the_warehouse(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
-    from derived_views.views import runner, warehouse
-    from derived_views.views.verify import verify
+    from derived_views.runs import runner
+    from derived_views.runs.verify import verify
+    from derived_views.views import warehouse
 
     create_tables(pg_url)
     settings = settings_for(pg_url, tmp_path)
@@ -155,8 +156,9 @@ def test_a_column_the_list_stops_publishing_keeps_no_value_in_the_current_tables
     of any view table, their Delta logs included, and the views still equal the source."""
     from deltalake import DeltaTable
 
-    from derived_views.views import runner, warehouse
-    from derived_views.views.verify import verify
+    from derived_views.runs import runner
+    from derived_views.runs.verify import verify
+    from derived_views.views import warehouse
 
     create_tables(pg_url)
     settings = settings_for(pg_url, tmp_path)

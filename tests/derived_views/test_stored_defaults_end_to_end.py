@@ -56,10 +56,11 @@ def test_a_stored_default_reaches_every_view_in_one_batch(
 ) -> None:
     from deltalake import DeltaTable
 
+    from derived_views.runs.runner import latest
     from derived_views.source import pending
     from derived_views.source.as_of import LogAsOf
+    from derived_views.source.table_step import TableStep
     from derived_views.views import warehouse
-    from derived_views.views.runner import latest
     from derived_views.write.steps import apply_state
 
     views = tmp_path / "views.toml"
@@ -136,14 +137,8 @@ def test_a_stored_default_reaches_every_view_in_one_batch(
     watermark = latest(ctx)
     assert watermark is not None
     ctx.set_progress(current, before[current])
-    apply_state(
-        ctx,
-        LogAsOf(ctx.log, watermark),
-        ctx.schemas(watermark)["public.stock"],
-        current,
-        warehouse.dead_letter_path(ctx),
-        replace=False,
-    )
+    schema = ctx.schemas(watermark)["public.stock"]
+    apply_state(ctx, TableStep(LogAsOf(ctx.log, watermark), [schema.topic], current), schema, warehouse.dead_letter_path(ctx))
     assert sorted(map(_data, rows(spark, current)), key=str) == kept[current]
 
     # a rebuild by replay (cdc rebuild) gives the same tables, read in the driver or written by one Spark

@@ -19,8 +19,9 @@ pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 def test_tables_with_any_names_reach_warehouse_tables_of_their_own(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     from cdc.config.view_arguments import context_from_settings
     from cdc.run.coordinator import Capture
-    from derived_views.views import runner, warehouse
-    from derived_views.views.verify import verify
+    from derived_views.runs import runner
+    from derived_views.runs.verify import verify
+    from derived_views.views import warehouse
     from log_store.topic_names import log_name
 
     settings = _setup(pg_url, tmp_path, AWKWARD)

@@ -179,7 +179,7 @@ def test_instants_outside_the_nanosecond_range_read_back_exactly_with_deltalake(
 def test_verify_reads_dates_python_cannot_hold_without_failing(spark: SparkSession, pg_url: str, tmp_path: Path) -> None:
     """A source ``date[]`` holding ``infinity`` (and dates BC or past 9999 beside it) is read by verify;
     every row is compared, and a difference, if any, names the row that holds such a value."""
-    from derived_views.views.verify import verify
+    from derived_views.runs.verify import verify
 
     execute(
         pg_url,

@@ -110,8 +110,8 @@ def _rewritten(ctx: ViewContext, path: str) -> int:
 
 def _step(settings: Any, ctx: ViewContext, url: str, *, warehouse: bool = False) -> None:
     """Capture, sync both views (and the warehouse), and verify each against the source in one snapshot."""
-    from derived_views.views import runner
-    from derived_views.views.verify import verify
+    from derived_views.runs import runner
+    from derived_views.runs.verify import verify
 
     capture(settings)
     views = ["warehouse", *VIEW_NAMES] if warehouse else VIEW_NAMES
@@ -126,8 +126,9 @@ def _step(settings: Any, ctx: ViewContext, url: str, *, warehouse: bool = False)
 def test_a_blog_search_index_and_cache_entity_stay_exact_through_every_change(
     spark: SparkSession, pg_url: str, tmp_path: Path
 ) -> None:
-    from derived_views.views import cache, runner, search
-    from derived_views.views.status import table_progress
+    from derived_views.runs import runner
+    from derived_views.runs.status import table_progress
+    from derived_views.views import cache, search
 
     execute(pg_url, *SCHEMA)
     views_file = tmp_path / "views.toml"
@@ -219,8 +220,8 @@ def _stored_names(settings: Any, ctx: ViewContext) -> None:
     """Columns Delta refuses are stored percent-encoded, readable by ``deltalake``, and `cdc views` says so."""
     from deltalake import DeltaTable
 
+    from derived_views.runs.listing import captured_tables, view_tables
     from derived_views.views import warehouse
-    from derived_views.views.listing import captured_tables, view_tables
     from log_store.topic_names import log_name
 
     documents = DeltaTable(ctx.path("search", "posts", "documents")).to_pandas()
@@ -241,8 +242,9 @@ def _definition_changes(spark: SparkSession, settings: Any, url: str, views_file
     `cdc rebuild search.posts` (so does `cdc lag`); the cache entity, unchanged, goes on; a rebuild applies
     the new definition."""
     from cdc.observe.lag import measure
-    from derived_views.views import cache, runner
-    from derived_views.views.verify import verify
+    from derived_views.runs import runner
+    from derived_views.runs.verify import verify
+    from derived_views.views import cache
 
     views_file.write_text(VIEWS.replace("`Ünïcode` >= 0", "`Ünïcode` >= 2"))
     execute(url, 'UPDATE "Blog Data"."Posts" SET "Post Title" = \'Renamed\' WHERE id = 1')
@@ -268,7 +270,8 @@ def _definition_changes(spark: SparkSession, settings: Any, url: str, views_file
 def _source_changes(spark: SparkSession, settings: Any, url: str, ctx: ViewContext) -> None:
     """A column added to a table an index keeps whole re-computes its documents once, with the column; a
     column an index names renamed away fails that index alone (the warehouse and the entity go on)."""
-    from derived_views.views import cache, runner
+    from derived_views.runs import runner
+    from derived_views.views import cache
 
     docs = ctx.path("search", "posts", "documents")
     execute(url, 'ALTER TABLE "Blog Data"."Posts" ADD COLUMN extra int', 'UPDATE "Blog Data"."Posts" SET extra = 1 WHERE id = 9')

@@ -296,7 +296,7 @@ def verify_warehouse(url: str, data_dir: Path, monkeypatch: pytest.MonkeyPatch, 
     it (a table with no new event records the newer watermark beside its log, which a crash may lose)."""
     from cdc.cli import cli, run
     from cdc.commands import register
-    from derived_views.views.status import delta_tables, table_progress
+    from derived_views.runs.status import delta_tables, table_progress
 
     monkeypatch.setenv("CDC_DATABASE_URL", url)
     monkeypatch.setenv("CDC_DATA_DIR", str(data_dir))

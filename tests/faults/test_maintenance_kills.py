@@ -50,7 +50,7 @@ def test_kill_9_during_compaction_and_during_vacuum_then_a_run_loses_nothing(
     spark: SparkSession, reference_db: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from cdc.config import view_arguments
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     data_dir = tmp_path / "data"
     # compaction from two small files on, vacuum of files older than an hour; the health read every half second

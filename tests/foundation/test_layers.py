@@ -31,7 +31,7 @@ FORBIDDEN = {
 
 
 #: ``derived_views``' layers, lowest first: a module may import its own layer and the ones before it
-VIEW_LAYERS = ("engine", "events", "source", "write", "views")
+VIEW_LAYERS = ("engine", "events", "source", "write", "views", "runs")
 #: modules of ``derived_views`` every layer, and the application, may import: the package's errors
 #: and the views file
 VIEW_SHARED = ("derived_views.errors", "derived_views.definitions")

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from derived_views.views.runner import view_locks
+from derived_views.runs.runner import view_locks
 from log_store import LogConfig, LogStore, TopicPartition
 from tests.log_store.helpers import rec
 

@@ -68,7 +68,7 @@ def _exported(settings: Settings) -> dict[tuple[str, str], float]:
 
 def _sync(spark: SparkSession, settings: Settings) -> None:
     from cdc.config import view_arguments
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     runner.step(view_arguments.context_from_settings(settings, spark), [])  # every defined view
 
@@ -148,7 +148,7 @@ def test_lag_grows_while_capture_is_stopped_and_returns_to_zero(spark: SparkSess
     from cdc.config import view_arguments
     from cdc.observe.lag import measure
     from derived_views.engine.maintenance import MaintenancePolicy
-    from derived_views.views import runner
+    from derived_views.runs import runner
 
     before = {table["table"]: table for table in synced["tables"]}["warehouse/current/public.categories"]
     ctx = view_arguments.context_from_settings(settings, spark)

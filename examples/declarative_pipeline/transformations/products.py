@@ -29,7 +29,7 @@ from pyspark.sql import SparkSession, Window
 from pyspark.sql import functions as F
 
 import derived_views
-from derived_views.views.pipeline_runs import accept_metrics_in_runs
+from derived_views.runs.pipeline_runs import accept_metrics_in_runs
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
