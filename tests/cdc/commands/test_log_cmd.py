@@ -18,7 +18,7 @@ from log_store import LogConfig, LogStore, ProducerRecord
 from log_store.segment import FILE_HEADER_SIZE
 from tests.log_store.helpers import rec
 
-REPO = Path(__file__).parents[2]
+REPO = Path(__file__).parents[3]
 
 
 @pytest.fixture()
