@@ -13,7 +13,7 @@ a cache entity over the accounts), then ``pgbench -n -c 2 -R RATE -T ...`` (tpcb
 and an insert into the keyless history a transaction). Every sample prints:
 
 - lag: the views' ``seconds_behind`` (``cdc lag --json``), read every 10 s, p50 and p99 of the sample;
-- RSS of capture's process and of sync's process with its JVM;
+- RSS of capture's process (and the part of it no file backs) and of sync's process with its JVM;
 - files and Delta version of the largest current and history tables, the log's and the views' bytes
   on disk;
 - the time ``deltalake`` takes to read the largest current table whole (through its ``QueryBuilder``, which
@@ -57,7 +57,7 @@ tables = ["public.pgbench_accounts", "public.pgbench_branches", "public.pgbench_
 [cache.account]
 root = "public.pgbench_accounts"
 """
-FIGURES = ("lag_p50_s", "lag_p99_s", "capture_rss_mb", "sync_rss_mb", "current_files", "history_files",
+FIGURES = ("lag_p50_s", "lag_p99_s", "capture_rss_mb", "capture_anon_mb", "sync_rss_mb", "current_files", "history_files",
            "current_version", "log_mb", "views_mb", "read_s")  # fmt: skip
 
 
@@ -67,14 +67,15 @@ class Sample:
     figures: dict[str, float] = field(default_factory=dict)
 
 
-def _rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and every process below it, in MB (from /proc)."""
+def _rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """Resident memory of ``pid`` and every process below it, in MB (from /proc; ``field``: ``VmRSS``, or
+    ``RssAnon`` for the part no file backs: what a leak would grow)."""
     total, pending = 0, [pid]
     while pending:
         current = pending.pop()
         try:
             for line in Path(f"/proc/{current}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
+                if line.startswith(f"{field}:"):
                     total += int(line.split()[1])
             for task in Path(f"/proc/{current}/task").iterdir():
                 pending.extend(int(child) for child in (task / "children").read_text().split())
@@ -111,6 +112,7 @@ def _sample(env: dict[str, str], data_dir: Path, capture: int, sync: int, lags: 
         "lag_p50_s": statistics.median(ordered),
         "lag_p99_s": ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))],
         "capture_rss_mb": _rss_mb(capture),
+        "capture_anon_mb": _rss_mb(capture, "RssAnon"),
         "sync_rss_mb": _rss_mb(sync),
         "current_files": float(current.get("files") or 0),
         "history_files": float(history.get("files") or 0),
