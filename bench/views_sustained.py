@@ -201,8 +201,10 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def _wait_first(positions: Positions, url: str, timeout_s: float = 3600) -> None:
-    """Until the arm holds everything the source committed so far (its first read of the log)."""
-    with psycopg.connect(url, autocommit=True) as conn:
+    """Until the arm holds everything the source committed so far (its first read of the log): a probe
+    transaction committed now is visible (the anchor's position moves only with events)."""
+    with psycopg.connect(url, autocommit=True) as conn, conn.transaction():
+        conn.execute("UPDATE sustained_probe SET n = n + 1 WHERE id = 1")
         now = _lsn(str(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]))  # type: ignore[index]
     deadline = time.monotonic() + timeout_s
     while positions.visible_after(now, 0.0) is None:
