@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -52,7 +51,8 @@ from pathlib import Path
 
 import psycopg
 
-from bench.views_side_by_side import _cpu
+from bench.views_side_by_side import _cpu, _percentile
+from bench.views_soak import _stop
 from local_servers.postgres import LocalPostgres
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -94,11 +94,6 @@ class ArmResult:
 def _lsn(text: str) -> int:
     high, low = text.split("/")
     return (int(high, 16) << 32) + int(low, 16)
-
-
-def _percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
 class Probe:
@@ -189,15 +184,6 @@ def _env(url: str, data_dir: Path, views: str | None = None, deletion_vectors: b
         views_file.write_text(views)
         env["CDC_VIEWS_FILE"] = str(views_file)
     return env
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(120)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 def _wait_first(positions: Positions, url: str, timeout_s: float = 3600) -> None:
