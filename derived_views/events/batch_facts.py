@@ -39,6 +39,14 @@ class BatchFacts:
     newest_lsn: int | None = None
     """The commit LSN of the batch's newest event (``None``: no event carries one). The reductions keep
     each key's newest event and a truncate after the events it drops, so this is the newest of the range."""
+    keyed: int | None = None
+    """Events that carry a key (``None``: not counted)."""
+
+    @property
+    def keyless(self) -> bool:
+        """No event carries a key: the batch of a table without a primary key or replica identity index,
+        whose rows never match a table row (rule 9 of :mod:`derived_views.write.apply`)."""
+        return self.rows > 0 and self.keyed == 0
 
     @property
     def inserts_only(self) -> bool:
@@ -57,6 +65,7 @@ def fact_columns() -> list[SparkColumn]:
         F.count(F.when((F.col(OP) != "c") | F.col("_cdc_error").isNotNull() | F.col(KEY).isNull(), 1)).alias("other"),
         F.count(F.when(F.size(F.col(UNCHANGED)) > 0, 1)).alias("partial"),
         F.max(F.col(LSN)).alias("newest_lsn"),
+        F.count(F.col(KEY)).alias("keyed"),
     ]
 
 
@@ -69,6 +78,7 @@ def facts_of(row: Any) -> BatchFacts:
         int(row["other"]),
         int(row["partial"]),
         newest_lsn=None if newest is None else int(newest),
+        keyed=int(row["keyed"]),
     )
 
 
@@ -106,4 +116,5 @@ def arrow_facts(rows: Any) -> BatchFacts:
         keys,
         tuple(widen),
         pc.max(rows.column(LSN)).as_py() if rows.num_rows else None,
+        rows.num_rows - rows.column(KEY).null_count,
     )

@@ -81,6 +81,8 @@ class TableStep:
     """Every event of the batch is an insert: appended when no key meets the table (rule 7)."""
     keys: Sequence[str] | None = None
     """The batch's keys when the driver holds them (for :attr:`inserts_only`)."""
+    keyless: bool = False
+    """No event of the batch carries a key: its rows are appended when it holds no truncate and no fill (rule 9)."""
     whole_rows: bool = False
     """No row of the batch lacks a column (``unchanged`` is empty everywhere)."""
     fills: tuple[Fill, ...] = ()

@@ -34,6 +34,10 @@ view's dead-letter table (:mod:`derived_views.write.dead_letter`). Both MERGEs f
 8. **Whole-row batches read no table rows.** A batch without partial rows takes every column from the
    source: the current table's MERGE reads only the target's key and position, and the history table
    fills nothing from its current versions.
+9. **Keyless batches append.** When no event of a batch carries a key (a table without a primary key
+   or replica identity index), no row of it can match a table row: without a truncate or an added
+   column's fill in its range, its rows (history: its versions, each current) but the deletes, which
+   name no row, are appended in one commit, the MERGE's result without its scan of the table.
 
 A rebuild (``replace=True``) computes the same rows from an empty table and overwrites the table in one
 Delta commit (with ``overwriteSchema``), so readers see the old table until the new one is complete

@@ -61,6 +61,10 @@ def merge_current(spark: SparkSession, step: TableStep, source: DataFrame, *, ty
         overwrite(kept, path, progress, types)
         return
     types.ensure(spark, path, ddl)
+    if step.keyless and not truncates and not fills:
+        # rule 9: no row of the batch can match, so the MERGE would insert every row but the deletes
+        append(spark, path, rows.filter(F.col(OP) != "d").select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP), progress)
+        return
     if inserts_only and not fills and not meets_table(spark, path, rows, keys):
         append(spark, path, rows.select(*[quote(n) for n in names], KEY, LSN, SEQ, TS, OP), progress)
         return

@@ -92,6 +92,10 @@ def merge_history(spark: SparkSession, step: TableStep, source: DataFrame, *, ty
     if replace:
         overwrite(versions.drop("_rank"), path, progress, types)
         return
+    if step.keyless and not truncates and not fills:
+        # rule 9: a keyless version ends no other, so the MERGE would insert every version
+        append(spark, path, versions.drop("_rank"), progress)
+        return
     if inserts_only and not fills and not meets_table(spark, path, events, keys, current_only=True):
         append(spark, path, versions.drop("_rank"), progress)
         return

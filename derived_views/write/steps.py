@@ -177,6 +177,7 @@ def load_pending(ctx: ViewContext, step: TableStep, schema: TableSchema, *, dead
         truncates=batch.truncates,
         inserts_only=batch.inserts_only,
         keys=batch.keys,
+        keyless=batch.keyless,
         whole_rows=not batch.partial,
         fills=fills,
     )
