@@ -10,8 +10,9 @@ compacts them itself. Every command opens the log read-only, so it runs beside a
 from __future__ import annotations
 
 import base64
+import signal
 import sys
-import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -147,11 +148,13 @@ def tail_cmd(
     """Print TOPIC's committed records as JSON lines (topic, partition, offset, key, value, timestamp).
 
     Without --from-beginning it starts at the current end; with --follow it waits for new commit
-    watermarks and prints their records, until Ctrl-C or --max-records.
+    watermarks and prints their records, until Ctrl-C (SIGINT), SIGTERM or --max-records; either signal
+    ends it with status 0, even when it was started with SIGINT ignored (as a shell starts a background
+    job), in which case Python itself would never turn SIGINT into KeyboardInterrupt.
     """
     out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
-    stop = threading.Event()
     printed = 0
+    previous = _interrupt_on(signal.SIGINT, signal.SIGTERM) if follow else {}
     try:
         with open_log() as log:
             count = log.partitions(topic)
@@ -186,13 +189,15 @@ def tail_cmd(
                         out.flush()
                 if not follow:
                     return
-                watermark = _next_watermark(log, watermark, poll_interval, stop)
+                watermark = _next_watermark(log, watermark, poll_interval)
     except KeyboardInterrupt:
         return
     except BrokenPipeError:
         sys.stderr.close()  # the reader went away (e.g. `| head`): stop quietly
         return
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         if out is not None:
             try:
                 out.flush()
@@ -200,13 +205,28 @@ def tail_cmd(
                 pass
 
 
-def _next_watermark(log: Log, current: Watermark | None, interval: float, stop: threading.Event) -> Watermark | None:
+def _interrupt_on(*signals: signal.Signals) -> dict[signal.Signals, Any]:
+    """Make each of ``signals`` raise KeyboardInterrupt in the main thread; returns the handlers to put back.
+
+    Python installs that handler for SIGINT at start-up only when SIGINT is not ignored then, so a process
+    started with it ignored (``cmd &`` in a non-interactive shell, some supervisors) would otherwise
+    never stop on SIGINT.
+    """
+    previous: dict[signal.Signals, Any] = {}
+    for sig in signals:
+        handler = signal.signal(sig, signal.default_int_handler)
+        if handler is not None:  # None: a handler installed from C, which cannot be put back
+            previous[sig] = handler
+    return previous
+
+
+def _next_watermark(log: Log, current: Watermark | None, interval: float) -> Watermark | None:
     """Poll the published watermark every ``interval`` seconds until it moves past ``current``."""
     while True:
         latest = log.latest_watermark()
         if latest is not None and (current is None or latest.sequence != current.sequence):
             return latest
-        stop.wait(interval)
+        time.sleep(interval)
 
 
 @log_group.command("compact")

@@ -113,11 +113,21 @@ def test_compact_roll_needs_the_writer(data_dir: Path, capsys: pytest.CaptureFix
     assert f"process {os.getpid()}" in capsys.readouterr().err
 
 
-def test_tail_follow_in_a_process(data_dir: Path) -> None:
+@pytest.mark.parametrize(
+    ("stop_signal", "start_ignoring_sigint"),
+    [(signal.SIGINT, False), (signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["sigint", "sigint-ignored-at-start", "sigterm"],
+)
+def test_tail_follow_in_a_process(data_dir: Path, stop_signal: signal.Signals, start_ignoring_sigint: bool) -> None:
+    """--follow ends with status 0 on SIGINT or SIGTERM, also when started with SIGINT ignored (as a
+    non-interactive shell starts `cmd &`): Python then never turns SIGINT into KeyboardInterrupt itself."""
     env = {**os.environ, "CDC_DATA_DIR": str(data_dir)}
     code = "from cdc.commands.log_cmd import log_group; log_group(prog_name='cdc log')"
+    # `trap '' INT` ignores SIGINT, and an ignored signal stays ignored across exec
+    ignoring = ["sh", "-c", "trap '' INT; exec \"$@\"", "sh"] if start_ignoring_sigint else []
+    args = ["tail", "cdc.public.users", "--follow", "--from-beginning", "--poll-interval", "0.05"]
     tail = subprocess.Popen(
-        [sys.executable, "-c", code, "tail", "cdc.public.users", "--follow", "--from-beginning", "--poll-interval", "0.05"],
+        [*ignoring, sys.executable, "-c", code, *args],
         stdout=subprocess.PIPE,
         text=True,
         cwd=REPO,
@@ -132,7 +142,7 @@ def test_tail_follow_in_a_process(data_dir: Path) -> None:
                 log.append_group([rec("cdc.public.users", f'{{"id":{g}}}', f'{{"new":{g}}}')], f"{100 + g:016X}")
                 line = orjson.loads(tail.stdout.readline())
                 assert line["value"] == {"new": g}
-        tail.send_signal(signal.SIGINT)
+        tail.send_signal(stop_signal)
         assert tail.wait(timeout=30) == 0
     finally:
         if tail.poll() is None:
