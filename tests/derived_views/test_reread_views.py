@@ -78,6 +78,7 @@ def test_a_table_read_again_while_written_syncs_and_verifies_exactly(spark: Spar
         )
         stop_writing.set()
         writer.join(30)
+        assert not writer.is_alive(), "the writer did not stop: the source would move past what is compared"
         with psycopg.connect(pg_url) as conn:
             written = Lsn.parse(str(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]))  # type: ignore[index]
         wait_for(lambda: capture.confirmed >= written, what="capture to catch up with the writer")
@@ -85,6 +86,7 @@ def test_a_table_read_again_while_written_syncs_and_verifies_exactly(spark: Spar
         stop_writing.set()
         stop.set()
         running.join(60)
+    assert not running.is_alive(), "capture did not stop"
     assert counts[0] > 50, counts
     sync(ctx, ["warehouse"])
     assert verify_views(ctx, pg_url, ["warehouse"]) >= ROWS - counts[0]
