@@ -6,10 +6,10 @@ import orjson
 import pytest
 
 from cdc.capture.catalog import TableInfo
+from cdc.capture.change_replayer import _attribute_numbers
 from cdc.capture.errors import MissingValueError
 from cdc.capture.events import EventBuilder, TxContext
 from cdc.capture.pgoutput.messages import UNCHANGED
-from cdc.capture.streaming import _attribute_numbers
 from cdc.capture.tables import TableShape, fingerprint_of
 
 
