@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from cdc.capture.added_column_fills import filled_values
-from cdc.capture.catalog import Catalog, TableInfo
+from cdc.capture.catalog import Catalog
 from cdc.capture.errors import SourceError
 from cdc.capture.events import EventBuilder, TxContext, new_record
 from cdc.capture.key_changes import discarded_values, read_back_key
@@ -45,6 +45,7 @@ from cdc.capture.pgoutput.messages import (
     TypeInfo,
     Update,
 )
+from cdc.capture.published_tables import TableInfo
 from cdc.capture.row_codec import InsertEncoder
 from cdc.capture.streaming import Transaction
 from cdc.capture.tables import TableShape

@@ -83,7 +83,7 @@ from uuid import UUID
 
 import orjson
 
-from cdc.capture.catalog import PublishedTable
+from cdc.capture.published_tables import PublishedTable
 from cdc.capture.reads.held_changes import HeldChanges
 from cdc.capture.snapshot import KEYSET_TYPES
 from cdc.capture.snapshot_writer import KeysetPlan, OnlineParts, SnapshotWriter

@@ -34,11 +34,12 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
-from cdc.capture.catalog import Catalog, PublishedTable
+from cdc.capture.catalog import Catalog
 from cdc.capture.discovery import snapshot_new_tables
 from cdc.capture.errors import SourceError
 from cdc.capture.group_writer import GroupWriter
 from cdc.capture.lsn import Lsn
+from cdc.capture.published_tables import PublishedTable
 from cdc.capture.reads.held_changes import HeldChanges
 from cdc.capture.reads.online_read import OnlineRead, held_path, keyset_keys, progress_plan, run_keep
 from cdc.capture.reads.partial_reads import PartialRequests, flush_records, going_on
