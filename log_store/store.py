@@ -66,6 +66,7 @@ from types import TracebackType
 from typing import Literal
 
 from log_store.atomic_file import make_dirs, write_atomic
+from log_store.batch_decoding import RecordColumns
 from log_store.config import LogConfig
 from log_store.consumer_offsets import DIR_NAME as OFFSETS_DIR
 from log_store.consumer_offsets import ConsumerOffsets, GroupOffsets
@@ -84,7 +85,6 @@ from log_store.partition import Partition
 from log_store.placement import ChunkEncoder
 from log_store.producer_columns import ProducerColumns
 from log_store.record import ProducerRecord, Record, TopicPartition
-from log_store.record_batch import RecordColumns
 from log_store.recovery import PartitionCut, RecoveryReport
 from log_store.sync_pool import SyncPool
 from log_store.topic import (
