@@ -16,13 +16,13 @@ nothing of PostgreSQL or Spark.
 
 from __future__ import annotations
 
+from log_store.batch_decoding import RecordColumns
 from log_store.cleaner import CleanerStats
 from log_store.config import LogConfig
 from log_store.log_cleaner import CleanerReport, PartitionCleaning
 from log_store.partitioner import murmur2, partition_arrow, partition_for_key, positive_hashes_arrow
 from log_store.producer_columns import ProducerColumns
 from log_store.record import UNCHANGED_HEADER, Headers, ProducerRecord, Record, TopicPartition, first_header
-from log_store.record_batch import RecordColumns
 from log_store.recovery import PartitionCut, RecoveryReport
 from log_store.store import AtTime, LogStore, OffsetReset, PartitionInfo
 from log_store.topic import TopicConfig

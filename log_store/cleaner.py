@@ -32,10 +32,11 @@ from dataclasses import dataclass, field
 from itertools import compress, repeat
 from operator import and_, eq, is_not, itemgetter
 
+from log_store.batch_encoding import encode_records
 from log_store.errors import FoldError
 from log_store.fold import FoldFunction, parse_unchanged
 from log_store.record import UNCHANGED_HEADER, Headers, Record
-from log_store.record_batch import BatchHeader, encode_records
+from log_store.record_batch import BatchHeader
 
 _OFFSET, _KEY, _VALUE, _HEADERS = itemgetter(2), itemgetter(3), itemgetter(4), itemgetter(6)
 

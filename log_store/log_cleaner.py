@@ -34,13 +34,13 @@ from pathlib import Path
 import orjson
 
 from log_store.atomic_file import create_file, fsync_dir, write_all, write_atomic
+from log_store.batch_decoding import decode_columns, decode_records
 from log_store.cleaner import Cleaner, OffsetMap
 from log_store.config import LogConfig
 from log_store.errors import CleanerLockedError
 from log_store.lock import FileLock
 from log_store.offset_index import OffsetIndex, index_path
 from log_store.record import TopicPartition
-from log_store.record_batch import decode_columns, decode_records
 from log_store.recovery import CLEANED_SUFFIX, remove_side_files
 from log_store.retention import SegmentInfo, segments_to_delete
 from log_store.segment import FILE_HEADER_SIZE, SegmentFile, encode_file_header, list_segments, log_name

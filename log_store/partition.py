@@ -29,10 +29,11 @@ from operator import add, itemgetter, length_hint
 from pathlib import Path
 from typing import NamedTuple, TypeVar
 
+from log_store.batch_decoding import RecordColumns, decode_records
+from log_store.batch_encoding import Columns
 from log_store.config import LogConfig
 from log_store.producer_columns import ArrowColumns
 from log_store.record import ProducerRecord, Record, TopicPartition
-from log_store.record_batch import Columns, RecordColumns, decode_records
 from log_store.segment import ActiveSegment, SegmentFile, list_segments, log_name
 
 _MAX_RELATIVE = 1 << 31

@@ -20,12 +20,12 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
+from log_store.batch_encoding import Columns
 from log_store.errors import InvalidRecordError, UnknownTopicError
 from log_store.partition import EncodedBatch, Partition
 from log_store.partitioner import Partitioner
 from log_store.producer_columns import ArrowColumns, ProducerColumns, split_runs
 from log_store.record import ProducerRecord, TopicPartition
-from log_store.record_batch import Columns
 from log_store.topic import TopicConfig
 
 _TOPIC, _KEY = itemgetter(0), itemgetter(1)

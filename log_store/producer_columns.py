@@ -1,12 +1,12 @@
 """Records to append given as columns: Arrow key and value arrays of one topic, encoded without a Python
 object per record.
 
-A :class:`ProducerColumns` is the write-side twin of :class:`~log_store.record_batch.RecordColumns`:
+A :class:`ProducerColumns` is the write-side twin of :class:`~log_store.batch_decoding.RecordColumns`:
 a producer that already holds its keys and values as Arrow arrays (a snapshot turning a table's
 columns into events, say) hands them to :meth:`~log_store.store.LogStore.append_group` as they are.
 They are placed on partitions exactly as the same records would be (murmur2 of each key, round-robin
 for keyless records, see :mod:`log_store.partitioner`), and :class:`ArrowColumns` writes batches that
-are byte for byte those :class:`~log_store.record_batch.Columns` writes for the same records: the
+are byte for byte those :class:`~log_store.batch_encoding.Columns` writes for the same records: the
 fixed-width columns come from numpy over the Arrow offsets, and the key and value bytes are the
 arrays' own data buffers, handed to ``writev`` without a copy.
 """
@@ -21,8 +21,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from log_store.batch_encoding import _consecutive, _header_piece, _zeros, batch_cuts
 from log_store.record import ProducerRecord
-from log_store.record_batch import RECORD_SIZE, _consecutive, _header_piece, _zeros, batch_cuts
+from log_store.record_batch import RECORD_SIZE
 
 _OFFSET_TYPES = {pa.binary(): np.int32, pa.string(): np.int32, pa.large_binary(): np.int64, pa.large_string(): np.int64}
 
@@ -136,7 +137,7 @@ class _Column:
 
 
 class ArrowColumns:
-    """The :class:`~log_store.record_batch.Columns` interface over Arrow arrays (one partition's records)."""
+    """The :class:`~log_store.batch_encoding.Columns` interface over Arrow arrays (one partition's records)."""
 
     __slots__ = ("count", "keys", "payload_bytes", "timestamp_ms", "values")
 
@@ -155,7 +156,7 @@ class ArrowColumns:
 
     def encode_pieces(self, base_offset: int, start: int, stop: int, append_time_ms: int) -> tuple[list[bytes | memoryview], int]:
         """One batch of records ``[start, stop)`` at consecutive offsets: what
-        :meth:`~log_store.record_batch.Columns.encode_pieces` gives for the same records."""
+        :meth:`~log_store.batch_encoding.Columns.encode_pieces` gives for the same records."""
         count = stop - start
         pieces: list[bytes | memoryview] = [
             _consecutive(count),

@@ -53,21 +53,11 @@ from pathlib import Path
 from crc32c import crc32c
 
 from log_store.atomic_file import create_file, fsync_dir, start_writeback, write_all, writev_all
+from log_store.batch_decoding import RecordColumns, decode_record_columns, decode_records
 from log_store.errors import CorruptSegmentError
 from log_store.offset_index import OffsetIndex, index_path
 from log_store.record import Record
-from log_store.record_batch import (
-    HEADER_SIZE,
-    PREFIX,
-    PREFIX_SIZE,
-    BatchHeader,
-    RecordColumns,
-    crc_matches,
-    decode_record_columns,
-    decode_records,
-    header_problem,
-    parse_header,
-)
+from log_store.record_batch import HEADER_SIZE, PREFIX, PREFIX_SIZE, BatchHeader, crc_matches, header_problem, parse_header
 
 MAGIC = b"CLOG"
 VERSION = 1

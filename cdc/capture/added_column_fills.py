@@ -27,12 +27,12 @@ rows were written with their own values: the changed rule reads the table again)
 default now. ``atthasmissing`` still set means the table has not been rewritten since the column was
 added: a rewrite (a volatile default, an identity, a domain with a constraint, ``ALTER COLUMN TYPE``,
 ``VACUUM FULL``, ``CLUSTER``) writes the value into every row and clears it. Such a column gets no fact
-here, and :func:`cdc.capture.catalog.columns_filled_since` reads the table again instead.
+here, and :func:`cdc.capture.column_marks.columns_filled_since` reads the table again instead.
 
 The catalog is read when the stream reaches the column, so it may be ahead of the stream. The
 stored value cannot change without a rewrite that clears it; a column dropped and added again under its
 name between the two gives the newer value here, and its own fact later, which holds from a later
-position and so rules for every row again (:func:`cdc.capture.catalog.columns_filled_since` reads the table
+position and so rules for every row again (:func:`cdc.capture.column_marks.columns_filled_since` reads the table
 again when it sees the name reused).
 """
 

@@ -7,8 +7,8 @@ import logging
 
 import orjson
 
+from cdc.capture.change_replayer import EmittedSchema
 from cdc.capture.outbox import DEAD_LETTERS
-from cdc.capture.streaming import EmittedSchema
 from cdc.capture.tables import TableShape, fingerprint_of
 from log_store import TopicPartition
 from log_store.log import Log

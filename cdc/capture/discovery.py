@@ -12,9 +12,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Mapping
 
-from cdc.capture.catalog import Catalog, PublishedTable, steady
+from cdc.capture.catalog import Catalog
+from cdc.capture.column_marks import steady
 from cdc.capture.errors import PrivilegeError, SourceError
 from cdc.capture.lsn import Lsn
+from cdc.capture.published_tables import PublishedTable
 from cdc.capture.table_snapshots import PartialRead, PendingSnapshot, SnapshotLedger, TableGate, take_snapshot
 from cdc.capture.visibility import ReceivedXids
 

@@ -305,7 +305,7 @@ class EventBuilder:
         """The ``op=c`` record of an Insert whose TupleData starts at ``pos`` of ``payload``, straight from the bytes.
 
         ``None`` when the row needs the general path (:meth:`insert` on the decoded message); ``now_ms``
-        is the top-level ``ts_ms``. The streaming replay inlines this (:mod:`cdc.capture.streaming`).
+        is the top-level ``ts_ms``. The streaming replay inlines this (:mod:`cdc.capture.change_replayer`).
         """
         encoded = shape.codec.insert_encoder()(payload, pos, self.insert_template(shape, tx), tx.sequence, now_ms)
         if encoded is None:

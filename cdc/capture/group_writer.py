@@ -14,11 +14,12 @@ from collections.abc import Callable, Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+from cdc.capture.change_replayer import ChangeReplayer
 from cdc.capture.events import PreviousValues
 from cdc.capture.key_changes import KeyChangeValues, LogRows, discarded_values
 from cdc.capture.reads.held_changes import HeldChanges
 from cdc.capture.stream_core import group_position
-from cdc.capture.streaming import ChangeReplayer, Transaction
+from cdc.capture.streaming import Transaction
 from cdc.capture.tables import TableShape
 from log_store import ProducerRecord
 from log_store.log import Log

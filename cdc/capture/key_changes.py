@@ -17,7 +17,7 @@ come from two places:
 2. the group itself, for events of the same or an earlier transaction of the group that the log does
    not hold yet: :class:`KeyChangeValues` watches every record of the group as it goes to the log and
    keeps, for the keys it will be asked about (found by a first pass over the group's change messages,
-   :meth:`cdc.capture.streaming.ChangeReplayer.key_changes`), the row that record leaves.
+   :meth:`cdc.capture.change_replayer.ChangeReplayer.key_changes`), the row that record leaves.
 
 The create of the new key is then written as a full row with those values and no ``unchanged``
 header. A log whose compaction cannot fold partial rows (Kafka) gets every update that leaves TOAST

@@ -1,7 +1,7 @@
 """The columns a table's events are keyed by, as a mark the catalog reads and the snapshot ledger keeps.
 
 Every event of a table is keyed by its primary key when the old key the server sends holds it, else by
-the columns of its replica identity (:meth:`cdc.capture.streaming.ChangeReplayer.shape_from_relation`).
+the columns of its replica identity (:meth:`cdc.capture.change_replayer.ChangeReplayer.shape_from_relation`).
 ``ALTER TABLE ... DROP CONSTRAINT ..., ADD PRIMARY KEY (b)`` or ``REPLICA IDENTITY USING INDEX`` on
 another index changes those columns, and so the key of every later event of a row: the records the log
 holds under the old keys would stay beside the new ones for ever (no later event names them). So a

@@ -13,7 +13,7 @@ Guarantees (docs/outbox.md):
 
 * **Exactly once, at its commit's position.** The message is kept with its transaction
   (:class:`~cdc.capture.streaming.TransactionAssembler`) and replayed with the transaction's row changes
-  in the order the server sent them (:class:`~cdc.capture.streaming.ChangeReplayer`), so the event is
+  in the order the server sent them (:class:`~cdc.capture.change_replayer.ChangeReplayer`), so the event is
   written in the same group as those changes and the watermark covers both or neither. A transaction
   the log already holds is skipped whole after a restart, its events with it.
 * **Only if the transaction commits.** PostgreSQL decodes a transactional message at its

@@ -37,12 +37,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import closing
 from dataclasses import dataclass, field
 
-from cdc.capture.catalog import Catalog, PublishedTable, key_changed, rule_of
+from cdc.capture.catalog import Catalog
+from cdc.capture.change_replayer import ChangeReplayer
+from cdc.capture.column_marks import key_changed
 from cdc.capture.events import EventBuilder, ReadEncoder, TxContext, mark_last_read, tombstone_headers
 from cdc.capture.lsn import Lsn
+from cdc.capture.published_tables import PublishedTable, rule_of
 from cdc.capture.reads.read_conditions import with_row_filter
 from cdc.capture.snapshot import SnapshotReader
-from cdc.capture.streaming import ChangeReplayer
 from cdc.capture.table_snapshots import ReadProgress, SnapshotLedger
 from cdc.capture.tables import TableShape
 from event_format import is_truncate_key

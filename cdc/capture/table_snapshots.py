@@ -4,7 +4,7 @@
 the log holds complete (key: the table's log name as a JSON string, ``"<schema>.<table>"`` for plain
 names, see :mod:`log_store.topic_names`; value ``{"schema", "table", "topic",
 "relid", "lsn", "rows", "membership", "columns"}``, the last two as the catalog described the table when
-it was snapshotted, see :class:`~cdc.capture.catalog.PublishedTable`). It is written in the same group as the
+it was snapshotted, see :class:`~cdc.capture.published_tables.PublishedTable`). It is written in the same group as the
 snapshot's last rows, so after a crash either both are in the log or neither. A table's change events enter the log only once the
 ledger names it (or its snapshot is under way, below): :class:`TableGate` is what the replayer asks.
 
@@ -12,7 +12,7 @@ ledger names it (or its snapshot is under way, below): :class:`TableGate` is wha
 or added back after it left the publication, or published via a root that gained or lost a partition,
 or given a column whose existing rows hold values no change event carried and a rewrite wrote: ``ADD
 COLUMN`` with a volatile default, an identity or a domain with a constraint, see
-:func:`cdc.capture.catalog.columns_filled_since`; a constant default is carried by the schema record
+:func:`cdc.capture.column_marks.columns_filled_since`; a constant default is carried by the schema record
 instead, :mod:`cdc.capture.added_column_fills`) is
 snapshotted the way PostgreSQL's own logical replication synchronises a table added to a subscription:
 
@@ -70,9 +70,11 @@ from typing import TYPE_CHECKING
 import orjson
 import psycopg
 
-from cdc.capture.catalog import SESSION_OPTIONS, PublishedTable, columns_filled_since, key_changed, wal_end_sql
+from cdc.capture.catalog import SESSION_OPTIONS, wal_end_sql
+from cdc.capture.column_marks import columns_filled_since, key_changed
 from cdc.capture.errors import SourceError
 from cdc.capture.lsn import Lsn
+from cdc.capture.published_tables import PublishedTable
 from cdc.capture.snapshot import SnapshotReader
 from cdc.capture.tables import TableShape
 from cdc.capture.visibility import ReceivedXids, SnapshotXids
@@ -87,7 +89,7 @@ log = logging.getLogger("cdc.capture")
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
     """One snapshotted table: its OID, publication membership and column marks when snapshotted (see
-    :class:`~cdc.capture.catalog.PublishedTable`), the LSN its rows are as of."""
+    :class:`~cdc.capture.published_tables.PublishedTable`), the LSN its rows are as of."""
 
     relid: int
     lsn: int
@@ -249,9 +251,9 @@ class SnapshotLedger:
         whose publication ``membership`` changed since its snapshot (removed from the publication and
         added back, a partition attached or detached), nor one given a column since whose existing
         rows may hold values no change event carried (``columns``, see
-        :func:`cdc.capture.catalog.columns_filled_since`; a column whose values for older rows the stream
+        :func:`cdc.capture.column_marks.columns_filled_since`; a column whose values for older rows the stream
         carries, :mod:`cdc.capture.added_column_fills`, is none), nor one whose events are keyed by other
-        columns since (:func:`cdc.capture.catalog.key_changed`). ``None`` (the stream's question) skips a test,
+        columns since (:func:`cdc.capture.column_marks.key_changed`). ``None`` (the stream's question) skips a test,
         and so does an entry without column marks (written by an earlier version, until :meth:`note_columns`).
         Nor is a table with a read under way (a progress record: its truncate markers are in the log) or
         whose read was cancelled, whatever its entry says.

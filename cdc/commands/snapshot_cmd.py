@@ -31,7 +31,8 @@ from cdc.observe.read_status import read_status
 from cdc.setup.standby_source import writable_url
 
 if TYPE_CHECKING:
-    from cdc.capture.catalog import Catalog, PublishedTable
+    from cdc.capture.catalog import Catalog
+    from cdc.capture.published_tables import PublishedTable
 
 
 @click.command("snapshot")

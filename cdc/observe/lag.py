@@ -101,9 +101,11 @@ def _reads_owed(settings: Settings, ledger: SnapshotLedger) -> tuple[list[str], 
       :meth:`cdc.capture.catalog.Catalog.published_tables`) differs from the one the log's snapshot
       ledger holds for them;
     - those whose events are keyed by other columns than when the ledger recorded them (a new primary
-      key, another replica identity index, a key column renamed: :func:`cdc.capture.catalog.key_changed`),
+      key, another replica identity index, a key column renamed: :func:`cdc.capture.column_marks.key_changed`),
       as capture judges them (:meth:`cdc.capture.table_snapshots.SnapshotLedger.covers`)."""
-    from cdc.capture.catalog import Catalog, key_changed, rule_of
+    from cdc.capture.catalog import Catalog
+    from cdc.capture.column_marks import key_changed
+    from cdc.capture.published_tables import rule_of
 
     catalog = Catalog(settings.database_url, publication=settings.publication, mask_key=settings.mask_key_bytes)
     try:

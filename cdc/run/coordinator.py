@@ -49,6 +49,7 @@ from pathlib import Path
 
 from cdc.capture.capture_topics import CaptureTopics
 from cdc.capture.catalog import Catalog
+from cdc.capture.change_replayer import ChangeReplayer
 from cdc.capture.discovery import captured_tables
 from cdc.capture.errors import PrerequisiteError
 from cdc.capture.events import EventBuilder
@@ -62,7 +63,7 @@ from cdc.capture.reads.scheduler import ReadScheduler
 from cdc.capture.slot_continuity import drop_idle_slot, slot_lost, slot_skipped_ahead
 from cdc.capture.snapshot_writer import SnapshotWriter, SnapshotWritten, published_shape
 from cdc.capture.stream_core import StreamCore
-from cdc.capture.streaming import ChangeReplayer, Transaction
+from cdc.capture.streaming import Transaction
 from cdc.capture.table_snapshots import PendingSnapshot, SnapshotLedger, TableGate
 from cdc.capture.tables import TableShape
 from cdc.capture.timelines import divergence

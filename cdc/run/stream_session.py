@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from tenacity import Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from cdc.capture.catalog import Catalog
+from cdc.capture.change_replayer import ChangeReplayer
 from cdc.capture.errors import PrerequisiteError, PrivilegeError, SlotError, SlotLostError, SourceError
 from cdc.capture.gc_tuning import relaxed_gc
 from cdc.capture.group_writer import GroupWriter
@@ -37,7 +38,7 @@ from cdc.capture.stream_core import (
     StreamCore,
     WriteSnapshot,
 )
-from cdc.capture.streaming import ChangeReplayer, Transaction, TransactionAssembler
+from cdc.capture.streaming import Transaction, TransactionAssembler
 from cdc.capture.table_snapshots import PendingSnapshot, SnapshotLedger
 from cdc.capture.timelines import divergence
 from cdc.capture.transport import Keepalive, ReplicationConnection, XLogData, decode_frame

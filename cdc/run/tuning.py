@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cdc.capture.reads.scheduler import ReadStats, ReadTuning
+from cdc.capture.reads.read_settings import ReadStats, ReadTuning
 from cdc.capture.stream_core import StreamTuning
 
 

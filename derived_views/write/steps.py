@@ -198,7 +198,7 @@ def follow_source_columns(ctx: ViewContext, schema: TableSchema, path: str, prog
     watermark; after a crash the next run finds it renamed).
 
     A column dropped and added again under the same name is another column: capture reads the table
-    again (:func:`cdc.capture.catalog.columns_filled_since`), whose truncate marker and reads replace every
+    again (:func:`cdc.capture.column_marks.columns_filled_since`), whose truncate marker and reads replace every
     current row; history versions from before keep the dropped column's values under the name.
     """
     existing = ctx.types.of(ctx.spark, path) if progress is not None else None

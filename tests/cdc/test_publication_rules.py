@@ -279,12 +279,13 @@ def test_a_log_written_without_the_rule_is_read_again_under_it(
     lists and row filters) is read again under the rule, and compaction then removes every value the
     rule excludes."""
     from cdc.capture import catalog
+    from cdc.capture.published_tables import PublishedTable
 
     create_tables(pg_url)
     settings = settings_for(pg_url, tmp_path)
     published = catalog._published
 
-    def unruled(*row: object, **marks: Any) -> catalog.PublishedTable:
+    def unruled(*row: object, **marks: Any) -> PublishedTable:
         table = published(*row, **marks)
         membership = table.membership.partition(";rule=")[0]
         return dataclasses.replace(table, column_list=None, row_filter=None, membership=membership)

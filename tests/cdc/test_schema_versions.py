@@ -5,11 +5,11 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from cdc.capture.catalog import TableInfo
+from cdc.capture.change_replayer import _attribute_numbers
 from cdc.capture.errors import MissingValueError
 from cdc.capture.events import EventBuilder, TxContext
 from cdc.capture.pgoutput.messages import UNCHANGED
-from cdc.capture.streaming import _attribute_numbers
+from cdc.capture.published_tables import TableInfo
 from cdc.capture.tables import TableShape, fingerprint_of
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import orjson
 
-from cdc.capture.catalog import PublishedTable
+from cdc.capture.published_tables import PublishedTable
 from cdc.capture.table_snapshots import SnapshotLedger, TableGate
 from cdc.capture.tables import TableShape
 from tests.cdc.wire import sample_shape

@@ -8,10 +8,12 @@ import orjson
 import pytest
 
 from event_format import fold_after
+from log_store.batch_decoding import decode_records
+from log_store.batch_encoding import encode_records
 from log_store.cleaner import Cleaner, OffsetMap, build_offset_map
 from log_store.errors import FoldError
 from log_store.record import Record
-from log_store.record_batch import decode_records, encode_records, parse_header
+from log_store.record_batch import parse_header
 
 DAY = 86_400_000
 

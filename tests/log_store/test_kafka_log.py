@@ -13,7 +13,8 @@ import pytest
 
 from log_store import ProducerColumns, ProducerRecord, TopicPartition
 from log_store.errors import InvalidRecordError, ReadOnlyError, TopicConfigMismatchError, UnknownTopicError
-from log_store.kafka.log import PRODUCE_WINDOW, KafkaLog, KafkaLogError, KafkaSettings
+from log_store.kafka.group_producer import PRODUCE_WINDOW
+from log_store.kafka.log import KafkaLog, KafkaLogError, KafkaSettings
 from log_store.partitioner import partition_for_key
 
 pytestmark = pytest.mark.kafka
@@ -72,7 +73,8 @@ def test_records_land_on_the_embedded_logs_partitions_and_read_back_whole(kafka_
 _KILLED_WRITER = """
 import sys, time
 from log_store import ProducerRecord
-from log_store.kafka.log import PRODUCE_WINDOW, KafkaLog, KafkaSettings
+from log_store.kafka.group_producer import PRODUCE_WINDOW
+from log_store.kafka.log import KafkaLog, KafkaSettings
 log = KafkaLog.open(KafkaSettings(sys.argv[1], sys.argv[2]), writer=True)
 def records():
     for i in range(PRODUCE_WINDOW):  # a whole chunk: produced and delivered before the next is asked for

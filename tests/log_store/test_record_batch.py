@@ -7,21 +7,10 @@ import struct
 
 import pytest
 
+from log_store.batch_decoding import RecordColumns, decode_record_columns, decode_records
+from log_store.batch_encoding import Columns, encode_records
 from log_store.record import ProducerRecord, Record
-from log_store.record_batch import (
-    HEADER_SIZE,
-    MAGIC,
-    RECORD_SIZE,
-    BatchHeader,
-    Columns,
-    RecordColumns,
-    crc_matches,
-    decode_record_columns,
-    decode_records,
-    encode_records,
-    header_problem,
-    parse_header,
-)
+from log_store.record_batch import HEADER_SIZE, MAGIC, RECORD_SIZE, BatchHeader, crc_matches, header_problem, parse_header
 
 
 def _records() -> list[ProducerRecord]:

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from log_store import LogStore, TopicPartition
+from log_store.batch_encoding import Columns
 from log_store.errors import CorruptSegmentError
 from log_store.offset_index import OffsetIndex, index_path
 from log_store.record import ProducerRecord
-from log_store.record_batch import Columns
 from log_store.segment import (
     FILE_HEADER_SIZE,
     ActiveSegment,

@@ -10,7 +10,7 @@ waits for other transactions), and the stream never waits for the read:
    group at the stream's current position (a chunk is not a source transaction: the position does not
    move). The first chunk follows the truncate markers and the schema record; each chunk's rows are
    ``op=r`` as of B - 1. A table with a primary key of integer or uuid columns is read by key
-   (:func:`~cdc.capture.snapshot.keyset_query`; chunks fetched ahead on the snapshot's sessions,
+   (:func:`~cdc.capture.snapshot_chunks.keyset_query`; chunks fetched ahead on the snapshot's sessions,
    :meth:`~cdc.capture.snapshot.SnapshotReader.keyset_chunks`) and each chunk's group carries the read's progress
    record (:class:`~cdc.capture.table_snapshots.ReadProgress`: the last key written); other tables are
    read by block ranges.
@@ -83,9 +83,9 @@ from uuid import UUID
 
 import orjson
 
-from cdc.capture.catalog import PublishedTable
+from cdc.capture.published_tables import PublishedTable
 from cdc.capture.reads.held_changes import HeldChanges
-from cdc.capture.snapshot import KEYSET_TYPES
+from cdc.capture.snapshot_chunks import KEYSET_TYPES
 from cdc.capture.snapshot_writer import KeysetPlan, OnlineParts, SnapshotWriter
 from cdc.capture.table_snapshots import PendingSnapshot, ReadProgress
 from cdc.capture.tables import TableShape
@@ -103,7 +103,7 @@ def held_path(held_dir: Path, slot: str, relid: int) -> Path:
 def keyset_keys(shape: TableShape, primary_key: tuple[str, ...]) -> tuple[str, ...] | None:
     """The key a table is read by beside the stream (its primary key, in index order), or ``None`` when it
     is read by block ranges instead (no primary key, or one with a type outside
-    :data:`~cdc.capture.snapshot.KEYSET_TYPES`): such a read starts over after a crash."""
+    :data:`~cdc.capture.snapshot_chunks.KEYSET_TYPES`): such a read starts over after a crash."""
     types = {column.name: column.type_name for column in shape.columns if column.key}
     if not primary_key or set(primary_key) != set(types) or any(types[k] not in KEYSET_TYPES for k in primary_key):
         return None

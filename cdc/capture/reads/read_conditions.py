@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING
 from cdc.errors import ConfigError
 
 if TYPE_CHECKING:
-    from cdc.capture.catalog import Catalog, PublishedTable
+    from cdc.capture.catalog import Catalog
+    from cdc.capture.published_tables import PublishedTable
 
 #: The schema every function and operator of a condition resolves in.
 CATALOG = "pg_catalog"

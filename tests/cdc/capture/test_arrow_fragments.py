@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from cdc.capture import arrow_fragments
 from cdc.capture.row_codec import RowCodec, fragmenter
-from cdc.capture.snapshot import _split, _unescaped
+from cdc.capture.snapshot_chunks import _split, _unescaped
 from cdc.capture.tables import ColumnShape
 from cdc.capture.values import converter_for
 

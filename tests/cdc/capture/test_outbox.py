@@ -9,10 +9,11 @@ import struct
 import orjson
 import pytest
 
+from cdc.capture.change_replayer import ChangeReplayer
 from cdc.capture.events import EventBuilder
 from cdc.capture.outbox import Outbox, Rejected
 from cdc.capture.pgoutput.messages import LogicalMessage
-from cdc.capture.streaming import ChangeReplayer, Transaction, TransactionAssembler
+from cdc.capture.streaming import Transaction, TransactionAssembler
 from cdc.capture.transport.framing import encode_xlogdata
 from tests.cdc.wire import hand_message, sample_shape
 

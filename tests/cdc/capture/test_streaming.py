@@ -1,4 +1,4 @@
-"""cdc.capture.streaming: transactions assembled from pgoutput messages, and replayed into records."""
+"""cdc.capture.streaming and cdc.capture.change_replayer: transactions assembled from pgoutput messages, then replayed."""
 
 from __future__ import annotations
 
@@ -82,7 +82,8 @@ def test_take_stores_change_frames_as_feed_does() -> None:
 
 
 def test_a_truncated_insert_is_a_decode_error_on_the_fast_path_too() -> None:
-    from cdc.capture.streaming import ChangeReplayer, Transaction
+    from cdc.capture.change_replayer import ChangeReplayer
+    from cdc.capture.streaming import Transaction
 
     class _Catalog:
         type_names: dict[int, str] = {}
@@ -122,7 +123,7 @@ def test_a_truncated_insert_is_a_decode_error_on_the_fast_path_too() -> None:
 def test_a_malformed_change_is_reported_at_its_own_lsn() -> None:
     """A change stored by :meth:`feed` or by the frames' fast path (:meth:`take`), then decoded at
     replay, is reported at the LSN it came at: not 0, not its transaction's commit."""
-    from cdc.capture.streaming import ChangeReplayer
+    from cdc.capture.change_replayer import ChangeReplayer
 
     class _Catalog:
         type_names: dict[int, str] = {}

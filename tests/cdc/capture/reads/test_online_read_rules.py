@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cdc.capture import snapshot
+from cdc.capture import snapshot_chunks
 from cdc.capture.reads.online_read import keyset_keys, progress_plan, run_keep
-from cdc.capture.snapshot import KEYSET_TYPES, last_key
+from cdc.capture.snapshot_chunks import KEYSET_TYPES, last_key
 from cdc.capture.table_snapshots import ReadProgress
 from cdc.capture.tables import TableShape
 
@@ -24,7 +24,7 @@ def test_only_integer_and_uuid_primary_keys_are_read_by_key_in_index_order() -> 
 
 def test_a_chunk_read_by_key_ends_at_the_last_line_of_each_key_column() -> None:
     # a key type's text is sent as it is (never escaped, no newline): the last line is the last row's
-    assert KEYSET_TYPES <= snapshot._PLAIN
+    assert KEYSET_TYPES <= snapshot_chunks._PLAIN
     row = [b"1\n2\n10", b"x\\n\ny\nz", b"0f\nab\ncd", 3]
     assert last_key(row, [0, 2]) == ("10", "cd")
     assert last_key([b"7", b"v", 1], [0]) == ("7",)
