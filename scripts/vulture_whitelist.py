@@ -124,4 +124,4 @@ _._off_or_on  # unused method (derived_views/engine/engine_settings.py: pydantic
 _._empty_is_default  # unused method (derived_views/engine/engine_settings.py: pydantic validator)
 _._long_enough  # unused method (cdc/config/settings.py: pydantic validator)
 _.visit  # pglast Visitor callback (cdc/capture/reads/read_conditions.py)
-fail_over  # unused method (local_servers/standby_pair.py): the failover tests and tests/cdc/test_standby_capture.py call it
+fail_over  # unused method (local_servers/standby_pair.py): the failover tests and tests/cdc/setup/test_standby_capture.py call it

@@ -11,8 +11,18 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.cdc.test_column_masks import KEY, TABLES, VIEWS, _clear_values, _insert_customer, _masked, _setup, _tables, hashed
-from tests.cdc.test_publication_rules import files_holding, secret
+from tests.cdc.capture.test_column_masks import (
+    KEY,
+    TABLES,
+    VIEWS,
+    _clear_values,
+    _insert_customer,
+    _masked,
+    _setup,
+    _tables,
+    hashed,
+)
+from tests.cdc.capture.test_publication_rules import files_holding, secret
 from tests.derived_views.pipeline import (
     capture,
     context,

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from tests.cdc.test_publication_rules import create_tables, files_holding, insert_person, published_people, secret
+from tests.cdc.capture.test_publication_rules import create_tables, files_holding, insert_person, published_people, secret
 from tests.derived_views.pipeline import (
     capture,
     context,

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.cdc.capture.test_table_names import AWKWARD, _insert, _setup
 from tests.cdc.helpers import execute
-from tests.cdc.test_table_names import AWKWARD, _insert, _setup
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -21,7 +21,7 @@ from log_store.topic_names import (
     topic_name,
     unescape,
 )
-from tests.cdc.test_topic_for import IDENTIFIERS
+from tests.cdc.config.test_topic_for import IDENTIFIERS
 
 
 @settings(max_examples=300, deadline=None)

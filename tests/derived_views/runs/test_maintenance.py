@@ -146,7 +146,7 @@ def test_dropping_earlier_versions_leaves_no_byte_of_them_with_deletion_vectors_
     from derived_views.engine.commit_progress import committed_progress
     from derived_views.engine.earlier_versions import drop_earlier_versions
     from derived_views.engine.progress import Progress
-    from tests.cdc.test_publication_rules import secret
+    from tests.cdc.capture.test_publication_rules import secret
     from tests.derived_views.pipeline import view_files_holding
 
     path = str(tmp_path / "table")

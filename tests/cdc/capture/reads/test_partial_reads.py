@@ -25,9 +25,9 @@ from cdc.config.settings import Settings
 from cdc.run.coordinator import Capture
 from event_format import is_truncate_key
 from log_store.errors import LogNotFoundError
+from tests.cdc.capture.reads.test_online_reads import BIG, TOASTED, WORDS, _progress, _started, assert_per_key_order, words_table
+from tests.cdc.capture.reads.test_online_reads import _tables as online_tables
 from tests.cdc.helpers import execute, first_reads, read_topic, replay, run_cdc, settings_for, source_table, wait_for
-from tests.cdc.test_online_reads import BIG, TOASTED, WORDS, _progress, _started, assert_per_key_order, words_table
-from tests.cdc.test_online_reads import _tables as online_tables
 from tests.faults.harness import CdcProcess, cdc_env, wal_lsn
 
 pytestmark = pytest.mark.pg

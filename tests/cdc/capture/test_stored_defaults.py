@@ -19,8 +19,8 @@ from cdc.capture.lsn import Lsn
 from cdc.capture.tables import TableShape
 from cdc.run.coordinator import Capture
 from event_format.masks import Mask
+from tests.cdc.capture.test_publication_rules import files_holding, secret
 from tests.cdc.helpers import execute, filled_columns, read_topic, replay, settings_for, source_table
-from tests.cdc.test_publication_rules import files_holding, secret
 
 pytestmark = pytest.mark.pg
 

@@ -10,8 +10,8 @@ import psycopg
 import pytest
 
 from cdc.run.coordinator import Capture
+from tests.cdc.capture.test_publication_rules import files_holding, insert_person, published_people, secret
 from tests.cdc.helpers import execute, replay, run_cdc, settings_for, slot_names
-from tests.cdc.test_publication_rules import files_holding, insert_person, published_people, secret
 
 pytestmark = pytest.mark.pg
 

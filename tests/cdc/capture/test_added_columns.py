@@ -1,6 +1,6 @@
 """A column added with values for the rows already there reaches those rows without a change event. A
 constant default (stored once, the table not rewritten) reaches the log as a fact of the table's schema
-record, the value every row before a position holds (tests/cdc/test_stored_defaults.py); a volatile
+record, the value every row before a position holds (tests/cdc/capture/test_stored_defaults.py); a volatile
 default, an identity column or a domain with a constraint rewrite the table, and capture reads it again,
 superseding what the log held. A column added without a default leaves them null and needs nothing, nor
 does a generated column, which is not published."""

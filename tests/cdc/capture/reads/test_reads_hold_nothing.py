@@ -16,8 +16,8 @@ import pytest
 
 from cdc.run.coordinator import Capture
 from cdc.run.tuning import Tuning
+from tests.cdc.capture.reads.test_online_reads import BIG, BUSY, _ends, _started, _tables, assert_per_key_order
 from tests.cdc.helpers import execute, first_reads, read_topic, replay, run_cdc, settings_for, source_table, wait_for
-from tests.cdc.test_online_reads import BIG, BUSY, _ends, _started, _tables, assert_per_key_order
 
 pytestmark = pytest.mark.pg
 

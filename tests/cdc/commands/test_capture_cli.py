@@ -20,7 +20,7 @@ from tests.cdc.helpers import read_topic, replay, source_table, wait_for
 
 pytestmark = [pytest.mark.pg, pytest.mark.slow]
 
-CDC = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "cdc")
+CDC = str(Path(__file__).resolve().parents[3] / ".venv" / "bin" / "cdc")
 
 
 def _env(url: str, data_dir: Path) -> dict[str, str]:

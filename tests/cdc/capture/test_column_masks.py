@@ -17,8 +17,8 @@ import pytest
 from cdc.config.settings import Settings
 from cdc.run.coordinator import Capture
 from log_store.errors import LogStoreError
+from tests.cdc.capture.test_publication_rules import files_holding, secret
 from tests.cdc.helpers import execute, read_topic, replay, run_cdc, settings_for, slot_names, wait_for
-from tests.cdc.test_publication_rules import files_holding, secret
 
 pytestmark = pytest.mark.pg
 
