@@ -1,8 +1,9 @@
 """Sub-commands of ``cdc``, one module per area; :func:`register` attaches them to the root group.
 
-The modules every command shares: :mod:`cdc.commands.command_context` (the settings of one invocation) and
-:mod:`cdc.commands.run_command` (a failure shown as one line). May import every room of ``cdc`` and
-the views' entry point; never :mod:`cdc.cli`, which imports this package (a command reaches the root
+The modules every command shares: :mod:`cdc.commands.command_context` (the settings of one invocation),
+:mod:`cdc.commands.run_command` (a failure shown as one line) and :mod:`cdc.commands.interrupts` (a command
+that runs until stopped ends on SIGINT or SIGTERM). May import every room of ``cdc`` and the views' entry
+point; never :mod:`cdc.cli`, which imports this package (a command reaches the root
 group through click's context).
 """
 

@@ -14,6 +14,7 @@ from rich.live import Live
 from rich.table import Table
 
 from cdc.capture.lsn import Lsn
+from cdc.commands.interrupts import interrupt_on
 from cdc.config.settings import Settings, load_settings
 from cdc.errors import CdcError, ConfigError
 from cdc.observe.lag import measure
@@ -145,22 +146,25 @@ def render(report: LagReport) -> Group:
 
 
 def _watch(settings: Settings, interval: float, max_lag_seconds: float | None, max_wal_bytes: int | None) -> None:
-    """Refresh the report until Ctrl-C: in place on a terminal, one report after another otherwise."""
+    """Refresh the report until Ctrl-C (SIGINT) or SIGTERM: in place on a terminal, one report after
+    another otherwise. Either signal ends it with status 0, also when it was started with SIGINT ignored
+    (as a shell starts a background job)."""
     console = Console()
 
     def current() -> Group:
         return render(measure(settings, max_lag_seconds=max_lag_seconds, max_wal_bytes=max_wal_bytes))
 
     try:
-        if not console.is_terminal:
-            while True:
-                console.print(current())
-                console.file.flush()
-                time.sleep(interval)
-        with Live(console=console, auto_refresh=False) as live:
-            while True:
-                live.update(current(), refresh=True)
-                time.sleep(interval)
+        with interrupt_on(signal.SIGINT, signal.SIGTERM):
+            if not console.is_terminal:
+                while True:
+                    console.print(current())
+                    console.file.flush()
+                    time.sleep(interval)
+            with Live(console=console, auto_refresh=False) as live:
+                while True:
+                    live.update(current(), refresh=True)
+                    time.sleep(interval)
     except KeyboardInterrupt:
         return
 
@@ -180,7 +184,7 @@ def _serve(settings: Settings, port: int, address: str) -> None:
 
 @click.command("lag")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (schema in cdc/observe/lag_report.py).")
-@click.option("--watch", is_flag=True, help="Refresh in place until interrupted.")
+@click.option("--watch", is_flag=True, help="Refresh in place until interrupted (Ctrl-C or SIGTERM).")
 @click.option(
     "--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True, help="Seconds between refreshes with --watch."
 )

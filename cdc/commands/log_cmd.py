@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,6 +23,7 @@ import orjson
 from rich.console import Console
 from rich.table import Table
 
+from cdc.commands.interrupts import interrupt_on
 from cdc.config.log_backend import open_log as open_settings_log
 from cdc.config.settings import load_settings
 from cdc.errors import ConfigError
@@ -154,9 +155,8 @@ def tail_cmd(
     """
     out = sys.stdout.buffer if hasattr(sys.stdout, "buffer") else None
     printed = 0
-    previous = _interrupt_on(signal.SIGINT, signal.SIGTERM) if follow else {}
     try:
-        with open_log() as log:
+        with interrupt_on(signal.SIGINT, signal.SIGTERM) if follow else nullcontext(), open_log() as log:
             count = log.partitions(topic)
             if partition is not None and not 0 <= partition < count:
                 raise UnknownTopicError(log.root, topic, partition, count)
@@ -196,28 +196,11 @@ def tail_cmd(
         sys.stderr.close()  # the reader went away (e.g. `| head`): stop quietly
         return
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
         if out is not None:
             try:
                 out.flush()
             except BrokenPipeError:
                 pass
-
-
-def _interrupt_on(*signals: signal.Signals) -> dict[signal.Signals, Any]:
-    """Make each of ``signals`` raise KeyboardInterrupt in the main thread; returns the handlers to put back.
-
-    Python installs that handler for SIGINT at start-up only when SIGINT is not ignored then, so a process
-    started with it ignored (``cmd &`` in a non-interactive shell, some supervisors) would otherwise
-    never stop on SIGINT.
-    """
-    previous: dict[signal.Signals, Any] = {}
-    for sig in signals:
-        handler = signal.signal(sig, signal.default_int_handler)
-        if handler is not None:  # None: a handler installed from C, which cannot be put back
-            previous[sig] = handler
-    return previous
 
 
 def _next_watermark(log: Log, current: Watermark | None, interval: float) -> Watermark | None:
