@@ -1,4 +1,5 @@
-"""The README and docs/ stay true: every link reaches a file (and heading), every command shown exists."""
+"""The README and docs/ stay true: every link reaches a file (and heading), every file named exists, every
+command shown exists."""
 
 from __future__ import annotations
 
@@ -15,6 +16,11 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _COMMAND = re.compile(r"(?<![\w/.-])cdc((?: [a-z][a-z-]*)+)")
 _SCRIPT = re.compile(r"\./(scripts/[\w-]+)")
+#: A file or folder of the repository in backticks, maybe with a test after it: `tests/x/test_y.py::test_z`
+_PATH = re.compile(
+    r"`((?:bench|cdc|deploy|derived_views|docs|event_format|examples|local_servers|log_store|migrations|scripts|tests)"
+    r"/[\w/.-]*)(?:::(\w+)[^`]*)?`"
+)
 
 
 def _anchor(heading: str) -> str:
@@ -43,6 +49,16 @@ def test_every_link_reaches_a_file_and_its_heading(page: Path) -> None:
         assert target.exists(), f"{page.name} links to {link}, which does not exist"
         if anchor:
             assert anchor in _anchors(target), f"{page.name} links to {link}: no such heading in {target.name}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: page.name)
+def test_every_file_a_page_names_exists(page: Path) -> None:
+    """A file moved or a test renamed leaves no page naming the old one."""
+    named = _PATH.findall(page.read_text())
+    for path, test in named:
+        assert (ROOT / path).exists(), f"{page.name} names {path}, which does not exist"
+        if test:
+            assert f"def {test}(" in (ROOT / path).read_text(), f"{page.name} names {path}::{test}, which does not exist"
 
 
 def _command_names() -> set[tuple[str, ...]]:
