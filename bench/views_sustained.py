@@ -1,7 +1,7 @@
 """Views under a steady write load, rate after rate, beside a hand-written Spark job keeping the same tables.
 
 Usage: python -m bench.views_sustained [--scales 5,50] [--rates 25,50,100,200] [--minutes 5]
-[--arms warehouse,all,anchor] [--deletion-vectors]
+[--arms warehouse,warehouse-dv,all,anchor] [--deletion-vectors]
 (default pgbench scales 5 and 50 (500,000 and 5,000,000 accounts), 5 minutes per rate, every arm)
 
 Per scale: a fresh PostgreSQL (``pgbench -i``; ``pgbench_history``, keyless, gets ``REPLICA IDENTITY
@@ -11,6 +11,7 @@ log into tables of its own:
 
 - ``warehouse``: ``cdc sync --continuous`` of the warehouse's current and history tables of the four
   pgbench tables (and the probe's);
+- ``warehouse-dv``: the same with ``CDC_DELETION_VECTORS=true`` (its tables use deletion vectors);
 - ``all``: the same with every kind of view on: the warehouse, a cache entity and a search index over the
   accounts;
 - ``anchor``: ``bench.sustained_anchor``, a Structured Streaming job whose ``foreachBatch`` keeps the same
@@ -65,7 +66,7 @@ EVERY_VIEW = (
     + '\n[cache.account]\nroot = "public.pgbench_accounts"\n'
     + '\n[search.accounts]\nroot = "public.pgbench_accounts"\ntext = ["filler"]\n'
 )
-ARMS = ("warehouse", "all", "anchor")
+ARMS = ("warehouse", "warehouse-dv", "all", "anchor")
 
 
 @dataclass
@@ -243,7 +244,8 @@ def _arm(
         )  # fmt: skip
         reached = lambda: _anchor_reached(applied)  # noqa: E731
     else:
-        env = _env(url, data_dir, WAREHOUSE if name == "warehouse" else EVERY_VIEW, vectors)
+        views = WAREHOUSE if name.startswith("warehouse") else EVERY_VIEW
+        env = _env(url, data_dir, views, vectors or name.endswith("-dv"))
         process = subprocess.Popen([str(BIN / "cdc"), "sync", "--continuous"], env=env, stdout=logs, stderr=logs)
         reached = lambda: _cdc_reached(data_dir)  # noqa: E731
     try:
