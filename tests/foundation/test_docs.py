@@ -1,5 +1,5 @@
 """The README and docs/ stay true: every link reaches a file (and heading), every file named exists, every
-command shown exists."""
+command shown exists, and the architecture map's tables hold short cells."""
 
 from __future__ import annotations
 
@@ -59,6 +59,25 @@ def test_every_file_a_page_names_exists(page: Path) -> None:
         assert (ROOT / path).exists(), f"{page.name} names {path}, which does not exist"
         if test:
             assert f"def {test}(" in (ROOT / path).read_text(), f"{page.name} names {path}::{test}, which does not exist"
+
+
+#: The longest a table cell of docs/architecture.md may be: a map's cell holds a line or two, and longer lists
+#: (a promise's tests, a room's modules) go under a heading of their own below the table.
+MAP_CELL_CHARS = 300
+
+
+def _table_cells(page: Path) -> list[str]:
+    """Every cell of every Markdown table in ``page`` (a ``\\|`` inside a cell does not split it)."""
+    rows = [line.strip() for line in page.read_text().splitlines() if line.lstrip().startswith("|")]
+    return [cell.strip() for row in rows for cell in re.split(r"(?<!\\)\|", row.strip("|"))]
+
+
+def test_the_architecture_map_keeps_its_table_cells_short() -> None:
+    page = ROOT / "docs" / "architecture.md"
+    cells = _table_cells(page)
+    assert any("`cdc/capture/`" in cell for cell in cells)  # the map's tables were found
+    long = [f"{len(cell)} characters: {cell[:80]}..." for cell in cells if len(cell) > MAP_CELL_CHARS]
+    assert long == [], f"docs/architecture.md has table cells over {MAP_CELL_CHARS} characters"
 
 
 def _command_names() -> set[tuple[str, ...]]:
