@@ -16,6 +16,7 @@ from cdc.capture.errors import SourceError, connection_failure
 from cdc.capture.key_marks import KEY_MARK
 from cdc.capture.lsn import Lsn
 from cdc.capture.published_tables import PublishedTable, TableInfo, publication_rule
+from cdc.capture.visibility import SnapshotXids
 from event_format.masks import COMMENT_QUERY, Mask, from_comment, from_message, key_id
 
 #: A published table's column list (NULL when the publication names none: ``attnames`` then lists every
@@ -325,6 +326,12 @@ class Catalog:
         standby its replay position."""
         rows = self._execute(f"SELECT {wal_end_sql('pg_current_wal_flush_lsn()')}::text", ())
         return int(Lsn.parse(str(rows[0][0]))) if rows else 0
+
+    def current_snapshot(self) -> SnapshotXids:
+        """Which transactions a query run on the server now sees (its ``pg_current_snapshot()``); none
+        when it gave no answer."""
+        rows = self._execute("SELECT pg_current_snapshot()::text", ())
+        return SnapshotXids.parse(str(rows[0][0])) if rows else SnapshotXids(0, 0)
 
     def flush_wal(self) -> None:
         """Make the server flush its WAL: a transaction that takes an ID and commits (one commit record; on a

@@ -40,7 +40,12 @@ class ReadStarts(ReadResumes):
         A read's rows are as of its boundary minus one, which must lie past every position a snapshot's
         rows were labelled with before (the log's position at the start, the reads begun since): rows
         labelled alike would not order after those. While the stream has not moved past it, the snapshot
-        waits (the server is asked where its WAL ends, and to flush it)."""
+        waits (the server is asked where its WAL ends, and to flush it).
+
+        Discovery also keeps the IDs of the transactions the stream received bounded: once enough came in,
+        those a snapshot of the server now sees are forgotten (:class:`~cdc.capture.visibility.ReceivedXids`)."""
+        if self.received.due:
+            self.received.forget_seen(self.catalog.current_snapshot())
         boundary = Lsn(max(self.core.server_end, self.position + 1))
         if boundary - 1 <= self.label_floor:
             self.core.want_end = max(self.core.want_end, self.label_floor + 2)
