@@ -48,6 +48,15 @@ def is_truncate_key(key: bytes | None) -> bool:
     return key is None or key.startswith(TRUNCATE_KEY_PREFIX)
 
 
+def is_truncate_record(key: bytes | None, value: bytes | None) -> bool:
+    """Whether a record is a truncate marker: its key a truncate key, or its key null (a log whose records
+    take an explicit partition) and its ``op`` ``"t"``. A null key alone does not tell: every change of a
+    keyless table (no primary key or replica identity index) has one too."""
+    if key is not None:
+        return key.startswith(TRUNCATE_KEY_PREFIX)
+    return value is not None and orjson.loads(value).get("op") == "t"
+
+
 def loads_exact(data: bytes) -> Any:
     """JSON with every number kept as written (an ``orjson.Fragment`` that dumps to the same text)."""
     return json.loads(data, parse_int=orjson.Fragment, parse_float=orjson.Fragment, parse_constant=orjson.Fragment)

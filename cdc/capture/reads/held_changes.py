@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import BinaryIO, Concatenate, ParamSpec, TypeVar
 
 from cdc.capture.visibility import SnapshotXids
-from event_format import is_truncate_key
+from event_format import is_truncate_record
 from log_store import ProducerRecord
 from log_store.errors import StorageIOError
 
@@ -196,7 +196,7 @@ class HeldChanges:
             if lsn > position:
                 break
             end, self.count = offset, self.count + 1
-            self.truncated = self.truncated or is_truncate_key(record.key)
+            self.truncated = self.truncated or is_truncate_record(record.key, record.value)
         self._file.truncate(end)
         self._file.seek(end)
         self._caps = [(min(offset, end), run) for offset, run in self._caps]
@@ -217,7 +217,7 @@ class HeldChanges:
         run = self.next_run if xid is None else self.run_of(xid)
         for record in records:
             self._file.write(_entry(lsn, run, record))
-            self.truncated = self.truncated or is_truncate_key(record.key)
+            self.truncated = self.truncated or is_truncate_record(record.key, record.value)
             self.count += 1
             self._dirty = True
 

@@ -116,3 +116,25 @@ def _marks(held: HeldChanges, runs: int) -> list[int]:
         for record in held.records(lambda r, key, run=run: r == run):  # type: ignore[misc]
             marked[record.key] = run
     return [marked[record.key] for record in held.records()]
+
+
+def test_only_a_truncate_marker_starts_the_read_over_not_a_keyless_tables_changes(tmp_path: Path) -> None:
+    """A keyless table's changes have a null key, as a truncate marker has on a log whose records take an
+    explicit partition: only the marker (``op`` ``"t"``, or a truncate key) marks the held changes truncated,
+    also when a reopen reads them back."""
+    from event_format import truncate_key
+
+    path = tmp_path / "t.held"
+    change = ProducerRecord("cdc.public.ledger", None, b'{"before":null,"after":{"tid":1},"op":"c"}', 1000, ())
+    marker = ProducerRecord("cdc.public.ledger", None, b'{"before":null,"after":null,"op":"t"}', 1001, ())
+    held = HeldChanges(path)
+    held.add(10, [change, change])
+    assert not held.truncated
+    held.add(20, [marker])
+    assert held.truncated
+    held.sync()
+    assert HeldChanges.reopen(path, 20).truncated
+    assert not HeldChanges.reopen(path, 10).truncated  # the marker's transaction cut off: changes alone
+    keyed = HeldChanges(tmp_path / "k.held")
+    keyed.add(30, [ProducerRecord("cdc.public.t", truncate_key(0), b'{"op":"t"}', 1002, ())])
+    assert keyed.truncated

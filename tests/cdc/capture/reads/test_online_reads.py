@@ -823,3 +823,45 @@ def _read_state(data_dir: Path) -> tuple[int, int] | None:
                 else (int(orjson.loads(record.value)["boundary"]), int(orjson.loads(record.value)["rows"]))
             )
     return state
+
+
+def test_a_keyless_table_read_while_written_is_not_started_over(reference_db: str, tmp_path: Path) -> None:
+    """The changes held during a keyless table's read have a null key, as a truncate marker may have: they
+    do not start the read over (which would never end while the table is written), and the log ends with
+    every row once."""
+    rows = 6_000
+    execute(
+        reference_db,
+        "CREATE TABLE ledger (tid int, delta int)",
+        "ALTER TABLE ledger REPLICA IDENTITY FULL",
+        f"INSERT INTO ledger SELECT g, g FROM generate_series(1, {rows}) g",
+        "ALTER PUBLICATION cdc_publication ADD TABLE ledger",
+    )
+    settings = settings_for(reference_db, tmp_path, tables="public.ledger", snapshot_chunk_rows=200)
+    capture, stop_capture = _started(settings)
+    written = [0]
+    stop_writing = threading.Event()
+
+    def write() -> None:
+        with psycopg.connect(reference_db, autocommit=True) as conn:
+            while not stop_writing.is_set():
+                written[0] += 1
+                conn.execute("INSERT INTO ledger VALUES (%s, 0)", (rows + written[0],))
+
+    writer = threading.Thread(target=write, daemon=True)
+    try:
+        writer.start()
+        wait_for(lambda: capture.stats.snapshot_rows >= rows and not capture.reads, what="the read of ledger")
+        stop_writing.set()
+        writer.join(30)
+        assert not writer.is_alive()
+        with psycopg.connect(reference_db) as conn:
+            end = Lsn.parse(str(conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()[0]))  # type: ignore[index]
+        wait_for(lambda: capture.confirmed >= end, what="capture to catch up with the writer")
+    finally:
+        stop_writing.set()
+        stop_capture()
+    assert capture.stats.reads_abandoned == 0 and written[0] > 20, (capture.stats, written)
+    events = [orjson.loads(r.value) for r in read_topic(tmp_path, "cdc.public.ledger") if r.value is not None]
+    tids = [event["after"]["tid"] for event in events if event["op"] != "t"]
+    assert sorted(tids) == list(range(1, rows + written[0] + 1))
