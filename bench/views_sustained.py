@@ -173,8 +173,10 @@ def _cdc_reached(data_dir: Path) -> int | None:
 
 
 def _anchor_reached(applied: Path) -> int | None:
+    """Past the highest LSN the anchor applied: its events carry their transaction's commit LSN, which for a
+    probe is the WAL insert position read inside it (so a probe counts as visible once its own event is)."""
     lines = applied.read_text().split() if applied.exists() else []
-    return max((int(v) for v in lines[::2]), default=None)
+    return max((int(v) + 1 for v in lines[::2]), default=None)
 
 
 def _env(url: str, data_dir: Path, views: str | None = None, deletion_vectors: bool = False) -> dict[str, str]:
