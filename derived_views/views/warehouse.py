@@ -36,8 +36,10 @@ moved on without a commit while it has nothing to apply (:mod:`derived_views.eng
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace as with_fields
+from functools import partial
 from typing import TYPE_CHECKING
 
 from derived_views.source.as_of import LogAsOf
@@ -96,27 +98,38 @@ def _has_pending(ctx: ViewContext, step: TableStep) -> bool:
 TABLES_SIDE_BY_SIDE = 4
 
 
+def _applied(apply: Callable[[], TableResult | None], path: str) -> TableResult | None:
+    """``apply()``'s result, or the failure of the table at ``path`` as a result (the others go on)."""
+    try:
+        return apply()
+    except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
+        log.error("warehouse table %s failed: %s", path, summary(exc))
+        return TableResult(path, 0, 0, summary(exc))
+
+
 def _apply_table_pair(
     ctx: ViewContext, schema: TableSchema, current_step: TableStep, history_step: TableStep, keeps_history: bool
 ) -> list[TableResult]:
     """The results of bringing one source table's current and (when kept) history table to the step's
-    watermark, side by side, each in a session of its own (their MERGEs carry their progress in a
-    session setting, so they must not share one). A table that fails is reported and the other applied."""
-    with ctx.lane() as lane, ThreadPoolExecutor(max_workers=1, thread_name_prefix="warehouse-current") as beside:
-        current = beside.submit(apply_state, lane.beside(), current_step, schema, dead_letter_path(lane))
-        history = None
-        if keeps_history:
-            try:
-                history = apply_table(lane, history_step, schema, dead_letter_path(lane), merge_history)
-            except Exception as exc:  # noqa: BLE001 - one table's failure must not stop the others
-                log.error("warehouse table %s failed: %s", history_step.path, summary(exc))
-                history = TableResult(history_step.path, 0, 0, summary(exc))
-        try:
-            applied = current.result()
-        except Exception as exc:  # noqa: BLE001 - as above
-            log.error("warehouse table %s failed: %s", current_step.path, summary(exc))
-            applied = TableResult(current_step.path, 0, 0, summary(exc))
-    return [result for result in (applied, history) if result is not None]
+    watermark, each in a session of its own (their MERGEs carry their progress in a session setting, so
+    they must not share one). A table that fails is reported and the other applied.
+
+    A step applies the two side by side. A rebuild applies them one after the other: its one-pass write
+    stops its own Spark job on purpose when the batch needs checking first
+    (:func:`~derived_views.write.steps.rebuild_in_one_pass`), and a job stopped while another job of the
+    application runs beside it was seen to take down a Python worker that job was reading with."""
+    with ctx.lane() as lane:
+        current = partial(apply_state, lane.beside(), current_step, schema, dead_letter_path(lane))
+        history = partial(apply_table, lane, history_step, schema, dead_letter_path(lane), merge_history)
+        if current_step.replace:
+            applied = _applied(current, current_step.path)
+            kept = _applied(history, history_step.path) if keeps_history else None
+            return [result for result in (applied, kept) if result is not None]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="warehouse-current") as beside:
+            beside_current = beside.submit(_applied, current, current_step.path)
+            kept = _applied(history, history_step.path) if keeps_history else None
+            applied = beside_current.result()
+    return [result for result in (applied, kept) if result is not None]
 
 
 def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
