@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -63,9 +63,18 @@ def history(spark: SparkSession, path: str, limit: int | None = None) -> DataFra
     return spark.sql(f"DESCRIBE HISTORY {table_ref(path)}" + (f" LIMIT {int(limit)}" if limit else ""))
 
 
-def create_if_missing(spark: SparkSession, path: str, ddl: str) -> None:
-    """Create an empty Delta table with the columns ``ddl`` (``name type, ...``) unless one exists."""
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {table_ref(path)} ({ddl}) USING delta")
+def create_if_missing(spark: SparkSession, path: str, ddl: str, partitioned_by: Sequence[str] = ()) -> None:
+    """Create an empty Delta table with the columns ``ddl`` (``name type, ...``), partitioned by the columns
+    ``partitioned_by`` names, unless one exists."""
+    partitions = f" PARTITIONED BY ({', '.join(partitioned_by)})" if partitioned_by else ""
+    spark.sql(f"CREATE TABLE IF NOT EXISTS {table_ref(path)} ({ddl}) USING delta{partitions}")
+
+
+def partition_columns(spark: SparkSession, path: str) -> list[str]:
+    """The columns the Delta table at ``path`` is partitioned by (``DESCRIBE DETAIL``): a rewrite with
+    ``overwriteSchema`` keeps only the partitioning it is given."""
+    detail = spark.sql(f"DESCRIBE DETAIL {table_ref(path)}").first()
+    return list(detail["partitionColumns"] or []) if detail is not None else []
 
 
 def _assignments(values: Mapping[str, str]) -> str:

@@ -55,6 +55,7 @@ from derived_views.engine.progress import Progress
 from derived_views.events.batch_facts import APPEND_CHECK_KEYS
 from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN, SEQ
+from derived_views.write.table_evolution import rewrite
 from derived_views.write.table_keys import holds_any
 
 if TYPE_CHECKING:
@@ -80,12 +81,12 @@ def newer(prefix_lsn: str = LSN, prefix_seq: str = SEQ) -> str:
     return f"(s.{LSN} > t.{prefix_lsn} OR (s.{LSN} = t.{prefix_lsn} AND s.{SEQ} > t.{prefix_seq}))"
 
 
-def overwrite(frame: DataFrame, path: str, progress: Progress, types: TableTypes) -> None:
-    """Replace the table at ``path`` by ``frame`` in one commit carrying ``progress`` (a rebuild); a table
-    feature its new columns need is enabled before, in a commit of its own
-    (:meth:`~derived_views.write.table_evolution.TableTypes.prepare_overwrite`)."""
+def overwrite(frame: DataFrame, path: str, progress: Progress, types: TableTypes, partitioned_by: Sequence[str] = ()) -> None:
+    """Replace the table at ``path`` by ``frame``, partitioned by ``partitioned_by``, in one commit carrying
+    ``progress`` (a rebuild); a table feature its new columns need is enabled before, in a commit of its
+    own (:meth:`~derived_views.write.table_evolution.TableTypes.prepare_overwrite`)."""
     types.prepare_overwrite(frame.sparkSession, path, [f.dataType.simpleString() for f in frame.schema.fields])
-    with_progress(frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true"), progress).save(path)
+    with_progress(rewrite(frame, partitioned_by), progress).save(path)
     types.forget(path)
 
 

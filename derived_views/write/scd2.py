@@ -50,6 +50,16 @@ HISTORY_META_DDL = (
 )
 
 
+#: The history tables' partitioning: the current versions apart from the ended ones. A step's MERGE matches
+#: only current versions (its condition names ``t._cdc_is_current``), so Delta reads and rewrites only the
+#: files of the current partition, as large as the current table, never the ended versions, which grow
+#: with every change; an ended version is written once, into the other partition, and not rewritten again
+#: (but by a truncate's or a fill's clause, or a purge). Without it each step rewrote every history file
+#: holding a current version of a changed key: with scattered changes, nearly the whole history.
+#: A table made before it keeps its layout until a rebuild (``cdc rebuild``) writes it again.
+HISTORY_PARTITIONS = ("_cdc_is_current",)
+
+
 def _close_at(truncates: tuple[int, ...], lsn: SparkColumn, next_lsn: SparkColumn) -> SparkColumn | None:
     """The first truncate after ``lsn`` and before ``next_lsn`` (a version's end by truncation)."""
     from pyspark.sql import functions as F
@@ -79,7 +89,7 @@ def merge_history(spark: SparkSession, step: TableStep, source: DataFrame, *, ty
     keyless_delete = F.col(KEY).isNull() & (F.col(OP) == "d")
     events = source.filter(F.col("_cdc_error").isNull() & (F.col(OP) != "t") & ~keyless_delete)
     if not replace:
-        types.ensure(spark, path, ddl)
+        types.ensure(spark, path, ddl, HISTORY_PARTITIONS)
         if not whole_rows:
             events = _fill_from_current(spark, path, events, names)
     versions = filled_rows(
@@ -90,7 +100,7 @@ def merge_history(spark: SparkSession, step: TableStep, source: DataFrame, *, ty
         "_cdc_valid_to_lsn,_cdc_valid_to_seq",
     )
     if replace:
-        overwrite(versions.drop("_rank"), path, progress, types)
+        overwrite(versions.drop("_rank"), path, progress, types, HISTORY_PARTITIONS)
         return
     if step.keyless and not truncates and not fills:
         # rule 9: a keyless version ends no other, so the MERGE would insert every version

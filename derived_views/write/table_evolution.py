@@ -25,16 +25,16 @@ is rewritten (:func:`_retype`), not widened in place (``typeWidening``, which no
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, cast
 
 from derived_views.engine.commit_progress import committing
-from derived_views.engine.delta_sql import create_if_missing, is_delta_table, table_ref
+from derived_views.engine.delta_sql import create_if_missing, is_delta_table, partition_columns, table_ref
 from derived_views.events.column_names import quote
 from derived_views.events.column_types import convert, supertype
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
 
 class TableTypes:
@@ -54,10 +54,11 @@ class TableTypes:
         self._known[path] = types
         return types
 
-    def ensure(self, spark: SparkSession, path: str, ddl: str) -> None:
-        """Create the Delta table at ``path`` with ``ddl``, or bring it to ``ddl``: columns it lacks are
-        added, and a column whose type differs is converted to the :func:`~derived_views.events.column_types.supertype`
-        of both (:func:`_retype`); a column is never narrowed."""
+    def ensure(self, spark: SparkSession, path: str, ddl: str, partitioned_by: Sequence[str] = ()) -> None:
+        """Create the Delta table at ``path`` with ``ddl`` (partitioned by ``partitioned_by``), or bring it
+        to ``ddl``: columns it lacks are added, and a column whose type differs is converted to the
+        :func:`~derived_views.events.column_types.supertype` of both (:func:`_retype`); a column is never
+        narrowed. An existing table keeps its partitioning."""
         from pyspark.sql.types import StructType
 
         wanted = cast(StructType, StructType.fromDDL(ddl))
@@ -67,7 +68,7 @@ class TableTypes:
             return
         if existing is None:
             with committing(spark, None):
-                create_if_missing(spark, path, ddl)
+                create_if_missing(spark, path, ddl, partitioned_by)
             self._known[path] = wanted_types
             return
         changed = {n: supertype(existing[n], t) for n, t in wanted_types.items() if n in existing and existing[n] != t}
@@ -97,8 +98,9 @@ class TableTypes:
 
         frame = spark.read.format("delta").load(path)
         renamed = frame.select(*[F.col(quote(name)).alias(renames.get(name, name)) for name in frame.columns])
+        partitions = [renames.get(name, name) for name in partition_columns(spark, path)]
         with committing(spark, None):
-            renamed.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+            rewrite(renamed, partitions).save(path)
         self.forget(path)
 
     def forget(self, path: str | None = None) -> None:
@@ -127,8 +129,16 @@ def _retype(spark: SparkSession, path: str, existing: dict[str, str], changed: d
             for name in frame.columns
         ]
     )
+    partitions = partition_columns(spark, path)
     with committing(spark, None):
-        converted.write.format("delta").mode("overwrite").option("overwriteSchema", "true").save(path)
+        rewrite(converted, partitions).save(path)
+
+
+def rewrite(frame: DataFrame, partitioned_by: Sequence[str]) -> DataFrameWriter:
+    """A writer that replaces a whole Delta table, its columns too (``overwriteSchema``), by ``frame``,
+    partitioned by ``partitioned_by``: such a rewrite drops any partitioning it is not given."""
+    writer = frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+    return writer.partitionBy(*partitioned_by) if partitioned_by else writer
 
 
 #: The Delta table feature a column of each Spark type needs (the type anywhere in it: an array's

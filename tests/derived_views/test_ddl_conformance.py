@@ -20,6 +20,8 @@ from tests.derived_views.pipeline import context, execute, rows, settings_for, s
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from derived_views.write.context import ViewContext
+
 pytestmark = [pytest.mark.pg, pytest.mark.spark, pytest.mark.slow]
 
 LONG = "(SELECT string_agg(md5(g::text || '{seed}'), '') FROM generate_series(1, 70) g)"
@@ -141,6 +143,22 @@ def test_a_mixed_ddl_and_dml_script_keeps_every_table_exact_after_every_step(
     assert all(row["headline"] for row in rows(spark, warehouse.history_path(ctx, "public.conf_a"), "_cdc_op <> 'd'"))
     kept = {row["id"]: row["added"] for row in rows(spark, warehouse.current_path(ctx, "public.conf_a"))}
     assert kept == {1: None, 3: None, 4: "again", 5: None, 6: None, 2002: None}
+    # a rename and a retype rewrite a history table whole, and keep its partitioning
+    assert _history_partitions(ctx) == HISTORY_PARTITIONS
     # a rebuild by replay reads every event with the columns of its own position and verifies too
     sync(ctx, ["warehouse"], replace=True)
     verify_views(ctx, pg_url, ["warehouse"])
+    assert _history_partitions(ctx) == HISTORY_PARTITIONS
+
+
+#: The partition columns of the history tables the script renames and retypes columns of.
+HISTORY_PARTITIONS = {"public.conf_a": ["_cdc_is_current"], "public.conf_b": ["_cdc_is_current"]}
+
+
+def _history_partitions(ctx: ViewContext) -> dict[str, list[str]]:
+    """The partition columns of the history tables of :data:`HISTORY_PARTITIONS`, by source table."""
+    from deltalake import DeltaTable
+
+    from derived_views.views import warehouse
+
+    return {name: DeltaTable(warehouse.history_path(ctx, name)).metadata().partition_columns for name in HISTORY_PARTITIONS}

@@ -135,6 +135,32 @@ def test_truncate_poison_and_schema_change(ctx: ViewContext, log: LogBuilder) ->
     assert {r["id"] for r in history if r["_cdc_is_current"]} == {3, 4}
 
 
+def test_a_history_merge_rewrites_current_versions_only(ctx: ViewContext, log: LogBuilder) -> None:
+    """A history table is partitioned by ``_cdc_is_current``: each step's MERGE rewrites the files of the
+    current versions it ends, never the ended versions, however many earlier steps made."""
+    from deltalake import DeltaTable
+
+    from derived_views.views import warehouse
+
+    with log.transaction() as tx:
+        for pid in range(1, 6):
+            tx.insert("public.products", product(pid, f"Lamp {pid}"))
+    _sync(ctx)
+    history = warehouse.history_path(ctx, "public.products")
+    assert DeltaTable(history).metadata().partition_columns == ["_cdc_is_current"]
+    for round_ in range(1, 5):
+        with log.transaction() as tx:
+            tx.update("public.products", product(1, f"Lamp 1, take {round_}"))
+        _sync(ctx)
+        merge = DeltaTable(history).history(1)[0]
+        assert merge["operation"] == "MERGE", merge
+        metrics = {name: int(merge["operationMetrics"][name]) for name in ("numTargetRowsUpdated", "numTargetRowsCopied")}
+        # the one version ended, and at most the other four current versions copied: no ended version
+        assert metrics["numTargetRowsUpdated"] == 1 and metrics["numTargetRowsCopied"] <= 4, (round_, metrics)
+    versions = ctx.spark.read.format("delta").load(history).filter("id = 1").collect()
+    assert sorted(v["_cdc_is_current"] for v in versions) == [False, False, False, False, True]
+
+
 def _synced_products(ctx: ViewContext, log: LogBuilder, *ids: int) -> None:
     """Insert products ``ids`` in one transaction and sync the warehouse."""
     with log.transaction() as tx:
