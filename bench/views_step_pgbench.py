@@ -1,6 +1,7 @@
 """Where a warm warehouse step over pgbench's tables spends its time, table by table, step by step.
 
-Usage: python -m bench.views_step_pgbench [--conf KEY=VALUE]... [--deletion-vectors] [scale] [steps] [seconds] [rate]
+Usage: python -m bench.views_step_pgbench [--conf KEY=VALUE]... [--deletion-vectors] [--alternate N]
+[scale] [steps] [seconds] [rate]
 (default pgbench scale 5 (500,000 accounts), 6 steps, each after 10 s of ``pgbench -c 2 -R 100``)
 
 A fresh PostgreSQL gets ``pgbench -i`` (``pgbench_history``, keyless, ``REPLICA IDENTITY FULL``), ``cdc
@@ -12,6 +13,8 @@ beside its wall time (the anchor, measured in the same run):
 - per view table: the newest commit's operation and Delta's MERGE metrics (as ``bench.views_step_phases``);
 - from Spark's event log: the time some job ran, the driver's time between jobs, jobs, tasks.
 
+``--alternate N``: odd steps apply one source table at a time, even steps ``N`` at once
+(``derived_views.views.warehouse.TABLES_SIDE_BY_SIDE``), so both are measured under the same load.
 Prints figures only; it asserts nothing.
 """
 
@@ -31,7 +34,7 @@ from bench.views_sustained import BIN, TABLES, _env
 from local_servers.postgres import LocalPostgres
 
 
-def main(scale: int, steps: int, seconds: int, rate: int, conf: dict[str, str], vectors: bool) -> None:
+def main(scale: int, steps: int, seconds: int, rate: int, conf: dict[str, str], vectors: bool, alternate: int) -> None:
     import tempfile
     from pathlib import Path
 
@@ -63,10 +66,12 @@ def main(scale: int, steps: int, seconds: int, rate: int, conf: dict[str, str], 
             load = [pgbench, "-n", "-c", "2", "-R", str(rate), "-T", str(seconds), url]
             subprocess.run(load, check=True, capture_output=True)
             Capture(settings, once=True).run()
+            if alternate:
+                warehouse.TABLES_SIDE_BY_SIDE = 1 if number % 2 == 0 else alternate
             started_ms, started = int(time.time() * 1000), time.monotonic()
             report = runner.step(ctx, ["warehouse"])
             wall = time.monotonic() - started
-            head = f"step {number + 1}: {report.events} wall {wall:.1f} s"
+            head = f"step {number + 1}: {report.events} tables at once {warehouse.TABLES_SIDE_BY_SIDE} wall {wall:.1f} s"
             windows.append((started_ms, int(time.time() * 1000), wall, head))
             print(head)
             for table in TABLES:
@@ -86,6 +91,7 @@ def main(scale: int, steps: int, seconds: int, rate: int, conf: dict[str, str], 
 if __name__ == "__main__":
     settings, words = conf_and_words(sys.argv[1:])
     vectors = "--deletion-vectors" in words
-    numbers = [int(w) for w in words if w.isdigit()]
+    alternate = int(words[words.index("--alternate") + 1]) if "--alternate" in words else 0
+    numbers = [int(w) for i, w in enumerate(words) if w.isdigit() and (i == 0 or words[i - 1] != "--alternate")]
     scale, steps, seconds, rate = numbers + [5, 6, 10, 100][len(numbers) :]
-    main(scale, steps, seconds, rate, settings, vectors)
+    main(scale, steps, seconds, rate, settings, vectors, alternate)

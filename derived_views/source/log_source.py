@@ -250,11 +250,30 @@ _REGISTERING = threading.Lock()
 
 def register(spark: SparkSession) -> None:
     """Make ``spark.read.format("cdclog")`` available in ``spark`` (idempotent, once per session, safe
-    from several threads: the views sync tables side by side)."""
+    from several threads: the views sync tables side by side, each thread with sessions of its own).
+
+    Spark refuses to register a Python data source under a name its lookup already resolves
+    (``DATA_SOURCE_ALREADY_EXISTS``), and that lookup goes through the session the calling JVM thread
+    holds as active, which PySpark sets on some calls (``createDataFrame``) and a thread keeps: a thread
+    that last used a sibling session, where ``cdclog`` is registered, would be refused. So the session
+    being registered is made the thread's active one first. A local session is asked whether it has
+    the source; a Spark Connect session, whose registration lives on the server, is remembered by
+    identity."""
+    from derived_views.engine.spark_session import is_remote
+
     with _REGISTERING:
-        if id(spark) not in _REGISTERED:
-            spark.dataSource.register(LogDataSource)
-            _REGISTERED.add(id(spark))
+        if is_remote(spark):
+            if id(spark) not in _REGISTERED:
+                spark.dataSource.register(LogDataSource)
+                _REGISTERED.add(id(spark))
+            return
+        session = spark._jsparkSession  # the JVM session: its data sources, and the thread's active one
+        if session.sessionState().dataSourceManager().dataSourceExists(LogDataSource.name()):
+            return
+        jvm = spark.sparkContext._jvm
+        assert jvm is not None
+        getattr(jvm, "org.apache.spark.sql.classic.SparkSession").setActiveSession(session)
+        spark.dataSource.register(LogDataSource)
 
 
 def offsets_json(offsets: Offsets) -> str:

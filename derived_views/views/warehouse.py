@@ -52,6 +52,7 @@ from derived_views.write.steps import TableResult, apply_state, apply_table
 from log_store.topic_names import dir_name
 
 if TYPE_CHECKING:
+    from derived_views.events.schema import TableSchema
     from derived_views.source.watermark import LogWatermark
 
 NAME = kinds.WAREHOUSE
@@ -90,6 +91,13 @@ def _has_pending(ctx: ViewContext, step: TableStep) -> bool:
     return not progress.position or with_fields(step, applied=progress).pending() > 0
 
 
+#: Source tables applied at once in a step, each its current and history table side by side (so up to
+#: twice as many MERGEs at once). Most of a small MERGE's time is the driver planning it and Delta
+#: committing it, single-threaded, so tables overlap well even on two cores; a rebuild applies one
+#: table at a time (its batches are the whole log).
+TABLES_SIDE_BY_SIDE = 4
+
+
 def _applied(apply: Callable[[], TableResult | None], path: str) -> TableResult | None:
     """``apply()``'s result, or the failure of the table at ``path`` as a result (the others go on)."""
     try:
@@ -99,6 +107,31 @@ def _applied(apply: Callable[[], TableResult | None], path: str) -> TableResult 
         return TableResult(path, 0, 0, summary(exc))
 
 
+def _apply_table_pair(
+    ctx: ViewContext, schema: TableSchema, current_step: TableStep, history_step: TableStep, keeps_history: bool
+) -> list[TableResult]:
+    """The results of bringing one source table's current and (when kept) history table to the step's
+    watermark, each in a session of its own (their MERGEs carry their progress in a session setting, so
+    they must not share one). A table that fails is reported and the other applied.
+
+    A step applies the two side by side. A rebuild applies them one after the other: its one-pass write
+    stops its own Spark job on purpose when the batch needs checking first
+    (:func:`~derived_views.write.steps.rebuild_in_one_pass`), and a job stopped while another job of the
+    application runs beside it was seen to take down a Python worker that job was reading with."""
+    with ctx.lane() as lane:
+        current = partial(apply_state, lane.beside(), current_step, schema, dead_letter_path(lane))
+        history = partial(apply_table, lane, history_step, schema, dead_letter_path(lane), merge_history)
+        if current_step.replace:
+            applied = _applied(current, current_step.path)
+            kept = _applied(history, history_step.path) if keeps_history else None
+            return [result for result in (applied, kept) if result is not None]
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="warehouse-current") as beside:
+            beside_current = beside.submit(_applied, current, current_step.path)
+            kept = _applied(history, history_step.path) if keeps_history else None
+            applied = beside_current.result()
+    return [result for result in (applied, kept) if result is not None]
+
+
 def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[str] | None = None) -> list[TableResult]:
     """Bring every warehouse table to the range's watermark (or rebuild them when ``replace``); ``only``: log
     names of the tables to bring (``schema.table`` for plain names).
@@ -106,10 +139,11 @@ def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[
     A table whose batch fails is reported in its :class:`TableResult` (``error``) and the others go on
     (:mod:`derived_views.write.failures`): it commits nothing, so it stays exact as of its last watermark.
 
-    Tables with events in the range go first (in name order), then the idle ones, whose step only
-    records the newer watermark (:func:`~derived_views.write.steps.is_current`; in a small file beside
-    the table, no Delta commit): that never delays a change becoming visible. Each table records its own
-    progress, so the order changes nothing else.
+    Up to :data:`TABLES_SIDE_BY_SIDE` source tables are applied at once. Tables with events in the range
+    start first (in name order), then the idle ones, whose step only records the newer watermark
+    (:func:`~derived_views.write.steps.is_current`; in a small file beside the table, no Delta commit):
+    that never delays a change becoming visible. Each table records its own progress, so the order
+    changes nothing else.
     """
     results: list[TableResult] = []
     kept = ctx.definitions.warehouse
@@ -122,22 +156,12 @@ def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[
         for name, schema in sorted(ctx.schemas(as_of.watermark).items())
         if (not only or name in only) and kept.keeps(schema.dotted_name)
     ]
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="warehouse") as beside:
-        for schema, current_step, history_step in sorted(chosen, key=lambda item: not _has_pending(ctx, item[1])):
-            # the two tables of one source table are independent: a step applies them side by side, each in
-            # a session of its own so that their MERGEs do not wait for each other. A rebuild applies them one
-            # after the other: its one-pass write stops its own Spark job on purpose when the batch needs
-            # checking first (derived_views.write.steps.rebuild_in_one_pass), and a job stopped while another
-            # job of the application runs beside it was seen to take down a Python worker that job read with.
-            current = partial(apply_state, ctx.beside(), current_step, schema, dead_letter_path(ctx))
-            history = partial(apply_table, ctx, history_step, schema, dead_letter_path(ctx), merge_history)
-            keeps_history = kept.keeps_history(schema.dotted_name)
-            # each session is used from one thread only (the beside session from the pool's), as the
-            # Python data source's registration in a session assumes
-            beside_current = beside.submit(_applied, current, current_step.path)
-            if replace:
-                beside_current.result()
-            versions = _applied(history, history_step.path) if keeps_history else None
-            applied = beside_current.result()
-            results.extend(result for result in (applied, versions) if result is not None)
+    ordered = sorted(chosen, key=lambda item: not _has_pending(ctx, item[1]))
+    with ThreadPoolExecutor(max_workers=1 if replace else TABLES_SIDE_BY_SIDE, thread_name_prefix="warehouse") as pool:
+        pairs = [
+            pool.submit(_apply_table_pair, ctx, schema, current, history, kept.keeps_history(schema.dotted_name))
+            for schema, current, history in ordered
+        ]
+        for pair in pairs:
+            results.extend(pair.result())
     return results

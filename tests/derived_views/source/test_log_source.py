@@ -71,3 +71,26 @@ def test_a_tombstone_position_header_that_is_no_64_bit_number_leaves_it_unpositi
 
     assert _header_int(b"123") == 123 and _header_int(b"-5") == -5
     assert _header_int(b"99999999999999999999") is None and _header_int(b"0x20") is None and _header_int(None) is None
+
+
+@pytest.mark.spark
+def test_a_session_registers_the_source_in_a_thread_a_sibling_session_used_last(spark: SparkSession) -> None:
+    """Spark resolves a name to register through the calling thread's active session: a thread whose
+    last call went through a session holding ``cdclog`` (``createDataFrame`` makes it the active one)
+    still registers it in a new session, which then reads with it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from derived_views.engine.spark_session import new_session
+    from derived_views.source.log_source import register
+
+    register(spark)
+    sibling = new_session(spark)
+
+    def in_a_thread() -> str:
+        spark.createDataFrame([(1,)], "n int").collect()  # the thread's active session: the first one
+        register(sibling)
+        register(sibling)  # once per session
+        return sibling.read.format("cdclog").options(path="/nowhere", topics="cdc.public.none").load().schema.simpleString()
+
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        assert thread.submit(in_a_thread).result().startswith("struct<")
