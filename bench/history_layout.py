@@ -68,8 +68,9 @@ def merge(spark: SparkSession, path: str, keys: int, changes: int, lsn: int) -> 
         "VALUES (s._cdc_key, s.payload, s._cdc_valid_from_lsn, NULL, true)"
     ).collect()
     took = time.perf_counter() - started
-    metrics = spark.sql(f"DESCRIBE HISTORY {table_ref(path)} LIMIT 1").first()["operationMetrics"]
-    return took, {name: int(metrics[name]) for name in METRICS}
+    newest = spark.sql(f"DESCRIBE HISTORY {table_ref(path)} LIMIT 1").first()
+    assert newest is not None
+    return took, {name: int(newest["operationMetrics"][name]) for name in METRICS}
 
 
 def main(keys: int, versions: int, changes: int, merges: int) -> None:

@@ -65,7 +65,7 @@ def history(spark: SparkSession, path: str, limit: int | None = None) -> DataFra
 
 def create_if_missing(spark: SparkSession, path: str, ddl: str, partitioned_by: Sequence[str] = ()) -> None:
     """Create an empty Delta table with the columns ``ddl`` (``name type, ...``), partitioned by the columns
-    ``partitioned_by`` names, unless one exists."""
+    ``partitioned_by`` names (plain identifiers: the views' own metadata columns), unless one exists."""
     partitions = f" PARTITIONED BY ({', '.join(partitioned_by)})" if partitioned_by else ""
     spark.sql(f"CREATE TABLE IF NOT EXISTS {table_ref(path)} ({ddl}) USING delta{partitions}")
 

@@ -69,8 +69,9 @@ _UNIT_HOURS = {"second": 1 / 3600, "minute": 1 / 60, "hour": 1.0, "day": 24.0, "
 #: deleted-file retention (7 days by default) is off, and so is its rule that ignores any retention but 0
 #: given to ``VACUUM`` (``retentionWindowIgnore``, on by default, which would keep every file younger than
 #: the table's 7 days whatever ``CDC_VACUUM_RETENTION_HOURS`` says). The call lists the table's
-#: directories in a Spark job of a few tasks, a view table having no partition directories (Spark's
-#: default, 10000 tasks, makes a vacuum of a small table take minutes on local Spark).
+#: directories in a Spark job of a few tasks, a view table having at most two partition directories (a
+#: history table's; Spark's default, 10000 tasks, makes a vacuum of a small table take minutes on local
+#: Spark).
 VACUUM_CONF = {
     "spark.databricks.delta.retentionDurationCheck.enabled": "false",
     "spark.databricks.delta.vacuum.retentionWindowIgnore.enabled": "false",

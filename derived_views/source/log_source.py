@@ -256,7 +256,7 @@ def register(spark: SparkSession) -> None:
     (``DATA_SOURCE_ALREADY_EXISTS``), and that lookup goes through the session the calling JVM thread
     holds as active, which PySpark sets on some calls (``createDataFrame``) and a thread keeps: a thread
     that last used a sibling session, where ``cdclog`` is registered, would be refused. So the session
-    being registered is made the thread's active one first. A local session is asked whether it has
+    being registered is made the thread's active one while it registers. A local session is asked whether it has
     the source; a Spark Connect session, whose registration lives on the server, is remembered by
     identity."""
     from derived_views.engine.spark_session import is_remote
@@ -272,8 +272,16 @@ def register(spark: SparkSession) -> None:
             return
         jvm = spark.sparkContext._jvm
         assert jvm is not None
-        getattr(jvm, "org.apache.spark.sql.classic.SparkSession").setActiveSession(session)
-        spark.dataSource.register(LogDataSource)
+        sessions = getattr(jvm, "org.apache.spark.sql.classic.SparkSession")
+        active = sessions.getActiveSession()
+        sessions.setActiveSession(session)
+        try:
+            spark.dataSource.register(LogDataSource)
+        finally:  # the thread's active session as it was: the caller's thread may be a user's
+            if active.isDefined():
+                sessions.setActiveSession(active.get())
+            else:
+                sessions.clearActiveSession()
 
 
 def offsets_json(offsets: Offsets) -> str:

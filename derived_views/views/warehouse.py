@@ -13,7 +13,8 @@ and without ``/``, so no table name reaches outside ``warehouse/current`` or ``w
   Its history keeps the same rows as versions, each current until a truncate ends it.
 - ``warehouse/history/<schema>.<table>``: one row per version with the source's columns plus
   ``_cdc_valid_from_lsn/_seq/_ts``, ``_cdc_valid_to_lsn/_seq/_ts`` (NULL while current; a truncate
-  closes with sequence -1), ``_cdc_is_current`` and ``_cdc_op`` (``d`` rows mark deletions).
+  closes with sequence -1), ``_cdc_is_current`` and ``_cdc_op`` (``d`` rows mark deletions),
+  partitioned by ``_cdc_is_current`` (:data:`derived_views.write.scd2.HISTORY_PARTITIONS`).
 - ``warehouse/_dead_letter``: poison events with their error.
 
 MERGE clauses and guarantees are those of :func:`derived_views.write.scd1.merge_current` and
@@ -91,10 +92,21 @@ def _has_pending(ctx: ViewContext, step: TableStep) -> bool:
     return not progress.position or with_fields(step, applied=progress).pending() > 0
 
 
+def _built_anew(ctx: ViewContext, step: TableStep) -> bool:
+    """Whether the step writes its table anew (a rebuild, or a table with no progress yet), which may
+    take one pass (:func:`~derived_views.write.steps.rebuild_in_one_pass`)."""
+    if step.replace:
+        return True
+    try:
+        return not ctx.progress(step.path).position
+    except Exception:  # noqa: BLE001 - a table that cannot be read fails in its own step, alone (see sync)
+        return False
+
+
 #: Source tables applied at once in a step, each its current and history table side by side (so up to
 #: twice as many MERGEs at once). Most of a small MERGE's time is the driver planning it and Delta
-#: committing it, single-threaded, so tables overlap well even on two cores; a rebuild applies one
-#: table at a time (its batches are the whole log).
+#: committing it, single-threaded, so tables overlap well even on two cores. A table written anew goes
+#: alone (see :func:`_apply_table_pair`).
 TABLES_SIDE_BY_SIDE = 4
 
 
@@ -108,20 +120,20 @@ def _applied(apply: Callable[[], TableResult | None], path: str) -> TableResult 
 
 
 def _apply_table_pair(
-    ctx: ViewContext, schema: TableSchema, current_step: TableStep, history_step: TableStep, keeps_history: bool
+    ctx: ViewContext, schema: TableSchema, current_step: TableStep, history_step: TableStep, keeps_history: bool, alone: bool
 ) -> list[TableResult]:
     """The results of bringing one source table's current and (when kept) history table to the step's
     watermark, each in a session of its own (their MERGEs carry their progress in a session setting, so
     they must not share one). A table that fails is reported and the other applied.
 
-    A step applies the two side by side. A rebuild applies them one after the other: its one-pass write
-    stops its own Spark job on purpose when the batch needs checking first
+    A step applies the two side by side; ``alone`` (a table written anew), one after the other: a
+    one-pass write stops its own Spark job on purpose when the batch needs checking first
     (:func:`~derived_views.write.steps.rebuild_in_one_pass`), and a job stopped while another job of the
     application runs beside it was seen to take down a Python worker that job was reading with."""
     with ctx.lane() as lane:
         current = partial(apply_state, lane.beside(), current_step, schema, dead_letter_path(lane))
         history = partial(apply_table, lane, history_step, schema, dead_letter_path(lane), merge_history)
-        if current_step.replace:
+        if alone:
             applied = _applied(current, current_step.path)
             kept = _applied(history, history_step.path) if keeps_history else None
             return [result for result in (applied, kept) if result is not None]
@@ -143,7 +155,8 @@ def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[
     start first (in name order), then the idle ones, whose step only records the newer watermark
     (:func:`~derived_views.write.steps.is_current`; in a small file beside the table, no Delta commit):
     that never delays a change becoming visible. Each table records its own progress, so the order
-    changes nothing else.
+    changes nothing else. A table written anew (every table of a rebuild, a table's first build) is
+    applied alone, its current and history one after the other, before the others start.
     """
     results: list[TableResult] = []
     kept = ctx.definitions.warehouse
@@ -157,10 +170,15 @@ def sync(ctx: ViewContext, as_of: LogAsOf, *, replace: bool = False, only: list[
         if (not only or name in only) and kept.keeps(schema.dotted_name)
     ]
     ordered = sorted(chosen, key=lambda item: not _has_pending(ctx, item[1]))
-    with ThreadPoolExecutor(max_workers=1 if replace else TABLES_SIDE_BY_SIDE, thread_name_prefix="warehouse") as pool:
+    anew = [_built_anew(ctx, current) or _built_anew(ctx, history) for _, current, history in ordered]
+    for (schema, current, history), alone in zip(ordered, anew, strict=True):
+        if alone:
+            results.extend(_apply_table_pair(ctx, schema, current, history, kept.keeps_history(schema.dotted_name), True))
+    with ThreadPoolExecutor(max_workers=TABLES_SIDE_BY_SIDE, thread_name_prefix="warehouse") as pool:
         pairs = [
-            pool.submit(_apply_table_pair, ctx, schema, current, history, kept.keeps_history(schema.dotted_name))
-            for schema, current, history in ordered
+            pool.submit(_apply_table_pair, ctx, schema, current, history, kept.keeps_history(schema.dotted_name), False)
+            for (schema, current, history), alone in zip(ordered, anew, strict=True)
+            if not alone
         ]
         for pair in pairs:
             results.extend(pair.result())

@@ -55,7 +55,7 @@ from derived_views.engine.progress import Progress
 from derived_views.events.batch_facts import APPEND_CHECK_KEYS
 from derived_views.events.column_names import quote
 from derived_views.events.metadata_columns import KEY, LSN, SEQ
-from derived_views.write.table_evolution import rewrite
+from derived_views.write.table_evolution import overwriting_writer
 from derived_views.write.table_keys import holds_any
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ def overwrite(frame: DataFrame, path: str, progress: Progress, types: TableTypes
     ``progress`` (a rebuild); a table feature its new columns need is enabled before, in a commit of its
     own (:meth:`~derived_views.write.table_evolution.TableTypes.prepare_overwrite`)."""
     types.prepare_overwrite(frame.sparkSession, path, [f.dataType.simpleString() for f in frame.schema.fields])
-    with_progress(rewrite(frame, partitioned_by), progress).save(path)
+    with_progress(overwriting_writer(frame, partitioned_by), progress).save(path)
     types.forget(path)
 
 

@@ -132,8 +132,9 @@ class ViewContext:
         A Spark Connect server drops a session after an hour without one
         (``spark.connect.session.manager.defaultSessionTimeout``); a continuous sync whose source is idle
         sends none while it only polls the watermark (:func:`derived_views.runs.runner.continuous`)."""
-        for context in (self, *self._siblings):
-            context.spark.conf.get("spark.sql.session.timeZone")
+        self.spark.conf.get("spark.sql.session.timeZone")
+        for sibling in self._siblings:  # a sibling's own siblings too: a lane's beside session
+            sibling.keep_alive()
 
     @contextmanager
     def lane(self) -> Iterator[ViewContext]:

@@ -53,9 +53,11 @@ HISTORY_META_DDL = (
 #: The history tables' partitioning: the current versions apart from the ended ones. A step's MERGE matches
 #: only current versions (its condition names ``t._cdc_is_current``), so Delta reads and rewrites only the
 #: files of the current partition, as large as the current table, never the ended versions, which grow
-#: with every change; an ended version is written once, into the other partition, and not rewritten again
-#: (but by a truncate's or a fill's clause, or a purge). Without it each step rewrote every history file
-#: holding a current version of a changed key: with scattered changes, nearly the whole history.
+#: with every change; an ended version is written once, into the other partition, and rewritten only by
+#: a purge. A batch holding a truncate or a fill still reads the whole table (its clauses apply to rows no
+#: event matches, so Delta skips no file) but rewrites current versions only. Without the partitioning
+#: each step rewrote every history file holding a current version of a changed key: with scattered
+#: changes, nearly the whole history.
 #: A table made before it keeps its layout until a rebuild (``cdc rebuild``) writes it again.
 HISTORY_PARTITIONS = ("_cdc_is_current",)
 

@@ -100,7 +100,7 @@ class TableTypes:
         renamed = frame.select(*[F.col(quote(name)).alias(renames.get(name, name)) for name in frame.columns])
         partitions = [renames.get(name, name) for name in partition_columns(spark, path)]
         with committing(spark, None):
-            rewrite(renamed, partitions).save(path)
+            overwriting_writer(renamed, partitions).save(path)
         self.forget(path)
 
     def forget(self, path: str | None = None) -> None:
@@ -131,10 +131,10 @@ def _retype(spark: SparkSession, path: str, existing: dict[str, str], changed: d
     )
     partitions = partition_columns(spark, path)
     with committing(spark, None):
-        rewrite(converted, partitions).save(path)
+        overwriting_writer(converted, partitions).save(path)
 
 
-def rewrite(frame: DataFrame, partitioned_by: Sequence[str]) -> DataFrameWriter:
+def overwriting_writer(frame: DataFrame, partitioned_by: Sequence[str]) -> DataFrameWriter:
     """A writer that replaces a whole Delta table, its columns too (``overwriteSchema``), by ``frame``,
     partitioned by ``partitioned_by``: such a rewrite drops any partitioning it is not given."""
     writer = frame.write.format("delta").mode("overwrite").option("overwriteSchema", "true")
