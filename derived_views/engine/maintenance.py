@@ -131,7 +131,10 @@ def removable_files(path: str, policy: MaintenancePolicy) -> int:
     the log no longer references past the retention, and (on local disk) files no commit ever added, read
     with ``deltalake`` without removing any. The log names removed files until its next checkpoint, also
     once a vacuum deleted them: on local disk only those still there count; on object storage a table
-    vacuumed in the last :data:`REMOTE_VACUUM_EVERY_MS` counts none."""
+    vacuumed in the last :data:`REMOTE_VACUUM_EVERY_MS` counts none. A hidden file (``.`` or ``_``
+    first) never counts: Delta's ``VACUUM`` leaves them, and ``deltalake`` lists those in a partition's
+    directory (the checksum Spark writes beside each data file on local disk), so counting them would
+    find a vacuum due after every vacuum."""
     import time
 
     from deltalake import DeltaTable
@@ -142,7 +145,12 @@ def removable_files(path: str, policy: MaintenancePolicy) -> int:
     files = table.vacuum(retention_hours=hours, dry_run=True, enforce_retention_duration=False, full=local)
     if local:
         root = path.removeprefix("file://")
-        return sum(1 for file in files if os.path.exists(file if os.path.isabs(file) else os.path.join(root, file)))
+        return sum(
+            1
+            for file in files
+            if not os.path.basename(file).startswith((".", "_"))
+            and os.path.exists(file if os.path.isabs(file) else os.path.join(root, file))
+        )
     recent = time.time() * 1000 - REMOTE_VACUUM_EVERY_MS
     if any(c.get("operation") == "VACUUM END" and int(c.get("timestamp", 0)) > recent for c in table.history(1000)):
         return 0
