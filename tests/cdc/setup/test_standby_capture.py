@@ -91,7 +91,7 @@ def test_capture_from_a_standby_is_exact_through_a_kill_a_request_and_its_promot
         assert conn.execute("SELECT count(*) FROM pg_publication WHERE pubname = 'cdc_publication'").fetchone() == (1,)
         assert conn.execute("SELECT count(*) FROM pg_replication_slots WHERE slot_type = 'logical'").fetchone() == (0,)
 
-    writes = _Writes(_url(pair.url(DATABASE)))
+    writes = _Writes(pair.url(DATABASE))  # target_session_attrs=primary: never the standby while it is promoted
     writes.start()
     capture = CdcProcess(env, ["capture"], tmp_path / "capture-0.err")
     try:
@@ -105,7 +105,12 @@ def test_capture_from_a_standby_is_exact_through_a_kill_a_request_and_its_promot
         wait_for(lambda: first_reads_done(standby, data_dir), timeout=120, what="the read asked for")
         promoted_at = writes.transactions
         pair.fail_over()  # the primary stops as a crash stops it; the standby capture reads from is promoted
-        wait_for(lambda: writes.transactions > promoted_at + 100, timeout=60, what="writes on the promoted standby")
+        wait_for(
+            lambda: writes.error is not None or writes.transactions > promoted_at + 100,
+            timeout=60,
+            what="writes on the promoted standby",
+        )
+        assert writes.error is None, writes.error
         writes.stop.set()
         writes.join(30)
         assert writes.error is None, writes.error
