@@ -12,6 +12,7 @@ from tests.cdc.helpers import execute, settings_for
 __all__ = [
     "capture",
     "context",
+    "data_files_on_disk",
     "dead_letters",
     "execute",
     "in_process",
@@ -119,6 +120,12 @@ def read_every_view_table(data_dir: Path) -> dict[str, int]:
     for log_dir in sorted(data_dir.rglob("_delta_log")):
         counts[str(log_dir.parent.relative_to(data_dir))] = len(DeltaTable(str(log_dir.parent)).to_pandas())
     return counts
+
+
+def data_files_on_disk(table: str | Path) -> list[Path]:
+    """Every data file under the Delta table at ``table``, in its partition directories too (not its log's
+    checkpoints)."""
+    return [file for file in Path(table).rglob("*.parquet") if "_delta_log" not in file.parts]
 
 
 def _pieces(value: str) -> list[str]:

@@ -20,6 +20,7 @@ import pytest
 from cdc.config.settings import load_settings
 from cdc.run.coordinator import Capture
 from local_servers.postgres import free_port
+from tests.derived_views.pipeline import data_files_on_disk
 from tests.faults.harness import Running, cdc_env, poll, seed, verify_warehouse
 from tests.observability.test_sync_metrics import table_figures
 
@@ -90,7 +91,7 @@ def test_kill_9_during_compaction_and_during_vacuum_then_a_run_loses_nothing(
         assert 0 <= figures["cdc_view_table_seconds_since_maintenance"][name] < 600, figures
         assert "OPTIMIZE" in _operations(compacted)
         left = compacted / f"part-00000-{uuid.uuid4()}-c000.snappy.parquet"
-        shutil.copy(next(file for file in compacted.rglob("*.parquet") if "_delta_log" not in file.parts), left)
+        shutil.copy(data_files_on_disk(compacted)[0], left)
         two_days_ago = time.time() - 2 * 24 * 3600
         os.utime(left, (two_days_ago, two_days_ago))
         poll(lambda: _started(second.stderr_path, "vacuuming") is not None or not second.running(), 300, "a vacuum")
